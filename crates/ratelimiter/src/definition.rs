@@ -1,0 +1,547 @@
+//! Limit definitions and their admin state (spec §3.2, `decisions.md` §2 and §6).
+
+use serde::{Deserialize, Serialize};
+
+use crate::key::LimitKey;
+
+/// The longest rolling window: 31 days, long enough for monthly budgets.
+pub const WINDOW_SECONDS_MAX: u64 = 2_678_400;
+/// The longest concurrency hold timeout: one day. A crashed worker's hold is
+/// released after at most this long.
+pub const TIMEOUT_SECONDS_MAX: u64 = 86_400;
+/// Longest `unit` text: it is a label for humans, not a document.
+pub const UNIT_BYTES_MAX: usize = 64;
+/// Longest `description` text, so the registry file stays small.
+pub const DESCRIPTION_BYTES_MAX: usize = 1024;
+
+/// How a limit replenishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    /// Each reservation holds its amount for `window_seconds`, then expires
+    /// (requests or tokens per minute, daily budgets).
+    Rolling,
+    /// Each reservation holds its amount until Complete, or `timeout_seconds`
+    /// as a safety net when the caller crashed (calls in flight).
+    Concurrency,
+}
+
+/// What Complete does when the actual usage exceeds what was reserved and the
+/// difference no longer fits in the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overage {
+    /// Drop the difference (it is counted in a metric).
+    #[default]
+    None,
+    /// Record the difference as debt on the limit, reported by the admin API.
+    Debt,
+}
+
+/// Why a definition or state is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DefinitionError {
+    /// A field is out of its range; the message names the field.
+    #[error("{0}")]
+    Invalid(String),
+    /// The kind of an existing key cannot change: live reservations were made
+    /// under the old kind's rules.
+    #[error("limit {key} is {existing:?}; its kind cannot change to {requested:?}")]
+    KindChange {
+        /// The key whose kind would change.
+        key: LimitKey,
+        /// The kind it has.
+        existing: LimitKind,
+        /// The kind that was asked for.
+        requested: LimitKind,
+    },
+}
+
+/// A validated limit definition. The fields are the JSON wire contract.
+///
+/// Only validated values exist: deserialization and [`LimitDefinition::new`] check
+/// every rule of `decisions.md` §2.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "DefinitionFields", into = "DefinitionFields")]
+pub struct LimitDefinition {
+    fields: DefinitionFields,
+}
+
+/// The raw fields of a definition, before validation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DefinitionFields {
+    /// The key this definition limits.
+    pub key: LimitKey,
+    /// Rolling window or concurrency.
+    pub kind: LimitKind,
+    /// The most units granted at once; at least 1.
+    pub capacity: u64,
+    /// Rolling: 1..=2,678,400. Concurrency: 0.
+    #[serde(default)]
+    pub window_seconds: u64,
+    /// Concurrency: 1..=86,400. Rolling: 0.
+    #[serde(default)]
+    pub timeout_seconds: u64,
+    /// A label for humans: "requests", "tokens", "inflight".
+    #[serde(default)]
+    pub unit: String,
+    /// What the limit is for, for operators.
+    #[serde(default)]
+    pub description: String,
+    /// What happens to usage above the reservation.
+    #[serde(default)]
+    pub overage: Overage,
+}
+
+impl LimitDefinition {
+    /// Validates `fields` into a definition.
+    pub fn new(fields: DefinitionFields) -> Result<Self, DefinitionError> {
+        validate_fields(&fields)?;
+        Ok(Self { fields })
+    }
+
+    /// A rolling limit of `capacity` units per `window_seconds`.
+    pub fn rolling(key: LimitKey, capacity: u64, window_seconds: u64) -> Result<Self, DefinitionError> {
+        Self::new(DefinitionFields {
+            key,
+            kind: LimitKind::Rolling,
+            capacity,
+            window_seconds,
+            timeout_seconds: 0,
+            unit: String::new(),
+            description: String::new(),
+            overage: Overage::None,
+        })
+    }
+
+    /// A concurrency limit of `capacity` units held at once, each hold released
+    /// after `timeout_seconds` at the latest.
+    pub fn concurrency(key: LimitKey, capacity: u64, timeout_seconds: u64) -> Result<Self, DefinitionError> {
+        Self::new(DefinitionFields {
+            key,
+            kind: LimitKind::Concurrency,
+            capacity,
+            window_seconds: 0,
+            timeout_seconds,
+            unit: String::new(),
+            description: String::new(),
+            overage: Overage::None,
+        })
+    }
+
+    /// A copy with another capacity, validated.
+    pub fn with_capacity(&self, capacity: u64) -> Result<Self, DefinitionError> {
+        Self::new(DefinitionFields {
+            capacity,
+            ..self.fields.clone()
+        })
+    }
+
+    /// A copy with another overage policy.
+    pub fn with_overage(&self, overage: Overage) -> Self {
+        Self {
+            fields: DefinitionFields {
+                overage,
+                ..self.fields.clone()
+            },
+        }
+    }
+
+    /// The limited key.
+    pub fn key(&self) -> &LimitKey {
+        &self.fields.key
+    }
+    /// Rolling or concurrency.
+    pub fn kind(&self) -> LimitKind {
+        self.fields.kind
+    }
+    /// The most units granted at once.
+    pub fn capacity(&self) -> u64 {
+        self.fields.capacity
+    }
+    /// The rolling window (0 for concurrency).
+    pub fn window_seconds(&self) -> u64 {
+        self.fields.window_seconds
+    }
+    /// The hold timeout (0 for rolling).
+    pub fn timeout_seconds(&self) -> u64 {
+        self.fields.timeout_seconds
+    }
+    /// How long one reservation holds at most: the window or the timeout, in ms.
+    pub fn hold_ms(&self) -> u64 {
+        match self.fields.kind {
+            LimitKind::Rolling => self.fields.window_seconds * 1000,
+            LimitKind::Concurrency => self.fields.timeout_seconds * 1000,
+        }
+    }
+    /// The overage policy.
+    pub fn overage(&self) -> Overage {
+        self.fields.overage
+    }
+    /// The raw fields.
+    pub fn fields(&self) -> &DefinitionFields {
+        &self.fields
+    }
+}
+
+fn validate_fields(f: &DefinitionFields) -> Result<(), DefinitionError> {
+    let invalid = |message: String| Err(DefinitionError::Invalid(message));
+    if f.capacity == 0 {
+        return invalid(format!("limit {}: capacity must be at least 1", f.key));
+    }
+    match f.kind {
+        LimitKind::Rolling => {
+            if !(1..=WINDOW_SECONDS_MAX).contains(&f.window_seconds) {
+                return invalid(format!(
+                    "limit {}: rolling window_seconds must be 1..={WINDOW_SECONDS_MAX}, got {}",
+                    f.key, f.window_seconds
+                ));
+            }
+            if f.timeout_seconds != 0 {
+                return invalid(format!("limit {}: rolling limits take timeout_seconds 0", f.key));
+            }
+        }
+        LimitKind::Concurrency => {
+            if !(1..=TIMEOUT_SECONDS_MAX).contains(&f.timeout_seconds) {
+                return invalid(format!(
+                    "limit {}: concurrency timeout_seconds must be 1..={TIMEOUT_SECONDS_MAX}, got {}",
+                    f.key, f.timeout_seconds
+                ));
+            }
+            if f.window_seconds != 0 {
+                return invalid(format!("limit {}: concurrency limits take window_seconds 0", f.key));
+            }
+        }
+    }
+    if f.unit.len() > UNIT_BYTES_MAX {
+        return invalid(format!("limit {}: unit is longer than {UNIT_BYTES_MAX} bytes", f.key));
+    }
+    if f.description.len() > DESCRIPTION_BYTES_MAX {
+        return invalid(format!(
+            "limit {}: description is longer than {DESCRIPTION_BYTES_MAX} bytes",
+            f.key
+        ));
+    }
+    Ok(())
+}
+
+impl TryFrom<DefinitionFields> for LimitDefinition {
+    type Error = DefinitionError;
+
+    fn try_from(fields: DefinitionFields) -> Result<Self, Self::Error> {
+        Self::new(fields)
+    }
+}
+
+impl From<LimitDefinition> for DefinitionFields {
+    fn from(definition: LimitDefinition) -> Self {
+        definition.fields
+    }
+}
+
+/// Whether a limit takes new reservations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitStatus {
+    /// Serving reservations at its capacity.
+    Active,
+    /// Waiting for usage to fall to a lower capacity; new reservations on the key
+    /// are denied with `limit_decreasing:<key>` until then.
+    Decreasing,
+}
+
+/// A definition with its admin status: what the registry persists.
+///
+/// While decreasing, `definition.capacity()` is the capacity still in force and
+/// `pending_decrease_to` the target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "StateRecord", into = "StateRecord")]
+pub struct LimitState {
+    definition: LimitDefinition,
+    status: LimitStatus,
+    pending_decrease_to: u64,
+}
+
+impl LimitState {
+    /// An active state at the definition's capacity.
+    pub fn active(definition: LimitDefinition) -> Self {
+        Self {
+            definition,
+            status: LimitStatus::Active,
+            pending_decrease_to: 0,
+        }
+    }
+
+    /// A decreasing state: `definition.capacity()` still holds and will fall to
+    /// `target`, which must be at least 1 and below the current capacity.
+    pub fn decreasing(definition: LimitDefinition, target: u64) -> Result<Self, DefinitionError> {
+        if target == 0 || target >= definition.capacity() {
+            return Err(DefinitionError::Invalid(format!(
+                "limit {}: pending_decrease_to must be 1..{}, got {target}",
+                definition.key(),
+                definition.capacity()
+            )));
+        }
+        Ok(Self {
+            definition,
+            status: LimitStatus::Decreasing,
+            pending_decrease_to: target,
+        })
+    }
+
+    /// The state that defining `definition` leads to from `previous` (`decisions.md` §6):
+    /// a new key or a capacity at least the current one is active at once; a lower
+    /// capacity is a decrease that waits for usage to allow it.
+    pub fn after_definition(
+        previous: Option<&LimitState>,
+        definition: LimitDefinition,
+    ) -> Result<Self, DefinitionError> {
+        let Some(previous) = previous else {
+            return Ok(Self::active(definition));
+        };
+        assert_eq!(previous.definition.key(), definition.key(), "states of different keys");
+        if previous.definition.kind() != definition.kind() {
+            return Err(DefinitionError::KindChange {
+                key: definition.key().clone(),
+                existing: previous.definition.kind(),
+                requested: definition.kind(),
+            });
+        }
+        let current = previous.definition.capacity();
+        if definition.capacity() >= current {
+            return Ok(Self::active(definition));
+        }
+        let target = definition.capacity();
+        Self::decreasing(definition.with_capacity(current)?, target)
+    }
+
+    /// The state once a pending decrease has been carried out.
+    pub fn with_decrease_applied(&self) -> Self {
+        assert_eq!(self.status, LimitStatus::Decreasing, "no decrease pending");
+        let definition = self
+            .definition
+            .with_capacity(self.pending_decrease_to)
+            .expect("target was validated");
+        Self::active(definition)
+    }
+
+    /// The definition in force (capacity is the current one).
+    pub fn definition(&self) -> &LimitDefinition {
+        &self.definition
+    }
+    /// Active or decreasing.
+    pub fn status(&self) -> LimitStatus {
+        self.status
+    }
+    /// The target capacity of a decrease; 0 when active.
+    pub fn pending_decrease_to(&self) -> u64 {
+        self.pending_decrease_to
+    }
+}
+
+/// The flat JSON form of a [`LimitState`]: the definition's fields plus status.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateRecord {
+    key: LimitKey,
+    kind: LimitKind,
+    capacity: u64,
+    #[serde(default)]
+    window_seconds: u64,
+    #[serde(default)]
+    timeout_seconds: u64,
+    #[serde(default)]
+    unit: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    overage: Overage,
+    #[serde(default = "active_status")]
+    status: LimitStatus,
+    #[serde(default)]
+    pending_decrease_to: u64,
+}
+
+fn active_status() -> LimitStatus {
+    LimitStatus::Active
+}
+
+impl TryFrom<StateRecord> for LimitState {
+    type Error = DefinitionError;
+
+    fn try_from(r: StateRecord) -> Result<Self, Self::Error> {
+        let definition = LimitDefinition::new(DefinitionFields {
+            key: r.key,
+            kind: r.kind,
+            capacity: r.capacity,
+            window_seconds: r.window_seconds,
+            timeout_seconds: r.timeout_seconds,
+            unit: r.unit,
+            description: r.description,
+            overage: r.overage,
+        })?;
+        match r.status {
+            LimitStatus::Active if r.pending_decrease_to != 0 => Err(DefinitionError::Invalid(format!(
+                "limit {}: an active limit has pending_decrease_to 0",
+                definition.key()
+            ))),
+            LimitStatus::Active => Ok(Self::active(definition)),
+            LimitStatus::Decreasing => Self::decreasing(definition, r.pending_decrease_to),
+        }
+    }
+}
+
+impl From<LimitState> for StateRecord {
+    fn from(s: LimitState) -> Self {
+        let f = s.definition.fields;
+        Self {
+            key: f.key,
+            kind: f.kind,
+            capacity: f.capacity,
+            window_seconds: f.window_seconds,
+            timeout_seconds: f.timeout_seconds,
+            unit: f.unit,
+            description: f.description,
+            overage: f.overage,
+            status: s.status,
+            pending_decrease_to: s.pending_decrease_to,
+        }
+    }
+}
+
+/// A limit's state with its live usage: what the admin API answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitReport {
+    /// Definition and status.
+    #[serde(flatten)]
+    pub state: LimitState,
+    /// Units held now: live rolling reservations or concurrency holds.
+    pub in_use: u64,
+    /// Usage recorded above reservations under `overage: debt`.
+    pub debt: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(k: &str) -> LimitKey {
+        LimitKey::new(k).unwrap()
+    }
+
+    #[test]
+    fn definitions_serialize_with_the_spec_field_names() {
+        let json = r#"{"key":"global:llm:openai:gpt-4o:rpm","kind":"rolling","capacity":3000,"window_seconds":60,"timeout_seconds":0,"unit":"requests","description":"OpenAI gpt-4o requests per minute"}"#;
+        let def: LimitDefinition = serde_json::from_str(json).unwrap();
+        assert_eq!(def.capacity(), 3000);
+        assert_eq!(def.overage(), Overage::None);
+        let back: serde_json::Value = serde_json::to_value(&def).unwrap();
+        assert_eq!(back["overage"], "none");
+        assert_eq!(back["window_seconds"], 60);
+        assert_eq!(back["kind"], "rolling");
+        let debt: LimitDefinition = serde_json::from_str(
+            r#"{"key":"c","kind":"concurrency","capacity":2,"timeout_seconds":300,"overage":"debt"}"#,
+        )
+        .unwrap();
+        assert_eq!(debt.overage(), Overage::Debt);
+        assert_eq!(debt.hold_ms(), 300_000);
+    }
+
+    #[test]
+    fn invalid_definitions_are_rejected() {
+        for bad in [
+            r#"{"key":"k","kind":"rolling","capacity":0,"window_seconds":60}"#,
+            r#"{"key":"k","kind":"rolling","capacity":1,"window_seconds":0}"#,
+            r#"{"key":"k","kind":"rolling","capacity":1,"window_seconds":2678401}"#,
+            r#"{"key":"k","kind":"rolling","capacity":1,"window_seconds":60,"timeout_seconds":5}"#,
+            r#"{"key":"k","kind":"concurrency","capacity":1,"timeout_seconds":0}"#,
+            r#"{"key":"k","kind":"concurrency","capacity":1,"timeout_seconds":86401}"#,
+            r#"{"key":"k","kind":"concurrency","capacity":1,"timeout_seconds":5,"window_seconds":5}"#,
+            r#"{"key":"k","kind":"bucket","capacity":1,"window_seconds":60}"#,
+            r#"{"key":"k","kind":"rolling","capacity":-1,"window_seconds":60}"#,
+            r#"{"key":"k","kind":"rolling","capacity":1,"window_seconds":60,"capacty":2}"#,
+            r#"{"key":"bad key","kind":"rolling","capacity":1,"window_seconds":60}"#,
+            r#"{"key":"k","kind":"rolling","capacity":1,"window_seconds":60,"overage":"forgive"}"#,
+        ] {
+            assert!(serde_json::from_str::<LimitDefinition>(bad).is_err(), "{bad}");
+        }
+        let long_unit = format!(
+            r#"{{"key":"k","kind":"rolling","capacity":1,"window_seconds":60,"unit":"{}"}}"#,
+            "u".repeat(UNIT_BYTES_MAX + 1)
+        );
+        assert!(serde_json::from_str::<LimitDefinition>(&long_unit).is_err());
+    }
+
+    #[test]
+    fn increases_apply_at_once_and_decreases_wait() {
+        let def = LimitDefinition::rolling(key("k"), 100, 60).unwrap();
+        let first = LimitState::after_definition(None, def.clone()).unwrap();
+        assert_eq!(first.status(), LimitStatus::Active);
+
+        let up = LimitState::after_definition(Some(&first), def.with_capacity(150).unwrap()).unwrap();
+        assert_eq!((up.status(), up.definition().capacity()), (LimitStatus::Active, 150));
+
+        let down = LimitState::after_definition(Some(&up), def.with_capacity(40).unwrap()).unwrap();
+        assert_eq!(down.status(), LimitStatus::Decreasing);
+        assert_eq!(down.definition().capacity(), 150);
+        assert_eq!(down.pending_decrease_to(), 40);
+
+        let applied = down.with_decrease_applied();
+        assert_eq!(
+            (applied.status(), applied.definition().capacity()),
+            (LimitStatus::Active, 40)
+        );
+
+        let cancelled = LimitState::after_definition(Some(&down), def.with_capacity(150).unwrap()).unwrap();
+        assert_eq!(cancelled.status(), LimitStatus::Active);
+    }
+
+    #[test]
+    fn kind_cannot_change() {
+        let rolling = LimitState::active(LimitDefinition::rolling(key("k"), 1, 60).unwrap());
+        let conc = LimitDefinition::concurrency(key("k"), 1, 60).unwrap();
+        assert!(matches!(
+            LimitState::after_definition(Some(&rolling), conc),
+            Err(DefinitionError::KindChange { .. })
+        ));
+    }
+
+    #[test]
+    fn states_round_trip_and_validate() {
+        let def = LimitDefinition::rolling(key("k"), 100, 60).unwrap();
+        let state = LimitState::decreasing(def, 10).unwrap();
+        let json = serde_json::to_value(&state).unwrap();
+        assert_eq!(json["status"], "decreasing");
+        assert_eq!(json["pending_decrease_to"], 10);
+        assert_eq!(serde_json::from_value::<LimitState>(json).unwrap(), state);
+
+        let bad = r#"{"key":"k","kind":"rolling","capacity":5,"window_seconds":60,"status":"decreasing","pending_decrease_to":9}"#;
+        assert!(serde_json::from_str::<LimitState>(bad).is_err());
+        let bad = r#"{"key":"k","kind":"rolling","capacity":5,"window_seconds":60,"status":"active","pending_decrease_to":2}"#;
+        assert!(serde_json::from_str::<LimitState>(bad).is_err());
+    }
+
+    #[test]
+    fn reports_are_flat() {
+        let state = LimitState::active(LimitDefinition::concurrency(key("c"), 3, 30).unwrap());
+        let report = LimitReport {
+            state,
+            in_use: 2,
+            debt: 0,
+        };
+        let json = serde_json::to_value(&report).unwrap();
+        for field in [
+            "key",
+            "kind",
+            "capacity",
+            "status",
+            "pending_decrease_to",
+            "in_use",
+            "debt",
+            "overage",
+        ] {
+            assert!(json.get(field).is_some(), "{field}");
+        }
+    }
+}

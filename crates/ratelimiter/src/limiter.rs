@@ -1,0 +1,55 @@
+//! The two interfaces every backend implements: [`Limiter`] for callers that
+//! reserve and complete, [`Backend`] for the server that also defines limits.
+
+use async_trait::async_trait;
+
+use crate::definition::{LimitDefinition, LimitReport, LimitState};
+use crate::error::LimiterError;
+use crate::key::LimitKey;
+use crate::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
+
+/// Reserve capacity before a call and complete it after.
+///
+/// Implemented by the memory backend (single-binary mode), the TigerBeetle
+/// backend and the HTTP client (distributed mode); usable as `Arc<dyn Limiter>`.
+#[async_trait]
+pub trait Limiter: Send + Sync {
+    /// Reserves every requirement or none. A denial is `Ok(Denied(..))`; `Err` is
+    /// an operating error (unknown key, backend down).
+    async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, LimiterError>;
+
+    /// Releases the lease's concurrency holds and reconciles rolling limits with
+    /// the actual usage. Idempotent: an unknown or completed lease is `Ok`.
+    async fn complete(&self, request: &CompleteRequest) -> Result<(), LimiterError>;
+}
+
+/// A store of limits: a [`Limiter`] whose limits are defined at runtime.
+#[async_trait]
+pub trait Backend: Limiter {
+    /// Makes the backend hold exactly `state` for its key: creates the limit,
+    /// changes its capacity, or starts a decrease. The caller computes `state`
+    /// with [`LimitState::after_definition`], so a decrease is never applied at once.
+    async fn apply_state(&self, state: &LimitState) -> Result<(), LimiterError>;
+
+    /// The state and usage of one limit, `None` when the key is not defined.
+    async fn limit_report(&self, key: &LimitKey) -> Result<Option<LimitReport>, LimiterError>;
+
+    /// The states and usage of every limit, ordered by key.
+    async fn limit_reports(&self) -> Result<Vec<LimitReport>, LimiterError>;
+
+    /// Carries out every pending decrease that usage now allows and returns the
+    /// states that changed, so the caller can persist them.
+    async fn apply_pending_decreases(&self) -> Result<Vec<LimitState>, LimiterError>;
+
+    /// `Ok` when the backend answers.
+    async fn health(&self) -> Result<(), LimiterError>;
+
+    /// Defines `definition`: the state it leads to from the current one, applied.
+    async fn apply_definition(&self, definition: &LimitDefinition) -> Result<LimitState, LimiterError> {
+        let previous = self.limit_report(definition.key()).await?.map(|r| r.state);
+        let next = LimitState::after_definition(previous.as_ref(), definition.clone())
+            .map_err(|e| LimiterError::Conflict(e.to_string()))?;
+        self.apply_state(&next).await?;
+        Ok(next)
+    }
+}
