@@ -13,6 +13,8 @@ pub mod error;
 pub mod id;
 pub mod key;
 pub mod limiter;
+pub mod llm;
+pub mod registry;
 pub mod wire;
 
 pub use clock::{Clock, FakeClock, SystemClock, TokioClock};
