@@ -1,0 +1,40 @@
+//! Backend selection: chosen once at startup from `server.backend` and used
+//! behind `Arc<dyn Backend>` from then on.
+
+use std::sync::Arc;
+
+use ratelimiter::memory::{MemoryBackend, MemoryConfig};
+use ratelimiter::{Backend, SystemClock};
+
+use crate::config::{BackendKind, Config};
+
+/// Builds the configured backend. The error says what to fix.
+pub async fn build(config: &Config) -> Result<Arc<dyn Backend>, String> {
+    match config.server.backend {
+        BackendKind::Memory => Ok(Arc::new(MemoryBackend::new(
+            Arc::new(SystemClock::new()),
+            memory_config(config),
+        ))),
+        BackendKind::Tigerbeetle => build_tigerbeetle(config).await,
+    }
+}
+
+/// The memory backend's settings from the server's configuration.
+pub fn memory_config(config: &Config) -> MemoryConfig {
+    MemoryConfig {
+        retry_policy: config.retry_policy,
+        decrease_retry_ms: config.decrease.retry_ms,
+        ..MemoryConfig::default()
+    }
+}
+
+#[cfg(feature = "tigerbeetle")]
+async fn build_tigerbeetle(_config: &Config) -> Result<Arc<dyn Backend>, String> {
+    // The TigerBeetle backend (`src/tigerbeetle/`) plugs in here.
+    Err("server.backend \"tigerbeetle\": the TigerBeetle backend is not part of this build yet".to_owned())
+}
+
+#[cfg(not(feature = "tigerbeetle"))]
+async fn build_tigerbeetle(_config: &Config) -> Result<Arc<dyn Backend>, String> {
+    Err("server.backend \"tigerbeetle\" needs a ratelimiterd built with `--features tigerbeetle`".to_owned())
+}

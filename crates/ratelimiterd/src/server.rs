@@ -1,0 +1,130 @@
+//! Startup and serving: build the backend, open the registry, re-apply every
+//! persisted state, listen, run the decrease task, and shut down gracefully.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use axum::serve::ListenerExt;
+use ratelimiter::registry::{Registry, RegistryError};
+use tokio::net::TcpListener;
+
+use crate::app::app;
+use crate::config::Config;
+use crate::shutdown::Shutdown;
+use crate::state::AppState;
+use crate::{backend, decrease};
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The backend could not be built.
+    #[error("backend: {0}")]
+    Backend(String),
+    /// The registry file is unreadable or invalid (the message names the file and entry).
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// A persisted state could not be applied to the backend at startup.
+    #[error("registry {path}: re-applying the persisted limits failed: {message}")]
+    Restore {
+        /// The registry file.
+        path: PathBuf,
+        /// The backend's error.
+        message: String,
+    },
+    /// The listen address could not be bound, or serving failed.
+    #[error("listen {addr}: {source}")]
+    Io {
+        /// The address.
+        addr: SocketAddr,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+}
+
+/// How [`serve`] runs besides the router.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// How often pending decreases are checked.
+    pub decrease_check_interval: Duration,
+    /// How long in-flight requests get after shutdown fires.
+    pub shutdown_grace: Duration,
+}
+
+impl ServeOptions {
+    /// The options of a configuration.
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            decrease_check_interval: Duration::from_millis(config.decrease.check_interval_ms),
+            shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
+        }
+    }
+}
+
+/// Builds the server's state from `config`: the backend, the registry, and every
+/// persisted state applied to the backend.
+pub async fn start(config: &Config) -> Result<AppState, ServerError> {
+    let backend = backend::build(config).await.map_err(ServerError::Backend)?;
+    let registry = Registry::open(&config.registry.path)?;
+    let state = AppState::new(backend, registry, config);
+    let restored = state.admin().restore().await.map_err(|e| ServerError::Restore {
+        path: config.registry.path.clone(),
+        message: e.to_string(),
+    })?;
+    tracing::info!(restored, registry = %config.registry.path.display(), backend = ?config.server.backend,
+        "limits restored");
+    Ok(state)
+}
+
+/// Runs the server of `config` until `shutdown` completes.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
+    let state = start(&config).await?;
+    let addr = config.listen_addr();
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Io { addr, source })?;
+    serve(listener, state, ServeOptions::from_config(&config), shutdown)
+        .await
+        .map_err(|source| ServerError::Io { addr, source })
+}
+
+/// Serves `state` on `listener` until `shutdown` completes, then stops accepting,
+/// lets in-flight requests finish for up to the grace period, and returns.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let local = listener.local_addr()?;
+    let shutdown = Shutdown::new(shutdown);
+    let decreases = tokio::spawn(decrease::run(
+        state.clone(),
+        options.decrease_check_interval,
+        shutdown.clone(),
+    ));
+    // Reserve answers are small: send them at once rather than wait for more.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
+    tracing::info!(addr = %local, "listening");
+    let server = axum::serve(listener, app(state)).with_graceful_shutdown(shutdown.clone().wait());
+    let grace_over = async {
+        shutdown.clone().wait().await;
+        tokio::time::sleep(options.shutdown_grace).await;
+    };
+    let result = tokio::select! {
+        result = server => result,
+        () = grace_over => {
+            tracing::warn!(grace_ms = options.shutdown_grace.as_millis() as u64,
+                "grace period over; closing the requests still in flight");
+            Ok(())
+        }
+    };
+    decreases.abort();
+    tracing::info!("stopped");
+    result
+}
