@@ -11,7 +11,9 @@ use crate::state::AppState;
 /// Runs until `shutdown` fires. Errors are logged and retried on the next tick:
 /// a decrease that waits longer only keeps its key conservative.
 pub async fn run(state: AppState, interval: Duration, shutdown: Shutdown) {
-    let mut ticks = tokio::time::interval(interval);
+    // The first check comes one interval after startup, not at once, so a state
+    // restored as decreasing is observable until then.
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let stop = shutdown.wait();
     tokio::pin!(stop);
