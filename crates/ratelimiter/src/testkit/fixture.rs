@@ -33,6 +33,16 @@ impl<'h> Fixture<'h> {
         }
     }
 
+    /// A fixture on `backend` (a backend the caller built, to inspect it beyond
+    /// the trait) with a fresh prefix from `harness`, whose clock it must share.
+    pub fn with_backend(harness: &'h dyn Harness, backend: Arc<dyn Backend>) -> Self {
+        Self {
+            backend,
+            prefix: harness.unique_prefix(),
+            harness,
+        }
+    }
+
     /// The harness.
     pub fn harness(&self) -> &dyn Harness {
         self.harness
