@@ -9,7 +9,7 @@ use ratelimiter::retry::{
     BackoffFields, BackoffPolicy, Jitter, RetryPolicy, RollingBackoffFields, RollingBackoffPolicy,
 };
 use ratelimiter::testkit::{assert_allowed, assert_denied, assert_insufficient, Fixture, Harness, MemoryHarness};
-use ratelimiter::{Backend, Denial, FakeClock, LeaseId, LimitDefinition, LimitKey, LimiterError};
+use ratelimiter::{Denial, FakeClock, LeaseId, LimitDefinition, LimitKey, LimiterError};
 
 fn policy(jitter_ms: u64) -> RetryPolicy {
     RetryPolicy {
