@@ -442,7 +442,7 @@ mod tests {
         let (url, bodies) = fake_server(vec![Some((200, denied)), Some((200, r#"{"ok":true}"#))]).await;
         let client = client(&url, 0);
         let outcome = client.reserve(&request()).await.unwrap();
-        assert_eq!(outcome.is_allowed(), false);
+        assert!(!outcome.is_allowed());
         let complete = CompleteRequest::new(LeaseId::generate(), None, vec![]).unwrap();
         client.complete(&complete).await.unwrap();
         assert!(bodies.lock().unwrap()[1].contains(&complete.lease_id().to_string()));

@@ -60,7 +60,11 @@ fn parse_options() -> (String, Options) {
     };
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
-        let number = || value.parse::<f64>().unwrap_or_else(|_| usage(&format!("{flag}: not a number")));
+        let number = || {
+            value
+                .parse::<f64>()
+                .unwrap_or_else(|_| usage(&format!("{flag}: not a number")))
+        };
         match flag.as_str() {
             "--bin" => options.bin = PathBuf::from(&value),
             "--connections" => options.connections = number() as usize,
@@ -114,6 +118,12 @@ impl Server {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e} (build it with --release first)", bin.display()));
         let stderr = child.stderr.take().unwrap();
+        // Owned by a `Server` at once, so a failed start still kills the process.
+        let mut server = Server {
+            child,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            dir,
+        };
         let (sender, receiver) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -125,8 +135,8 @@ impl Server {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = receiver.recv_timeout(left).expect("the server starts in time");
             if let Some(rest) = line.split("addr=").nth(1).filter(|_| line.contains("listening")) {
-                let addr = rest.split_whitespace().next().unwrap().parse().unwrap();
-                return Server { child, addr, dir };
+                server.addr = rest.split_whitespace().next().unwrap().parse().unwrap();
+                return server;
             }
         }
     }
@@ -157,7 +167,9 @@ impl Drop for Server {
 async fn connect(addr: SocketAddr) -> SendRequest<Full<Bytes>> {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream.set_nodelay(true).unwrap();
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
     tokio::spawn(connection);
     sender
 }
@@ -179,7 +191,12 @@ async fn call(sender: &mut SendRequest<Full<Bytes>>, path: &'static str, body: S
     bytes
 }
 
-const KEYS: [&str; 4] = ["bench:rpm", "bench:tpm", "bench:inflight", "tenant:bench:llm:daily_tokens"];
+const KEYS: [&str; 4] = [
+    "bench:rpm",
+    "bench:tpm",
+    "bench:inflight",
+    "tenant:bench:llm:daily_tokens",
+];
 
 fn bench_limits() -> Vec<LimitState> {
     // Capacities far above what a run can use: the benchmark measures the cost of
@@ -222,7 +239,11 @@ async fn do_work(sender: &mut SendRequest<Full<Bytes>>, work: Work) {
         Work::Echo => drop(call(sender, "/v1/echo", reserve_body(&lease)).await),
         Work::Pair => {
             let answer = call(sender, "/v1/reserve", reserve_body(&lease)).await;
-            assert!(answer.starts_with(br#"{"allowed":true"#), "{}", String::from_utf8_lossy(&answer));
+            assert!(
+                answer.starts_with(br#"{"allowed":true"#),
+                "{}",
+                String::from_utf8_lossy(&answer)
+            );
             call(sender, "/v1/complete", complete_body(&lease)).await;
         }
     }
@@ -314,7 +335,10 @@ async fn throughput(options: &Options) {
         let ratio = pairs / echo;
         best_pairs = best_pairs.max(pairs);
         ratios.push(ratio);
-        println!("round {round}: echo {echo:.0} req/s, reserve+complete {pairs:.0} pairs/s, ratio {:.1}%", ratio * 100.0);
+        println!(
+            "round {round}: echo {echo:.0} req/s, reserve+complete {pairs:.0} pairs/s, ratio {:.1}%",
+            ratio * 100.0
+        );
     }
     ratios.sort_by(f64::total_cmp);
     println!("median ratio pairs/echo: {:.1}%", ratios[ratios.len() / 2] * 100.0);
@@ -322,7 +346,10 @@ async fn throughput(options: &Options) {
     let (mut reserve, mut complete) = open_loop(addr, options.connections, options.seconds * 2.0, rate).await;
     reserve.sort_unstable();
     complete.sort_unstable();
-    println!("open loop at {rate:.0} pairs/s (half the best), {} pairs:", reserve.len());
+    println!(
+        "open loop at {rate:.0} pairs/s (half the best), {} pairs:",
+        reserve.len()
+    );
     for (name, samples) in [("reserve", &reserve), ("complete", &complete)] {
         println!(
             "  {name}: p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs",
@@ -378,8 +405,15 @@ async fn memory(options: &Options) {
     }
     let outstanding = per_connection * options.connections;
     let (rss, hwm) = server.rss_kib();
-    println!("RSS, empty server:                     {:>8.1} MiB", empty_rss as f64 / 1024.0);
-    println!("RSS, {} limits:                     {:>8.1} MiB", options.limits, limits_rss as f64 / 1024.0);
+    println!(
+        "RSS, empty server:                     {:>8.1} MiB",
+        empty_rss as f64 / 1024.0
+    );
+    println!(
+        "RSS, {} limits:                     {:>8.1} MiB",
+        options.limits,
+        limits_rss as f64 / 1024.0
+    );
     println!(
         "RSS, {} limits + {outstanding} outstanding: {:>8.1} MiB (peak {:.1} MiB)",
         options.limits,
@@ -394,7 +428,10 @@ async fn memory(options: &Options) {
 
 fn main() {
     let (mode, options) = parse_options();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         match mode.as_str() {
             "throughput" => throughput(&options).await,

@@ -20,20 +20,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(ratelimiterd::serve(listener, state, ServeOptions::from_config(&config), async {
-        let _ = stopped.await;
-    }));
-    println!("server on {url} (memory backend, registry {})", config.registry.path.display());
+    let server = tokio::spawn(ratelimiterd::serve(
+        listener,
+        state,
+        ServeOptions::from_config(&config),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    println!(
+        "server on {url} (memory backend, registry {})",
+        config.registry.path.display()
+    );
 
     let client = HttpClient::new(HttpClientConfig::new(&url))?;
     let key = LimitKey::new(format!("global:llm:proto:model-{}:rpm", std::process::id()))?;
     println!("GET  {key}: {:?}", client.limit(&key).await?.map(|r| r.state.status()));
     let report = client.put_limit(&LimitDefinition::rolling(key.clone(), 2, 60)?).await?;
-    println!("PUT  {key}: capacity {} status {:?}", report.state.definition().capacity(), report.state.status());
+    println!(
+        "PUT  {key}: capacity {} status {:?}",
+        report.state.definition().capacity(),
+        report.state.status()
+    );
 
     let mut allowed = 0;
     for attempt in 1..=3 {
-        let requirement = Requirement { key: key.clone(), amount: 1 };
+        let requirement = Requirement {
+            key: key.clone(),
+            amount: 1,
+        };
         let request = ReserveRequest::new(LeaseId::generate(), None, vec![requirement])?;
         let outcome = client.reserve(&request).await?;
         match &outcome {
@@ -49,7 +64,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let report = client.limit(&key).await?.ok_or("the new key vanished")?;
-    println!("GET  {key}: in_use {} of {}", report.in_use, report.state.definition().capacity());
+    println!(
+        "GET  {key}: in_use {} of {}",
+        report.in_use,
+        report.state.definition().capacity()
+    );
 
     let _ = stop.send(());
     tokio::time::timeout(Duration::from_secs(10), server).await???;

@@ -24,7 +24,8 @@ pub fn memory_config(config: &Config) -> MemoryConfig {
     MemoryConfig {
         retry_policy: config.retry_policy,
         decrease_retry_ms: config.decrease.retry_ms,
-        ..MemoryConfig::default()
+        leases_max: config.memory.leases_max,
+        failed_leases_max: config.memory.failed_leases_max,
     }
 }
 

@@ -6,7 +6,7 @@
 use axum::extract::{FromRequest, Request};
 use axum::http::header;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, IgnoredAny};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -43,7 +43,12 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 /// Parses JSON bytes, telling bad JSON from JSON that breaks the schema's rules.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => ApiError::InvalidRequest(e.to_string()),
+        // A schema error can come before a syntax error later in the text
+        // (`[1,2`): only text that is valid JSON as a whole is `invalid_request`.
+        serde_json::error::Category::Data => match serde_json::from_slice::<IgnoredAny>(bytes) {
+            Ok(_) => ApiError::InvalidRequest(e.to_string()),
+            Err(syntax) => ApiError::InvalidJson(syntax.to_string()),
+        },
         serde_json::error::Category::Syntax | serde_json::error::Category::Eof | serde_json::error::Category::Io => {
             ApiError::InvalidJson(e.to_string())
         }
@@ -61,6 +66,8 @@ mod tests {
         assert!(code("{").starts_with("invalid_json: "));
         assert!(code("").starts_with("invalid_json: "));
         assert!(code("not json").starts_with("invalid_json: "));
+        assert!(code("[1,2").starts_with("invalid_json: "));
+        assert!(code(r#"{"lease_id":1,"#).starts_with("invalid_json: "));
         assert!(code(r#"{"lease_id":"nope","requirements":[{"key":"a","amount":1}]}"#).starts_with("invalid_request: "));
         assert!(
             code(r#"{"lease_id":"01ARZ3NDEKTSV4RRFFQ69G5FAV","requirements":[{"key":"a","amount":"1"}]}"#)

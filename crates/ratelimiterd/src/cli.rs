@@ -36,6 +36,9 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
     echo_route: false                  # POST /v1/echo, the benchmark's reference
   registry:
     path: ./data/limits.json
+  memory:
+    leases_max: 100000                 # live leases kept for reconciliation
+    failed_leases_max: 1000000         # denied lease ids remembered
   tigerbeetle:
     cluster_id: \"0\"
     addresses: [\"127.0.0.1:3000\"]

@@ -90,6 +90,8 @@ pub struct Config {
     pub retry_policy: RetryPolicy,
     /// Capacity decreases (`decisions.md` §6).
     pub decrease: DecreaseConfig,
+    /// Bounds of the memory backend.
+    pub memory: MemorySection,
     /// Log output.
     pub log: LogConfig,
 }
@@ -215,6 +217,30 @@ impl Default for DecreaseConfig {
     }
 }
 
+/// The `memory:` section: the memory backend's bounds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemorySection {
+    /// Live leases kept for reconciliation; past it the oldest lease is forgotten
+    /// and its holds end by window or timeout.
+    pub leases_max: usize,
+    /// Denied lease ids remembered so that a retry with one stays denied.
+    pub failed_leases_max: usize,
+}
+
+/// The most leases or failed lease ids that may be configured: about 200 bytes
+/// each, so at most a few GiB.
+pub const MEMORY_ENTRIES_MAX_LIMIT: usize = 20_000_000;
+
+impl Default for MemorySection {
+    fn default() -> Self {
+        Self {
+            leases_max: ratelimiter::memory::LEASES_MAX_DEFAULT,
+            failed_leases_max: ratelimiter::memory::FAILED_LEASES_MAX_DEFAULT,
+        }
+    }
+}
+
 /// Log line format.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -330,6 +356,10 @@ impl Config {
         check_range(self.decrease.retry_ms, 1, DECREASE_MS_LIMIT).map_err(|m| invalid("decrease.retry_ms", m))?;
         check_range(self.decrease.check_interval_ms, 1, DECREASE_MS_LIMIT)
             .map_err(|m| invalid("decrease.check_interval_ms", m))?;
+        check_range(self.memory.leases_max as u64, 1, MEMORY_ENTRIES_MAX_LIMIT as u64)
+            .map_err(|m| invalid("memory.leases_max", m))?;
+        check_range(self.memory.failed_leases_max as u64, 1, MEMORY_ENTRIES_MAX_LIMIT as u64)
+            .map_err(|m| invalid("memory.failed_leases_max", m))?;
         self.validate_tigerbeetle(path)?;
         self.log
             .level

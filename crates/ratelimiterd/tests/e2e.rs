@@ -53,6 +53,11 @@ impl Server {
             .spawn()
             .unwrap();
         let stderr = child.stderr.take().unwrap();
+        // Owned by a `Server` at once, so a failed start still kills the process.
+        let mut server = Server {
+            child,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        };
         let (sender, receiver) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -63,10 +68,12 @@ impl Server {
         let deadline = Instant::now() + WAIT_MAX;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = receiver.recv_timeout(left).expect("the server logs its address in time");
+            let line = receiver
+                .recv_timeout(left)
+                .expect("the server logs its address in time");
             if let Some(rest) = line.split("addr=").nth(1).filter(|_| line.contains("listening")) {
-                let addr = rest.split_whitespace().next().unwrap().parse().unwrap();
-                return Server { child, addr };
+                server.addr = rest.split_whitespace().next().unwrap().parse().unwrap();
+                return server;
             }
         }
     }
@@ -84,7 +91,11 @@ impl Server {
     }
 
     fn terminate(&mut self) -> ExitStatus {
-        let status = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().unwrap();
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
         assert!(status.success());
         wait_exit(&mut self.child)
     }
@@ -162,27 +173,69 @@ fn the_contract_holds_over_a_real_socket() {
     let dir = temp_dir("contract");
     let server = Server::start(&dir, "");
     let a = server.addr;
-    assert_eq!(http(a, "PUT", "/v1/admin/limits", Some(&rolling("rpm", 1)), None).0, 401);
-    let (status, report) = http(a, "PUT", "/v1/admin/limits", Some(&rolling("rpm", 1)), Some(ADMIN_TOKEN));
+    assert_eq!(
+        http(a, "PUT", "/v1/admin/limits", Some(&rolling("rpm", 1)), None).0,
+        401
+    );
+    let (status, report) = http(
+        a,
+        "PUT",
+        "/v1/admin/limits",
+        Some(&rolling("rpm", 1)),
+        Some(ADMIN_TOKEN),
+    );
     assert_eq!(status, 200);
     assert_eq!(report["status"], "active");
-    let (status, body) = http(a, "POST", "/v1/reserve", Some(&reserve_body("rpm", 1)), Some(CLIENT_TOKEN));
+    let (status, body) = http(
+        a,
+        "POST",
+        "/v1/reserve",
+        Some(&reserve_body("rpm", 1)),
+        Some(CLIENT_TOKEN),
+    );
     assert_eq!((status, &body["allowed"]), (200, &json!(true)));
-    let (status, body) = http(a, "POST", "/v1/reserve", Some(&reserve_body("rpm", 1)), Some(CLIENT_TOKEN));
-    assert_eq!((status, body["error"].as_str()), (200, Some("insufficient_capacity:rpm")));
-    let (status, body) = http(a, "POST", "/v1/reserve", Some(&reserve_body("nope", 1)), Some(CLIENT_TOKEN));
+    let (status, body) = http(
+        a,
+        "POST",
+        "/v1/reserve",
+        Some(&reserve_body("rpm", 1)),
+        Some(CLIENT_TOKEN),
+    );
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (200, Some("insufficient_capacity:rpm"))
+    );
+    let (status, body) = http(
+        a,
+        "POST",
+        "/v1/reserve",
+        Some(&reserve_body("nope", 1)),
+        Some(CLIENT_TOKEN),
+    );
     assert_eq!(status, 404);
-    assert_eq!(body, json!({"allowed": false, "retry_after_ms": 0, "error": "unknown_limit_key: nope"}));
+    assert_eq!(
+        body,
+        json!({"allowed": false, "retry_after_ms": 0, "error": "unknown_limit_key: nope"})
+    );
     let (status, body) = http(a, "POST", "/v1/reserve", Some("{nope"), Some(CLIENT_TOKEN));
     assert_eq!(status, 400);
     assert!(body["error"].as_str().unwrap().starts_with("invalid_json: "));
     let big = "x".repeat(100_000);
     assert_eq!(http(a, "POST", "/v1/reserve", Some(&big), Some(CLIENT_TOKEN)).0, 413);
-    assert_eq!(http(a, "POST", "/v1/reserve", Some(&reserve_body("rpm", 1)), None).0, 401);
+    assert_eq!(
+        http(a, "POST", "/v1/reserve", Some(&reserve_body("rpm", 1)), None).0,
+        401
+    );
     let complete = json!({"lease_id": LeaseId::generate().to_string()}).to_string();
     let (status, body) = http(a, "POST", "/v1/complete", Some(&complete), Some(CLIENT_TOKEN));
     assert_eq!((status, body), (200, json!({"ok": true})));
-    let (status, _) = http(a, "PUT", "/v1/admin/limits", Some(&concurrency("rpm", 1)), Some(ADMIN_TOKEN));
+    let (status, _) = http(
+        a,
+        "PUT",
+        "/v1/admin/limits",
+        Some(&concurrency("rpm", 1)),
+        Some(ADMIN_TOKEN),
+    );
     assert_eq!(status, 409);
     assert_eq!(http(a, "GET", "/v1/admin/limits/none", None, Some(ADMIN_TOKEN)).0, 404);
     assert_eq!(http(a, "DELETE", "/v1/admin/limits", None, Some(ADMIN_TOKEN)).0, 405);
@@ -204,10 +257,21 @@ async fn limits_survive_restarts_including_a_pending_decrease() {
     let key = LimitKey::new("global:inflight").unwrap();
     let definition = serde_json::from_str(&concurrency("global:inflight", 10)).unwrap();
     admin.put_limit(&definition).await.unwrap();
-    admin.put_limit(&serde_json::from_str(&rolling("global:rpm", 7)).unwrap()).await.unwrap();
+    admin
+        .put_limit(&serde_json::from_str(&rolling("global:rpm", 7)).unwrap())
+        .await
+        .unwrap();
     let client = server.client(CLIENT_TOKEN);
     for _ in 0..3 {
-        let request = ReserveRequest::new(LeaseId::generate(), None, vec![Requirement { key: key.clone(), amount: 1 }]).unwrap();
+        let request = ReserveRequest::new(
+            LeaseId::generate(),
+            None,
+            vec![Requirement {
+                key: key.clone(),
+                amount: 1,
+            }],
+        )
+        .unwrap();
         assert!(client.reserve(&request).await.unwrap().is_allowed());
     }
     let decreased = admin.put_limit(&definition.with_capacity(2).unwrap()).await.unwrap();
@@ -217,12 +281,34 @@ async fn limits_survive_restarts_including_a_pending_decrease() {
     let server = Server::start(&dir, slow_decreases);
     let report = server.client(ADMIN_TOKEN).limit(&key).await.unwrap().unwrap();
     assert_eq!(report.state.status(), ratelimiter::LimitStatus::Decreasing);
-    assert_eq!((report.state.definition().capacity(), report.state.pending_decrease_to()), (10, 2));
-    let rpm = server.client(ADMIN_TOKEN).limit(&LimitKey::new("global:rpm").unwrap()).await.unwrap().unwrap();
+    assert_eq!(
+        (report.state.definition().capacity(), report.state.pending_decrease_to()),
+        (10, 2)
+    );
+    let rpm = server
+        .client(ADMIN_TOKEN)
+        .limit(&LimitKey::new("global:rpm").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(rpm.state.definition().capacity(), 7);
-    let request = ReserveRequest::new(LeaseId::generate(), None, vec![Requirement { key: key.clone(), amount: 1 }]).unwrap();
+    let request = ReserveRequest::new(
+        LeaseId::generate(),
+        None,
+        vec![Requirement {
+            key: key.clone(),
+            amount: 1,
+        }],
+    )
+    .unwrap();
     let outcome = server.client(CLIENT_TOKEN).reserve(&request).await.unwrap();
-    assert!(matches!(outcome, ReserveOutcome::Denied(ratelimiter::Denial::LimitDecreasing { retry_after_ms: 10_000, .. })));
+    assert!(matches!(
+        outcome,
+        ReserveOutcome::Denied(ratelimiter::Denial::LimitDecreasing {
+            retry_after_ms: 10_000,
+            ..
+        })
+    ));
     drop(server);
 
     // With frequent checks and no usage left after the restart, the decrease is
@@ -240,15 +326,29 @@ async fn limits_survive_restarts_including_a_pending_decrease() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let on_disk: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("limits.json")).unwrap()).unwrap();
-    let entry = on_disk.as_array().unwrap().iter().find(|e| e["key"] == "global:inflight").unwrap();
-    assert_eq!((&entry["status"], &entry["capacity"], &entry["pending_decrease_to"]), (&json!("active"), &json!(2), &json!(0)));
+    let entry = on_disk
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"] == "global:inflight")
+        .unwrap();
+    assert_eq!(
+        (&entry["status"], &entry["capacity"], &entry["pending_decrease_to"]),
+        (&json!("active"), &json!(2), &json!(0))
+    );
 }
 
 #[test]
 fn sigterm_lets_the_request_in_flight_finish() {
     let dir = temp_dir("graceful");
     let mut server = Server::start(&dir, "");
-    http(server.addr, "PUT", "/v1/admin/limits", Some(&rolling("rpm", 5)), Some(ADMIN_TOKEN));
+    http(
+        server.addr,
+        "PUT",
+        "/v1/admin/limits",
+        Some(&rolling("rpm", 5)),
+        Some(ADMIN_TOKEN),
+    );
     // Send the head and half the body, then SIGTERM, then the rest.
     let body = reserve_body("rpm", 1);
     let (first, second) = body.split_at(body.len() / 2);
@@ -265,7 +365,11 @@ fn sigterm_lets_the_request_in_flight_finish() {
     // (an unread request is also answered or refused cleanly), only to test the
     // in-flight case most of the time.
     std::thread::sleep(Duration::from_millis(200));
-    let kill = Command::new("kill").arg("-TERM").arg(server.child.id().to_string()).status().unwrap();
+    let kill = Command::new("kill")
+        .arg("-TERM")
+        .arg(server.child.id().to_string())
+        .status()
+        .unwrap();
     assert!(kill.success());
     std::thread::sleep(Duration::from_millis(100));
     stream.write_all(second.as_bytes()).unwrap();
@@ -283,7 +387,11 @@ fn cli(args: &[&str], url: &str, token: &str) -> (i32, Value, String) {
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
     let stderr = String::from_utf8_lossy(&output.stderr).to_string();
-    (output.status.code().unwrap_or(-1), serde_json::from_str(&stdout).unwrap_or(Value::Null), stderr)
+    (
+        output.status.code().unwrap_or(-1),
+        serde_json::from_str(&stdout).unwrap_or(Value::Null),
+        stderr,
+    )
 }
 
 #[test]
@@ -291,7 +399,20 @@ fn the_operator_cli_talks_to_the_server() {
     let dir = temp_dir("cli");
     let server = Server::start(&dir, "");
     let url = server.url();
-    let put = ["limits", "put", "--key", "global:tpm", "--kind", "rolling", "--capacity", "100", "--window-seconds", "60", "--unit", "tokens"];
+    let put = [
+        "limits",
+        "put",
+        "--key",
+        "global:tpm",
+        "--kind",
+        "rolling",
+        "--capacity",
+        "100",
+        "--window-seconds",
+        "60",
+        "--unit",
+        "tokens",
+    ];
     let (code, report, stderr) = cli(&put, &url, ADMIN_TOKEN);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!((&report["capacity"], &report["unit"]), (&json!(100), &json!("tokens")));
@@ -310,8 +431,15 @@ fn the_operator_cli_talks_to_the_server() {
     assert_eq!((code, &answer["allowed"]), (0, &json!(true)));
     let lease = answer["lease_id"].as_str().unwrap().to_owned();
     let (code, answer, _) = cli(&["reserve", "-r", "global:tpm=30"], &url, CLIENT_TOKEN);
-    assert_eq!((code, answer["error"].as_str()), (3, Some("insufficient_capacity:global:tpm")));
-    let (code, answer, _) = cli(&["complete", "--lease-id", &lease, "-a", "global:tpm=20"], &url, CLIENT_TOKEN);
+    assert_eq!(
+        (code, answer["error"].as_str()),
+        (3, Some("insufficient_capacity:global:tpm"))
+    );
+    let (code, answer, _) = cli(
+        &["complete", "--lease-id", &lease, "-a", "global:tpm=20"],
+        &url,
+        CLIENT_TOKEN,
+    );
     assert_eq!((code, answer), (0, json!({"ok": true})));
     let (code, _, _) = cli(&["reserve", "-r", "global:tpm=30"], &url, CLIENT_TOKEN);
     assert_eq!(code, 0);
@@ -321,21 +449,35 @@ fn the_operator_cli_talks_to_the_server() {
 fn bad_configurations_and_registries_stop_startup_with_a_clear_message() {
     let dir = temp_dir("bad-startup");
     let run = |config: &Path| {
-        let output = Command::new(BIN).arg("--config").arg(config).stderr(Stdio::piped()).output().unwrap();
-        (output.status.code(), String::from_utf8_lossy(&output.stderr).to_string())
+        let output = Command::new(BIN)
+            .arg("--config")
+            .arg(config)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
     };
     let config = dir.join("unknown.yaml");
     std::fs::write(&config, "server:\n  listen_adr: \":1\"\n").unwrap();
     let (code, stderr) = run(&config);
     assert_eq!(code, Some(1));
-    assert!(stderr.contains(config.to_str().unwrap()) && stderr.contains("listen_adr"), "{stderr}");
+    assert!(
+        stderr.contains(config.to_str().unwrap()) && stderr.contains("listen_adr"),
+        "{stderr}"
+    );
 
     let registry = dir.join("limits.json");
     std::fs::write(&registry, r#"[{"key":"ok","kind":"rolling","capacity":1,"window_seconds":60},{"key":"bad","kind":"rolling","capacity":0,"window_seconds":60}]"#).unwrap();
     let config = write_config(&dir, "");
     let (code, stderr) = run(&config);
     assert_eq!(code, Some(1));
-    assert!(stderr.contains(registry.to_str().unwrap()) && stderr.contains("entry 1 (bad)"), "{stderr}");
+    assert!(
+        stderr.contains(registry.to_str().unwrap()) && stderr.contains("entry 1 (bad)"),
+        "{stderr}"
+    );
     // The bad registry is left as it was.
     assert!(std::fs::read_to_string(&registry).unwrap().contains("\"bad\""));
 

@@ -73,7 +73,8 @@ impl Harness {
         let response = self.router.clone().oneshot(request.body(body).unwrap()).await.unwrap();
         let status = response.status();
         let bytes = axum::body::to_bytes(response.into_body(), 1 << 24).await.unwrap();
-        let value = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+        let value =
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
         (status, value)
     }
 
@@ -82,11 +83,13 @@ impl Harness {
     }
 
     async fn put_limit(&self, definition: Value) -> (StatusCode, Value) {
-        self.send(Method::PUT, "/v1/admin/limits", Some(definition.to_string()), None).await
+        self.send(Method::PUT, "/v1/admin/limits", Some(definition.to_string()), None)
+            .await
     }
 
     async fn reserve(&self, lease: &str, requirements: Value) -> (StatusCode, Value) {
-        self.post("/v1/reserve", json!({"lease_id": lease, "requirements": requirements})).await
+        self.post("/v1/reserve", json!({"lease_id": lease, "requirements": requirements}))
+            .await
     }
 }
 
@@ -127,7 +130,9 @@ async fn reserve_allows_denies_and_is_idempotent() {
     assert_eq!(again["reserved_at_unix_ms"].as_u64().unwrap(), reserved_at);
 
     let denied_lease = lease();
-    let (status, denied) = h.reserve(&denied_lease, json!([{"key": "global:rpm", "amount": 1}])).await;
+    let (status, denied) = h
+        .reserve(&denied_lease, json!([{"key": "global:rpm", "amount": 1}]))
+        .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(denied["allowed"], false);
     assert_eq!(denied["reserved_at_unix_ms"], 0);
@@ -136,7 +141,9 @@ async fn reserve_allows_denies_and_is_idempotent() {
 
     // A denied lease stays denied, even once capacity is back.
     h.clock.advance_ms(61_000);
-    let (_, failed) = h.reserve(&denied_lease, json!([{"key": "global:rpm", "amount": 1}])).await;
+    let (_, failed) = h
+        .reserve(&denied_lease, json!([{"key": "global:rpm", "amount": 1}]))
+        .await;
     assert_eq!(error_code(&failed), "lease_already_failed");
     assert_eq!(failed["retry_after_ms"], 0);
 
@@ -151,10 +158,16 @@ async fn an_unknown_key_is_404_with_the_reserve_shape_and_reserves_nothing() {
     let h = harness("unknown");
     h.put_limit(rolling("global:rpm", 1)).await;
     let (status, body) = h
-        .reserve(&lease(), json!([{"key": "global:rpm", "amount": 1}, {"key": "global:nope", "amount": 1}]))
+        .reserve(
+            &lease(),
+            json!([{"key": "global:rpm", "amount": 1}, {"key": "global:nope", "amount": 1}]),
+        )
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    assert_eq!(body, json!({"allowed": false, "retry_after_ms": 0, "error": "unknown_limit_key: global:nope"}));
+    assert_eq!(
+        body,
+        json!({"allowed": false, "retry_after_ms": 0, "error": "unknown_limit_key: global:nope"})
+    );
     let (_, report) = h.send(Method::GET, "/v1/admin/limits/global:rpm", None, None).await;
     assert_eq!(report["in_use"], 0);
 }
@@ -168,15 +181,42 @@ async fn malformed_requests_are_400_with_stable_codes() {
         ("{".into(), "invalid_json: "),
         ("".into(), "invalid_json: "),
         ("[1,2".into(), "invalid_json: "),
-        (json!({"lease_id": "not-a-ulid", "requirements": [{"key": "a", "amount": 1}]}).to_string(), "invalid_request: "),
-        (json!({"lease_id": l, "requirements": [{"key": "a", "amount": "1"}]}).to_string(), "invalid_request: "),
-        (json!({"lease_id": l, "requirements": [{"key": "a", "amount": 0}]}).to_string(), "invalid_request: "),
-        (json!({"lease_id": l, "requirements": [{"key": "a", "amount": -1}]}).to_string(), "invalid_request: "),
-        (json!({"lease_id": l, "requirements": []}).to_string(), "invalid_request: "),
-        (json!({"lease_id": l, "requirements": [{"key": "a", "amount": 1}, {"key": "a", "amount": 1}]}).to_string(), "invalid_request: "),
-        (json!({"lease_id": l, "requirements": [{"key": "bad key", "amount": 1}]}).to_string(), "invalid_request: "),
-        (json!({"requirements": [{"key": "a", "amount": 1}]}).to_string(), "invalid_request: "),
-        (json!({"lease_id": l, "requirements": [{"key": "a", "amount": 1}], "extra": 1}).to_string(), "invalid_request: "),
+        (
+            json!({"lease_id": "not-a-ulid", "requirements": [{"key": "a", "amount": 1}]}).to_string(),
+            "invalid_request: ",
+        ),
+        (
+            json!({"lease_id": l, "requirements": [{"key": "a", "amount": "1"}]}).to_string(),
+            "invalid_request: ",
+        ),
+        (
+            json!({"lease_id": l, "requirements": [{"key": "a", "amount": 0}]}).to_string(),
+            "invalid_request: ",
+        ),
+        (
+            json!({"lease_id": l, "requirements": [{"key": "a", "amount": -1}]}).to_string(),
+            "invalid_request: ",
+        ),
+        (
+            json!({"lease_id": l, "requirements": []}).to_string(),
+            "invalid_request: ",
+        ),
+        (
+            json!({"lease_id": l, "requirements": [{"key": "a", "amount": 1}, {"key": "a", "amount": 1}]}).to_string(),
+            "invalid_request: ",
+        ),
+        (
+            json!({"lease_id": l, "requirements": [{"key": "bad key", "amount": 1}]}).to_string(),
+            "invalid_request: ",
+        ),
+        (
+            json!({"requirements": [{"key": "a", "amount": 1}]}).to_string(),
+            "invalid_request: ",
+        ),
+        (
+            json!({"lease_id": l, "requirements": [{"key": "a", "amount": 1}], "extra": 1}).to_string(),
+            "invalid_request: ",
+        ),
         (json!([1, 2]).to_string(), "invalid_request: "),
     ];
     for (body, prefix) in cases {
@@ -204,7 +244,12 @@ async fn the_content_type_does_not_matter() {
         if let Some(ct) = content_type {
             request = request.header(header::CONTENT_TYPE, ct);
         }
-        let response = h.router.clone().oneshot(request.body(Body::from(body.clone())).unwrap()).await.unwrap();
+        let response = h
+            .router
+            .clone()
+            .oneshot(request.body(Body::from(body.clone())).unwrap())
+            .await
+            .unwrap();
         assert_eq!(response.status(), StatusCode::OK, "{content_type:?}");
     }
 }
@@ -217,7 +262,7 @@ async fn oversized_bodies_are_413_whether_declared_or_not() {
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(error_code(&body).starts_with("payload_too_large: "), "{body}");
     let declared = Request::builder()
-        .method(Method::POST)
+        .method(Method::PUT)
         .uri("/v1/admin/limits")
         .header(header::CONTENT_LENGTH, big.len())
         .body(Body::from(big))
@@ -262,7 +307,10 @@ async fn an_actual_for_a_key_outside_the_lease_is_400() {
     let l = lease();
     h.reserve(&l, json!([{"key": "tpm", "amount": 10}])).await;
     let (status, body) = h
-        .post("/v1/complete", json!({"lease_id": l, "actuals": [{"key": "other", "actual_amount": 1}]}))
+        .post(
+            "/v1/complete",
+            json!({"lease_id": l, "actuals": [{"key": "other", "actual_amount": 1}]}),
+        )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(error_code(&body).starts_with("invalid_request: "), "{body}");
@@ -285,7 +333,12 @@ async fn admin_put_get_list_and_errors() {
     assert_eq!(one["kind"], "concurrency");
     let (status, list) = h.send(Method::GET, "/v1/admin/limits", None, None).await;
     assert_eq!(status, StatusCode::OK);
-    let keys: Vec<&str> = list.as_array().unwrap().iter().map(|r| r["key"].as_str().unwrap()).collect();
+    let keys: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
     assert_eq!(keys, ["global:llm:openai:gpt-4o:rpm", "tenant:a/b@c"]);
 
     let (status, missing) = h.send(Method::GET, "/v1/admin/limits/global:none", None, None).await;
@@ -322,7 +375,10 @@ async fn a_decrease_waits_for_usage_then_is_applied_and_persisted() {
     h.put_limit(concurrency("inflight", 10)).await;
     let holders: Vec<String> = (0..5).map(|_| lease()).collect();
     for l in &holders {
-        assert_eq!(h.reserve(l, json!([{"key": "inflight", "amount": 1}])).await.1["allowed"], true);
+        assert_eq!(
+            h.reserve(l, json!([{"key": "inflight", "amount": 1}])).await.1["allowed"],
+            true
+        );
     }
     let (status, report) = h.put_limit(concurrency("inflight", 2)).await;
     assert_eq!(status, StatusCode::OK);
@@ -344,11 +400,17 @@ async fn a_decrease_waits_for_usage_then_is_applied_and_persisted() {
     }
     assert_eq!(h.state.admin().apply_pending_decreases().await.unwrap(), 1);
     let (_, report) = h.send(Method::GET, "/v1/admin/limits/inflight", None, None).await;
-    assert_eq!((report["status"].as_str(), report["capacity"].as_u64()), (Some("active"), Some(2)));
+    assert_eq!(
+        (report["status"].as_str(), report["capacity"].as_u64()),
+        (Some("active"), Some(2))
+    );
     let on_disk = Registry::open(&h.registry_path).unwrap();
     let state = on_disk.states().next().unwrap();
     assert_eq!((state.definition().capacity(), state.pending_decrease_to()), (2, 0));
-    assert_eq!(h.reserve(&lease(), json!([{"key": "inflight", "amount": 1}])).await.1["allowed"], true);
+    assert_eq!(
+        h.reserve(&lease(), json!([{"key": "inflight", "amount": 1}])).await.1["allowed"],
+        true
+    );
 }
 
 #[tokio::test]
@@ -358,21 +420,43 @@ async fn tokens_guard_admin_and_client_endpoints() {
     let def = rolling("a", 5).to_string();
     for token in [None, Some("wrong-token-0123456789"), Some(CLIENT_TOKEN)] {
         let (status, body) = h.send(Method::PUT, "/v1/admin/limits", Some(def.clone()), token).await;
-        assert_eq!((status, body), (StatusCode::UNAUTHORIZED, json!({"error": "unauthorized"})));
+        assert_eq!(
+            (status, body),
+            (StatusCode::UNAUTHORIZED, json!({"error": "unauthorized"}))
+        );
         let (status, _) = h.send(Method::GET, "/v1/admin/limits", None, token).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);
     }
-    let (status, _) = h.send(Method::PUT, "/v1/admin/limits", Some(def), Some(ADMIN_TOKEN)).await;
+    let (status, _) = h
+        .send(Method::PUT, "/v1/admin/limits", Some(def), Some(ADMIN_TOKEN))
+        .await;
     assert_eq!(status, StatusCode::OK);
 
     let reserve = json!({"lease_id": lease(), "requirements": [{"key": "a", "amount": 1}]}).to_string();
     let (status, _) = h.send(Method::POST, "/v1/reserve", Some(reserve.clone()), None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    let (status, _) = h.send(Method::POST, "/v1/reserve", Some(reserve), Some(CLIENT_TOKEN)).await;
+    let (status, _) = h
+        .send(Method::POST, "/v1/reserve", Some(reserve), Some(CLIENT_TOKEN))
+        .await;
     assert_eq!(status, StatusCode::OK);
     let complete = json!({"lease_id": lease()}).to_string();
-    assert_eq!(h.send(Method::POST, "/v1/complete", Some(complete.clone()), Some("nope-nope-nope-nope")).await.0, StatusCode::UNAUTHORIZED);
-    assert_eq!(h.send(Method::POST, "/v1/complete", Some(complete), Some(CLIENT_TOKEN)).await.0, StatusCode::OK);
+    assert_eq!(
+        h.send(
+            Method::POST,
+            "/v1/complete",
+            Some(complete.clone()),
+            Some("nope-nope-nope-nope")
+        )
+        .await
+        .0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        h.send(Method::POST, "/v1/complete", Some(complete), Some(CLIENT_TOKEN))
+            .await
+            .0,
+        StatusCode::OK
+    );
     // Health and metrics stay open.
     assert_eq!(h.send(Method::GET, "/healthz", None, None).await.0, StatusCode::OK);
     assert_eq!(h.send(Method::GET, "/metrics", None, None).await.0, StatusCode::OK);
@@ -390,7 +474,10 @@ async fn unknown_routes_and_methods_answer_json() {
     // The echo route is off unless configured.
     assert_eq!(h.post("/v1/echo", json!({"a": 1})).await.0, StatusCode::NOT_FOUND);
     let echo = harness_with("echo", "server:\n  echo_route: true\n");
-    assert_eq!(echo.post("/v1/echo", json!({"a": [1, 2]})).await, (StatusCode::OK, json!({"a": [1, 2]})));
+    assert_eq!(
+        echo.post("/v1/echo", json!({"a": [1, 2]})).await,
+        (StatusCode::OK, json!({"a": [1, 2]}))
+    );
 }
 
 #[tokio::test]
@@ -436,7 +523,11 @@ impl http_body::Body for NeverEnds {
 }
 
 fn stalled_request(path: &str) -> Request<Body> {
-    Request::builder().method(Method::POST).uri(path).body(Body::new(NeverEnds)).unwrap()
+    Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .body(Body::new(NeverEnds))
+        .unwrap()
 }
 
 #[tokio::test]
