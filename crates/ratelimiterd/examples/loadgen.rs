@@ -278,9 +278,9 @@ async fn closed_loop(addr: SocketAddr, connections: usize, seconds: f64, work: W
 
 /// Open loop: pairs started on a fixed schedule at `rate` per second in total;
 /// each request's latency counts from when it was due, so a stalled server
-/// shows as latency rather than as a lower rate. Returns (reserve, complete)
-/// latencies in µs.
-async fn open_loop(addr: SocketAddr, connections: usize, seconds: f64, rate: f64) -> (Vec<u64>, Vec<u64>) {
+/// shows as latency rather than as a lower rate. Returns latencies in µs of
+/// reserve from when it was due, reserve from when it was sent, and complete.
+async fn open_loop(addr: SocketAddr, connections: usize, seconds: f64, rate: f64) -> [Vec<u64>; 3] {
     let per_connection = rate / connections as f64;
     let interval = Duration::from_secs_f64(1.0 / per_connection);
     let count = (seconds * per_connection) as usize;
@@ -290,27 +290,34 @@ async fn open_loop(addr: SocketAddr, connections: usize, seconds: f64, rate: f64
         tasks.push(tokio::spawn(async move {
             let mut sender = connect(addr).await;
             let offset = interval.mul_f64(c as f64 / connections as f64);
-            let (mut reserve, mut complete) = (Vec::with_capacity(count), Vec::with_capacity(count));
+            let mut reserve = Vec::with_capacity(count);
+            let mut reserve_sent = Vec::with_capacity(count);
+            let mut complete = Vec::with_capacity(count);
             for i in 0..count.min(SAMPLES_MAX / connections) {
                 let due = start + offset + interval * i as u32;
                 tokio::time::sleep_until(due).await;
                 let lease = LeaseId::generate().to_string();
+                let sent = tokio::time::Instant::now();
                 call(&mut sender, "/v1/reserve", reserve_body(&lease)).await;
                 reserve.push(due.elapsed().as_micros() as u64);
+                reserve_sent.push(sent.elapsed().as_micros() as u64);
                 let sent = tokio::time::Instant::now();
                 call(&mut sender, "/v1/complete", complete_body(&lease)).await;
                 complete.push(sent.elapsed().as_micros() as u64);
             }
-            (reserve, complete)
+            [reserve, reserve_sent, complete]
         }));
     }
-    let (mut reserve, mut complete) = (Vec::new(), Vec::new());
+    let mut all: [Vec<u64>; 3] = Default::default();
     for task in tasks {
-        let (r, c) = task.await.unwrap();
-        reserve.extend(r);
-        complete.extend(c);
+        for (into, from) in all.iter_mut().zip(task.await.unwrap()) {
+            into.extend(from);
+        }
     }
-    (reserve, complete)
+    for samples in &mut all {
+        samples.sort_unstable();
+    }
+    all
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -328,12 +335,12 @@ async fn throughput(options: &Options) {
     closed_loop(addr, options.connections, 1.0, Work::Pair).await;
     closed_loop(addr, options.connections, 1.0, Work::Echo).await;
     let mut ratios = Vec::new();
-    let mut best_pairs: f64 = 0.0;
+    let mut pair_rates = Vec::new();
     for round in 1..=options.rounds {
         let echo = closed_loop(addr, options.connections, options.seconds, Work::Echo).await;
         let pairs = closed_loop(addr, options.connections, options.seconds, Work::Pair).await;
         let ratio = pairs / echo;
-        best_pairs = best_pairs.max(pairs);
+        pair_rates.push(pairs);
         ratios.push(ratio);
         println!(
             "round {round}: echo {echo:.0} req/s, reserve+complete {pairs:.0} pairs/s, ratio {:.1}%",
@@ -342,15 +349,20 @@ async fn throughput(options: &Options) {
     }
     ratios.sort_by(f64::total_cmp);
     println!("median ratio pairs/echo: {:.1}%", ratios[ratios.len() / 2] * 100.0);
-    let rate = best_pairs / 2.0;
-    let (mut reserve, mut complete) = open_loop(addr, options.connections, options.seconds * 2.0, rate).await;
-    reserve.sort_unstable();
-    complete.sort_unstable();
+    pair_rates.sort_by(f64::total_cmp);
+    let rate = pair_rates[pair_rates.len() / 2] / 2.0;
+    let before = server_histogram(addr).await;
+    let [reserve, reserve_sent, complete] = open_loop(addr, options.connections, options.seconds * 2.0, rate).await;
+    let after = server_histogram(addr).await;
     println!(
-        "open loop at {rate:.0} pairs/s (half the best), {} pairs:",
+        "open loop at {rate:.0} pairs/s (half the median maximum), {} pairs:",
         reserve.len()
     );
-    for (name, samples) in [("reserve", &reserve), ("complete", &complete)] {
+    for (name, samples) in [
+        ("reserve from due", &reserve),
+        ("reserve from sent", &reserve_sent),
+        ("complete from sent", &complete),
+    ] {
         println!(
             "  {name}: p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs",
             percentile(samples, 0.5),
@@ -359,6 +371,46 @@ async fn throughput(options: &Options) {
             samples[samples.len() - 1]
         );
     }
+    println!(
+        "  reserve, server side: p50 <= {} ms, p99 <= {} ms, p99.9 <= {} ms (histogram bucket bounds)",
+        histogram_percentile(&before, &after, 0.5) * 1e3,
+        histogram_percentile(&before, &after, 0.99) * 1e3,
+        histogram_percentile(&before, &after, 0.999) * 1e3
+    );
+}
+
+/// The server's own reserve latency histogram: (upper bound in seconds, cumulative count).
+async fn server_histogram(addr: SocketAddr) -> Vec<(f64, u64)> {
+    let mut sender = connect(addr).await;
+    sender.ready().await.unwrap();
+    let request = Request::builder()
+        .uri("/metrics")
+        .header("host", "bench")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let text = response.into_body().collect().await.unwrap().to_bytes();
+    let prefix = "ratelimiterd_request_duration_seconds_bucket{endpoint=\"reserve\",le=\"";
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(|line| line.strip_prefix(prefix))
+        .filter_map(|rest| {
+            let (bound, count) = rest.split_once("\"} ")?;
+            Some((bound.parse().unwrap_or(f64::INFINITY), count.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The smallest bucket bound under which `p` of the observations between two
+/// snapshots fall.
+fn histogram_percentile(before: &[(f64, u64)], after: &[(f64, u64)], p: f64) -> f64 {
+    let total = after.last().map_or(0, |b| b.1) - before.last().map_or(0, |b| b.1);
+    let wanted = (total as f64 * p).ceil() as u64;
+    before
+        .iter()
+        .zip(after)
+        .find(|((_, a), (_, b))| b - a >= wanted)
+        .map_or(f64::INFINITY, |(_, (bound, _))| *bound)
 }
 
 async fn memory(options: &Options) {
