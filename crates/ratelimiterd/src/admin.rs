@@ -109,10 +109,16 @@ impl Admin {
 }
 
 /// `PUT /v1/admin/limits`: 200 with the stored state and its usage.
+///
+/// The change runs in its own task, so a request timeout or a client that hangs
+/// up cannot stop it between persisting and applying.
 pub async fn put_limit(State(state): State<AppState>, JsonBody(definition): JsonBody<LimitDefinition>) -> Response {
-    match state.admin().define(definition).await {
-        Ok(report) => Json(report).into_response(),
-        Err(e) => e.into_response(),
+    let key = definition.key().clone();
+    let change = tokio::spawn(async move { state.admin().define(definition).await });
+    match change.await {
+        Ok(Ok(report)) => Json(report).into_response(),
+        Ok(Err(e)) => e.into_response(),
+        Err(e) => ApiError::Internal(format!("defining {key} failed: {e}")).into_response(),
     }
 }
 

@@ -124,7 +124,11 @@ pub async fn serve(
             Ok(())
         }
     };
-    decreases.abort();
+    // The decrease task stops at its next check of the signal; a change it is
+    // making (persist, then apply) is let finish, within the grace period.
+    if tokio::time::timeout(options.shutdown_grace, decreases).await.is_err() {
+        tracing::warn!("the decrease task did not stop within the grace period");
+    }
     tracing::info!("stopped");
     result
 }

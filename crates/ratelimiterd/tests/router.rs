@@ -578,15 +578,30 @@ async fn a_put_that_cannot_be_persisted_is_500_and_changes_nothing() {
     h.put_limit(rolling("a", 5)).await;
     let blocker = break_registry_writes(&h.registry_path);
     let (status, body) = h.put_limit(rolling("a", 50)).await;
-    assert_eq!((status, body), (StatusCode::INTERNAL_SERVER_ERROR, json!({"error": "internal_error"})));
+    assert_eq!(
+        (status, body),
+        (StatusCode::INTERNAL_SERVER_ERROR, json!({"error": "internal_error"}))
+    );
     let (status, _) = h.put_limit(rolling("b", 1)).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     let (_, a) = h.send(Method::GET, "/v1/admin/limits/a", None, None).await;
     assert_eq!(a["capacity"], 5);
-    assert_eq!(h.send(Method::GET, "/v1/admin/limits/b", None, None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(
+        h.send(Method::GET, "/v1/admin/limits/b", None, None).await.0,
+        StatusCode::NOT_FOUND
+    );
     std::fs::remove_dir_all(blocker).unwrap();
     assert_eq!(h.put_limit(rolling("a", 50)).await.0, StatusCode::OK);
-    assert_eq!(Registry::open(&h.registry_path).unwrap().states().next().unwrap().definition().capacity(), 50);
+    assert_eq!(
+        Registry::open(&h.registry_path)
+            .unwrap()
+            .states()
+            .next()
+            .unwrap()
+            .definition()
+            .capacity(),
+        50
+    );
 }
 
 #[tokio::test]
@@ -600,7 +615,11 @@ async fn a_carried_out_decrease_is_persisted_once_the_registry_is_writable_again
     let blocker = break_registry_writes(&h.registry_path);
     assert_eq!(h.state.admin().apply_pending_decreases().await.unwrap(), 1);
     let on_disk = Registry::open(&h.registry_path).unwrap();
-    assert_eq!(on_disk.states().next().unwrap().pending_decrease_to(), 1, "still decreasing on disk");
+    assert_eq!(
+        on_disk.states().next().unwrap().pending_decrease_to(),
+        1,
+        "still decreasing on disk"
+    );
     std::fs::remove_dir_all(blocker).unwrap();
     assert_eq!(h.state.admin().apply_pending_decreases().await.unwrap(), 0);
     let on_disk = Registry::open(&h.registry_path).unwrap();
