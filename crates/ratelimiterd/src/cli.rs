@@ -32,6 +32,7 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
     body_bytes_max: 65536              # larger bodies get 413
     request_timeout_ms: 5000           # slower requests get 503 backend_unavailable
     concurrent_requests_max: 4096      # more get 503 overloaded at once
+    connections_max: 10000             # more are closed at once; idle ones close after 30 s
     shutdown_grace_ms: 10000           # time in-flight requests get on SIGTERM/Ctrl-C
     echo_route: false                  # POST /v1/echo, the benchmark's reference
   registry:

@@ -30,6 +30,11 @@ pub const CONCURRENT_REQUESTS_MAX_DEFAULT: usize = 4_096;
 pub const CONCURRENT_REQUESTS_MAX_LIMIT: usize = 1_000_000;
 /// The default time in-flight requests get to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 10_000;
+/// The default most open connections: each costs a task and buffers, about
+/// 10 KiB, so 10,000 is about 100 MiB at worst.
+pub const CONNECTIONS_MAX_DEFAULT: usize = 10_000;
+/// The largest connection limit that may be configured.
+pub const CONNECTIONS_MAX_LIMIT: usize = 1_000_000;
 /// The retry hint of `limit_decreasing:<key>` denials (`decisions.md` §3).
 pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
 /// How often pending decreases are checked by default.
@@ -125,6 +130,8 @@ pub struct ServerConfig {
     pub request_timeout_ms: u64,
     /// Requests served at once; more are answered 503 at once (load shedding).
     pub concurrent_requests_max: usize,
+    /// Connections open at once; more are closed as soon as they are accepted.
+    pub connections_max: usize,
     /// After a shutdown signal, how long in-flight requests get before the server exits.
     pub shutdown_grace_ms: u64,
     /// Serves `POST /v1/echo`, a JSON echo used as the benchmark's reference. Off by default.
@@ -141,6 +148,7 @@ impl Default for ServerConfig {
             body_bytes_max: BODY_BYTES_MAX_DEFAULT,
             request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
             concurrent_requests_max: CONCURRENT_REQUESTS_MAX_DEFAULT,
+            connections_max: CONNECTIONS_MAX_DEFAULT,
             shutdown_grace_ms: SHUTDOWN_GRACE_MS_DEFAULT,
             echo_route: false,
         }

@@ -10,6 +10,7 @@ pub mod backend;
 pub mod body;
 pub mod cli;
 pub mod config;
+pub mod connections;
 pub mod decrease;
 pub mod echo;
 pub mod error;

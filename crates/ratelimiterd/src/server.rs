@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use ratelimiter::registry::{Registry, RegistryError};
 use tokio::net::TcpListener;
 
@@ -14,7 +13,7 @@ use crate::app::app;
 use crate::config::Config;
 use crate::shutdown::Shutdown;
 use crate::state::AppState;
-use crate::{backend, decrease};
+use crate::{backend, connections, decrease};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +49,8 @@ pub struct ServeOptions {
     pub decrease_check_interval: Duration,
     /// How long in-flight requests get after shutdown fires.
     pub shutdown_grace: Duration,
+    /// The most connections open at once.
+    pub connections_max: usize,
 }
 
 impl ServeOptions {
@@ -58,6 +59,7 @@ impl ServeOptions {
         Self {
             decrease_check_interval: Duration::from_millis(config.decrease.check_interval_ms),
             shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
+            connections_max: config.server.connections_max,
         }
     }
 }
@@ -104,31 +106,20 @@ pub async fn serve(
         options.decrease_check_interval,
         shutdown.clone(),
     ));
-    // Reserve answers are small: send them at once rather than wait for more.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
     tracing::info!(addr = %local, "listening");
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(shutdown.clone().wait());
-    let grace_over = async {
-        shutdown.clone().wait().await;
-        tokio::time::sleep(options.shutdown_grace).await;
-    };
-    let result = tokio::select! {
-        result = server => result,
-        () = grace_over => {
-            tracing::warn!(grace_ms = options.shutdown_grace.as_millis() as u64,
-                "grace period over; closing the requests still in flight");
-            Ok(())
-        }
-    };
+    connections::serve(
+        listener,
+        app(state),
+        options.connections_max,
+        shutdown,
+        options.shutdown_grace,
+    )
+    .await;
     // The decrease task stops at its next check of the signal; a change it is
     // making (persist, then apply) is let finish, within the grace period.
     if tokio::time::timeout(options.shutdown_grace, decreases).await.is_err() {
         tracing::warn!("the decrease task did not stop within the grace period");
     }
     tracing::info!("stopped");
-    result
+    Ok(())
 }

@@ -43,10 +43,14 @@ impl Server {
     /// Starts the binary with `extra` YAML sections appended to a base config
     /// listening on a free port (port 0) with its registry in `dir`.
     fn start(dir: &Path, extra: &str) -> Server {
-        let config = write_config(dir, extra);
+        Self::start_with(&write_config(dir, extra))
+    }
+
+    /// Starts the binary with the configuration file `config`.
+    fn start_with(config: &Path) -> Server {
         let mut child = Command::new(BIN)
             .arg("--config")
-            .arg(&config)
+            .arg(config)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -487,5 +491,47 @@ fn bad_configurations_and_registries_stop_startup_with_a_clear_message() {
         let (code, stderr) = run(&config);
         assert_eq!(code, Some(1));
         assert!(stderr.contains("--features tigerbeetle"), "{stderr}");
+    }
+}
+
+#[test]
+fn connections_past_the_limit_are_closed_until_a_slot_frees() {
+    let dir = temp_dir("connections");
+    let server = {
+        let config = "server:\n  connections_max: 1\n";
+        // The base config has a server section; a second one would be a YAML error,
+        // so this test writes its own.
+        let path = dir.join("config.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "{config}  listen_addr: \"127.0.0.1:0\"\nregistry:\n  path: {}\n",
+                dir.join("limits.json").display()
+            ),
+        )
+        .unwrap();
+        Server::start_with(&path)
+    };
+    // The first connection takes the only slot (accepts are first in, first out).
+    let holder = TcpStream::connect(server.addr).unwrap();
+    let mut refused = TcpStream::connect(server.addr).unwrap();
+    refused.set_read_timeout(Some(WAIT_MAX)).unwrap();
+    let _ = refused.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n");
+    let mut answer = Vec::new();
+    let _ = refused.read_to_end(&mut answer);
+    assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+    drop(holder);
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        let mut stream = TcpStream::connect(server.addr).unwrap();
+        stream.set_read_timeout(Some(WAIT_MAX)).unwrap();
+        let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n");
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        if answer.starts_with(b"HTTP/1.1 200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slot was not freed in time");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
