@@ -351,32 +351,41 @@ async fn throughput(options: &Options) {
     println!("median ratio pairs/echo: {:.1}%", ratios[ratios.len() / 2] * 100.0);
     pair_rates.sort_by(f64::total_cmp);
     let rate = pair_rates[pair_rates.len() / 2] / 2.0;
-    let before = server_histogram(addr).await;
-    let [reserve, reserve_sent, complete] = open_loop(addr, options.connections, options.seconds * 2.0, rate).await;
-    let after = server_histogram(addr).await;
-    println!(
-        "open loop at {rate:.0} pairs/s (half the median maximum), {} pairs:",
-        reserve.len()
-    );
-    for (name, samples) in [
-        ("reserve from due", &reserve),
-        ("reserve from sent", &reserve_sent),
-        ("complete from sent", &complete),
-    ] {
+    // Neighbours on a shared machine come and go: the latency phase is repeated
+    // and each run reported, with the median p99 of the runs.
+    let mut p99s = Vec::new();
+    for run in 1..=options.rounds {
+        let before = server_histogram(addr).await;
+        let [reserve, reserve_sent, complete] = open_loop(addr, options.connections, options.seconds, rate).await;
+        let after = server_histogram(addr).await;
         println!(
-            "  {name}: p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs",
-            percentile(samples, 0.5),
-            percentile(samples, 0.99),
-            percentile(samples, 0.999),
-            samples[samples.len() - 1]
+            "open loop {run} at {rate:.0} pairs/s (half the median maximum), {} pairs:",
+            reserve.len()
         );
+        for (name, samples) in [
+            ("reserve from due", &reserve),
+            ("reserve from sent", &reserve_sent),
+            ("complete from sent", &complete),
+        ] {
+            println!(
+                "  {name}: p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs",
+                percentile(samples, 0.5),
+                percentile(samples, 0.99),
+                percentile(samples, 0.999),
+                samples[samples.len() - 1]
+            );
+        }
+        println!(
+            "  reserve, server side: p50 <= {} ms, p99 <= {} ms, p99.9 <= {} ms (histogram bucket bounds)",
+            histogram_percentile(&before, &after, 0.5) * 1e3,
+            histogram_percentile(&before, &after, 0.99) * 1e3,
+            histogram_percentile(&before, &after, 0.999) * 1e3
+        );
+        p99s.push((percentile(&reserve_sent, 0.99), percentile(&complete, 0.99)));
     }
-    println!(
-        "  reserve, server side: p50 <= {} ms, p99 <= {} ms, p99.9 <= {} ms (histogram bucket bounds)",
-        histogram_percentile(&before, &after, 0.5) * 1e3,
-        histogram_percentile(&before, &after, 0.99) * 1e3,
-        histogram_percentile(&before, &after, 0.999) * 1e3
-    );
+    p99s.sort_unstable();
+    let (reserve_p99, complete_p99) = p99s[p99s.len() / 2];
+    println!("median over runs of p99 from sent: reserve {reserve_p99} µs, complete {complete_p99} µs");
 }
 
 /// The server's own reserve latency histogram: (upper bound in seconds, cumulative count).
