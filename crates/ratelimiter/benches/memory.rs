@@ -3,6 +3,11 @@
 //! threads together, with a `governor` direct check as the reference measured
 //! in the same run (machines are noisy: compare ratios, not absolute times).
 //!
+//! Each figure is measured twice: as wall time (what criterion does by
+//! default) and as the CPU time of the measuring threads
+//! (`CLOCK_THREAD_CPUTIME_ID`), which time slices lost to other processes on a
+//! shared, oversubscribed machine do not inflate.
+//!
 //! `cargo bench -p ratelimiter --bench memory`
 
 use std::future::Future;
@@ -27,6 +32,44 @@ const CHUNK_PAIRS: u64 = 1024;
 /// Capacities no run can exhaust, so every reserve is granted (the hot path).
 const CAPACITY_UNLIMITED: u64 = 1 << 50;
 
+/// How a run is timed.
+#[derive(Debug, Clone, Copy)]
+enum Timer {
+    /// Elapsed real time.
+    Wall,
+    /// CPU time of the calling thread only.
+    ThreadCpu,
+}
+
+/// A point in time of one [`Timer`].
+struct Mark(Timer, Duration);
+
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec and the clock id is a constant.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn wall_time() -> Duration {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed()
+}
+
+impl Mark {
+    fn now(timer: Timer) -> Self {
+        match timer {
+            Timer::Wall => Mark(timer, wall_time()),
+            Timer::ThreadCpu => Mark(timer, thread_cpu_time()),
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        Mark::now(self.0).1 - self.1
+    }
+}
+
 /// Polls a future the memory backend returns; it never waits.
 fn ready<F: Future>(future: F) -> F::Output {
     let mut future = pin!(future);
@@ -43,13 +86,10 @@ struct Workload {
 
 impl Workload {
     fn new() -> Self {
-        let config = MemoryConfig {
-            leases_max: std::env::var("LEASES_MAX")
-                .map(|v| v.parse().unwrap())
-                .unwrap_or(100_000),
-            ..Default::default()
-        };
-        let backend = Arc::new(MemoryBackend::new(Arc::new(SystemClock::new()), config));
+        let backend = Arc::new(MemoryBackend::new(
+            Arc::new(SystemClock::new()),
+            MemoryConfig::default(),
+        ));
         let keys = [
             LimitKey::llm_rpm("openai", "gpt-4o").unwrap(),
             LimitKey::llm_tpm("openai", "gpt-4o").unwrap(),
@@ -110,22 +150,23 @@ impl Workload {
 }
 
 /// Time of `iters` pairs on one thread, requests built untimed.
-fn one_thread(workload: &Workload, next: &mut u64, iters: u64) -> Duration {
+fn one_thread(workload: &Workload, next: &mut u64, iters: u64, timer: Timer) -> Duration {
     let mut timed = Duration::ZERO;
     for _ in 0..iters.div_ceil(CHUNK_PAIRS) {
         let chunk = workload.chunk(0, *next);
         *next += CHUNK_PAIRS;
-        let start = Instant::now();
+        let start = Mark::now(timer);
         workload.run(black_box(&chunk));
         timed += start.elapsed();
     }
     timed * u32::try_from(iters).unwrap() / u32::try_from(iters.div_ceil(CHUNK_PAIRS) * CHUNK_PAIRS).unwrap()
 }
 
-/// Wall time per pair with two threads each doing `iters` pairs at once, on
-/// the same four keys: the figure is per pair of the pool, so it is below the
-/// one-thread figure exactly when two threads together are faster than one.
-fn two_threads(workload: &Arc<Workload>, next: &mut u64, iters: u64) -> Duration {
+/// Time per pair with two threads each doing `iters` pairs at once, on the
+/// same four keys. Wall: the pool's time per pair, below the one-thread figure
+/// exactly when two threads together are faster than one. CPU: both threads'
+/// CPU time per pair, what a pair costs under contention.
+fn two_threads(workload: &Arc<Workload>, next: &mut u64, iters: u64, timer: Timer) -> Duration {
     let chunks = iters.div_ceil(CHUNK_PAIRS);
     let barrier = Arc::new(Barrier::new(2));
     let first = *next;
@@ -134,43 +175,64 @@ fn two_threads(workload: &Arc<Workload>, next: &mut u64, iters: u64) -> Duration
         .map(|thread| {
             let (workload, barrier) = (Arc::clone(workload), Arc::clone(&barrier));
             std::thread::spawn(move || {
-                let mut wall = Duration::ZERO;
+                let mut timed = Duration::ZERO;
                 for c in 0..chunks {
                     let chunk = workload.chunk(thread, first + c * CHUNK_PAIRS);
                     barrier.wait();
-                    let start = Instant::now();
+                    let start = Mark::now(timer);
                     workload.run(black_box(&chunk));
-                    barrier.wait();
-                    wall += start.elapsed();
+                    if let Timer::Wall = timer {
+                        barrier.wait();
+                    }
+                    timed += start.elapsed();
                 }
-                wall
+                timed
             })
         })
         .collect();
-    let wall = handles.into_iter().map(|h| h.join().unwrap()).max().unwrap();
-    // 2 * chunks * CHUNK_PAIRS pairs took `wall`; criterion divides by `iters`.
-    wall * u32::try_from(iters).unwrap() / u32::try_from(2 * chunks * CHUNK_PAIRS).unwrap()
+    let times = handles.into_iter().map(|h| h.join().unwrap());
+    let timed = match timer {
+        // Both threads measured the same barrier-to-barrier spans.
+        Timer::Wall => times.max().unwrap(),
+        Timer::ThreadCpu => times.sum(),
+    };
+    // 2 * chunks * CHUNK_PAIRS pairs took `timed`; criterion divides by `iters`.
+    timed * u32::try_from(iters).unwrap() / u32::try_from(2 * chunks * CHUNK_PAIRS).unwrap()
 }
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("reserve_complete_4_requirements");
     let workload = Arc::new(Workload::new());
     let mut next = 0;
-    group.bench_function("memory_one_thread", |b| {
-        b.iter_custom(|iters| one_thread(&workload, &mut next, iters))
-    });
-    group.bench_function("memory_two_threads_per_pair", |b| {
-        b.iter_custom(|iters| two_threads(&workload, &mut next, iters))
-    });
     let quota = Quota::per_second(NonZeroU32::MAX);
     let governor = RateLimiter::direct(quota);
-    group.bench_function("governor_direct_check", |b| {
-        b.iter(|| black_box(governor.check()).is_ok())
-    });
     let four: Vec<_> = (0..4).map(|_| RateLimiter::direct(quota)).collect();
-    group.bench_function("governor_four_direct_checks", |b| {
-        b.iter(|| four.iter().all(|limiter| black_box(limiter.check()).is_ok()))
-    });
+    for (timer, suffix) in [(Timer::ThreadCpu, "cpu"), (Timer::Wall, "wall")] {
+        group.bench_function(format!("memory_one_thread_{suffix}"), |b| {
+            b.iter_custom(|iters| one_thread(&workload, &mut next, iters, timer))
+        });
+        group.bench_function(format!("memory_two_threads_per_pair_{suffix}"), |b| {
+            b.iter_custom(|iters| two_threads(&workload, &mut next, iters, timer))
+        });
+        group.bench_function(format!("governor_direct_check_{suffix}"), |b| {
+            b.iter_custom(|iters| {
+                let start = Mark::now(timer);
+                for _ in 0..iters {
+                    black_box(black_box(&governor).check()).ok();
+                }
+                start.elapsed()
+            })
+        });
+        group.bench_function(format!("governor_four_direct_checks_{suffix}"), |b| {
+            b.iter_custom(|iters| {
+                let start = Mark::now(timer);
+                for _ in 0..iters {
+                    black_box(four.iter().all(|limiter| black_box(limiter).check().is_ok()));
+                }
+                start.elapsed()
+            })
+        });
+    }
     group.finish();
 }
 

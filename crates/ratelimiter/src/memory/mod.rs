@@ -11,6 +11,7 @@ mod expiry_queue;
 mod lease_table;
 mod limit;
 mod recent_ids;
+mod settled_cache;
 mod stack_vec;
 mod state;
 

@@ -17,6 +17,7 @@ use super::counters::MemoryCounters;
 use super::lease_table::{LeaseHold, LeaseTable, LimitIndex, LiveLease};
 use super::limit::Limit;
 use super::recent_ids::RecentIds;
+use super::settled_cache::{SettledCache, SettledLease};
 use super::stack_vec::StackVec;
 use super::FastMap;
 
@@ -28,19 +29,6 @@ pub const LIMITS_MAX: usize = 1 << 20;
 /// with the same id is still answered as TigerBeetle (which never forgets) would.
 pub const LEASE_MEMORY_MARGIN_MS: u64 = 60_000;
 
-/// A lease that completed or was evicted: enough to answer a retry of its
-/// reserve idempotently, or to see that the retry asks for something else.
-///
-/// The requirements are kept as a 64-bit keyed fingerprint (16 bytes per
-/// settled lease instead of a list): a retry with other requirements is told
-/// apart unless it collides, with odds of 2^-64 for a caller already misusing
-/// the id.
-#[derive(Debug, Clone, Copy)]
-struct SettledLease {
-    reserved_at_unix_ms: u64,
-    fingerprint: u64,
-}
-
 /// The memory backend's data.
 #[derive(Debug)]
 pub struct MemoryState {
@@ -48,9 +36,11 @@ pub struct MemoryState {
     index: FastMap<LimitKey, LimitIndex>,
     limits: Vec<Limit>,
     leases: LeaseTable,
-    settled: RecentIds<SettledLease>,
+    settled: SettledCache,
     failed: RecentIds<()>,
-    /// Seeds the fingerprints of settled leases' requirements.
+    /// Seeds the fingerprints of settled leases' requirements: 64-bit keyed
+    /// hashes, so a retry with other requirements is told apart unless it
+    /// collides, with odds of 2^-64 for a caller already misusing the id.
     fingerprints: foldhash::fast::RandomState,
     /// The longest window or timeout of any limit ever defined, plus
     /// [`LEASE_MEMORY_MARGIN_MS`]: how long denied and settled lease ids are remembered.
@@ -68,7 +58,7 @@ impl MemoryState {
     pub fn new(config: MemoryConfig) -> Self {
         Self {
             leases: LeaseTable::new(config.leases_max),
-            settled: RecentIds::new(config.leases_max),
+            settled: SettledCache::new(config.leases_max),
             failed: RecentIds::new(config.failed_leases_max),
             config,
             fingerprints: foldhash::fast::RandomState::default(),
@@ -93,7 +83,7 @@ impl MemoryState {
         let wanted = self.resolve(request)?;
         self.forget_old(now_unix_ms);
         let id = request.lease_id().to_u128();
-        if let Some(outcome) = self.replay(request, &wanted)? {
+        if let Some(outcome) = self.replay(request, &wanted, now_unix_ms)? {
             return Ok(outcome);
         }
         if self.failed.get(id).is_some() {
@@ -128,13 +118,17 @@ impl MemoryState {
     }
 
     fn forget_old(&mut self, now_unix_ms: u64) {
-        self.settled.expire(now_unix_ms, self.retention_ms);
         self.failed.expire(now_unix_ms, self.retention_ms);
     }
 
     /// The answer to a lease id seen allowed before: the same grant again, or a
     /// conflict when the requirements differ.
-    fn replay(&self, request: &ReserveRequest, wanted: &Wanted) -> Result<Option<ReserveOutcome>, LimiterError> {
+    fn replay(
+        &self,
+        request: &ReserveRequest,
+        wanted: &Wanted,
+        now_unix_ms: u64,
+    ) -> Result<Option<ReserveOutcome>, LimiterError> {
         let id = request.lease_id().to_u128();
         let (reserved_at_unix_ms, same) = if let Some(lease) = self.leases.get(id) {
             let held = lease.holds().iter().map(|h| (h.limit, h.amount));
@@ -142,7 +136,7 @@ impl MemoryState {
                 lease.reserved_at_unix_ms,
                 held.eq(sorted(wanted).as_slice().iter().copied()),
             )
-        } else if let Some(settled) = self.settled.get(id) {
+        } else if let Some(settled) = self.settled.get(id, now_unix_ms, self.retention_ms) {
             let fingerprint = self.fingerprint(sorted(wanted).as_slice().iter().copied());
             (settled.reserved_at_unix_ms, settled.fingerprint == fingerprint)
         } else {
@@ -231,7 +225,7 @@ impl MemoryState {
             reserved_at_unix_ms: lease.reserved_at_unix_ms,
             fingerprint: self.fingerprint(lease.holds().iter().map(|h| (h.limit, h.amount))),
         };
-        self.settled.insert(id, now_unix_ms, settled);
+        self.settled.insert(id, settled, now_unix_ms, self.retention_ms);
     }
 
     /// A keyed hash of requirements sorted by limit.
