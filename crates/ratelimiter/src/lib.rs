@@ -16,6 +16,7 @@ pub mod id;
 pub mod key;
 pub mod limiter;
 pub mod llm;
+pub mod local;
 pub mod memory;
 pub mod registry;
 pub mod retry;

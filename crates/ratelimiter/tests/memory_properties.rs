@@ -257,7 +257,10 @@ impl Run {
                 let remembered = lease
                     .settled_at_unix_ms
                     .is_none_or(|at| at + self.model.retention_ms > self.now());
-                if remembered {
+                // Completed leases live in a direct-mapped cache that may have
+                // displaced this one (counted); then the retry is not predictable.
+                let displaced = lease.completed && self.backend.counters().settled_leases_evicted_total > 0;
+                if remembered && !displaced {
                     let (id, requirements) = (lease.id, lease.requirements.clone());
                     self.reserve(id, requirements)?;
                 }

@@ -1,13 +1,20 @@
 //! Live leases: what each allowed, not yet completed lease holds, so Complete
 //! can release and reconcile it. Bounded; the oldest lease goes first.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use super::stack_vec::StackVec;
+use super::FastMap;
+
+/// Holds kept inside the lease record: an LLM call needs four (rpm, tpm,
+/// concurrency, budget), so the common lease costs no allocation.
+pub const HOLDS_INLINE: usize = 4;
 
 /// Index of a limit inside the memory backend (limits are never removed).
 pub type LimitIndex = u32;
 
 /// One requirement of a live lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LeaseHold {
     /// The limit held.
     pub limit: LimitIndex,
@@ -17,24 +24,38 @@ pub struct LeaseHold {
     pub expires_at_unix_ms: u64,
 }
 
+/// The holds of one lease: up to [`HOLDS_INLINE`] in place, more on the heap.
+#[derive(Debug, Clone)]
+enum LeaseHolds {
+    Inline(StackVec<LeaseHold, HOLDS_INLINE>),
+    Spilled(Box<[LeaseHold]>),
+}
+
 /// An allowed lease that has not completed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct LiveLease {
     /// When it was granted: answered again on an idempotent retry.
     pub reserved_at_unix_ms: u64,
     /// Its holds, sorted by limit so two requirement lists compare as sets.
-    pub holds: Vec<LeaseHold>,
+    holds: LeaseHolds,
     /// Insertion number, telling a stale slot of the age order from a live one.
     sequence: u64,
 }
 
 impl LiveLease {
     /// A lease granted at `reserved_at_unix_ms` with `holds` sorted by limit.
-    pub fn new(reserved_at_unix_ms: u64, holds: Vec<LeaseHold>) -> Self {
+    pub fn new(reserved_at_unix_ms: u64, holds: &[LeaseHold]) -> Self {
         debug_assert!(
             holds.windows(2).all(|w| w[0].limit < w[1].limit),
             "holds sorted by limit"
         );
+        let holds = if holds.len() <= HOLDS_INLINE {
+            let mut inline = StackVec::new();
+            holds.iter().for_each(|&h| inline.push(h));
+            LeaseHolds::Inline(inline)
+        } else {
+            LeaseHolds::Spilled(holds.into())
+        };
         Self {
             reserved_at_unix_ms,
             holds,
@@ -42,12 +63,18 @@ impl LiveLease {
         }
     }
 
+    /// The holds, sorted by limit.
+    pub fn holds(&self) -> &[LeaseHold] {
+        match &self.holds {
+            LeaseHolds::Inline(inline) => inline.as_slice(),
+            LeaseHolds::Spilled(spilled) => spilled,
+        }
+    }
+
     /// The hold on `limit`, if the lease has one.
     pub fn hold(&self, limit: LimitIndex) -> Option<&LeaseHold> {
-        self.holds
-            .binary_search_by_key(&limit, |h| h.limit)
-            .ok()
-            .map(|i| &self.holds[i])
+        let holds = self.holds();
+        holds.binary_search_by_key(&limit, |h| h.limit).ok().map(|i| &holds[i])
     }
 }
 
@@ -55,7 +82,7 @@ impl LiveLease {
 #[derive(Debug)]
 pub struct LeaseTable {
     leases_max: usize,
-    leases: HashMap<u128, LiveLease>,
+    leases: FastMap<u128, LiveLease>,
     /// Lease ids by age. Completed leases leave their slot behind; the slots are
     /// compacted when stale ones outnumber live ones, so this stays O(live).
     age_order: VecDeque<(u128, u64)>,
@@ -68,7 +95,7 @@ impl LeaseTable {
         assert!(leases_max >= 1, "the lease table needs room for one lease");
         Self {
             leases_max,
-            leases: HashMap::new(),
+            leases: FastMap::default(),
             age_order: VecDeque::new(),
             next_sequence: 0,
         }
@@ -126,14 +153,28 @@ mod tests {
     use super::*;
 
     fn lease(at: u64) -> LiveLease {
-        LiveLease::new(
-            at,
-            vec![LeaseHold {
-                limit: 0,
-                amount: 1,
-                expires_at_unix_ms: at + 10,
-            }],
-        )
+        let hold = LeaseHold {
+            limit: 0,
+            amount: 1,
+            expires_at_unix_ms: at + 10,
+        };
+        LiveLease::new(at, &[hold])
+    }
+
+    #[test]
+    fn holds_beyond_the_inline_room_spill_to_the_heap() {
+        let holds: Vec<LeaseHold> = (0..9)
+            .map(|limit| LeaseHold {
+                limit,
+                amount: u64::from(limit) + 1,
+                expires_at_unix_ms: 5,
+            })
+            .collect();
+        for n in [0, 1, HOLDS_INLINE, HOLDS_INLINE + 1, 9] {
+            let lease = LiveLease::new(0, &holds[..n]);
+            assert_eq!(lease.holds(), &holds[..n]);
+            assert_eq!(lease.hold(3).map(|h| h.amount), (n > 3).then_some(4));
+        }
     }
 
     #[test]

@@ -11,6 +11,8 @@ mod expiry_queue;
 mod lease_table;
 mod limit;
 mod recent_ids;
+mod settled_cache;
+mod stack_vec;
 mod state;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,6 +33,11 @@ pub use expiry_queue::EXPIRY_INSTANTS_MAX;
 pub use state::{LEASE_MEMORY_MARGIN_MS, LIMITS_MAX};
 
 use state::MemoryState;
+
+/// The hash maps of the hot path: foldhash is several times faster than SipHash
+/// on lease ids and keys, and its per-process random seed keeps chosen lease ids
+/// from forcing collisions cheaply.
+type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Limits held in process memory. Cheap to share: use it as `Arc<dyn Backend>`.
 #[derive(Debug)]
@@ -77,13 +84,14 @@ impl MemoryBackend {
 #[async_trait]
 impl Limiter for MemoryBackend {
     async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
-        let mut state = self.lock();
-        state.reserve(request, self.clock.now_unix_ms(), &self.jitter)
+        // The clock is read outside the lock to keep the critical section short.
+        let now_unix_ms = self.clock.now_unix_ms();
+        self.lock().reserve(request, now_unix_ms, &self.jitter)
     }
 
     async fn complete(&self, request: &CompleteRequest) -> Result<(), LimiterError> {
-        let mut state = self.lock();
-        state.complete(request, self.clock.now_unix_ms())
+        let now_unix_ms = self.clock.now_unix_ms();
+        self.lock().complete(request, now_unix_ms)
     }
 }
 

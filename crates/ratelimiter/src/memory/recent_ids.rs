@@ -1,7 +1,10 @@
 //! Lease ids remembered for a while after they stopped being live: denied ones
 //! (they stay denied) and settled ones (a retry is answered again, idempotently).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::hash_map::Entry;
+use std::collections::VecDeque;
+
+use super::FastMap;
 
 /// A bounded map from lease id to `V`, in insertion order. Entries are kept for
 /// at least the retention the caller passes to [`RecentIds::expire`], unless the
@@ -9,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 #[derive(Debug)]
 pub struct RecentIds<V> {
     entries_max: usize,
-    entries: HashMap<u128, (u64, V)>,
+    entries: FastMap<u128, (u64, V)>,
     /// (id, since): insertion order, so the front is always the oldest.
     order: VecDeque<(u128, u64)>,
     evicted_total: u64,
@@ -21,7 +24,7 @@ impl<V> RecentIds<V> {
         assert!(entries_max >= 1, "room for one id at least");
         Self {
             entries_max,
-            entries: HashMap::new(),
+            entries: FastMap::default(),
             order: VecDeque::new(),
             evicted_total: 0,
         }
@@ -77,11 +80,13 @@ impl<V> RecentIds<V> {
     /// Removes `id` if its entry is the one inserted at `since` (a re-inserted id
     /// leaves an older slot in `order`).
     fn remove_if_since(&mut self, id: u128, since: u64) -> bool {
-        if self.entries.get(&id).is_some_and(|(s, _)| *s == since) {
-            self.entries.remove(&id);
-            return true;
+        match self.entries.entry(id) {
+            Entry::Occupied(entry) if entry.get().0 == since => {
+                entry.remove();
+                true
+            }
+            _ => false,
         }
-        false
     }
 
     /// Ids remembered now.

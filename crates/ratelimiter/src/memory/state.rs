@@ -1,20 +1,25 @@
 //! Everything the memory backend holds, and the reserve and complete decisions.
 //! One instance lives behind the backend's mutex; every method runs at one
-//! instant `now_unix_ms` read under that mutex.
+//! instant `now_unix_ms`, read just before the mutex is taken (two callers may
+//! pass instants a few nanoseconds out of order; nothing here assumes more
+//! than that time never goes back by a whole window).
 
-use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
 
 use crate::definition::{LimitKind, LimitReport, LimitState, Overage};
 use crate::error::LimiterError;
 use crate::key::LimitKey;
 use crate::retry::{Jitter, RetryPolicy};
-use crate::wire::{CompleteRequest, Denial, ReserveOutcome, ReserveRequest, REQUIREMENTS_MAX};
+use crate::wire::{CompleteRequest, Denial, ReserveOutcome, ReserveRequest, ACTUALS_MAX, REQUIREMENTS_MAX};
 
 use super::config::MemoryConfig;
 use super::counters::MemoryCounters;
 use super::lease_table::{LeaseHold, LeaseTable, LimitIndex, LiveLease};
 use super::limit::Limit;
 use super::recent_ids::RecentIds;
+use super::settled_cache::{SettledCache, SettledLease};
+use super::stack_vec::StackVec;
+use super::FastMap;
 
 /// The most limits one memory backend defines: indices are `u32`, and a
 /// deployment has a few per model and tenant, far fewer than this.
@@ -24,33 +29,19 @@ pub const LIMITS_MAX: usize = 1 << 20;
 /// with the same id is still answered as TigerBeetle (which never forgets) would.
 pub const LEASE_MEMORY_MARGIN_MS: u64 = 60_000;
 
-/// A lease that completed or was evicted: enough to answer a retry of its
-/// reserve idempotently, or to see that the retry asks for something else.
-#[derive(Debug)]
-struct SettledLease {
-    reserved_at_unix_ms: u64,
-    /// (limit, amount), sorted by limit.
-    requirements: Box<[(LimitIndex, u64)]>,
-}
-
-impl SettledLease {
-    fn of(lease: &LiveLease) -> Self {
-        Self {
-            reserved_at_unix_ms: lease.reserved_at_unix_ms,
-            requirements: lease.holds.iter().map(|h| (h.limit, h.amount)).collect(),
-        }
-    }
-}
-
 /// The memory backend's data.
 #[derive(Debug)]
 pub struct MemoryState {
     config: MemoryConfig,
-    index: HashMap<LimitKey, LimitIndex>,
+    index: FastMap<LimitKey, LimitIndex>,
     limits: Vec<Limit>,
     leases: LeaseTable,
-    settled: RecentIds<SettledLease>,
+    settled: SettledCache,
     failed: RecentIds<()>,
+    /// Seeds the fingerprints of settled leases' requirements: 64-bit keyed
+    /// hashes, so a retry with other requirements is told apart unless it
+    /// collides, with odds of 2^-64 for a caller already misusing the id.
+    fingerprints: foldhash::fast::RandomState,
     /// The longest window or timeout of any limit ever defined, plus
     /// [`LEASE_MEMORY_MARGIN_MS`]: how long denied and settled lease ids are remembered.
     retention_ms: u64,
@@ -60,17 +51,18 @@ pub struct MemoryState {
 }
 
 /// A request's requirements resolved to limits, in request order.
-type Wanted = Vec<(LimitIndex, u64)>;
+type Wanted = StackVec<(LimitIndex, u64), REQUIREMENTS_MAX>;
 
 impl MemoryState {
     /// An empty state; `config` was validated.
     pub fn new(config: MemoryConfig) -> Self {
         Self {
             leases: LeaseTable::new(config.leases_max),
-            settled: RecentIds::new(config.leases_max),
+            settled: SettledCache::new(config.leases_max),
             failed: RecentIds::new(config.failed_leases_max),
             config,
-            index: HashMap::new(),
+            fingerprints: foldhash::fast::RandomState::default(),
+            index: FastMap::default(),
             limits: Vec::new(),
             retention_ms: LEASE_MEMORY_MARGIN_MS,
             overage_dropped_total: 0,
@@ -91,7 +83,7 @@ impl MemoryState {
         let wanted = self.resolve(request)?;
         self.forget_old(now_unix_ms);
         let id = request.lease_id().to_u128();
-        if let Some(outcome) = self.replay(request, &wanted)? {
+        if let Some(outcome) = self.replay(request, &wanted, now_unix_ms)? {
             return Ok(outcome);
         }
         if self.failed.get(id).is_some() {
@@ -100,7 +92,7 @@ impl MemoryState {
         if let Some(denial) = self.standing_denial(&wanted) {
             return Ok(ReserveOutcome::Denied(denial));
         }
-        for &(i, _) in &wanted {
+        for &(i, _) in wanted.as_slice() {
             self.limits[i as usize].expire(now_unix_ms);
         }
         if let Some(denial) = self.shortfall(&wanted, now_unix_ms, jitter) {
@@ -114,7 +106,7 @@ impl MemoryState {
     }
 
     fn resolve(&self, request: &ReserveRequest) -> Result<Wanted, LimiterError> {
-        let mut wanted = Vec::with_capacity(request.requirements().len());
+        let mut wanted = Wanted::new();
         for r in request.requirements() {
             let &i = self
                 .index
@@ -126,20 +118,27 @@ impl MemoryState {
     }
 
     fn forget_old(&mut self, now_unix_ms: u64) {
-        self.settled.expire(now_unix_ms, self.retention_ms);
         self.failed.expire(now_unix_ms, self.retention_ms);
     }
 
     /// The answer to a lease id seen allowed before: the same grant again, or a
     /// conflict when the requirements differ.
-    fn replay(&self, request: &ReserveRequest, wanted: &Wanted) -> Result<Option<ReserveOutcome>, LimiterError> {
+    fn replay(
+        &self,
+        request: &ReserveRequest,
+        wanted: &Wanted,
+        now_unix_ms: u64,
+    ) -> Result<Option<ReserveOutcome>, LimiterError> {
         let id = request.lease_id().to_u128();
         let (reserved_at_unix_ms, same) = if let Some(lease) = self.leases.get(id) {
-            let held = lease.holds.iter().map(|h| (h.limit, h.amount));
-            (lease.reserved_at_unix_ms, same_requirements(held, wanted))
-        } else if let Some(settled) = self.settled.get(id) {
-            let held = settled.requirements.iter().copied();
-            (settled.reserved_at_unix_ms, same_requirements(held, wanted))
+            let held = lease.holds().iter().map(|h| (h.limit, h.amount));
+            (
+                lease.reserved_at_unix_ms,
+                held.eq(sorted(wanted).as_slice().iter().copied()),
+            )
+        } else if let Some(settled) = self.settled.get(id, now_unix_ms, self.retention_ms) {
+            let fingerprint = self.fingerprint(sorted(wanted).as_slice().iter().copied());
+            (settled.reserved_at_unix_ms, settled.fingerprint == fingerprint)
         } else {
             return Ok(None);
         };
@@ -155,14 +154,17 @@ impl MemoryState {
     /// Denials that do not depend on usage: an amount above a whole capacity,
     /// then a key waiting for a decrease. Neither burns the lease id.
     fn standing_denial(&self, wanted: &Wanted) -> Option<Denial> {
-        for &(i, amount) in wanted {
+        for &(i, amount) in wanted.as_slice() {
             let limit = &self.limits[i as usize];
             if amount > limit.capacity() {
                 let key = limit.state().definition().key().clone();
                 return Some(Denial::ExceedsCapacity { key });
             }
         }
-        let &(i, _) = wanted.iter().find(|&&(i, _)| self.limits[i as usize].is_decreasing())?;
+        let &(i, _) = wanted
+            .as_slice()
+            .iter()
+            .find(|&&(i, _)| self.limits[i as usize].is_decreasing())?;
         Some(Denial::LimitDecreasing {
             key: self.limits[i as usize].state().definition().key().clone(),
             retry_after_ms: self.config.decrease_retry_ms,
@@ -174,7 +176,7 @@ impl MemoryState {
     fn shortfall(&mut self, wanted: &Wanted, now_unix_ms: u64, jitter: &Jitter) -> Option<Denial> {
         let mut first = None;
         let mut retry_after_ms = 0;
-        for &(i, amount) in wanted {
+        for &(i, amount) in wanted.as_slice() {
             let limit = &self.limits[i as usize];
             if limit.fits(amount, limit.hold_until(now_unix_ms)) {
                 continue;
@@ -194,8 +196,8 @@ impl MemoryState {
     }
 
     fn grant(&mut self, id: u128, wanted: &Wanted, now_unix_ms: u64) {
-        let mut holds = Vec::with_capacity(wanted.len());
-        for &(i, amount) in wanted {
+        let mut holds = StackVec::<LeaseHold, REQUIREMENTS_MAX>::new();
+        for &(i, amount) in wanted.as_slice() {
             let limit = &mut self.limits[i as usize];
             let expires_at_unix_ms = limit.hold_until(now_unix_ms);
             limit.hold(expires_at_unix_ms, amount);
@@ -208,12 +210,32 @@ impl MemoryState {
                 expires_at_unix_ms,
             });
         }
-        holds.sort_unstable_by_key(|h| h.limit);
-        if let Some((evicted_id, evicted)) = self.leases.insert(id, LiveLease::new(now_unix_ms, holds)) {
+        holds.as_mut_slice().sort_unstable_by_key(|h| h.limit);
+        let lease = LiveLease::new(now_unix_ms, holds.as_slice());
+        if let Some((evicted_id, evicted)) = self.leases.insert(id, lease) {
             // Its holds stay until they end; only reconciliation is lost.
             self.leases_evicted_total += 1;
-            self.settled.insert(evicted_id, now_unix_ms, SettledLease::of(&evicted));
+            self.settle(evicted_id, &evicted, now_unix_ms);
         }
+    }
+
+    /// Remembers a lease that stopped being live, for idempotent retries.
+    fn settle(&mut self, id: u128, lease: &LiveLease, now_unix_ms: u64) {
+        let settled = SettledLease {
+            reserved_at_unix_ms: lease.reserved_at_unix_ms,
+            fingerprint: self.fingerprint(lease.holds().iter().map(|h| (h.limit, h.amount))),
+        };
+        self.settled.insert(id, settled, now_unix_ms, self.retention_ms);
+    }
+
+    /// A keyed hash of requirements sorted by limit.
+    fn fingerprint(&self, sorted: impl Iterator<Item = (LimitIndex, u64)>) -> u64 {
+        let mut hasher = self.fingerprints.build_hasher();
+        for (limit, amount) in sorted {
+            hasher.write_u32(limit);
+            hasher.write_u64(amount);
+        }
+        hasher.finish()
     }
 
     /// Complete: releases the lease's concurrency holds and reconciles its
@@ -225,7 +247,7 @@ impl MemoryState {
         let Some(lease) = self.leases.get(id) else {
             return Ok(());
         };
-        let mut actuals = Vec::with_capacity(request.actuals().len());
+        let mut actuals = StackVec::<(LeaseHold, u64), ACTUALS_MAX>::new();
         for actual in request.actuals() {
             let hold = self
                 .index
@@ -247,17 +269,17 @@ impl MemoryState {
             actuals.push((*hold, actual.actual_amount));
         }
         let lease = self.leases.remove(id).expect("the lease was just found");
-        for hold in &lease.holds {
+        for hold in lease.holds() {
             let limit = &mut self.limits[hold.limit as usize];
             limit.expire(now_unix_ms);
             if limit.kind() == LimitKind::Concurrency {
                 limit.release(hold.expires_at_unix_ms, hold.amount);
             }
         }
-        for (hold, actual) in actuals {
-            self.reconcile(&hold, actual, now_unix_ms);
+        for (hold, actual) in actuals.as_slice() {
+            self.reconcile(hold, *actual, now_unix_ms);
         }
-        self.settled.insert(id, now_unix_ms, SettledLease::of(&lease));
+        self.settle(id, &lease, now_unix_ms);
         Ok(())
     }
 
@@ -384,14 +406,9 @@ fn hint_ms(policy: &RetryPolicy, limit: &mut Limit, amount: u64, now_unix_ms: u6
     base_ms + jitter.sample_ms(policy.jitter_ms(kind))
 }
 
-/// True when `held` and `wanted` name the same limits with the same amounts,
-/// in any order. `held` is sorted by limit.
-fn same_requirements(held: impl ExactSizeIterator<Item = (LimitIndex, u64)>, wanted: &Wanted) -> bool {
-    if held.len() != wanted.len() {
-        return false;
-    }
-    debug_assert!(wanted.len() <= REQUIREMENTS_MAX);
-    let mut sorted = wanted.clone();
-    sorted.sort_unstable_by_key(|&(i, _)| i);
-    held.eq(sorted)
+/// `wanted` sorted by limit, so requirement lists compare as sets.
+fn sorted(wanted: &Wanted) -> Wanted {
+    let mut sorted = *wanted;
+    sorted.as_mut_slice().sort_unstable_by_key(|&(i, _)| i);
+    sorted
 }
