@@ -8,14 +8,23 @@ use ratelimiter::{Backend, SystemClock};
 
 use crate::config::{BackendKind, Config};
 
+/// The backend chosen at startup. The memory backend is kept by its type as well,
+/// so its counters can be exported as metrics.
+pub enum SelectedBackend {
+    /// The in-process memory backend.
+    Memory(Arc<MemoryBackend>),
+    /// Any other backend.
+    Other(Arc<dyn Backend>),
+}
+
 /// Builds the configured backend. The error says what to fix.
-pub async fn build(config: &Config) -> Result<Arc<dyn Backend>, String> {
+pub async fn build(config: &Config) -> Result<SelectedBackend, String> {
     match config.server.backend {
-        BackendKind::Memory => Ok(Arc::new(MemoryBackend::new(
+        BackendKind::Memory => Ok(SelectedBackend::Memory(Arc::new(MemoryBackend::new(
             Arc::new(SystemClock::new()),
             memory_config(config),
-        ))),
-        BackendKind::Tigerbeetle => build_tigerbeetle(config).await,
+        )))),
+        BackendKind::Tigerbeetle => build_tigerbeetle(config).await.map(SelectedBackend::Other),
     }
 }
 

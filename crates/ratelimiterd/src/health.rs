@@ -34,11 +34,16 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
     }
 }
 
-/// Prometheus text exposition.
+/// Prometheus text exposition: the server's metrics, and the memory backend's
+/// counters when it is the backend.
 pub async fn metrics(State(state): State<AppState>) -> Response {
+    let mut text = state.metrics().render();
+    if let Some(memory) = state.memory() {
+        crate::metrics::render_memory(&mut text, &memory.counters());
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        state.metrics().render(),
+        text,
     )
         .into_response()
 }

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use ratelimiter::memory::MemoryCounters;
 use ratelimiter::{Denial, LimitKey, ReserveOutcome, ReserveRequest};
 
 /// The most keys with their own counters. Past it, outcomes are counted under the
@@ -202,6 +203,57 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
         }
         out
+    }
+}
+
+/// Appends the memory backend's counters.
+pub fn render_memory(out: &mut String, counters: &MemoryCounters) {
+    let lines: [(&str, &str, &str, u64); 7] = [
+        (
+            "ratelimiterd_memory_overage_dropped_units_total",
+            "counter",
+            "Units used above reservations and dropped (overage: none).",
+            counters.overage_dropped_total,
+        ),
+        (
+            "ratelimiterd_memory_overage_debt_units_total",
+            "counter",
+            "Units used above reservations and recorded as debt (overage: debt).",
+            counters.overage_debt_total,
+        ),
+        (
+            "ratelimiterd_memory_leases_evicted_total",
+            "counter",
+            "Live leases forgotten to respect memory.leases_max; their completes were not reconciled.",
+            counters.leases_evicted_total,
+        ),
+        (
+            "ratelimiterd_memory_settled_leases_evicted_total",
+            "counter",
+            "Completed lease ids forgotten early to respect memory.leases_max.",
+            counters.settled_leases_evicted_total,
+        ),
+        (
+            "ratelimiterd_memory_failed_leases_evicted_total",
+            "counter",
+            "Denied lease ids forgotten early to respect memory.failed_leases_max.",
+            counters.failed_leases_evicted_total,
+        ),
+        (
+            "ratelimiterd_memory_leases_live",
+            "gauge",
+            "Leases allowed and not completed.",
+            counters.leases_live,
+        ),
+        (
+            "ratelimiterd_memory_failed_leases_remembered",
+            "gauge",
+            "Denied lease ids remembered.",
+            counters.failed_leases_remembered,
+        ),
+    ];
+    for (name, kind, help, value) in lines {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
     }
 }
 

@@ -10,6 +10,7 @@ use ratelimiter::registry::{Registry, RegistryError};
 use tokio::net::TcpListener;
 
 use crate::app::app;
+use crate::backend::SelectedBackend;
 use crate::config::Config;
 use crate::shutdown::Shutdown;
 use crate::state::AppState;
@@ -69,7 +70,10 @@ impl ServeOptions {
 pub async fn start(config: &Config) -> Result<AppState, ServerError> {
     let backend = backend::build(config).await.map_err(ServerError::Backend)?;
     let registry = Registry::open(&config.registry.path)?;
-    let state = AppState::new(backend, registry, config);
+    let state = match backend {
+        SelectedBackend::Memory(memory) => AppState::new_memory(memory, registry, config),
+        SelectedBackend::Other(backend) => AppState::new(backend, registry, config),
+    };
     let restored = state.admin().restore().await.map_err(|e| ServerError::Restore {
         path: config.registry.path.clone(),
         message: e.to_string(),

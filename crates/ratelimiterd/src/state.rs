@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratelimiter::memory::MemoryBackend;
 use ratelimiter::registry::Registry;
 use ratelimiter::Backend;
 use tokio::sync::Semaphore;
@@ -21,6 +22,7 @@ pub struct AppState {
 
 struct Shared {
     backend: Arc<dyn Backend>,
+    memory: Option<Arc<MemoryBackend>>,
     admin: Admin,
     metrics: Arc<Metrics>,
     auth: Auth,
@@ -34,11 +36,27 @@ impl AppState {
     /// Builds the state from a validated configuration, the backend chosen at
     /// startup and the opened registry.
     pub fn new(backend: Arc<dyn Backend>, registry: Registry, config: &Config) -> Self {
+        Self::build(backend, None, registry, config)
+    }
+
+    /// Like [`AppState::new`] on the memory backend, whose counters are then
+    /// exported as metrics.
+    pub fn new_memory(memory: Arc<MemoryBackend>, registry: Registry, config: &Config) -> Self {
+        Self::build(memory.clone(), Some(memory), registry, config)
+    }
+
+    fn build(
+        backend: Arc<dyn Backend>,
+        memory: Option<Arc<MemoryBackend>>,
+        registry: Registry,
+        config: &Config,
+    ) -> Self {
         let server = &config.server;
         Self {
             shared: Arc::new(Shared {
                 admin: Admin::new(backend.clone(), registry),
                 backend,
+                memory,
                 metrics: Arc::new(Metrics::default()),
                 auth: Auth::new(server.admin_token.as_deref(), &server.client_tokens),
                 permits: Arc::new(Semaphore::new(server.concurrent_requests_max)),
@@ -52,6 +70,10 @@ impl AppState {
     /// The backend chosen at startup.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.shared.backend
+    }
+    /// The memory backend, when it is the one chosen.
+    pub fn memory(&self) -> Option<&Arc<MemoryBackend>> {
+        self.shared.memory.as_ref()
     }
     /// Limit definitions: registry and backend together.
     pub fn admin(&self) -> &Admin {

@@ -329,17 +329,27 @@ async fn limits_survive_restarts_including_a_pending_decrease() {
         assert!(Instant::now() < deadline, "the decrease was not carried out in time");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let on_disk: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("limits.json")).unwrap()).unwrap();
-    let entry = on_disk
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["key"] == "global:inflight")
-        .unwrap();
-    assert_eq!(
-        (&entry["status"], &entry["capacity"], &entry["pending_decrease_to"]),
-        (&json!("active"), &json!(2), &json!(0))
-    );
+    // The backend shows the decrease just before the registry file does: wait for
+    // the file too.
+    loop {
+        let on_disk: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("limits.json")).unwrap()).unwrap();
+        let entry = on_disk
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["key"] == "global:inflight")
+            .unwrap()
+            .clone();
+        if entry["status"] == "active" {
+            assert_eq!(
+                (&entry["capacity"], &entry["pending_decrease_to"]),
+                (&json!(2), &json!(0))
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the decrease was not persisted in time");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[test]
@@ -365,21 +375,34 @@ fn sigterm_lets_the_request_in_flight_finish() {
     stream.write_all(head.as_bytes()).unwrap();
     stream.write_all(first.as_bytes()).unwrap();
     stream.flush().unwrap();
-    // Give the server time to start on the request: not needed for correctness
-    // (an unread request is also answered or refused cleanly), only to test the
-    // in-flight case most of the time.
-    std::thread::sleep(Duration::from_millis(200));
+    // Wait, bounded, until the server is handling the request.
+    let deadline = Instant::now() + WAIT_MAX;
+    while !metrics_text(server.addr).contains("\nratelimiterd_requests_in_flight 1\n") {
+        assert!(Instant::now() < deadline, "the request never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let kill = Command::new("kill")
         .arg("-TERM")
         .arg(server.child.id().to_string())
         .status()
         .unwrap();
     assert!(kill.success());
-    std::thread::sleep(Duration::from_millis(100));
+    // Shutdown has begun once new connections are refused.
+    while TcpStream::connect(server.addr).is_ok() {
+        assert!(Instant::now() < deadline, "the server kept accepting after SIGTERM");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     stream.write_all(second.as_bytes()).unwrap();
     let (status, answer) = read_response(stream);
     assert_eq!((status, &answer["allowed"]), (200, &json!(true)));
     assert!(wait_exit(&mut server.child).success());
+}
+
+fn metrics_text(addr: SocketAddr) -> String {
+    match http(addr, "GET", "/metrics", None, None) {
+        (200, Value::String(text)) => text,
+        other => panic!("unexpected metrics answer {other:?}"),
+    }
 }
 
 fn cli(args: &[&str], url: &str, token: &str) -> (i32, Value, String) {

@@ -12,7 +12,7 @@ use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use ratelimiter::memory::MemoryBackend;
 use ratelimiter::registry::Registry;
-use ratelimiter::{Backend, FakeClock, LeaseId};
+use ratelimiter::{FakeClock, LeaseId};
 use ratelimiterd::{app, AppState, Config};
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -45,12 +45,12 @@ fn harness_with(name: &str, yaml: &str) -> Harness {
     let text = format!("registry:\n  path: {}\n{yaml}", registry_path.display());
     let config = Config::parse(&text, std::path::Path::new("test.yaml")).unwrap();
     let clock = FakeClock::new(1_700_000_000_000);
-    let backend: Arc<dyn Backend> = Arc::new(MemoryBackend::new(
+    let backend = Arc::new(MemoryBackend::new(
         Arc::new(clock.clone()),
         ratelimiterd::backend::memory_config(&config),
     ));
     let registry = Registry::open(&registry_path).unwrap();
-    let state = AppState::new(backend, registry, &config);
+    let state = AppState::new_memory(backend, registry, &config);
     Harness {
         router: app(state.clone()),
         clock,
@@ -501,6 +501,7 @@ async fn healthz_and_metrics_report() {
         "ratelimiterd_request_duration_seconds_count{endpoint=\"reserve\"} 3",
         "ratelimiterd_request_duration_seconds_count{endpoint=\"complete\"} 1",
         "ratelimiterd_requests_in_flight 0",
+        "ratelimiterd_memory_leases_live 1",
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
     }
