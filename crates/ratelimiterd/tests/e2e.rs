@@ -508,6 +508,24 @@ fn bad_configurations_and_registries_stop_startup_with_a_clear_message() {
     // The bad registry is left as it was.
     assert!(std::fs::read_to_string(&registry).unwrap().contains("\"bad\""));
 
+    let valid = dir.join("valid.yaml");
+    std::fs::write(&valid, "server:\n  listen_addr: \":9\"\ndecrease:\n  retry_ms: 5000\n").unwrap();
+    let output = Command::new(BIN)
+        .arg("--config")
+        .arg(&valid)
+        .arg("check-config")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "configuration is valid\n");
+    let output = Command::new(BIN)
+        .arg("--config")
+        .arg(dir.join("unknown.yaml"))
+        .arg("check-config")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+
     if !cfg!(feature = "tigerbeetle") {
         let config = dir.join("tb.yaml");
         std::fs::write(&config, "server:\n  backend: tigerbeetle\n").unwrap();
