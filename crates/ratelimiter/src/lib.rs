@@ -15,6 +15,7 @@ pub mod key;
 pub mod limiter;
 pub mod llm;
 pub mod registry;
+pub mod scheduler;
 pub mod wire;
 
 pub use clock::{Clock, FakeClock, SystemClock, TokioClock};
