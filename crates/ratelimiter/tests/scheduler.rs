@@ -568,3 +568,37 @@ async fn a_reserve_that_hangs_counts_as_unknown_and_is_resent() {
     assert_eq!(reserves[0].0, done.lease_id);
     assert_eq!((reserves[0].1 - start).as_millis(), 1_100);
 }
+
+/// Job 1 runs for 100 ms; job 2 is denied on `denied_key` with a 10 s hint while
+/// job 1 runs. Returns when job 2 was reserved again, in ms from the start.
+async fn retry_time_after_own_complete(denied_key: &str, job1_tokens: u64) -> u128 {
+    let limiter = Scripted::new(vec![allowed(), not_now(denied_key, 10_000)], vec![]);
+    let recorder = Recorder::new(limiter);
+    let scheduler = Scheduler::with_config(recorder.clone(), config(2).build().unwrap());
+    let start = Instant::now();
+    let job1 = scheduler
+        .submit(sleeping_job(openai("job-1"), 100, job1_tokens))
+        .unwrap();
+    let job2 = scheduler.submit(sleeping_job(openai("job-2"), 100, 5)).unwrap();
+    job1.await.unwrap();
+    job2.await.unwrap();
+    let reserves = recorder.reserves_of("job-2");
+    assert_eq!(reserves.len(), 2);
+    (reserves[1].1 - start).as_millis()
+}
+
+#[tokio::test(start_paused = true)]
+async fn completing_a_lease_resumes_a_queue_waiting_for_what_it_freed() {
+    // The 100-token reservation of job 1 is reconciled to 5: tokens and its slot come back.
+    assert_eq!(
+        retry_time_after_own_complete("global:llm:openai:gpt-4o:concurrency", 5).await,
+        100
+    );
+    assert_eq!(retry_time_after_own_complete(TPM, 5).await, 100);
+    // Nothing frees requests per minute, or tokens when all were used: the hint holds.
+    assert_eq!(
+        retry_time_after_own_complete("global:llm:openai:gpt-4o:rpm", 5).await,
+        10_000
+    );
+    assert_eq!(retry_time_after_own_complete(TPM, 100).await, 10_000);
+}

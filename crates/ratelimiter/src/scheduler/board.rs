@@ -15,7 +15,7 @@ use super::config::SchedulerConfig;
 use super::entry::Entry;
 use super::error::SubmitErrorKind;
 use super::job::JobSpec;
-use super::queue::WorkQueue;
+use super::queue::{SharedKeys, WorkQueue};
 use super::report::ShutdownReport;
 
 /// The longest wait the scheduler honours, in ms: no limit frees capacity later
@@ -136,11 +136,11 @@ impl Board {
 
     fn create_queue(&mut self, class: (String, String)) -> QueueId {
         let (provider, model) = (&class.0, &class.1);
-        let shared_keys = [
-            LimitKey::llm_rpm(provider, model).expect("validated at submit"),
-            LimitKey::llm_tpm(provider, model).expect("validated at submit"),
-            LimitKey::llm_concurrency(provider, model).expect("validated at submit"),
-        ];
+        let shared_keys = SharedKeys {
+            rpm: LimitKey::llm_rpm(provider, model).expect("validated at submit"),
+            tpm: LimitKey::llm_tpm(provider, model).expect("validated at submit"),
+            concurrency: LimitKey::llm_concurrency(provider, model).expect("validated at submit"),
+        };
         let id = self.next_queue_id;
         self.next_queue_id += 1;
         self.queues.insert(id, WorkQueue::new(shared_keys));
@@ -246,7 +246,7 @@ impl Board {
     /// `until`. A closed board gives the job back.
     pub fn defer(&mut self, taken: Taken, until: Instant) -> Option<Entry> {
         self.put_back(taken, |queue, entry| {
-            queue.pause(until);
+            queue.pause(until, None);
             queue.make_ready(entry);
         })
     }
@@ -258,6 +258,13 @@ impl Board {
         put(self.queue(taken.queue), taken.entry);
         self.schedule(taken.queue);
         None
+    }
+
+    /// Notes that a lease of the queue was completed, giving back its concurrency
+    /// and, when `tokens_returned`, tokens. Returns true when the queue's pause
+    /// ended and a worker should be woken.
+    pub fn lease_completed(&mut self, queue_id: QueueId, tokens_returned: bool, now: Instant) -> bool {
+        self.queue(queue_id).resume_after_complete(tokens_returned) && self.enlist(queue_id, now)
     }
 
     /// Forgets a job whose handle is being answered, and its queue once empty.

@@ -19,7 +19,7 @@ use super::entry::Entry;
 /// `blocked`, the rest go on.
 pub(super) struct WorkQueue {
     /// Keys every job of this queue reserves.
-    shared_keys: [LimitKey; 3],
+    shared_keys: SharedKeys,
     /// Jobs per tenant; a lane lives while its tenant has unfinished jobs here.
     lanes: HashMap<String, Lane>,
     /// Tenants with ready jobs, in turn order.
@@ -30,12 +30,30 @@ pub(super) struct WorkQueue {
     gates: HashMap<LimitKey, Instant>,
     /// No job of this queue is tried before this time.
     paused_until: Option<Instant>,
+    /// The key whose denial set `paused_until`; `None` for an unknown outcome.
+    paused_on: Option<LimitKey>,
     /// Unfinished jobs: ready, blocked or being attempted by a worker.
     jobs: usize,
     /// Whether the queue is in the board's ring of queues with ready work.
     pub in_ring: bool,
     /// The earliest time the board's timer will wake this queue.
     pub wake_at: Option<Instant>,
+}
+
+/// The keys every job of one (provider, model) reserves.
+pub(super) struct SharedKeys {
+    /// Requests per window.
+    pub rpm: LimitKey,
+    /// Tokens per window.
+    pub tpm: LimitKey,
+    /// Calls in flight.
+    pub concurrency: LimitKey,
+}
+
+impl SharedKeys {
+    fn contains(&self, key: &LimitKey) -> bool {
+        [&self.rpm, &self.tpm, &self.concurrency].contains(&key)
+    }
 }
 
 /// One tenant's jobs in one queue.
@@ -81,7 +99,7 @@ impl Ord for Blocked {
 
 impl WorkQueue {
     /// An empty queue whose jobs all reserve `shared_keys`.
-    pub fn new(shared_keys: [LimitKey; 3]) -> Self {
+    pub fn new(shared_keys: SharedKeys) -> Self {
         Self {
             shared_keys,
             lanes: HashMap::new(),
@@ -89,6 +107,7 @@ impl WorkQueue {
             blocked: BinaryHeap::new(),
             gates: HashMap::new(),
             paused_until: None,
+            paused_on: None,
             jobs: 0,
             in_ring: false,
             wake_at: None,
@@ -170,7 +189,7 @@ impl WorkQueue {
         if needed_by_all || !needed_by_entry {
             // A key outside the job's requirements is the limiter's mistake; pausing
             // the whole queue is the safe reading of it.
-            self.pause(until);
+            self.pause(until, Some(key));
             self.make_ready(entry);
         } else {
             let gate = self.gates.entry(key.clone()).or_insert(until);
@@ -182,15 +201,36 @@ impl WorkQueue {
         }
     }
 
-    /// Keeps every job of this queue waiting until `until`.
-    pub fn pause(&mut self, until: Instant) {
-        self.paused_until = Some(self.paused_until.map_or(until, |current| current.max(until)));
+    /// Keeps every job of this queue waiting until `until`, because of a denial
+    /// on `key` or, when `None`, an unknown outcome.
+    pub fn pause(&mut self, until: Instant, key: Option<&LimitKey>) {
+        if self.paused_until.is_none_or(|current| current < until) {
+            self.paused_until = Some(until);
+            self.paused_on = key.cloned();
+        }
+    }
+
+    /// Ends a pause on the concurrency key, or on the tpm key when the lease gave
+    /// tokens back, since one of this queue's leases was just completed and freed
+    /// what the pause waits for. Returns true when the pause ended.
+    ///
+    /// The retry hint is a guess made before the completion; waiting it out would
+    /// leave the freed capacity idle.
+    pub fn resume_after_complete(&mut self, tokens_returned: bool) -> bool {
+        let Some(key) = &self.paused_on else { return false };
+        let freed = *key == self.shared_keys.concurrency || (tokens_returned && *key == self.shared_keys.tpm);
+        if freed {
+            self.paused_until = None;
+            self.paused_on = None;
+        }
+        freed
     }
 
     /// Ends the waits that are over at `now`.
     pub fn release(&mut self, now: Instant) {
         if self.paused_until.is_some_and(|until| until <= now) {
             self.paused_until = None;
+            self.paused_on = None;
         }
         self.gates.retain(|_, until| *until > now);
         while self.blocked.peek().is_some_and(|b| b.0.not_before <= now) {

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::error::LimiterError;
 use crate::id::LeaseId;
 use crate::key::LimitKey;
+use crate::llm::token_upper_bound;
 use crate::wire::{Denial, ReserveOutcome};
 
 use super::board::Taken;
@@ -217,6 +218,13 @@ async fn run_call(shared: &Shared, taken: Taken, lease_id: LeaseId, abort: &mut 
         Err(_cancelled) => (None, Err(JobError::Aborted)),
     };
     let complete_error = complete(shared, &spec, lease_id, actual_tokens).await.err();
+    if complete_error.is_none() {
+        let reserved_tokens = token_upper_bound(&spec.prompt, spec.max_output_tokens);
+        let tokens_returned = actual_tokens.is_some_and(|tokens| tokens < reserved_tokens);
+        if shared.board().lease_completed(queue, tokens_returned, Instant::now()) {
+            shared.work_ready.notify_one();
+        }
+    }
     if matches!(ran, Err(JobError::Aborted)) {
         shared.board().note_aborted(&spec.job_id);
     }
