@@ -602,3 +602,20 @@ async fn completing_a_lease_resumes_a_queue_waiting_for_what_it_freed() {
     );
     assert_eq!(retry_time_after_own_complete(TPM, 100).await, 10_000);
 }
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_releases_a_lease_of_unknown_outcome_that_was_waiting() {
+    let limiter = Scripted::new(vec![unavailable(60_000)], vec![]);
+    let recorder = Recorder::new(limiter);
+    let scheduler = Scheduler::with_config(recorder.clone(), config(1).build().unwrap());
+    let waiting = scheduler.submit(sleeping_job(openai("waiting"), 10, 1)).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let report = scheduler.shutdown(std::future::ready(())).await.unwrap();
+    assert_eq!(report.not_run, vec!["waiting"]);
+    assert!(matches!(waiting.await, Err(JobError::NotRun)));
+    let lease = recorder.reserves_of("waiting")[0].0;
+    assert_eq!(
+        recorder.completes_of("waiting"),
+        vec![(lease, vec![(TPM.to_owned(), 0)])]
+    );
+}

@@ -141,9 +141,9 @@ impl Scheduler {
         if workers.is_empty() {
             return Err(ShutdownError::AlreadyShutDown);
         }
-        self.shared.close();
+        let releases = Shared::close(&self.shared);
         let all_stopped = async {
-            for worker in workers {
+            for worker in workers.into_iter().chain(releases) {
                 if let Err(error) = worker.await {
                     tracing::error!(%error, "scheduler worker ended abnormally");
                 }
@@ -166,7 +166,7 @@ impl Drop for Scheduler {
         let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
         if !workers.is_empty() {
             // The workers finish their current job and stop; they hold what they need.
-            self.shared.close();
+            drop(Shared::close(&self.shared));
         }
     }
 }
@@ -176,13 +176,23 @@ impl Shared {
         self.board.lock().expect("scheduler board lock poisoned")
     }
 
-    /// Stops intake and answers every job that has not started.
-    fn close(&self) {
-        let drained = self.board().close();
+    /// Stops intake and answers every job that has not started. Jobs waiting to
+    /// resend a lease of unknown outcome get that lease released, in case it
+    /// landed, by the returned tasks (none outside a runtime: the leases then
+    /// expire on their own).
+    fn close(shared: &Arc<Self>) -> Vec<JoinHandle<()>> {
+        let drained = shared.board().close();
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let mut releases = Vec::new();
         for (queue, entry) in drained {
-            self.answer_not_run(queue, entry);
+            if let (Some(lease_id), Some(runtime)) = (entry.unknown_lease, &runtime) {
+                let (shared, spec) = (Arc::clone(shared), entry.spec.clone());
+                releases.push(runtime.spawn(async move { worker::release_unknown(&shared, &spec, lease_id).await }));
+            }
+            shared.answer_not_run(queue, entry);
         }
-        self.work_ready.notify_waiters();
+        shared.work_ready.notify_waiters();
+        releases
     }
 
     /// Answers a job that will not run and notes it for the shutdown report.

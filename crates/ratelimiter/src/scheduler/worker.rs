@@ -174,7 +174,7 @@ async fn reserve(shared: &Shared, entry: &mut Entry) -> Reserved {
 /// Releases a lease whose reserve outcome is unknown and whose job will not run
 /// under it: one Complete with 0 tokens, which is a no-op if the reserve never
 /// landed. If it fails, the reservation expires on its own.
-async fn release_unknown(shared: &Shared, spec: &JobSpec, lease_id: LeaseId) {
+pub(super) async fn release_unknown(shared: &Shared, spec: &JobSpec, lease_id: LeaseId) {
     let request = complete_request(spec, lease_id, Some(0));
     let call = shared.limiter.complete(&request);
     match tokio::time::timeout(shared.config.call_timeout(), call).await {
