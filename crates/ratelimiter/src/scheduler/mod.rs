@@ -13,6 +13,23 @@
 //!
 //! Time is tokio time: under `tokio::time::pause()` the scheduler, the calls
 //! and a memory backend on [`crate::TokioClock`] share one virtual timeline.
+//!
+//! Decisions where the spec is silent:
+//!
+//! - A "not now" denial on a key every job of the queue needs (the model's rpm,
+//!   tpm, concurrency) pauses the whole queue until the hint, so one denial costs
+//!   one reserve, not one per queued job. A denial on a tenant's budget holds only
+//!   the jobs that reserve that budget. When a lease of the queue is completed and
+//!   frees the concurrency (or tokens) the queue waits for, the pause ends at once.
+//! - Complete reconciles tokens to what execute returned, or to 0 when execute
+//!   returned an error. After a panic, or a call stopped at the shutdown deadline,
+//!   what the call used is unknown: Complete releases concurrency and leaves the
+//!   tokens reserved at the upper bound, so the provider is never over-used.
+//! - A reserve or complete call that outlives `call_timeout` has an unknown
+//!   outcome, as if the limiter were unavailable.
+//! - `job_id` is required: it names jobs in logs and shutdown reports.
+//! - Shutdown starts no new call: queued and waiting jobs are answered at once
+//!   and listed as not run.
 
 mod board;
 mod config;
