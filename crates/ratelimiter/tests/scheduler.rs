@@ -619,3 +619,35 @@ async fn shutdown_releases_a_lease_of_unknown_outcome_that_was_waiting() {
         vec![(lease, vec![(TPM.to_owned(), 0)])]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_jobs_on_many_threads_all_finish_and_leave_nothing_behind() {
+    // Deny about a third of the attempts with a 1 ms hint, chosen by lease id bits.
+    let limiter = Scripted::with(|request| (request.lease_id().to_u128() % 3 == 0).then(|| not_now(TPM, 1)));
+    let recorder = Recorder::new(limiter);
+    let config = SchedulerConfig::builder(16).jitter_ms_max(2).build().unwrap();
+    let scheduler = Scheduler::with_config(recorder.clone(), config);
+    let handles: Vec<_> = (0..5_000)
+        .map(|i| {
+            let tenant = format!("tenant_{}", i % 7);
+            let model = format!("m{}", i % 5);
+            let job = Job::new(spec(&format!("job-{i}"), &tenant, "openai", &model), || async {
+                tokio::task::yield_now().await;
+                Ok::<u64, ExecuteError>(1)
+            });
+            scheduler.submit(job).unwrap()
+        })
+        .collect();
+    for handle in handles {
+        assert_eq!(handle.await.unwrap().actual_tokens, 1);
+    }
+    assert_eq!(scheduler.jobs(), 0);
+    let completes = recorder
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, scheduler_support::Call::Complete { .. }))
+        .count();
+    assert_eq!(completes, 5_000, "one complete per call");
+    let report = scheduler.shutdown(std::future::ready(())).await.unwrap();
+    assert_eq!(report, Default::default());
+}
