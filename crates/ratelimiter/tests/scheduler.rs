@@ -651,3 +651,13 @@ async fn many_jobs_on_many_threads_all_finish_and_leave_nothing_behind() {
     let report = scheduler.shutdown(std::future::ready(())).await.unwrap();
     assert_eq!(report, Default::default());
 }
+
+#[test]
+fn the_scheduler_can_be_shared_across_tasks() {
+    fn shareable<T: Send + Sync + 'static>() {}
+    fn sendable<T: Send + 'static>() {}
+    shareable::<Scheduler>();
+    sendable::<Job>();
+    sendable::<ratelimiter::scheduler::JobHandle>();
+    shareable::<ratelimiter::scheduler::SubmitError>();
+}

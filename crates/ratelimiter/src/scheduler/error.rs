@@ -1,8 +1,9 @@
 //! Why the scheduler refused a job or a shutdown.
 
 use std::fmt;
+use std::sync::Mutex;
 
-use super::job::Job;
+use super::job::{ExecuteFn, Job, JobSpec};
 
 /// Why `submit` refused a job.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,14 +54,19 @@ pub enum SubmitErrorKind {
 /// A refused job, handed back so the caller can retry or run it elsewhere.
 pub struct SubmitError {
     kind: SubmitErrorKind,
-    job: Box<Job>,
+    spec: Box<JobSpec>,
+    /// Behind a mutex only so the error is `Sync`, as error types are expected to
+    /// be; the call is never reached through a shared reference.
+    execute: Mutex<ExecuteFn>,
 }
 
 impl SubmitError {
     pub(crate) fn new(kind: SubmitErrorKind, job: Job) -> Self {
+        let (spec, execute) = job.into_parts();
         Self {
             kind,
-            job: Box::new(job),
+            spec: Box::new(spec),
+            execute: Mutex::new(execute),
         }
     }
 
@@ -69,9 +75,18 @@ impl SubmitError {
         &self.kind
     }
 
+    /// What the refused job is.
+    pub fn job_spec(&self) -> &JobSpec {
+        &self.spec
+    }
+
     /// The refused job, untouched.
     pub fn into_job(self) -> Job {
-        *self.job
+        let execute = self
+            .execute
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Job::from_parts(*self.spec, execute)
     }
 }
 
@@ -79,14 +94,14 @@ impl fmt::Debug for SubmitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SubmitError")
             .field("kind", &self.kind)
-            .field("job_id", &self.job.spec().job_id)
+            .field("job_id", &self.spec.job_id)
             .finish()
     }
 }
 
 impl fmt::Display for SubmitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "job {:?} refused: {}", self.job.spec().job_id, self.kind)
+        write!(f, "job {:?} refused: {}", self.spec.job_id, self.kind)
     }
 }
 

@@ -80,6 +80,10 @@ impl Job {
     pub(crate) fn into_parts(self) -> (JobSpec, ExecuteFn) {
         (self.spec, self.execute)
     }
+
+    pub(crate) fn from_parts(spec: JobSpec, execute: ExecuteFn) -> Self {
+        Self { spec, execute }
+    }
 }
 
 impl fmt::Debug for Job {
