@@ -14,8 +14,12 @@ pub mod id;
 pub mod key;
 pub mod limiter;
 pub mod llm;
+pub mod memory;
 pub mod registry;
+pub mod retry;
 pub mod scheduler;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod wire;
 
 pub use clock::{Clock, FakeClock, SystemClock, TokioClock};
@@ -26,6 +30,8 @@ pub use error::LimiterError;
 pub use id::{id128, LeaseId};
 pub use key::LimitKey;
 pub use limiter::{Backend, Limiter};
+pub use memory::{MemoryBackend, MemoryConfig};
+pub use retry::RetryPolicy;
 pub use wire::{
     Actual, CompleteRequest, CompleteResponse, Denial, Requirement, ReserveOutcome, ReserveRequest, ReserveResponse,
 };
