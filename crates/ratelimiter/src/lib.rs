@@ -10,10 +10,13 @@
 pub mod clock;
 pub mod definition;
 pub mod error;
+#[cfg(feature = "http-client")]
+pub mod httpclient;
 pub mod id;
 pub mod key;
 pub mod limiter;
 pub mod llm;
+pub mod local;
 pub mod memory;
 pub mod registry;
 pub mod retry;
