@@ -56,15 +56,20 @@ pub struct Session {
 }
 
 impl Session {
-    /// Connects to `addr`; reads wait at most [`WAIT_MAX`].
+    /// Connects to `addr`; reads wait at most [`WAIT_MAX`]. Panics when it cannot.
     pub fn open(addr: SocketAddr) -> Session {
-        let stream = TcpStream::connect(addr).expect("connect");
-        stream.set_read_timeout(Some(WAIT_MAX)).expect("read timeout");
-        stream.set_nodelay(true).expect("nodelay");
-        Session {
+        Self::connect(addr).expect("connect")
+    }
+
+    /// Connects to `addr`; reads wait at most [`WAIT_MAX`].
+    pub fn connect(addr: SocketAddr) -> io::Result<Session> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_read_timeout(Some(WAIT_MAX))?;
+        stream.set_nodelay(true)?;
+        Ok(Session {
             stream,
             buffered: Vec::new(),
-        }
+        })
     }
 
     /// Writes `bytes` (errors ignored: the server may have closed already).
@@ -184,7 +189,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// Writes `bytes` on a fresh connection and reads one response.
 pub fn exchange(addr: SocketAddr, bytes: &[u8]) -> io::Result<Response> {
-    let mut session = Session::open(addr);
+    let mut session = Session::connect(addr)?;
     session.write(bytes);
     session.read_response()
 }
