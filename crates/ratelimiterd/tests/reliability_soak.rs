@@ -37,6 +37,7 @@ async fn a_short_soak_on_the_memory_backend_never_over_admits() {
         call_ms_max: 30,
         change_interval: Duration::from_millis(300),
         sample_interval: Duration::from_millis(100),
+        capacity_scale: 1,
         seed,
         prefix,
     };

@@ -53,6 +53,10 @@ struct Args {
     /// Interval between usage samples, in ms.
     #[arg(long, default_value_t = 100)]
     sample_interval_ms: u64,
+    /// Multiplies every capacity: above 1 the server's request rate, not the
+    /// limits, bounds the run.
+    #[arg(long, default_value_t = 1)]
+    capacity_scale: u64,
     /// Seed of the clients' choices (random when absent).
     #[arg(long)]
     seed: Option<u64>,
@@ -99,6 +103,7 @@ async fn soak(args: Args) -> Result<bool, String> {
         call_ms_max: args.call_ms_max,
         change_interval: Duration::from_millis(args.change_interval_ms),
         sample_interval: Duration::from_millis(args.sample_interval_ms),
+        capacity_scale: args.capacity_scale,
         seed,
         prefix: prefix.clone(),
     };

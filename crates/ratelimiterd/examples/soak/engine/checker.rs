@@ -49,6 +49,10 @@ pub struct LimitSummary {
     /// The highest share of the capacity bound surely held at a grant (0..=1
     /// when correct): how hard the run pushed this limit.
     pub peak_utilisation: f64,
+    /// Units surely held at that peak.
+    pub peak_held: u128,
+    /// The capacity bound at that peak.
+    pub peak_capacity: u64,
     /// Decreases answered `decreasing`.
     pub decreases: u64,
     /// Of those, the ones seen carried out.
@@ -215,7 +219,12 @@ fn sweep(spec: &LimitSpec, events: &[Event], bounds: &[(u64, u64)], verdict: &mu
         }
         summary.grants += checks;
         let capacity = bound_at(bounds, at_ms);
-        summary.peak_utilisation = summary.peak_utilisation.max(held as f64 / capacity.max(1) as f64);
+        let utilisation = held as f64 / capacity.max(1) as f64;
+        if utilisation > summary.peak_utilisation {
+            summary.peak_utilisation = utilisation;
+            summary.peak_held = held as u128;
+            summary.peak_capacity = capacity;
+        }
         if held > i128::from(capacity) {
             verdict.violations_total += 1;
             if verdict.violations.len() < VIOLATIONS_KEPT_MAX {

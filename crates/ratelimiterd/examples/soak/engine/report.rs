@@ -24,28 +24,31 @@ pub fn render(records: &Records, verdict: &Verdict, ran: Duration) -> String {
     let carried_out: u64 = verdict.limits.iter().map(|l| l.decreases_carried_out).sum();
     let _ = writeln!(
         out,
-        "{} completes, {} abandoned, {} replays checked, {} capacity changes ({decreases} decreases, \
-         {carried_out} seen carried out), {} usage samples",
+        "{} completes, {} abandoned, {} replays checked ({} of completed leases granted anew), \
+         {} capacity changes ({decreases} decreases, {carried_out} seen carried out), {} usage samples",
         records.completions.len(),
         records.abandoned,
         records.replays,
+        records.regranted,
         records.changes.len(),
         records.observations.len()
     );
     let _ = writeln!(
         out,
-        "{:<40} {:>9} {:>12} {:>10}",
-        "limit", "grants", "peak held", "decreases"
+        "{:<36} {:>8} {:>26} {:>10}",
+        "limit", "grants", "peak held of capacity", "decreases"
     );
     for limit in &verdict.limits {
+        let peak = format!(
+            "{}/{} {:.1}%",
+            limit.peak_held,
+            limit.peak_capacity,
+            limit.peak_utilisation * 100.0
+        );
         let _ = writeln!(
             out,
-            "{:<40} {:>9} {:>11.1}% {:>5}/{:<4}",
-            limit.key,
-            limit.grants,
-            limit.peak_utilisation * 100.0,
-            limit.decreases_carried_out,
-            limit.decreases
+            "{:<36} {:>8} {:>26} {:>5}/{:<4}",
+            limit.key, limit.grants, peak, limit.decreases_carried_out, limit.decreases
         );
     }
     let _ = writeln!(
