@@ -160,12 +160,38 @@ fn listening_addr(line: &str) -> Option<SocketAddr> {
     line.split("addr=").nth(1)?.split_whitespace().next()?.parse().ok()
 }
 
-/// Writes `dir/config.yaml`: loopback port 0, both tokens, the registry in `dir`.
+/// Names a running TigerBeetle cluster (`host:port`, comma-separated) to run
+/// every server of these tests on the TigerBeetle backend instead of memory.
+/// The binary must then be built with `--features tigerbeetle`, and the cluster
+/// should be fresh (`scripts/tigerbeetle.sh stop; scripts/tigerbeetle.sh start 3`):
+/// the tests use fixed keys.
+pub const TIGERBEETLE_ADDRESSES_ENV: &str = "RELIABILITY_TIGERBEETLE_ADDRESSES";
+
+/// The backend lines of every configuration: `server:` lines and a section.
+fn backend_config() -> (String, String) {
+    match std::env::var(TIGERBEETLE_ADDRESSES_ENV) {
+        Ok(addresses) if !addresses.trim().is_empty() => {
+            let list: Vec<String> = addresses.split(',').map(|a| format!("\"{}\"", a.trim())).collect();
+            (
+                "  backend: tigerbeetle\n".to_owned(),
+                format!(
+                    "tigerbeetle:\n  cluster_id: \"0\"\n  addresses: [{}]\n",
+                    list.join(", ")
+                ),
+            )
+        }
+        _ => (String::new(), String::new()),
+    }
+}
+
+/// Writes `dir/config.yaml`: loopback port 0, both tokens, the registry in
+/// `dir`, the backend of [`TIGERBEETLE_ADDRESSES_ENV`].
 pub fn write_config(dir: &Path, server_extra: &str, sections: &str) -> PathBuf {
     let path = dir.join("config.yaml");
+    let (backend_lines, backend_section) = backend_config();
     let text = format!(
         "server:\n  listen_addr: \"127.0.0.1:0\"\n  admin_token: {ADMIN_TOKEN}\n  client_tokens: [{CLIENT_TOKEN}]\n\
-         {server_extra}registry:\n  path: {}\n{sections}",
+         {backend_lines}{server_extra}registry:\n  path: {}\n{backend_section}{sections}",
         dir.join("limits.json").display()
     );
     std::fs::write(&path, text).expect("write config");
