@@ -13,7 +13,10 @@ pub mod error;
 pub mod id;
 pub mod key;
 pub mod limiter;
+pub mod llm;
+pub mod local;
 pub mod memory;
+pub mod registry;
 pub mod retry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
