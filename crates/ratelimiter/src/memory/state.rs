@@ -1,17 +1,23 @@
-//! Every limit of the memory backend and the decisions that touch limits:
-//! resolving keys, checking and granting requirements all or nothing,
-//! releasing and reconciling holds. One instance lives behind the backend's
-//! limits mutex; lease bookkeeping lives in the lease shards, outside it.
+//! Everything the memory backend holds, and the reserve and complete decisions.
+//! One instance lives behind the backend's mutex; every method runs at one
+//! instant `now_unix_ms`, read just before the mutex is taken (two callers may
+//! pass instants a few nanoseconds out of order; nothing here assumes more
+//! than that time never goes back by a whole window).
+
+use std::hash::{BuildHasher, Hasher};
 
 use crate::definition::{LimitKind, LimitReport, LimitState, Overage};
 use crate::error::LimiterError;
 use crate::key::LimitKey;
 use crate::retry::{Jitter, RetryPolicy};
-use crate::wire::{CompleteRequest, Denial, ReserveRequest, ACTUALS_MAX, REQUIREMENTS_MAX};
+use crate::wire::{CompleteRequest, Denial, ReserveOutcome, ReserveRequest, ACTUALS_MAX, REQUIREMENTS_MAX};
 
 use super::config::MemoryConfig;
-use super::lease_table::{LeaseHold, LimitIndex, LiveLease};
+use super::counters::MemoryCounters;
+use super::lease_table::{LeaseHold, LeaseTable, LimitIndex, LiveLease};
 use super::limit::Limit;
+use super::recent_ids::RecentIds;
+use super::settled_cache::{SettledCache, SettledLease};
 use super::stack_vec::StackVec;
 use super::FastMap;
 
@@ -23,46 +29,83 @@ pub const LIMITS_MAX: usize = 1 << 20;
 /// with the same id is still answered as TigerBeetle (which never forgets) would.
 pub const LEASE_MEMORY_MARGIN_MS: u64 = 60_000;
 
-/// A request's requirements resolved to limits, in request order.
-pub type Wanted = StackVec<(LimitIndex, u64), REQUIREMENTS_MAX>;
-/// The holds of a granted request, sorted by limit.
-pub type Granted = StackVec<LeaseHold, REQUIREMENTS_MAX>;
-
-/// The limits and their usage.
+/// The memory backend's data.
 #[derive(Debug)]
-pub struct LimitTable {
-    retry_policy: RetryPolicy,
-    decrease_retry_ms: u64,
+pub struct MemoryState {
+    config: MemoryConfig,
     index: FastMap<LimitKey, LimitIndex>,
     limits: Vec<Limit>,
+    leases: LeaseTable,
+    settled: SettledCache,
+    failed: RecentIds<()>,
+    /// Seeds the fingerprints of settled leases' requirements: 64-bit keyed
+    /// hashes, so a retry with other requirements is told apart unless it
+    /// collides, with odds of 2^-64 for a caller already misusing the id.
+    fingerprints: foldhash::fast::RandomState,
     /// The longest window or timeout of any limit ever defined, plus
     /// [`LEASE_MEMORY_MARGIN_MS`]: how long denied and settled lease ids are remembered.
     retention_ms: u64,
     overage_dropped_total: u64,
     overage_debt_total: u64,
+    leases_evicted_total: u64,
 }
 
-impl LimitTable {
-    /// No limits yet.
-    pub fn new(config: &MemoryConfig) -> Self {
+/// A request's requirements resolved to limits, in request order.
+type Wanted = StackVec<(LimitIndex, u64), REQUIREMENTS_MAX>;
+
+impl MemoryState {
+    /// An empty state; `config` was validated.
+    pub fn new(config: MemoryConfig) -> Self {
         Self {
-            retry_policy: config.retry_policy,
-            decrease_retry_ms: config.decrease_retry_ms,
+            leases: LeaseTable::new(config.leases_max),
+            settled: SettledCache::new(config.leases_max),
+            failed: RecentIds::new(config.failed_leases_max),
+            config,
+            fingerprints: foldhash::fast::RandomState::default(),
             index: FastMap::default(),
             limits: Vec::new(),
             retention_ms: LEASE_MEMORY_MARGIN_MS,
             overage_dropped_total: 0,
             overage_debt_total: 0,
+            leases_evicted_total: 0,
         }
     }
 
-    /// How long lease ids that stopped being live are remembered.
-    pub fn retention_ms(&self) -> u64 {
-        self.retention_ms
+    /// Reserve, in the order of the memory backend's contract: unknown key,
+    /// idempotent replay or conflict, burnt lease id, never-fitting amount,
+    /// decreasing key, then all requirements or none.
+    pub fn reserve(
+        &mut self,
+        request: &ReserveRequest,
+        now_unix_ms: u64,
+        jitter: &Jitter,
+    ) -> Result<ReserveOutcome, LimiterError> {
+        let wanted = self.resolve(request)?;
+        self.forget_old(now_unix_ms);
+        let id = request.lease_id().to_u128();
+        if let Some(outcome) = self.replay(request, &wanted, now_unix_ms)? {
+            return Ok(outcome);
+        }
+        if self.failed.get(id).is_some() {
+            return Ok(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed));
+        }
+        if let Some(denial) = self.standing_denial(&wanted) {
+            return Ok(ReserveOutcome::Denied(denial));
+        }
+        for &(i, _) in wanted.as_slice() {
+            self.limits[i as usize].expire(now_unix_ms);
+        }
+        if let Some(denial) = self.shortfall(&wanted, now_unix_ms, jitter) {
+            self.failed.insert(id, now_unix_ms, ());
+            return Ok(ReserveOutcome::Denied(denial));
+        }
+        self.grant(id, &wanted, now_unix_ms);
+        Ok(ReserveOutcome::Allowed {
+            reserved_at_unix_ms: now_unix_ms,
+        })
     }
 
-    /// The request's requirements as limits, or the first unknown key.
-    pub fn resolve(&self, request: &ReserveRequest) -> Result<Wanted, LimiterError> {
+    fn resolve(&self, request: &ReserveRequest) -> Result<Wanted, LimiterError> {
         let mut wanted = Wanted::new();
         for r in request.requirements() {
             let &i = self
@@ -74,9 +117,43 @@ impl LimitTable {
         Ok(wanted)
     }
 
+    fn forget_old(&mut self, now_unix_ms: u64) {
+        self.failed.expire(now_unix_ms, self.retention_ms);
+    }
+
+    /// The answer to a lease id seen allowed before: the same grant again, or a
+    /// conflict when the requirements differ.
+    fn replay(
+        &self,
+        request: &ReserveRequest,
+        wanted: &Wanted,
+        now_unix_ms: u64,
+    ) -> Result<Option<ReserveOutcome>, LimiterError> {
+        let id = request.lease_id().to_u128();
+        let (reserved_at_unix_ms, same) = if let Some(lease) = self.leases.get(id) {
+            let held = lease.holds().iter().map(|h| (h.limit, h.amount));
+            (
+                lease.reserved_at_unix_ms,
+                held.eq(sorted(wanted).as_slice().iter().copied()),
+            )
+        } else if let Some(settled) = self.settled.get(id, now_unix_ms, self.retention_ms) {
+            let fingerprint = self.fingerprint(sorted(wanted).as_slice().iter().copied());
+            (settled.reserved_at_unix_ms, settled.fingerprint == fingerprint)
+        } else {
+            return Ok(None);
+        };
+        if !same {
+            return Err(LimiterError::Conflict(format!(
+                "lease_id {} was already reserved with other requirements; use a new lease id",
+                request.lease_id()
+            )));
+        }
+        Ok(Some(ReserveOutcome::Allowed { reserved_at_unix_ms }))
+    }
+
     /// Denials that do not depend on usage: an amount above a whole capacity,
     /// then a key waiting for a decrease. Neither burns the lease id.
-    pub fn standing_denial(&self, wanted: &Wanted) -> Option<Denial> {
+    fn standing_denial(&self, wanted: &Wanted) -> Option<Denial> {
         for &(i, amount) in wanted.as_slice() {
             let limit = &self.limits[i as usize];
             if amount > limit.capacity() {
@@ -90,35 +167,8 @@ impl LimitTable {
             .find(|&&(i, _)| self.limits[i as usize].is_decreasing())?;
         Some(Denial::LimitDecreasing {
             key: self.limits[i as usize].state().definition().key().clone(),
-            retry_after_ms: self.decrease_retry_ms,
+            retry_after_ms: self.config.decrease_retry_ms,
         })
-    }
-
-    /// Grants every requirement at `now_unix_ms`, or none: the denial names the
-    /// first key that does not fit, with the largest hint of all that do not.
-    pub fn try_grant(&mut self, wanted: &Wanted, now_unix_ms: u64, jitter: &Jitter) -> Result<Granted, Denial> {
-        for &(i, _) in wanted.as_slice() {
-            self.limits[i as usize].expire(now_unix_ms);
-        }
-        if let Some(denial) = self.shortfall(wanted, now_unix_ms, jitter) {
-            return Err(denial);
-        }
-        let mut holds = Granted::new();
-        for &(i, amount) in wanted.as_slice() {
-            let limit = &mut self.limits[i as usize];
-            let expires_at_unix_ms = limit.hold_until(now_unix_ms);
-            limit.hold(expires_at_unix_ms, amount);
-            if limit.kind() == LimitKind::Concurrency {
-                limit.streak_mut().record_allow(now_unix_ms);
-            }
-            holds.push(LeaseHold {
-                limit: i,
-                amount,
-                expires_at_unix_ms,
-            });
-        }
-        holds.as_mut_slice().sort_unstable_by_key(|h| h.limit);
-        Ok(holds)
     }
 
     /// `None` when every requirement fits; else the denial naming the first key
@@ -133,7 +183,7 @@ impl LimitTable {
             }
             first.get_or_insert(i);
             let hint_ms = hint_ms(
-                &self.retry_policy,
+                &self.config.retry_policy,
                 &mut self.limits[i as usize],
                 amount,
                 now_unix_ms,
@@ -145,16 +195,58 @@ impl LimitTable {
         Some(Denial::InsufficientCapacity { key, retry_after_ms })
     }
 
-    /// Completes `lease`: checks every actual first (a key the lease did not
-    /// reserve, or a concurrency key, is an invalid request that changes
-    /// nothing), then releases the concurrency holds and reconciles the rolling
-    /// ones.
-    pub fn settle_lease(
-        &mut self,
-        lease: &LiveLease,
-        request: &CompleteRequest,
-        now_unix_ms: u64,
-    ) -> Result<(), LimiterError> {
+    fn grant(&mut self, id: u128, wanted: &Wanted, now_unix_ms: u64) {
+        let mut holds = StackVec::<LeaseHold, REQUIREMENTS_MAX>::new();
+        for &(i, amount) in wanted.as_slice() {
+            let limit = &mut self.limits[i as usize];
+            let expires_at_unix_ms = limit.hold_until(now_unix_ms);
+            limit.hold(expires_at_unix_ms, amount);
+            if limit.kind() == LimitKind::Concurrency {
+                limit.streak_mut().record_allow(now_unix_ms);
+            }
+            holds.push(LeaseHold {
+                limit: i,
+                amount,
+                expires_at_unix_ms,
+            });
+        }
+        holds.as_mut_slice().sort_unstable_by_key(|h| h.limit);
+        let lease = LiveLease::new(now_unix_ms, holds.as_slice());
+        if let Some((evicted_id, evicted)) = self.leases.insert(id, lease) {
+            // Its holds stay until they end; only reconciliation is lost.
+            self.leases_evicted_total += 1;
+            self.settle(evicted_id, &evicted, now_unix_ms);
+        }
+    }
+
+    /// Remembers a lease that stopped being live, for idempotent retries.
+    fn settle(&mut self, id: u128, lease: &LiveLease, now_unix_ms: u64) {
+        let settled = SettledLease {
+            reserved_at_unix_ms: lease.reserved_at_unix_ms,
+            fingerprint: self.fingerprint(lease.holds().iter().map(|h| (h.limit, h.amount))),
+        };
+        self.settled.insert(id, settled, now_unix_ms, self.retention_ms);
+    }
+
+    /// A keyed hash of requirements sorted by limit.
+    fn fingerprint(&self, sorted: impl Iterator<Item = (LimitIndex, u64)>) -> u64 {
+        let mut hasher = self.fingerprints.build_hasher();
+        for (limit, amount) in sorted {
+            hasher.write_u32(limit);
+            hasher.write_u64(amount);
+        }
+        hasher.finish()
+    }
+
+    /// Complete: releases the lease's concurrency holds and reconciles its
+    /// rolling holds with `actuals`. Every actual is checked before anything
+    /// changes; an unknown or settled lease changes nothing.
+    pub fn complete(&mut self, request: &CompleteRequest, now_unix_ms: u64) -> Result<(), LimiterError> {
+        self.forget_old(now_unix_ms);
+        let id = request.lease_id().to_u128();
+        let Some(lease) = self.leases.get(id) else {
+            return Ok(());
+        };
         let mut actuals = StackVec::<(LeaseHold, u64), ACTUALS_MAX>::new();
         for actual in request.actuals() {
             let hold = self
@@ -176,6 +268,7 @@ impl LimitTable {
             }
             actuals.push((*hold, actual.actual_amount));
         }
+        let lease = self.leases.remove(id).expect("the lease was just found");
         for hold in lease.holds() {
             let limit = &mut self.limits[hold.limit as usize];
             limit.expire(now_unix_ms);
@@ -186,6 +279,7 @@ impl LimitTable {
         for (hold, actual) in actuals.as_slice() {
             self.reconcile(hold, *actual, now_unix_ms);
         }
+        self.settle(id, &lease, now_unix_ms);
         Ok(())
     }
 
@@ -281,9 +375,17 @@ impl LimitTable {
         changed
     }
 
-    /// Units of overage dropped (`overage: none`) and recorded as debt.
-    pub fn overage_totals(&self) -> (u64, u64) {
-        (self.overage_dropped_total, self.overage_debt_total)
+    /// The counters, for metrics.
+    pub fn counters(&self) -> MemoryCounters {
+        MemoryCounters {
+            overage_dropped_total: self.overage_dropped_total,
+            overage_debt_total: self.overage_debt_total,
+            leases_evicted_total: self.leases_evicted_total,
+            settled_leases_evicted_total: self.settled.evicted_total(),
+            failed_leases_evicted_total: self.failed.evicted_total(),
+            leases_live: self.leases.len() as u64,
+            failed_leases_remembered: self.failed.len() as u64,
+        }
     }
 }
 
@@ -305,7 +407,7 @@ fn hint_ms(policy: &RetryPolicy, limit: &mut Limit, amount: u64, now_unix_ms: u6
 }
 
 /// `wanted` sorted by limit, so requirement lists compare as sets.
-pub fn sorted(wanted: &Wanted) -> Wanted {
+fn sorted(wanted: &Wanted) -> Wanted {
     let mut sorted = *wanted;
     sorted.as_mut_slice().sort_unstable_by_key(|&(i, _)| i);
     sorted
