@@ -10,6 +10,8 @@
 pub mod clock;
 pub mod definition;
 pub mod error;
+#[cfg(feature = "http-client")]
+pub mod httpclient;
 pub mod id;
 pub mod key;
 pub mod limiter;
