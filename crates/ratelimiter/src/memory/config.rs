@@ -9,8 +9,8 @@ use crate::retry::{RetryPolicy, RETRY_MS_MAX};
 pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
 /// Live leases kept for reconciliation: far more calls than providers let one
 /// deployment have in flight. An outstanding four-requirement lease costs about
-/// 230–320 bytes (BENCHMARKS.md), so about 32 MiB when full, plus 6 MiB for
-/// the settled-lease cache of as many slots.
+/// 230–320 bytes (BENCHMARKS.md), so about 32 MiB when full, plus up to 6 MiB
+/// for the settled-lease cache of as many slots.
 pub const LEASES_MAX_DEFAULT: usize = 100_000;
 /// Denied lease ids remembered so a retry with one stays denied: about 85 bytes
 /// each, so about 42 MiB when full. Past it the oldest are forgotten (and counted).
@@ -25,9 +25,10 @@ pub struct MemoryConfig {
     pub retry_policy: RetryPolicy,
     /// The hint for `limit_decreasing` denials, in ms (1..=3,600,000).
     pub decrease_retry_ms: u64,
-    /// The most live leases kept, and likewise the most completed lease ids
-    /// remembered for idempotent retries. When full the oldest goes: its holds
-    /// then end by their window or timeout, unreconciled.
+    /// The most live leases kept. When full the oldest goes: its holds then end
+    /// by their window or timeout, unreconciled. Also the number of slots (at
+    /// most 2 Mi) of the cache of completed lease ids remembered for idempotent
+    /// retries.
     pub leases_max: usize,
     /// The most denied lease ids remembered. Each is kept at least as long as
     /// the longest window or timeout, unless this bound forces it out first.

@@ -3,6 +3,10 @@
 
 use std::hash::BuildHasher;
 
+/// The most slots: 2 Mi slots of 48 bytes is 96 MiB, the most this best-effort
+/// memory may take however large `leases_max` is configured.
+pub const SETTLED_SLOTS_MAX: usize = 1 << 21;
+
 /// What a retry of a settled lease's reserve needs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SettledLease {
@@ -41,11 +45,17 @@ pub struct SettledCache {
 }
 
 impl SettledCache {
-    /// A cache of at least `entries` slots (rounded up to a power of two).
+    /// A cache of `entries` slots rounded up to a power of two, at most
+    /// [`SETTLED_SLOTS_MAX`]. The slots are zeroed memory from the allocator, so
+    /// pages cost resident memory only once leases settle into them.
     pub fn new(entries: usize) -> Self {
         assert!(entries >= 1, "room for one lease at least");
+        let slots = Box::<[Slot]>::new_zeroed_slice(entries.min(SETTLED_SLOTS_MAX).next_power_of_two());
+        // SAFETY: a `Slot` is integers only, for which all-zero bytes are a valid
+        // value; all zeros is also the empty slot (id 0).
+        let slots = unsafe { slots.assume_init() };
         Self {
-            slots: vec![Slot::default(); entries.next_power_of_two()].into_boxed_slice(),
+            slots,
             hasher: foldhash::fast::RandomState::default(),
             evicted_total: 0,
         }
