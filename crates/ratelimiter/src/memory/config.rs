@@ -9,7 +9,7 @@ use crate::retry::{RetryPolicy, RETRY_MS_MAX};
 pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
 /// Live leases kept for reconciliation: far more calls than providers let one
 /// deployment have in flight. An outstanding four-requirement lease costs about
-/// 230–320 bytes (BENCHMARKS.md), so about 32 MiB when full, plus up to 6 MiB
+/// 230–320 bytes (BENCHMARKS.md), so about 32 MiB when full, plus up to 5 MiB
 /// for the settled-lease cache of as many slots.
 pub const LEASES_MAX_DEFAULT: usize = 100_000;
 /// Denied lease ids remembered so a retry with one stays denied: about 85 bytes
