@@ -37,6 +37,56 @@ impl Rng {
     }
 }
 
+/// One thread's calls: reserve (tokens and a slot) or complete a random open
+/// lease with a random actual at most its reservation; counts what it keeps.
+fn worker(
+    t: u64,
+    backend: &MemoryBackend,
+    tokens: &LimitKey,
+    slots: &LimitKey,
+    held_slots: &AtomicI64,
+    kept_tokens: &AtomicU64,
+    open_slots: &AtomicI64,
+) {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1));
+    let mut open: Vec<(LeaseId, u64)> = Vec::new();
+    for _ in 0..ATTEMPTS_PER_THREAD {
+        if !open.is_empty() && rng.below(2) == 0 {
+            let (lease, amount) = open.swap_remove(rng.below(open.len() as u64) as usize);
+            let actual = rng.below(amount + 1);
+            held_slots.fetch_sub(1, Ordering::SeqCst);
+            let actuals = vec![Actual {
+                key: tokens.clone(),
+                actual_amount: actual,
+            }];
+            let request = CompleteRequest::new(lease, None, actuals).unwrap();
+            ready(backend.complete(&request)).unwrap();
+            kept_tokens.fetch_sub(amount - actual, Ordering::SeqCst);
+            continue;
+        }
+        let amount = 1 + rng.below(40);
+        let lease = LeaseId::generate();
+        let requirements = vec![
+            Requirement {
+                key: tokens.clone(),
+                amount,
+            },
+            Requirement {
+                key: slots.clone(),
+                amount: 1,
+            },
+        ];
+        let request = ReserveRequest::new(lease, None, requirements).unwrap();
+        if ready(backend.reserve(&request)).unwrap().is_allowed() {
+            kept_tokens.fetch_add(amount, Ordering::SeqCst);
+            let now_held = held_slots.fetch_add(1, Ordering::SeqCst) + 1;
+            assert!(now_held <= SLOTS_CAPACITY, "{now_held} slots held at once");
+            open.push((lease, amount));
+        }
+    }
+    open_slots.fetch_add(open.len() as i64, Ordering::SeqCst);
+}
+
 #[test]
 fn concurrent_threads_never_over_admit() {
     // Time stands still, so no rolling hold expires: every token granted stays
@@ -62,45 +112,7 @@ fn concurrent_threads_never_over_admit() {
                 Arc::clone(&kept_tokens),
                 Arc::clone(&open_slots),
             );
-            std::thread::spawn(move || {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1));
-                let mut open: Vec<(LeaseId, u64)> = Vec::new();
-                for _ in 0..ATTEMPTS_PER_THREAD {
-                    if !open.is_empty() && rng.below(2) == 0 {
-                        let (lease, amount) = open.swap_remove(rng.below(open.len() as u64) as usize);
-                        let actual = rng.below(amount + 1);
-                        held_slots.fetch_sub(1, Ordering::SeqCst);
-                        let actuals = vec![Actual {
-                            key: tokens.clone(),
-                            actual_amount: actual,
-                        }];
-                        let request = CompleteRequest::new(lease, None, actuals).unwrap();
-                        ready(backend.complete(&request)).unwrap();
-                        kept_tokens.fetch_sub(amount - actual, Ordering::SeqCst);
-                        continue;
-                    }
-                    let amount = 1 + rng.below(40);
-                    let lease = LeaseId::generate();
-                    let requirements = vec![
-                        Requirement {
-                            key: tokens.clone(),
-                            amount,
-                        },
-                        Requirement {
-                            key: slots.clone(),
-                            amount: 1,
-                        },
-                    ];
-                    let request = ReserveRequest::new(lease, None, requirements).unwrap();
-                    if ready(backend.reserve(&request)).unwrap().is_allowed() {
-                        kept_tokens.fetch_add(amount, Ordering::SeqCst);
-                        let now_held = held_slots.fetch_add(1, Ordering::SeqCst) + 1;
-                        assert!(now_held <= SLOTS_CAPACITY, "{now_held} slots held at once");
-                        open.push((lease, amount));
-                    }
-                }
-                open_slots.fetch_add(open.len() as i64, Ordering::SeqCst);
-            })
+            std::thread::spawn(move || worker(t, &backend, &tokens, &slots, &held_slots, &kept_tokens, &open_slots))
         })
         .collect();
     for thread in threads {
