@@ -1,8 +1,10 @@
 //! Everything the memory backend holds, and the reserve and complete decisions.
 //! One instance lives behind the backend's mutex; every method runs at one
-//! instant `now_unix_ms`, read just before the mutex is taken (two callers may
-//! pass instants a few nanoseconds out of order; nothing here assumes more
-//! than that time never goes back by a whole window).
+//! instant `now_unix_ms`, read just before the mutex is taken, so two callers
+//! may arrive with instants out of order by as long as one waited for the
+//! mutex. Nothing here assumes more than that time never goes back by a whole
+//! window (at least 1 s): a hold that expires before the newest one is inserted
+//! in place.
 
 use std::hash::{BuildHasher, Hasher};
 
