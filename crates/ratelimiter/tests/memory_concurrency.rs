@@ -76,6 +76,11 @@ fn worker(
                 amount: 1,
             },
         ];
+        let mut requirements = requirements;
+        if rng.below(2) == 0 {
+            // Both orders, so ordered locking is what keeps the threads from deadlocking.
+            requirements.reverse();
+        }
         let request = ReserveRequest::new(lease, None, requirements).unwrap();
         if ready(backend.reserve(&request)).unwrap().is_allowed() {
             kept_tokens.fetch_add(amount, Ordering::SeqCst);
