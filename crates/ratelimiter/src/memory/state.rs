@@ -43,7 +43,7 @@ pub struct MemoryState {
     /// Seeds the fingerprints of settled leases' requirements: 64-bit keyed
     /// hashes, so a retry with other requirements is told apart unless it
     /// collides, with odds of 2^-64 for a caller already misusing the id.
-    fingerprints: foldhash::fast::RandomState,
+    fingerprints: foldhash::quality::RandomState,
     /// The longest window or timeout of any limit ever defined, plus
     /// [`LEASE_MEMORY_MARGIN_MS`]: how long denied and settled lease ids are remembered.
     retention_ms: u64,
@@ -63,7 +63,7 @@ impl MemoryState {
             settled: SettledCache::new(config.leases_max),
             failed: RecentIds::new(config.failed_leases_max),
             config,
-            fingerprints: foldhash::fast::RandomState::default(),
+            fingerprints: foldhash::quality::RandomState::default(),
             index: FastMap::default(),
             limits: Vec::new(),
             retention_ms: LEASE_MEMORY_MARGIN_MS,
