@@ -29,6 +29,8 @@ readonly TB_CLIENT_CRATE_VERSION="0.14.28+${TB_RELEASE}"
 readonly ZIG_VERSION="0.14.1"
 # The cluster id of the local development cluster (decisions: cluster 0 for dev).
 readonly TB_CLUSTER="0"
+# The start flags of development replicas (see cluster_start).
+readonly TB_START_FLAGS="--development --cache-grid=256MiB --experimental --limit-request=1MiB --limit-pipeline-requests=24"
 # How long `start` waits for a replica to listen before giving up.
 readonly START_TIMEOUT_S=60
 
@@ -170,9 +172,11 @@ cluster_start() {
         rm -f "$file"
         "$bin" format "--cluster=$TB_CLUSTER" "--replica=$i" "--replica-count=$count" --development \
             "$file" >"$DATA_DIR/replica-$i.log" 2>&1
-        # Loopback only: TigerBeetle has no authentication. Smaller caches keep a
-        # development replica well under a gigabyte.
-        nohup "$bin" start "--addresses=$addresses" --development --cache-grid=256MiB "$file" \
+        # Loopback only: TigerBeetle has no authentication. A smaller grid cache
+        # saves a gigabyte; --development would also cap requests at 32 KiB and
+        # queue no request beyond the 8 in the pipeline (a 9th client session
+        # then never gets an answer), so both limits are set to production's.
+        nohup "$bin" start "--addresses=$addresses" $TB_START_FLAGS "$file" \
             >>"$DATA_DIR/replica-$i.log" 2>&1 &
         pid=$!
         echo "$pid" >>"$DATA_DIR/pids.tmp"

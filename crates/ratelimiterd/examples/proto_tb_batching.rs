@@ -11,7 +11,7 @@
 //! alike, and reports ratios against `client`.
 //!
 //! Run: `cargo run --release -p ratelimiterd --features tigerbeetle --example proto_tb_batching -- \
-//!   [--workers 64] [--reservations 20000] [--rounds 3] [--sessions 4] [--flush-micros 200]`
+//!   [--workers 64] [--reservations 20000] [--rounds 3] [--sessions 4] [--flush-micros 200] [--batch-events 8000]`
 //! against `TB_ADDRESS`, or without it against a cluster it starts itself.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,12 +29,14 @@ use tigerbeetle_unofficial as tb;
 /// concurrency and a tenant budget.
 const CHAIN_LENGTH: usize = 4;
 
+#[derive(Clone, Copy)]
 struct Args {
     workers: usize,
     reservations: usize,
     rounds: usize,
     sessions: u32,
     flush_micros: u64,
+    batch_events: u32,
 }
 
 fn args() -> Args {
@@ -44,6 +46,7 @@ fn args() -> Args {
         rounds: 3,
         sessions: 4,
         flush_micros: 200,
+        batch_events: 8_000,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
@@ -59,6 +62,7 @@ fn args() -> Args {
             "--rounds" => args.rounds = number() as usize,
             "--sessions" => args.sessions = number() as u32,
             "--flush-micros" => args.flush_micros = number(),
+            "--batch-events" => args.batch_events = number() as u32,
             other => panic!("unknown flag {other}"),
         }
     }
@@ -74,7 +78,8 @@ struct Sample {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = args();
-    let (_cluster, address) = cluster()?;
+    let (_cluster, addresses) = cluster()?;
+    let address = addresses.join(",");
     println!(
         "cluster {address}; {} workers, {} reservations of {CHAIN_LENGTH} transfers per mode and round, {} rounds, {} sessions",
         args.workers, args.reservations, args.rounds, args.sessions
@@ -82,8 +87,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let keys: Vec<LimitKey> = (0..CHAIN_LENGTH)
         .map(|i| LimitKey::new(format!("bench:{}:{i}", LeaseId::generate())))
         .collect::<Result<_, _>>()?;
-    let batching = Arc::new(backend(&address, &args, SubmitMode::Batching)?);
-    let direct = Arc::new(backend(&address, &args, SubmitMode::Direct)?);
+    let batching = Arc::new(backend(&addresses, &args, SubmitMode::Batching)?);
+    let direct = Arc::new(backend(&addresses, &args, SubmitMode::Direct)?);
+    eprintln!("defining {CHAIN_LENGTH} limits");
     for key in &keys {
         // Capacity far above the run's total: every reservation is granted.
         let definition = LimitDefinition::rolling(key.clone(), u64::MAX / 4, 3_600)?;
@@ -97,6 +103,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|_| tb::Client::new(0, address.as_str()))
             .collect::<Result<_, _>>()?,
     );
+    // Warm-up: every session registers with the cluster before anything is timed.
+    let warm_up = Args {
+        reservations: args.workers * args.sessions as usize,
+        ..args
+    };
+    let (c, k) = (clients.clone(), keys.clone());
+    run(&warm_up, move || raw_reserve(c.clone(), k.clone())).await;
+    let (b, k) = (direct.clone(), keys.clone());
+    run(&warm_up, move || backend_reserve(b.clone(), k.clone())).await;
+    let (b, k) = (batching.clone(), keys.clone());
+    run(&warm_up, move || backend_reserve(b.clone(), k.clone())).await;
+    let warm_up_stats = batching.submitter_stats().snapshot();
+    eprintln!("measuring");
     let mut results: Vec<(&str, Vec<Sample>)> = vec![("client", vec![]), ("direct", vec![]), ("batching", vec![])];
     for round in 0..args.rounds {
         let (c, k) = (clients.clone(), keys.clone());
@@ -115,6 +134,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     print_table(&results);
     let (batches, items, transfers, largest) = batching.submitter_stats().snapshot();
+    let (batches, items, transfers) = (
+        batches - warm_up_stats.0,
+        items - warm_up_stats.1,
+        transfers - warm_up_stats.2,
+    );
     println!(
         "batching submitter: {batches} batches, {:.1} reservations and {:.1} transfers per batch on average, largest {largest} transfers",
         items as f64 / batches.max(1) as f64,
@@ -123,12 +147,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn backend(address: &str, args: &Args, mode: SubmitMode) -> Result<TigerBeetleBackend, Box<dyn std::error::Error>> {
+fn backend(
+    addresses: &[String],
+    args: &Args,
+    mode: SubmitMode,
+) -> Result<TigerBeetleBackend, Box<dyn std::error::Error>> {
     let config = TigerBeetleConfig::new(ConfigFields {
-        addresses: vec![address.to_owned()],
+        addresses: addresses.to_vec(),
         sessions: args.sessions,
-        // A development replica accepts requests of 32 KiB: 254 transfers.
-        max_batch_events: 252,
+        max_batch_events: args.batch_events,
         flush_interval_micros: args.flush_micros,
         submit_mode: mode,
         request_timeout_ms: 30_000,
@@ -245,12 +272,13 @@ fn print_table(results: &[(&str, Vec<Sample>)]) {
     }
 }
 
-/// The cluster at `TB_ADDRESS`, or a local one started for this run.
-fn cluster() -> Result<(Option<LocalCluster>, String), Box<dyn std::error::Error>> {
-    if let Ok(address) = std::env::var("TB_ADDRESS") {
-        return Ok((None, address));
+/// The replicas at `TB_ADDRESS` (comma-separated), or a local one started for
+/// this run.
+fn cluster() -> Result<(Option<LocalCluster>, Vec<String>), Box<dyn std::error::Error>> {
+    if let Ok(addresses) = std::env::var("TB_ADDRESS") {
+        return Ok((None, addresses.split(',').map(str::to_owned).collect()));
     }
     let cluster = LocalCluster::start()?;
     let address = cluster.address().to_owned();
-    Ok((Some(cluster), address))
+    Ok((Some(cluster), vec![address]))
 }

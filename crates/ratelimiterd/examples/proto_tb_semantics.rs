@@ -25,8 +25,8 @@ const RETRY_WAIT_MAX: Duration = Duration::from_secs(15);
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (_cluster, address) = cluster()?;
-    println!("cluster at {address}");
-    let config = TigerBeetleConfig::for_addresses(0, vec![address])?;
+    println!("cluster at {}", address.join(","));
+    let config = TigerBeetleConfig::for_addresses(0, address)?;
     let options = BackendOptions {
         retry: RetryAdvisor::new(RetryPolicy::default(), 1024, Jitter::from_entropy()),
         decrease_retry_ms: 10_000,
@@ -89,12 +89,13 @@ async fn reserve(
     Ok(ReserveResponse::from(&backend.reserve(&request).await?))
 }
 
-/// The cluster at `TB_ADDRESS`, or a local one started for this run.
-fn cluster() -> Result<(Option<LocalCluster>, String), Box<dyn std::error::Error>> {
-    if let Ok(address) = std::env::var("TB_ADDRESS") {
-        return Ok((None, address));
+/// The replicas at `TB_ADDRESS` (comma-separated), or a local one started for
+/// this run.
+fn cluster() -> Result<(Option<LocalCluster>, Vec<String>), Box<dyn std::error::Error>> {
+    if let Ok(addresses) = std::env::var("TB_ADDRESS") {
+        return Ok((None, addresses.split(',').map(str::to_owned).collect()));
     }
     let cluster = LocalCluster::start()?;
     let address = cluster.address().to_owned();
-    Ok((Some(cluster), address))
+    Ok((Some(cluster), vec![address]))
 }

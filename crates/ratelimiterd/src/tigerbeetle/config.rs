@@ -8,9 +8,11 @@ use serde::Deserialize;
 /// bytes in a 1 MiB message). A `--development` cluster accepts fewer; the client
 /// library splits nothing, so the submitter keeps batches under what is configured.
 pub const BATCH_EVENTS_LIMIT: u32 = 8_189;
-/// The most client sessions: each one holds a connection per replica and a
-/// message pool of a few MiB, and a cluster serves a bounded number of clients.
-pub const SESSIONS_MAX: u32 = 64;
+/// The most client sessions of one server. A 0.16 replica answers at most 8 +
+/// `--limit-pipeline-requests` sessions at once (32 with production defaults;
+/// measured: the 33rd session's requests never complete), and every server of a
+/// fleet shares that budget, so one server never needs more.
+pub const SESSIONS_MAX: u32 = 32;
 /// The longest flush interval: waiting longer than this to fill a batch would be
 /// a latency bug rather than a throughput gain.
 pub const FLUSH_INTERVAL_MICROS_MAX: u64 = 1_000_000;

@@ -149,9 +149,12 @@ fn free_port() -> Result<u16, HarnessError> {
 
 /// Starts the replica under a shell that kills it when this process exits.
 fn spawn_watchdog(binary: &Path, address: &str, data: &Path, dir: &Path) -> Result<Child, HarnessError> {
-    // Bound to loopback only: TigerBeetle has no authentication.
+    // Bound to loopback only: TigerBeetle has no authentication. Without the
+    // limits below, --development caps requests at 32 KiB and queues no request
+    // beyond the 8 in the pipeline, so a 9th client session never gets an answer.
     let script = r#"
-        "$TB" start --addresses="$ADDR" --development --cache-grid="$CACHE" "$DATA" >"$LOG" 2>&1 &
+        "$TB" start --addresses="$ADDR" --development --cache-grid="$CACHE" \
+            --experimental --limit-request=1MiB --limit-pipeline-requests=24 "$DATA" >"$LOG" 2>&1 &
         tb=$!
         echo "$tb"
         trap 'kill $tb 2>/dev/null' EXIT TERM INT
