@@ -2,8 +2,8 @@
 //! benchmarks. It finds the server through `scripts/tigerbeetle.sh path` (or
 //! `TIGERBEETLE_BIN`), formats a data file in a fresh temporary directory,
 //! starts on a free port, and is killed when dropped, or when the process that
-//! started it exits (a watchdog shell), so a shared cluster in a `static` does
-//! not outlive its test binary.
+//! started it exits (a watchdog shell, which also deletes the gigabyte data
+//! file), so a shared cluster in a `static` does not outlive its test binary.
 
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
@@ -157,7 +157,9 @@ fn spawn_watchdog(binary: &Path, address: &str, data: &Path, dir: &Path) -> Resu
             --experimental --limit-request=1MiB --limit-pipeline-requests=24 "$DATA" >"$LOG" 2>&1 &
         tb=$!
         echo "$tb"
-        trap 'kill $tb 2>/dev/null' EXIT TERM INT
+        # The data file is a gigabyte: it goes with the replica.
+        trap 'kill $tb 2>/dev/null; wait $tb 2>/dev/null; rm -rf "$DIR"' EXIT
+        trap 'exit 0' TERM INT
         while kill -0 "$PARENT" 2>/dev/null && kill -0 "$tb" 2>/dev/null; do sleep 0.5; done
     "#;
     Command::new("bash")
@@ -168,6 +170,7 @@ fn spawn_watchdog(binary: &Path, address: &str, data: &Path, dir: &Path) -> Resu
         .env("CACHE", CACHE_GRID)
         .env("DATA", data)
         .env("LOG", dir.join("replica.log"))
+        .env("DIR", dir)
         .env("PARENT", std::process::id().to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
