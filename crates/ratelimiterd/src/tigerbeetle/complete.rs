@@ -35,10 +35,10 @@ impl TigerBeetleBackend {
             // expire by their timeouts (spec §9.5).
             return Ok(());
         };
-        check_actuals(lease, request, &record)?;
         if record.completed {
             return Ok(());
         }
+        check_actuals(lease, request, &record)?;
         let now = self.clock.now_unix_ms();
         let (transfers, purposes) = complete_transfers(lease, request, &record, now);
         if !transfers.is_empty() {
@@ -51,6 +51,7 @@ impl TigerBeetleBackend {
             self.record_overages(lease, &record, request, &overages).await?;
         }
         record.completed = true;
+        record.held = Vec::new();
         self.leases.insert(lease, record);
         Ok(())
     }

@@ -24,13 +24,28 @@ pub struct HeldRequirement {
     pub timeout_seconds: u64,
 }
 
+/// A fingerprint of a set of (key, amount) requirements, independent of their
+/// order: what a completed lease keeps to tell a retry from a reuse.
+pub fn fingerprint<'a>(requirements: impl Iterator<Item = (&'a LimitKey, u64)>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut sorted: Vec<(&LimitKey, u64)> = requirements.collect();
+    sorted.sort_unstable();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    sorted.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// What is remembered of one lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRecord {
     /// When the reservation was made (or attempted, for an unknown outcome).
     pub reserved_at_unix_ms: u64,
-    /// The requirements in request order.
+    /// The requirements in request order; emptied once completed, since only
+    /// the fingerprint is needed from then on.
     pub held: Vec<HeldRequirement>,
+    /// The fingerprint of the requirements ([`fingerprint`]): a retry of the
+    /// lease must ask for exactly the same, in any order.
+    pub fingerprint: u64,
     /// True once TigerBeetle confirmed the reservation; false while its outcome
     /// is unknown (a timeout), when Complete still voids by id to be safe.
     pub confirmed: bool,
@@ -124,9 +139,19 @@ mod tests {
                 kind: LimitKind::Rolling,
                 timeout_seconds: 60,
             }],
+            fingerprint: 0,
             confirmed: true,
             completed: false,
         }
+    }
+
+    #[test]
+    fn fingerprints_ignore_order_only() {
+        let (a, b) = (LimitKey::new("a").unwrap(), LimitKey::new("b").unwrap());
+        let ab = fingerprint([(&a, 1), (&b, 2)].into_iter());
+        assert_eq!(ab, fingerprint([(&b, 2), (&a, 1)].into_iter()));
+        assert_ne!(ab, fingerprint([(&a, 1), (&b, 3)].into_iter()));
+        assert_ne!(ab, fingerprint([(&a, 1)].into_iter()));
     }
 
     #[test]

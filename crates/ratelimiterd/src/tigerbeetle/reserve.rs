@@ -3,14 +3,12 @@
 //! applies the chain all or nothing and refuses a transfer that would debit a
 //! resource account beyond its credits, so nothing is ever over-admitted.
 
-use ratelimiter::{
-    Denial, LeaseId, LimitDefinition, LimitKey, LimitStatus, LimiterError, ReserveOutcome, ReserveRequest,
-};
+use ratelimiter::{Denial, LeaseId, LimitDefinition, LimitStatus, LimiterError, ReserveOutcome, ReserveRequest};
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::ids;
-use super::lease_cache::{HeldRequirement, LeaseRecord};
+use super::lease_cache::{fingerprint, HeldRequirement, LeaseRecord};
 use super::pool::PoolError;
 use super::submitter::Failure;
 
@@ -92,6 +90,7 @@ impl TigerBeetleBackend {
         let record = LeaseRecord {
             reserved_at_unix_ms: now,
             held,
+            fingerprint: fingerprint(request.requirements().iter().map(|r| (&r.key, r.amount))),
             confirmed: false,
             completed: false,
         };
@@ -114,11 +113,8 @@ impl TigerBeetleBackend {
     /// The answer to a lease that was granted before: granted again with its
     /// original time if it asks for the same (in any order), a conflict otherwise.
     fn replay(&self, request: &ReserveRequest, record: &LeaseRecord) -> Result<ReserveOutcome, LimiterError> {
-        let mut held: Vec<(&LimitKey, u64)> = record.held.iter().map(|h| (&h.key, h.amount)).collect();
-        let mut asked: Vec<(&LimitKey, u64)> = request.requirements().iter().map(|r| (&r.key, r.amount)).collect();
-        held.sort_unstable();
-        asked.sort_unstable();
-        if held != asked {
+        let asked = fingerprint(request.requirements().iter().map(|r| (&r.key, r.amount)));
+        if asked != record.fingerprint {
             return Err(LimiterError::Conflict(format!(
                 "lease {} was reserved with other requirements",
                 request.lease_id()
