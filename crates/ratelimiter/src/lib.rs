@@ -20,6 +20,7 @@ pub mod local;
 pub mod memory;
 pub mod registry;
 pub mod retry;
+pub mod scheduler;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod wire;
