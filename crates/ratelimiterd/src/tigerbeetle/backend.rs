@@ -16,6 +16,7 @@ use ratelimiter::{
 };
 
 use super::config::{SubmitMode, TigerBeetleConfig};
+use super::denied_leases::DeniedLeases;
 use super::lease_cache::LeaseCache;
 use super::pool::{ClientPool, PoolError};
 use super::submitter::Submitter;
@@ -26,6 +27,9 @@ pub const UNAVAILABLE_RETRY_MS: u64 = 1_000;
 /// The most limits one backend holds: definitions are in memory and every
 /// report lists them all.
 pub const LIMITS_MAX: usize = 100_000;
+/// How many leases denied by TigerBeetle are remembered (about 50 bytes each),
+/// as many as the memory backend's default `failed_leases_max`.
+pub const DENIED_LEASES_MAX: usize = 1_000_000;
 /// How long a health check waits for the cluster.
 pub const HEALTH_TIMEOUT_MS: u64 = 2_000;
 
@@ -47,6 +51,7 @@ pub struct TigerBeetleBackend {
     /// The state of every defined limit, by key.
     pub(super) limits: RwLock<HashMap<LimitKey, LimitState>>,
     pub(super) leases: LeaseCache,
+    pub(super) denied: DeniedLeases,
     pub(super) retry: RetryAdvisor,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) decrease_retry_ms: u64,
@@ -92,6 +97,7 @@ impl TigerBeetleBackend {
             submitter,
             limits: RwLock::new(HashMap::new()),
             leases: LeaseCache::new(fields.lease_cache_max as usize),
+            denied: DeniedLeases::new(DENIED_LEASES_MAX),
             retry: options.retry,
             clock: options.clock,
             decrease_retry_ms: options.decrease_retry_ms,

@@ -12,6 +12,7 @@
 
 pub mod backend;
 pub mod config;
+pub mod denied_leases;
 pub mod harness;
 pub mod ids;
 pub mod lease_cache;

@@ -51,12 +51,15 @@ impl TigerBeetleBackend {
     }
 
     /// Checks the request against the definitions: unknown keys are errors; a
-    /// lease already granted is granted again; an amount above capacity or a
+    /// lease TigerBeetle denied stays denied; a lease already granted is granted again; an amount above capacity or a
     /// decreasing limit are denials that send nothing, so they do not burn the
     /// lease id (TigerBeetle never saw it); otherwise the chain.
     fn plan_reserve(&self, request: &ReserveRequest, now: u64) -> Result<Plan, LimiterError> {
         let lease = request.lease_id();
         let definitions = self.definitions_of(request)?;
+        if self.denied.contains(lease) {
+            return Ok(Plan::Answer(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed)));
+        }
         if let Some(record) = self.leases.get(lease).filter(|r| r.confirmed) {
             return self.replay(request, &record).map(Plan::Answer);
         }
@@ -145,10 +148,12 @@ impl TigerBeetleBackend {
         }
         if failures.iter().any(|f| matches!(f.kind(), Kind::IdAlreadyFailed)) {
             self.leases.remove(lease);
+            self.denied.insert(lease);
             return Ok(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed));
         }
         if let Some(failure) = failures.iter().find(|f| matches!(f.kind(), Kind::ExceedsCredits)) {
             self.leases.remove(lease);
+            self.denied.insert(lease);
             let key = &request.requirements()[failure.index].key;
             // Limits are never removed, so a key just sent is still defined.
             let definition = self
