@@ -204,7 +204,13 @@ cluster_stop() {
     while read -r pid; do
         kill "$pid" 2>/dev/null || true
     done <"$DATA_DIR/pids"
-    rm -f "$DATA_DIR/pids" "$DATA_DIR/addresses"
+    # `start` formats anew, so the data files (a gigabyte each) go now.
+    local i
+    for ((i = 0; i < START_TIMEOUT_S * 10; i++)); do
+        pgrep -F "$DATA_DIR/pids" >/dev/null 2>&1 || break
+        sleep 0.1
+    done
+    rm -f "$DATA_DIR/pids" "$DATA_DIR/addresses" "$DATA_DIR"/*.tigerbeetle
     log "stopped"
 }
 

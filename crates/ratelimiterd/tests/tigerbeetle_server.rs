@@ -104,11 +104,22 @@ impl Drop for Server {
     }
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ratelimiterd-tb-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A temporary directory, deleted on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("ratelimiterd-tb-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Polls `/healthz` until it answers `status`, within the bound.
@@ -122,9 +133,10 @@ fn wait_health(server: &Server, status: u16) {
 
 #[test]
 fn limits_defined_at_runtime_work_at_once_and_survive_a_restart() {
-    let dir = temp_dir("runtime");
+    let temp = TempDir::new("runtime");
+    let dir = &temp.0;
     let key = format!("tb:e2e:{}:rpm", LeaseId::generate());
-    let server = Server::start(&dir, cluster().address());
+    let server = Server::start(dir, cluster().address());
     wait_health(&server, 200);
     let definition = json!({"key": key, "kind": "rolling", "capacity": 3, "window_seconds": 60});
     let (status, state) = server.call("PUT", "/v1/admin/limits", Some(definition));
@@ -150,7 +162,7 @@ fn limits_defined_at_runtime_work_at_once_and_survive_a_restart() {
     drop(server);
 
     // The registry restores the definition; the cluster kept the usage.
-    let server = Server::start(&dir, cluster().address());
+    let server = Server::start(dir, cluster().address());
     wait_health(&server, 200);
     let (_, report) = server.call("GET", &format!("/v1/admin/limits/{key}"), None);
     assert_eq!(
@@ -166,11 +178,12 @@ fn limits_defined_at_runtime_work_at_once_and_survive_a_restart() {
 
 #[test]
 fn a_cluster_that_does_not_answer_is_unhealthy_and_503() {
-    let dir = temp_dir("dead");
+    let temp = TempDir::new("dead");
+    let dir = &temp.0;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = listener.local_addr().unwrap().to_string();
     drop(listener);
-    let server = Server::start(&dir, &dead);
+    let server = Server::start(dir, &dead);
     wait_health(&server, 503);
     let definition = json!({"key": "tb:dead", "kind": "rolling", "capacity": 3, "window_seconds": 60});
     let (status, body) = server.call("PUT", "/v1/admin/limits", Some(definition));
