@@ -15,37 +15,48 @@ use reliability_support::raw::{self, request, request_bytes, Response, Session};
 use reliability_support::{temp_dir, Daemon, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};
 use serde_json::{json, Value};
 
-/// A rolling key with overage `none` (extra usage is dropped).
-const ROLLING: &str = "bad:rolling";
-/// A rolling key with overage `debt`.
-const DEBT: &str = "bad:debt";
-/// A concurrency key.
-const CONCURRENCY: &str = "bad:inflight";
 /// Windows and timeouts far longer than any test, so nothing expires under it.
 const HOLD_SECONDS: u64 = 3_600;
 
 /// A server with three limits and one live lease holding units on each, so a
 /// usage change in either direction shows in the snapshot.
+///
+/// Its keys start with a prefix of its own, so fixtures never share a limit,
+/// even on one TigerBeetle cluster.
 struct Fixture {
     daemon: Daemon,
     _dir: PathBuf,
     /// The live lease.
     holder: String,
+    /// The start of every key of this fixture.
+    prefix: String,
+    /// A rolling key with overage `none` (extra usage is dropped).
+    rolling: String,
+    /// A rolling key with overage `debt`.
+    debt: String,
+    /// A concurrency key.
+    inflight: String,
 }
 
 impl Fixture {
     fn start(name: &str, server_extra: &str) -> Fixture {
         let dir = temp_dir(name);
         let daemon = Daemon::start(&dir, server_extra, "");
+        let prefix = format!("bad:{name}:{}", LeaseId::generate());
         let fixture = Fixture {
             daemon,
             _dir: dir,
             holder: lease(),
+            rolling: format!("{prefix}:rolling"),
+            debt: format!("{prefix}:debt"),
+            inflight: format!("{prefix}:inflight"),
+            prefix,
         };
+        let (rolling, debt, inflight) = fixture.keys();
         for definition in [
-            json!({"key": ROLLING, "kind": "rolling", "capacity": 1000, "window_seconds": HOLD_SECONDS}),
-            json!({"key": DEBT, "kind": "rolling", "capacity": 1000, "window_seconds": HOLD_SECONDS, "overage": "debt"}),
-            json!({"key": CONCURRENCY, "kind": "concurrency", "capacity": 10, "timeout_seconds": HOLD_SECONDS}),
+            json!({"key": rolling, "kind": "rolling", "capacity": 1000, "window_seconds": HOLD_SECONDS}),
+            json!({"key": debt, "kind": "rolling", "capacity": 1000, "window_seconds": HOLD_SECONDS, "overage": "debt"}),
+            json!({"key": inflight, "kind": "concurrency", "capacity": 10, "timeout_seconds": HOLD_SECONDS}),
         ] {
             assert_eq!(
                 fixture.admin("PUT", "/v1/admin/limits", &definition.to_string()).status,
@@ -53,10 +64,15 @@ impl Fixture {
             );
         }
         let holds =
-            json!([{"key": ROLLING, "amount": 10}, {"key": DEBT, "amount": 10}, {"key": CONCURRENCY, "amount": 1}]);
+            json!([{"key": rolling, "amount": 10}, {"key": debt, "amount": 10}, {"key": inflight, "amount": 1}]);
         let answer = fixture.reserve(&fixture.holder, holds);
         assert_eq!((answer.status, &answer.json()["allowed"]), (200, &json!(true)));
         fixture
+    }
+
+    /// The rolling, debt and concurrency keys.
+    fn keys(&self) -> (&str, &str, &str) {
+        (&self.rolling, &self.debt, &self.inflight)
     }
 
     fn addr(&self) -> SocketAddr {
@@ -267,12 +283,13 @@ fn malformed_bodies(path: &str, valid: &str) -> Vec<Case> {
 #[test]
 fn reserve_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
     let f = Fixture::start("reserve", "");
+    let (rolling, _, _) = f.keys();
     let l = lease();
     let path = "/v1/reserve";
-    let valid = reserve_text(&l, &format!(r#"[{{"key":"{ROLLING}","amount":1}}]"#));
+    let valid = reserve_text(&l, &format!(r#"[{{"key":"{rolling}","amount":1}}]"#));
     let mut cases = malformed_bodies(path, &valid);
     let with = |requirements: &str| reserve_text(&l, requirements);
-    let req = |amount: &str| with(&format!(r#"[{{"key":"{ROLLING}","amount":{amount}}}]"#));
+    let req = |amount: &str| with(&format!(r#"[{{"key":"{rolling}","amount":{amount}}}]"#));
     let keyed = |key: &str| with(&format!(r#"[{{"key":{key},"amount":1}}]"#));
     let many: Vec<String> = (0..33).map(|i| format!(r#"{{"key":"k{i}","amount":1}}"#)).collect();
     let mut invalid_utf8_key = format!(r#"{{"lease_id":"{l}","requirements":[{{"key":"bad"#).into_bytes();
@@ -330,7 +347,7 @@ fn reserve_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
         case(
             "no lease_id",
             path,
-            format!(r#"{{"requirements":[{{"key":"{ROLLING}","amount":1}}]}}"#),
+            format!(r#"{{"requirements":[{{"key":"{rolling}","amount":1}}]}}"#),
             400,
             "invalid_request: ",
         ),
@@ -400,7 +417,7 @@ fn reserve_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
             "duplicate key in requirements",
             path,
             with(&format!(
-                r#"[{{"key":"{ROLLING}","amount":1}},{{"key":"{ROLLING}","amount":2}}]"#
+                r#"[{{"key":"{rolling}","amount":1}},{{"key":"{rolling}","amount":2}}]"#
             )),
             400,
             "invalid_request: ",
@@ -409,7 +426,7 @@ fn reserve_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
             "duplicate JSON field lease_id",
             path,
             format!(
-                r#"{{"lease_id":"{l}","lease_id":"{}","requirements":[{{"key":"{ROLLING}","amount":1}}]}}"#,
+                r#"{{"lease_id":"{l}","lease_id":"{}","requirements":[{{"key":"{rolling}","amount":1}}]}}"#,
                 lease()
             ),
             400,
@@ -418,14 +435,14 @@ fn reserve_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
         case(
             "duplicate JSON field amount",
             path,
-            with(&format!(r#"[{{"key":"{ROLLING}","amount":1,"amount":2}}]"#)),
+            with(&format!(r#"[{{"key":"{rolling}","amount":1,"amount":2}}]"#)),
             400,
             "invalid_request: ",
         ),
         case(
             "unknown field in a requirement",
             path,
-            with(&format!(r#"[{{"key":"{ROLLING}","amount":1,"units":"x"}}]"#)),
+            with(&format!(r#"[{{"key":"{rolling}","amount":1,"units":"x"}}]"#)),
             400,
             "invalid_request: ",
         ),
@@ -433,7 +450,7 @@ fn reserve_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
             "job_id of 129 bytes",
             path,
             format!(
-                r#"{{"lease_id":"{l}","job_id":"{}","requirements":[{{"key":"{ROLLING}","amount":1}}]}}"#,
+                r#"{{"lease_id":"{l}","job_id":"{}","requirements":[{{"key":"{rolling}","amount":1}}]}}"#,
                 "j".repeat(129)
             ),
             400,
@@ -442,7 +459,7 @@ fn reserve_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
         case(
             "job_id a number",
             path,
-            format!(r#"{{"lease_id":"{l}","job_id":5,"requirements":[{{"key":"{ROLLING}","amount":1}}]}}"#),
+            format!(r#"{{"lease_id":"{l}","job_id":5,"requirements":[{{"key":"{rolling}","amount":1}}]}}"#),
             400,
             "invalid_request: ",
         ),
@@ -456,17 +473,18 @@ fn reserve_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
     ]);
     f.check(&cases);
     // The rejected lease id was never burnt: it is still usable.
-    let answer = f.reserve(&l, json!([{"key": ROLLING, "amount": 1}]));
+    let answer = f.reserve(&l, json!([{"key": rolling, "amount": 1}]));
     assert_eq!((answer.status, &answer.json()["allowed"]), (200, &json!(true)));
 }
 
 #[test]
 fn denials_and_unknown_keys_change_nothing() {
     let f = Fixture::start("denials", "");
+    let (rolling, debt, inflight) = f.keys();
     let before = f.snapshot();
     let unknown = f.reserve(
         &lease(),
-        json!([{"key": ROLLING, "amount": 1}, {"key": "bad:unknown", "amount": 1}]),
+        json!([{"key": rolling, "amount": 1}, {"key": "bad:unknown", "amount": 1}]),
     );
     assert_eq!(unknown.status, 404);
     assert_eq!(
@@ -475,40 +493,43 @@ fn denials_and_unknown_keys_change_nothing() {
     );
     let never = f.reserve(
         &lease(),
-        json!([{"key": ROLLING, "amount": 1}, {"key": DEBT, "amount": u64::MAX}]),
+        json!([{"key": rolling, "amount": 1}, {"key": debt, "amount": u64::MAX}]),
     );
     assert_eq!(never.status, 200);
     assert_eq!(
         never.json(),
-        json!({"allowed": false, "retry_after_ms": 0, "reserved_at_unix_ms": 0, "error": format!("exceeds_capacity:{DEBT}")})
+        json!({"allowed": false, "retry_after_ms": 0, "reserved_at_unix_ms": 0, "error": format!("exceeds_capacity:{debt}")})
     );
-    // 990 + 9 fits in ROLLING but 10 more of CONCURRENCY does not: all or nothing.
+    // 990 + 9 fits in rolling but 10 more of inflight does not: all or nothing.
     let partial = f.reserve(
         &lease(),
-        json!([{"key": ROLLING, "amount": 990}, {"key": CONCURRENCY, "amount": 10}]),
+        json!([{"key": rolling, "amount": 990}, {"key": inflight, "amount": 10}]),
     );
     assert_eq!(partial.status, 200);
-    assert_eq!(partial.json()["error"], format!("insufficient_capacity:{CONCURRENCY}"));
+    assert_eq!(partial.json()["error"], format!("insufficient_capacity:{inflight}"));
     assert_eq!(f.snapshot(), before);
 }
 
 #[test]
 fn sums_and_actuals_near_u64_max_neither_wrap_nor_crash() {
     let f = Fixture::start("overflow", "");
+    let (rolling, debt, _) = f.keys();
+    let (max1, max2) = (format!("{}:max1", f.prefix), format!("{}:max2", f.prefix));
+    let (max1, max2) = (max1.as_str(), max2.as_str());
     let max = u64::MAX;
-    for key in ["bad:max1", "bad:max2"] {
+    for key in [max1, max2] {
         let definition = json!({"key": key, "kind": "rolling", "capacity": max, "window_seconds": HOLD_SECONDS});
         assert_eq!(f.admin("PUT", "/v1/admin/limits", &definition.to_string()).status, 200);
     }
     // Two requirements whose amounts sum far past u64::MAX: each fits its own key.
     let both = f.reserve(
         &lease(),
-        json!([{"key": "bad:max1", "amount": max}, {"key": "bad:max2", "amount": max}]),
+        json!([{"key": max1, "amount": max}, {"key": max2, "amount": max}]),
     );
     assert_eq!(both.json()["allowed"], true, "{}", both.text());
-    assert_eq!(f.report("bad:max1")["in_use"], json!(max));
+    assert_eq!(f.report(max1)["in_use"], json!(max));
     // One more unit would wrap a naive `in_use + amount`: it must be a denial.
-    for (key, amount) in [("bad:max1", 1), ("bad:max2", max)] {
+    for (key, amount) in [(max1, 1), (max2, max)] {
         let more = f.reserve(&lease(), json!([{"key": key, "amount": amount}]));
         assert_eq!(more.status, 200, "{}; logs:\n{}", more.text(), f.logs());
         assert_eq!(
@@ -518,11 +539,11 @@ fn sums_and_actuals_near_u64_max_neither_wrap_nor_crash() {
             more.text()
         );
     }
-    assert_eq!(f.report("bad:max2")["in_use"], json!(max));
+    assert_eq!(f.report(max2)["in_use"], json!(max));
 
     // An actual of u64::MAX on a key where others hold units: the overage can
     // never fit; under `debt` it becomes debt (saturating), under `none` it is dropped.
-    for key in [DEBT, ROLLING] {
+    for key in [debt, rolling] {
         for _ in 0..2 {
             let l = lease();
             assert_eq!(
@@ -539,7 +560,7 @@ fn sums_and_actuals_near_u64_max_neither_wrap_nor_crash() {
         }
         let report = f.report(key);
         assert_eq!(report["in_use"], 20, "{report}");
-        let debt = if key == DEBT { max } else { 0 };
+        let debt = if key == debt { max } else { 0 };
         assert_eq!(report["debt"], json!(debt), "{report}");
         // The accounting is intact: exactly the rest of the capacity is granted.
         assert_eq!(
@@ -557,12 +578,13 @@ fn sums_and_actuals_near_u64_max_neither_wrap_nor_crash() {
 #[test]
 fn complete_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
     let f = Fixture::start("complete", "");
+    let (rolling, _, inflight) = f.keys();
     let path = "/v1/complete";
     let holder = f.holder.clone();
-    let valid = format!(r#"{{"lease_id":"{holder}","actuals":[{{"key":"{ROLLING}","actual_amount":3}}]}}"#);
+    let valid = format!(r#"{{"lease_id":"{holder}","actuals":[{{"key":"{rolling}","actual_amount":3}}]}}"#);
     let mut cases = malformed_bodies(path, &valid);
     let actuals = |actuals: &str| format!(r#"{{"lease_id":"{holder}","actuals":{actuals}}}"#);
-    let amount = |a: &str| actuals(&format!(r#"[{{"key":"{ROLLING}","actual_amount":{a}}}]"#));
+    let amount = |a: &str| actuals(&format!(r#"[{{"key":"{rolling}","actual_amount":{a}}}]"#));
     let many: Vec<String> = (0..33)
         .map(|i| format!(r#"{{"key":"k{i}","actual_amount":1}}"#))
         .collect();
@@ -596,7 +618,7 @@ fn complete_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
             "duplicate actual keys",
             path,
             actuals(&format!(
-                r#"[{{"key":"{ROLLING}","actual_amount":1}},{{"key":"{ROLLING}","actual_amount":2}}]"#
+                r#"[{{"key":"{rolling}","actual_amount":1}},{{"key":"{rolling}","actual_amount":2}}]"#
             )),
             400,
             "invalid_request: ",
@@ -605,7 +627,7 @@ fn complete_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
             "duplicate JSON field actual_amount",
             path,
             actuals(&format!(
-                r#"[{{"key":"{ROLLING}","actual_amount":1,"actual_amount":2}}]"#
+                r#"[{{"key":"{rolling}","actual_amount":1,"actual_amount":2}}]"#
             )),
             400,
             "invalid_request: ",
@@ -613,7 +635,7 @@ fn complete_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
         case(
             "unknown field in an actual",
             path,
-            actuals(&format!(r#"[{{"key":"{ROLLING}","actual_amount":1,"x":1}}]"#)),
+            actuals(&format!(r#"[{{"key":"{rolling}","actual_amount":1,"x":1}}]"#)),
             400,
             "invalid_request: ",
         ),
@@ -635,7 +657,7 @@ fn complete_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
         case(
             "an actual for a concurrency key",
             path,
-            actuals(&format!(r#"[{{"key":"{CONCURRENCY}","actual_amount":1}}]"#)),
+            actuals(&format!(r#"[{{"key":"{inflight}","actual_amount":1}}]"#)),
             400,
             "invalid_request: ",
         ),
@@ -643,7 +665,7 @@ fn complete_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
             "one bad actual among good ones",
             path,
             actuals(&format!(
-                r#"[{{"key":"{ROLLING}","actual_amount":0}},{{"key":"{CONCURRENCY}","actual_amount":1}}]"#
+                r#"[{{"key":"{rolling}","actual_amount":0}},{{"key":"{inflight}","actual_amount":1}}]"#
             )),
             400,
             "invalid_request: ",
@@ -658,16 +680,18 @@ fn complete_rejects_bad_input_with_its_documented_code_and_changes_nothing() {
     ]);
     f.check(&cases);
     // The holder was not completed by any of the above: its concurrency unit is still held.
-    assert_eq!(f.report(CONCURRENCY)["in_use"], 1);
+    assert_eq!(f.report(inflight)["in_use"], 1);
 }
 
 #[test]
 fn admin_put_and_get_reject_bad_input_with_their_documented_codes() {
     let f = Fixture::start("admin", "");
+    let (rolling, _, _) = f.keys();
     let path = "/v1/admin/limits";
-    let valid = r#"{"key":"bad:new","kind":"rolling","capacity":5,"window_seconds":60}"#;
+    let new_key = format!("{}:new", f.prefix);
+    let valid = &format!(r#"{{"key":"{new_key}","kind":"rolling","capacity":5,"window_seconds":60}}"#);
     let mut cases = malformed_bodies(path, valid);
-    let def = |fields: &str| format!(r#"{{"key":"bad:new",{fields}}}"#);
+    let def = |fields: &str| format!(r#"{{"key":"{new_key}",{fields}}}"#);
     cases.extend([
         case(
             "capacity 0",
@@ -814,7 +838,7 @@ fn admin_put_and_get_reject_bad_input_with_their_documented_codes() {
         case(
             "kind change",
             path,
-            format!(r#"{{"key":"{ROLLING}","kind":"concurrency","capacity":5,"timeout_seconds":60}}"#),
+            format!(r#"{{"key":"{rolling}","kind":"concurrency","capacity":5,"timeout_seconds":60}}"#),
             409,
             "conflict: ",
         ),
@@ -844,7 +868,7 @@ fn admin_put_and_get_reject_bad_input_with_their_documented_codes() {
         get("GET a key with a bad escape", "a%zzb", 400, "invalid_request: "),
     ]);
     f.check(&cases);
-    let answer = f.admin("GET", "/v1/admin/limits/bad:new", "");
+    let answer = f.admin("GET", &format!("/v1/admin/limits/{new_key}"), "");
     assert_eq!(answer.status, 404, "no rejected PUT defined the key: {}", answer.text());
     // u64::MAX is a valid capacity.
     let huge = def(&format!(
@@ -857,6 +881,7 @@ fn admin_put_and_get_reject_bad_input_with_their_documented_codes() {
 #[test]
 fn unknown_routes_methods_and_http_level_garbage_are_answered_and_survived() {
     let f = Fixture::start("routes", "");
+    let (rolling, _, _) = f.keys();
     let routes = [
         ("GET", "/nope", 404, "not_found: "),
         ("POST", "/v1/reserve/extra", 404, "not_found: "),
@@ -865,7 +890,7 @@ fn unknown_routes_methods_and_http_level_garbage_are_answered_and_survived() {
         ("DELETE", "/v1/admin/limits", 405, "method_not_allowed: "),
         (
             "PATCH",
-            &format!("/v1/admin/limits/{ROLLING}"),
+            &format!("/v1/admin/limits/{rolling}"),
             405,
             "method_not_allowed: ",
         ),
@@ -950,8 +975,9 @@ fn unknown_routes_methods_and_http_level_garbage_are_answered_and_survived() {
 #[test]
 fn slow_clients_are_timed_out_and_others_are_served_meanwhile() {
     let f = Fixture::start("slow", "  request_timeout_ms: 1000\n");
+    let (rolling, _, _) = f.keys();
     let before = f.snapshot();
-    let body = reserve_text(&lease(), &format!(r#"[{{"key":"{ROLLING}","amount":1}}]"#));
+    let body = reserve_text(&lease(), &format!(r#"[{{"key":"{rolling}","amount":1}}]"#));
     // Clients that send the head and part of the body, then nothing.
     let mut stalled: Vec<Session> = (0..16)
         .map(|_| {
@@ -974,7 +1000,7 @@ fn slow_clients_are_timed_out_and_others_are_served_meanwhile() {
         })
         .collect();
     // Everyone else is served meanwhile.
-    let served = f.reserve(&lease(), json!([{"key": ROLLING, "amount": 1}]));
+    let served = f.reserve(&lease(), json!([{"key": rolling, "amount": 1}]));
     assert_eq!(served.json()["allowed"], true);
     assert_eq!(request(f.addr(), "GET", "/healthz", None, b"").status, 200);
     // Each stalled body is answered 503 backend_unavailable once the request
@@ -991,7 +1017,7 @@ fn slow_clients_are_timed_out_and_others_are_served_meanwhile() {
     // A client that trickles a byte at a time cannot stretch its request past
     // the timeout: at 100 ms a byte its body would take over 20 s.
     let padded = format!(
-        r#"{{"lease_id":"{}","job_id":"{}","requirements":[{{"key":"{ROLLING}","amount":1}}]}}"#,
+        r#"{{"lease_id":"{}","job_id":"{}","requirements":[{{"key":"{rolling}","amount":1}}]}}"#,
         lease(),
         "j".repeat(128)
     );
@@ -1028,7 +1054,7 @@ fn slow_clients_are_timed_out_and_others_are_served_meanwhile() {
         .iter_mut()
         .zip(expected.as_array_mut().unwrap())
     {
-        if a["key"] == ROLLING {
+        if a["key"] == rolling {
             assert_eq!(a["in_use"].as_u64().unwrap(), e["in_use"].as_u64().unwrap() + 1);
             a["in_use"] = e["in_use"].clone();
         }

@@ -55,6 +55,13 @@ fn definitions(daemon: &Daemon) -> Vec<Value> {
         .collect()
 }
 
+/// A key of this test process alone, so tests never share a limit, even on one
+/// TigerBeetle cluster.
+fn key(name: &str) -> String {
+    static RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    format!("crash:{}:{name}", RUN.get_or_init(|| LeaseId::generate().to_string()))
+}
+
 fn reserve(daemon: &Daemon, key: &str, amount: u64) -> Value {
     let body = json!({"lease_id": LeaseId::generate().to_string(), "requirements": [{"key": key, "amount": amount}]});
     let answer = request(
@@ -72,18 +79,19 @@ fn reserve(daemon: &Daemon, key: &str, amount: u64) -> Value {
 fn sigkill_keeps_definitions_and_decreasing_states() {
     let dir = temp_dir("sigkill-states");
     let mut daemon = Daemon::start(&dir, "", NO_DECREASE_CHECKS);
-    let inflight = json!({"key": "crash:inflight", "kind": "concurrency", "capacity": 10, "timeout_seconds": 600});
-    let tpm = json!({"key": "crash:tpm", "kind": "rolling", "capacity": 5000, "window_seconds": 60,
+    let (inflight_key, tpm_key) = (key("inflight"), key("tpm"));
+    let inflight = json!({"key": inflight_key, "kind": "concurrency", "capacity": 10, "timeout_seconds": 600});
+    let tpm = json!({"key": tpm_key, "kind": "rolling", "capacity": 5000, "window_seconds": 60,
                      "unit": "tokens", "description": "kept across kills", "overage": "debt"});
     assert_eq!(put(&daemon, &inflight).0, 200);
     assert_eq!(put(&daemon, &tpm).0, 200);
     for _ in 0..4 {
-        assert_eq!(reserve(&daemon, "crash:inflight", 1)["allowed"], true);
+        assert_eq!(reserve(&daemon, &inflight_key, 1)["allowed"], true);
     }
     // A decrease below the 4 units in use stays pending; an increase is at once.
     let (status, decreasing) = put(
         &daemon,
-        &json!({"key": "crash:inflight", "kind": "concurrency", "capacity": 2, "timeout_seconds": 600}),
+        &json!({"key": inflight_key, "kind": "concurrency", "capacity": 2, "timeout_seconds": 600}),
     );
     assert_eq!(
         (status, &decreasing["status"], &decreasing["pending_decrease_to"]),
@@ -105,10 +113,10 @@ fn sigkill_keeps_definitions_and_decreasing_states() {
     let mut daemon = Daemon::start_with(&daemon.config).expect("restart after SIGKILL");
     assert_eq!(definitions(&daemon), before, "the states after the restart");
     // The restored decrease still refuses new reservations on its key.
-    let denied = reserve(&daemon, "crash:inflight", 1);
+    let denied = reserve(&daemon, &inflight_key, 1);
     assert_eq!(
         (&denied["allowed"], &denied["error"]),
-        (&json!(false), &json!("limit_decreasing:crash:inflight"))
+        (&json!(false), &json!(format!("limit_decreasing:{inflight_key}")))
     );
     // Killed again straight after the restart, nothing is lost either.
     daemon.kill9();
@@ -117,7 +125,7 @@ fn sigkill_keeps_definitions_and_decreasing_states() {
 }
 
 fn write_key(write: u64) -> String {
-    format!("crash:w{}", write % WRITE_KEYS)
+    key(&format!("w{}", write % WRITE_KEYS))
 }
 
 /// Write number `write` (from 0) sets its key's capacity to `write + 1`, so

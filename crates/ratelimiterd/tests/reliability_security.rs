@@ -14,7 +14,12 @@ use reliability_support::raw::{self, request, Response};
 use reliability_support::{daemon, temp_dir, Daemon, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};
 use serde_json::{json, Value};
 
-const KEY: &str = "sec:rpm";
+/// A key of this test process alone, so tests never share a limit, even on one
+/// TigerBeetle cluster.
+fn key(name: &str) -> String {
+    static RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    format!("sec:{}:{name}", RUN.get_or_init(|| LeaseId::generate().to_string()))
+}
 
 #[test]
 fn the_default_configuration_listens_on_loopback_only() {
@@ -55,7 +60,7 @@ fn the_default_configuration_listens_on_loopback_only() {
 fn fixture(name: &str) -> Daemon {
     let dir = temp_dir(name);
     let daemon = Daemon::start(&dir, "", "");
-    let definition = json!({"key": KEY, "kind": "rolling", "capacity": 100, "window_seconds": 3600});
+    let definition = json!({"key": key("tokens"), "kind": "rolling", "capacity": 100, "window_seconds": 3600});
     let answer = request(
         daemon.addr,
         "PUT",
@@ -69,16 +74,17 @@ fn fixture(name: &str) -> Daemon {
 
 /// Every endpoint that needs a token, with a body that would succeed.
 fn guarded_calls() -> Vec<(&'static str, String, String, bool)> {
-    let reserve = json!({"lease_id": LeaseId::generate().to_string(), "requirements": [{"key": KEY, "amount": 1}]});
+    let key = key("tokens");
+    let reserve = json!({"lease_id": LeaseId::generate().to_string(), "requirements": [{"key": key, "amount": 1}]});
     let complete = json!({"lease_id": LeaseId::generate().to_string()});
-    let define = json!({"key": KEY, "kind": "rolling", "capacity": 200, "window_seconds": 3600});
+    let define = json!({"key": key, "kind": "rolling", "capacity": 200, "window_seconds": 3600});
     // (method, path, body, admin only)
     vec![
         ("POST", "/v1/reserve".into(), reserve.to_string(), false),
         ("POST", "/v1/complete".into(), complete.to_string(), false),
         ("PUT", "/v1/admin/limits".into(), define.to_string(), true),
         ("GET", "/v1/admin/limits".into(), String::new(), true),
-        ("GET", format!("/v1/admin/limits/{KEY}"), String::new(), true),
+        ("GET", format!("/v1/admin/limits/{key}"), String::new(), true),
     ]
 }
 
@@ -184,7 +190,8 @@ fn error_bodies_never_show_internals() {
     let daemon = Daemon::start(&dir, "", "");
     // A directory where the registry's temporary file goes makes every write fail.
     std::fs::create_dir_all(dir.join("limits.json.tmp")).expect("blocker");
-    let definition = json!({"key": KEY, "kind": "rolling", "capacity": 100, "window_seconds": 60});
+    let key = key("internals");
+    let definition = json!({"key": key, "kind": "rolling", "capacity": 100, "window_seconds": 60});
     let answer = request(
         daemon.addr,
         "PUT",
@@ -212,7 +219,7 @@ fn error_bodies_never_show_internals() {
     let answer = request(
         daemon.addr,
         "GET",
-        &format!("/v1/admin/limits/{KEY}"),
+        &format!("/v1/admin/limits/{key}"),
         Some(ADMIN_TOKEN),
         b"",
     );
