@@ -1,0 +1,185 @@
+//! The reliability checks on the TigerBeetle backend, in CI (issue 7), on one
+//! local replica for this test binary: a short over-admission soak, and
+//! `ratelimiterd` killed with SIGKILL and restarted, where TigerBeetle keeps the
+//! reservations themselves (nothing lost), and holds whose lease metadata died
+//! with the process are released by their timeouts (nothing leaked).
+//!
+//! The 60 s soaks on a three-replica cluster and the bad-input, crash and
+//! security suites on TigerBeetle are in RELIABILITY.md.
+
+#![cfg(feature = "tigerbeetle")]
+
+#[path = "../examples/soak/engine/mod.rs"]
+mod engine;
+mod reliability_support;
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use engine::checker::check;
+use engine::workload::SoakOptions;
+use engine::{report, server, workload};
+use ratelimiter::LeaseId;
+use ratelimiterd::config::BackendKind;
+use ratelimiterd::tigerbeetle::LocalCluster;
+use reliability_support::raw::request;
+use reliability_support::{temp_dir, Daemon, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};
+use serde_json::{json, Value};
+
+/// The CI soak's length unless `RELIABILITY_SOAK_SECONDS` says otherwise.
+const SOAK_SECONDS_DEFAULT: u64 = 4;
+/// Client sessions and batch size a development replica accepts, as the
+/// backend's own tests use.
+const SESSIONS: u32 = 2;
+const BATCH_EVENTS_MAX: u32 = 200;
+
+/// The replica of this test binary, started on first use.
+fn cluster() -> &'static LocalCluster {
+    static CLUSTER: OnceLock<LocalCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| LocalCluster::start().expect("a local TigerBeetle replica"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_soak_on_tigerbeetle_never_over_admits() {
+    let seconds = std::env::var("RELIABILITY_SOAK_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SOAK_SECONDS_DEFAULT);
+    let seed = rand::random::<u64>();
+    let prefix = format!("ci-tb:{seed:x}");
+    let mut config = server::config(None, &server::temp_dir(&prefix)).expect("config");
+    config.server.backend = BackendKind::Tigerbeetle;
+    config.tigerbeetle.addresses = vec![cluster().address().to_owned()];
+    config.tigerbeetle.sessions = SESSIONS;
+    config.tigerbeetle.max_batch_events = BATCH_EVENTS_MAX;
+    let running = server::start(&config).await.expect("server on TigerBeetle");
+    let options = SoakOptions {
+        duration: Duration::from_secs(seconds),
+        clients: 16,
+        hold_seconds: 2,
+        abandon_percent: 5,
+        replay_percent: 5,
+        call_ms_max: 30,
+        change_interval: Duration::from_millis(300),
+        sample_interval: Duration::from_millis(100),
+        capacity_scale: 1,
+        seed,
+        prefix,
+    };
+    let (limits, records) = workload::run(options, &running.endpoints).await.expect("soak");
+    running.stop().await;
+    let verdict = check(&limits, &records);
+    let text = report::render(&records, &verdict, Duration::from_secs(seconds));
+    println!("seed {seed}\n{text}");
+    assert!(report::passed(&records, &verdict), "seed {seed}\n{text}");
+    assert!(
+        records.denials.get("insufficient_capacity").copied().unwrap_or(0) > 0,
+        "{text}"
+    );
+    let peak = verdict.limits.iter().map(|l| l.peak_utilisation).fold(0.0, f64::max);
+    assert!(peak >= 0.5, "no limit was pushed: {text}");
+}
+
+fn start(dir: &std::path::Path) -> Daemon {
+    let sections = format!(
+        "tigerbeetle:\n  cluster_id: \"0\"\n  addresses: [\"{}\"]\n  sessions: {SESSIONS}\n  \
+         max_batch_events: {BATCH_EVENTS_MAX}\n\
+         decrease:\n  check_interval_ms: 3600000\n",
+        cluster().address()
+    );
+    Daemon::start(dir, "  backend: tigerbeetle\n", &sections)
+}
+
+fn call(daemon: &Daemon, method: &str, path: &str, token: &str, body: &Value) -> (u16, Value) {
+    let body = if body.is_null() {
+        String::new()
+    } else {
+        body.to_string()
+    };
+    let answer = request(daemon.addr, method, path, Some(token), body.as_bytes());
+    (answer.status, answer.json())
+}
+
+fn limits(daemon: &Daemon) -> Value {
+    let (status, list) = call(daemon, "GET", "/v1/admin/limits", ADMIN_TOKEN, &Value::Null);
+    assert_eq!(status, 200, "{list}");
+    list
+}
+
+fn in_use(daemon: &Daemon, key: &str) -> u64 {
+    let (status, report) = call(
+        daemon,
+        "GET",
+        &format!("/v1/admin/limits/{key}"),
+        ADMIN_TOKEN,
+        &Value::Null,
+    );
+    assert_eq!(status, 200, "{report}");
+    report["in_use"].as_u64().expect("in_use")
+}
+
+#[test]
+fn sigkill_on_tigerbeetle_loses_no_reservation_and_leaks_none() {
+    let dir = temp_dir("tb-sigkill");
+    let mut daemon = start(&dir);
+    let run = LeaseId::generate();
+    let (inflight, tpm) = (format!("crash-tb:{run}:inflight"), format!("crash-tb:{run}:tpm"));
+    // Short concurrency timeouts, so the test sees holds released by them; the
+    // rolling window outlasts the test, so its usage shows what survived.
+    let definition = json!({"key": inflight, "kind": "concurrency", "capacity": 10, "timeout_seconds": 5});
+    for body in [
+        definition.clone(),
+        json!({"key": tpm, "kind": "rolling", "capacity": 5000, "window_seconds": 3600}),
+    ] {
+        assert_eq!(call(&daemon, "PUT", "/v1/admin/limits", ADMIN_TOKEN, &body).0, 200);
+    }
+    let leases: Vec<String> = (0..4).map(|_| LeaseId::generate().to_string()).collect();
+    for lease in &leases {
+        let body =
+            json!({"lease_id": lease, "requirements": [{"key": inflight, "amount": 1}, {"key": tpm, "amount": 100}]});
+        let (status, answer) = call(&daemon, "POST", "/v1/reserve", CLIENT_TOKEN, &body);
+        assert_eq!((status, &answer["allowed"]), (200, &json!(true)), "{answer}");
+    }
+    let complete = json!({"lease_id": leases[0], "actuals": [{"key": tpm, "actual_amount": 30}]});
+    assert_eq!(call(&daemon, "POST", "/v1/complete", CLIENT_TOKEN, &complete).0, 200);
+    let mut lower = definition.clone();
+    lower["capacity"] = json!(2);
+    let (status, decreasing) = call(&daemon, "PUT", "/v1/admin/limits", ADMIN_TOKEN, &lower);
+    assert_eq!(
+        (status, &decreasing["status"]),
+        (200, &json!("decreasing")),
+        "{decreasing}"
+    );
+    let before = limits(&daemon);
+    assert_eq!(in_use(&daemon, &tpm), 330);
+
+    daemon.kill9();
+    let daemon = Daemon::start_with(&daemon.config).expect("restart after SIGKILL");
+    // TigerBeetle kept every reservation; the registry kept the decrease. (The
+    // concurrency holds may have started to time out by now: compare the rest.)
+    let after = limits(&daemon);
+    let without_inflight_usage = |list: &Value| -> Vec<Value> {
+        let mut list = list.as_array().expect("a list").clone();
+        for report in &mut list {
+            if report["key"] == inflight.as_str() {
+                report["in_use"] = json!(null);
+            }
+        }
+        list
+    };
+    assert_eq!(without_inflight_usage(&after), without_inflight_usage(&before));
+    // Completes of leases reserved before the kill are answered, though their
+    // metadata died with the process; their holds end by timeout, none leaks.
+    for lease in &leases[1..] {
+        let complete = json!({"lease_id": lease});
+        assert_eq!(call(&daemon, "POST", "/v1/complete", CLIENT_TOKEN, &complete).0, 200);
+    }
+    let deadline = Instant::now() + WAIT_MAX;
+    while in_use(&daemon, &inflight) != 0 {
+        assert!(Instant::now() < deadline, "concurrency holds were never released");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let body = json!({"lease_id": LeaseId::generate().to_string(), "requirements": [{"key": inflight, "amount": 1}]});
+    let (_, denied) = call(&daemon, "POST", "/v1/reserve", CLIENT_TOKEN, &body);
+    assert_eq!(denied["error"], format!("limit_decreasing:{inflight}"));
+}
