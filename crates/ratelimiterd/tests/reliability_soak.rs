@@ -88,6 +88,7 @@ fn change(limit: usize, sent_ms: u64, answered_ms: u64, capacity: u64, pending_d
         answered_ms,
         capacity,
         pending_decrease_to,
+        unknown: false,
     }
 }
 
@@ -246,4 +247,30 @@ fn samples_over_capacity_and_leases_granted_twice_are_anomalies() {
         requirements: vec![(ROLLING, 1)],
     });
     assert_eq!(verdict(&records).anomalies.len(), 2, "{:?}", verdict(&records));
+}
+
+#[test]
+fn a_put_without_an_answer_bounds_by_the_larger_capacity() {
+    // An unanswered increase to 20 may have been applied: 20 may be held.
+    let (_, mut records) = setup();
+    records.changes.push(CapacityChange {
+        unknown: true,
+        ..change(ROLLING, 1_000, 3_000, 20, 0)
+    });
+    grant(&mut records, ROLLING, 10, 100, 101);
+    grant(&mut records, ROLLING, 10, 3_500, 3_501);
+    assert!(verdict(&records).holds(), "{:?}", verdict(&records));
+    // An unanswered decrease to 4 may not have been: the bound stays 10, and
+    // the next answered change (active at 6) sets it again.
+    let (_, mut records) = setup();
+    records.changes.push(CapacityChange {
+        unknown: true,
+        ..change(ROLLING, 1_000, 3_000, 4, 0)
+    });
+    grant(&mut records, ROLLING, 10, 3_500, 3_501);
+    records.changes.push(change(ROLLING, 20_000, 20_001, 6, 0));
+    grant(&mut records, ROLLING, 7, 20_100, 20_101);
+    let verdict = verdict(&records);
+    assert_eq!(verdict.violations_total, 1, "{verdict:?}");
+    assert_eq!(verdict.violations[0].capacity, 6);
 }

@@ -15,6 +15,8 @@
 //!   `decreasing`) takes the target as bound from the first evidence that it
 //!   was carried out: a grant on the key with `reserved_at` after the PUT's
 //!   answer (no grant is made while decreasing), or a sample showing it active.
+//!   A PUT without an answer may or may not have been applied: the larger of
+//!   the two capacities holds until the next answered change.
 
 use std::collections::HashMap;
 
@@ -272,6 +274,13 @@ fn capacity_bounds(index: usize, records: &Records) -> Bounds {
             change.answered_ms < next_sent,
             "capacity changes of one key are sequential"
         );
+        if change.unknown {
+            // Maybe applied, maybe not: the larger of both from when it was sent
+            // until the next answered change says what holds.
+            current = current.max(change.capacity);
+            bounds.points.push((change.sent_ms, current));
+            continue;
+        }
         // Sent but not answered: the old bound or the new capacity, whichever is larger.
         bounds.points.push((change.sent_ms, current.max(change.capacity)));
         // Strictly after the answer's millisecond, the answered capacity holds.

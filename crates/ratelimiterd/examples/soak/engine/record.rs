@@ -71,6 +71,9 @@ pub struct CapacityChange {
     pub capacity: u64,
     /// The decrease it started; 0 when the limit is active.
     pub pending_decrease_to: u64,
+    /// True when the PUT got no answer (the server was unreachable): it may or
+    /// may not have been applied, and `capacity` is the one asked for.
+    pub unknown: bool,
 }
 
 /// One limit as a `GET /v1/admin/limits` reported it.
@@ -105,6 +108,9 @@ pub struct Records {
     pub denials: std::collections::BTreeMap<String, u64>,
     /// Reserves whose outcome stayed unknown (503 after retries, timeouts).
     pub unknown: u64,
+    /// Other calls the server did not answer (completes, PUTs, samples): only
+    /// expected in runs that stop the server.
+    pub unavailable: u64,
     /// Leases never completed on purpose.
     pub abandoned: u64,
     /// Idempotent replays checked.
@@ -181,6 +187,11 @@ impl Recorder {
     /// Counts a reserve of unknown outcome.
     pub fn unknown(&self) {
         self.records.lock().expect("records").unknown += 1;
+    }
+
+    /// Counts a call other than a reserve that got no answer.
+    pub fn unavailable(&self) {
+        self.records.lock().expect("records").unavailable += 1;
     }
 
     /// Counts an abandoned lease.

@@ -14,11 +14,13 @@ pub fn render(records: &Records, verdict: &Verdict, ran: Duration) -> String {
     let reserves = records.grants.len() as u64 + denials + records.unknown;
     let _ = writeln!(
         out,
-        "clients ran {seconds:.1} s: {reserves} reserves ({:.0}/s): {} granted, {denials} denied {:?}, {} unknown outcome",
+        "clients ran {seconds:.1} s: {reserves} reserves ({:.0}/s): {} granted, {denials} denied {:?}, \
+         {} unknown outcome; {} other calls unanswered",
         reserves as f64 / seconds,
         records.grants.len(),
         records.denials,
-        records.unknown
+        records.unknown,
+        records.unavailable
     );
     let decreases: u64 = verdict.limits.iter().map(|l| l.decreases).sum();
     let carried_out: u64 = verdict.limits.iter().map(|l| l.decreases_carried_out).sum();

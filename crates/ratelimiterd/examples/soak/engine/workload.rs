@@ -214,18 +214,31 @@ pub async fn run(options: SoakOptions, endpoints: &Endpoints) -> Result<(Vec<Lim
 /// Defines one limit and records the answer as a capacity change.
 async fn put(context: &Context, limit: usize, definition: &LimitDefinition) -> Result<(), String> {
     let sent_ms = now_ms();
-    let report = context
-        .admin
-        .put_limit(definition)
-        .await
-        .map_err(|e| format!("PUT {}: {e}", definition.key()))?;
-    context.recorder.change(CapacityChange {
-        limit,
-        sent_ms,
-        answered_ms: now_ms(),
-        capacity: report.state.definition().capacity(),
-        pending_decrease_to: report.state.pending_decrease_to(),
-    });
+    let change = match context.admin.put_limit(definition).await {
+        Ok(report) => CapacityChange {
+            limit,
+            sent_ms,
+            answered_ms: now_ms(),
+            capacity: report.state.definition().capacity(),
+            pending_decrease_to: report.state.pending_decrease_to(),
+            unknown: false,
+        },
+        // The server was unreachable (a fault run restarts it): the change may
+        // or may not have been made, which the checker takes into account.
+        Err(LimiterError::Unavailable { .. }) => {
+            context.recorder.unavailable();
+            CapacityChange {
+                limit,
+                sent_ms,
+                answered_ms: now_ms(),
+                capacity: definition.capacity(),
+                pending_decrease_to: 0,
+                unknown: true,
+            }
+        }
+        Err(e) => return Err(format!("PUT {}: {e}", definition.key())),
+    };
+    context.recorder.change(change);
     Ok(())
 }
 
@@ -335,10 +348,13 @@ async fn use_lease(context: &Context, rng: &mut StdRng, request: &ReserveRequest
             sent_ms: now_ms(),
             actuals: actuals.clone(),
         });
-        if let Err(e) = context.client.complete(&complete).await {
-            context
+        match context.client.complete(&complete).await {
+            Ok(()) => {}
+            // Unreachable: the checker already counts the complete as done when sent.
+            Err(LimiterError::Unavailable { .. }) => context.recorder.unavailable(),
+            Err(e) => context
                 .recorder
-                .anomaly(format!("complete {}: {e}", request.lease_id()));
+                .anomaly(format!("complete {}: {e}", request.lease_id())),
         }
     }
     if rng.gen_range(0..100) < context.options.replay_percent {
@@ -447,6 +463,10 @@ async fn sample(context: &Context) -> Option<Vec<Observation>> {
     let sent_ms = now_ms();
     let reports = match context.admin.limits().await {
         Ok(reports) => reports,
+        Err(LimiterError::Unavailable { .. }) => {
+            context.recorder.unavailable();
+            return None;
+        }
         Err(e) => {
             context.recorder.anomaly(format!("GET /v1/admin/limits: {e}"));
             return None;
