@@ -8,8 +8,15 @@
 
 #![warn(missing_docs)]
 
+pub mod cli;
+pub mod outcome;
+pub mod plot;
 pub mod prompt;
 pub mod provider;
 pub mod provider_client;
 pub mod provider_server;
+pub mod replayer;
+pub mod run;
+pub mod strategy;
+pub mod summary;
 pub mod trace;
