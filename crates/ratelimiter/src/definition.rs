@@ -26,6 +26,15 @@ pub enum LimitKind {
     Concurrency,
 }
 
+impl std::fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LimitKind::Rolling => "rolling",
+            LimitKind::Concurrency => "concurrency",
+        })
+    }
+}
+
 /// What Complete does when the actual usage exceeds what was reserved and the
 /// difference no longer fits in the window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -46,7 +55,7 @@ pub enum DefinitionError {
     Invalid(String),
     /// The kind of an existing key cannot change: live reservations were made
     /// under the old kind's rules.
-    #[error("limit {key} is {existing:?}; its kind cannot change to {requested:?}")]
+    #[error("limit {key} is {existing}; its kind cannot change to {requested}")]
     KindChange {
         /// The key whose kind would change.
         key: LimitKey,

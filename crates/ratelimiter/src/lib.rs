@@ -10,11 +10,19 @@
 pub mod clock;
 pub mod definition;
 pub mod error;
+#[cfg(feature = "http-client")]
+pub mod httpclient;
 pub mod id;
 pub mod key;
 pub mod limiter;
 pub mod llm;
+pub mod local;
+pub mod memory;
 pub mod registry;
+pub mod retry;
+pub mod scheduler;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod wire;
 
 pub use clock::{Clock, FakeClock, SystemClock, TokioClock};
@@ -25,6 +33,8 @@ pub use error::LimiterError;
 pub use id::{id128, LeaseId};
 pub use key::LimitKey;
 pub use limiter::{Backend, Limiter};
+pub use memory::{MemoryBackend, MemoryConfig};
+pub use retry::RetryPolicy;
 pub use wire::{
     Actual, CompleteRequest, CompleteResponse, Denial, Requirement, ReserveOutcome, ReserveRequest, ReserveResponse,
 };

@@ -1,5 +1,41 @@
-//! `ratelimiterd`: the HTTP rate limiting server.
+//! `ratelimiterd`: runs the server, or one operator command against a running one.
 
-fn main() {
-    println!("ratelimiterd {}", env!("CARGO_PKG_VERSION"));
+use std::process::ExitCode;
+
+use clap::Parser;
+use ratelimiterd::cli::{self, Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("ratelimiterd: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            None | Some(Command::Serve) => serve(cli.config).await,
+            Some(Command::CheckConfig) => {
+                cli::load_config(cli.config.as_ref())?;
+                println!("configuration is valid");
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(command) => cli::run_client(command).await,
+        }
+    });
+    result.unwrap_or_else(|message| {
+        eprintln!("ratelimiterd: {message}");
+        ExitCode::FAILURE
+    })
+}
+
+async fn serve(config: Option<std::path::PathBuf>) -> Result<ExitCode, String> {
+    let config = cli::load_config(config.as_ref())?;
+    ratelimiterd::logging::init(&config.log);
+    ratelimiterd::run(config, ratelimiterd::shutdown::signal())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(ExitCode::SUCCESS)
 }

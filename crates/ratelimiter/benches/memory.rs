@@ -1,0 +1,240 @@
+//! Reserve then complete of a four-requirement LLM request (rpm, tpm,
+//! concurrency, daily budget) on the memory backend, on one thread and on two
+//! threads together, with a `governor` direct check as the reference measured
+//! in the same run (machines are noisy: compare ratios, not absolute times).
+//!
+//! Each figure is measured twice: as wall time (what criterion does by
+//! default) and as the CPU time of the measuring threads
+//! (`CLOCK_THREAD_CPUTIME_ID`), which time slices lost to other processes on a
+//! shared, oversubscribed machine do not inflate.
+//!
+//! `cargo bench -p ratelimiter --bench memory`
+
+use std::future::Future;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::pin::pin;
+use std::sync::{Arc, Barrier};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use governor::{Quota, RateLimiter};
+
+use ratelimiter::{
+    Actual, Backend, CompleteRequest, LeaseId, LimitDefinition, LimitKey, Limiter, MemoryBackend, MemoryConfig,
+    Requirement, ReserveRequest, SystemClock,
+};
+
+/// Requests are built untimed in chunks this large, then reserved and completed
+/// timed; large enough that the per-chunk timer and barrier cost nothing.
+const CHUNK_PAIRS: u64 = 1024;
+/// Capacities no run can exhaust, so every reserve is granted (the hot path).
+const CAPACITY_UNLIMITED: u64 = 1 << 50;
+
+/// How a run is timed.
+#[derive(Debug, Clone, Copy)]
+enum Timer {
+    /// Elapsed real time.
+    Wall,
+    /// CPU time of the calling thread only.
+    ThreadCpu,
+}
+
+/// A point in time of one [`Timer`].
+struct Mark(Timer, Duration);
+
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec and the clock id is a constant.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn wall_time() -> Duration {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed()
+}
+
+impl Mark {
+    fn now(timer: Timer) -> Self {
+        match timer {
+            Timer::Wall => Mark(timer, wall_time()),
+            Timer::ThreadCpu => Mark(timer, thread_cpu_time()),
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        Mark::now(self.0).1 - self.1
+    }
+}
+
+/// Polls a future the memory backend returns; it never waits.
+fn ready<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => unreachable!("the memory backend never waits"),
+    }
+}
+
+struct Workload {
+    backend: Arc<MemoryBackend>,
+    keys: [LimitKey; 4],
+}
+
+impl Workload {
+    fn new() -> Self {
+        let backend = Arc::new(MemoryBackend::new(
+            Arc::new(SystemClock::new()),
+            MemoryConfig::default(),
+        ));
+        let keys = [
+            LimitKey::llm_rpm("openai", "gpt-4o").unwrap(),
+            LimitKey::llm_tpm("openai", "gpt-4o").unwrap(),
+            LimitKey::llm_concurrency("openai", "gpt-4o").unwrap(),
+            LimitKey::tenant_daily_tokens("tenant_a").unwrap(),
+        ];
+        let definitions = [
+            LimitDefinition::rolling(keys[0].clone(), CAPACITY_UNLIMITED, 60),
+            LimitDefinition::rolling(keys[1].clone(), CAPACITY_UNLIMITED, 60),
+            LimitDefinition::concurrency(keys[2].clone(), CAPACITY_UNLIMITED, 300),
+            LimitDefinition::rolling(keys[3].clone(), CAPACITY_UNLIMITED, 86_400),
+        ];
+        for definition in definitions {
+            ready(backend.apply_definition(&definition.unwrap())).unwrap();
+        }
+        Self { backend, keys }
+    }
+
+    /// The request pair of one LLM call: reserve an upper bound of 1,800 tokens,
+    /// complete with 740 used.
+    fn pair(&self, lease: LeaseId) -> (ReserveRequest, CompleteRequest) {
+        let amounts = [1, 1800, 1, 1800];
+        let requirements = self
+            .keys
+            .iter()
+            .zip(amounts)
+            .map(|(key, amount)| Requirement {
+                key: key.clone(),
+                amount,
+            })
+            .collect();
+        let actuals = [&self.keys[1], &self.keys[3]]
+            .into_iter()
+            .map(|key| Actual {
+                key: key.clone(),
+                actual_amount: 740,
+            })
+            .collect();
+        (
+            ReserveRequest::new(lease, None, requirements).unwrap(),
+            CompleteRequest::new(lease, None, actuals).unwrap(),
+        )
+    }
+
+    fn chunk(&self, thread: u64, first: u64) -> Vec<(ReserveRequest, CompleteRequest)> {
+        (first..first + CHUNK_PAIRS)
+            .map(|n| self.pair(LeaseId::from_u128((u128::from(thread) << 64) | u128::from(n))))
+            .collect()
+    }
+
+    fn run(&self, chunk: &[(ReserveRequest, CompleteRequest)]) {
+        for (reserve, complete) in chunk {
+            let outcome = ready(self.backend.reserve(reserve)).unwrap();
+            assert!(outcome.is_allowed());
+            ready(self.backend.complete(complete)).unwrap();
+        }
+    }
+}
+
+/// Time of `iters` pairs on one thread, requests built untimed.
+fn one_thread(workload: &Workload, next: &mut u64, iters: u64, timer: Timer) -> Duration {
+    let mut timed = Duration::ZERO;
+    for _ in 0..iters.div_ceil(CHUNK_PAIRS) {
+        let chunk = workload.chunk(0, *next);
+        *next += CHUNK_PAIRS;
+        let start = Mark::now(timer);
+        workload.run(black_box(&chunk));
+        timed += start.elapsed();
+    }
+    timed * u32::try_from(iters).unwrap() / u32::try_from(iters.div_ceil(CHUNK_PAIRS) * CHUNK_PAIRS).unwrap()
+}
+
+/// Time per pair with two threads each doing `iters` pairs at once, on the
+/// same four keys. Wall: the pool's time per pair, below the one-thread figure
+/// exactly when two threads together are faster than one. CPU: both threads'
+/// CPU time per pair, what a pair costs under contention.
+fn two_threads(workload: &Arc<Workload>, next: &mut u64, iters: u64, timer: Timer) -> Duration {
+    let chunks = iters.div_ceil(CHUNK_PAIRS);
+    let barrier = Arc::new(Barrier::new(2));
+    let first = *next;
+    *next += chunks * CHUNK_PAIRS;
+    let handles: Vec<_> = (1..=2u64)
+        .map(|thread| {
+            let (workload, barrier) = (Arc::clone(workload), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                let mut timed = Duration::ZERO;
+                for c in 0..chunks {
+                    let chunk = workload.chunk(thread, first + c * CHUNK_PAIRS);
+                    barrier.wait();
+                    let start = Mark::now(timer);
+                    workload.run(black_box(&chunk));
+                    if let Timer::Wall = timer {
+                        barrier.wait();
+                    }
+                    timed += start.elapsed();
+                }
+                timed
+            })
+        })
+        .collect();
+    let times = handles.into_iter().map(|h| h.join().unwrap());
+    let timed = match timer {
+        // Both threads measured the same barrier-to-barrier spans.
+        Timer::Wall => times.max().unwrap(),
+        Timer::ThreadCpu => times.sum(),
+    };
+    // 2 * chunks * CHUNK_PAIRS pairs took `timed`; criterion divides by `iters`.
+    timed * u32::try_from(iters).unwrap() / u32::try_from(2 * chunks * CHUNK_PAIRS).unwrap()
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("reserve_complete_4_requirements");
+    let workload = Arc::new(Workload::new());
+    let mut next = 0;
+    let quota = Quota::per_second(NonZeroU32::MAX);
+    let governor = RateLimiter::direct(quota);
+    let four: Vec<_> = (0..4).map(|_| RateLimiter::direct(quota)).collect();
+    for (timer, suffix) in [(Timer::ThreadCpu, "cpu"), (Timer::Wall, "wall")] {
+        group.bench_function(format!("memory_one_thread_{suffix}"), |b| {
+            b.iter_custom(|iters| one_thread(&workload, &mut next, iters, timer))
+        });
+        group.bench_function(format!("memory_two_threads_per_pair_{suffix}"), |b| {
+            b.iter_custom(|iters| two_threads(&workload, &mut next, iters, timer))
+        });
+        group.bench_function(format!("governor_direct_check_{suffix}"), |b| {
+            b.iter_custom(|iters| {
+                let start = Mark::now(timer);
+                for _ in 0..iters {
+                    black_box(black_box(&governor).check()).ok();
+                }
+                start.elapsed()
+            })
+        });
+        group.bench_function(format!("governor_four_direct_checks_{suffix}"), |b| {
+            b.iter_custom(|iters| {
+                let start = Mark::now(timer);
+                for _ in 0..iters {
+                    black_box(four.iter().all(|limiter| black_box(limiter).check().is_ok()));
+                }
+                start.elapsed()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,196 @@
+//! The units one limit holds, grouped by the instant they expire.
+
+use std::collections::VecDeque;
+
+/// The most distinct expiry instants one limit keeps. Holds made in the same
+/// millisecond share an instant, so a 60 s window never needs more than 60,000;
+/// only a long window under a reservation every millisecond could reach it. At
+/// 16 bytes each this caps one key at 16 MiB; past it new holds on that key are
+/// denied until the oldest instant expires.
+pub const EXPIRY_INSTANTS_MAX: usize = 1 << 20;
+
+/// Units that expire together at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bucket {
+    expires_at_unix_ms: u64,
+    units: u64,
+}
+
+/// Held units ordered by expiry.
+///
+/// One limit gives every hold the same duration and time never goes back, so
+/// new holds nearly always expire last: they are appended (or merged into the
+/// last instant) in O(1), expiry pops from the front in O(1), and the exact time
+/// until `n` units are free is a walk from the front over only the instants
+/// that must pass. A hold is found again by its expiry instant (binary search)
+/// to shrink or release it, so nothing is cancelled lazily and nothing stale
+/// accumulates. An instant is unique while it lives, and a new hold always
+/// expires after `now`, so an instant that has expired is never reused.
+#[derive(Debug, Default)]
+pub struct ExpiryQueue {
+    buckets: VecDeque<Bucket>,
+    in_use: u64,
+}
+
+impl ExpiryQueue {
+    /// Units held now (expired instants included until [`ExpiryQueue::expire`] runs).
+    pub fn in_use(&self) -> u64 {
+        self.in_use
+    }
+
+    /// The number of distinct expiry instants kept.
+    #[cfg(test)]
+    pub fn instants(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Drops every instant at or before `now_unix_ms`.
+    pub fn expire(&mut self, now_unix_ms: u64) {
+        while let Some(front) = self.buckets.front() {
+            if front.expires_at_unix_ms > now_unix_ms {
+                break;
+            }
+            self.in_use -= front.units;
+            self.buckets.pop_front();
+        }
+    }
+
+    fn position(&self, expires_at_unix_ms: u64) -> Result<usize, usize> {
+        if let Some(back) = self.buckets.back() {
+            if back.expires_at_unix_ms == expires_at_unix_ms {
+                return Ok(self.buckets.len() - 1);
+            }
+            if back.expires_at_unix_ms < expires_at_unix_ms {
+                return Err(self.buckets.len());
+            }
+        }
+        self.buckets
+            .binary_search_by_key(&expires_at_unix_ms, |b| b.expires_at_unix_ms)
+    }
+
+    /// True when a hold expiring at `expires_at_unix_ms` can be recorded: it joins
+    /// an existing instant or there is room for one more.
+    pub fn can_hold(&self, expires_at_unix_ms: u64) -> bool {
+        self.buckets.len() < EXPIRY_INSTANTS_MAX || self.position(expires_at_unix_ms).is_ok()
+    }
+
+    /// Holds `units` until `expires_at_unix_ms`. The caller checked capacity and
+    /// [`ExpiryQueue::can_hold`].
+    pub fn hold(&mut self, expires_at_unix_ms: u64, units: u64) {
+        assert!(units > 0, "a hold is at least one unit");
+        match self.position(expires_at_unix_ms) {
+            Ok(i) => self.buckets[i].units += units,
+            Err(i) => {
+                assert!(self.buckets.len() < EXPIRY_INSTANTS_MAX, "caller checks can_hold");
+                self.buckets.insert(
+                    i,
+                    Bucket {
+                        expires_at_unix_ms,
+                        units,
+                    },
+                );
+            }
+        }
+        self.in_use += units;
+    }
+
+    /// Gives back `units` of a hold that expires at `expires_at_unix_ms`. A hold
+    /// that already expired has nothing left to give back.
+    pub fn release(&mut self, expires_at_unix_ms: u64, units: u64) {
+        let Ok(i) = self.position(expires_at_unix_ms) else {
+            return;
+        };
+        let bucket = &mut self.buckets[i];
+        assert!(bucket.units >= units, "releasing more than was held at this instant");
+        bucket.units -= units;
+        self.in_use -= units;
+        if bucket.units == 0 && (i == 0 || i + 1 == self.buckets.len()) {
+            // Empty instants at either end are dropped at once; one in the middle
+            // expires with its neighbours.
+            self.buckets.remove(i);
+        }
+    }
+
+    /// Milliseconds from `now_unix_ms` until at least `units` units have expired,
+    /// or `None` when fewer are held. Walks only the instants that must pass.
+    pub fn ms_until_released(&self, now_unix_ms: u64, units: u64) -> Option<u64> {
+        let mut released = 0u64;
+        for bucket in &self.buckets {
+            released += bucket.units;
+            if released >= units {
+                return Some(bucket.expires_at_unix_ms.saturating_sub(now_unix_ms));
+            }
+        }
+        None
+    }
+
+    /// The earliest instant still kept, if any.
+    pub fn first_expiry_unix_ms(&self) -> Option<u64> {
+        self.buckets.front().map(|b| b.expires_at_unix_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_merge_per_instant_and_expire_in_order() {
+        let mut q = ExpiryQueue::default();
+        q.hold(100, 3);
+        q.hold(100, 2);
+        q.hold(200, 1);
+        assert_eq!((q.in_use(), q.instants()), (6, 2));
+        q.expire(99);
+        assert_eq!(q.in_use(), 6);
+        q.expire(100);
+        assert_eq!((q.in_use(), q.instants()), (1, 1));
+        q.expire(1_000);
+        assert_eq!((q.in_use(), q.instants()), (0, 0));
+    }
+
+    #[test]
+    fn out_of_order_holds_are_inserted_in_place() {
+        let mut q = ExpiryQueue::default();
+        q.hold(300, 1);
+        q.hold(100, 2);
+        q.hold(200, 4);
+        q.hold(200, 1);
+        assert_eq!(q.ms_until_released(0, 2), Some(100));
+        assert_eq!(q.ms_until_released(0, 3), Some(200));
+        assert_eq!(q.ms_until_released(0, 7), Some(200));
+        assert_eq!(q.ms_until_released(0, 8), Some(300));
+        assert_eq!(q.ms_until_released(0, 9), None);
+        q.expire(200);
+        assert_eq!(q.in_use(), 1);
+    }
+
+    #[test]
+    fn release_finds_the_instant_and_ignores_expired_holds() {
+        let mut q = ExpiryQueue::default();
+        q.hold(100, 5);
+        q.hold(200, 5);
+        q.hold(300, 5);
+        q.release(200, 5);
+        assert_eq!((q.in_use(), q.instants()), (10, 3), "an empty middle instant stays");
+        q.release(300, 2);
+        assert_eq!(q.in_use(), 8);
+        q.release(300, 3);
+        assert_eq!((q.in_use(), q.instants()), (5, 2), "an empty last instant goes");
+        q.expire(150);
+        q.release(100, 5);
+        assert_eq!(q.in_use(), 0, "the expired hold gave nothing back twice");
+        assert_eq!(q.ms_until_released(150, 1), None);
+        assert_eq!(q.first_expiry_unix_ms(), Some(200));
+        q.expire(200);
+        assert_eq!(q.first_expiry_unix_ms(), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "releasing more than was held")]
+    fn releasing_more_than_held_is_a_programming_error() {
+        let mut q = ExpiryQueue::default();
+        q.hold(100, 1);
+        q.release(100, 2);
+    }
+}

@@ -1,0 +1,122 @@
+//! The memory backend (single-binary mode, spec §10, `backend-memory.md`): the
+//! semantics of the TigerBeetle backend with in-process data structures.
+//!
+//! One mutex guards all state, so all-or-nothing reserves are trivially atomic;
+//! the critical section is a few hash lookups and O(1) queue operations (see
+//! BENCHMARKS.md for what it costs and how it scales).
+
+mod config;
+mod counters;
+mod expiry_queue;
+mod lease_table;
+mod limit;
+mod recent_ids;
+mod settled_cache;
+mod stack_vec;
+mod state;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use crate::clock::Clock;
+use crate::definition::{LimitReport, LimitState};
+use crate::error::LimiterError;
+use crate::key::LimitKey;
+use crate::limiter::{Backend, Limiter};
+use crate::retry::Jitter;
+use crate::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
+
+pub use config::{MemoryConfig, DECREASE_RETRY_MS_DEFAULT, FAILED_LEASES_MAX_DEFAULT, LEASES_MAX_DEFAULT};
+pub use counters::MemoryCounters;
+pub use expiry_queue::EXPIRY_INSTANTS_MAX;
+pub use state::{LEASE_MEMORY_MARGIN_MS, LIMITS_MAX};
+
+use state::MemoryState;
+
+/// The hash maps of the hot path: foldhash is several times faster than SipHash
+/// on lease ids and keys, and its per-process random seed keeps chosen lease ids
+/// from forcing collisions cheaply.
+type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Limits held in process memory. Cheap to share: use it as `Arc<dyn Backend>`.
+#[derive(Debug)]
+pub struct MemoryBackend {
+    clock: Arc<dyn Clock>,
+    jitter: Jitter,
+    state: Mutex<MemoryState>,
+}
+
+impl MemoryBackend {
+    /// A backend with no limits, reading time from `clock`, jitter seeded from
+    /// the operating system.
+    ///
+    /// Panics when `config` is invalid: check it with [`MemoryConfig::validate`].
+    pub fn new(clock: Arc<dyn Clock>, config: MemoryConfig) -> Self {
+        Self::with_jitter(clock, config, Jitter::from_entropy())
+    }
+
+    /// Like [`MemoryBackend::new`] with a given jitter source, so tests get
+    /// reproducible hints.
+    pub fn with_jitter(clock: Arc<dyn Clock>, config: MemoryConfig, jitter: Jitter) -> Self {
+        if let Err(message) = config.validate() {
+            panic!("invalid memory backend config: {message}");
+        }
+        Self {
+            clock,
+            jitter,
+            state: Mutex::new(MemoryState::new(config)),
+        }
+    }
+
+    /// The counters (overage dropped, evictions, ...).
+    pub fn counters(&self) -> MemoryCounters {
+        self.lock().counters()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, MemoryState> {
+        // A panic under the lock is a bug that already failed loudly; the state
+        // is only mutated after every check passed, so it stays usable.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[async_trait]
+impl Limiter for MemoryBackend {
+    async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
+        // The clock is read outside the lock to keep the critical section short.
+        let now_unix_ms = self.clock.now_unix_ms();
+        self.lock().reserve(request, now_unix_ms, &self.jitter)
+    }
+
+    async fn complete(&self, request: &CompleteRequest) -> Result<(), LimiterError> {
+        let now_unix_ms = self.clock.now_unix_ms();
+        self.lock().complete(request, now_unix_ms)
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    async fn apply_state(&self, state: &LimitState) -> Result<(), LimiterError> {
+        self.lock().apply_state(state)
+    }
+
+    async fn limit_report(&self, key: &LimitKey) -> Result<Option<LimitReport>, LimiterError> {
+        let mut state = self.lock();
+        Ok(state.limit_report(key, self.clock.now_unix_ms()))
+    }
+
+    async fn limit_reports(&self) -> Result<Vec<LimitReport>, LimiterError> {
+        let mut state = self.lock();
+        Ok(state.limit_reports(self.clock.now_unix_ms()))
+    }
+
+    async fn apply_pending_decreases(&self) -> Result<Vec<LimitState>, LimiterError> {
+        let mut state = self.lock();
+        Ok(state.apply_pending_decreases(self.clock.now_unix_ms()))
+    }
+
+    async fn health(&self) -> Result<(), LimiterError> {
+        Ok(())
+    }
+}

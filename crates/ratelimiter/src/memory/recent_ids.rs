@@ -1,0 +1,135 @@
+//! Lease ids remembered for a while after they stopped being live: denied ones
+//! (they stay denied) and settled ones (a retry is answered again, idempotently).
+
+use std::collections::hash_map::Entry;
+use std::collections::VecDeque;
+
+use super::FastMap;
+
+/// A bounded map from lease id to `V`, in insertion order. Entries are kept for
+/// at least the retention the caller passes to [`RecentIds::expire`], unless the
+/// bound forces the oldest out first; those evictions are counted.
+#[derive(Debug)]
+pub struct RecentIds<V> {
+    entries_max: usize,
+    entries: FastMap<u128, (u64, V)>,
+    /// (id, since): insertion order, so the front is always the oldest.
+    order: VecDeque<(u128, u64)>,
+    evicted_total: u64,
+}
+
+impl<V> RecentIds<V> {
+    /// An empty map for at most `entries_max` ids (at least 1).
+    pub fn new(entries_max: usize) -> Self {
+        assert!(entries_max >= 1, "room for one id at least");
+        Self {
+            entries_max,
+            entries: FastMap::default(),
+            order: VecDeque::new(),
+            evicted_total: 0,
+        }
+    }
+
+    /// The value remembered for `id`.
+    pub fn get(&self, id: u128) -> Option<&V> {
+        self.entries.get(&id).map(|(_, v)| v)
+    }
+
+    /// Remembers `id` from `now_unix_ms` on, evicting the oldest when full.
+    pub fn insert(&mut self, id: u128, now_unix_ms: u64, value: V) {
+        if let Some(entry) = self.entries.get_mut(&id) {
+            if entry.0 == now_unix_ms {
+                // Same id, same instant: its slot in `order` is already right.
+                entry.1 = value;
+                return;
+            }
+        }
+        if self.entries.len() >= self.entries_max && !self.entries.contains_key(&id) {
+            self.evict_oldest();
+        }
+        let replaced = self.entries.insert(id, (now_unix_ms, value)).is_some();
+        self.order.push_back((id, now_unix_ms));
+        if replaced && self.order.len() > 2 * self.entries.len() + 64 {
+            // Re-inserted ids left older slots behind; drop those.
+            let entries = &self.entries;
+            self.order
+                .retain(|(id, since)| entries.get(id).is_some_and(|(s, _)| s == since));
+        }
+    }
+
+    /// Forgets ids remembered for `retention_ms` or longer at `now_unix_ms`.
+    pub fn expire(&mut self, now_unix_ms: u64, retention_ms: u64) {
+        while let Some(&(id, since)) = self.order.front() {
+            if since.saturating_add(retention_ms) > now_unix_ms {
+                break;
+            }
+            self.order.pop_front();
+            self.remove_if_since(id, since);
+        }
+    }
+
+    fn evict_oldest(&mut self) {
+        while let Some((id, since)) = self.order.pop_front() {
+            if self.remove_if_since(id, since) {
+                self.evicted_total += 1;
+                return;
+            }
+        }
+    }
+
+    /// Removes `id` if its entry is the one inserted at `since` (a re-inserted id
+    /// leaves an older slot in `order`).
+    fn remove_if_since(&mut self, id: u128, since: u64) -> bool {
+        match self.entries.entry(id) {
+            Entry::Occupied(entry) if entry.get().0 == since => {
+                entry.remove();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ids remembered now.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Ids forgotten early because the map was full.
+    pub fn evicted_total(&self) -> u64 {
+        self.evicted_total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_kept_for_the_retention_then_forgotten() {
+        let mut r = RecentIds::new(10);
+        r.insert(1, 100, 'a');
+        r.insert(2, 150, 'b');
+        r.expire(199, 100);
+        assert_eq!((r.get(1), r.get(2)), (Some(&'a'), Some(&'b')));
+        r.expire(200, 100);
+        assert_eq!((r.get(1), r.get(2)), (None, Some(&'b')));
+        r.expire(10_000, 100);
+        assert_eq!(r.len(), 0);
+        assert_eq!(r.evicted_total(), 0);
+    }
+
+    #[test]
+    fn the_bound_evicts_the_oldest_and_counts_it() {
+        let mut r = RecentIds::new(2);
+        r.insert(1, 0, ());
+        r.insert(2, 1, ());
+        r.insert(3, 2, ());
+        assert!(r.get(1).is_none() && r.get(2).is_some() && r.get(3).is_some());
+        assert_eq!(r.evicted_total(), 1);
+        r.insert(3, 5, ());
+        assert_eq!(r.len(), 2, "re-inserting an id takes no new room");
+        r.expire(6, 3);
+        assert!(r.get(2).is_none());
+        assert!(r.get(3).is_some(), "the re-inserted id counts from its new time");
+    }
+}

@@ -1,0 +1,414 @@
+//! Everything the memory backend holds, and the reserve and complete decisions.
+//! One instance lives behind the backend's mutex; every method runs at one
+//! instant `now_unix_ms`, read just before the mutex is taken (two callers may
+//! pass instants a few nanoseconds out of order; nothing here assumes more
+//! than that time never goes back by a whole window).
+
+use std::hash::{BuildHasher, Hasher};
+
+use crate::definition::{LimitKind, LimitReport, LimitState, Overage};
+use crate::error::LimiterError;
+use crate::key::LimitKey;
+use crate::retry::{Jitter, RetryPolicy};
+use crate::wire::{CompleteRequest, Denial, ReserveOutcome, ReserveRequest, ACTUALS_MAX, REQUIREMENTS_MAX};
+
+use super::config::MemoryConfig;
+use super::counters::MemoryCounters;
+use super::lease_table::{LeaseHold, LeaseTable, LimitIndex, LiveLease};
+use super::limit::Limit;
+use super::recent_ids::RecentIds;
+use super::settled_cache::{SettledCache, SettledLease};
+use super::stack_vec::StackVec;
+use super::FastMap;
+
+/// The most limits one memory backend defines: indices are `u32`, and a
+/// deployment has a few per model and tenant, far fewer than this.
+pub const LIMITS_MAX: usize = 1 << 20;
+/// How much longer than the longest window or timeout denied and settled lease
+/// ids are remembered: a caller that waited out a window-long hint and retries
+/// with the same id is still answered as TigerBeetle (which never forgets) would.
+pub const LEASE_MEMORY_MARGIN_MS: u64 = 60_000;
+
+/// The memory backend's data.
+#[derive(Debug)]
+pub struct MemoryState {
+    config: MemoryConfig,
+    index: FastMap<LimitKey, LimitIndex>,
+    limits: Vec<Limit>,
+    leases: LeaseTable,
+    settled: SettledCache,
+    failed: RecentIds<()>,
+    /// Seeds the fingerprints of settled leases' requirements: 64-bit keyed
+    /// hashes, so a retry with other requirements is told apart unless it
+    /// collides, with odds of 2^-64 for a caller already misusing the id.
+    fingerprints: foldhash::fast::RandomState,
+    /// The longest window or timeout of any limit ever defined, plus
+    /// [`LEASE_MEMORY_MARGIN_MS`]: how long denied and settled lease ids are remembered.
+    retention_ms: u64,
+    overage_dropped_total: u64,
+    overage_debt_total: u64,
+    leases_evicted_total: u64,
+}
+
+/// A request's requirements resolved to limits, in request order.
+type Wanted = StackVec<(LimitIndex, u64), REQUIREMENTS_MAX>;
+
+impl MemoryState {
+    /// An empty state; `config` was validated.
+    pub fn new(config: MemoryConfig) -> Self {
+        Self {
+            leases: LeaseTable::new(config.leases_max),
+            settled: SettledCache::new(config.leases_max),
+            failed: RecentIds::new(config.failed_leases_max),
+            config,
+            fingerprints: foldhash::fast::RandomState::default(),
+            index: FastMap::default(),
+            limits: Vec::new(),
+            retention_ms: LEASE_MEMORY_MARGIN_MS,
+            overage_dropped_total: 0,
+            overage_debt_total: 0,
+            leases_evicted_total: 0,
+        }
+    }
+
+    /// Reserve, in the order of the memory backend's contract: unknown key,
+    /// idempotent replay or conflict, burnt lease id, never-fitting amount,
+    /// decreasing key, then all requirements or none.
+    pub fn reserve(
+        &mut self,
+        request: &ReserveRequest,
+        now_unix_ms: u64,
+        jitter: &Jitter,
+    ) -> Result<ReserveOutcome, LimiterError> {
+        let wanted = self.resolve(request)?;
+        self.forget_old(now_unix_ms);
+        let id = request.lease_id().to_u128();
+        if let Some(outcome) = self.replay(request, &wanted, now_unix_ms)? {
+            return Ok(outcome);
+        }
+        if self.failed.get(id).is_some() {
+            return Ok(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed));
+        }
+        if let Some(denial) = self.standing_denial(&wanted) {
+            return Ok(ReserveOutcome::Denied(denial));
+        }
+        for &(i, _) in wanted.as_slice() {
+            self.limits[i as usize].expire(now_unix_ms);
+        }
+        if let Some(denial) = self.shortfall(&wanted, now_unix_ms, jitter) {
+            self.failed.insert(id, now_unix_ms, ());
+            return Ok(ReserveOutcome::Denied(denial));
+        }
+        self.grant(id, &wanted, now_unix_ms);
+        Ok(ReserveOutcome::Allowed {
+            reserved_at_unix_ms: now_unix_ms,
+        })
+    }
+
+    fn resolve(&self, request: &ReserveRequest) -> Result<Wanted, LimiterError> {
+        let mut wanted = Wanted::new();
+        for r in request.requirements() {
+            let &i = self
+                .index
+                .get(&r.key)
+                .ok_or_else(|| LimiterError::UnknownKey(r.key.clone()))?;
+            wanted.push((i, r.amount));
+        }
+        Ok(wanted)
+    }
+
+    fn forget_old(&mut self, now_unix_ms: u64) {
+        self.failed.expire(now_unix_ms, self.retention_ms);
+    }
+
+    /// The answer to a lease id seen allowed before: the same grant again, or a
+    /// conflict when the requirements differ.
+    fn replay(
+        &self,
+        request: &ReserveRequest,
+        wanted: &Wanted,
+        now_unix_ms: u64,
+    ) -> Result<Option<ReserveOutcome>, LimiterError> {
+        let id = request.lease_id().to_u128();
+        let (reserved_at_unix_ms, same) = if let Some(lease) = self.leases.get(id) {
+            let held = lease.holds().iter().map(|h| (h.limit, h.amount));
+            (
+                lease.reserved_at_unix_ms,
+                held.eq(sorted(wanted).as_slice().iter().copied()),
+            )
+        } else if let Some(settled) = self.settled.get(id, now_unix_ms, self.retention_ms) {
+            let fingerprint = self.fingerprint(sorted(wanted).as_slice().iter().copied());
+            (settled.reserved_at_unix_ms, settled.fingerprint == fingerprint)
+        } else {
+            return Ok(None);
+        };
+        if !same {
+            return Err(LimiterError::Conflict(format!(
+                "lease_id {} was already reserved with other requirements; use a new lease id",
+                request.lease_id()
+            )));
+        }
+        Ok(Some(ReserveOutcome::Allowed { reserved_at_unix_ms }))
+    }
+
+    /// Denials that do not depend on usage: an amount above a whole capacity,
+    /// then a key waiting for a decrease. Neither burns the lease id.
+    fn standing_denial(&self, wanted: &Wanted) -> Option<Denial> {
+        for &(i, amount) in wanted.as_slice() {
+            let limit = &self.limits[i as usize];
+            if amount > limit.capacity() {
+                let key = limit.state().definition().key().clone();
+                return Some(Denial::ExceedsCapacity { key });
+            }
+        }
+        let &(i, _) = wanted
+            .as_slice()
+            .iter()
+            .find(|&&(i, _)| self.limits[i as usize].is_decreasing())?;
+        Some(Denial::LimitDecreasing {
+            key: self.limits[i as usize].state().definition().key().clone(),
+            retry_after_ms: self.config.decrease_retry_ms,
+        })
+    }
+
+    /// `None` when every requirement fits; else the denial naming the first key
+    /// that does not, with the largest hint of all the keys that do not.
+    fn shortfall(&mut self, wanted: &Wanted, now_unix_ms: u64, jitter: &Jitter) -> Option<Denial> {
+        let mut first = None;
+        let mut retry_after_ms = 0;
+        for &(i, amount) in wanted.as_slice() {
+            let limit = &self.limits[i as usize];
+            if limit.fits(amount, limit.hold_until(now_unix_ms)) {
+                continue;
+            }
+            first.get_or_insert(i);
+            let hint_ms = hint_ms(
+                &self.config.retry_policy,
+                &mut self.limits[i as usize],
+                amount,
+                now_unix_ms,
+                jitter,
+            );
+            retry_after_ms = retry_after_ms.max(hint_ms);
+        }
+        let key = self.limits[first? as usize].state().definition().key().clone();
+        Some(Denial::InsufficientCapacity { key, retry_after_ms })
+    }
+
+    fn grant(&mut self, id: u128, wanted: &Wanted, now_unix_ms: u64) {
+        let mut holds = StackVec::<LeaseHold, REQUIREMENTS_MAX>::new();
+        for &(i, amount) in wanted.as_slice() {
+            let limit = &mut self.limits[i as usize];
+            let expires_at_unix_ms = limit.hold_until(now_unix_ms);
+            limit.hold(expires_at_unix_ms, amount);
+            if limit.kind() == LimitKind::Concurrency {
+                limit.streak_mut().record_allow(now_unix_ms);
+            }
+            holds.push(LeaseHold {
+                limit: i,
+                amount,
+                expires_at_unix_ms,
+            });
+        }
+        holds.as_mut_slice().sort_unstable_by_key(|h| h.limit);
+        let lease = LiveLease::new(now_unix_ms, holds.as_slice());
+        if let Some((evicted_id, evicted)) = self.leases.insert(id, lease) {
+            // Its holds stay until they end; only reconciliation is lost.
+            self.leases_evicted_total += 1;
+            self.settle(evicted_id, &evicted, now_unix_ms);
+        }
+    }
+
+    /// Remembers a lease that stopped being live, for idempotent retries.
+    fn settle(&mut self, id: u128, lease: &LiveLease, now_unix_ms: u64) {
+        let settled = SettledLease {
+            reserved_at_unix_ms: lease.reserved_at_unix_ms,
+            fingerprint: self.fingerprint(lease.holds().iter().map(|h| (h.limit, h.amount))),
+        };
+        self.settled.insert(id, settled, now_unix_ms, self.retention_ms);
+    }
+
+    /// A keyed hash of requirements sorted by limit.
+    fn fingerprint(&self, sorted: impl Iterator<Item = (LimitIndex, u64)>) -> u64 {
+        let mut hasher = self.fingerprints.build_hasher();
+        for (limit, amount) in sorted {
+            hasher.write_u32(limit);
+            hasher.write_u64(amount);
+        }
+        hasher.finish()
+    }
+
+    /// Complete: releases the lease's concurrency holds and reconciles its
+    /// rolling holds with `actuals`. Every actual is checked before anything
+    /// changes; an unknown or settled lease changes nothing.
+    pub fn complete(&mut self, request: &CompleteRequest, now_unix_ms: u64) -> Result<(), LimiterError> {
+        self.forget_old(now_unix_ms);
+        let id = request.lease_id().to_u128();
+        let Some(lease) = self.leases.get(id) else {
+            return Ok(());
+        };
+        let mut actuals = StackVec::<(LeaseHold, u64), ACTUALS_MAX>::new();
+        for actual in request.actuals() {
+            let hold = self
+                .index
+                .get(&actual.key)
+                .and_then(|&i| lease.hold(i))
+                .ok_or_else(|| {
+                    LimiterError::InvalidRequest(format!(
+                        "actual for {}, which lease {} did not reserve",
+                        actual.key,
+                        request.lease_id()
+                    ))
+                })?;
+            if self.limits[hold.limit as usize].kind() == LimitKind::Concurrency {
+                return Err(LimiterError::InvalidRequest(format!(
+                    "actual for concurrency limit {}: concurrency is released on complete, not reconciled",
+                    actual.key
+                )));
+            }
+            actuals.push((*hold, actual.actual_amount));
+        }
+        let lease = self.leases.remove(id).expect("the lease was just found");
+        for hold in lease.holds() {
+            let limit = &mut self.limits[hold.limit as usize];
+            limit.expire(now_unix_ms);
+            if limit.kind() == LimitKind::Concurrency {
+                limit.release(hold.expires_at_unix_ms, hold.amount);
+            }
+        }
+        for (hold, actual) in actuals.as_slice() {
+            self.reconcile(hold, *actual, now_unix_ms);
+        }
+        self.settle(id, &lease, now_unix_ms);
+        Ok(())
+    }
+
+    /// Shrinks a rolling hold to `actual` for the rest of its window, or holds
+    /// the overage for the rest of the window when it fits; else the overage
+    /// becomes debt or is dropped. A window already over has no rest to hold in.
+    fn reconcile(&mut self, hold: &LeaseHold, actual: u64, now_unix_ms: u64) {
+        let limit = &mut self.limits[hold.limit as usize];
+        if actual <= hold.amount {
+            limit.release(hold.expires_at_unix_ms, hold.amount - actual);
+            return;
+        }
+        let extra = actual - hold.amount;
+        if hold.expires_at_unix_ms > now_unix_ms && limit.fits(extra, hold.expires_at_unix_ms) {
+            limit.hold(hold.expires_at_unix_ms, extra);
+            return;
+        }
+        match limit.state().definition().overage() {
+            Overage::Debt => {
+                limit.add_debt(extra);
+                self.overage_debt_total = self.overage_debt_total.saturating_add(extra);
+            }
+            Overage::None => self.overage_dropped_total = self.overage_dropped_total.saturating_add(extra),
+        }
+    }
+
+    /// Creates the limit of `state` or replaces its state; holds carry over.
+    pub fn apply_state(&mut self, state: &LimitState) -> Result<(), LimiterError> {
+        let definition = state.definition();
+        match self.index.get(definition.key()) {
+            Some(&i) => {
+                let limit = &mut self.limits[i as usize];
+                if limit.kind() != definition.kind() {
+                    return Err(LimiterError::Conflict(format!(
+                        "limit {} is {:?}; its kind cannot change to {:?}",
+                        definition.key(),
+                        limit.kind(),
+                        definition.kind()
+                    )));
+                }
+                limit.set_state(state.clone());
+            }
+            None => {
+                if self.limits.len() >= LIMITS_MAX {
+                    return Err(LimiterError::InvalidRequest(format!(
+                        "the memory backend holds at most {LIMITS_MAX} limits"
+                    )));
+                }
+                let i = LimitIndex::try_from(self.limits.len()).expect("LIMITS_MAX fits u32");
+                self.limits.push(Limit::new(state.clone()));
+                self.index.insert(definition.key().clone(), i);
+            }
+        }
+        self.retention_ms = self.retention_ms.max(definition.hold_ms() + LEASE_MEMORY_MARGIN_MS);
+        Ok(())
+    }
+
+    /// The report of `key`, after dropping its ended holds.
+    pub fn limit_report(&mut self, key: &LimitKey, now_unix_ms: u64) -> Option<LimitReport> {
+        let &i = self.index.get(key)?;
+        let limit = &mut self.limits[i as usize];
+        limit.expire(now_unix_ms);
+        Some(limit.report())
+    }
+
+    /// Every report, ordered by key.
+    pub fn limit_reports(&mut self, now_unix_ms: u64) -> Vec<LimitReport> {
+        let mut reports: Vec<LimitReport> = self
+            .limits
+            .iter_mut()
+            .map(|limit| {
+                limit.expire(now_unix_ms);
+                limit.report()
+            })
+            .collect();
+        reports.sort_unstable_by(|a, b| a.state.definition().key().cmp(b.state.definition().key()));
+        reports
+    }
+
+    /// Applies every decrease whose key now has the room (`capacity - in_use >=
+    /// capacity - target`), returning the new states.
+    pub fn apply_pending_decreases(&mut self, now_unix_ms: u64) -> Vec<LimitState> {
+        let mut changed = Vec::new();
+        for limit in self.limits.iter_mut().filter(|l| l.is_decreasing()) {
+            limit.expire(now_unix_ms);
+            let delta = limit.capacity() - limit.state().pending_decrease_to();
+            if limit.capacity().saturating_sub(limit.in_use()) >= delta {
+                let next = limit.state().with_decrease_applied();
+                limit.set_state(next.clone());
+                changed.push(next);
+            }
+        }
+        changed
+    }
+
+    /// The counters, for metrics.
+    pub fn counters(&self) -> MemoryCounters {
+        MemoryCounters {
+            overage_dropped_total: self.overage_dropped_total,
+            overage_debt_total: self.overage_debt_total,
+            leases_evicted_total: self.leases_evicted_total,
+            settled_leases_evicted_total: self.settled.evicted_total(),
+            failed_leases_evicted_total: self.failed.evicted_total(),
+            leases_live: self.leases.len() as u64,
+            failed_leases_remembered: self.failed.len() as u64,
+        }
+    }
+}
+
+/// The hint for one failing requirement: exact for rolling limits (the time
+/// until enough units expire), ADR 0010 backoff for concurrency limits, whose
+/// holds usually end at Complete, long before their timeout. Jitter is added.
+fn hint_ms(policy: &RetryPolicy, limit: &mut Limit, amount: u64, now_unix_ms: u64, jitter: &Jitter) -> u64 {
+    let kind = limit.kind();
+    let base_ms = match kind {
+        LimitKind::Rolling => limit.exact_wait_ms(now_unix_ms, amount),
+        LimitKind::Concurrency => {
+            let streak = limit.streak_mut().record_deny(now_unix_ms);
+            policy
+                .concurrency
+                .backoff_ms(limit.state().definition().hold_ms(), streak)
+        }
+    };
+    base_ms + jitter.sample_ms(policy.jitter_ms(kind))
+}
+
+/// `wanted` sorted by limit, so requirement lists compare as sets.
+fn sorted(wanted: &Wanted) -> Wanted {
+    let mut sorted = *wanted;
+    sorted.as_mut_slice().sort_unstable_by_key(|&(i, _)| i);
+    sorted
+}

@@ -1,0 +1,271 @@
+//! One work class's queue: the jobs of one (provider, model), served round-robin
+//! by tenant, with the waits its denials taught it.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+
+use tokio::time::Instant;
+
+use crate::key::LimitKey;
+
+use super::entry::Entry;
+
+/// The jobs of one (provider, model).
+///
+/// A denial on a key every job here needs (the model's rpm, tpm or concurrency)
+/// pauses the whole queue until the retry time: every other job would be denied
+/// too, and asking again would only load the limiter. A denial on a key only some
+/// jobs need (a tenant's daily budget) gates that key: jobs needing it wait in
+/// `blocked`, the rest go on.
+pub(super) struct WorkQueue {
+    /// Keys every job of this queue reserves.
+    shared_keys: SharedKeys,
+    /// Jobs per tenant; a lane lives while its tenant has unfinished jobs here.
+    lanes: HashMap<String, Lane>,
+    /// Tenants with ready jobs, in turn order.
+    lane_ring: VecDeque<String>,
+    /// Jobs waiting for a gated key, earliest first.
+    blocked: BinaryHeap<Reverse<Blocked>>,
+    /// Keys that only some jobs need, denied until the given time.
+    gates: HashMap<LimitKey, Instant>,
+    /// No job of this queue is tried before this time.
+    paused_until: Option<Instant>,
+    /// The key whose denial set `paused_until`; `None` for an unknown outcome.
+    paused_on: Option<LimitKey>,
+    /// Unfinished jobs: ready, blocked or being attempted by a worker.
+    jobs: usize,
+    /// Whether the queue is in the board's ring of queues with ready work.
+    pub in_ring: bool,
+    /// The earliest time the board's timer will wake this queue.
+    pub wake_at: Option<Instant>,
+}
+
+/// The keys every job of one (provider, model) reserves.
+pub(super) struct SharedKeys {
+    /// Requests per window.
+    pub rpm: LimitKey,
+    /// Tokens per window.
+    pub tpm: LimitKey,
+    /// Calls in flight.
+    pub concurrency: LimitKey,
+}
+
+impl SharedKeys {
+    fn contains(&self, key: &LimitKey) -> bool {
+        [&self.rpm, &self.tpm, &self.concurrency].contains(&key)
+    }
+}
+
+/// One tenant's jobs in one queue.
+#[derive(Default)]
+struct Lane {
+    /// Ready jobs by submit order, so a job back from a wait keeps its place.
+    ready: BTreeMap<u64, Entry>,
+    /// Unfinished jobs: ready, blocked or being attempted.
+    jobs: usize,
+}
+
+/// A job waiting for a gated key.
+struct Blocked {
+    not_before: Instant,
+    entry: Entry,
+}
+
+impl Blocked {
+    fn order_key(&self) -> (Instant, u64) {
+        (self.not_before, self.entry.seq)
+    }
+}
+
+impl PartialEq for Blocked {
+    fn eq(&self, other: &Self) -> bool {
+        self.order_key() == other.order_key()
+    }
+}
+
+impl Eq for Blocked {}
+
+impl PartialOrd for Blocked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Blocked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.order_key().cmp(&other.order_key())
+    }
+}
+
+impl WorkQueue {
+    /// An empty queue whose jobs all reserve `shared_keys`.
+    pub fn new(shared_keys: SharedKeys) -> Self {
+        Self {
+            shared_keys,
+            lanes: HashMap::new(),
+            lane_ring: VecDeque::new(),
+            blocked: BinaryHeap::new(),
+            gates: HashMap::new(),
+            paused_until: None,
+            paused_on: None,
+            jobs: 0,
+            in_ring: false,
+            wake_at: None,
+        }
+    }
+
+    /// Unfinished jobs in this queue.
+    pub fn jobs(&self) -> usize {
+        self.jobs
+    }
+
+    /// Unfinished jobs of `tenant_id` in this queue.
+    pub fn tenant_jobs(&self, tenant_id: &str) -> usize {
+        self.lanes.get(tenant_id).map_or(0, |lane| lane.jobs)
+    }
+
+    /// Accepts a new job.
+    pub fn admit(&mut self, entry: Entry) {
+        self.jobs += 1;
+        self.lanes.entry(entry.spec.tenant_id.clone()).or_default().jobs += 1;
+        self.make_ready(entry);
+    }
+
+    /// Puts an accepted job back among the ready ones, in its submit-order place.
+    pub fn make_ready(&mut self, entry: Entry) {
+        let tenant_id = entry.spec.tenant_id.clone();
+        let lane = self.lanes.get_mut(&tenant_id).expect("an unfinished job's lane exists");
+        if lane.ready.is_empty() {
+            self.lane_ring.push_back(tenant_id);
+        }
+        let previous = lane.ready.insert(entry.seq, entry);
+        assert!(previous.is_none(), "a job is ready at most once");
+    }
+
+    /// True when `take` may return a job at `now`.
+    pub fn has_ready(&self, now: Instant) -> bool {
+        !self.is_paused(now) && !self.lane_ring.is_empty()
+    }
+
+    fn is_paused(&self, now: Instant) -> bool {
+        self.paused_until.is_some_and(|until| until > now)
+    }
+
+    /// The next job to attempt: the oldest ready job of the tenant whose turn it
+    /// is. Jobs needing a gated key are moved to `blocked` on the way.
+    pub fn take(&mut self, now: Instant) -> Option<Entry> {
+        if self.is_paused(now) {
+            return None;
+        }
+        while let Some(tenant_id) = self.lane_ring.pop_front() {
+            let lane = self.lanes.get_mut(&tenant_id).expect("a tenant in turn has a lane");
+            let (_, entry) = lane.ready.pop_first().expect("a tenant in turn has a ready job");
+            if !lane.ready.is_empty() {
+                self.lane_ring.push_back(tenant_id);
+            }
+            match self.gated_until(&entry, now) {
+                Some(not_before) => self.blocked.push(Reverse(Blocked { not_before, entry })),
+                None => return Some(entry),
+            }
+        }
+        None
+    }
+
+    fn gated_until(&self, entry: &Entry, now: Instant) -> Option<Instant> {
+        entry
+            .requirements
+            .iter()
+            .filter_map(|r| self.gates.get(&r.key))
+            .copied()
+            .filter(|until| *until > now)
+            .max()
+    }
+
+    /// Records a "not now" denial of `entry` on `key` until `until`, and keeps the
+    /// job until then.
+    pub fn deny(&mut self, entry: Entry, key: &LimitKey, until: Instant) {
+        let needed_by_all = self.shared_keys.contains(key);
+        let needed_by_entry = entry.requirements.iter().any(|r| &r.key == key);
+        if needed_by_all || !needed_by_entry {
+            // A key outside the job's requirements is the limiter's mistake; pausing
+            // the whole queue is the safe reading of it.
+            self.pause(until, Some(key));
+            self.make_ready(entry);
+        } else {
+            let gate = self.gates.entry(key.clone()).or_insert(until);
+            *gate = (*gate).max(until);
+            self.blocked.push(Reverse(Blocked {
+                not_before: until,
+                entry,
+            }));
+        }
+    }
+
+    /// Keeps every job of this queue waiting until `until`, because of a denial
+    /// on `key` or, when `None`, an unknown outcome.
+    pub fn pause(&mut self, until: Instant, key: Option<&LimitKey>) {
+        if self.paused_until.is_none_or(|current| current < until) {
+            self.paused_until = Some(until);
+            self.paused_on = key.cloned();
+        }
+    }
+
+    /// Ends a pause on the concurrency key, or on the tpm key when the lease gave
+    /// tokens back, since one of this queue's leases was just completed and freed
+    /// what the pause waits for. Returns true when the pause ended.
+    ///
+    /// The retry hint is a guess made before the completion; waiting it out would
+    /// leave the freed capacity idle.
+    pub fn resume_after_complete(&mut self, tokens_returned: bool) -> bool {
+        let Some(key) = &self.paused_on else { return false };
+        let freed = *key == self.shared_keys.concurrency || (tokens_returned && *key == self.shared_keys.tpm);
+        if freed {
+            self.paused_until = None;
+            self.paused_on = None;
+        }
+        freed
+    }
+
+    /// Ends the waits that are over at `now`.
+    pub fn release(&mut self, now: Instant) {
+        if self.paused_until.is_some_and(|until| until <= now) {
+            self.paused_until = None;
+            self.paused_on = None;
+        }
+        self.gates.retain(|_, until| *until > now);
+        while self.blocked.peek().is_some_and(|b| b.0.not_before <= now) {
+            let Reverse(blocked) = self.blocked.pop().expect("peeked");
+            self.make_ready(blocked.entry);
+        }
+    }
+
+    /// When the earliest wait ends, if any.
+    pub fn next_wake(&self) -> Option<Instant> {
+        let blocked = self.blocked.peek().map(|b| b.0.not_before);
+        match (self.paused_until, blocked) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Forgets a finished job of `tenant_id`.
+    pub fn retire(&mut self, tenant_id: &str) {
+        let lane = self.lanes.get_mut(tenant_id).expect("a finished job's lane exists");
+        lane.jobs -= 1;
+        if lane.jobs == 0 {
+            assert!(lane.ready.is_empty(), "a lane without jobs has no ready job");
+            self.lanes.remove(tenant_id);
+        }
+        self.jobs -= 1;
+    }
+
+    /// Takes every ready and blocked job out, leaving their counts to `retire`.
+    pub fn drain(&mut self) -> Vec<Entry> {
+        let mut entries: Vec<Entry> = self.blocked.drain().map(|b| b.0.entry).collect();
+        for lane in self.lanes.values_mut() {
+            entries.extend(std::mem::take(&mut lane.ready).into_values());
+        }
+        self.lane_ring.clear();
+        entries
+    }
+}

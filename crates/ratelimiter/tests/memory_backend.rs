@@ -1,0 +1,276 @@
+//! What only the memory backend promises: exact rolling hints, bounded lease
+//! memory with counted evictions, overage counters, window changes.
+
+use std::sync::Arc;
+
+use ratelimiter::definition::{LimitState, Overage};
+use ratelimiter::memory::{MemoryBackend, MemoryConfig, LEASE_MEMORY_MARGIN_MS};
+use ratelimiter::retry::{
+    BackoffFields, BackoffPolicy, Jitter, RetryPolicy, RollingBackoffFields, RollingBackoffPolicy,
+};
+use ratelimiter::testkit::{assert_allowed, assert_denied, assert_insufficient, Fixture, Harness, MemoryHarness};
+use ratelimiter::{Denial, FakeClock, LeaseId, LimitDefinition, LimitKey, LimiterError};
+
+fn policy(jitter_ms: u64) -> RetryPolicy {
+    RetryPolicy {
+        concurrency: BackoffPolicy::new(BackoffFields {
+            jitter_ms,
+            ..Default::default()
+        })
+        .unwrap(),
+        rolling: RollingBackoffPolicy::new(RollingBackoffFields {
+            jitter_ms,
+            ..Default::default()
+        })
+        .unwrap(),
+    }
+}
+
+fn harness(config: MemoryConfig) -> MemoryHarness {
+    MemoryHarness::with_config(config)
+}
+
+fn exact() -> MemoryConfig {
+    MemoryConfig {
+        retry_policy: policy(0),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn rolling_hints_are_the_exact_time_until_enough_units_expire() {
+    let h = harness(exact());
+    let f = Fixture::new(&h).await;
+    let tpm = f.rolling("tpm", 10, 60).await;
+    assert_allowed("4", &f.reserve_new(&[(&tpm, 4)]).await.1);
+    f.advance(1000).await;
+    assert_allowed("3", &f.reserve_new(&[(&tpm, 3)]).await.1);
+    f.advance(1000).await;
+    assert_allowed("3", &f.reserve_new(&[(&tpm, 3)]).await.1);
+    f.advance(500).await;
+    let hint = assert_insufficient("1 more", &f.reserve_new(&[(&tpm, 1)]).await.1, &tpm);
+    assert_eq!(hint, 60_000 - 2_500, "the first 4 expire 60 s after t0");
+    let hint = assert_insufficient("5 more", &f.reserve_new(&[(&tpm, 5)]).await.1, &tpm);
+    assert_eq!(hint, 61_000 - 2_500, "4 then 3 must expire");
+    f.advance(57_500).await;
+    assert_allowed("at the hint", &f.reserve_new(&[(&tpm, 1)]).await.1);
+}
+
+#[tokio::test]
+async fn rolling_hints_add_bounded_jitter() {
+    let h = harness(MemoryConfig::default());
+    let f = Fixture::new(&h).await;
+    let rpm = f.rolling("rpm", 1, 10).await;
+    assert_allowed("1", &f.reserve_new(&[(&rpm, 1)]).await.1);
+    let mut hints = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let hint = assert_insufficient("full", &f.reserve_new(&[(&rpm, 1)]).await.1, &rpm);
+        assert!((10_000..=10_050).contains(&hint), "{hint}");
+        hints.insert(hint);
+    }
+    assert!(hints.len() > 10, "jitter spreads the hints");
+}
+
+#[tokio::test]
+async fn concurrency_hints_back_off_and_the_largest_failing_hint_wins() {
+    let h = harness(exact());
+    let f = Fixture::new(&h).await;
+    let conc = f.concurrency("conc", 1, 300).await;
+    let rpm = f.rolling("rpm", 1, 1).await;
+    let (first, _) = f.reserve_new(&[(&conc, 1)]).await;
+    let mut hints = Vec::new();
+    for _ in 0..4 {
+        hints.push(assert_insufficient(
+            "busy",
+            &f.reserve_new(&[(&conc, 1)]).await.1,
+            &conc,
+        ));
+    }
+    assert_eq!(hints, [50, 100, 200, 400]);
+    f.complete(first, &[]).await;
+    assert_allowed("free", &f.reserve_new(&[(&conc, 1)]).await.1);
+    let hint = assert_insufficient("halved streak", &f.reserve_new(&[(&conc, 1)]).await.1, &conc);
+    assert_eq!(hint, 200);
+    assert_allowed("rpm", &f.reserve_new(&[(&rpm, 1)]).await.1);
+    let both = f.reserve_new(&[(&conc, 1), (&rpm, 1)]).await.1;
+    assert_eq!(
+        assert_insufficient("both full", &both, &conc),
+        1000,
+        "rpm's exact 1000 ms beats 400"
+    );
+}
+
+#[tokio::test]
+async fn evicted_leases_keep_their_holds_until_timeout_and_stay_idempotent() {
+    let config = MemoryConfig {
+        leases_max: 2,
+        ..exact()
+    };
+    let h = harness(config);
+    let backend = memory(&h, config);
+    let f = Fixture::with_backend(&h, backend.clone());
+    let conc = f.concurrency("conc", 5, 2).await;
+    let tpm = f.rolling("tpm", 100, 2).await;
+    let oldest = LeaseId::generate();
+    let at = assert_allowed("oldest", &f.reserve(oldest, &[(&conc, 1), (&tpm, 50)]).await);
+    f.advance(10).await;
+    f.reserve_new(&[(&conc, 1)]).await;
+    f.reserve_new(&[(&conc, 1)]).await;
+    assert_eq!(backend.counters().leases_evicted_total, 1);
+    assert_eq!(backend.counters().leases_live, 2);
+    f.complete(oldest, &[(&tpm, 1)]).await;
+    f.assert_in_use("not reconciled", &[(&conc, 3), (&tpm, 50)]).await;
+    let again = f.reserve(oldest, &[(&conc, 1), (&tpm, 50)]).await;
+    assert_eq!(assert_allowed("retry of the evicted lease", &again), at);
+    f.assert_in_use("nothing more", &[(&conc, 3), (&tpm, 50)]).await;
+    f.advance(2000).await;
+    f.assert_in_use("timed out", &[(&conc, 0), (&tpm, 0)]).await;
+}
+
+/// A memory backend on the harness's clock, kept concrete for its counters.
+fn memory(h: &MemoryHarness, config: MemoryConfig) -> Arc<MemoryBackend> {
+    Arc::new(MemoryBackend::with_jitter(
+        Arc::new(h.clock().clone()),
+        config,
+        Jitter::seeded(1),
+    ))
+}
+
+#[tokio::test]
+async fn denied_lease_ids_are_bounded_and_remembered_past_the_longest_window() {
+    let config = MemoryConfig {
+        failed_leases_max: 2,
+        ..exact()
+    };
+    let h = harness(config);
+    let backend = memory(&h, config);
+    let f = Fixture::with_backend(&h, backend.clone());
+    let rpm = f.rolling("rpm", 1, 1).await;
+    assert_allowed("fill", &f.reserve_new(&[(&rpm, 1)]).await.1);
+    let denied: Vec<LeaseId> = (0..3).map(|_| LeaseId::generate()).collect();
+    for &lease in &denied {
+        assert_insufficient("full", &f.reserve(lease, &[(&rpm, 1)]).await, &rpm);
+    }
+    let counters = backend.counters();
+    assert_eq!(
+        (counters.failed_leases_evicted_total, counters.failed_leases_remembered),
+        (1, 2)
+    );
+    let forgotten = f.reserve(denied[0], &[(&rpm, 1)]).await;
+    assert_insufficient("the oldest was forgotten, so it is judged again", &forgotten, &rpm);
+    f.advance(1000 + LEASE_MEMORY_MARGIN_MS - 1).await;
+    let still = f.reserve(denied[2], &[(&rpm, 1)]).await;
+    assert_denied("within window and margin", &still, Denial::LeaseAlreadyFailed);
+    f.advance(1).await;
+    assert_allowed(
+        "forgotten after window and margin",
+        &f.reserve(denied[2], &[(&rpm, 1)]).await,
+    );
+}
+
+#[tokio::test]
+async fn overage_is_counted_and_a_window_already_over_holds_nothing() {
+    let h = harness(exact());
+    let backend = memory(&h, exact());
+    let f = Fixture::with_backend(&h, backend.clone());
+    let none = f.rolling("none", 10, 1).await;
+    let debt = f.rolling_with("debt", 10, 1, Overage::Debt).await;
+    let (lease, _) = f.reserve_new(&[(&none, 10)]).await;
+    f.complete(lease, &[(&none, 15)]).await;
+    assert_eq!(backend.counters().overage_dropped_total, 5);
+    let (lease, outcome) = f.reserve_new(&[(&debt, 2)]).await;
+    assert_allowed("debt", &outcome);
+    f.advance(1000).await;
+    f.complete(lease, &[(&debt, 7)]).await;
+    let report = f.report(&debt).await;
+    assert_eq!(
+        (report.in_use, report.debt),
+        (0, 5),
+        "the window is over: the overage is debt"
+    );
+    let counters = backend.counters();
+    assert_eq!((counters.overage_debt_total, counters.overage_dropped_total), (5, 5));
+}
+
+#[tokio::test]
+async fn a_shorter_window_applies_to_new_holds_and_old_ones_keep_theirs() {
+    let h = harness(exact());
+    let f = Fixture::new(&h).await;
+    let tpm = f.rolling("tpm", 10, 60).await;
+    let (old, _) = f.reserve_new(&[(&tpm, 4)]).await;
+    f.define(LimitDefinition::rolling(tpm.clone(), 10, 10).unwrap()).await;
+    f.advance(1000).await;
+    let (new, _) = f.reserve_new(&[(&tpm, 5)]).await;
+    f.complete(old, &[(&tpm, 3)]).await;
+    f.assert_in_use("both held", &[(&tpm, 8)]).await;
+    f.advance(10_000).await;
+    f.assert_in_use("the new hold ended first", &[(&tpm, 3)]).await;
+    f.complete(new, &[(&tpm, 1)]).await;
+    f.assert_in_use("an ended hold gives nothing back", &[(&tpm, 3)]).await;
+    f.advance(49_000).await;
+    f.assert_in_use("the old hold ended after its own window", &[(&tpm, 0)])
+        .await;
+}
+
+#[tokio::test]
+async fn states_from_the_registry_apply_as_given_and_kinds_never_change() {
+    let h = harness(exact());
+    let f = Fixture::new(&h).await;
+    let key = f.key("budget");
+    let decreasing = LimitState::decreasing(LimitDefinition::rolling(key.clone(), 10, 60).unwrap(), 5).unwrap();
+    f.backend.apply_state(&decreasing).await.unwrap();
+    let outcome = f.reserve_new(&[(&key, 1)]).await.1;
+    let retry_after_ms = h.decrease_retry_ms();
+    assert_denied(
+        "decreasing at start",
+        &outcome,
+        Denial::LimitDecreasing {
+            key: key.clone(),
+            retry_after_ms,
+        },
+    );
+    let applied = f.backend.apply_pending_decreases().await.unwrap();
+    assert_eq!(applied, vec![decreasing.with_decrease_applied()]);
+    let as_concurrency = LimitState::active(LimitDefinition::concurrency(key.clone(), 10, 60).unwrap());
+    let result = f.backend.apply_state(&as_concurrency).await;
+    assert!(matches!(result, Err(LimiterError::Conflict(_))), "{result:?}");
+    assert_eq!(f.report(&key).await.state, decreasing.with_decrease_applied());
+}
+
+#[tokio::test]
+async fn reports_are_ordered_by_key_and_count_live_units_only() {
+    let h = harness(exact());
+    let f = Fixture::new(&h).await;
+    let b = f.rolling("b", 10, 1).await;
+    let a = f.concurrency("a", 10, 1).await;
+    f.reserve_new(&[(&a, 2), (&b, 3)]).await;
+    let reports = f.backend.limit_reports().await.unwrap();
+    let keys: Vec<&LimitKey> = reports.iter().map(|r| r.state.definition().key()).collect();
+    assert_eq!(keys, [&a, &b]);
+    assert_eq!(reports.iter().map(|r| r.in_use).collect::<Vec<_>>(), [2, 3]);
+    f.advance(1000).await;
+    let reports = f.backend.limit_reports().await.unwrap();
+    assert!(reports.iter().all(|r| r.in_use == 0));
+    assert!(f.backend.health().await.is_ok());
+}
+
+#[test]
+#[should_panic(expected = "leases_max must be at least 1")]
+fn an_invalid_config_is_refused() {
+    let config = MemoryConfig {
+        leases_max: 0,
+        ..Default::default()
+    };
+    assert!(config.validate().is_err());
+    MemoryBackend::new(Arc::new(FakeClock::new(0)), config);
+}
+
+#[test]
+fn the_config_reads_from_yaml_shaped_json_with_defaults() {
+    let config: MemoryConfig =
+        serde_json::from_str(r#"{"decrease_retry_ms":5000,"retry_policy":{"concurrency":{"base_ms":10}}}"#).unwrap();
+    assert_eq!(config.decrease_retry_ms, 5000);
+    assert_eq!(config.retry_policy.concurrency.fields().base_ms, 10);
+    assert_eq!(config.leases_max, MemoryConfig::default().leases_max);
+    assert!(serde_json::from_str::<MemoryConfig>(r#"{"lease_max":1}"#).is_err());
+}

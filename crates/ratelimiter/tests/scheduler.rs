@@ -1,0 +1,663 @@
+//! Scheduler behaviour against scripted and recording limiters, in paused tokio
+//! time: leases per attempt, Complete after every call, failures at once,
+//! bounded intake and shutdown.
+
+mod scheduler_support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratelimiter::scheduler::{ExecuteError, Job, JobError, Scheduler, SchedulerConfig, ShutdownError, SubmitErrorKind};
+use ratelimiter::{Denial, LimitKey, LimiterError, ReserveOutcome};
+use scheduler_support::{allowed, sleeping_job, spec, Recorder, Scripted};
+use tokio::time::Instant;
+
+const TPM: &str = "global:llm:openai:gpt-4o:tpm";
+
+fn config(workers: usize) -> ratelimiter::scheduler::SchedulerConfigBuilder {
+    SchedulerConfig::builder(workers).jitter_ms_max(0).jitter_seed(7)
+}
+
+fn key(text: &str) -> LimitKey {
+    LimitKey::new(text).unwrap()
+}
+
+fn not_now(key_text: &str, retry_after_ms: u64) -> Result<ReserveOutcome, LimiterError> {
+    Ok(ReserveOutcome::Denied(Denial::InsufficientCapacity {
+        key: key(key_text),
+        retry_after_ms,
+    }))
+}
+
+fn unavailable(retry_after_ms: u64) -> Result<ReserveOutcome, LimiterError> {
+    Err(LimiterError::Unavailable { retry_after_ms })
+}
+
+fn openai(job_id: &str) -> ratelimiter::scheduler::JobSpec {
+    spec(job_id, "tenant_a", "openai", "gpt-4o")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_reserves_runs_and_completes_with_its_actual_tokens() {
+    let recorder = Recorder::new(Scripted::new(vec![], vec![]));
+    let scheduler = Scheduler::with_config(recorder.clone(), config(2).build().unwrap());
+    let mut job_spec = openai("job-1");
+    job_spec.want_daily_budget = true;
+    let done = scheduler
+        .submit(sleeping_job(job_spec, 50, 740))
+        .unwrap()
+        .await
+        .unwrap();
+
+    assert_eq!(
+        (done.job_id.as_str(), done.actual_tokens, done.reserve_attempts),
+        ("job-1", 740, 1)
+    );
+    assert_eq!(done.complete_error, None);
+    let reserves = recorder.reserves_of("job-1");
+    assert_eq!(reserves.len(), 1);
+    assert_eq!(reserves[0].0, done.lease_id);
+    assert_eq!(
+        recorder.completes_of("job-1"),
+        vec![(
+            done.lease_id,
+            vec![
+                (TPM.to_owned(), 740),
+                ("tenant:tenant_a:llm:daily_tokens".to_owned(), 740)
+            ]
+        )]
+    );
+    assert_eq!(scheduler.jobs(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_retry_after_a_denial_uses_a_new_lease_and_waits_for_the_hint() {
+    let limiter = Scripted::new(vec![not_now(TPM, 1_000), not_now(TPM, 2_000)], vec![]);
+    let recorder = Recorder::new(limiter);
+    let scheduler = Scheduler::with_config(recorder.clone(), config(1).build().unwrap());
+    let start = Instant::now();
+    let done = scheduler
+        .submit(sleeping_job(openai("job-1"), 10, 5))
+        .unwrap()
+        .await
+        .unwrap();
+
+    let reserves = recorder.reserves_of("job-1");
+    let leases: Vec<_> = reserves.iter().map(|r| r.0).collect();
+    let offsets: Vec<_> = reserves.iter().map(|r| (r.1 - start).as_millis()).collect();
+    assert_eq!(offsets, vec![0, 1_000, 3_000]);
+    assert_ne!(leases[0], leases[1]);
+    assert_ne!(leases[1], leases[2]);
+    assert_ne!(leases[0], leases[2]);
+    assert_eq!(done.lease_id, leases[2]);
+    assert_eq!(done.reserve_attempts, 3);
+    assert_eq!(recorder.completes_of("job-1").len(), 1);
+    assert_eq!(recorder.completes_of("job-1")[0].0, leases[2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn jitter_is_added_to_the_hint_and_stays_within_its_bound() {
+    let limiter = Scripted::new(vec![not_now(TPM, 1_000); 20], vec![]);
+    let recorder = Recorder::new(limiter);
+    let config = SchedulerConfig::builder(1)
+        .jitter_ms_max(100)
+        .jitter_seed(1)
+        .build()
+        .unwrap();
+    let scheduler = Scheduler::with_config(recorder.clone(), config);
+    scheduler
+        .submit(sleeping_job(openai("job-1"), 10, 5))
+        .unwrap()
+        .await
+        .unwrap();
+
+    let times: Vec<_> = recorder.reserves_of("job-1").iter().map(|r| r.1).collect();
+    let gaps: Vec<u128> = times.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    assert_eq!(gaps.len(), 20);
+    assert!(gaps.iter().all(|gap| (1_000..=1_100).contains(gap)), "{gaps:?}");
+    assert!(gaps.iter().any(|gap| *gap != gaps[0]), "jitter varies: {gaps:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unknown_outcome_is_retried_with_the_same_lease_after_the_hint() {
+    let limiter = Scripted::new(vec![unavailable(500), Err(LimiterError::Backend("x".into()))], vec![]);
+    let recorder = Recorder::new(limiter);
+    let config = config(1).fallback_retry_ms(300).build().unwrap();
+    let scheduler = Scheduler::with_config(recorder.clone(), config);
+    let start = Instant::now();
+    let done = scheduler
+        .submit(sleeping_job(openai("job-1"), 10, 5))
+        .unwrap()
+        .await
+        .unwrap();
+
+    let reserves = recorder.reserves_of("job-1");
+    let offsets: Vec<_> = reserves.iter().map(|r| (r.1 - start).as_millis()).collect();
+    assert_eq!(offsets, vec![0, 500, 800]);
+    assert!(
+        reserves.iter().all(|r| r.0 == done.lease_id),
+        "one lease for every unknown outcome"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_already_failed_gets_a_new_lease_at_once() {
+    let limiter = Scripted::new(
+        vec![unavailable(500), Ok(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed))],
+        vec![],
+    );
+    let recorder = Recorder::new(limiter);
+    let scheduler = Scheduler::with_config(recorder.clone(), config(1).build().unwrap());
+    let start = Instant::now();
+    let done = scheduler
+        .submit(sleeping_job(openai("job-1"), 10, 5))
+        .unwrap()
+        .await
+        .unwrap();
+
+    let reserves = recorder.reserves_of("job-1");
+    let offsets: Vec<_> = reserves.iter().map(|r| (r.1 - start).as_millis()).collect();
+    assert_eq!(offsets, vec![0, 500, 500]);
+    assert_eq!(reserves[0].0, reserves[1].0);
+    assert_ne!(reserves[1].0, reserves[2].0);
+    assert_eq!(done.lease_id, reserves[2].0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_outcomes_are_retried_a_bounded_number_of_times_then_released() {
+    let limiter = Scripted::new(vec![unavailable(100); 10], vec![]);
+    let recorder = Recorder::new(limiter);
+    let config = config(1).unknown_retries_max(2).build().unwrap();
+    let scheduler = Scheduler::with_config(recorder.clone(), config);
+    let result = scheduler.submit(sleeping_job(openai("job-1"), 10, 5)).unwrap().await;
+
+    assert!(
+        matches!(result, Err(JobError::Limiter(LimiterError::Unavailable { .. }))),
+        "{result:?}"
+    );
+    let reserves = recorder.reserves_of("job-1");
+    assert_eq!(reserves.len(), 3);
+    assert!(reserves.iter().all(|r| r.0 == reserves[0].0));
+    // The lease may have landed: it is released with 0 tokens.
+    assert_eq!(
+        recorder.completes_of("job-1"),
+        vec![(reserves[0].0, vec![(TPM.to_owned(), 0)])]
+    );
+    assert_eq!(scheduler.jobs(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_that_can_never_fit_fails_at_once() {
+    let limiter = Scripted::new(
+        vec![Ok(ReserveOutcome::Denied(Denial::ExceedsCapacity { key: key(TPM) }))],
+        vec![],
+    );
+    let recorder = Recorder::new(limiter);
+    let scheduler = Scheduler::with_config(recorder.clone(), config(1).build().unwrap());
+    let ran = Arc::new(AtomicUsize::new(0));
+    let ran_in_job = ran.clone();
+    let job = Job::new(openai("huge"), move || async move {
+        ran_in_job.fetch_add(1, Ordering::SeqCst);
+        Ok::<u64, ExecuteError>(1)
+    });
+    let start = Instant::now();
+    let result = scheduler.submit(job).unwrap().await;
+
+    assert!(
+        matches!(&result, Err(JobError::ExceedsCapacity { key: k }) if k.as_str() == TPM),
+        "{result:?}"
+    );
+    assert_eq!(Instant::now(), start, "no waiting");
+    assert_eq!(recorder.reserves_of("huge").len(), 1);
+    assert!(recorder.completes_of("huge").is_empty(), "nothing was reserved");
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unknown_key_fails_at_once() {
+    let limiter = Scripted::new(vec![Err(LimiterError::UnknownKey(key(TPM)))], vec![]);
+    let scheduler = Scheduler::with_config(limiter, config(1).build().unwrap());
+    let start = Instant::now();
+    let result = scheduler.submit(sleeping_job(openai("job-1"), 10, 5)).unwrap().await;
+    assert!(
+        matches!(result, Err(JobError::Limiter(LimiterError::UnknownKey(_)))),
+        "{result:?}"
+    );
+    assert_eq!(Instant::now(), start);
+}
+
+#[tokio::test(start_paused = true)]
+async fn complete_runs_with_zero_tokens_after_a_failing_execute() {
+    let recorder = Recorder::new(Scripted::new(vec![], vec![]));
+    let scheduler = Scheduler::with_config(recorder.clone(), config(1).build().unwrap());
+    let job = Job::new(openai("fails"), || async {
+        Err::<u64, ExecuteError>("provider said 500".into())
+    });
+    let result = scheduler.submit(job).unwrap().await;
+
+    assert!(
+        matches!(&result, Err(JobError::Execute(e)) if e.to_string() == "provider said 500"),
+        "{result:?}"
+    );
+    let lease = recorder.reserves_of("fails")[0].0;
+    assert_eq!(recorder.completes_of("fails"), vec![(lease, vec![(TPM.to_owned(), 0)])]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn complete_runs_after_a_panicking_execute_and_keeps_the_upper_bound() {
+    let recorder = Recorder::new(Scripted::new(vec![], vec![]));
+    let scheduler = Scheduler::with_config(recorder.clone(), config(1).build().unwrap());
+    let job = Job::new(openai("panics"), || async {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        panic!("bug in the caller's code");
+        #[allow(unreachable_code)]
+        Ok::<u64, ExecuteError>(1)
+    });
+    let result = scheduler.submit(job).unwrap().await;
+
+    assert!(matches!(result, Err(JobError::Panicked)), "{result:?}");
+    let lease = recorder.reserves_of("panics")[0].0;
+    assert_eq!(recorder.completes_of("panics"), vec![(lease, vec![])]);
+    // The worker survived: the next job runs.
+    let done = scheduler
+        .submit(sleeping_job(openai("next"), 1, 3))
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(done.actual_tokens, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn complete_is_retried_when_the_limiter_is_unavailable() {
+    let unavailable = || Err(LimiterError::Unavailable { retry_after_ms: 200 });
+    let limiter = Scripted::new(vec![], vec![unavailable(), unavailable()]);
+    let recorder = Recorder::new(limiter);
+    let scheduler = Scheduler::with_config(recorder.clone(), config(1).build().unwrap());
+    let done = scheduler
+        .submit(sleeping_job(openai("job-1"), 10, 5))
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(done.complete_error, None);
+    let completes = recorder.completes_of("job-1");
+    assert_eq!(completes.len(), 3);
+    assert!(completes.iter().all(|c| c.0 == done.lease_id));
+
+    let limiter = Scripted::new(vec![], vec![unavailable(); 10]);
+    let recorder = Recorder::new(limiter);
+    let scheduler = Scheduler::with_config(recorder.clone(), config(1).complete_attempts_max(4).build().unwrap());
+    let done = scheduler
+        .submit(sleeping_job(openai("job-2"), 10, 5))
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(
+        done.complete_error,
+        Some(LimiterError::Unavailable { retry_after_ms: 200 })
+    );
+    assert_eq!(recorder.completes_of("job-2").len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_denial_on_a_shared_key_pauses_the_whole_queue() {
+    let limiter = Scripted::new(vec![not_now(TPM, 1_000)], vec![]);
+    let recorder = Recorder::new(limiter);
+    let scheduler = Scheduler::with_config(recorder.clone(), config(4).build().unwrap());
+    let start = Instant::now();
+    let handles: Vec<_> = (0..5)
+        .map(|i| {
+            scheduler
+                .submit(sleeping_job(openai(&format!("job-{i}")), 10, 5))
+                .unwrap()
+        })
+        .collect();
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    let offsets: Vec<u128> = recorder
+        .calls()
+        .iter()
+        .filter_map(|c| match c {
+            scheduler_support::Call::Reserve { at, .. } => Some((*at - start).as_millis()),
+            _ => None,
+        })
+        .collect();
+    // The first reserve was denied: nobody else in the queue asked before the hint.
+    assert_eq!(offsets[0], 0);
+    assert!(offsets[1..].iter().all(|t| *t >= 1_000), "{offsets:?}");
+    assert_eq!(offsets.len(), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_denial_on_a_tenant_budget_holds_only_that_tenants_budget_jobs() {
+    let budget_a = "tenant:tenant_a:llm:daily_tokens";
+    let denied_until = Instant::now() + Duration::from_secs(3_600);
+    let limiter = Scripted::with(move |request| {
+        let needs_budget_a = request.requirements().iter().any(|r| r.key.as_str() == budget_a);
+        (needs_budget_a && Instant::now() < denied_until).then(|| not_now(budget_a, 3_600_000))
+    });
+    let recorder = Recorder::new(limiter);
+    let scheduler = Scheduler::with_config(recorder.clone(), config(2).build().unwrap());
+    let start = Instant::now();
+    let with_budget = |job_id: &str, tenant: &str| {
+        let mut s = spec(job_id, tenant, "openai", "gpt-4o");
+        s.want_daily_budget = true;
+        s
+    };
+    let a1 = scheduler
+        .submit(sleeping_job(with_budget("a1", "tenant_a"), 10, 5))
+        .unwrap();
+    let a2 = scheduler
+        .submit(sleeping_job(with_budget("a2", "tenant_a"), 10, 5))
+        .unwrap();
+    let a_free = scheduler.submit(sleeping_job(openai("a-free"), 10, 5)).unwrap();
+    let b1 = scheduler
+        .submit(sleeping_job(with_budget("b1", "tenant_b"), 10, 5))
+        .unwrap();
+
+    b1.await.unwrap();
+    a_free.await.unwrap();
+    assert!(
+        Instant::now() - start < Duration::from_secs(1),
+        "other work was not held up"
+    );
+    a1.await.unwrap();
+    a2.await.unwrap();
+    assert!(Instant::now() >= denied_until);
+    // a2 was never asked for while the gate was up: one denial taught the queue.
+    let denied: Vec<_> = recorder.reserves_of("a2").into_iter().filter(|r| !r.2).collect();
+    assert!(denied.len() <= 1, "{denied:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_limits_refuse_jobs_with_a_clear_error_and_hand_them_back() {
+    let limiter = Scripted::new(vec![], vec![]);
+    let config = config(1)
+        .jobs_max(5)
+        .queue_jobs_max(3)
+        .tenant_jobs_max(2)
+        .queues_max(2)
+        .build()
+        .unwrap();
+    let scheduler = Scheduler::with_config(limiter, config);
+    let long = |s| sleeping_job(s, 60_000, 1);
+    let mut handles = vec![
+        scheduler.submit(long(openai("a1"))).unwrap(),
+        scheduler.submit(long(openai("a2"))).unwrap(),
+    ];
+    let refused = scheduler.submit(long(openai("a3"))).unwrap_err();
+    assert!(
+        matches!(refused.kind(), SubmitErrorKind::TenantFull { tenant_jobs_max: 2, .. }),
+        "{refused}"
+    );
+    assert_eq!(refused.into_job().spec().job_id, "a3");
+
+    handles.push(
+        scheduler
+            .submit(long(spec("b1", "tenant_b", "openai", "gpt-4o")))
+            .unwrap(),
+    );
+    let refused = scheduler
+        .submit(long(spec("c1", "tenant_c", "openai", "gpt-4o")))
+        .unwrap_err();
+    assert!(
+        matches!(refused.kind(), SubmitErrorKind::QueueFull { queue_jobs_max: 3, .. }),
+        "{refused}"
+    );
+
+    handles.push(
+        scheduler
+            .submit(long(spec("x1", "tenant_a", "anthropic", "claude")))
+            .unwrap(),
+    );
+    let refused = scheduler
+        .submit(long(spec("y1", "tenant_a", "google", "gemini")))
+        .unwrap_err();
+    assert_eq!(refused.kind(), &SubmitErrorKind::TooManyQueues { queues_max: 2 });
+
+    handles.push(
+        scheduler
+            .submit(long(spec("x2", "tenant_a", "anthropic", "claude")))
+            .unwrap(),
+    );
+    let refused = scheduler
+        .submit(long(spec("x3", "tenant_b", "anthropic", "claude")))
+        .unwrap_err();
+    assert_eq!(refused.kind(), &SubmitErrorKind::SchedulerFull { jobs_max: 5 });
+
+    let refused = scheduler
+        .submit(long(spec("bad", "tenant_a", "open:ai", "m")))
+        .unwrap_err();
+    assert!(matches!(refused.kind(), SubmitErrorKind::InvalidJob(_)), "{refused}");
+    let refused = scheduler.submit(long(spec("", "tenant_a", "openai", "m"))).unwrap_err();
+    assert!(
+        matches!(refused.kind(), SubmitErrorKind::InvalidJob(m) if m.contains("job_id")),
+        "{refused}"
+    );
+
+    // Room comes back when jobs finish.
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    assert_eq!(scheduler.jobs(), 0);
+    scheduler
+        .submit(long(spec("y1", "tenant_a", "google", "gemini")))
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_lets_running_jobs_finish_and_reports_the_unrun_ones() {
+    let recorder = Recorder::new(Scripted::new(vec![], vec![]));
+    let scheduler = Scheduler::with_config(recorder.clone(), config(1).build().unwrap());
+    let handles: Vec<_> = (0..5)
+        .map(|i| {
+            scheduler
+                .submit(sleeping_job(openai(&format!("job-{i}")), 1_000, 7))
+                .unwrap()
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    let report = scheduler
+        .shutdown(tokio::time::sleep(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(report.not_run, vec!["job-2", "job-3", "job-4"]);
+    assert!(report.aborted.is_empty());
+    let mut results = Vec::new();
+    for handle in handles {
+        results.push(handle.await);
+    }
+    assert_eq!(results[0].as_ref().unwrap().actual_tokens, 7);
+    assert_eq!(
+        results[1].as_ref().unwrap().actual_tokens,
+        7,
+        "the running job finished"
+    );
+    assert!(results[2..].iter().all(|r| matches!(r, Err(JobError::NotRun))));
+    assert_eq!(recorder.reserve_count(), 2, "unrun jobs reserved nothing");
+
+    let refused = scheduler.submit(sleeping_job(openai("late"), 1, 1)).unwrap_err();
+    assert_eq!(refused.kind(), &SubmitErrorKind::ShutDown);
+    let again = scheduler.shutdown(std::future::ready(())).await;
+    assert_eq!(again.unwrap_err(), ShutdownError::AlreadyShutDown);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_calls_still_running_at_the_deadline_and_completes_them() {
+    let recorder = Recorder::new(Scripted::new(vec![], vec![]));
+    let scheduler = Scheduler::with_config(recorder.clone(), config(2).build().unwrap());
+    let slow = scheduler.submit(sleeping_job(openai("slow"), 3_600_000, 9)).unwrap();
+    let quick = scheduler.submit(sleeping_job(openai("quick"), 500, 9)).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+
+    let start = Instant::now();
+    let report = scheduler
+        .shutdown(tokio::time::sleep(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert_eq!(Instant::now() - start, Duration::from_secs(2));
+    assert_eq!(report.aborted, vec!["slow"]);
+    assert!(report.not_run.is_empty());
+    assert!(matches!(slow.await, Err(JobError::Aborted)));
+    assert_eq!(quick.await.unwrap().actual_tokens, 9);
+    let lease = recorder.reserves_of("slow")[0].0;
+    assert_eq!(
+        recorder.completes_of("slow"),
+        vec![(lease, vec![])],
+        "concurrency released"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_reports_jobs_waiting_after_a_denial() {
+    let limiter = Scripted::new(vec![not_now(TPM, 60_000)], vec![]);
+    let scheduler = Scheduler::with_config(limiter, config(1).build().unwrap());
+    let waiting = scheduler.submit(sleeping_job(openai("waiting"), 10, 1)).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let report = scheduler.shutdown(std::future::ready(())).await.unwrap();
+    assert_eq!(report.not_run, vec!["waiting"]);
+    assert!(matches!(waiting.await, Err(JobError::NotRun)));
+    assert_eq!(scheduler.jobs(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_scheduler_answers_queued_jobs() {
+    let limiter = Scripted::new(vec![not_now(TPM, 60_000)], vec![]);
+    let scheduler = Scheduler::with_config(limiter, config(1).build().unwrap());
+    let waiting = scheduler.submit(sleeping_job(openai("waiting"), 10, 1)).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    drop(scheduler);
+    assert!(matches!(waiting.await, Err(JobError::NotRun)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reserve_that_hangs_counts_as_unknown_and_is_resent() {
+    struct Hangs {
+        calls: AtomicUsize,
+    }
+    #[async_trait::async_trait]
+    impl ratelimiter::Limiter for Hangs {
+        async fn reserve(&self, _: &ratelimiter::ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                std::future::pending::<()>().await;
+            }
+            allowed()
+        }
+        async fn complete(&self, _: &ratelimiter::CompleteRequest) -> Result<(), LimiterError> {
+            Ok(())
+        }
+    }
+    let recorder = Recorder::new(Arc::new(Hangs {
+        calls: AtomicUsize::new(0),
+    }));
+    let config = config(1).call_timeout_ms(1_000).fallback_retry_ms(100).build().unwrap();
+    let scheduler = Scheduler::with_config(recorder.clone(), config);
+    let start = Instant::now();
+    let done = scheduler
+        .submit(sleeping_job(openai("job-1"), 10, 1))
+        .unwrap()
+        .await
+        .unwrap();
+    // The timed-out call never returned, so the recorder saw only the resend.
+    let reserves = recorder.reserves_of("job-1");
+    assert_eq!(reserves.len(), 1);
+    assert_eq!(reserves[0].0, done.lease_id);
+    assert_eq!((reserves[0].1 - start).as_millis(), 1_100);
+}
+
+/// Job 1 runs for 100 ms; job 2 is denied on `denied_key` with a 10 s hint while
+/// job 1 runs. Returns when job 2 was reserved again, in ms from the start.
+async fn retry_time_after_own_complete(denied_key: &str, job1_tokens: u64) -> u128 {
+    let limiter = Scripted::new(vec![allowed(), not_now(denied_key, 10_000)], vec![]);
+    let recorder = Recorder::new(limiter);
+    let scheduler = Scheduler::with_config(recorder.clone(), config(2).build().unwrap());
+    let start = Instant::now();
+    let job1 = scheduler
+        .submit(sleeping_job(openai("job-1"), 100, job1_tokens))
+        .unwrap();
+    let job2 = scheduler.submit(sleeping_job(openai("job-2"), 100, 5)).unwrap();
+    job1.await.unwrap();
+    job2.await.unwrap();
+    let reserves = recorder.reserves_of("job-2");
+    assert_eq!(reserves.len(), 2);
+    (reserves[1].1 - start).as_millis()
+}
+
+#[tokio::test(start_paused = true)]
+async fn completing_a_lease_resumes_a_queue_waiting_for_what_it_freed() {
+    // The 100-token reservation of job 1 is reconciled to 5: tokens and its slot come back.
+    assert_eq!(
+        retry_time_after_own_complete("global:llm:openai:gpt-4o:concurrency", 5).await,
+        100
+    );
+    assert_eq!(retry_time_after_own_complete(TPM, 5).await, 100);
+    // Nothing frees requests per minute, or tokens when all were used: the hint holds.
+    assert_eq!(
+        retry_time_after_own_complete("global:llm:openai:gpt-4o:rpm", 5).await,
+        10_000
+    );
+    assert_eq!(retry_time_after_own_complete(TPM, 100).await, 10_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_releases_a_lease_of_unknown_outcome_that_was_waiting() {
+    let limiter = Scripted::new(vec![unavailable(60_000)], vec![]);
+    let recorder = Recorder::new(limiter);
+    let scheduler = Scheduler::with_config(recorder.clone(), config(1).build().unwrap());
+    let waiting = scheduler.submit(sleeping_job(openai("waiting"), 10, 1)).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let report = scheduler.shutdown(std::future::ready(())).await.unwrap();
+    assert_eq!(report.not_run, vec!["waiting"]);
+    assert!(matches!(waiting.await, Err(JobError::NotRun)));
+    let lease = recorder.reserves_of("waiting")[0].0;
+    assert_eq!(
+        recorder.completes_of("waiting"),
+        vec![(lease, vec![(TPM.to_owned(), 0)])]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_jobs_on_many_threads_all_finish_and_leave_nothing_behind() {
+    // Deny about a third of the attempts with a 1 ms hint, chosen by lease id bits.
+    let limiter = Scripted::with(|request| (request.lease_id().to_u128() % 3 == 0).then(|| not_now(TPM, 1)));
+    let recorder = Recorder::new(limiter);
+    let config = SchedulerConfig::builder(16).jitter_ms_max(2).build().unwrap();
+    let scheduler = Scheduler::with_config(recorder.clone(), config);
+    let handles: Vec<_> = (0..5_000)
+        .map(|i| {
+            let tenant = format!("tenant_{}", i % 7);
+            let model = format!("m{}", i % 5);
+            let job = Job::new(spec(&format!("job-{i}"), &tenant, "openai", &model), || async {
+                tokio::task::yield_now().await;
+                Ok::<u64, ExecuteError>(1)
+            });
+            scheduler.submit(job).unwrap()
+        })
+        .collect();
+    for handle in handles {
+        assert_eq!(handle.await.unwrap().actual_tokens, 1);
+    }
+    assert_eq!(scheduler.jobs(), 0);
+    let completes = recorder
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, scheduler_support::Call::Complete { .. }))
+        .count();
+    assert_eq!(completes, 5_000, "one complete per call");
+    let report = scheduler.shutdown(std::future::ready(())).await.unwrap();
+    assert_eq!(report, Default::default());
+}
+
+#[test]
+fn the_scheduler_can_be_shared_across_tasks() {
+    fn shareable<T: Send + Sync + 'static>() {}
+    fn sendable<T: Send + 'static>() {}
+    shareable::<Scheduler>();
+    sendable::<Job>();
+    sendable::<ratelimiter::scheduler::JobHandle>();
+    shareable::<ratelimiter::scheduler::SubmitError>();
+}

@@ -1,0 +1,46 @@
+//! The router: every endpoint of `decisions.md`, with auth, load shedding and
+//! JSON errors for unknown paths and methods.
+
+use axum::extract::OriginalUri;
+use axum::http::Method;
+use axum::middleware::from_fn_with_state;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::Router;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::{admin, auth, echo, health, lease, overload};
+
+/// The whole HTTP API on `state`.
+pub fn app(state: AppState) -> Router {
+    let client = Router::new()
+        .route("/v1/reserve", post(lease::reserve))
+        .route("/v1/complete", post(lease::complete))
+        .route_layer(from_fn_with_state(state.clone(), auth::require_client));
+    let admin = Router::new()
+        .route("/v1/admin/limits", put(admin::put_limit).get(admin::list_limits))
+        // Keys may contain `/`, so the rest of the path is the key.
+        .route("/v1/admin/limits/{*key}", get(admin::get_limit))
+        .route_layer(from_fn_with_state(state.clone(), auth::require_admin));
+    let mut api = client.merge(admin);
+    if state.echo_route() {
+        api = api.route("/v1/echo", post(echo::echo));
+    }
+    let api = api.route_layer(from_fn_with_state(state.clone(), overload::guard));
+    Router::new()
+        .merge(api)
+        .route("/healthz", get(health::healthz))
+        .route("/metrics", get(health::metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+async fn not_found(method: Method, OriginalUri(uri): OriginalUri) -> Response {
+    ApiError::RouteNotFound(format!("{method} {}", uri.path())).into_response()
+}
+
+async fn method_not_allowed(method: Method, OriginalUri(uri): OriginalUri) -> Response {
+    ApiError::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path())).into_response()
+}

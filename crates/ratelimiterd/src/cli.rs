@@ -1,0 +1,307 @@
+//! The command line: `ratelimiterd [--config PATH]` runs the server; subcommands
+//! talk to a running server through [`HttpClient`] (define and inspect limits, try
+//! a reservation, complete a lease).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ratelimiter::httpclient::{HttpClient, HttpClientConfig};
+use ratelimiter::{
+    Actual, CompleteRequest, DefinitionFields, LeaseId, LimitDefinition, LimitKey, LimitKind, Limiter, Overage,
+    Requirement, ReserveOutcome, ReserveRequest, ReserveResponse,
+};
+
+use crate::config::Config;
+
+/// Exit status of `reserve` when the reservation was denied.
+pub const EXIT_DENIED: u8 = 3;
+
+const ABOUT: &str = "Rate limiting server for LLM workloads (RPM, TPM, concurrency, budgets).";
+const LONG_ABOUT: &str = "\
+Rate limiting server for LLM workloads (RPM, TPM, concurrency, budgets).
+
+Without a subcommand, runs the server. Without --config, it serves the memory backend on
+127.0.0.1:8080 with ./data/limits.json as registry. The configuration file is YAML:
+
+  server:
+    listen_addr: \"127.0.0.1:8080\"     # host:port, or :port for every interface
+    backend: memory                    # or tigerbeetle (needs --features tigerbeetle)
+    admin_token: \"...\"                 # guards /v1/admin/* (Authorization: Bearer)
+    client_tokens: [\"...\"]             # guards /v1/reserve and /v1/complete
+    body_bytes_max: 65536              # larger bodies get 413
+    request_timeout_ms: 5000           # slower requests get 503 backend_unavailable
+    concurrent_requests_max: 4096      # more get 503 overloaded at once
+    connections_max: 10000             # more are closed at once; idle ones close after 30 s
+    shutdown_grace_ms: 10000           # time in-flight requests get on SIGTERM/Ctrl-C
+    echo_route: false                  # POST /v1/echo, the benchmark's reference
+  registry:
+    path: ./data/limits.json
+  memory:
+    leases_max: 100000                 # live leases kept for reconciliation
+    failed_leases_max: 1000000         # denied lease ids remembered
+  tigerbeetle:
+    cluster_id: \"0\"
+    addresses: [\"127.0.0.1:3000\"]
+    sessions: 8
+    max_batch_events: 8000
+    flush_interval_micros: 200
+    submit_mode: batching              # or direct
+    request_timeout_ms: 5000           # TigerBeetle answer unknown after this: 503
+    queue_depth_max: 65536             # submitter queue; full answers 503 at once
+    lease_cache_max: 1000000           # leases remembered for Complete
+  retry_policy:                        # retry hints of denials (ADR 0010)
+    concurrency: {base_ms: 50, max_ms: 2000, factor: 2.0, jitter_ms: 25}
+    rolling: {base_ms: 100, max_ms: 5000, factor: 1.5, jitter_ms: 50, window_fraction: 0.1}
+  decrease:
+    retry_ms: 10000                    # retry hint of limit_decreasing denials
+    check_interval_ms: 1000            # how often pending decreases are tried
+  log:
+    format: text                       # or json
+    level: info                        # RUST_LOG overrides it
+
+Every entry is optional; unknown entries are errors. /healthz and /metrics need no token.";
+
+/// `ratelimiterd`: the server and its operator commands.
+#[derive(Debug, Parser)]
+#[command(name = "ratelimiterd", version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Cli {
+    /// YAML configuration file (see --help for every entry). Default: built-in defaults.
+    #[arg(long, short = 'c', value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// What to do; default: run the server.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server (the default).
+    Serve,
+    /// Check the configuration file and exit: 0 when valid.
+    CheckConfig,
+    /// Define and inspect limits on a running server.
+    Limits {
+        /// Which limits operation.
+        #[command(subcommand)]
+        command: LimitsCommand,
+        /// How to reach the server.
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Try one reservation on a running server; prints the answer. Exit 0 when
+    /// allowed, 3 when denied, 1 on error.
+    Reserve {
+        /// A requirement `KEY=AMOUNT`; repeat for several.
+        #[arg(long = "require", short = 'r', value_name = "KEY=AMOUNT", required = true, value_parser = parse_requirement)]
+        requirements: Vec<Requirement>,
+        /// The lease id (a ULID); default: a new one.
+        #[arg(long)]
+        lease_id: Option<LeaseId>,
+        /// The logical job id, for logs.
+        #[arg(long)]
+        job_id: Option<String>,
+        /// How to reach the server.
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Complete a lease on a running server.
+    Complete {
+        /// The lease id given to reserve.
+        #[arg(long)]
+        lease_id: LeaseId,
+        /// An actual usage `KEY=AMOUNT` of a rolling limit; repeat for several.
+        #[arg(long = "actual", short = 'a', value_name = "KEY=AMOUNT", value_parser = parse_actual)]
+        actuals: Vec<Actual>,
+        /// How to reach the server.
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+/// `limits` operations.
+#[derive(Debug, Subcommand)]
+pub enum LimitsCommand {
+    /// Create or change a limit (PUT /v1/admin/limits); prints its state.
+    Put(PutArgs),
+    /// List every limit with its usage.
+    List,
+    /// Show one limit with its usage.
+    Get {
+        /// The limit key.
+        key: LimitKey,
+    },
+}
+
+/// A limit definition on the command line (`decisions.md` §2).
+#[derive(Debug, Args)]
+pub struct PutArgs {
+    /// The limit key, 1..=256 bytes of [A-Za-z0-9:_.@/-].
+    #[arg(long)]
+    pub key: LimitKey,
+    /// rolling (expires after the window) or concurrency (held until complete).
+    #[arg(long, value_enum)]
+    pub kind: KindArg,
+    /// The most units granted at once.
+    #[arg(long)]
+    pub capacity: u64,
+    /// Rolling window, 1..=2678400 seconds (rolling only).
+    #[arg(long, default_value_t = 0)]
+    pub window_seconds: u64,
+    /// Hold timeout, 1..=86400 seconds (concurrency only).
+    #[arg(long, default_value_t = 0)]
+    pub timeout_seconds: u64,
+    /// A label such as requests, tokens, inflight.
+    #[arg(long, default_value = "")]
+    pub unit: String,
+    /// What the limit is for.
+    #[arg(long, default_value = "")]
+    pub description: String,
+    /// What completes above the reservation do: none (drop) or debt (record).
+    #[arg(long, value_enum, default_value_t = OverageArg::None)]
+    pub overage: OverageArg,
+}
+
+/// `--kind` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum KindArg {
+    /// Rolling window.
+    Rolling,
+    /// Concurrency.
+    Concurrency,
+}
+
+/// `--overage` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OverageArg {
+    /// Drop usage above the reservation.
+    None,
+    /// Record it as debt.
+    Debt,
+}
+
+/// How to reach a running server.
+#[derive(Debug, Args)]
+pub struct Remote {
+    /// The server's base URL.
+    #[arg(long, env = "RATELIMITERD_URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// Bearer token (admin token for `limits`, client or admin token otherwise).
+    #[arg(long, env = "RATELIMITERD_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Timeout of one attempt, in ms.
+    #[arg(long, default_value_t = 5_000)]
+    pub timeout_ms: u64,
+}
+
+fn parse_key_amount(text: &str) -> Result<(LimitKey, u64), String> {
+    let (key, amount) = text.rsplit_once('=').ok_or("expected KEY=AMOUNT")?;
+    let key = LimitKey::new(key).map_err(|e| e.to_string())?;
+    let amount = amount.parse::<u64>().map_err(|e| format!("amount {amount:?}: {e}"))?;
+    Ok((key, amount))
+}
+
+fn parse_requirement(text: &str) -> Result<Requirement, String> {
+    parse_key_amount(text).map(|(key, amount)| Requirement { key, amount })
+}
+
+fn parse_actual(text: &str) -> Result<Actual, String> {
+    parse_key_amount(text).map(|(key, actual_amount)| Actual { key, actual_amount })
+}
+
+impl Remote {
+    fn client(&self) -> Result<HttpClient, String> {
+        HttpClient::new(HttpClientConfig {
+            token: self.token.clone(),
+            request_timeout_ms: self.timeout_ms,
+            ..HttpClientConfig::new(&self.url)
+        })
+        .map_err(|e| e.to_string())
+    }
+}
+
+impl PutArgs {
+    fn definition(&self) -> Result<LimitDefinition, String> {
+        LimitDefinition::new(DefinitionFields {
+            key: self.key.clone(),
+            kind: match self.kind {
+                KindArg::Rolling => LimitKind::Rolling,
+                KindArg::Concurrency => LimitKind::Concurrency,
+            },
+            capacity: self.capacity,
+            window_seconds: self.window_seconds,
+            timeout_seconds: self.timeout_seconds,
+            unit: self.unit.clone(),
+            description: self.description.clone(),
+            overage: match self.overage {
+                OverageArg::None => Overage::None,
+                OverageArg::Debt => Overage::Debt,
+            },
+        })
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// Loads `--config`, or the defaults without it.
+pub fn load_config(path: Option<&PathBuf>) -> Result<Config, String> {
+    match path {
+        Some(path) => Config::load(path).map_err(|e| e.to_string()),
+        None => Ok(Config::defaults()),
+    }
+}
+
+/// Runs a client subcommand and prints its JSON answer on standard output.
+pub async fn run_client(command: Command) -> Result<ExitCode, String> {
+    let print = |value: serde_json::Value| println!("{}", serde_json::to_string_pretty(&value).expect("json"));
+    match command {
+        Command::Limits { command, remote } => {
+            let client = remote.client()?;
+            match command {
+                LimitsCommand::Put(args) => print(json(&client.put_limit(&args.definition()?).await.map_err(err)?)),
+                LimitsCommand::List => print(json(&client.limits().await.map_err(err)?)),
+                LimitsCommand::Get { key } => match client.limit(&key).await.map_err(err)? {
+                    Some(report) => print(json(&report)),
+                    None => return Err(format!("unknown_limit_key: {key}")),
+                },
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Reserve {
+            requirements,
+            lease_id,
+            job_id,
+            remote,
+        } => {
+            let lease_id = lease_id.unwrap_or_else(LeaseId::generate);
+            let request = ReserveRequest::new(lease_id, job_id, requirements).map_err(|e| e.to_string())?;
+            let outcome = remote.client()?.reserve(&request).await.map_err(err)?;
+            let mut answer = json(&ReserveResponse::from(&outcome));
+            answer["lease_id"] = lease_id.to_string().into();
+            print(answer);
+            Ok(match outcome {
+                ReserveOutcome::Allowed { .. } => ExitCode::SUCCESS,
+                ReserveOutcome::Denied(_) => ExitCode::from(EXIT_DENIED),
+            })
+        }
+        Command::Complete {
+            lease_id,
+            actuals,
+            remote,
+        } => {
+            let request = CompleteRequest::new(lease_id, None, actuals).map_err(|e| e.to_string())?;
+            remote.client()?.complete(&request).await.map_err(err)?;
+            print(serde_json::json!({"ok": true}));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve | Command::CheckConfig => unreachable!("server commands are not client commands"),
+    }
+}
+
+fn err(e: ratelimiter::LimiterError) -> String {
+    e.to_string()
+}
+
+fn json<T: serde::Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).expect("answers serialize")
+}

@@ -1,0 +1,599 @@
+//! The server's configuration: the YAML of spec §11.2, plus what the server needs
+//! to run safely (request limits, tokens, decrease timing, retry hints).
+//!
+//! Every section and field is optional and has a documented default, so
+//! `ratelimiterd` without `--config` serves the memory backend on `127.0.0.1:8080`.
+//! Unknown keys are errors: a misspelt limit must not silently fall back to a default.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use ratelimiter::retry::RetryPolicy;
+use serde::Deserialize;
+
+/// The default listen address: loopback only, so a fresh server is not exposed.
+pub const LISTEN_ADDR_DEFAULT: &str = "127.0.0.1:8080";
+/// The default registry file (`decisions.md` §1).
+pub const REGISTRY_PATH_DEFAULT: &str = "./data/limits.json";
+/// The default largest request body: a reserve of 32 requirements with 256-byte
+/// keys is about 10 KiB, a definition with the longest description about 2 KiB.
+pub const BODY_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+/// The largest body limit that may be configured: bodies are buffered in memory.
+pub const BODY_BYTES_MAX_LIMIT: usize = 16 * 1024 * 1024;
+/// The default time one request may take before the server answers 503.
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// The longest request timeout that may be configured.
+pub const REQUEST_TIMEOUT_MS_LIMIT: u64 = 600_000;
+/// The default number of requests served at once; more are shed with a 503.
+pub const CONCURRENT_REQUESTS_MAX_DEFAULT: usize = 4_096;
+/// The largest concurrency that may be configured.
+pub const CONCURRENT_REQUESTS_MAX_LIMIT: usize = 1_000_000;
+/// The default time in-flight requests get to finish after a shutdown signal.
+pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 10_000;
+/// The default most open connections: each costs a task and buffers, about
+/// 10 KiB, so 10,000 is about 100 MiB at worst.
+pub const CONNECTIONS_MAX_DEFAULT: usize = 10_000;
+/// The largest connection limit that may be configured.
+pub const CONNECTIONS_MAX_LIMIT: usize = 1_000_000;
+/// The retry hint of `limit_decreasing:<key>` denials (`decisions.md` §3).
+pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
+/// How often pending decreases are checked by default.
+pub const DECREASE_CHECK_INTERVAL_MS_DEFAULT: u64 = 1_000;
+/// The longest decrease check interval and decrease retry that may be configured: one hour.
+pub const DECREASE_MS_LIMIT: u64 = 3_600_000;
+/// The most client tokens: they are compared one by one on every request.
+pub const CLIENT_TOKENS_MAX: usize = 64;
+/// The shortest token accepted: shorter ones are guessable.
+pub const TOKEN_BYTES_MIN: usize = 16;
+/// The longest token accepted.
+pub const TOKEN_BYTES_MAX: usize = 512;
+/// The largest configuration file read.
+pub const CONFIG_FILE_BYTES_MAX: u64 = 1024 * 1024;
+
+/// Why the configuration cannot be used. Every message names the file and the entry.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML for this schema (unknown key, wrong type).
+    #[error("config {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, which names the entry and line.
+        message: String,
+    },
+    /// An entry has a value out of its range.
+    #[error("config {path}: {entry}: {message}")]
+    Invalid {
+        /// The file, or `<defaults>` without `--config`.
+        path: PathBuf,
+        /// The entry, such as `server.listen_addr`.
+        entry: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// How the server listens and protects itself.
+    pub server: ServerConfig,
+    /// Where limit definitions are persisted.
+    pub registry: RegistryConfig,
+    /// The TigerBeetle cluster, used when `server.backend` is `tigerbeetle`.
+    pub tigerbeetle: TigerBeetleConfig,
+    /// Retry hints for denials (ADR 0010).
+    pub retry_policy: RetryPolicy,
+    /// Capacity decreases (`decisions.md` §6).
+    pub decrease: DecreaseConfig,
+    /// Bounds of the memory backend.
+    pub memory: MemorySection,
+    /// Log output.
+    pub log: LogConfig,
+}
+
+/// Which backend holds the limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// In-process limits: one server, no dependency, lost on restart except definitions.
+    #[default]
+    Memory,
+    /// A TigerBeetle cluster: needs the `tigerbeetle` cargo feature.
+    Tigerbeetle,
+}
+
+/// The `server:` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// `host:port`, or `:port` for every interface (as in the spec's Go example).
+    pub listen_addr: String,
+    /// `memory` (default) or `tigerbeetle`.
+    pub backend: BackendKind,
+    /// When set, admin endpoints need `Authorization: Bearer <admin_token>`.
+    pub admin_token: Option<String>,
+    /// When non-empty, reserve and complete need `Authorization: Bearer <one of them>`.
+    pub client_tokens: Vec<String>,
+    /// The largest request body; larger ones are answered 413.
+    pub body_bytes_max: usize,
+    /// The longest a request may take; slower ones are answered 503 (outcome unknown).
+    pub request_timeout_ms: u64,
+    /// Requests served at once; more are answered 503 at once (load shedding).
+    pub concurrent_requests_max: usize,
+    /// Connections open at once; more are closed as soon as they are accepted.
+    pub connections_max: usize,
+    /// After a shutdown signal, how long in-flight requests get before the server exits.
+    pub shutdown_grace_ms: u64,
+    /// Serves `POST /v1/echo`, a JSON echo used as the benchmark's reference. Off by default.
+    pub echo_route: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen_addr: LISTEN_ADDR_DEFAULT.to_owned(),
+            backend: BackendKind::Memory,
+            admin_token: None,
+            client_tokens: Vec::new(),
+            body_bytes_max: BODY_BYTES_MAX_DEFAULT,
+            request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
+            concurrent_requests_max: CONCURRENT_REQUESTS_MAX_DEFAULT,
+            connections_max: CONNECTIONS_MAX_DEFAULT,
+            shutdown_grace_ms: SHUTDOWN_GRACE_MS_DEFAULT,
+            echo_route: false,
+        }
+    }
+}
+
+/// The `registry:` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RegistryConfig {
+    /// The JSON file holding every limit state.
+    pub path: PathBuf,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            path: PathBuf::from(REGISTRY_PATH_DEFAULT),
+        }
+    }
+}
+
+/// The `tigerbeetle:` section: spec §11.2 plus the TigerBeetle backend's bounds.
+/// The fields and ranges are those of the backend's own settings
+/// (`tigerbeetle::config::ConfigFields`), so the block validates in every build,
+/// with or without the `tigerbeetle` feature.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TigerBeetleConfig {
+    /// The cluster id, a u128 written as a decimal string.
+    pub cluster_id: String,
+    /// Replica addresses in cluster order, `host:port` or a bare port (1..=6).
+    pub addresses: Vec<String>,
+    /// TigerBeetle client sessions the server opens (1..=64).
+    pub sessions: u32,
+    /// The most transfers in one batch (64..=8,189).
+    pub max_batch_events: u32,
+    /// How long the submitter waits to fill a batch, in microseconds (0..=1,000,000).
+    pub flush_interval_micros: u64,
+    /// `batching` (the backend's submitter) or `direct` (the client library coalesces).
+    pub submit_mode: TigerBeetleSubmitMode,
+    /// How long a caller waits for TigerBeetle before a 503 (1..=60,000 ms).
+    pub request_timeout_ms: u64,
+    /// Work items queued for the submitter; past it, 503 at once (1..=1,000,000).
+    pub queue_depth_max: u32,
+    /// Leases whose metadata is kept for Complete (1..=10,000,000).
+    pub lease_cache_max: u32,
+}
+
+/// How reservations reach TigerBeetle.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TigerBeetleSubmitMode {
+    /// One `create_transfers` per session carries the chains of many requests.
+    #[default]
+    Batching,
+    /// Every request sends its own chain.
+    Direct,
+}
+
+/// The most TigerBeetle replicas.
+pub const TIGERBEETLE_REPLICAS_MAX: usize = 6;
+/// The most TigerBeetle sessions: each holds memory and a connection per replica.
+pub const TIGERBEETLE_SESSIONS_MAX: u32 = 64;
+/// The smallest batch: a work item (one lease's chain) is never split, and
+/// Complete sends up to two transfers for each of 32 requirements.
+pub const TIGERBEETLE_BATCH_EVENTS_MIN: u32 = 64;
+/// TigerBeetle's batch size limit for transfers.
+pub const TIGERBEETLE_BATCH_EVENTS_MAX: u32 = 8_189;
+/// The longest batch flush interval: one second would already be a latency bug.
+pub const TIGERBEETLE_FLUSH_INTERVAL_MICROS_MAX: u64 = 1_000_000;
+/// The longest TigerBeetle request timeout.
+pub const TIGERBEETLE_REQUEST_TIMEOUT_MS_MAX: u64 = 60_000;
+/// The deepest submitter queue.
+pub const TIGERBEETLE_QUEUE_DEPTH_MAX: u32 = 1_000_000;
+/// The largest lease metadata cache.
+pub const TIGERBEETLE_LEASE_CACHE_MAX: u32 = 10_000_000;
+
+impl Default for TigerBeetleConfig {
+    fn default() -> Self {
+        Self {
+            cluster_id: "0".to_owned(),
+            addresses: vec!["127.0.0.1:3000".to_owned()],
+            sessions: 8,
+            max_batch_events: 8_000,
+            flush_interval_micros: 200,
+            submit_mode: TigerBeetleSubmitMode::Batching,
+            request_timeout_ms: 5_000,
+            queue_depth_max: 65_536,
+            lease_cache_max: 1_000_000,
+        }
+    }
+}
+
+/// The `decrease:` section: how capacity decreases are carried out.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DecreaseConfig {
+    /// The retry hint of `limit_decreasing:<key>` denials.
+    pub retry_ms: u64,
+    /// How often the server tries to carry out pending decreases.
+    pub check_interval_ms: u64,
+}
+
+impl Default for DecreaseConfig {
+    fn default() -> Self {
+        Self {
+            retry_ms: DECREASE_RETRY_MS_DEFAULT,
+            check_interval_ms: DECREASE_CHECK_INTERVAL_MS_DEFAULT,
+        }
+    }
+}
+
+/// The `memory:` section: the memory backend's bounds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemorySection {
+    /// Live leases kept for reconciliation; past it the oldest lease is forgotten
+    /// and its holds end by window or timeout.
+    pub leases_max: usize,
+    /// Denied lease ids remembered so that a retry with one stays denied.
+    pub failed_leases_max: usize,
+}
+
+/// The most leases or failed lease ids that may be configured: about 200 bytes
+/// each, so at most a few GiB.
+pub const MEMORY_ENTRIES_MAX_LIMIT: usize = 20_000_000;
+
+impl Default for MemorySection {
+    fn default() -> Self {
+        Self {
+            leases_max: ratelimiter::memory::LEASES_MAX_DEFAULT,
+            failed_leases_max: ratelimiter::memory::FAILED_LEASES_MAX_DEFAULT,
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// The `log:` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: LogFormat,
+    /// A tracing filter such as `info` or `ratelimiterd=debug`; `RUST_LOG` overrides it.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            level: "info".to_owned(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let io = |source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let size = std::fs::metadata(path).map_err(io)?.len();
+        if size > CONFIG_FILE_BYTES_MAX {
+            return Err(ConfigError::Parse {
+                path: path.to_owned(),
+                message: format!("file is larger than {CONFIG_FILE_BYTES_MAX} bytes"),
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(io)?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates YAML text; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        // An empty file is an empty mapping: every default.
+        let config: Config = if text.trim().is_empty() {
+            Config::default()
+        } else {
+            serde_yaml::from_str(text).map_err(|e| ConfigError::Parse {
+                path: path.to_owned(),
+                message: e.to_string(),
+            })?
+        };
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    /// The built-in configuration used without `--config`.
+    pub fn defaults() -> Self {
+        let config = Config::default();
+        config
+            .validate(Path::new("<defaults>"))
+            .expect("the defaults are valid");
+        config
+    }
+
+    /// The listen address, parsed (validated by [`Config::parse`]).
+    pub fn listen_addr(&self) -> SocketAddr {
+        parse_listen_addr(&self.server.listen_addr).expect("validated at load")
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |entry: &str, message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            entry: entry.to_owned(),
+            message,
+        };
+        let s = &self.server;
+        parse_listen_addr(&s.listen_addr).map_err(|m| invalid("server.listen_addr", m))?;
+        check_range(s.body_bytes_max as u64, 1024, BODY_BYTES_MAX_LIMIT as u64)
+            .map_err(|m| invalid("server.body_bytes_max", m))?;
+        check_range(s.request_timeout_ms, 1, REQUEST_TIMEOUT_MS_LIMIT)
+            .map_err(|m| invalid("server.request_timeout_ms", m))?;
+        check_range(
+            s.concurrent_requests_max as u64,
+            1,
+            CONCURRENT_REQUESTS_MAX_LIMIT as u64,
+        )
+        .map_err(|m| invalid("server.concurrent_requests_max", m))?;
+        check_range(s.shutdown_grace_ms, 0, REQUEST_TIMEOUT_MS_LIMIT)
+            .map_err(|m| invalid("server.shutdown_grace_ms", m))?;
+        if let Some(token) = &s.admin_token {
+            check_token(token).map_err(|m| invalid("server.admin_token", m))?;
+        }
+        if s.client_tokens.len() > CLIENT_TOKENS_MAX {
+            return Err(invalid(
+                "server.client_tokens",
+                format!("at most {CLIENT_TOKENS_MAX} tokens, got {}", s.client_tokens.len()),
+            ));
+        }
+        for (i, token) in s.client_tokens.iter().enumerate() {
+            check_token(token).map_err(|m| invalid(&format!("server.client_tokens[{i}]"), m))?;
+        }
+        if self.registry.path.as_os_str().is_empty() {
+            return Err(invalid("registry.path", "must not be empty".to_owned()));
+        }
+        check_range(self.decrease.retry_ms, 1, DECREASE_MS_LIMIT).map_err(|m| invalid("decrease.retry_ms", m))?;
+        check_range(self.decrease.check_interval_ms, 1, DECREASE_MS_LIMIT)
+            .map_err(|m| invalid("decrease.check_interval_ms", m))?;
+        check_range(self.memory.leases_max as u64, 1, MEMORY_ENTRIES_MAX_LIMIT as u64)
+            .map_err(|m| invalid("memory.leases_max", m))?;
+        check_range(self.memory.failed_leases_max as u64, 1, MEMORY_ENTRIES_MAX_LIMIT as u64)
+            .map_err(|m| invalid("memory.failed_leases_max", m))?;
+        self.validate_tigerbeetle(path)?;
+        self.log
+            .level
+            .parse::<tracing_subscriber::EnvFilter>()
+            .map_err(|e| invalid("log.level", e.to_string()))?;
+        Ok(())
+    }
+
+    fn validate_tigerbeetle(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |entry: &str, message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            entry: entry.to_owned(),
+            message,
+        };
+        let tb = &self.tigerbeetle;
+        tb.cluster_id
+            .parse::<u128>()
+            .map_err(|_| invalid("tigerbeetle.cluster_id", format!("{:?} is not a u128", tb.cluster_id)))?;
+        if tb.addresses.is_empty() || tb.addresses.len() > TIGERBEETLE_REPLICAS_MAX {
+            return Err(invalid(
+                "tigerbeetle.addresses",
+                format!(
+                    "must list 1..={TIGERBEETLE_REPLICAS_MAX} replicas, got {}",
+                    tb.addresses.len()
+                ),
+            ));
+        }
+        if let Some(a) = tb.addresses.iter().find(|a| a.is_empty() || a.contains([',', ' '])) {
+            return Err(invalid(
+                "tigerbeetle.addresses",
+                format!("{a:?} must be host:port or a port, without commas or spaces"),
+            ));
+        }
+        let ranges: [(&str, u64, u64, u64); 6] = [
+            ("sessions", tb.sessions.into(), 1, TIGERBEETLE_SESSIONS_MAX.into()),
+            (
+                "max_batch_events",
+                tb.max_batch_events.into(),
+                TIGERBEETLE_BATCH_EVENTS_MIN.into(),
+                TIGERBEETLE_BATCH_EVENTS_MAX.into(),
+            ),
+            (
+                "flush_interval_micros",
+                tb.flush_interval_micros,
+                0,
+                TIGERBEETLE_FLUSH_INTERVAL_MICROS_MAX,
+            ),
+            (
+                "request_timeout_ms",
+                tb.request_timeout_ms,
+                1,
+                TIGERBEETLE_REQUEST_TIMEOUT_MS_MAX,
+            ),
+            (
+                "queue_depth_max",
+                tb.queue_depth_max.into(),
+                1,
+                TIGERBEETLE_QUEUE_DEPTH_MAX.into(),
+            ),
+            (
+                "lease_cache_max",
+                tb.lease_cache_max.into(),
+                1,
+                TIGERBEETLE_LEASE_CACHE_MAX.into(),
+            ),
+        ];
+        for (entry, value, min, max) in ranges {
+            check_range(value, min, max).map_err(|m| invalid(&format!("tigerbeetle.{entry}"), m))?;
+        }
+        if self.server.backend == BackendKind::Tigerbeetle && !cfg!(feature = "tigerbeetle") {
+            return Err(invalid(
+                "server.backend",
+                "\"tigerbeetle\" needs a ratelimiterd built with `--features tigerbeetle`".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_range(value: u64, min: u64, max: u64) -> Result<(), String> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(format!("must be {min}..={max}, got {value}"))
+    }
+}
+
+fn check_token(token: &str) -> Result<(), String> {
+    if !(TOKEN_BYTES_MIN..=TOKEN_BYTES_MAX).contains(&token.len()) {
+        return Err(format!(
+            "a token must be {TOKEN_BYTES_MIN}..={TOKEN_BYTES_MAX} bytes, got {}",
+            token.len()
+        ));
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("a token must be printable ASCII without spaces".to_owned());
+    }
+    Ok(())
+}
+
+/// Parses `host:port`, `[v6]:port` or `:port` (every interface).
+pub fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_owned(),
+    };
+    full.parse::<SocketAddr>()
+        .map_err(|_| format!("{text:?} is not host:port, [v6]:port or :port with a numeric host"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(text, Path::new("/etc/rl.yaml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_empty_file_is_the_defaults() {
+        let config = parse("").unwrap();
+        assert_eq!(config.listen_addr(), "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.registry.path, PathBuf::from("./data/limits.json"));
+        assert_eq!(config.decrease.retry_ms, 10_000);
+        assert_eq!(config.server.backend, BackendKind::Memory);
+        assert!(!config.server.echo_route);
+    }
+
+    #[test]
+    fn the_spec_example_parses() {
+        let config = parse(
+            "server:\n  listen_addr: \":8080\"\n  backend: \"memory\"\nregistry:\n  path: \"./data/limits.json\"\n\
+             tigerbeetle:\n  cluster_id: \"0\"\n  addresses: [\"127.0.0.1:3000\"]\n  sessions: 8\n  \
+             max_batch_events: 8000\n  flush_interval_micros: 200\n",
+        )
+        .unwrap();
+        assert_eq!(config.listen_addr(), "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(config.tigerbeetle.max_batch_events, 8_000);
+    }
+
+    #[test]
+    fn unknown_keys_name_the_file_and_the_key() {
+        let message = parse("server:\n  listen_adr: \":8080\"\n").unwrap_err();
+        assert!(message.contains("/etc/rl.yaml"), "{message}");
+        assert!(message.contains("listen_adr"), "{message}");
+        let message = parse("limits: {}\n").unwrap_err();
+        assert!(message.contains("unknown field `limits`"), "{message}");
+    }
+
+    #[test]
+    fn bad_values_name_the_file_and_the_entry() {
+        let cases = [
+            ("server:\n  listen_addr: nowhere\n", "server.listen_addr"),
+            ("server:\n  request_timeout_ms: 0\n", "server.request_timeout_ms"),
+            ("server:\n  body_bytes_max: 10\n", "server.body_bytes_max"),
+            ("server:\n  admin_token: short\n", "server.admin_token"),
+            (
+                "server:\n  client_tokens: [\"ok-token-0123456789\", \"has space 0123456789\"]\n",
+                "server.client_tokens[1]",
+            ),
+            ("tigerbeetle:\n  cluster_id: x\n", "tigerbeetle.cluster_id"),
+            (
+                "tigerbeetle:\n  max_batch_events: 9000\n",
+                "tigerbeetle.max_batch_events",
+            ),
+            ("decrease:\n  check_interval_ms: 0\n", "decrease.check_interval_ms"),
+            (
+                "server:\n  concurrent_requests_max: 0\n",
+                "server.concurrent_requests_max",
+            ),
+        ];
+        for (text, entry) in cases {
+            let message = parse(text).unwrap_err();
+            assert!(
+                message.starts_with(&format!("config /etc/rl.yaml: {entry}: ")),
+                "{message}"
+            );
+        }
+        let message = parse("retry_policy:\n  rolling:\n    factor: 0.5\n").unwrap_err();
+        assert!(message.contains("factor"), "{message}");
+    }
+
+    #[test]
+    fn tigerbeetle_needs_the_cargo_feature() {
+        let result = parse("server:\n  backend: tigerbeetle\n");
+        if cfg!(feature = "tigerbeetle") {
+            assert!(result.is_ok());
+        } else {
+            assert!(result.unwrap_err().contains("--features tigerbeetle"));
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! The one error type of the HTTP API. Every rejection is JSON with a stable
+//! `error` code (`decisions.md` §3, §6); details of server-side failures go to the
+//! log, never into a response body.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use ratelimiter::{LimitKey, LimiterError};
+use serde_json::json;
+
+/// The retry hint of a shed request: short, because shedding ends as soon as a
+/// request in flight finishes.
+pub const OVERLOADED_RETRY_AFTER_MS: u64 = 50;
+
+/// Why a request was not served. The `Display` form is the wire `error` text.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not JSON (400).
+    #[error("invalid_json: {0}")]
+    InvalidJson(String),
+    /// The body is JSON but breaks a rule: wrong types, bad ULID, bad counts,
+    /// duplicate keys, an invalid definition (400).
+    #[error("invalid_request: {0}")]
+    InvalidRequest(String),
+    /// The body is larger than `server.body_bytes_max` (413).
+    #[error("payload_too_large: the body is larger than {limit_bytes} bytes")]
+    PayloadTooLarge {
+        /// The configured limit.
+        limit_bytes: usize,
+    },
+    /// A reserve names an undefined key (404, with the reserve answer's fields).
+    #[error("unknown_limit_key: {0}")]
+    UnknownReserveKey(LimitKey),
+    /// Another request names an undefined key (404).
+    #[error("unknown_limit_key: {0}")]
+    UnknownKey(LimitKey),
+    /// The request conflicts with existing state, such as a kind change (409).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The bearer token is missing or wrong; which of the two is not said (401).
+    #[error("unauthorized")]
+    Unauthorized,
+    /// The backend did not answer, or its answer is unknown (503). Retrying with
+    /// the same lease id is safe.
+    #[error("backend_unavailable")]
+    Unavailable {
+        /// When to retry.
+        retry_after_ms: u64,
+    },
+    /// Too many requests in flight: this one was shed before doing anything (503).
+    #[error("overloaded")]
+    Overloaded,
+    /// The backend answered something unexpected (500). The detail is logged.
+    #[error("backend_error")]
+    Backend(String),
+    /// The server failed, for instance to persist the registry (500). The detail is logged.
+    #[error("internal_error")]
+    Internal(String),
+    /// No route has this path (404).
+    #[error("not_found: no endpoint {0}")]
+    RouteNotFound(String),
+    /// The path exists but not with this method (405).
+    #[error("method_not_allowed: {0}")]
+    MethodNotAllowed(String),
+}
+
+impl ApiError {
+    /// The HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidJson(_) | ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnknownReserveKey(_) | ApiError::UnknownKey(_) | ApiError::RouteNotFound(_) => {
+                StatusCode::NOT_FOUND
+            }
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unavailable { .. } | ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Backend(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+
+    /// Maps a limiter error of a reserve: an unknown key gets the reserve shape.
+    pub fn from_reserve(error: LimiterError) -> Self {
+        match error {
+            LimiterError::UnknownKey(key) => ApiError::UnknownReserveKey(key),
+            other => other.into(),
+        }
+    }
+
+    fn body(&self) -> serde_json::Value {
+        match self {
+            ApiError::UnknownReserveKey(_) => json!({
+                "allowed": false,
+                "retry_after_ms": 0,
+                "error": self.to_string(),
+            }),
+            ApiError::Unavailable { retry_after_ms } => json!({
+                "error": self.to_string(),
+                "retry_after_ms": retry_after_ms,
+            }),
+            ApiError::Overloaded => json!({
+                "error": self.to_string(),
+                "retry_after_ms": OVERLOADED_RETRY_AFTER_MS,
+            }),
+            _ => json!({ "error": self.to_string() }),
+        }
+    }
+
+    fn retry_after_ms(&self) -> Option<u64> {
+        match self {
+            ApiError::Unavailable { retry_after_ms } => Some(*retry_after_ms),
+            ApiError::Overloaded => Some(OVERLOADED_RETRY_AFTER_MS),
+            _ => None,
+        }
+    }
+}
+
+impl From<LimiterError> for ApiError {
+    fn from(error: LimiterError) -> Self {
+        match error {
+            LimiterError::UnknownKey(key) => ApiError::UnknownKey(key),
+            LimiterError::InvalidRequest(message) => ApiError::InvalidRequest(message),
+            LimiterError::Conflict(message) => ApiError::Conflict(message),
+            LimiterError::Unavailable { retry_after_ms } => ApiError::Unavailable { retry_after_ms },
+            LimiterError::Backend(detail) => ApiError::Backend(detail),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match &self {
+            ApiError::Backend(detail) => tracing::error!(%detail, "backend error"),
+            ApiError::Internal(detail) => tracing::error!(%detail, "internal error"),
+            ApiError::Unavailable { .. } => tracing::warn!("backend unavailable"),
+            _ => tracing::debug!(error = %self, "request rejected"),
+        }
+        let mut response = (self.status(), Json(self.body())).into_response();
+        let headers = response.headers_mut();
+        if let Some(ms) = self.retry_after_ms() {
+            // Retry-After is in whole seconds: round up so it is never too early.
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000).max(1)));
+        }
+        if matches!(self, ApiError::Unauthorized) {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(error: ApiError) -> (StatusCode, serde_json::Value) {
+        let response = error.into_response();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn server_failures_do_not_leak_details() {
+        let (status, body) = body_of(ApiError::Backend("tb code 42 at 10.0.0.1".into())).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body, json!({"error": "backend_error"}));
+        let (status, body) = body_of(ApiError::Internal("/secret/path: EIO".into())).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body, json!({"error": "internal_error"}));
+    }
+
+    #[tokio::test]
+    async fn reserve_and_unavailable_shapes_match_the_contract() {
+        let key = LimitKey::new("global:x").unwrap();
+        let (status, body) = body_of(ApiError::from_reserve(LimiterError::UnknownKey(key))).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            body,
+            json!({"allowed": false, "retry_after_ms": 0, "error": "unknown_limit_key: global:x"})
+        );
+        let (status, body) = body_of(LimiterError::Unavailable { retry_after_ms: 250 }.into()).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, json!({"error": "backend_unavailable", "retry_after_ms": 250}));
+    }
+}

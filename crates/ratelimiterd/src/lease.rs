@@ -1,0 +1,63 @@
+//! `POST /v1/reserve` and `POST /v1/complete` (`decisions.md` §3–§4): the hot
+//! path. Every log line of a request runs inside a span carrying its lease id.
+
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use ratelimiter::{CompleteRequest, CompleteResponse, LimiterError, ReserveOutcome, ReserveRequest, ReserveResponse};
+use tracing::Instrument;
+
+use crate::body::JsonBody;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Reserves every requirement or none: 200 for allowed and denied alike.
+pub async fn reserve(State(state): State<AppState>, JsonBody(request): JsonBody<ReserveRequest>) -> Response {
+    let started = Instant::now();
+    let span = tracing::info_span!("reserve", lease_id = %request.lease_id(), job_id = request.job_id());
+    let response = async {
+        match state.backend().reserve(&request).await {
+            Ok(outcome) => {
+                state.metrics().record_outcome(&request, &outcome);
+                if let ReserveOutcome::Denied(denial) = &outcome {
+                    tracing::debug!(error = %denial.error_code(), retry_after_ms = denial.retry_after_ms(), "denied");
+                } else {
+                    tracing::debug!("allowed");
+                }
+                Json(ReserveResponse::from(&outcome)).into_response()
+            }
+            Err(error) => {
+                if matches!(error, LimiterError::UnknownKey(_)) {
+                    state.metrics().record_unknown_key();
+                }
+                ApiError::from_reserve(error).into_response()
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+    state.metrics().reserve_latency.observe(started.elapsed());
+    response
+}
+
+/// Releases the lease's holds and reconciles its rolling limits: `{"ok":true}`
+/// for every well-formed request, an unknown or completed lease included.
+pub async fn complete(State(state): State<AppState>, JsonBody(request): JsonBody<CompleteRequest>) -> Response {
+    let started = Instant::now();
+    let span = tracing::info_span!("complete", lease_id = %request.lease_id(), job_id = request.job_id());
+    let response = async {
+        match state.backend().complete(&request).await {
+            Ok(()) => {
+                tracing::debug!(actuals = request.actuals().len(), "completed");
+                Json(CompleteResponse { ok: true }).into_response()
+            }
+            Err(error) => ApiError::from(error).into_response(),
+        }
+    }
+    .instrument(span)
+    .await;
+    state.metrics().complete_latency.observe(started.elapsed());
+    response
+}

@@ -1,0 +1,30 @@
+//! `ratelimiterd`: the HTTP server of the `ratelimiter` library (spec §11.2,
+//! `decisions.md`). The binary is a thin `main` over [`cli`] and [`server`].
+
+#![warn(missing_docs)]
+
+pub mod admin;
+pub mod app;
+pub mod auth;
+pub mod backend;
+pub mod body;
+pub mod cli;
+pub mod config;
+pub mod connections;
+pub mod decrease;
+pub mod echo;
+pub mod error;
+pub mod health;
+pub mod lease;
+pub mod logging;
+pub mod metrics;
+pub mod overload;
+pub mod server;
+pub mod shutdown;
+pub mod state;
+
+pub use app::app;
+pub use config::Config;
+pub use error::ApiError;
+pub use server::{run, serve, start, ServeOptions, ServerError};
+pub use state::AppState;

@@ -1,0 +1,129 @@
+//! Startup and serving: build the backend, open the registry, re-apply every
+//! persisted state, listen, run the decrease task, and shut down gracefully.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ratelimiter::registry::{Registry, RegistryError};
+use tokio::net::TcpListener;
+
+use crate::app::app;
+use crate::backend::SelectedBackend;
+use crate::config::Config;
+use crate::shutdown::Shutdown;
+use crate::state::AppState;
+use crate::{backend, connections, decrease};
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The backend could not be built.
+    #[error("backend: {0}")]
+    Backend(String),
+    /// The registry file is unreadable or invalid (the message names the file and entry).
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// A persisted state could not be applied to the backend at startup.
+    #[error("registry {path}: re-applying the persisted limits failed: {message}")]
+    Restore {
+        /// The registry file.
+        path: PathBuf,
+        /// The backend's error.
+        message: String,
+    },
+    /// The listen address could not be bound, or serving failed.
+    #[error("listen {addr}: {source}")]
+    Io {
+        /// The address.
+        addr: SocketAddr,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+}
+
+/// How [`serve`] runs besides the router.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// How often pending decreases are checked.
+    pub decrease_check_interval: Duration,
+    /// How long in-flight requests get after shutdown fires.
+    pub shutdown_grace: Duration,
+    /// The most connections open at once.
+    pub connections_max: usize,
+}
+
+impl ServeOptions {
+    /// The options of a configuration.
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            decrease_check_interval: Duration::from_millis(config.decrease.check_interval_ms),
+            shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
+            connections_max: config.server.connections_max,
+        }
+    }
+}
+
+/// Builds the server's state from `config`: the backend, the registry, and every
+/// persisted state applied to the backend.
+pub async fn start(config: &Config) -> Result<AppState, ServerError> {
+    let backend = backend::build(config).await.map_err(ServerError::Backend)?;
+    let registry = Registry::open(&config.registry.path)?;
+    let state = match backend {
+        SelectedBackend::Memory(memory) => AppState::new_memory(memory, registry, config),
+        SelectedBackend::Other(backend) => AppState::new(backend, registry, config),
+    };
+    let restored = state.admin().restore().await.map_err(|e| ServerError::Restore {
+        path: config.registry.path.clone(),
+        message: e.to_string(),
+    })?;
+    tracing::info!(restored, registry = %config.registry.path.display(), backend = ?config.server.backend,
+        "limits restored");
+    Ok(state)
+}
+
+/// Runs the server of `config` until `shutdown` completes.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
+    let state = start(&config).await?;
+    let addr = config.listen_addr();
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Io { addr, source })?;
+    serve(listener, state, ServeOptions::from_config(&config), shutdown)
+        .await
+        .map_err(|source| ServerError::Io { addr, source })
+}
+
+/// Serves `state` on `listener` until `shutdown` completes, then stops accepting,
+/// lets in-flight requests finish for up to the grace period, and returns.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let local = listener.local_addr()?;
+    let shutdown = Shutdown::new(shutdown);
+    let decreases = tokio::spawn(decrease::run(
+        state.clone(),
+        options.decrease_check_interval,
+        shutdown.clone(),
+    ));
+    tracing::info!(addr = %local, "listening");
+    connections::serve(
+        listener,
+        app(state),
+        options.connections_max,
+        shutdown,
+        options.shutdown_grace,
+    )
+    .await;
+    // The decrease task stops at its next check of the signal; a change it is
+    // making (persist, then apply) is let finish, within the grace period.
+    if tokio::time::timeout(options.shutdown_grace, decreases).await.is_err() {
+        tracing::warn!("the decrease task did not stop within the grace period");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

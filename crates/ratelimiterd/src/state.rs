@@ -1,0 +1,106 @@
+//! What every handler shares: the backend, the admin side, metrics, auth and the
+//! request limits. Cheap to clone (one `Arc`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratelimiter::memory::MemoryBackend;
+use ratelimiter::registry::Registry;
+use ratelimiter::Backend;
+use tokio::sync::Semaphore;
+
+use crate::admin::Admin;
+use crate::auth::Auth;
+use crate::config::Config;
+use crate::metrics::Metrics;
+
+/// The state behind every route.
+#[derive(Clone)]
+pub struct AppState {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    backend: Arc<dyn Backend>,
+    memory: Option<Arc<MemoryBackend>>,
+    admin: Admin,
+    metrics: Arc<Metrics>,
+    auth: Auth,
+    permits: Arc<Semaphore>,
+    body_bytes_max: usize,
+    request_timeout: Duration,
+    echo_route: bool,
+}
+
+impl AppState {
+    /// Builds the state from a validated configuration, the backend chosen at
+    /// startup and the opened registry.
+    pub fn new(backend: Arc<dyn Backend>, registry: Registry, config: &Config) -> Self {
+        Self::build(backend, None, registry, config)
+    }
+
+    /// Like [`AppState::new`] on the memory backend, whose counters are then
+    /// exported as metrics.
+    pub fn new_memory(memory: Arc<MemoryBackend>, registry: Registry, config: &Config) -> Self {
+        Self::build(memory.clone(), Some(memory), registry, config)
+    }
+
+    fn build(
+        backend: Arc<dyn Backend>,
+        memory: Option<Arc<MemoryBackend>>,
+        registry: Registry,
+        config: &Config,
+    ) -> Self {
+        let server = &config.server;
+        Self {
+            shared: Arc::new(Shared {
+                admin: Admin::new(backend.clone(), registry),
+                backend,
+                memory,
+                metrics: Arc::new(Metrics::default()),
+                auth: Auth::new(server.admin_token.as_deref(), &server.client_tokens),
+                permits: Arc::new(Semaphore::new(server.concurrent_requests_max)),
+                body_bytes_max: server.body_bytes_max,
+                request_timeout: Duration::from_millis(server.request_timeout_ms),
+                echo_route: server.echo_route,
+            }),
+        }
+    }
+
+    /// The backend chosen at startup.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.shared.backend
+    }
+    /// The memory backend, when it is the one chosen.
+    pub fn memory(&self) -> Option<&Arc<MemoryBackend>> {
+        self.shared.memory.as_ref()
+    }
+    /// Limit definitions: registry and backend together.
+    pub fn admin(&self) -> &Admin {
+        &self.shared.admin
+    }
+    /// The exported metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.shared.metrics
+    }
+    /// The configured tokens.
+    pub fn auth(&self) -> &Auth {
+        &self.shared.auth
+    }
+    /// One permit per request in flight; none left means shed.
+    pub fn permits(&self) -> &Arc<Semaphore> {
+        &self.shared.permits
+    }
+    /// The largest body read.
+    pub fn body_bytes_max(&self) -> usize {
+        self.shared.body_bytes_max
+    }
+    /// How long a request may take.
+    pub fn request_timeout(&self) -> Duration {
+        self.shared.request_timeout
+    }
+    /// Whether `POST /v1/echo` is served.
+    pub fn echo_route(&self) -> bool {
+        self.shared.echo_route
+    }
+}
