@@ -12,9 +12,9 @@ use crate::trace::TraceFormat;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "replay", version)]
 pub struct Args {
-    /// The trace file.
+    /// The trace file (required unless `--from-record`).
     #[arg(long)]
-    pub trace: PathBuf,
+    pub trace: Option<PathBuf>,
     /// The trace's format.
     #[arg(long, value_enum, default_value = "azure")]
     pub format: TraceFormat,
@@ -54,9 +54,23 @@ pub struct Args {
     /// Draws admitted tokens per window against the provider's limit into this PNG.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Saves the run's raw record here (admissions and outcomes), for `--from-record`.
+    #[arg(long)]
+    pub record_json: Option<PathBuf>,
+    /// Replays nothing: makes the summary and plot again from a saved record.
+    #[arg(long, conflicts_with = "trace")]
+    pub from_record: Option<PathBuf>,
     /// Writes every request's outcome here as JSON lines.
     #[arg(long)]
     pub outcomes_jsonl: Option<PathBuf>,
+    /// Our strategies: how the reservation counts the prompt's tokens.
+    #[arg(long, value_enum, default_value = "counted")]
+    pub prompt_estimate: PromptEstimate,
+    /// Our strategies: seconds added to the limiter's rolling windows over the provider's.
+    /// The provider starts a request's window when the request reaches it, a moment after
+    /// the reservation; see `definitions.rs`.
+    #[arg(long, default_value_t = 0)]
+    pub limiter_window_margin_seconds: u64,
     /// Scheduler workers per client process (our strategies); default: the provider's concurrency.
     #[arg(long)]
     pub workers: Option<usize>,
@@ -81,6 +95,16 @@ pub struct Args {
     /// Internal (`server-multi` children): this child's shard, `i/n`.
     #[arg(long, hide = true)]
     pub worker_shard: Option<String>,
+}
+
+/// How our strategies size a prompt's reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PromptEstimate {
+    /// The spec's v1 estimate: one token per byte (`JobSpec::prompt_tokens` unset).
+    Bytes,
+    /// The provider's own count, as a client with its tokenizer has it
+    /// (`JobSpec::prompt_tokens` set).
+    Counted,
 }
 
 /// The largest window the provider accepts: one day.

@@ -9,14 +9,17 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod definitions;
 pub mod outcome;
 pub mod plot;
 pub mod prompt;
 pub mod provider;
 pub mod provider_client;
 pub mod provider_server;
+pub mod record;
 pub mod replayer;
 pub mod run;
+pub mod server_process;
 pub mod strategy;
 pub mod summary;
 pub mod trace;

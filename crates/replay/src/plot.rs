@@ -16,7 +16,7 @@ pub const SAMPLES_PER_WINDOW: u64 = 20;
 /// The most points per curve, so a long run still draws quickly.
 pub const SAMPLES_MAX: u64 = 4_000;
 /// The picture's size, in pixels.
-pub const SIZE_PX: (u32, u32) = (1000, 500);
+pub const SIZE_PX: (u32, u32) = (900, 450);
 /// The font family name the embedded font is registered under.
 const FONT: &str = "sans-serif";
 
@@ -89,6 +89,8 @@ pub fn draw(
         .y_desc(format!("tokens per {window_s} s (trailing window)"))
         .y_label_formatter(&|v| format_tokens(*v))
         .label_style((FONT, 13))
+        // No fine grid: the picture stays readable and its PNG small.
+        .light_line_style(WHITE)
         .draw()
         .map_err(to_string)?;
     let capacity = [(0.0, limits.tpm as f64), (x_max, limits.tpm as f64)];
@@ -109,7 +111,7 @@ pub fn draw(
         .label_font((FONT, 13))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperRight)
         .draw()
         .map_err(to_string)?;
     root.present().map_err(to_string)

@@ -127,6 +127,12 @@ pub struct LedgerCounts {
     pub admitted: u64,
     /// 429 answers.
     pub throttled: u64,
+    /// Of those, refused by the request limit.
+    pub throttled_requests: u64,
+    /// Of those, refused by the token limit.
+    pub throttled_tokens: u64,
+    /// Of those, refused by the concurrency limit.
+    pub throttled_concurrency: u64,
     /// Requests refused as too large.
     pub too_large: u64,
     /// Tokens charged in all.
@@ -190,6 +196,11 @@ impl Ledger {
         };
         if let Some((limit, retry_after_ms)) = refusal {
             self.counts.throttled += 1;
+            *match limit {
+                LimitKind::Requests => &mut self.counts.throttled_requests,
+                LimitKind::Tokens => &mut self.counts.throttled_tokens,
+                LimitKind::Concurrency => &mut self.counts.throttled_concurrency,
+            } += 1;
             return Verdict::Throttled {
                 limit,
                 retry_after_ms: retry_after_ms.max(1),
@@ -342,6 +353,9 @@ mod tests {
             LedgerCounts {
                 admitted: 3,
                 throttled: 2,
+                throttled_requests: 2,
+                throttled_tokens: 0,
+                throttled_concurrency: 0,
                 too_large: 0,
                 charged_tokens: 3
             }

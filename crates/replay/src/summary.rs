@@ -3,10 +3,11 @@
 //! requests waited.
 //!
 //! Utilization is measured over windows of the provider's own length, stepped by a
-//! tenth of a window. A window counts as saturated when some request arrived before
-//! it began and was still waiting when it ended: demand exceeded what was admitted
-//! throughout. A client that never makes the provider refuse can admit at most the
-//! limit in any such window, so utilization is at most 1 for it.
+//! tenth of a window. A window counts as saturated when requests were waiting
+//! throughout it: at every instant some request had arrived and was not yet sent
+//! (queued, or sleeping before a retry), so demand exceeded what was admitted.
+//! The provider never admits more than its limit in any window of its length, so
+//! utilization is at most 1.
 
 use serde::{Deserialize, Serialize};
 
@@ -27,7 +28,10 @@ pub struct Summary {
     pub failed: u64,
     /// 429 answers the provider sent.
     pub provider_429: u64,
-    /// Tokens admitted in saturated windows over what the token limit allowed in them.
+    /// Of those, for its request, token and concurrency limits.
+    pub provider_429_by_limit: [u64; 3],
+    /// Tokens admitted in saturated windows over what the token limit allowed in
+    /// them; over the whole run when no window was saturated.
     pub utilization: f64,
     /// Requests admitted in saturated windows over what the request limit allowed.
     pub utilization_requests: f64,
@@ -56,6 +60,8 @@ pub struct RunRecord<'a> {
     pub limits: ProviderLimits,
     /// The provider's 429 count.
     pub provider_429: u64,
+    /// Of those, for its request, token and concurrency limits.
+    pub provider_429_by_limit: [u64; 3],
     /// When the first request arrived, Unix ms.
     pub start_unix_ms: u64,
 }
@@ -92,6 +98,7 @@ pub fn summarize(run: &RunRecord<'_>) -> Summary {
         completed,
         failed: run.outcomes.len() as u64 - completed,
         provider_429: run.provider_429,
+        provider_429_by_limit: run.provider_429_by_limit,
         utilization,
         utilization_requests,
         saturated_windows,
@@ -105,18 +112,19 @@ pub fn summarize(run: &RunRecord<'_>) -> Summary {
 
 /// Token and request utilization over saturated windows, and their count. When
 /// no window is saturated (demand never exceeded capacity) both figures are
-/// those of the whole run instead.
+/// those of the whole run, from the first arrival to one window past the last
+/// admission (any span holds at most its length plus one window of admissions).
 fn utilization(run: &RunRecord<'_>) -> (f64, f64, u64) {
     let window_ms = run.limits.window_ms;
     let step_ms = (window_ms / WINDOW_STEPS).max(1);
     let admitted = Prefix::new(run.admissions);
-    let waits = WaitIndex::new(run.outcomes);
+    let backlog = Backlog::new(run.outcomes);
     let last_unix_ms = run.admissions.last().map_or(run.start_unix_ms, |a| a.at_unix_ms);
     let (mut tokens, mut requests, mut windows) = (0u64, 0u64, 0u64);
     let mut begin = run.start_unix_ms;
     while begin + window_ms <= last_unix_ms + 1 {
         let end = begin + window_ms;
-        if waits.latest_wait_end(begin) >= end {
+        if backlog.covers(begin, end) {
             let (n, t) = admitted.between(begin, end);
             requests += n;
             tokens += t;
@@ -132,7 +140,7 @@ fn utilization(run: &RunRecord<'_>) -> (f64, f64, u64) {
             windows,
         );
     }
-    let span_windows = (last_unix_ms + 1 - run.start_unix_ms.min(last_unix_ms)) as f64 / window_ms as f64;
+    let span_windows = (last_unix_ms.saturating_sub(run.start_unix_ms) + window_ms) as f64 / window_ms as f64;
     let (n, t) = admitted.between(run.start_unix_ms, last_unix_ms + 1);
     (
         t as f64 / (span_windows * run.limits.tpm as f64),
@@ -171,39 +179,34 @@ impl Prefix {
     }
 }
 
-/// Outcomes by arrival with a running maximum of when each stopped waiting.
-struct WaitIndex {
-    arrivals: Vec<u64>,
-    latest_end: Vec<u64>,
+/// The times some request was waiting: the union of every request's
+/// `[arrival, wait end)`, as disjoint intervals in time order.
+struct Backlog {
+    intervals: Vec<(u64, u64)>,
 }
 
-impl WaitIndex {
+impl Backlog {
     fn new(outcomes: &[RequestOutcome]) -> Self {
-        let mut pairs: Vec<(u64, u64)> = outcomes
+        let mut waits: Vec<(u64, u64)> = outcomes
             .iter()
             .map(|o| (o.arrival_unix_ms, o.wait_end_unix_ms()))
+            .filter(|(arrival, end)| end > arrival)
             .collect();
-        pairs.sort_unstable();
-        let mut latest = 0;
-        let latest_end = pairs
-            .iter()
-            .map(|&(_, end)| {
-                latest = latest.max(end);
-                latest
-            })
-            .collect();
-        Self {
-            arrivals: pairs.into_iter().map(|(a, _)| a).collect(),
-            latest_end,
+        waits.sort_unstable();
+        let mut intervals: Vec<(u64, u64)> = Vec::with_capacity(waits.len());
+        for (begin, end) in waits {
+            match intervals.last_mut() {
+                Some(last) if begin <= last.1 => last.1 = last.1.max(end),
+                _ => intervals.push((begin, end)),
+            }
         }
+        Self { intervals }
     }
 
-    /// The latest time a request that arrived at or before `at` stopped waiting (0 if none).
-    fn latest_wait_end(&self, at: u64) -> u64 {
-        match self.arrivals.partition_point(|&a| a <= at) {
-            0 => 0,
-            n => self.latest_end[n - 1],
-        }
+    /// True when some request was waiting at every instant of `[begin, end)`.
+    fn covers(&self, begin: u64, end: u64) -> bool {
+        let after = self.intervals.partition_point(|&(start, _)| start <= begin);
+        after > 0 && self.intervals[after - 1].1 >= end
     }
 }
 
@@ -271,6 +274,7 @@ mod tests {
             admissions: &admissions,
             limits: limits(),
             provider_429: 3,
+            provider_429_by_limit: [3, 0, 0],
             start_unix_ms: 10_000,
         };
         let summary = summarize(&run);
@@ -293,6 +297,7 @@ mod tests {
     #[test]
     fn a_half_used_saturated_window_is_half_utilized() {
         // One request waits from 0 to 2,000 while only 500 tokens a window are admitted.
+        // (The other, never sent, waited 5 ms.)
         let outcomes = vec![outcome(0, 0, 2_000, 2_010, 100), outcome(1, 0, 0, 5, 500)];
         let admissions = vec![
             Admission {
@@ -313,12 +318,48 @@ mod tests {
             admissions: &admissions,
             limits: limits(),
             provider_429: 0,
+            provider_429_by_limit: [0; 3],
             start_unix_ms: 0,
         };
         let summary = summarize(&run);
         assert_eq!(summary.saturated_windows, 11);
         assert!((summary.utilization - 0.5).abs() < 1e-9, "{}", summary.utilization);
         assert_eq!((summary.completed, summary.failed), (1, 1));
+    }
+
+    #[test]
+    fn a_window_is_saturated_only_if_requests_wait_throughout() {
+        // Three requests each wait 600 ms, overlapping: waiting from 0 to 1,700
+        // without a gap; a fourth waits from 2,000 to 2,900 after a gap.
+        let outcomes = vec![
+            outcome(0, 10_000, 10_600, 10_700, 100),
+            outcome(1, 10_500, 11_100, 11_200, 100),
+            outcome(2, 11_100, 11_700, 11_800, 100),
+            outcome(3, 12_000, 12_900, 13_000, 100),
+        ];
+        let admissions: Vec<_> = outcomes
+            .iter()
+            .map(|o| Admission {
+                at_unix_ms: o.sent_unix_ms,
+                charged_tokens: 100,
+            })
+            .collect();
+        let backlog = Backlog::new(&outcomes);
+        assert_eq!(backlog.intervals, vec![(10_000, 11_700), (12_000, 12_900)]);
+        assert!(backlog.covers(10_000, 11_000));
+        assert!(backlog.covers(10_700, 11_700));
+        assert!(!backlog.covers(10_800, 11_800));
+        assert!(!backlog.covers(11_900, 12_100));
+        let run = RunRecord {
+            outcomes: &outcomes,
+            admissions: &admissions,
+            limits: limits(),
+            provider_429: 0,
+            provider_429_by_limit: [0; 3],
+            start_unix_ms: 10_000,
+        };
+        // Positions 10,000 .. 10,700 (eight) lie inside the first waiting stretch.
+        assert_eq!(summarize(&run).saturated_windows, 8);
     }
 
     #[test]
@@ -338,7 +379,7 @@ mod tests {
                 charged_tokens: 200,
             },
             Admission {
-                at_unix_ms: 1_999,
+                at_unix_ms: 2_000,
                 charged_tokens: 300,
             },
         ];
@@ -347,12 +388,17 @@ mod tests {
             admissions: &admissions,
             limits: limits(),
             provider_429: 0,
+            provider_429_by_limit: [0; 3],
             start_unix_ms: 0,
         };
         let summary = summarize(&run);
         assert_eq!(summary.saturated_windows, 0);
-        // 500 tokens over two windows of 1,000 allowed.
-        assert!((summary.utilization - 0.25).abs() < 1e-9, "{}", summary.utilization);
+        // 500 tokens from 0 to one window past 2,000: three windows of 1,000 allowed.
+        assert!(
+            (summary.utilization - 500.0 / 3_000.0).abs() < 1e-9,
+            "{}",
+            summary.utilization
+        );
         assert_eq!(summary.queue_delay_ms_p99, 0);
     }
 }

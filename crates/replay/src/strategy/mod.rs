@@ -14,6 +14,8 @@ use crate::provider::Accounting;
 use crate::provider_client::{CallOutcome, ProviderClient};
 
 pub mod none;
+pub mod scheduled;
+pub mod server_multi;
 pub mod token_bucket;
 
 /// The strategies `replay --strategy` offers.

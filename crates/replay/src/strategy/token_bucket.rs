@@ -122,3 +122,68 @@ impl Strategy for TokenBucket {
         outcome
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::Accounting;
+    use crate::provider_client::ProviderClient;
+    use ratelimiter::{Clock, FakeClock};
+
+    fn bucket(clock: &FakeClock) -> TokenBucket {
+        let limits = ProviderLimits {
+            rpm: 60,
+            tpm: 600,
+            window_ms: 60_000,
+            concurrency: 2,
+            ms_per_output_token: 0,
+            accounting: Accounting::Actual,
+        };
+        let caller = Caller::new(
+            ProviderClient::new("http://127.0.0.1:9", "m"),
+            Arc::new(clock.clone()),
+            limits.accounting,
+        );
+        TokenBucket::new(caller, limits)
+    }
+
+    #[tokio::test]
+    async fn buckets_start_full_and_refill_at_the_per_window_rate() {
+        let clock = FakeClock::new(1_000_000);
+        let bucket = bucket(&clock);
+        bucket.take(600.0).await;
+        let mut buckets = bucket.gate.lock().await;
+        assert_eq!((buckets.requests, buckets.tokens), (59.0, 0.0));
+        // 300 tokens refill in half a window; one request in a sixtieth of it.
+        assert_eq!(bucket.refill_wait_ms(&buckets, 300.0), 30_000);
+        clock.advance_ms(15_000);
+        bucket.refill(&mut buckets, clock.now_unix_ms());
+        assert_eq!(buckets.tokens, 150.0);
+        assert_eq!(bucket.refill_wait_ms(&buckets, 300.0), 15_000);
+        // Levels never pass the limits, however long the bucket idles.
+        clock.advance_ms(10 * 60_000);
+        bucket.refill(&mut buckets, clock.now_unix_ms());
+        assert_eq!((buckets.requests, buckets.tokens), (60.0, 600.0));
+        assert_eq!(bucket.refill_wait_ms(&buckets, 600.0), 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_larger_than_the_bucket_fails_without_a_call() {
+        let clock = FakeClock::new(0);
+        let bucket = bucket(&clock);
+        let request = ReplayRequest {
+            index: 3,
+            record: crate::trace::TraceRecord {
+                offset_ms: 0,
+                input_tokens: 500,
+                output_tokens: 1,
+            },
+            arrival_unix_ms: 0,
+            max_tokens: 200,
+        };
+        let outcome = bucket.run(request).await;
+        assert!(!outcome.completed);
+        assert_eq!(outcome.attempts, 0);
+        assert_eq!(outcome.error.as_deref(), Some("request larger than the token bucket"));
+    }
+}
