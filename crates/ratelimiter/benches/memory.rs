@@ -81,7 +81,9 @@ fn ready<F: Future>(future: F) -> F::Output {
 
 struct Workload {
     backend: Arc<MemoryBackend>,
-    keys: [LimitKey; 4],
+    /// Two sets of the four keys: another model for another tenant, so the
+    /// two-thread run can also use disjoint keys.
+    keys: [[LimitKey; 4]; 2],
 }
 
 impl Workload {
@@ -90,30 +92,35 @@ impl Workload {
             Arc::new(SystemClock::new()),
             MemoryConfig::default(),
         ));
-        let keys = [
-            LimitKey::llm_rpm("openai", "gpt-4o").unwrap(),
-            LimitKey::llm_tpm("openai", "gpt-4o").unwrap(),
-            LimitKey::llm_concurrency("openai", "gpt-4o").unwrap(),
-            LimitKey::tenant_daily_tokens("tenant_a").unwrap(),
-        ];
-        let definitions = [
-            LimitDefinition::rolling(keys[0].clone(), CAPACITY_UNLIMITED, 60),
-            LimitDefinition::rolling(keys[1].clone(), CAPACITY_UNLIMITED, 60),
-            LimitDefinition::concurrency(keys[2].clone(), CAPACITY_UNLIMITED, 300),
-            LimitDefinition::rolling(keys[3].clone(), CAPACITY_UNLIMITED, 86_400),
-        ];
-        for definition in definitions {
-            ready(backend.apply_definition(&definition.unwrap())).unwrap();
+        let key_set = |model: &str, tenant: &str| {
+            [
+                LimitKey::llm_rpm("openai", model).unwrap(),
+                LimitKey::llm_tpm("openai", model).unwrap(),
+                LimitKey::llm_concurrency("openai", model).unwrap(),
+                LimitKey::tenant_daily_tokens(tenant).unwrap(),
+            ]
+        };
+        let keys = [key_set("gpt-4o", "tenant_a"), key_set("gpt-4o-mini", "tenant_b")];
+        for set in &keys {
+            let definitions = [
+                LimitDefinition::rolling(set[0].clone(), CAPACITY_UNLIMITED, 60),
+                LimitDefinition::rolling(set[1].clone(), CAPACITY_UNLIMITED, 60),
+                LimitDefinition::concurrency(set[2].clone(), CAPACITY_UNLIMITED, 300),
+                LimitDefinition::rolling(set[3].clone(), CAPACITY_UNLIMITED, 86_400),
+            ];
+            for definition in definitions {
+                ready(backend.apply_definition(&definition.unwrap())).unwrap();
+            }
         }
         Self { backend, keys }
     }
 
     /// The request pair of one LLM call: reserve an upper bound of 1,800 tokens,
     /// complete with 740 used.
-    fn pair(&self, lease: LeaseId) -> (ReserveRequest, CompleteRequest) {
+    fn pair(&self, lease: LeaseId, set: usize) -> (ReserveRequest, CompleteRequest) {
+        let keys = &self.keys[set];
         let amounts = [1, 1800, 1, 1800];
-        let requirements = self
-            .keys
+        let requirements = keys
             .iter()
             .zip(amounts)
             .map(|(key, amount)| Requirement {
@@ -121,7 +128,7 @@ impl Workload {
                 amount,
             })
             .collect();
-        let actuals = [&self.keys[1], &self.keys[3]]
+        let actuals = [&keys[1], &keys[3]]
             .into_iter()
             .map(|key| Actual {
                 key: key.clone(),
@@ -134,9 +141,9 @@ impl Workload {
         )
     }
 
-    fn chunk(&self, thread: u64, first: u64) -> Vec<(ReserveRequest, CompleteRequest)> {
+    fn chunk(&self, thread: u64, first: u64, set: usize) -> Vec<(ReserveRequest, CompleteRequest)> {
         (first..first + CHUNK_PAIRS)
-            .map(|n| self.pair(LeaseId::from_u128((u128::from(thread) << 64) | u128::from(n))))
+            .map(|n| self.pair(LeaseId::from_u128((u128::from(thread) << 64) | u128::from(n)), set))
             .collect()
     }
 
@@ -153,7 +160,7 @@ impl Workload {
 fn one_thread(workload: &Workload, next: &mut u64, iters: u64, timer: Timer) -> Duration {
     let mut timed = Duration::ZERO;
     for _ in 0..iters.div_ceil(CHUNK_PAIRS) {
-        let chunk = workload.chunk(0, *next);
+        let chunk = workload.chunk(0, *next, 0);
         *next += CHUNK_PAIRS;
         let start = Mark::now(timer);
         workload.run(black_box(&chunk));
@@ -163,10 +170,11 @@ fn one_thread(workload: &Workload, next: &mut u64, iters: u64, timer: Timer) -> 
 }
 
 /// Time per pair with two threads each doing `iters` pairs at once, on the
-/// same four keys. Wall: the pool's time per pair, below the one-thread figure
+/// same four keys (with `disjoint`, each on its own four: another model for
+/// another tenant, sharing only the backend). Wall: the pool's time per pair, below the one-thread figure
 /// exactly when two threads together are faster than one. CPU: both threads'
 /// CPU time per pair, what a pair costs under contention.
-fn two_threads(workload: &Arc<Workload>, next: &mut u64, iters: u64, timer: Timer) -> Duration {
+fn two_threads(workload: &Arc<Workload>, next: &mut u64, iters: u64, timer: Timer, disjoint: bool) -> Duration {
     let chunks = iters.div_ceil(CHUNK_PAIRS);
     let barrier = Arc::new(Barrier::new(2));
     let first = *next;
@@ -177,7 +185,8 @@ fn two_threads(workload: &Arc<Workload>, next: &mut u64, iters: u64, timer: Time
             std::thread::spawn(move || {
                 let mut timed = Duration::ZERO;
                 for c in 0..chunks {
-                    let chunk = workload.chunk(thread, first + c * CHUNK_PAIRS);
+                    let set = if disjoint { thread as usize - 1 } else { 0 };
+                    let chunk = workload.chunk(thread, first + c * CHUNK_PAIRS, set);
                     barrier.wait();
                     let start = Mark::now(timer);
                     workload.run(black_box(&chunk));
@@ -212,7 +221,10 @@ fn bench(c: &mut Criterion) {
             b.iter_custom(|iters| one_thread(&workload, &mut next, iters, timer))
         });
         group.bench_function(format!("memory_two_threads_per_pair_{suffix}"), |b| {
-            b.iter_custom(|iters| two_threads(&workload, &mut next, iters, timer))
+            b.iter_custom(|iters| two_threads(&workload, &mut next, iters, timer, false))
+        });
+        group.bench_function(format!("memory_two_threads_disjoint_keys_per_pair_{suffix}"), |b| {
+            b.iter_custom(|iters| two_threads(&workload, &mut next, iters, timer, true))
         });
         group.bench_function(format!("governor_direct_check_{suffix}"), |b| {
             b.iter_custom(|iters| {

@@ -352,6 +352,10 @@ impl Streak {
     /// Counts a grant: the streak halves, so one lucky grant amid contention does
     /// not reset the backoff, while a run of grants does.
     pub fn record_allow(&mut self, now_unix_ms: u64) {
+        if self.denials == 0 {
+            // Calm already: leave the memory untouched (this runs on every grant).
+            return;
+        }
         self.denials = self.current(now_unix_ms) / 2;
         self.updated_unix_ms = now_unix_ms;
     }

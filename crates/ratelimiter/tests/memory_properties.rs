@@ -34,8 +34,17 @@ struct KeySpec {
 enum Op {
     Reserve(Vec<(usize, u64)>),
     Retry(usize),
-    Complete { lease: usize, actuals: Vec<Option<u64>> },
-    Define { key: usize, capacity: u64 },
+    /// The caller crashed: the lease is never completed, its holds must end
+    /// by their window or timeout.
+    Abandon(usize),
+    Complete {
+        lease: usize,
+        actuals: Vec<Option<u64>>,
+    },
+    Define {
+        key: usize,
+        capacity: u64,
+    },
     ApplyDecreases,
     Advance(u64),
 }
@@ -52,6 +61,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => prop::collection::vec((0..KEYS, 1..=14u64), 1..=KEYS).prop_map(Op::Reserve),
         1 => any::<prop::sample::Index>().prop_map(|i| Op::Retry(i.index(usize::MAX))),
+        1 => any::<prop::sample::Index>().prop_map(|i| Op::Abandon(i.index(usize::MAX))),
         4 => (any::<prop::sample::Index>(), prop::collection::vec(prop::option::of(0..=20u64), KEYS))
             .prop_map(|(i, actuals)| Op::Complete { lease: i.index(usize::MAX), actuals }),
         1 => (0..KEYS, 1..=14u64).prop_map(|(key, capacity)| Op::Define { key, capacity }),
@@ -76,6 +86,8 @@ struct ModelLease {
     reserved_at_unix_ms: Option<u64>,
     grants: Vec<Grant>,
     completed: bool,
+    /// Never completed from now on.
+    abandoned: bool,
     /// When the backend started remembering the id after it stopped being live
     /// (denied or completed): it forgets it `retention_ms` later.
     settled_at_unix_ms: Option<u64>,
@@ -163,6 +175,7 @@ impl Model {
             reserved_at_unix_ms: Some(now),
             grants,
             completed: false,
+            abandoned: false,
             settled_at_unix_ms: None,
         });
     }
@@ -267,8 +280,16 @@ impl Run {
             }
             Op::Retry(_) => {}
             Op::Complete { lease, actuals } if !self.model.leases.is_empty() => {
-                self.complete(lease % self.model.leases.len(), &actuals)?;
+                let l = lease % self.model.leases.len();
+                if !self.model.leases[l].abandoned {
+                    self.complete(l, &actuals)?;
+                }
             }
+            Op::Abandon(i) if !self.model.leases.is_empty() => {
+                let l = i % self.model.leases.len();
+                self.model.leases[l].abandoned = true;
+            }
+            Op::Abandon(_) => {}
             Op::Complete { .. } => {}
             Op::Define { key, capacity } => self.define(key, capacity)?,
             Op::ApplyDecreases => self.apply_decreases()?,
@@ -328,6 +349,7 @@ impl Run {
                         reserved_at_unix_ms: None,
                         grants: Vec::new(),
                         completed: false,
+                        abandoned: false,
                         settled_at_unix_ms: Some(now),
                     });
                 }

@@ -19,7 +19,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -45,6 +45,9 @@ struct Options {
     rounds: usize,
     limits: usize,
     reservations: usize,
+    /// Replica addresses (comma-separated): run the server on the TigerBeetle
+    /// backend against them instead of the memory backend.
+    tigerbeetle: Option<String>,
 }
 
 fn parse_options() -> (String, Options) {
@@ -57,6 +60,7 @@ fn parse_options() -> (String, Options) {
         rounds: 3,
         limits: 10_000,
         reservations: 100_000,
+        tigerbeetle: None,
     };
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
@@ -72,6 +76,7 @@ fn parse_options() -> (String, Options) {
             "--rounds" => options.rounds = number() as usize,
             "--limits" => options.limits = number() as usize,
             "--reservations" => options.reservations = number() as usize,
+            "--tigerbeetle" => options.tigerbeetle = Some(value.clone()),
             _ => usage(&format!("unknown flag {flag}")),
         }
     }
@@ -81,7 +86,7 @@ fn parse_options() -> (String, Options) {
 fn usage(problem: &str) -> ! {
     eprintln!(
         "loadgen: {problem}\nusage: loadgen throughput|memory [--bin PATH] [--connections N] [--seconds S] \
-         [--rounds N] [--limits N] [--reservations N]"
+         [--rounds N] [--limits N] [--reservations N] [--tigerbeetle ADDRESSES]"
     );
     std::process::exit(2)
 }
@@ -94,7 +99,8 @@ struct Server {
 }
 
 impl Server {
-    fn start(bin: &Path, states: &[LimitState], leases_max: usize) -> Server {
+    fn start(options: &Options, states: &[LimitState], leases_max: usize) -> Server {
+        let bin = &options.bin;
         let dir = std::env::temp_dir().join(format!("ratelimiterd-loadgen-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -104,9 +110,11 @@ impl Server {
         std::fs::write(
             &config,
             format!(
-                "server:\n  listen_addr: \"127.0.0.1:0\"\n  echo_route: true\n  concurrent_requests_max: 100000\n\
-                 registry:\n  path: {}\nmemory:\n  leases_max: {leases_max}\nlog:\n  level: \"warn,ratelimiterd::server=info\"\n",
-                registry.display()
+                "server:\n  listen_addr: \"127.0.0.1:0\"\n  backend: {}\n  echo_route: true\n  concurrent_requests_max: 100000\n\
+                 registry:\n  path: {}\nmemory:\n  leases_max: {leases_max}\nlog:\n  level: \"warn,ratelimiterd::server=info\"\n{}",
+                if options.tigerbeetle.is_some() { "tigerbeetle" } else { "memory" },
+                registry.display(),
+                tigerbeetle_yaml(options)
             ),
         )
         .unwrap();
@@ -197,6 +205,15 @@ const KEYS: [&str; 4] = [
     "bench:inflight",
     "tenant:bench:llm:daily_tokens",
 ];
+
+/// The configuration that puts the server on the TigerBeetle backend, if asked.
+fn tigerbeetle_yaml(options: &Options) -> String {
+    let Some(addresses) = &options.tigerbeetle else {
+        return String::new();
+    };
+    let list: Vec<String> = addresses.split(',').map(|a| format!("\"{a}\"")).collect();
+    format!("tigerbeetle:\n  addresses: [{}]\n  sessions: 4\n", list.join(", "))
+}
 
 fn bench_limits() -> Vec<LimitState> {
     // Capacities far above what a run can use: the benchmark measures the cost of
@@ -325,7 +342,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 async fn throughput(options: &Options) {
-    let server = Server::start(&options.bin, &bench_limits(), 100_000);
+    let server = Server::start(options, &bench_limits(), 100_000);
     let addr = server.addr;
     println!(
         "server {addr}, {} connections, {} s per phase, {} rounds",
@@ -436,10 +453,10 @@ async fn memory(options: &Options) {
             LimitState::active(definition)
         })
         .collect();
-    let empty = Server::start(&options.bin, &[], options.reservations * 2);
+    let empty = Server::start(options, &[], options.reservations * 2);
     let (empty_rss, _) = empty.rss_kib();
     drop(empty);
-    let server = Server::start(&options.bin, &limits, options.reservations * 2);
+    let server = Server::start(options, &limits, options.reservations * 2);
     let (limits_rss, _) = server.rss_kib();
     let addr = server.addr;
     let per_connection = options.reservations / options.connections;

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -128,7 +129,14 @@ pub async fn list_limits(State(state): State<AppState>) -> Result<Json<Vec<Limit
 }
 
 /// `GET /v1/admin/limits/{key}`: one state, or 404.
-pub async fn get_limit(State(state): State<AppState>, Path(key): Path<String>) -> Result<Json<LimitReport>, ApiError> {
+///
+/// A path that does not decode (`%FF`, an escape of invalid UTF-8) is a JSON
+/// `invalid_request` like any other bad key, not axum's plain-text rejection.
+pub async fn get_limit(
+    State(state): State<AppState>,
+    key: Result<Path<String>, PathRejection>,
+) -> Result<Json<LimitReport>, ApiError> {
+    let Path(key) = key.map_err(|e| ApiError::InvalidRequest(e.body_text()))?;
     let key = LimitKey::new(key).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     match state.backend().limit_report(&key).await? {
         Some(report) => Ok(Json(report)),

@@ -182,7 +182,7 @@ pub struct TigerBeetleConfig {
     pub cluster_id: String,
     /// Replica addresses in cluster order, `host:port` or a bare port (1..=6).
     pub addresses: Vec<String>,
-    /// TigerBeetle client sessions the server opens (1..=64).
+    /// TigerBeetle client sessions the server opens (1..=32).
     pub sessions: u32,
     /// The most transfers in one batch (64..=8,189).
     pub max_batch_events: u32,
@@ -211,8 +211,9 @@ pub enum TigerBeetleSubmitMode {
 
 /// The most TigerBeetle replicas.
 pub const TIGERBEETLE_REPLICAS_MAX: usize = 6;
-/// The most TigerBeetle sessions: each holds memory and a connection per replica.
-pub const TIGERBEETLE_SESSIONS_MAX: u32 = 64;
+/// The most TigerBeetle sessions: a 0.16 replica answers at most 8 +
+/// `--limit-pipeline-requests` sessions (32 by default), shared by the fleet.
+pub const TIGERBEETLE_SESSIONS_MAX: u32 = 32;
 /// The smallest batch: a work item (one lease's chain) is never split, and
 /// Complete sends up to two transfers for each of 32 requirements.
 pub const TIGERBEETLE_BATCH_EVENTS_MIN: u32 = 64;

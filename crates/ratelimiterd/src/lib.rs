@@ -22,6 +22,8 @@ pub mod overload;
 pub mod server;
 pub mod shutdown;
 pub mod state;
+#[cfg(feature = "tigerbeetle")]
+pub mod tigerbeetle;
 
 pub use app::app;
 pub use config::Config;

@@ -7,13 +7,14 @@ use crate::retry::{RetryPolicy, RETRY_MS_MAX};
 /// How long a caller denied with `limit_decreasing` waits (`decisions.md` §3):
 /// decreases are applied by a periodic task, so a long wait is right.
 pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
-/// Live leases kept for reconciliation. A live lease costs about 200 bytes with
-/// four requirements (see BENCHMARKS.md), so this is about 20 MiB; far more calls
-/// than any provider lets one deployment have in flight.
+/// Live leases kept for reconciliation: far more calls than providers let one
+/// deployment have in flight. An outstanding four-requirement lease costs about
+/// 230–320 bytes (BENCHMARKS.md), so about 32 MiB when full, plus up to 5 MiB
+/// for the settled-lease cache of as many slots.
 pub const LEASES_MAX_DEFAULT: usize = 100_000;
-/// Denied lease ids remembered so a retry with one stays denied; about 50 bytes
-/// each, so about 50 MiB at most. Past it the oldest are forgotten (and counted).
-pub const FAILED_LEASES_MAX_DEFAULT: usize = 1_000_000;
+/// Denied lease ids remembered so a retry with one stays denied: about 85 bytes
+/// each, so about 42 MiB when full. Past it the oldest are forgotten (and counted).
+pub const FAILED_LEASES_MAX_DEFAULT: usize = 500_000;
 
 /// Configuration of a [`super::MemoryBackend`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -24,9 +25,10 @@ pub struct MemoryConfig {
     pub retry_policy: RetryPolicy,
     /// The hint for `limit_decreasing` denials, in ms (1..=3,600,000).
     pub decrease_retry_ms: u64,
-    /// The most live leases kept, and likewise the most completed lease ids
-    /// remembered for idempotent retries. When full the oldest goes: its holds
-    /// then end by their window or timeout, unreconciled.
+    /// The most live leases kept. When full the oldest goes: its holds then end
+    /// by their window or timeout, unreconciled. Also the number of slots (at
+    /// most 2 Mi) of the cache of completed lease ids remembered for idempotent
+    /// retries.
     pub leases_max: usize,
     /// The most denied lease ids remembered. Each is kept at least as long as
     /// the longest window or timeout, unless this bound forces it out first.

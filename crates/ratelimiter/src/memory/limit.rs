@@ -66,7 +66,14 @@ impl Limit {
     /// True when `units` more fit now and can be recorded until `expires_at_unix_ms`.
     /// The caller expired old holds first.
     pub fn fits(&self, units: u64, expires_at_unix_ms: u64) -> bool {
-        self.holds.in_use() + units <= self.capacity() && self.holds.can_hold(expires_at_unix_ms)
+        // Compared as free room, not as `in_use + units`: with capacities and
+        // amounts near u64::MAX (an actual of u64::MAX, say) the sum would wrap.
+        units <= self.free() && self.holds.can_hold(expires_at_unix_ms)
+    }
+
+    /// Units that may still be held: capacity minus usage, never below 0.
+    fn free(&self) -> u64 {
+        self.capacity().saturating_sub(self.holds.in_use())
     }
 
     /// Holds `units` until `expires_at_unix_ms`; the caller checked [`Limit::fits`].
@@ -92,10 +99,9 @@ impl Limit {
     /// The exact time until `units` fit, from the holds' expiry instants: the
     /// rolling hint. At least 1 ms, since a denial means not now.
     pub fn exact_wait_ms(&self, now_unix_ms: u64, units: u64) -> u64 {
-        let in_use = self.holds.in_use();
-        let capacity = self.capacity();
-        let wait_ms = if in_use + units > capacity {
-            let must_expire = in_use + units - capacity;
+        let free = self.free();
+        let wait_ms = if units > free {
+            let must_expire = units - free;
             self.holds
                 .ms_until_released(now_unix_ms, must_expire)
                 .expect("units <= capacity, so enough expiring holds exist")
@@ -119,5 +125,30 @@ impl Limit {
             in_use: self.holds.in_use(),
             debt: self.debt,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::definition::LimitDefinition;
+    use crate::key::LimitKey;
+
+    fn limit(capacity: u64) -> Limit {
+        let definition = LimitDefinition::rolling(LimitKey::new("k").unwrap(), capacity, 60).unwrap();
+        Limit::new(LimitState::active(definition))
+    }
+
+    #[test]
+    fn amounts_near_u64_max_do_not_wrap() {
+        let mut huge = limit(u64::MAX);
+        huge.hold(60_000, u64::MAX - 1);
+        assert!(!huge.fits(2, 60_000), "u64::MAX - 1 + 2 wraps to 0");
+        assert!(huge.fits(1, 60_000));
+        assert_eq!(huge.exact_wait_ms(0, u64::MAX), 60_000);
+        let mut small = limit(100);
+        small.hold(60_000, 20);
+        assert!(!small.fits(u64::MAX - 10, 60_000), "20 + u64::MAX - 10 wraps to 9");
+        assert!(small.fits(80, 60_000) && !small.fits(81, 60_000));
     }
 }

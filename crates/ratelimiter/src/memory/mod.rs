@@ -30,6 +30,7 @@ use crate::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
 pub use config::{MemoryConfig, DECREASE_RETRY_MS_DEFAULT, FAILED_LEASES_MAX_DEFAULT, LEASES_MAX_DEFAULT};
 pub use counters::MemoryCounters;
 pub use expiry_queue::EXPIRY_INSTANTS_MAX;
+pub use settled_cache::SETTLED_SLOTS_MAX;
 pub use state::{LEASE_MEMORY_MARGIN_MS, LIMITS_MAX};
 
 use state::MemoryState;

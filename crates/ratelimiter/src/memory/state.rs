@@ -1,8 +1,10 @@
 //! Everything the memory backend holds, and the reserve and complete decisions.
 //! One instance lives behind the backend's mutex; every method runs at one
-//! instant `now_unix_ms`, read just before the mutex is taken (two callers may
-//! pass instants a few nanoseconds out of order; nothing here assumes more
-//! than that time never goes back by a whole window).
+//! instant `now_unix_ms`, read just before the mutex is taken, so two callers
+//! may arrive with instants out of order by as long as one waited for the
+//! mutex. Nothing here assumes more than that time never goes back by a whole
+//! window (at least 1 s): a hold that expires before the newest one is inserted
+//! in place.
 
 use std::hash::{BuildHasher, Hasher};
 
@@ -41,7 +43,7 @@ pub struct MemoryState {
     /// Seeds the fingerprints of settled leases' requirements: 64-bit keyed
     /// hashes, so a retry with other requirements is told apart unless it
     /// collides, with odds of 2^-64 for a caller already misusing the id.
-    fingerprints: foldhash::fast::RandomState,
+    fingerprints: foldhash::quality::RandomState,
     /// The longest window or timeout of any limit ever defined, plus
     /// [`LEASE_MEMORY_MARGIN_MS`]: how long denied and settled lease ids are remembered.
     retention_ms: u64,
@@ -61,7 +63,7 @@ impl MemoryState {
             settled: SettledCache::new(config.leases_max),
             failed: RecentIds::new(config.failed_leases_max),
             config,
-            fingerprints: foldhash::fast::RandomState::default(),
+            fingerprints: foldhash::quality::RandomState::default(),
             index: FastMap::default(),
             limits: Vec::new(),
             retention_ms: LEASE_MEMORY_MARGIN_MS,

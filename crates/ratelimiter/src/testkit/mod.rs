@@ -13,6 +13,16 @@
 //!     ratelimiter::testkit::run_all(&ratelimiter::testkit::MemoryHarness::new()).await;
 //! }
 //! ```
+//!
+//! A harness for a real-time backend (TigerBeetle) returns the same shared
+//! backend from [`Harness::backend`], a prefix with a per-run random part from
+//! [`Harness::unique_prefix`] (the cluster outlives the run), sleeps in
+//! [`Harness::advance`], and gives an [`Harness::expiry_slack_ms`] of a few
+//! seconds: scenarios wait out a window or timeout with `advance`, then poll
+//! every 100 ms, at most that long, for the backend to show the expiry. They
+//! only assert "still held" well before an expiry (half a timeout early), never
+//! at the instant. Scenarios may also be run one by one, in parallel if the
+//! backend allows, since no two share a key.
 
 mod fixture;
 mod memory_harness;

@@ -1,0 +1,191 @@
+//! The TigerBeetle backend: the [`Backend`] of distributed mode. Limits live in
+//! TigerBeetle accounts; this process keeps only their definitions, the lease
+//! cache and retry streaks, so any number of servers can share one cluster.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ratelimiter::retry::RetryAdvisor;
+use ratelimiter::{
+    Backend, Clock, CompleteRequest, LimitKey, LimitReport, LimitState, Limiter, LimiterError, ReserveOutcome,
+    ReserveRequest,
+};
+
+use super::config::{SubmitMode, TigerBeetleConfig};
+use super::denied_leases::DeniedLeases;
+use super::lease_cache::LeaseCache;
+use super::pool::{ClientPool, PoolError};
+use super::submitter::Submitter;
+
+/// The retry hint of a 503: long enough for a replica to fail over or a queue
+/// to drain, short enough that a retry with the same lease id comes soon.
+pub const UNAVAILABLE_RETRY_MS: u64 = 1_000;
+/// The most limits one backend holds: definitions are in memory and every
+/// report lists them all.
+pub const LIMITS_MAX: usize = 100_000;
+/// How many leases denied by TigerBeetle are remembered (about 50 bytes each),
+/// as many as the memory backend's default `failed_leases_max`.
+pub const DENIED_LEASES_MAX: usize = 1_000_000;
+/// How long a health check waits for the cluster.
+pub const HEALTH_TIMEOUT_MS: u64 = 2_000;
+
+/// What the backend needs besides the cluster settings.
+#[derive(Debug)]
+pub struct BackendOptions {
+    /// The retry hints of denials (ADR 0010: policy, streaks, jitter).
+    pub retry: RetryAdvisor,
+    /// The `retry_after_ms` of `limit_decreasing:<key>` denials.
+    pub decrease_retry_ms: u64,
+    /// The time source of `reserved_at_unix_ms` and reconciliation.
+    pub clock: Arc<dyn Clock>,
+}
+
+/// The TigerBeetle backend.
+pub struct TigerBeetleBackend {
+    pub(super) pool: Arc<ClientPool>,
+    pub(super) submitter: Submitter,
+    /// The state of every defined limit, by key.
+    pub(super) limits: RwLock<HashMap<LimitKey, LimitState>>,
+    pub(super) leases: LeaseCache,
+    pub(super) denied: DeniedLeases,
+    pub(super) retry: RetryAdvisor,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) decrease_retry_ms: u64,
+    /// The longest a request waits for TigerBeetle.
+    pub(super) timeout: Duration,
+    /// Serialises admin changes: each one reads balances and then moves capacity.
+    pub(super) admin: tokio::sync::Mutex<()>,
+    /// Numbers defund attempts, whose ids must all differ.
+    pub(super) defund_attempts: AtomicU64,
+    /// Overage of `overage: none` limits that could not be reserved (a metric).
+    pub(super) overage_dropped_units: AtomicU64,
+}
+
+impl std::fmt::Debug for TigerBeetleBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TigerBeetleBackend")
+            .field("pool", &self.pool)
+            .field("submitter", &self.submitter)
+            .field("leases", &self.leases.len())
+            .finish()
+    }
+}
+
+impl TigerBeetleBackend {
+    /// Opens the sessions and starts the submitter, which stops on `shutdown`.
+    /// Does not wait for the cluster: [`Backend::health`] says whether it answers.
+    pub fn connect(
+        config: &TigerBeetleConfig,
+        options: BackendOptions,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<Self, LimiterError> {
+        let fields = config.fields();
+        // Batching keeps one batch in flight per session; direct mode lets the
+        // client library queue up to the configured depth.
+        let slots = match fields.submit_mode {
+            SubmitMode::Batching => fields.sessions as usize,
+            SubmitMode::Direct => fields.queue_depth_max as usize,
+        };
+        let pool = Arc::new(ClientPool::open(config, slots).map_err(|e| LimiterError::Backend(e.to_string()))?);
+        let submitter = Submitter::start(Arc::clone(&pool), config, shutdown);
+        Ok(Self {
+            pool,
+            submitter,
+            limits: RwLock::new(HashMap::new()),
+            leases: LeaseCache::new(fields.lease_cache_max as usize),
+            denied: DeniedLeases::new(DENIED_LEASES_MAX),
+            retry: options.retry,
+            clock: options.clock,
+            decrease_retry_ms: options.decrease_retry_ms,
+            timeout: Duration::from_millis(fields.request_timeout_ms),
+            admin: tokio::sync::Mutex::new(()),
+            defund_attempts: AtomicU64::new(options_seed()),
+            overage_dropped_units: AtomicU64::new(0),
+        })
+    }
+
+    /// Units of overage dropped because the limit has `overage: none` and the
+    /// difference could not be reserved.
+    pub fn overage_dropped_units(&self) -> u64 {
+        self.overage_dropped_units.load(Ordering::Relaxed)
+    }
+
+    /// What the submitter sent so far (batch sizes reached).
+    pub fn submitter_stats(&self) -> &super::submitter::SubmitterStats {
+        self.submitter.stats()
+    }
+
+    /// The state of `key`, if defined.
+    pub(super) fn state_of(&self, key: &LimitKey) -> Option<LimitState> {
+        self.limits.read().expect("limits lock poisoned").get(key).cloned()
+    }
+}
+
+/// Defund attempt numbers start from the wall clock so that a restarted server
+/// does not reuse the ids of its previous life's failed attempts.
+fn options_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Maps a pool error to the caller's error: nothing known is `Unavailable`.
+pub(super) fn unavailable(error: &PoolError, what: &str) -> LimiterError {
+    match error {
+        PoolError::Busy => tracing::warn!(what, "TigerBeetle queue full, shedding"),
+        PoolError::Timeout(_) => tracing::warn!(what, error = %error, "TigerBeetle outcome unknown"),
+        PoolError::Client(_) => tracing::error!(what, error = %error, "TigerBeetle client failed"),
+    }
+    LimiterError::Unavailable {
+        retry_after_ms: UNAVAILABLE_RETRY_MS,
+    }
+}
+
+#[async_trait]
+impl Limiter for TigerBeetleBackend {
+    async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
+        self.reserve_lease(request).await
+    }
+
+    async fn complete(&self, request: &CompleteRequest) -> Result<(), LimiterError> {
+        self.complete_lease(request).await
+    }
+}
+
+#[async_trait]
+impl Backend for TigerBeetleBackend {
+    async fn apply_state(&self, state: &LimitState) -> Result<(), LimiterError> {
+        self.apply_limit_state(state).await
+    }
+
+    async fn limit_report(&self, key: &LimitKey) -> Result<Option<LimitReport>, LimiterError> {
+        let Some(state) = self.state_of(key) else {
+            return Ok(None);
+        };
+        Ok(self.reports_of(vec![state]).await?.pop())
+    }
+
+    async fn limit_reports(&self) -> Result<Vec<LimitReport>, LimiterError> {
+        let mut states: Vec<LimitState> = self
+            .limits
+            .read()
+            .expect("limits lock poisoned")
+            .values()
+            .cloned()
+            .collect();
+        states.sort_by(|a, b| a.definition().key().cmp(b.definition().key()));
+        self.reports_of(states).await
+    }
+
+    async fn apply_pending_decreases(&self) -> Result<Vec<LimitState>, LimiterError> {
+        self.apply_decreases().await
+    }
+
+    async fn health(&self) -> Result<(), LimiterError> {
+        self.check_health().await
+    }
+}

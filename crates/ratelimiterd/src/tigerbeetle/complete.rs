@@ -1,0 +1,234 @@
+//! Complete (spec §9.5, decisions §4 and §8): void concurrency holds, shrink
+//! rolling reservations to the actual usage for the rest of their window, and
+//! reserve (or record as debt) usage beyond the reservation.
+//!
+//! Every transfer has a deterministic id, so a retried Complete finds `exists`
+//! and changes nothing. Voids of reservations that expired, were voided before
+//! or never existed (an unknown reserve outcome) count as released.
+
+use ratelimiter::{CompleteRequest, LeaseId, LimitKind, LimiterError, Overage};
+use tigerbeetle_unofficial as tb;
+
+use super::backend::{unavailable, TigerBeetleBackend};
+use super::ids;
+use super::lease_cache::{HeldRequirement, LeaseRecord};
+use super::submitter::Failure;
+
+use tb::error::CreateTransferErrorKind as Kind;
+
+/// Why a transfer of a Complete was sent, to read its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// Releases a reservation.
+    Void,
+    /// Re-reserves the actual amount after a void.
+    Shrink,
+    /// Reserves usage beyond the reservation; `usize` is the held requirement.
+    Overage(usize),
+}
+
+impl TigerBeetleBackend {
+    pub(super) async fn complete_lease(&self, request: &CompleteRequest) -> Result<(), LimiterError> {
+        let lease = request.lease_id();
+        let Some(mut record) = self.leases.get(lease) else {
+            // Unknown or forgotten: nothing to reconcile, and the reservations
+            // expire by their timeouts (spec §9.5).
+            return Ok(());
+        };
+        if record.completed {
+            return Ok(());
+        }
+        check_actuals(lease, request, &record)?;
+        let now = self.clock.now_unix_ms();
+        let (transfers, purposes) = complete_transfers(lease, request, &record, now);
+        if !transfers.is_empty() {
+            let failures = self
+                .submitter
+                .submit(transfers)
+                .await
+                .map_err(|e| unavailable(&e, "complete"))?;
+            let overages = complete_failures(lease, &record, &purposes, &failures)?;
+            self.record_overages(lease, &record, request, &overages).await?;
+        }
+        record.completed = true;
+        record.held = Vec::new();
+        self.leases.insert(lease, record);
+        Ok(())
+    }
+
+    /// Records as debt, or drops and counts, the overage that could not be
+    /// reserved (`overages` indexes `record.held`).
+    async fn record_overages(
+        &self,
+        lease: LeaseId,
+        record: &LeaseRecord,
+        request: &CompleteRequest,
+        overages: &[usize],
+    ) -> Result<(), LimiterError> {
+        let mut debts = Vec::new();
+        for held in overages.iter().map(|i| &record.held[*i]) {
+            let actual = request
+                .actuals()
+                .iter()
+                .find(|a| a.key == held.key)
+                .expect("overage has an actual");
+            let diff = actual.actual_amount - held.amount;
+            let debt = self
+                .state_of(&held.key)
+                .is_some_and(|s| s.definition().overage() == Overage::Debt);
+            if !debt {
+                tracing::info!(lease = %lease, key = %held.key, units = diff, "overage dropped (overage: none)");
+                self.overage_dropped_units
+                    .fetch_add(diff, std::sync::atomic::Ordering::Relaxed);
+                continue;
+            }
+            debts.push(
+                tb::Transfer::new(ids::debt_transfer_id(lease, &held.key))
+                    .with_debit_account_id(ids::debt_account_id(&held.key))
+                    .with_credit_account_id(ids::operator_account_id())
+                    .with_amount(u128::from(diff))
+                    .with_ledger(ids::LEDGER_LIMITS)
+                    .with_code(ids::CODE_DEBT)
+                    .with_user_data_128(lease.to_u128()),
+            );
+        }
+        if debts.is_empty() {
+            return Ok(());
+        }
+        let failures = self
+            .submitter
+            .submit(debts)
+            .await
+            .map_err(|e| unavailable(&e, "debt"))?;
+        match failures.iter().find(|f| !matches!(f.kind(), Kind::Exists)) {
+            None => Ok(()),
+            Some(f) => {
+                tracing::error!(lease = %lease, code = ?f.kind(), "recording debt failed");
+                Err(LimiterError::Backend(format!("debt transfer failed: {:?}", f.kind())))
+            }
+        }
+    }
+}
+
+/// Every actual must name a rolling key the lease reserved (decisions §4): a
+/// concurrency hold is released whole, whatever is said about it.
+fn check_actuals(lease: LeaseId, request: &CompleteRequest, record: &LeaseRecord) -> Result<(), LimiterError> {
+    for actual in request.actuals() {
+        match record.held.iter().find(|h| h.key == actual.key) {
+            None => {
+                return Err(LimiterError::InvalidRequest(format!(
+                    "actual for {} which lease {lease} did not reserve",
+                    actual.key
+                )))
+            }
+            Some(held) if held.kind == LimitKind::Concurrency => {
+                return Err(LimiterError::InvalidRequest(format!(
+                    "actual for concurrency limit {}: holds are released whole",
+                    actual.key
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The transfers of one Complete and why each is sent. Not linked: each one
+/// stands alone, so an expired reservation does not block the rest.
+fn complete_transfers(
+    lease: LeaseId,
+    request: &CompleteRequest,
+    record: &LeaseRecord,
+    now: u64,
+) -> (Vec<tb::Transfer>, Vec<Purpose>) {
+    let elapsed_seconds = now.saturating_sub(record.reserved_at_unix_ms) / 1000;
+    let mut transfers = Vec::new();
+    let mut purposes = Vec::new();
+    for (i, held) in record.held.iter().enumerate() {
+        if held.kind == LimitKind::Concurrency {
+            transfers.push(void(lease, held));
+            purposes.push(Purpose::Void);
+            continue;
+        }
+        let Some(actual) = request.actuals().iter().find(|a| a.key == held.key) else {
+            continue;
+        };
+        // A reservation whose window has passed holds nothing any more.
+        if elapsed_seconds >= held.timeout_seconds {
+            continue;
+        }
+        let remaining = (held.timeout_seconds - elapsed_seconds).max(1);
+        if actual.actual_amount < held.amount {
+            transfers.push(void(lease, held));
+            purposes.push(Purpose::Void);
+            if actual.actual_amount > 0 {
+                transfers.push(rereserve(lease, held, actual.actual_amount, remaining));
+                purposes.push(Purpose::Shrink);
+            }
+        } else if actual.actual_amount > held.amount {
+            transfers.push(rereserve(lease, held, actual.actual_amount - held.amount, remaining));
+            purposes.push(Purpose::Overage(i));
+        }
+    }
+    (transfers, purposes)
+}
+
+/// Reads the results of a Complete's transfers; returns the overages that could
+/// not be reserved (indexes into `record.held`).
+fn complete_failures(
+    lease: LeaseId,
+    record: &LeaseRecord,
+    purposes: &[Purpose],
+    failures: &[Failure],
+) -> Result<Vec<usize>, LimiterError> {
+    let mut overages = Vec::new();
+    for failure in failures {
+        let purpose = purposes[failure.index];
+        let kind = failure.kind();
+        let released = matches!(
+            kind,
+            Kind::Exists
+                | Kind::PendingTransferExpired
+                | Kind::PendingTransferAlreadyVoided
+                | Kind::PendingTransferNotFound
+        );
+        match purpose {
+            Purpose::Void if released => {}
+            // The shrunk reservation is not needed for safety: what it re-reserves
+            // was just freed. It can only fail when the void did not free it.
+            Purpose::Shrink if matches!(kind, Kind::Exists | Kind::ExceedsCredits | Kind::IdAlreadyFailed) => {
+                tracing::debug!(lease = %lease, code = ?kind, "shrunk reservation not created");
+            }
+            Purpose::Overage(_) if matches!(kind, Kind::Exists) => {}
+            Purpose::Overage(i) if matches!(kind, Kind::ExceedsCredits | Kind::IdAlreadyFailed) => overages.push(i),
+            _ => {
+                tracing::error!(lease = %lease, code = ?kind, purpose = ?purpose, held = record.held.len(),
+                    "unexpected TigerBeetle result in complete");
+                return Err(LimiterError::Backend(format!("complete transfer failed: {kind:?}")));
+            }
+        }
+    }
+    Ok(overages)
+}
+
+/// Voids the reservation of `held` by its deterministic id.
+fn void(lease: LeaseId, held: &HeldRequirement) -> tb::Transfer {
+    tb::Transfer::new(ids::void_transfer_id(lease, &held.key))
+        .with_pending_id(ids::reserve_transfer_id(lease, &held.key))
+        .with_flags(tb::transfer::Flags::VOID_PENDING_TRANSFER)
+        .with_user_data_128(lease.to_u128())
+}
+
+/// A pending reservation of `amount` on `held`'s key for `remaining` seconds.
+fn rereserve(lease: LeaseId, held: &HeldRequirement, amount: u64, remaining: u64) -> tb::Transfer {
+    let timeout = u32::try_from(remaining).expect("remaining is at most a validated window");
+    tb::Transfer::new(ids::rereserve_transfer_id(lease, &held.key))
+        .with_debit_account_id(ids::resource_account_id(&held.key))
+        .with_credit_account_id(ids::operator_account_id())
+        .with_amount(u128::from(amount))
+        .with_ledger(ids::LEDGER_LIMITS)
+        .with_code(ids::CODE_LIMIT)
+        .with_flags(tb::transfer::Flags::PENDING)
+        .with_timeout(timeout)
+        .with_user_data_128(lease.to_u128())
+}

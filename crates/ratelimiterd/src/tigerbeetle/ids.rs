@@ -1,0 +1,155 @@
+//! The account model and the deterministic ids of every account and transfer
+//! (spec §9.1–§9.2, ADR 0004).
+//!
+//! One ledger holds every limit. The operator account is the source and sink of
+//! capacity; each limit has a resource account whose balance is its capacity and
+//! whose pending debits are the units in use; `overage: debt` limits also have a
+//! debt account that records usage beyond what could be reserved.
+
+use ratelimiter::{id128, LeaseId, LimitKey};
+use tigerbeetle_unofficial as tb;
+
+/// The single ledger of every limiter account (spec §9.1).
+pub const LEDGER_LIMITS: u32 = 1;
+
+/// The code of reserve and re-reserve transfers (spec §9.1: `CODE_LIMIT`).
+pub const CODE_LIMIT: u16 = 1;
+/// The code of posted transfers that fund a resource account (capacity increase).
+pub const CODE_FUND: u16 = 2;
+/// The code of posted transfers that take capacity back (applied decrease).
+pub const CODE_DEFUND: u16 = 3;
+/// The code of posted transfers that record overage as debt.
+pub const CODE_DEBT: u16 = 4;
+
+/// The account code of the operator account.
+pub const ACCOUNT_CODE_OPERATOR: u16 = 1;
+/// The account code of resource accounts.
+pub const ACCOUNT_CODE_RESOURCE: u16 = 2;
+/// The account code of debt accounts.
+pub const ACCOUNT_CODE_DEBT: u16 = 3;
+
+/// The operator account's id: `acct:operator`.
+pub fn operator_account_id() -> u128 {
+    id128("acct:operator")
+}
+
+/// The resource account's id of `key`: `acct:limit:<key>`.
+pub fn resource_account_id(key: &LimitKey) -> u128 {
+    id128(&format!("acct:limit:{key}"))
+}
+
+/// The debt account's id of `key`: `acct:debt:<key>`.
+pub fn debt_account_id(key: &LimitKey) -> u128 {
+    id128(&format!("acct:debt:{key}"))
+}
+
+/// The id of the pending transfer that reserves `key` for `lease`:
+/// `xfer:reserve:<lease_id>:<key>`, with the canonical upper-case lease id.
+pub fn reserve_transfer_id(lease: LeaseId, key: &LimitKey) -> u128 {
+    id128(&format!("xfer:reserve:{lease}:{key}"))
+}
+
+/// The id of the transfer that voids the reservation of `key` for `lease`:
+/// `xfer:void:<lease_id>:<key>`.
+pub fn void_transfer_id(lease: LeaseId, key: &LimitKey) -> u128 {
+    id128(&format!("xfer:void:{lease}:{key}"))
+}
+
+/// The id of the pending transfer that re-reserves the actual amount (or the
+/// overage) of `key` for `lease` after Complete: `xfer:rereserve:<lease_id>:<key>`.
+pub fn rereserve_transfer_id(lease: LeaseId, key: &LimitKey) -> u128 {
+    id128(&format!("xfer:rereserve:{lease}:{key}"))
+}
+
+/// The id of the posted transfer that records overage of `key` for `lease` as
+/// debt: `xfer:debt:<lease_id>:<key>`.
+pub fn debt_transfer_id(lease: LeaseId, key: &LimitKey) -> u128 {
+    id128(&format!("xfer:debt:{lease}:{key}"))
+}
+
+/// The id of the funding transfer of `key` made when the resource account's
+/// posted counters were `credits_posted` and `debits_posted`.
+///
+/// Posted counters only grow and every funding or defunding changes one of them,
+/// so each pair names one moment of the account's history: a retried or repeated
+/// apply of the same state finds `exists` instead of funding twice.
+pub fn fund_transfer_id(key: &LimitKey, credits_posted: u128, debits_posted: u128) -> u128 {
+    id128(&format!("xfer:fund:{key}:{credits_posted}:{debits_posted}"))
+}
+
+/// The id of a defunding (decrease) attempt of `key`. A denied attempt burns its
+/// id (`id_already_failed`), so every attempt carries its own `attempt` number
+/// besides the posted counters it was computed from.
+pub fn defund_transfer_id(key: &LimitKey, credits_posted: u128, debits_posted: u128, attempt: u64) -> u128 {
+    id128(&format!("xfer:defund:{key}:{credits_posted}:{debits_posted}:{attempt}"))
+}
+
+/// The operator account: no balance constraint, since it is the other side of
+/// every capacity and usage movement.
+pub fn operator_account() -> tb::Account {
+    tb::Account::new(operator_account_id(), LEDGER_LIMITS, ACCOUNT_CODE_OPERATOR)
+}
+
+/// The resource account of `key`: debits (reservations) can never exceed credits
+/// (capacity), which is what makes over-admission impossible.
+pub fn resource_account(key: &LimitKey) -> tb::Account {
+    tb::Account::new(resource_account_id(key), LEDGER_LIMITS, ACCOUNT_CODE_RESOURCE)
+        .with_flags(tb::account::Flags::DEBITS_MUST_NOT_EXCEED_CREDITS)
+}
+
+/// The debt account of `key`: unconstrained, its net debit is the recorded debt.
+pub fn debt_account(key: &LimitKey) -> tb::Account {
+    tb::Account::new(debt_account_id(key), LEDGER_LIMITS, ACCOUNT_CODE_DEBT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: &str = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
+
+    fn key(k: &str) -> LimitKey {
+        LimitKey::new(k).unwrap()
+    }
+
+    #[test]
+    fn ids_use_the_adr_labels_with_canonical_lease_ids() {
+        let lower = LeaseId::parse(&LEASE.to_lowercase()).unwrap();
+        let k = key("global:llm:openai:gpt-4o:tpm");
+        assert_eq!(reserve_transfer_id(lower, &k), 0xd0bf1ef341cd4698a8bf9e1d677e06c5);
+        assert_eq!(
+            reserve_transfer_id(lower, &k),
+            id128(&format!("xfer:reserve:{LEASE}:{k}"))
+        );
+        assert_eq!(void_transfer_id(lower, &k), id128(&format!("xfer:void:{LEASE}:{k}")));
+        assert_eq!(
+            rereserve_transfer_id(lower, &k),
+            id128(&format!("xfer:rereserve:{LEASE}:{k}"))
+        );
+        assert_eq!(debt_transfer_id(lower, &k), id128(&format!("xfer:debt:{LEASE}:{k}")));
+        assert_eq!(operator_account_id(), 0xee06f35fb94212edc7e42a11203bfca8);
+        assert_eq!(
+            resource_account_id(&key("global:llm:openai:gpt-4o:rpm")),
+            0x5d3c6e5c7ffc849315cfc5f4cb10615e
+        );
+        assert_eq!(debt_account_id(&k), id128(&format!("acct:debt:{k}")));
+    }
+
+    #[test]
+    fn funding_ids_differ_by_history_and_attempt() {
+        let k = key("k");
+        assert_ne!(fund_transfer_id(&k, 10, 0), fund_transfer_id(&k, 10, 5));
+        assert_ne!(defund_transfer_id(&k, 10, 0, 1), defund_transfer_id(&k, 10, 0, 2));
+        assert_eq!(fund_transfer_id(&k, 10, 0), fund_transfer_id(&k, 10, 0));
+    }
+
+    #[test]
+    fn only_resource_accounts_are_constrained() {
+        let k = key("k");
+        assert!(resource_account(&k)
+            .flags()
+            .contains(tb::account::Flags::DEBITS_MUST_NOT_EXCEED_CREDITS));
+        assert!(operator_account().flags().is_empty());
+        assert!(debt_account(&k).flags().is_empty());
+    }
+}

@@ -1,0 +1,196 @@
+//! The lease cache: what Complete needs to know about a reservation (when it was
+//! made, what it holds), kept in memory only and bounded (spec §9.5, decisions §8).
+//! A lease that is not here is completed without reconciliation: its holds
+//! expire by their TigerBeetle timeouts. Completed leases stay until evicted, so
+//! retries of their Reserve or Complete are answered without another round trip.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use ratelimiter::{LeaseId, LimitKey, LimitKind};
+
+/// One reserved requirement as it was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRequirement {
+    /// The limit.
+    pub key: LimitKey,
+    /// The units reserved.
+    pub amount: u64,
+    /// The limit's kind when reserved: concurrency holds are voided on Complete,
+    /// rolling ones reconciled.
+    pub kind: LimitKind,
+    /// The pending transfer's timeout in seconds (window or hold timeout), so the
+    /// reconciled reservation ends when the original one would have.
+    pub timeout_seconds: u64,
+}
+
+/// A fingerprint of a set of (key, amount) requirements, independent of their
+/// order: what a completed lease keeps to tell a retry from a reuse.
+pub fn fingerprint<'a>(requirements: impl Iterator<Item = (&'a LimitKey, u64)>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut sorted: Vec<(&LimitKey, u64)> = requirements.collect();
+    sorted.sort_unstable();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    sorted.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// What is remembered of one lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// When the reservation was made (or attempted, for an unknown outcome).
+    pub reserved_at_unix_ms: u64,
+    /// The requirements in request order; emptied once completed, since only
+    /// the fingerprint is needed from then on.
+    pub held: Vec<HeldRequirement>,
+    /// The fingerprint of the requirements ([`fingerprint`]): a retry of the
+    /// lease must ask for exactly the same, in any order.
+    pub fingerprint: u64,
+    /// True once TigerBeetle confirmed the reservation; false while its outcome
+    /// is unknown (a timeout), when Complete still voids by id to be safe.
+    pub confirmed: bool,
+    /// True once Complete ran: a second Complete changes nothing, and the same
+    /// lease reserved again is answered from here without reserving anything.
+    pub completed: bool,
+}
+
+/// A bounded map of lease records; the oldest insertions are dropped first.
+#[derive(Debug)]
+pub struct LeaseCache {
+    inner: Mutex<Inner>,
+    capacity: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The record and the insertion number of each lease.
+    records: HashMap<LeaseId, (u64, LeaseRecord)>,
+    /// Insertion order. An entry whose number no longer matches its record's is
+    /// stale (the lease was removed or inserted again) and is skipped.
+    order: VecDeque<(u64, LeaseId)>,
+    inserted: u64,
+}
+
+impl LeaseCache {
+    /// A cache of at most `capacity` leases.
+    pub fn new(capacity: usize) -> Self {
+        assert!(capacity >= 1, "a lease cache holds at least one lease");
+        Self {
+            inner: Mutex::new(Inner::default()),
+            capacity,
+        }
+    }
+
+    /// Remembers `record` for `lease`, replacing an older one, and forgets the
+    /// oldest leases beyond the capacity.
+    pub fn insert(&self, lease: LeaseId, record: LeaseRecord) {
+        let mut inner = self.inner.lock().expect("lease cache lock poisoned");
+        inner.inserted += 1;
+        let number = inner.inserted;
+        inner.records.insert(lease, (number, record));
+        inner.order.push_back((number, lease));
+        while inner.records.len() > self.capacity {
+            let (number, oldest) = inner.order.pop_front().expect("order lists every record");
+            if inner.records.get(&oldest).is_some_and(|(n, _)| *n == number) {
+                inner.records.remove(&oldest);
+            }
+        }
+        // Stale entries accumulate when leases complete; drop them before the
+        // order queue outgrows twice the capacity.
+        if inner.order.len() > 2 * self.capacity {
+            let Inner { records, order, .. } = &mut *inner;
+            order.retain(|(n, lease)| records.get(lease).is_some_and(|(m, _)| m == n));
+        }
+    }
+
+    /// The record of `lease`, if remembered.
+    pub fn get(&self, lease: LeaseId) -> Option<LeaseRecord> {
+        let inner = self.inner.lock().expect("lease cache lock poisoned");
+        inner.records.get(&lease).map(|(_, record)| record.clone())
+    }
+
+    /// Forgets `lease` (after a Complete).
+    pub fn remove(&self, lease: LeaseId) {
+        let mut inner = self.inner.lock().expect("lease cache lock poisoned");
+        inner.records.remove(&lease);
+    }
+
+    /// How many leases are remembered.
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("lease cache lock poisoned").records.len()
+    }
+
+    /// True when no lease is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(at: u64) -> LeaseRecord {
+        LeaseRecord {
+            reserved_at_unix_ms: at,
+            held: vec![HeldRequirement {
+                key: LimitKey::new("k").unwrap(),
+                amount: 1,
+                kind: LimitKind::Rolling,
+                timeout_seconds: 60,
+            }],
+            fingerprint: 0,
+            confirmed: true,
+            completed: false,
+        }
+    }
+
+    #[test]
+    fn fingerprints_ignore_order_only() {
+        let (a, b) = (LimitKey::new("a").unwrap(), LimitKey::new("b").unwrap());
+        let ab = fingerprint([(&a, 1), (&b, 2)].into_iter());
+        assert_eq!(ab, fingerprint([(&b, 2), (&a, 1)].into_iter()));
+        assert_ne!(ab, fingerprint([(&a, 1), (&b, 3)].into_iter()));
+        assert_ne!(ab, fingerprint([(&a, 1)].into_iter()));
+    }
+
+    #[test]
+    fn oldest_leases_are_dropped_beyond_capacity() {
+        let cache = LeaseCache::new(2);
+        let (a, b, c) = (LeaseId::from_u128(1), LeaseId::from_u128(2), LeaseId::from_u128(3));
+        cache.insert(a, record(1));
+        cache.insert(b, record(2));
+        cache.insert(c, record(3));
+        assert_eq!(cache.len(), 2);
+        assert!(cache.get(a).is_none());
+        assert_eq!(cache.get(b).unwrap().reserved_at_unix_ms, 2);
+        assert_eq!(cache.get(c).unwrap().reserved_at_unix_ms, 3);
+    }
+
+    #[test]
+    fn reinserted_leases_are_not_evicted_by_their_stale_entry() {
+        let cache = LeaseCache::new(2);
+        let (a, b, c) = (LeaseId::from_u128(1), LeaseId::from_u128(2), LeaseId::from_u128(3));
+        cache.insert(a, record(1));
+        cache.insert(b, record(2));
+        cache.remove(a);
+        cache.insert(a, record(10));
+        cache.insert(c, record(3));
+        // b is now the oldest live lease.
+        assert!(cache.get(b).is_none());
+        assert_eq!(cache.get(a).unwrap().reserved_at_unix_ms, 10);
+        assert!(cache.get(c).is_some());
+    }
+
+    #[test]
+    fn the_order_queue_stays_bounded_under_churn() {
+        let cache = LeaseCache::new(4);
+        for i in 1..=10_000u128 {
+            let lease = LeaseId::from_u128(i);
+            cache.insert(lease, record(i as u64));
+            cache.remove(lease);
+        }
+        assert!(cache.is_empty());
+        assert!(cache.inner.lock().unwrap().order.len() <= 8 + 1);
+    }
+}

@@ -1,0 +1,282 @@
+//! Reserve (spec §9.4, decisions §3 and §8): one linked chain of pending
+//! transfers per lease, resource → operator, sent without any read. TigerBeetle
+//! applies the chain all or nothing and refuses a transfer that would debit a
+//! resource account beyond its credits, so nothing is ever over-admitted.
+
+use ratelimiter::{Denial, LeaseId, LimitDefinition, LimitStatus, LimiterError, ReserveOutcome, ReserveRequest};
+use tigerbeetle_unofficial as tb;
+
+use super::backend::{unavailable, TigerBeetleBackend};
+use super::ids;
+use super::lease_cache::{fingerprint, HeldRequirement, LeaseRecord};
+use super::pool::PoolError;
+use super::submitter::Failure;
+
+use tb::error::CreateTransferErrorKind as Kind;
+
+/// What the backend decided before sending anything.
+enum Plan {
+    /// Send this chain; remember this record.
+    Send(Vec<tb::Transfer>, LeaseRecord),
+    /// Answer at once.
+    Answer(ReserveOutcome),
+}
+
+impl TigerBeetleBackend {
+    pub(super) async fn reserve_lease(&self, request: &ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
+        let now = self.clock.now_unix_ms();
+        let (chain, record) = match self.plan_reserve(request, now)? {
+            Plan::Answer(outcome) => return Ok(outcome),
+            Plan::Send(chain, record) => (chain, record),
+        };
+        let lease = request.lease_id();
+        let known = self.leases.get(lease);
+        // Remembered before sending: if the outcome is unknown, Complete must
+        // still void by id (pessimistic accounting, decisions §8).
+        self.leases.insert(lease, record.clone());
+        let failures = match self.submitter.submit(chain).await {
+            Ok(failures) => failures,
+            Err(e) => {
+                if e == PoolError::Busy {
+                    // Nothing was sent: forget what this attempt added.
+                    match known {
+                        Some(previous) => self.leases.insert(lease, previous),
+                        None => self.leases.remove(lease),
+                    }
+                }
+                return Err(unavailable(&e, "reserve"));
+            }
+        };
+        self.reserve_result(request, record, &failures, now).await
+    }
+
+    /// Checks the request against the definitions: unknown keys are errors; a
+    /// lease TigerBeetle denied stays denied; a lease already granted is granted again; an amount above capacity or a
+    /// decreasing limit are denials that send nothing, so they do not burn the
+    /// lease id (TigerBeetle never saw it); otherwise the chain.
+    fn plan_reserve(&self, request: &ReserveRequest, now: u64) -> Result<Plan, LimiterError> {
+        let lease = request.lease_id();
+        let definitions = self.definitions_of(request)?;
+        if self.denied.contains(lease) {
+            return Ok(Plan::Answer(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed)));
+        }
+        if let Some(record) = self.leases.get(lease).filter(|r| r.confirmed) {
+            return self.replay(request, &record).map(Plan::Answer);
+        }
+        for (requirement, (definition, status)) in request.requirements().iter().zip(&definitions) {
+            let denial = if requirement.amount > definition.capacity() {
+                Denial::ExceedsCapacity {
+                    key: requirement.key.clone(),
+                }
+            } else if *status == LimitStatus::Decreasing {
+                Denial::LimitDecreasing {
+                    key: requirement.key.clone(),
+                    retry_after_ms: self.decrease_retry_ms,
+                }
+            } else {
+                continue;
+            };
+            return Ok(Plan::Answer(ReserveOutcome::Denied(denial)));
+        }
+        let chain = reserve_chain(request, &definitions);
+        let held = request
+            .requirements()
+            .iter()
+            .zip(&definitions)
+            .map(|(r, (d, _))| HeldRequirement {
+                key: r.key.clone(),
+                amount: r.amount,
+                kind: d.kind(),
+                timeout_seconds: d.hold_ms() / 1000,
+            })
+            .collect();
+        let record = LeaseRecord {
+            reserved_at_unix_ms: now,
+            held,
+            fingerprint: fingerprint(request.requirements().iter().map(|r| (&r.key, r.amount))),
+            confirmed: false,
+            completed: false,
+        };
+        Ok(Plan::Send(chain, record))
+    }
+
+    /// The definition and status of every requirement, or the first unknown key.
+    fn definitions_of(&self, request: &ReserveRequest) -> Result<Vec<(LimitDefinition, LimitStatus)>, LimiterError> {
+        let limits = self.limits.read().expect("limits lock poisoned");
+        request
+            .requirements()
+            .iter()
+            .map(|r| match limits.get(&r.key) {
+                Some(state) => Ok((state.definition().clone(), state.status())),
+                None => Err(LimiterError::UnknownKey(r.key.clone())),
+            })
+            .collect()
+    }
+
+    /// The answer to a lease that was granted before: granted again with its
+    /// original time if it asks for the same (in any order), a conflict otherwise.
+    fn replay(&self, request: &ReserveRequest, record: &LeaseRecord) -> Result<ReserveOutcome, LimiterError> {
+        let asked = fingerprint(request.requirements().iter().map(|r| (&r.key, r.amount)));
+        if asked != record.fingerprint {
+            return Err(LimiterError::Conflict(format!(
+                "lease {} was reserved with other requirements",
+                request.lease_id()
+            )));
+        }
+        Ok(ReserveOutcome::Allowed {
+            reserved_at_unix_ms: record.reserved_at_unix_ms,
+        })
+    }
+
+    /// Turns TigerBeetle's answer to the chain into the outcome (decisions §8).
+    async fn reserve_result(
+        &self,
+        request: &ReserveRequest,
+        mut record: LeaseRecord,
+        failures: &[Failure],
+        now: u64,
+    ) -> Result<ReserveOutcome, LimiterError> {
+        let lease = request.lease_id();
+        let keys = || request.requirements().iter().map(|r| &r.key);
+        if failures.is_empty() {
+            record.confirmed = true;
+            self.leases.insert(lease, record);
+            self.retry.on_allowed(keys(), now);
+            return Ok(ReserveOutcome::Allowed {
+                reserved_at_unix_ms: now,
+            });
+        }
+        if failures.iter().any(|f| matches!(f.kind(), Kind::IdAlreadyFailed)) {
+            self.leases.remove(lease);
+            self.denied.insert(lease);
+            return Ok(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed));
+        }
+        if let Some(failure) = failures.iter().find(|f| matches!(f.kind(), Kind::ExceedsCredits)) {
+            self.leases.remove(lease);
+            self.denied.insert(lease);
+            let key = &request.requirements()[failure.index].key;
+            // Limits are never removed, so a key just sent is still defined.
+            let definition = self
+                .state_of(key)
+                .expect("a reserved key is defined")
+                .definition()
+                .clone();
+            let retry_after_ms = self.retry.on_denied([&definition], now);
+            return Ok(ReserveOutcome::Denied(Denial::InsufficientCapacity {
+                key: key.clone(),
+                retry_after_ms,
+            }));
+        }
+        if failures
+            .iter()
+            .all(|f| matches!(f.kind(), Kind::Exists | Kind::LinkedEventFailed))
+        {
+            return self.reserve_existing(request, record).await;
+        }
+        if let Some(f) = failures.iter().find(|f| is_different_existing(f.kind())) {
+            tracing::warn!(lease = %lease, code = ?f.kind(), "lease id reused with other requirements");
+            return Err(LimiterError::Conflict(format!(
+                "lease {lease} was reserved with other requirements"
+            )));
+        }
+        self.leases.remove(lease);
+        let codes: Vec<String> = failures.iter().map(|f| format!("{}:{:?}", f.index, f.kind())).collect();
+        tracing::error!(lease = %lease, codes = ?codes, "unexpected TigerBeetle results for a reserve chain");
+        Err(LimiterError::Backend(format!(
+            "reserve chain failed: {}",
+            codes.join(",")
+        )))
+    }
+
+    /// The chain, or part of it, exists already: a retry of a lease whose first
+    /// answer was lost. Granted if every transfer of the chain exists (with the
+    /// original time, which the first transfer carries), a conflict otherwise.
+    async fn reserve_existing(
+        &self,
+        request: &ReserveRequest,
+        mut record: LeaseRecord,
+    ) -> Result<ReserveOutcome, LimiterError> {
+        let lease = request.lease_id();
+        let ids: Vec<u128> = request
+            .requirements()
+            .iter()
+            .map(|r| ids::reserve_transfer_id(lease, &r.key))
+            .collect();
+        let first = ids[0];
+        let expected = ids.len();
+        let slot = self.pool.try_slot().map_err(|e| unavailable(&e, "reserve lookup"))?;
+        let found = self
+            .pool
+            .run(slot, self.timeout, move |client| async move {
+                client.lookup_transfers(ids).await
+            })
+            .await
+            .map_err(|e| unavailable(&e, "reserve lookup"))?;
+        if found.len() != expected {
+            self.leases.remove(lease);
+            return Err(LimiterError::Conflict(format!(
+                "lease {lease} was reserved with other requirements"
+            )));
+        }
+        if let Some(original) = found.iter().find(|t| t.id() == first) {
+            let since_epoch = original
+                .timestamp()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            record.reserved_at_unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
+        }
+        record.confirmed = true;
+        let reserved_at_unix_ms = record.reserved_at_unix_ms;
+        self.leases.insert(lease, record);
+        Ok(ReserveOutcome::Allowed { reserved_at_unix_ms })
+    }
+}
+
+/// Result codes that mean "a transfer with this id exists with other fields".
+fn is_different_existing(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::ExistsWithDifferentFlags
+            | Kind::ExistsWithDifferentPendingId
+            | Kind::ExistsWithDifferentTimeout
+            | Kind::ExistsWithDifferentDebitAccountId
+            | Kind::ExistsWithDifferentCreditAccountId
+            | Kind::ExistsWithDifferentAmount
+            | Kind::ExistsWithDifferentUserData128
+            | Kind::ExistsWithDifferentUserData64
+            | Kind::ExistsWithDifferentUserData32
+            | Kind::ExistsWithDifferentLedger
+            | Kind::ExistsWithDifferentCode
+    )
+}
+
+/// The linked chain of pending transfers of one lease: resource → operator per
+/// requirement, timing out with the window (rolling) or hold timeout
+/// (concurrency). Every transfer carries the lease in `user_data_128` for audits;
+/// nothing in it depends on the time, so a retry sends the very same chain.
+fn reserve_chain(request: &ReserveRequest, definitions: &[(LimitDefinition, LimitStatus)]) -> Vec<tb::Transfer> {
+    let lease: LeaseId = request.lease_id();
+    let last = request.requirements().len() - 1;
+    request
+        .requirements()
+        .iter()
+        .zip(definitions)
+        .enumerate()
+        .map(|(i, (r, (d, _)))| {
+            let mut flags = tb::transfer::Flags::PENDING;
+            if i < last {
+                flags |= tb::transfer::Flags::LINKED;
+            }
+            let timeout = u32::try_from(d.hold_ms() / 1000).expect("windows and timeouts are validated to fit u32");
+            tb::Transfer::new(ids::reserve_transfer_id(lease, &r.key))
+                .with_debit_account_id(ids::resource_account_id(&r.key))
+                .with_credit_account_id(ids::operator_account_id())
+                .with_amount(u128::from(r.amount))
+                .with_ledger(ids::LEDGER_LIMITS)
+                .with_code(ids::CODE_LIMIT)
+                .with_flags(flags)
+                .with_timeout(timeout)
+                .with_user_data_128(lease.to_u128())
+        })
+        .collect()
+}

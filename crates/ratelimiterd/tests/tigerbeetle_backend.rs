@@ -1,0 +1,409 @@
+//! The TigerBeetle backend against a real local cluster: spec §14's integration
+//! list, decisions §3, §4, §6 and §8.
+
+#![cfg(feature = "tigerbeetle")]
+
+mod tigerbeetle_common;
+
+use std::sync::Arc;
+
+use ratelimiter::{
+    Actual, Backend, Clock, CompleteRequest, Denial, FakeClock, LeaseId, LimitDefinition, LimitKey, LimitState,
+    LimitStatus, Limiter, LimiterError, Overage, ReserveOutcome, SystemClock,
+};
+use ratelimiterd::tigerbeetle::SubmitMode;
+use tigerbeetle_common::{backend, backend_with, reserve, reserve_lease, unique_key};
+
+fn complete(lease: LeaseId, actuals: &[(&LimitKey, u64)]) -> CompleteRequest {
+    let actuals = actuals
+        .iter()
+        .map(|(key, amount)| Actual {
+            key: (*key).clone(),
+            actual_amount: *amount,
+        })
+        .collect();
+    CompleteRequest::new(lease, None, actuals).unwrap()
+}
+
+async fn in_use(backend: &impl Backend, key: &LimitKey) -> u64 {
+    backend.limit_report(key).await.unwrap().unwrap().in_use
+}
+
+fn denial(outcome: ReserveOutcome) -> Denial {
+    match outcome {
+        ReserveOutcome::Denied(denial) => denial,
+        other => panic!("expected a denial, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserves_up_to_capacity_and_denies_beyond() {
+    let backend = backend().await;
+    let key = unique_key("capacity");
+    backend
+        .apply_definition(&LimitDefinition::rolling(key.clone(), 2, 60).unwrap())
+        .await
+        .unwrap();
+    assert!(backend.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
+    assert!(backend.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
+    match denial(backend.reserve(&reserve(&[(&key, 1)])).await.unwrap()) {
+        Denial::InsufficientCapacity { key: k, retry_after_ms } => {
+            assert_eq!(k, key);
+            assert!(retry_after_ms > 0);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(in_use(&backend, &key).await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_lease_after_denial_stays_denied() {
+    let backend = backend().await;
+    let key = unique_key("denied");
+    backend
+        .apply_definition(&LimitDefinition::rolling(key.clone(), 2, 60).unwrap())
+        .await
+        .unwrap();
+    assert!(backend.reserve(&reserve(&[(&key, 2)])).await.unwrap().is_allowed());
+    let lease = LeaseId::generate();
+    let request = reserve_lease(lease, &[(&key, 1)]);
+    assert!(matches!(
+        denial(backend.reserve(&request).await.unwrap()),
+        Denial::InsufficientCapacity { .. }
+    ));
+    // Capacity is freed by raising it: the same lease still fails, a new one passes.
+    backend
+        .apply_definition(&LimitDefinition::rolling(key.clone(), 10, 60).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        denial(backend.reserve(&request).await.unwrap()),
+        Denial::LeaseAlreadyFailed
+    );
+    assert!(backend.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linked_requirements_are_all_or_nothing() {
+    let backend = backend().await;
+    let (tokens, slots) = (unique_key("tokens"), unique_key("slots"));
+    backend
+        .apply_definition(&LimitDefinition::rolling(tokens.clone(), 100, 60).unwrap())
+        .await
+        .unwrap();
+    backend
+        .apply_definition(&LimitDefinition::concurrency(slots.clone(), 1, 60).unwrap())
+        .await
+        .unwrap();
+    assert!(backend
+        .reserve(&reserve(&[(&tokens, 30), (&slots, 1)]))
+        .await
+        .unwrap()
+        .is_allowed());
+    let denied = denial(backend.reserve(&reserve(&[(&tokens, 30), (&slots, 1)])).await.unwrap());
+    assert!(matches!(denied, Denial::InsufficientCapacity { ref key, .. } if *key == slots));
+    // The tokens transfer of the denied chain was rolled back with it.
+    assert_eq!(in_use(&backend, &tokens).await, 30);
+    assert_eq!(in_use(&backend, &slots).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_is_released_by_complete() {
+    let backend = backend().await;
+    let slots = unique_key("release");
+    backend
+        .apply_definition(&LimitDefinition::concurrency(slots.clone(), 1, 300).unwrap())
+        .await
+        .unwrap();
+    let first = LeaseId::generate();
+    assert!(backend
+        .reserve(&reserve_lease(first, &[(&slots, 1)]))
+        .await
+        .unwrap()
+        .is_allowed());
+    assert!(!backend.reserve(&reserve(&[(&slots, 1)])).await.unwrap().is_allowed());
+    backend.complete(&complete(first, &[])).await.unwrap();
+    assert_eq!(in_use(&backend, &slots).await, 0);
+    // Complete is idempotent: a second one changes nothing.
+    backend.complete(&complete(first, &[])).await.unwrap();
+    assert!(backend.reserve(&reserve(&[(&slots, 1)])).await.unwrap().is_allowed());
+    assert_eq!(in_use(&backend, &slots).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_lease_is_granted_again_without_reserving_more() {
+    let clock = Arc::new(FakeClock::new(1_700_000_000_000));
+    let backend = backend_with(SubmitMode::Batching, clock.clone()).await;
+    let key = unique_key("idempotent");
+    backend
+        .apply_definition(&LimitDefinition::rolling(key.clone(), 5, 60).unwrap())
+        .await
+        .unwrap();
+    let lease = LeaseId::generate();
+    let request = reserve_lease(lease, &[(&key, 3)]);
+    let first = backend.reserve(&request).await.unwrap();
+    clock.advance_ms(1_500);
+    assert_eq!(backend.reserve(&request).await.unwrap(), first);
+    assert_eq!(in_use(&backend, &key).await, 3);
+    // Another server (or this one restarted) sees the chain exist in TigerBeetle
+    // and answers with the cluster's time of the original reservation.
+    let other = backend_with(SubmitMode::Direct, Arc::new(SystemClock::new())).await;
+    let state = backend.limit_report(&key).await.unwrap().unwrap().state;
+    other.apply_state(&state).await.unwrap();
+    let ReserveOutcome::Allowed { reserved_at_unix_ms } = other.reserve(&request).await.unwrap() else {
+        panic!("retry of a granted lease was denied");
+    };
+    let now = SystemClock::new().now_unix_ms();
+    assert!(reserved_at_unix_ms <= now && now - reserved_at_unix_ms < 60_000);
+    assert_eq!(in_use(&other, &key).await, 3);
+    // The same lease id with other requirements is a conflict.
+    let changed = reserve_lease(lease, &[(&key, 4)]);
+    assert!(matches!(
+        backend.reserve(&changed).await,
+        Err(LimiterError::Conflict(_))
+    ));
+    assert!(matches!(other.reserve(&changed).await, Err(LimiterError::Conflict(_))));
+    assert_eq!(in_use(&other, &key).await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciliation_frees_unused_tokens_at_once() {
+    let backend = backend().await;
+    let tpm = unique_key("tpm");
+    backend
+        .apply_definition(&LimitDefinition::rolling(tpm.clone(), 100, 60).unwrap())
+        .await
+        .unwrap();
+    let lease = LeaseId::generate();
+    assert!(backend
+        .reserve(&reserve_lease(lease, &[(&tpm, 100)]))
+        .await
+        .unwrap()
+        .is_allowed());
+    assert!(!backend.reserve(&reserve(&[(&tpm, 90)])).await.unwrap().is_allowed());
+    backend.complete(&complete(lease, &[(&tpm, 10)])).await.unwrap();
+    assert_eq!(in_use(&backend, &tpm).await, 10);
+    assert!(backend.reserve(&reserve(&[(&tpm, 90)])).await.unwrap().is_allowed());
+    assert!(!backend.reserve(&reserve(&[(&tpm, 1)])).await.unwrap().is_allowed());
+    // A zero actual releases everything the lease held.
+    let empty = LeaseId::generate();
+    let other = unique_key("tpm-zero");
+    backend
+        .apply_definition(&LimitDefinition::rolling(other.clone(), 10, 60).unwrap())
+        .await
+        .unwrap();
+    assert!(backend
+        .reserve(&reserve_lease(empty, &[(&other, 10)]))
+        .await
+        .unwrap()
+        .is_allowed());
+    backend.complete(&complete(empty, &[(&other, 0)])).await.unwrap();
+    assert_eq!(in_use(&backend, &other).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overage_is_reserved_or_recorded_as_debt() {
+    let backend = backend().await;
+    let budget = unique_key("budget");
+    let definition = LimitDefinition::rolling(budget.clone(), 100, 60)
+        .unwrap()
+        .with_overage(Overage::Debt);
+    backend.apply_definition(&definition).await.unwrap();
+    let (a, b) = (LeaseId::generate(), LeaseId::generate());
+    assert!(backend
+        .reserve(&reserve_lease(a, &[(&budget, 50)]))
+        .await
+        .unwrap()
+        .is_allowed());
+    // Room left: the overage is reserved.
+    backend.complete(&complete(a, &[(&budget, 70)])).await.unwrap();
+    assert_eq!(in_use(&backend, &budget).await, 70);
+    assert!(backend
+        .reserve(&reserve_lease(b, &[(&budget, 30)]))
+        .await
+        .unwrap()
+        .is_allowed());
+    // No room: the overage becomes debt, once.
+    backend.complete(&complete(b, &[(&budget, 45)])).await.unwrap();
+    let report = backend.limit_report(&budget).await.unwrap().unwrap();
+    assert_eq!((report.in_use, report.debt), (100, 15));
+    backend.complete(&complete(b, &[(&budget, 45)])).await.unwrap();
+    assert_eq!(backend.limit_report(&budget).await.unwrap().unwrap().debt, 15);
+
+    let plain = unique_key("plain");
+    backend
+        .apply_definition(&LimitDefinition::rolling(plain.clone(), 10, 60).unwrap())
+        .await
+        .unwrap();
+    let c = LeaseId::generate();
+    assert!(backend
+        .reserve(&reserve_lease(c, &[(&plain, 10)]))
+        .await
+        .unwrap()
+        .is_allowed());
+    let dropped = backend.overage_dropped_units();
+    backend.complete(&complete(c, &[(&plain, 13)])).await.unwrap();
+    assert_eq!(backend.overage_dropped_units() - dropped, 3);
+    let report = backend.limit_report(&plain).await.unwrap().unwrap();
+    assert_eq!((report.in_use, report.debt), (10, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decrease_waits_for_usage_above_the_target() {
+    let backend = backend().await;
+    let slots = unique_key("decrease");
+    backend
+        .apply_definition(&LimitDefinition::concurrency(slots.clone(), 10, 300).unwrap())
+        .await
+        .unwrap();
+    let holder = LeaseId::generate();
+    assert!(backend
+        .reserve(&reserve_lease(holder, &[(&slots, 8)]))
+        .await
+        .unwrap()
+        .is_allowed());
+    let state = backend
+        .apply_definition(&LimitDefinition::concurrency(slots.clone(), 5, 300).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        (state.status(), state.pending_decrease_to()),
+        (LimitStatus::Decreasing, 5)
+    );
+    assert!(matches!(
+        denial(backend.reserve(&reserve(&[(&slots, 1)])).await.unwrap()),
+        Denial::LimitDecreasing {
+            retry_after_ms: 10_000,
+            ..
+        }
+    ));
+    assert!(backend.apply_pending_decreases().await.unwrap().is_empty());
+    backend.complete(&complete(holder, &[])).await.unwrap();
+    let applied = backend.apply_pending_decreases().await.unwrap();
+    assert_eq!(applied.len(), 1);
+    assert_eq!(applied[0].definition().capacity(), 5);
+    assert_eq!(applied[0].status(), LimitStatus::Active);
+    assert!(matches!(
+        denial(backend.reserve(&reserve(&[(&slots, 6)])).await.unwrap()),
+        Denial::ExceedsCapacity { .. }
+    ));
+    assert!(backend.reserve(&reserve(&[(&slots, 5)])).await.unwrap().is_allowed());
+    assert!(!backend.reserve(&reserve(&[(&slots, 1)])).await.unwrap().is_allowed());
+    // An increase is immediate.
+    backend
+        .apply_definition(&LimitDefinition::concurrency(slots.clone(), 6, 300).unwrap())
+        .await
+        .unwrap();
+    assert!(backend.reserve(&reserve(&[(&slots, 1)])).await.unwrap().is_allowed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applying_a_state_again_after_a_restart_changes_nothing() {
+    let key = unique_key("restart");
+    let state = LimitState::active(LimitDefinition::rolling(key.clone(), 3, 60).unwrap());
+    let first = backend().await;
+    first.apply_state(&state).await.unwrap();
+    first.apply_state(&state).await.unwrap();
+    assert!(first.reserve(&reserve(&[(&key, 2)])).await.unwrap().is_allowed());
+    drop(first);
+    let second = backend().await;
+    second.apply_state(&state).await.unwrap();
+    let report = second.limit_report(&key).await.unwrap().unwrap();
+    assert_eq!((report.state.definition().capacity(), report.in_use), (3, 2));
+    assert!(second.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
+    assert!(!second.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decrease_applied_before_a_crash_is_not_applied_twice() {
+    let key = unique_key("crash");
+    let active = LimitState::active(LimitDefinition::rolling(key.clone(), 3, 60).unwrap());
+    let decreasing =
+        LimitState::after_definition(Some(&active), LimitDefinition::rolling(key.clone(), 1, 60).unwrap()).unwrap();
+    let first = backend().await;
+    first.apply_state(&active).await.unwrap();
+    first.apply_state(&decreasing).await.unwrap();
+    assert_eq!(first.apply_pending_decreases().await.unwrap().len(), 1);
+    drop(first);
+    // The registry still says "decreasing": the restarted server applies it.
+    let second = backend().await;
+    second.apply_state(&decreasing).await.unwrap();
+    let applied = second.apply_pending_decreases().await.unwrap();
+    assert_eq!(applied.len(), 1);
+    assert_eq!(applied[0].definition().capacity(), 1);
+    assert!(second.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
+    assert!(!second.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_change_nothing() {
+    let backend = backend().await;
+    let key = unique_key("bad");
+    let missing = unique_key("missing");
+    backend
+        .apply_definition(&LimitDefinition::rolling(key.clone(), 5, 60).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        backend.reserve(&reserve(&[(&key, 1), (&missing, 1)])).await,
+        Err(LimiterError::UnknownKey(missing.clone()))
+    );
+    let lease = LeaseId::generate();
+    let request = reserve_lease(lease, &[(&key, 6)]);
+    assert_eq!(
+        denial(backend.reserve(&request).await.unwrap()),
+        Denial::ExceedsCapacity { key: key.clone() }
+    );
+    // Nothing reached TigerBeetle, so the lease id is not burned.
+    assert!(backend
+        .reserve(&reserve_lease(lease, &[(&key, 1)]))
+        .await
+        .unwrap()
+        .is_allowed());
+    assert_eq!(in_use(&backend, &key).await, 1);
+    let granted = LeaseId::generate();
+    assert!(backend
+        .reserve(&reserve_lease(granted, &[(&key, 2)]))
+        .await
+        .unwrap()
+        .is_allowed());
+    assert!(matches!(
+        backend.complete(&complete(granted, &[(&missing, 1)])).await,
+        Err(LimiterError::InvalidRequest(_))
+    ));
+    assert_eq!(in_use(&backend, &key).await, 3);
+    backend
+        .complete(&complete(LeaseId::generate(), &[(&key, 1)]))
+        .await
+        .unwrap();
+    let kind_change = LimitDefinition::concurrency(key.clone(), 5, 60).unwrap();
+    assert!(matches!(
+        backend.apply_definition(&kind_change).await,
+        Err(LimiterError::Conflict(_))
+    ));
+    assert!(backend.limit_report(&missing).await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reserves_never_over_admit_in_either_mode() {
+    for mode in [SubmitMode::Batching, SubmitMode::Direct] {
+        let backend = Arc::new(backend_with(mode, Arc::new(SystemClock::new())).await);
+        let key = unique_key("race");
+        backend
+            .apply_definition(&LimitDefinition::rolling(key.clone(), 37, 60).unwrap())
+            .await
+            .unwrap();
+        let tasks: Vec<_> = (0..200)
+            .map(|_| {
+                let (backend, key) = (backend.clone(), key.clone());
+                tokio::spawn(async move { backend.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed() })
+            })
+            .collect();
+        let mut allowed = 0;
+        for task in tasks {
+            allowed += u64::from(task.await.unwrap());
+        }
+        assert_eq!(allowed, 37, "{mode:?}");
+        assert_eq!(in_use(backend.as_ref(), &key).await, 37);
+    }
+}

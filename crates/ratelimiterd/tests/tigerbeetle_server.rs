@@ -1,0 +1,192 @@
+//! The real `ratelimiterd` binary on the TigerBeetle backend (spec prototype 4):
+//! limits defined at runtime over HTTP and used at once, without restarting
+//! TigerBeetle or the server; state kept across a server restart; health and
+//! 503s when the cluster is gone. Every wait is bounded.
+
+#![cfg(feature = "tigerbeetle")]
+
+mod tigerbeetle_common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use ratelimiter::LeaseId;
+use serde_json::{json, Value};
+use tigerbeetle_common::cluster;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ratelimiterd");
+/// The longest any single wait of these tests may take.
+const WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// A running server; killed on drop.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Server {
+    fn start(dir: &Path, addresses: &str) -> Server {
+        let config = dir.join("config.yaml");
+        let text = format!(
+            "server:\n  listen_addr: \"127.0.0.1:0\"\n  backend: tigerbeetle\nregistry:\n  path: {}\n\
+             tigerbeetle:\n  cluster_id: \"0\"\n  addresses: [\"{addresses}\"]\n  sessions: 2\n  request_timeout_ms: 2000\n",
+            dir.join("limits.json").display()
+        );
+        std::fs::write(&config, text).unwrap();
+        let mut child = Command::new(BIN)
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let mut server = Server {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[server] {line}");
+                let _ = sender.send(line);
+            }
+        });
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = receiver
+                .recv_timeout(left)
+                .expect("the server logs its address in time");
+            if let Some(rest) = line.split("addr=").nth(1).filter(|_| line.contains("listening")) {
+                server.addr = rest.split_whitespace().next().unwrap().parse().unwrap();
+                return server;
+            }
+        }
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut stream = TcpStream::connect(self.addr).unwrap();
+        stream.set_read_timeout(Some(WAIT_MAX)).unwrap();
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body.as_bytes()).unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).unwrap();
+        let text = String::from_utf8_lossy(&raw);
+        let (head, body) = text.split_once("\r\n\r\n").expect("a full response");
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (
+            status,
+            serde_json::from_str(body).unwrap_or(Value::String(body.to_owned())),
+        )
+    }
+
+    fn reserve(&self, lease: LeaseId, key: &str, amount: u64) -> (u16, Value) {
+        let body = json!({"lease_id": lease.to_string(), "requirements": [{"key": key, "amount": amount}]});
+        self.call("POST", "/v1/reserve", Some(body))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A temporary directory, deleted on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("ratelimiterd-tb-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Polls `/healthz` until it answers `status`, within the bound.
+fn wait_health(server: &Server, status: u16) {
+    let deadline = Instant::now() + WAIT_MAX;
+    while server.call("GET", "/healthz", None).0 != status {
+        assert!(Instant::now() < deadline, "healthz never answered {status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn limits_defined_at_runtime_work_at_once_and_survive_a_restart() {
+    let temp = TempDir::new("runtime");
+    let dir = &temp.0;
+    let key = format!("tb:e2e:{}:rpm", LeaseId::generate());
+    let server = Server::start(dir, cluster().address());
+    wait_health(&server, 200);
+    let definition = json!({"key": key, "kind": "rolling", "capacity": 3, "window_seconds": 60});
+    let (status, state) = server.call("PUT", "/v1/admin/limits", Some(definition));
+    assert_eq!((status, &state["status"]), (200, &json!("active")), "{state}");
+
+    let granted = LeaseId::generate();
+    let (status, body) = server.reserve(granted, &key, 2);
+    assert_eq!((status, &body["allowed"]), (200, &json!(true)), "{body}");
+    let (status, again) = server.reserve(granted, &key, 2);
+    assert_eq!(
+        (status, &again["reserved_at_unix_ms"]),
+        (200, &body["reserved_at_unix_ms"])
+    );
+    let (status, denied) = server.reserve(LeaseId::generate(), &key, 2);
+    assert_eq!(status, 200);
+    assert_eq!(denied["error"], json!(format!("insufficient_capacity:{key}")));
+    assert!(denied["retry_after_ms"].as_u64().unwrap() > 0);
+    let (status, report) = server.call("GET", &format!("/v1/admin/limits/{key}"), None);
+    assert_eq!((status, &report["in_use"]), (200, &json!(2)), "{report}");
+    let complete = json!({"lease_id": granted.to_string(), "actuals": [{"key": key, "actual_amount": 1}]});
+    let (status, body) = server.call("POST", "/v1/complete", Some(complete));
+    assert_eq!((status, body), (200, json!({"ok": true})));
+    drop(server);
+
+    // The registry restores the definition; the cluster kept the usage.
+    let server = Server::start(dir, cluster().address());
+    wait_health(&server, 200);
+    let (_, report) = server.call("GET", &format!("/v1/admin/limits/{key}"), None);
+    assert_eq!(
+        (&report["capacity"], &report["in_use"]),
+        (&json!(3), &json!(1)),
+        "{report}"
+    );
+    assert_eq!(server.reserve(LeaseId::generate(), &key, 2).1["allowed"], json!(true));
+    assert_eq!(server.reserve(LeaseId::generate(), &key, 1).1["allowed"], json!(false));
+    let (status, body) = server.reserve(LeaseId::generate(), &format!("{key}:ghost"), 1);
+    assert_eq!(status, 404, "{body}");
+}
+
+#[test]
+fn a_cluster_that_does_not_answer_is_unhealthy_and_503() {
+    let temp = TempDir::new("dead");
+    let dir = &temp.0;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let server = Server::start(dir, &dead);
+    wait_health(&server, 503);
+    let definition = json!({"key": "tb:dead", "kind": "rolling", "capacity": 3, "window_seconds": 60});
+    let (status, body) = server.call("PUT", "/v1/admin/limits", Some(definition));
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], json!("backend_unavailable"));
+}
