@@ -130,7 +130,7 @@ fn write_definition(write: u64) -> Value {
 /// Runs writes from `first` on until `stop`, counting in `acked` the writes answered 200.
 fn writer(addr: std::net::SocketAddr, first: u64, acked: Arc<AtomicU64>, stop: Arc<AtomicBool>) {
     let mut write = first;
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::SeqCst) {
         let body = write_definition(write).to_string();
         let Ok(answer) = reliability_support::raw::exchange(
             addr,
@@ -207,8 +207,11 @@ fn sigkill_during_registry_writes_never_corrupts_the_registry() {
             }
         }
         std::thread::sleep(Duration::from_millis(rng.gen_range(0..=KILL_DELAY_MS_MAX)));
+        // Stopped first, so the writer does not open a new connection after the
+        // kill (its port could by then belong to another test's server); the
+        // write in flight, if any, is the one the kill interrupts.
+        stop.store(true, Ordering::SeqCst);
         daemon.kill9();
-        stop.store(true, Ordering::Relaxed);
         thread.join().expect("writer");
         let answered = acked.load(Ordering::SeqCst);
         let on_disk = writes_on_disk(&dir.join("limits.json"));
