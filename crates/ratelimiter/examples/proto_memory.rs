@@ -154,6 +154,7 @@ fn submit_calls(scheduler: &Scheduler, provider: &str, count: usize, done: &Arc<
                 model: "m".to_owned(),
                 prompt: "Summarise the design in one line.".to_owned(),
                 max_output_tokens: 200,
+                prompt_tokens: None,
                 want_daily_budget: false,
             };
             let done = Arc::clone(done);
@@ -238,6 +239,7 @@ fn overhead_spec(i: usize) -> JobSpec {
         model: "m".to_owned(),
         prompt: "hello".to_owned(),
         max_output_tokens: 10,
+        prompt_tokens: None,
         want_daily_budget: false,
     }
 }

@@ -17,6 +17,13 @@ pub struct LlmCall<'a> {
     pub prompt: &'a str,
     /// The `max_tokens` bound sent to the provider.
     pub max_output_tokens: u64,
+    /// The prompt's token count by the provider's own tokenizer (tiktoken for
+    /// OpenAI), when the caller has it: reserved instead of the byte estimate,
+    /// which is about four times too high for English. `None` keeps the byte
+    /// estimate, which never under-reserves for a tokenizer whose tokens are at
+    /// least one byte (every BPE tokenizer in use). A count from another tokenizer
+    /// than the provider's can under-reserve: the provider may then answer 429.
+    pub prompt_tokens: Option<u64>,
     /// Whether the tenant's daily token budget is reserved too.
     pub want_daily_budget: bool,
 }
@@ -33,10 +40,21 @@ pub fn token_upper_bound(prompt: &str, max_output_tokens: u64) -> u64 {
     estimate_prompt_tokens(prompt).saturating_add(max_output_tokens).max(1)
 }
 
+impl LlmCall<'_> {
+    /// The most tokens the call can use: the caller's prompt count when given,
+    /// else the byte estimate, plus the output bound; at least 1.
+    pub fn token_upper_bound(&self) -> u64 {
+        match self.prompt_tokens {
+            Some(prompt_tokens) => prompt_tokens.saturating_add(self.max_output_tokens).max(1),
+            None => token_upper_bound(self.prompt, self.max_output_tokens),
+        }
+    }
+}
+
 /// Requirements for `call`: rpm 1, tpm the token upper bound, concurrency 1, and
 /// the tenant's daily tokens when asked for.
 pub fn build_llm_requirements(call: &LlmCall<'_>) -> Result<Vec<Requirement>, KeyError> {
-    let tokens = token_upper_bound(call.prompt, call.max_output_tokens);
+    let tokens = call.token_upper_bound();
     let mut requirements = vec![
         Requirement {
             key: LimitKey::llm_rpm(call.provider, call.model)?,
@@ -87,6 +105,7 @@ mod tests {
             model: "gpt-4o",
             prompt,
             max_output_tokens: 800,
+            prompt_tokens: None,
             want_daily_budget,
         }
     }
@@ -106,6 +125,23 @@ mod tests {
             ]
         );
         assert_eq!(build_llm_requirements(&call(prompt, false)).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_counted_prompt_replaces_the_byte_estimate() {
+        let prompt = "the cat sat on the mat"; // 22 bytes, 6 tokens for cl100k.
+        let mut counted = call(prompt, true);
+        assert_eq!(counted.token_upper_bound(), 822);
+        counted.prompt_tokens = Some(6);
+        assert_eq!(counted.token_upper_bound(), 806);
+        let reqs = build_llm_requirements(&counted).unwrap();
+        assert_eq!(reqs[1].amount, 806);
+        assert_eq!(reqs[3].amount, 806);
+        counted.prompt_tokens = Some(u64::MAX);
+        assert_eq!(counted.token_upper_bound(), u64::MAX);
+        counted.prompt_tokens = Some(0);
+        counted.max_output_tokens = 0;
+        assert_eq!(counted.token_upper_bound(), 1);
     }
 
     #[test]

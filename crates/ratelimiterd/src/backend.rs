@@ -40,26 +40,11 @@ pub fn memory_config(config: &Config) -> MemoryConfig {
 
 #[cfg(feature = "tigerbeetle")]
 async fn build_tigerbeetle(config: &Config) -> Result<Arc<dyn Backend>, String> {
-    use crate::config::TigerBeetleSubmitMode;
-    use crate::tigerbeetle::{BackendOptions, ConfigFields, SubmitMode, TigerBeetleBackend, TigerBeetleConfig};
+    use crate::tigerbeetle::{BackendOptions, TigerBeetleBackend, TigerBeetleConfig};
     use ratelimiter::retry::{Jitter, RetryAdvisor, TRACKED_KEYS_MAX_DEFAULT};
 
     let tb = &config.tigerbeetle;
-    let fields = ConfigFields {
-        cluster_id: tb.cluster_id.clone(),
-        addresses: tb.addresses.clone(),
-        sessions: tb.sessions,
-        max_batch_events: tb.max_batch_events,
-        flush_interval_micros: tb.flush_interval_micros,
-        submit_mode: match tb.submit_mode {
-            TigerBeetleSubmitMode::Batching => SubmitMode::Batching,
-            TigerBeetleSubmitMode::Direct => SubmitMode::Direct,
-        },
-        request_timeout_ms: tb.request_timeout_ms,
-        queue_depth_max: tb.queue_depth_max,
-        lease_cache_max: tb.lease_cache_max,
-    };
-    let settings = TigerBeetleConfig::new(fields).map_err(|e| e.to_string())?;
+    let settings = TigerBeetleConfig::new(tb.clone()).map_err(|e| e.to_string())?;
     let options = BackendOptions {
         retry: RetryAdvisor::new(config.retry_policy, TRACKED_KEYS_MAX_DEFAULT, Jitter::from_entropy()),
         decrease_retry_ms: config.decrease.retry_ms,

@@ -90,7 +90,7 @@ pub struct Config {
     /// Where limit definitions are persisted.
     pub registry: RegistryConfig,
     /// The TigerBeetle cluster, used when `server.backend` is `tigerbeetle`.
-    pub tigerbeetle: TigerBeetleConfig,
+    pub tigerbeetle: crate::tigerbeetle::ConfigFields,
     /// Retry hints for denials (ADR 0010).
     pub retry_policy: RetryPolicy,
     /// Capacity decreases (`decisions.md` §6).
@@ -167,79 +167,6 @@ impl Default for RegistryConfig {
     fn default() -> Self {
         Self {
             path: PathBuf::from(REGISTRY_PATH_DEFAULT),
-        }
-    }
-}
-
-/// The `tigerbeetle:` section: spec §11.2 plus the TigerBeetle backend's bounds.
-/// The fields and ranges are those of the backend's own settings
-/// (`tigerbeetle::config::ConfigFields`), so the block validates in every build,
-/// with or without the `tigerbeetle` feature.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TigerBeetleConfig {
-    /// The cluster id, a u128 written as a decimal string.
-    pub cluster_id: String,
-    /// Replica addresses in cluster order, `host:port` or a bare port (1..=6).
-    pub addresses: Vec<String>,
-    /// TigerBeetle client sessions the server opens (1..=32).
-    pub sessions: u32,
-    /// The most transfers in one batch (64..=8,189).
-    pub max_batch_events: u32,
-    /// How long the submitter waits to fill a batch, in microseconds (0..=1,000,000).
-    pub flush_interval_micros: u64,
-    /// `batching` (the backend's submitter) or `direct` (the client library coalesces).
-    pub submit_mode: TigerBeetleSubmitMode,
-    /// How long a caller waits for TigerBeetle before a 503 (1..=60,000 ms).
-    pub request_timeout_ms: u64,
-    /// Work items queued for the submitter; past it, 503 at once (1..=1,000,000).
-    pub queue_depth_max: u32,
-    /// Leases whose metadata is kept for Complete (1..=10,000,000).
-    pub lease_cache_max: u32,
-}
-
-/// How reservations reach TigerBeetle.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TigerBeetleSubmitMode {
-    /// One `create_transfers` per session carries the chains of many requests.
-    #[default]
-    Batching,
-    /// Every request sends its own chain.
-    Direct,
-}
-
-/// The most TigerBeetle replicas.
-pub const TIGERBEETLE_REPLICAS_MAX: usize = 6;
-/// The most TigerBeetle sessions: a 0.16 replica answers at most 8 +
-/// `--limit-pipeline-requests` sessions (32 by default), shared by the fleet.
-pub const TIGERBEETLE_SESSIONS_MAX: u32 = 32;
-/// The smallest batch: a work item (one lease's chain) is never split, and
-/// Complete sends up to two transfers for each of 32 requirements.
-pub const TIGERBEETLE_BATCH_EVENTS_MIN: u32 = 64;
-/// TigerBeetle's batch size limit for transfers.
-pub const TIGERBEETLE_BATCH_EVENTS_MAX: u32 = 8_189;
-/// The longest batch flush interval: one second would already be a latency bug.
-pub const TIGERBEETLE_FLUSH_INTERVAL_MICROS_MAX: u64 = 1_000_000;
-/// The longest TigerBeetle request timeout.
-pub const TIGERBEETLE_REQUEST_TIMEOUT_MS_MAX: u64 = 60_000;
-/// The deepest submitter queue.
-pub const TIGERBEETLE_QUEUE_DEPTH_MAX: u32 = 1_000_000;
-/// The largest lease metadata cache.
-pub const TIGERBEETLE_LEASE_CACHE_MAX: u32 = 10_000_000;
-
-impl Default for TigerBeetleConfig {
-    fn default() -> Self {
-        Self {
-            cluster_id: "0".to_owned(),
-            addresses: vec!["127.0.0.1:3000".to_owned()],
-            sessions: 8,
-            max_batch_events: 8_000,
-            flush_interval_micros: 200,
-            submit_mode: TigerBeetleSubmitMode::Batching,
-            request_timeout_ms: 5_000,
-            queue_depth_max: 65_536,
-            lease_cache_max: 1_000_000,
         }
     }
 }
@@ -420,61 +347,9 @@ impl Config {
             entry: entry.to_owned(),
             message,
         };
-        let tb = &self.tigerbeetle;
-        tb.cluster_id
-            .parse::<u128>()
-            .map_err(|_| invalid("tigerbeetle.cluster_id", format!("{:?} is not a u128", tb.cluster_id)))?;
-        if tb.addresses.is_empty() || tb.addresses.len() > TIGERBEETLE_REPLICAS_MAX {
-            return Err(invalid(
-                "tigerbeetle.addresses",
-                format!(
-                    "must list 1..={TIGERBEETLE_REPLICAS_MAX} replicas, got {}",
-                    tb.addresses.len()
-                ),
-            ));
-        }
-        if let Some(a) = tb.addresses.iter().find(|a| a.is_empty() || a.contains([',', ' '])) {
-            return Err(invalid(
-                "tigerbeetle.addresses",
-                format!("{a:?} must be host:port or a port, without commas or spaces"),
-            ));
-        }
-        let ranges: [(&str, u64, u64, u64); 6] = [
-            ("sessions", tb.sessions.into(), 1, TIGERBEETLE_SESSIONS_MAX.into()),
-            (
-                "max_batch_events",
-                tb.max_batch_events.into(),
-                TIGERBEETLE_BATCH_EVENTS_MIN.into(),
-                TIGERBEETLE_BATCH_EVENTS_MAX.into(),
-            ),
-            (
-                "flush_interval_micros",
-                tb.flush_interval_micros,
-                0,
-                TIGERBEETLE_FLUSH_INTERVAL_MICROS_MAX,
-            ),
-            (
-                "request_timeout_ms",
-                tb.request_timeout_ms,
-                1,
-                TIGERBEETLE_REQUEST_TIMEOUT_MS_MAX,
-            ),
-            (
-                "queue_depth_max",
-                tb.queue_depth_max.into(),
-                1,
-                TIGERBEETLE_QUEUE_DEPTH_MAX.into(),
-            ),
-            (
-                "lease_cache_max",
-                tb.lease_cache_max.into(),
-                1,
-                TIGERBEETLE_LEASE_CACHE_MAX.into(),
-            ),
-        ];
-        for (entry, value, min, max) in ranges {
-            check_range(value, min, max).map_err(|m| invalid(&format!("tigerbeetle.{entry}"), m))?;
-        }
+        // The backend's own validation, so the block means the same in every build.
+        crate::tigerbeetle::TigerBeetleConfig::new(self.tigerbeetle.clone())
+            .map_err(|e| invalid(&format!("tigerbeetle.{}", e.field), e.message))?;
         if self.server.backend == BackendKind::Tigerbeetle && !cfg!(feature = "tigerbeetle") {
             return Err(invalid(
                 "server.backend",

@@ -22,7 +22,6 @@ pub mod overload;
 pub mod server;
 pub mod shutdown;
 pub mod state;
-#[cfg(feature = "tigerbeetle")]
 pub mod tigerbeetle;
 
 pub use app::app;

@@ -33,6 +33,9 @@ pub struct JobSpec {
     pub prompt: String,
     /// The `max_tokens` bound sent to the provider.
     pub max_output_tokens: u64,
+    /// The prompt's token count by the provider's tokenizer, when known; see
+    /// [`LlmCall::prompt_tokens`]. `None` reserves the byte estimate.
+    pub prompt_tokens: Option<u64>,
     /// Whether the tenant's daily token budget is reserved too.
     pub want_daily_budget: bool,
 }
@@ -46,6 +49,7 @@ impl JobSpec {
             model: &self.model,
             prompt: &self.prompt,
             max_output_tokens: self.max_output_tokens,
+            prompt_tokens: self.prompt_tokens,
             want_daily_budget: self.want_daily_budget,
         }
     }

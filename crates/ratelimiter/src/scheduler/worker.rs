@@ -9,7 +9,6 @@ use tokio::time::Instant;
 use crate::error::LimiterError;
 use crate::id::LeaseId;
 use crate::key::LimitKey;
-use crate::llm::token_upper_bound;
 use crate::wire::{Denial, ReserveOutcome};
 
 use super::board::Taken;
@@ -219,7 +218,7 @@ async fn run_call(shared: &Shared, taken: Taken, lease_id: LeaseId, abort: &mut 
     };
     let complete_error = complete(shared, &spec, lease_id, actual_tokens).await.err();
     if complete_error.is_none() {
-        let reserved_tokens = token_upper_bound(&spec.prompt, spec.max_output_tokens);
+        let reserved_tokens = spec.llm_call().token_upper_bound();
         let tokens_returned = actual_tokens.is_some_and(|tokens| tokens < reserved_tokens);
         if shared.board().lease_completed(queue, tokens_returned, Instant::now()) {
             shared.work_ready.notify_one();

@@ -186,6 +186,7 @@ pub fn spec(job_id: &str, tenant: &str, provider: &str, model: &str) -> JobSpec 
         model: model.to_owned(),
         prompt: "0123456789".to_owned(),
         max_output_tokens: 90,
+        prompt_tokens: None,
         want_daily_budget: false,
     }
 }

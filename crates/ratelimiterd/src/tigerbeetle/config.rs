@@ -8,6 +8,11 @@ use serde::Deserialize;
 /// bytes in a 1 MiB message). A `--development` cluster accepts fewer; the client
 /// library splits nothing, so the submitter keeps batches under what is configured.
 pub const BATCH_EVENTS_LIMIT: u32 = 8_189;
+/// The most replicas of a cluster TigerBeetle supports.
+pub const REPLICAS_MAX: usize = 6;
+/// The smallest batch: a work item (one lease's chain) is never split, and
+/// Complete sends up to two transfers for each of 32 requirements.
+pub const BATCH_EVENTS_MIN: u32 = 64;
 /// The most client sessions of one server. A 0.16 replica answers at most 8 +
 /// `--limit-pipeline-requests` sessions at once (32 with production defaults;
 /// measured: the 33rd session's requests never complete), and every server of a
@@ -81,10 +86,15 @@ impl Default for ConfigFields {
     }
 }
 
-/// Why settings were rejected.
+/// Why settings were rejected: the field, so a config error can name its entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("tigerbeetle config: {0}")]
-pub struct ConfigError(pub String);
+#[error("tigerbeetle config: {field}: {message}")]
+pub struct ConfigError {
+    /// The offending field of the `tigerbeetle:` block.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
 
 /// Validated backend settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,45 +106,62 @@ pub struct TigerBeetleConfig {
 impl TigerBeetleConfig {
     /// Validates `fields`.
     pub fn new(fields: ConfigFields) -> Result<Self, ConfigError> {
-        let bad = |m: String| Err(ConfigError(m));
+        let bad = |field: &'static str, message: String| Err(ConfigError { field, message });
         let Ok(cluster_id) = fields.cluster_id.trim().parse::<u128>() else {
-            return bad(format!("cluster_id {:?} is not a decimal u128", fields.cluster_id));
+            return bad("cluster_id", format!("{:?} is not a decimal u128", fields.cluster_id));
         };
-        if fields.addresses.is_empty() || fields.addresses.len() > 6 {
-            return bad(format!(
-                "addresses must list 1..=6 replicas, got {}",
-                fields.addresses.len()
-            ));
+        if fields.addresses.is_empty() || fields.addresses.len() > REPLICAS_MAX {
+            let count = fields.addresses.len();
+            return bad(
+                "addresses",
+                format!("must list 1..={REPLICAS_MAX} replicas, got {count}"),
+            );
         }
         if let Some(a) = fields.addresses.iter().find(|a| a.is_empty() || a.contains([',', ' '])) {
-            return bad(format!(
-                "address {a:?} must be host:port or a port, without commas or spaces"
-            ));
+            return bad(
+                "addresses",
+                format!("{a:?} must be host:port or a port, without commas or spaces"),
+            );
         }
-        if !(1..=SESSIONS_MAX).contains(&fields.sessions) {
-            return bad(format!("sessions must be 1..={SESSIONS_MAX}, got {}", fields.sessions));
-        }
-        // A work item is one lease's chain: at most 32 requirements, and Complete
-        // sends at most two transfers per requirement.
-        if !(64..=BATCH_EVENTS_LIMIT).contains(&fields.max_batch_events) {
-            return bad(format!(
-                "max_batch_events must be 64..={BATCH_EVENTS_LIMIT}, got {}",
-                fields.max_batch_events
-            ));
-        }
-        if fields.flush_interval_micros > FLUSH_INTERVAL_MICROS_MAX {
-            return bad(format!(
-                "flush_interval_micros must be at most {FLUSH_INTERVAL_MICROS_MAX}"
-            ));
-        }
-        if !(1..=REQUEST_TIMEOUT_MS_MAX).contains(&fields.request_timeout_ms) {
-            return bad(format!("request_timeout_ms must be 1..={REQUEST_TIMEOUT_MS_MAX}"));
-        }
-        if !(1..=QUEUE_DEPTH_MAX).contains(&fields.queue_depth_max) {
-            return bad(format!("queue_depth_max must be 1..={QUEUE_DEPTH_MAX}"));
-        }
-        if !(1..=LEASE_CACHE_MAX).contains(&fields.lease_cache_max) {
-            return bad(format!("lease_cache_max must be 1..={LEASE_CACHE_MAX}"));
+        let ranges: [(&'static str, u64, u64, u64); 6] = [
+            ("sessions", fields.sessions.into(), 1, SESSIONS_MAX.into()),
+            // A work item is one lease's chain: at most 32 requirements, and
+            // Complete sends at most two transfers per requirement.
+            (
+                "max_batch_events",
+                fields.max_batch_events.into(),
+                BATCH_EVENTS_MIN.into(),
+                BATCH_EVENTS_LIMIT.into(),
+            ),
+            (
+                "flush_interval_micros",
+                fields.flush_interval_micros,
+                0,
+                FLUSH_INTERVAL_MICROS_MAX,
+            ),
+            (
+                "request_timeout_ms",
+                fields.request_timeout_ms,
+                1,
+                REQUEST_TIMEOUT_MS_MAX,
+            ),
+            (
+                "queue_depth_max",
+                fields.queue_depth_max.into(),
+                1,
+                QUEUE_DEPTH_MAX.into(),
+            ),
+            (
+                "lease_cache_max",
+                fields.lease_cache_max.into(),
+                1,
+                LEASE_CACHE_MAX.into(),
+            ),
+        ];
+        for (field, value, min, max) in ranges {
+            if !(min..=max).contains(&value) {
+                return bad(field, format!("must be {min}..={max}, got {value}"));
+            }
         }
         Ok(Self { fields, cluster_id })
     }

@@ -10,19 +10,31 @@
 //!   reserve, complete and admin paths live in their own files.
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.
 
+#[cfg(feature = "tigerbeetle")]
 pub mod backend;
 pub mod config;
+#[cfg(feature = "tigerbeetle")]
 pub mod denied_leases;
+#[cfg(feature = "tigerbeetle")]
 pub mod harness;
+#[cfg(feature = "tigerbeetle")]
 pub mod ids;
+#[cfg(feature = "tigerbeetle")]
 pub mod lease_cache;
+#[cfg(feature = "tigerbeetle")]
 pub mod pool;
+#[cfg(feature = "tigerbeetle")]
 pub mod submitter;
 
+#[cfg(feature = "tigerbeetle")]
 mod admin;
+#[cfg(feature = "tigerbeetle")]
 mod complete;
+#[cfg(feature = "tigerbeetle")]
 mod reserve;
 
+#[cfg(feature = "tigerbeetle")]
 pub use backend::{BackendOptions, TigerBeetleBackend};
 pub use config::{ConfigFields, SubmitMode, TigerBeetleConfig};
+#[cfg(feature = "tigerbeetle")]
 pub use harness::LocalCluster;

@@ -1,0 +1,70 @@
+//! `provider-sim`: the simulated LLM provider on its own, for manual runs and for
+//! trying clients against it.
+
+use std::sync::Arc;
+
+use clap::Parser;
+use ratelimiter::SystemClock;
+use replay::provider::{Accounting, ProviderLimits};
+use replay::provider_server::ProviderServer;
+
+/// Serves an OpenAI-style `POST /v1/chat/completions` that enforces RPM, TPM and
+/// concurrency limits over a rolling window, and `GET /sim/stats`.
+#[derive(Debug, Parser)]
+#[command(name = "provider-sim", version)]
+struct Args {
+    /// The address to listen on (loopback by default).
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    listen: String,
+    /// Requests per window.
+    #[arg(long, default_value_t = 3_000)]
+    rpm: u64,
+    /// Tokens per window.
+    #[arg(long, default_value_t = 1_000_000)]
+    tpm: u64,
+    /// The rolling window, in seconds.
+    #[arg(long, default_value_t = 60)]
+    window_seconds: u64,
+    /// Calls in flight.
+    #[arg(long, default_value_t = 64)]
+    concurrency: u64,
+    /// Time per output token, in ms.
+    #[arg(long, default_value_t = 5)]
+    ms_per_output_token: u64,
+    /// How tokens are charged.
+    #[arg(long, value_enum, default_value = "actual")]
+    accounting: Accounting,
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    if args.rpm == 0 || args.tpm == 0 || args.concurrency == 0 || !(1..=86_400).contains(&args.window_seconds) {
+        eprintln!("provider-sim: --rpm, --tpm, --concurrency must be at least 1 and --window-seconds 1..=86400");
+        std::process::exit(2);
+    }
+    let limits = ProviderLimits {
+        rpm: args.rpm,
+        tpm: args.tpm,
+        window_ms: args.window_seconds * 1000,
+        concurrency: args.concurrency,
+        ms_per_output_token: args.ms_per_output_token,
+        accounting: args.accounting,
+    };
+    let listener = match tokio::net::TcpListener::bind(&args.listen).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("provider-sim: cannot listen on {}: {e}", args.listen);
+            std::process::exit(1);
+        }
+    };
+    eprintln!("provider-sim: serving on http://{}", args.listen);
+    let provider = ProviderServer::new(limits, Arc::new(SystemClock::new()));
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    if let Err(e) = provider.serve(listener, shutdown).await {
+        eprintln!("provider-sim: {e}");
+        std::process::exit(1);
+    }
+}

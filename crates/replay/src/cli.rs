@@ -1,0 +1,171 @@
+//! The `replay` command line.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::provider::{Accounting, ProviderLimits};
+use crate::strategy::StrategyKind;
+use crate::trace::TraceFormat;
+
+/// Replays an LLM request trace against a simulated provider through a strategy.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "replay", version)]
+pub struct Args {
+    /// The trace file (required unless `--from-record`).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// The trace's format.
+    #[arg(long, value_enum, default_value = "azure")]
+    pub format: TraceFormat,
+    /// How requests reach the provider.
+    #[arg(long, value_enum, default_value = "local")]
+    pub strategy: StrategyKind,
+    /// Trace time is divided by this (compresses arrivals so the trace saturates the provider).
+    #[arg(long, default_value_t = 1.0)]
+    pub speedup: f64,
+    /// Replay only the first N requests.
+    #[arg(long)]
+    pub requests: Option<usize>,
+    /// The `max_tokens` bound each request sends.
+    #[arg(long, default_value_t = 1024)]
+    pub max_output_tokens: u64,
+    /// The provider's requests per window.
+    #[arg(long, default_value_t = 3_000)]
+    pub provider_rpm: u64,
+    /// The provider's tokens per window.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub provider_tpm: u64,
+    /// The provider's rolling window, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub provider_window_seconds: u64,
+    /// The provider's calls in flight.
+    #[arg(long, default_value_t = 64)]
+    pub provider_concurrency: u64,
+    /// The provider's time per output token, in ms.
+    #[arg(long, default_value_t = 5)]
+    pub provider_ms_per_output_token: u64,
+    /// How the provider charges tokens.
+    #[arg(long, value_enum, default_value = "actual")]
+    pub provider_accounting: Accounting,
+    /// Writes the run's summary here as JSON.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+    /// Draws admitted tokens per window against the provider's limit into this PNG.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Saves the run's raw record here (admissions and outcomes), for `--from-record`.
+    #[arg(long)]
+    pub record_json: Option<PathBuf>,
+    /// Replays nothing: makes the summary and plot again from a saved record.
+    #[arg(long, conflicts_with = "trace")]
+    pub from_record: Option<PathBuf>,
+    /// Writes every request's outcome here as JSON lines.
+    #[arg(long)]
+    pub outcomes_jsonl: Option<PathBuf>,
+    /// Our strategies: how the reservation counts the prompt's tokens.
+    #[arg(long, value_enum, default_value = "counted")]
+    pub prompt_estimate: PromptEstimate,
+    /// Our strategies: seconds added to the limiter's rolling windows over the provider's.
+    /// The provider starts a request's window when the request reaches it, a moment after
+    /// the reservation; see `definitions.rs`.
+    #[arg(long, default_value_t = 0)]
+    pub limiter_window_margin_seconds: u64,
+    /// Scheduler workers per client process (our strategies); default: the provider's concurrency.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// `server` and `server-multi`: the `ratelimiterd` to use; without it the replay starts one.
+    #[arg(long)]
+    pub server_url: Option<String>,
+    /// The `ratelimiterd` binary to start; default: beside this binary, else on PATH.
+    #[arg(long)]
+    pub ratelimiterd: Option<PathBuf>,
+    /// `server-multi`: client processes sharing the server.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// Hides the progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Internal (`server-multi` children): the provider to call.
+    #[arg(long, hide = true)]
+    pub worker_provider_url: Option<String>,
+    /// Internal (`server-multi` children): the shared start time, Unix ms.
+    #[arg(long, hide = true)]
+    pub worker_start_unix_ms: Option<u64>,
+    /// Internal (`server-multi` children): this child's shard, `i/n`.
+    #[arg(long, hide = true)]
+    pub worker_shard: Option<String>,
+}
+
+/// How our strategies size a prompt's reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PromptEstimate {
+    /// The spec's v1 estimate: one token per byte (`JobSpec::prompt_tokens` unset).
+    Bytes,
+    /// The provider's own count, as a client with its tokenizer has it
+    /// (`JobSpec::prompt_tokens` set).
+    Counted,
+}
+
+/// The largest window the provider accepts: one day.
+pub const PROVIDER_WINDOW_SECONDS_MAX: u64 = 86_400;
+/// The most client processes `server-multi` starts.
+pub const CLIENTS_MAX: usize = 64;
+/// The most scheduler workers per process.
+pub const WORKERS_MAX: usize = 4_096;
+
+impl Args {
+    /// The provider's limits, checked.
+    pub fn provider_limits(&self) -> Result<ProviderLimits, String> {
+        for (name, value) in [
+            ("--provider-rpm", self.provider_rpm),
+            ("--provider-tpm", self.provider_tpm),
+            ("--provider-concurrency", self.provider_concurrency),
+            ("--max-output-tokens", self.max_output_tokens),
+        ] {
+            if value == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        if !(1..=PROVIDER_WINDOW_SECONDS_MAX).contains(&self.provider_window_seconds) {
+            return Err(format!(
+                "--provider-window-seconds must be 1..={PROVIDER_WINDOW_SECONDS_MAX}"
+            ));
+        }
+        if self.max_output_tokens > crate::provider_server::MAX_TOKENS_MAX {
+            return Err(format!(
+                "--max-output-tokens must be at most {}",
+                crate::provider_server::MAX_TOKENS_MAX
+            ));
+        }
+        if !(self.speedup > 0.0 && self.speedup <= crate::replayer::SPEEDUP_MAX) {
+            return Err(format!("--speedup must be in (0, {}]", crate::replayer::SPEEDUP_MAX));
+        }
+        if !(1..=CLIENTS_MAX).contains(&self.clients) {
+            return Err(format!("--clients must be 1..={CLIENTS_MAX}"));
+        }
+        if self.workers.is_some_and(|w| !(1..=WORKERS_MAX).contains(&w)) {
+            return Err(format!("--workers must be 1..={WORKERS_MAX}"));
+        }
+        if self.requests == Some(0) {
+            return Err("--requests must be at least 1".to_owned());
+        }
+        Ok(ProviderLimits {
+            rpm: self.provider_rpm,
+            tpm: self.provider_tpm,
+            window_ms: self.provider_window_seconds * 1000,
+            concurrency: self.provider_concurrency,
+            ms_per_output_token: self.provider_ms_per_output_token,
+            accounting: self.provider_accounting,
+        })
+    }
+
+    /// Scheduler workers per process.
+    pub fn workers(&self) -> usize {
+        self.workers.unwrap_or_else(|| {
+            usize::try_from(self.provider_concurrency)
+                .unwrap_or(WORKERS_MAX)
+                .min(WORKERS_MAX)
+        })
+    }
+}

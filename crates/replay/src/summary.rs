@@ -1,0 +1,404 @@
+//! The run's figures: how many requests were served, how many 429s the provider
+//! sent, how much of its capacity was used while demand exceeded it, and how long
+//! requests waited.
+//!
+//! Utilization is measured over windows of the provider's own length, stepped by a
+//! tenth of a window. A window counts as saturated when requests were waiting
+//! throughout it: at every instant some request had arrived and was not yet sent
+//! (queued, or sleeping before a retry), so demand exceeded what was admitted.
+//! The provider never admits more than its limit in any window of its length, so
+//! utilization is at most 1.
+
+use serde::{Deserialize, Serialize};
+
+use crate::outcome::RequestOutcome;
+use crate::provider::{Admission, ProviderLimits};
+
+/// Windows are stepped by this fraction of their length.
+pub const WINDOW_STEPS: u64 = 10;
+
+/// What `--summary-json` writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Requests replayed.
+    pub requests: u64,
+    /// Served by the provider.
+    pub completed: u64,
+    /// Given up (refused for good, or throttled past the retry bound).
+    pub failed: u64,
+    /// 429 answers the provider sent.
+    pub provider_429: u64,
+    /// Of those, for its request, token and concurrency limits.
+    pub provider_429_by_limit: [u64; 3],
+    /// Tokens admitted in saturated windows over what the token limit allowed in
+    /// them; over the whole run when no window was saturated.
+    pub utilization: f64,
+    /// Requests admitted in saturated windows over what the request limit allowed.
+    pub utilization_requests: f64,
+    /// Saturated windows measured (positions stepped by a tenth of a window).
+    pub saturated_windows: u64,
+    /// Median wait from arrival to the attempt that ended the request, ms.
+    pub queue_delay_ms_p50: u64,
+    /// 99th percentile of that wait, ms.
+    pub queue_delay_ms_p99: u64,
+    /// From the first arrival to the last request's end, seconds.
+    pub duration_s: f64,
+    /// Tokens the provider charged in all.
+    pub charged_tokens: u64,
+    /// Tokens the provider served (prompt plus output) in all.
+    pub served_tokens: u64,
+}
+
+/// What a summary is computed from.
+#[derive(Debug, Clone, Copy)]
+pub struct RunRecord<'a> {
+    /// Every request's outcome.
+    pub outcomes: &'a [RequestOutcome],
+    /// The provider's admissions, in time order.
+    pub admissions: &'a [Admission],
+    /// The provider's limits.
+    pub limits: ProviderLimits,
+    /// The provider's 429 count.
+    pub provider_429: u64,
+    /// Of those, for its request, token and concurrency limits.
+    pub provider_429_by_limit: [u64; 3],
+    /// When the first request arrived, Unix ms.
+    pub start_unix_ms: u64,
+}
+
+/// The nearest-rank percentile `p` (0 < p <= 100) of `values`; 0 when empty.
+pub fn percentile(values: &mut [u64], p: f64) -> u64 {
+    assert!(p > 0.0 && p <= 100.0, "a percentile is in (0, 100]");
+    if values.is_empty() {
+        return 0;
+    }
+    values.sort_unstable();
+    let rank = ((p / 100.0) * values.len() as f64).ceil() as usize;
+    values[rank.clamp(1, values.len()) - 1]
+}
+
+/// Computes the summary of a run.
+pub fn summarize(run: &RunRecord<'_>) -> Summary {
+    let completed = run.outcomes.iter().filter(|o| o.completed).count() as u64;
+    let mut delays: Vec<u64> = run
+        .outcomes
+        .iter()
+        .filter(|o| o.completed)
+        .map(|o| o.queue_delay_ms())
+        .collect();
+    let end_unix_ms = run
+        .outcomes
+        .iter()
+        .map(|o| o.done_unix_ms)
+        .max()
+        .unwrap_or(run.start_unix_ms);
+    let (utilization, utilization_requests, saturated_windows) = utilization(run);
+    Summary {
+        requests: run.outcomes.len() as u64,
+        completed,
+        failed: run.outcomes.len() as u64 - completed,
+        provider_429: run.provider_429,
+        provider_429_by_limit: run.provider_429_by_limit,
+        utilization,
+        utilization_requests,
+        saturated_windows,
+        queue_delay_ms_p50: percentile(&mut delays, 50.0),
+        queue_delay_ms_p99: percentile(&mut delays, 99.0),
+        duration_s: end_unix_ms.saturating_sub(run.start_unix_ms) as f64 / 1000.0,
+        charged_tokens: run.admissions.iter().map(|a| a.charged_tokens).sum(),
+        served_tokens: run.outcomes.iter().map(|o| o.served_tokens).sum(),
+    }
+}
+
+/// Token and request utilization over saturated windows, and their count. When
+/// no window is saturated (demand never exceeded capacity) both figures are
+/// those of the whole run, from the first arrival to one window past the last
+/// admission (any span holds at most its length plus one window of admissions).
+fn utilization(run: &RunRecord<'_>) -> (f64, f64, u64) {
+    let window_ms = run.limits.window_ms;
+    let step_ms = (window_ms / WINDOW_STEPS).max(1);
+    let admitted = Prefix::new(run.admissions);
+    let backlog = Backlog::new(run.outcomes);
+    let last_unix_ms = run.admissions.last().map_or(run.start_unix_ms, |a| a.at_unix_ms);
+    let (mut tokens, mut requests, mut windows) = (0u64, 0u64, 0u64);
+    let mut begin = run.start_unix_ms;
+    while begin + window_ms <= last_unix_ms + 1 {
+        let end = begin + window_ms;
+        if backlog.covers(begin, end) {
+            let (n, t) = admitted.between(begin, end);
+            requests += n;
+            tokens += t;
+            windows += 1;
+        }
+        begin += step_ms;
+    }
+    if windows > 0 {
+        let allowed = windows as f64;
+        return (
+            tokens as f64 / (allowed * run.limits.tpm as f64),
+            requests as f64 / (allowed * run.limits.rpm as f64),
+            windows,
+        );
+    }
+    let span_windows = (last_unix_ms.saturating_sub(run.start_unix_ms) + window_ms) as f64 / window_ms as f64;
+    let (n, t) = admitted.between(run.start_unix_ms, last_unix_ms + 1);
+    (
+        t as f64 / (span_windows * run.limits.tpm as f64),
+        n as f64 / (span_windows * run.limits.rpm as f64),
+        0,
+    )
+}
+
+/// Admissions with prefix sums, to count those in a time range by binary search.
+struct Prefix {
+    times: Vec<u64>,
+    tokens: Vec<u64>,
+}
+
+impl Prefix {
+    fn new(admissions: &[Admission]) -> Self {
+        let mut times = Vec::with_capacity(admissions.len());
+        let mut tokens = Vec::with_capacity(admissions.len() + 1);
+        tokens.push(0);
+        for admission in admissions {
+            assert!(
+                times.last().is_none_or(|&t| t <= admission.at_unix_ms),
+                "admissions are in time order"
+            );
+            times.push(admission.at_unix_ms);
+            tokens.push(tokens.last().expect("starts with 0") + admission.charged_tokens);
+        }
+        Self { times, tokens }
+    }
+
+    /// Admissions and their tokens in `[begin, end)`.
+    fn between(&self, begin: u64, end: u64) -> (u64, u64) {
+        let from = self.times.partition_point(|&t| t < begin);
+        let to = self.times.partition_point(|&t| t < end);
+        ((to - from) as u64, self.tokens[to] - self.tokens[from])
+    }
+}
+
+/// The times some request was waiting: the union of every request's
+/// `[arrival, wait end)`, as disjoint intervals in time order.
+struct Backlog {
+    intervals: Vec<(u64, u64)>,
+}
+
+impl Backlog {
+    fn new(outcomes: &[RequestOutcome]) -> Self {
+        let mut waits: Vec<(u64, u64)> = outcomes
+            .iter()
+            .map(|o| (o.arrival_unix_ms, o.wait_end_unix_ms()))
+            .filter(|(arrival, end)| end > arrival)
+            .collect();
+        waits.sort_unstable();
+        let mut intervals: Vec<(u64, u64)> = Vec::with_capacity(waits.len());
+        for (begin, end) in waits {
+            match intervals.last_mut() {
+                Some(last) if begin <= last.1 => last.1 = last.1.max(end),
+                _ => intervals.push((begin, end)),
+            }
+        }
+        Self { intervals }
+    }
+
+    /// True when some request was waiting at every instant of `[begin, end)`.
+    fn covers(&self, begin: u64, end: u64) -> bool {
+        let after = self.intervals.partition_point(|&(start, _)| start <= begin);
+        after > 0 && self.intervals[after - 1].1 >= end
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::Accounting;
+
+    fn limits() -> ProviderLimits {
+        ProviderLimits {
+            rpm: 10,
+            tpm: 1_000,
+            window_ms: 1_000,
+            concurrency: 4,
+            ms_per_output_token: 0,
+            accounting: Accounting::Actual,
+        }
+    }
+
+    fn outcome(index: usize, arrival: u64, sent: u64, done: u64, tokens: u64) -> RequestOutcome {
+        RequestOutcome {
+            index,
+            arrival_unix_ms: arrival,
+            sent_unix_ms: sent,
+            done_unix_ms: done,
+            attempts: 1,
+            throttled: 0,
+            completed: sent > 0,
+            error: None,
+            offered_tokens: tokens,
+            served_tokens: if sent > 0 { tokens } else { 0 },
+        }
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut values: Vec<u64> = (1..=100).rev().collect();
+        assert_eq!(percentile(&mut values, 50.0), 50);
+        assert_eq!(percentile(&mut values, 99.0), 99);
+        assert_eq!(percentile(&mut values, 100.0), 100);
+        assert_eq!(percentile(&mut [7], 1.0), 7);
+        assert_eq!(percentile(&mut [], 50.0), 0);
+        assert_eq!(percentile(&mut [1, 2, 3], 50.0), 2);
+    }
+
+    #[test]
+    fn saturated_windows_measure_admitted_over_allowed() {
+        // Ten requests of 250 tokens arrive at 0; the provider takes 1,000 tokens a
+        // second: four admitted at once, four a second later, two after two seconds.
+        let times = [0, 0, 0, 0, 1_000, 1_000, 1_000, 1_000, 2_000, 2_000].map(|t| t + 10_000);
+        let outcomes: Vec<_> = times
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| outcome(i, 10_000, t, t + 5, 250))
+            .collect();
+        let admissions: Vec<_> = times
+            .iter()
+            .map(|&t| Admission {
+                at_unix_ms: t,
+                charged_tokens: 250,
+            })
+            .collect();
+        let run = RunRecord {
+            outcomes: &outcomes,
+            admissions: &admissions,
+            limits: limits(),
+            provider_429: 3,
+            provider_429_by_limit: [3, 0, 0],
+            start_unix_ms: 10_000,
+        };
+        let summary = summarize(&run);
+        // Windows [0, 1000) and [100, 1100) ... [1000, 2000) wait on requests sent at
+        // 1,000 and 2,000: eleven positions, each holding exactly four admissions.
+        assert_eq!(summary.saturated_windows, 11);
+        assert!((summary.utilization - 1.0).abs() < 1e-9, "{}", summary.utilization);
+        assert!((summary.utilization_requests - 0.4).abs() < 1e-9);
+        assert_eq!(summary.requests, 10);
+        assert_eq!(summary.completed, 10);
+        assert_eq!(summary.failed, 0);
+        assert_eq!(summary.provider_429, 3);
+        assert_eq!(summary.queue_delay_ms_p50, 1_000);
+        assert_eq!(summary.queue_delay_ms_p99, 2_000);
+        assert_eq!(summary.duration_s, 2.005);
+        assert_eq!(summary.charged_tokens, 2_500);
+        assert_eq!(summary.served_tokens, 2_500);
+    }
+
+    #[test]
+    fn a_half_used_saturated_window_is_half_utilized() {
+        // One request waits from 0 to 2,000 while only 500 tokens a window are admitted.
+        // (The other, never sent, waited 5 ms.)
+        let outcomes = vec![outcome(0, 0, 2_000, 2_010, 100), outcome(1, 0, 0, 5, 500)];
+        let admissions = vec![
+            Admission {
+                at_unix_ms: 0,
+                charged_tokens: 500,
+            },
+            Admission {
+                at_unix_ms: 1_000,
+                charged_tokens: 500,
+            },
+            Admission {
+                at_unix_ms: 2_000,
+                charged_tokens: 100,
+            },
+        ];
+        let run = RunRecord {
+            outcomes: &outcomes,
+            admissions: &admissions,
+            limits: limits(),
+            provider_429: 0,
+            provider_429_by_limit: [0; 3],
+            start_unix_ms: 0,
+        };
+        let summary = summarize(&run);
+        assert_eq!(summary.saturated_windows, 11);
+        assert!((summary.utilization - 0.5).abs() < 1e-9, "{}", summary.utilization);
+        assert_eq!((summary.completed, summary.failed), (1, 1));
+    }
+
+    #[test]
+    fn a_window_is_saturated_only_if_requests_wait_throughout() {
+        // Three requests each wait 600 ms, overlapping: waiting from 0 to 1,700
+        // without a gap; a fourth waits from 2,000 to 2,900 after a gap.
+        let outcomes = vec![
+            outcome(0, 10_000, 10_600, 10_700, 100),
+            outcome(1, 10_500, 11_100, 11_200, 100),
+            outcome(2, 11_100, 11_700, 11_800, 100),
+            outcome(3, 12_000, 12_900, 13_000, 100),
+        ];
+        let admissions: Vec<_> = outcomes
+            .iter()
+            .map(|o| Admission {
+                at_unix_ms: o.sent_unix_ms,
+                charged_tokens: 100,
+            })
+            .collect();
+        let backlog = Backlog::new(&outcomes);
+        assert_eq!(backlog.intervals, vec![(10_000, 11_700), (12_000, 12_900)]);
+        assert!(backlog.covers(10_000, 11_000));
+        assert!(backlog.covers(10_700, 11_700));
+        assert!(!backlog.covers(10_800, 11_800));
+        assert!(!backlog.covers(11_900, 12_100));
+        let run = RunRecord {
+            outcomes: &outcomes,
+            admissions: &admissions,
+            limits: limits(),
+            provider_429: 0,
+            provider_429_by_limit: [0; 3],
+            start_unix_ms: 10_000,
+        };
+        // Positions 10,000 .. 10,700 (eight) lie inside the first waiting stretch.
+        assert_eq!(summarize(&run).saturated_windows, 8);
+    }
+
+    #[test]
+    fn without_saturation_the_whole_run_is_measured() {
+        let outcomes = vec![outcome(0, 0, 0, 0, 0), outcome(1, 1_000, 1_000, 1_010, 300)];
+        let outcomes: Vec<_> = outcomes
+            .into_iter()
+            .map(|mut o| {
+                o.sent_unix_ms = o.arrival_unix_ms;
+                o.completed = true;
+                o
+            })
+            .collect();
+        let admissions = vec![
+            Admission {
+                at_unix_ms: 0,
+                charged_tokens: 200,
+            },
+            Admission {
+                at_unix_ms: 2_000,
+                charged_tokens: 300,
+            },
+        ];
+        let run = RunRecord {
+            outcomes: &outcomes,
+            admissions: &admissions,
+            limits: limits(),
+            provider_429: 0,
+            provider_429_by_limit: [0; 3],
+            start_unix_ms: 0,
+        };
+        let summary = summarize(&run);
+        assert_eq!(summary.saturated_windows, 0);
+        // 500 tokens from 0 to one window past 2,000: three windows of 1,000 allowed.
+        assert!(
+            (summary.utilization - 500.0 / 3_000.0).abs() < 1e-9,
+            "{}",
+            summary.utilization
+        );
+        assert_eq!(summary.queue_delay_ms_p99, 0);
+    }
+}
