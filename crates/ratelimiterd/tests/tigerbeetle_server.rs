@@ -190,3 +190,74 @@ fn a_cluster_that_does_not_answer_is_unhealthy_and_503() {
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"], json!("backend_unavailable"));
 }
+
+/// The server's resident memory in KiB, from `/proc`.
+fn rss_kib(server: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS in /proc status");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Requests sent while the cluster is stopped: each must be answered within
+/// `request_timeout_ms` (2 s here) plus this margin, never hang.
+const OUTAGE_ANSWER_MS_MAX: u128 = 4_000;
+/// Reserves sent during the outage, from this many threads at once.
+const OUTAGE_CLIENTS: usize = 8;
+const OUTAGE_RESERVES_PER_CLIENT: usize = 5;
+/// How much the server's memory may grow across the outage: a queue or cache
+/// that piles up per failed request would exceed it.
+const OUTAGE_RSS_GROWTH_KIB_MAX: u64 = 32 * 1024;
+
+#[test]
+fn a_stopped_cluster_gives_bounded_503s_and_service_resumes_by_itself() {
+    let temp = TempDir::new("outage");
+    let cluster = ratelimiterd::tigerbeetle::LocalCluster::start().expect("a local cluster");
+    let server = Server::start(&temp.0, cluster.address());
+    wait_health(&server, 200);
+    let key = format!("tb:outage:{}:rpm", LeaseId::generate());
+    let definition = json!({"key": key, "kind": "rolling", "capacity": 1000, "window_seconds": 60});
+    assert_eq!(server.call("PUT", "/v1/admin/limits", Some(definition)).0, 200);
+    assert_eq!(server.reserve(LeaseId::generate(), &key, 1).1["allowed"], json!(true));
+    let rss_before = rss_kib(&server);
+
+    cluster.pause().unwrap();
+    std::thread::scope(|scope| {
+        for _ in 0..OUTAGE_CLIENTS {
+            scope.spawn(|| {
+                for _ in 0..OUTAGE_RESERVES_PER_CLIENT {
+                    let started = Instant::now();
+                    let (status, body) = server.reserve(LeaseId::generate(), &key, 1);
+                    let took_ms = started.elapsed().as_millis();
+                    assert_eq!(status, 503, "{body}");
+                    assert_eq!(body["error"], json!("backend_unavailable"), "{body}");
+                    assert!(took_ms <= OUTAGE_ANSWER_MS_MAX, "a reserve took {took_ms} ms");
+                }
+            });
+        }
+    });
+    wait_health(&server, 503);
+    let rss_growth = rss_kib(&server).saturating_sub(rss_before);
+    assert!(
+        rss_growth <= OUTAGE_RSS_GROWTH_KIB_MAX,
+        "RSS grew {rss_growth} KiB in the outage"
+    );
+
+    cluster.resume().unwrap();
+    wait_health(&server, 200);
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        let (status, body) = server.reserve(LeaseId::generate(), &key, 1);
+        if status == 200 && body["allowed"] == json!(true) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "service never resumed: {status} {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Reservations of unknown outcome are held pessimistically, never granted twice.
+    let (_, report) = server.call("GET", &format!("/v1/admin/limits/{key}"), None);
+    let in_use = report["in_use"].as_u64().unwrap();
+    assert!(in_use <= 1000, "{report}");
+}

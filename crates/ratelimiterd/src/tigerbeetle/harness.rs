@@ -91,6 +91,29 @@ impl LocalCluster {
         &self.address
     }
 
+    /// Stops the replica (SIGSTOP): the cluster answers nothing, as when it is
+    /// down, while its connections stay open, the case that hangs naive clients.
+    pub fn pause(&self) -> Result<(), HarnessError> {
+        self.signal("-STOP")
+    }
+
+    /// Lets a paused replica run again (SIGCONT): the cluster returns with its data.
+    pub fn resume(&self) -> Result<(), HarnessError> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, signal: &str) -> Result<(), HarnessError> {
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(self.replica_pid.to_string())
+            .status()
+            .map_err(|e| HarnessError(format!("kill {signal}: {e}")))?;
+        if !status.success() {
+            return Err(HarnessError(format!("kill {signal} exited with {status}")));
+        }
+        Ok(())
+    }
+
     fn wait_listening(&self) -> Result<(), HarnessError> {
         let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
         while Instant::now() < deadline {
@@ -114,6 +137,8 @@ impl LocalCluster {
 
 impl Drop for LocalCluster {
     fn drop(&mut self) {
+        // A paused replica must run again to act on the termination signal.
+        let _ = self.signal("-CONT");
         let _ = Command::new("kill").arg(self.replica_pid.to_string()).status();
         let _ = self.watchdog.kill();
         let _ = self.watchdog.wait();
