@@ -6,54 +6,18 @@
 
 #[path = "../examples/soak/engine/mod.rs"]
 mod engine;
-
-use std::time::Duration;
+mod soak_support;
 
 use engine::checker::{check, Verdict};
 use engine::record::{CapacityChange, Completion, Grant, LimitSpec, Observation, Records};
-use engine::workload::SoakOptions;
-use engine::{report, server, workload};
+use engine::server;
 use ratelimiter::{LeaseId, LimitKind};
-
-/// The CI run's length unless `RELIABILITY_SOAK_SECONDS` says otherwise.
-const SOAK_SECONDS_DEFAULT: u64 = 4;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_soak_on_the_memory_backend_never_over_admits() {
-    let seconds = std::env::var("RELIABILITY_SOAK_SECONDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(SOAK_SECONDS_DEFAULT);
-    let seed = rand::random::<u64>();
-    let prefix = format!("ci:{seed:x}");
+    let (seed, prefix) = soak_support::seed_and_prefix("ci");
     let config = server::config(None, &server::temp_dir(&prefix)).expect("config");
-    let running = server::start(&config).await.expect("server");
-    let options = SoakOptions {
-        duration: Duration::from_secs(seconds),
-        clients: 16,
-        hold_seconds: 2,
-        abandon_percent: 5,
-        replay_percent: 5,
-        call_ms_max: 30,
-        change_interval: Duration::from_millis(300),
-        sample_interval: Duration::from_millis(100),
-        capacity_scale: 1,
-        seed,
-        prefix,
-    };
-    let (limits, records) = workload::run(options, &running.endpoints).await.expect("soak");
-    running.stop().await;
-    let verdict = check(&limits, &records);
-    let text = report::render(&records, &verdict, Duration::from_secs(seconds));
-    println!("seed {seed}\n{text}");
-    assert!(report::passed(&records, &verdict), "seed {seed}\n{text}");
-    // The run pushed the limits, or its verdict would say little.
-    assert!(
-        records.denials.get("insufficient_capacity").copied().unwrap_or(0) > 0,
-        "{text}"
-    );
-    let peak = verdict.limits.iter().map(|l| l.peak_utilisation).fold(0.0, f64::max);
-    assert!(peak >= 0.5, "no limit was pushed: {text}");
+    soak_support::soak_never_over_admits(&config, seed, prefix).await;
 }
 
 const ROLLING: usize = 0;

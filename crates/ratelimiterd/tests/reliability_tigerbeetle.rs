@@ -12,13 +12,12 @@
 #[path = "../examples/soak/engine/mod.rs"]
 mod engine;
 mod reliability_support;
+mod soak_support;
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use engine::checker::check;
-use engine::workload::SoakOptions;
-use engine::{report, server, workload};
+use engine::server;
 use ratelimiter::LeaseId;
 use ratelimiterd::config::BackendKind;
 use ratelimiterd::tigerbeetle::LocalCluster;
@@ -26,8 +25,6 @@ use reliability_support::raw::request;
 use reliability_support::{temp_dir, Daemon, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};
 use serde_json::{json, Value};
 
-/// The CI soak's length unless `RELIABILITY_SOAK_SECONDS` says otherwise.
-const SOAK_SECONDS_DEFAULT: u64 = 4;
 /// Client sessions and batch size a development replica accepts, as the
 /// backend's own tests use.
 const SESSIONS: u32 = 2;
@@ -41,43 +38,13 @@ fn cluster() -> &'static LocalCluster {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_soak_on_tigerbeetle_never_over_admits() {
-    let seconds = std::env::var("RELIABILITY_SOAK_SECONDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(SOAK_SECONDS_DEFAULT);
-    let seed = rand::random::<u64>();
-    let prefix = format!("ci-tb:{seed:x}");
+    let (seed, prefix) = soak_support::seed_and_prefix("ci-tb");
     let mut config = server::config(None, &server::temp_dir(&prefix)).expect("config");
     config.server.backend = BackendKind::Tigerbeetle;
     config.tigerbeetle.addresses = vec![cluster().address().to_owned()];
     config.tigerbeetle.sessions = SESSIONS;
     config.tigerbeetle.max_batch_events = BATCH_EVENTS_MAX;
-    let running = server::start(&config).await.expect("server on TigerBeetle");
-    let options = SoakOptions {
-        duration: Duration::from_secs(seconds),
-        clients: 16,
-        hold_seconds: 2,
-        abandon_percent: 5,
-        replay_percent: 5,
-        call_ms_max: 30,
-        change_interval: Duration::from_millis(300),
-        sample_interval: Duration::from_millis(100),
-        capacity_scale: 1,
-        seed,
-        prefix,
-    };
-    let (limits, records) = workload::run(options, &running.endpoints).await.expect("soak");
-    running.stop().await;
-    let verdict = check(&limits, &records);
-    let text = report::render(&records, &verdict, Duration::from_secs(seconds));
-    println!("seed {seed}\n{text}");
-    assert!(report::passed(&records, &verdict), "seed {seed}\n{text}");
-    assert!(
-        records.denials.get("insufficient_capacity").copied().unwrap_or(0) > 0,
-        "{text}"
-    );
-    let peak = verdict.limits.iter().map(|l| l.peak_utilisation).fold(0.0, f64::max);
-    assert!(peak >= 0.5, "no limit was pushed: {text}");
+    soak_support::soak_never_over_admits(&config, seed, prefix).await;
 }
 
 fn start(dir: &std::path::Path) -> Daemon {
