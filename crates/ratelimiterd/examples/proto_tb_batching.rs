@@ -78,7 +78,7 @@ struct Sample {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = args();
-    let (_cluster, addresses) = cluster()?;
+    let (_cluster, addresses) = LocalCluster::from_env_or_start()?;
     let address = addresses.join(",");
     println!(
         "cluster {address}; {} workers, {} reservations of {CHAIN_LENGTH} transfers per mode and round, {} rounds, {} sessions",
@@ -270,15 +270,4 @@ fn print_table(results: &[(&str, Vec<Sample>)]) {
             rate / reference
         );
     }
-}
-
-/// The replicas at `TB_ADDRESS` (comma-separated), or a local one started for
-/// this run.
-fn cluster() -> Result<(Option<LocalCluster>, Vec<String>), Box<dyn std::error::Error>> {
-    if let Ok(addresses) = std::env::var("TB_ADDRESS") {
-        return Ok((None, addresses.split(',').map(str::to_owned).collect()));
-    }
-    let cluster = LocalCluster::start()?;
-    let address = cluster.address().to_owned();
-    Ok((Some(cluster), vec![address]))
 }

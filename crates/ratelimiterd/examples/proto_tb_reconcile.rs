@@ -19,7 +19,7 @@ use ratelimiterd::tigerbeetle::{BackendOptions, LocalCluster, TigerBeetleBackend
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (_cluster, address) = cluster()?;
+    let (_cluster, address) = LocalCluster::from_env_or_start()?;
     println!("cluster at {}", address.join(","));
     let config = TigerBeetleConfig::for_addresses(0, address)?;
     let options = BackendOptions {
@@ -82,15 +82,4 @@ async fn report(backend: &TigerBeetleBackend, key: &LimitKey) -> Result<(), Box<
     let report = backend.limit_report(key).await?.ok_or("limit vanished")?;
     println!("  in_use = {}, debt = {}", report.in_use, report.debt);
     Ok(())
-}
-
-/// The replicas at `TB_ADDRESS` (comma-separated), or a local one started for
-/// this run.
-fn cluster() -> Result<(Option<LocalCluster>, Vec<String>), Box<dyn std::error::Error>> {
-    if let Ok(addresses) = std::env::var("TB_ADDRESS") {
-        return Ok((None, addresses.split(',').map(str::to_owned).collect()));
-    }
-    let cluster = LocalCluster::start()?;
-    let address = cluster.address().to_owned();
-    Ok((Some(cluster), vec![address]))
 }

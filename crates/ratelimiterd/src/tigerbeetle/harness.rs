@@ -86,6 +86,18 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// The replicas named by the `TB_ADDRESS` environment variable
+    /// (comma-separated), or else a local replica started for the caller, who
+    /// keeps the returned cluster alive for as long as it uses the addresses.
+    pub fn from_env_or_start() -> Result<(Option<Self>, Vec<String>), HarnessError> {
+        if let Ok(addresses) = std::env::var("TB_ADDRESS") {
+            return Ok((None, addresses.split(',').map(str::to_owned).collect()));
+        }
+        let cluster = Self::start()?;
+        let address = cluster.address().to_owned();
+        Ok((Some(cluster), vec![address]))
+    }
+
     /// The replica's address, `127.0.0.1:PORT`.
     pub fn address(&self) -> &str {
         &self.address
