@@ -569,6 +569,54 @@ async fn a_reserve_that_hangs_counts_as_unknown_and_is_resent() {
     assert_eq!((reserves[0].1 - start).as_millis(), 1_100);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_limiter_that_panics_costs_neither_the_job_nor_the_worker() {
+    /// Panics on its first reserve and its first complete, then answers normally;
+    /// records every reserve's lease id, the panicking one included.
+    struct PanicsOnce {
+        reserved: std::sync::Mutex<Vec<ratelimiter::LeaseId>>,
+        completes: AtomicUsize,
+    }
+    #[async_trait::async_trait]
+    impl ratelimiter::Limiter for PanicsOnce {
+        async fn reserve(&self, request: &ratelimiter::ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
+            let calls = {
+                let mut reserved = self.reserved.lock().unwrap();
+                reserved.push(request.lease_id());
+                reserved.len()
+            };
+            assert!(calls > 1, "first reserve panics");
+            allowed()
+        }
+        async fn complete(&self, _: &ratelimiter::CompleteRequest) -> Result<(), LimiterError> {
+            assert!(
+                self.completes.fetch_add(1, Ordering::SeqCst) > 0,
+                "first complete panics"
+            );
+            Ok(())
+        }
+    }
+    let limiter = Arc::new(PanicsOnce {
+        reserved: std::sync::Mutex::new(Vec::new()),
+        completes: AtomicUsize::new(0),
+    });
+    // One worker: had the panic killed it, job 2 would never run.
+    let config = config(1).fallback_retry_ms(100).build().unwrap();
+    let scheduler = Scheduler::with_config(limiter.clone(), config);
+    let job1 = scheduler.submit(sleeping_job(openai("job-1"), 10, 5)).unwrap();
+    let job2 = scheduler.submit(sleeping_job(openai("job-2"), 10, 5)).unwrap();
+    let done1 = job1.await.unwrap();
+    let done2 = job2.await.unwrap();
+
+    // The panicked reserve's outcome is unknown: the same lease is resent.
+    let reserved = limiter.reserved.lock().unwrap().clone();
+    assert_eq!(reserved, vec![done1.lease_id, done1.lease_id, done2.lease_id]);
+    // The panicked complete was retried and went through.
+    assert!(done1.complete_error.is_none(), "{:?}", done1.complete_error);
+    assert!(done2.complete_error.is_none(), "{:?}", done2.complete_error);
+    assert_eq!(limiter.completes.load(Ordering::SeqCst), 3);
+}
+
 /// Job 1 runs for 100 ms; job 2 is denied on `denied_key` with a 10 s hint while
 /// job 1 runs. Returns when job 2 was reserved again, in ms from the start.
 async fn retry_time_after_own_complete(denied_key: &str, job1_tokens: u64) -> u128 {

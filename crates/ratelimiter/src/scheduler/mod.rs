@@ -25,8 +25,8 @@
 //!   returned an error. After a panic, or a call stopped at the shutdown deadline,
 //!   what the call used is unknown: Complete releases concurrency and leaves the
 //!   tokens reserved at the upper bound, so the provider is never over-used.
-//! - A reserve or complete call that outlives `call_timeout` has an unknown
-//!   outcome, as if the limiter were unavailable.
+//! - A reserve or complete call that outlives `call_timeout`, or panics, has an
+//!   unknown outcome, as if the limiter were unavailable; the worker lives on.
 //! - `job_id` is required: it names jobs in logs and shutdown reports.
 //! - Shutdown starts no new call: queued and waiting jobs are answered at once
 //!   and listed as not run.

@@ -1,6 +1,10 @@
 //! A worker: takes the next job in turn, reserves, runs the call, completes.
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -129,12 +133,7 @@ async fn reserve(shared: &Shared, entry: &mut Entry) -> Reserved {
         let lease_id = entry.unknown_lease.take().unwrap_or_else(LeaseId::generate);
         entry.reserve_attempts += 1;
         let request = entry.reserve_request(lease_id);
-        let result = match tokio::time::timeout(shared.config.call_timeout(), shared.limiter.reserve(&request)).await {
-            Ok(result) => result,
-            Err(_elapsed) => Err(LimiterError::Unavailable {
-                retry_after_ms: shared.config.fallback_retry_ms(),
-            }),
-        };
+        let result = limiter_call(shared, "reserve", shared.limiter.reserve(&request)).await;
         let retry_after_ms = match result {
             Ok(outcome) => {
                 entry.unknown_retries = 0;
@@ -175,13 +174,8 @@ async fn reserve(shared: &Shared, entry: &mut Entry) -> Reserved {
 /// landed. If it fails, the reservation expires on its own.
 pub(super) async fn release_unknown(shared: &Shared, spec: &JobSpec, lease_id: LeaseId) {
     let request = complete_request(spec, lease_id, Some(0));
-    let call = shared.limiter.complete(&request);
-    match tokio::time::timeout(shared.config.call_timeout(), call).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => {
-            tracing::warn!(job_id = %spec.job_id, %lease_id, %error, "release of an unknown lease failed")
-        }
-        Err(_elapsed) => tracing::warn!(job_id = %spec.job_id, %lease_id, "release of an unknown lease timed out"),
+    if let Err(error) = limiter_call(shared, "complete", shared.limiter.complete(&request)).await {
+        tracing::warn!(job_id = %spec.job_id, %lease_id, %error, "release of an unknown lease failed");
     }
 }
 
@@ -256,11 +250,7 @@ async fn complete(
     let attempts_max = shared.config.complete_attempts_max();
     let mut attempt = 1;
     loop {
-        let result = match tokio::time::timeout(shared.config.call_timeout(), shared.limiter.complete(&request)).await {
-            Ok(result) => result,
-            Err(_elapsed) => Err(LimiterError::Unavailable { retry_after_ms: 0 }),
-        };
-        let error = match result {
+        let error = match limiter_call(shared, "complete", shared.limiter.complete(&request)).await {
             Ok(()) => return Ok(()),
             Err(error) => error,
         };
@@ -279,5 +269,46 @@ async fn complete(
         tracing::warn!(job_id = %spec.job_id, %lease_id, %error, attempt, "complete failed; retrying");
         tokio::time::sleep(Duration::from_millis(wait_ms.min(COMPLETE_RETRY_WAIT_MS_MAX))).await;
         attempt += 1;
+    }
+}
+
+/// Runs one limiter call bounded by `call_timeout`. A call that outlives it, or
+/// panics, has an unknown outcome: the worker treats it as an unavailable
+/// limiter (resend the same lease, retry the Complete) instead of dying with
+/// the job, which would lose the job and one worker for good.
+async fn limiter_call<T, F>(shared: &Shared, what: &str, call: F) -> Result<T, LimiterError>
+where
+    F: Future<Output = Result<T, LimiterError>> + Unpin,
+{
+    let unknown = LimiterError::Unavailable {
+        retry_after_ms: shared.config.fallback_retry_ms(),
+    };
+    match tokio::time::timeout(shared.config.call_timeout(), CatchUnwind(call)).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_panic)) => {
+            tracing::error!(call = what, "the limiter panicked; the outcome is treated as unknown");
+            Err(unknown)
+        }
+        Err(_elapsed) => Err(unknown),
+    }
+}
+
+/// A future that turns a panic while polling the inner future into `Err`.
+/// The limiter's futures are boxed by `async_trait`, hence `Unpin`.
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = std::thread::Result<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.0;
+        // Unwind safety: after a panic the inner future is never polled again, and
+        // the limiter answers for its own state (the memory backend recovers a
+        // poisoned lock; its state is only changed after every check passed).
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
     }
 }
