@@ -4,6 +4,64 @@
 //! calls in flight, tenant budgets) all or nothing, call the provider, then
 //! complete with the tokens really used. See the workspace README and
 //! `../shared/spec/` for the design.
+//!
+//! # In one process
+//!
+//! Define the provider's limits on a [`MemoryBackend`] and hand calls to a
+//! [`scheduler::Scheduler`]: it reserves each call's requirements, runs the call
+//! once they are granted, completes the lease with the tokens really used, and
+//! never lets a saturated provider hold up calls to another. Over
+//! `ratelimiterd`, use [`httpclient::HttpClient`] as the limiter instead of the
+//! backend; nothing else changes.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ratelimiter::scheduler::{ExecuteError, Job, JobSpec, Scheduler};
+//! use ratelimiter::{Backend, LimitDefinition, LimitKey, MemoryBackend, MemoryConfig, SystemClock};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let backend = Arc::new(MemoryBackend::new(Arc::new(SystemClock::new()), MemoryConfig::default()));
+//! // The provider allows 500 requests and 30,000 tokens a minute and 50 calls at once. The
+//! // limiter's windows are one second longer than the provider's: the provider starts a
+//! // request's window when the request reaches it, a moment after the reservation, and without
+//! // the margin a window that ends just before the provider's lets one call too many through
+//! // (BENCHMARKS.md, "Window margin").
+//! let limits = [
+//!     LimitDefinition::rolling(LimitKey::llm_rpm("openai", "gpt-4o")?, 500, 61)?,
+//!     LimitDefinition::rolling(LimitKey::llm_tpm("openai", "gpt-4o")?, 30_000, 61)?,
+//!     // A hold ends at Complete; the timeout only frees the holds of crashed callers.
+//!     LimitDefinition::concurrency(LimitKey::llm_concurrency("openai", "gpt-4o")?, 50, 300)?,
+//! ];
+//! for limit in &limits {
+//!     backend.apply_definition(limit).await?;
+//! }
+//! let scheduler = Scheduler::new(backend, 16);
+//! let spec = JobSpec {
+//!     job_id: "summary-1".to_owned(),
+//!     tenant_id: "acme".to_owned(),
+//!     provider: "openai".to_owned(),
+//!     model: "gpt-4o".to_owned(),
+//!     prompt: "Summarise the design in one line.".to_owned(),
+//!     max_output_tokens: 200,
+//!     // The provider's own count (tiktoken for OpenAI) when the caller has it; `None`
+//!     // reserves one token per prompt byte, which is safe but four times too much.
+//!     prompt_tokens: Some(8),
+//!     want_daily_budget: false,
+//! };
+//! let job = Job::new(spec, || async {
+//!     // Call the provider here. Return the tokens it charged: prompt plus output as it
+//!     // reports them, or, where it charges `max_tokens` at admission (OpenAI's
+//!     // documented accounting), prompt plus `max_tokens`, so Complete does not free
+//!     // capacity the provider still counts as used.
+//!     Ok::<u64, ExecuteError>(8 + 23)
+//! });
+//! let done = scheduler.submit(job)?.await?;
+//! assert_eq!(done.actual_tokens, 31);
+//! scheduler.shutdown(std::future::ready(())).await?;
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 
