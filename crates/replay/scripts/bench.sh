@@ -3,6 +3,10 @@
 # the provider, and writes summaries and plots (BENCHMARKS.md, "Trace replay").
 # Usage: crates/replay/scripts/bench.sh [OUT_DIR] [STRATEGY...] ; extra replay
 # flags go in REPLAY_FLAGS (e.g. REPLAY_FLAGS="--prompt-estimate bytes").
+# With BACKEND=tigerbeetle, `server` and `server-multi` run ratelimiterd on a
+# single-replica TigerBeetle cluster formatted anew for each run
+# (`scripts/tigerbeetle.sh start`, port TB_PORT, default 3000), and their
+# outputs are named with a `-tb` suffix.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out="${1:-target/replay-bench}"
@@ -10,7 +14,12 @@ shift || true
 strategies=("${@:-none token-bucket local server server-multi}")
 traces="../shared/traces/azure-llm-2023"
 mkdir -p "$out"
-cargo build --release -p replay -p ratelimiterd
+if [ "${BACKEND:-memory}" = tigerbeetle ]; then
+  eval "$(scripts/tigerbeetle.sh env)"
+  cargo build --release -p replay -p ratelimiterd --features ratelimiterd/tigerbeetle
+else
+  cargo build --release -p replay -p ratelimiterd
+fi
 # At 30x the code trace offers about 9.6 M tokens a minute and the conversation
 # trace about 13.6 M; the token limits are about 0.7 of that, so demand exceeds
 # capacity for most of the run. Requests per minute and calls in flight are set
@@ -24,10 +33,17 @@ for trace in code conv; do
     conv) tpm=9500000 ;;
   esac
   for strategy in ${strategies[@]}; do
-    echo "== $trace $strategy $(date +%T)" >&2
+    name="$trace-$strategy" backend=()
+    if [ "${BACKEND:-memory}" = tigerbeetle ] && [[ "$strategy" == server* ]]; then
+      # A fresh cluster per run: the last run's holds would still count for a window.
+      scripts/tigerbeetle.sh start >&2
+      name="$name-tb" backend=(--tigerbeetle-addresses "127.0.0.1:${TB_PORT:-3000}")
+    fi
+    echo "== $name $(date +%T)" >&2
     target/release/replay --trace "$traces/AzureLLMInferenceTrace_$trace.csv" --strategy "$strategy" \
-      --provider-tpm "$tpm" "${common[@]}" \
-      --summary-json "$out/$trace-$strategy.json" --plot "$out/$trace-$strategy.png" \
-      --record-json "$out/$trace-$strategy.record.json" > /dev/null
+      --provider-tpm "$tpm" "${common[@]}" "${backend[@]}" \
+      --summary-json "$out/$name.json" --plot "$out/$name.png" \
+      --record-json "$out/$name.record.json" > /dev/null
+    if [ ${#backend[@]} -gt 0 ]; then scripts/tigerbeetle.sh stop >&2; fi
   done
 done

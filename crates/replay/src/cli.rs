@@ -80,6 +80,11 @@ pub struct Args {
     /// The `ratelimiterd` binary to start; default: beside this binary, else on PATH.
     #[arg(long)]
     pub ratelimiterd: Option<PathBuf>,
+    /// `server` and `server-multi` without `--server-url`: the started `ratelimiterd` keeps its
+    /// limits in the TigerBeetle cluster at these comma-separated addresses instead of in
+    /// memory (the binary must be built with the `tigerbeetle` feature).
+    #[arg(long, conflicts_with = "server_url")]
+    pub tigerbeetle_addresses: Option<String>,
     /// `server-multi`: client processes sharing the server.
     #[arg(long, default_value_t = 4)]
     pub clients: usize,

@@ -93,7 +93,11 @@ async fn prepare(args: &Args, trace: &Trace, provider_url: &str, clock: &Arc<dyn
             let (url, server) = match &args.server_url {
                 Some(url) => (url.clone(), None),
                 None => {
-                    let server = ServerProcess::start(&locate_binary(args.ratelimiterd.as_deref())).await?;
+                    let server = ServerProcess::start(
+                        &locate_binary(args.ratelimiterd.as_deref()),
+                        args.tigerbeetle_addresses.as_deref(),
+                    )
+                    .await?;
                     (server.url().to_owned(), Some(server))
                 }
             };

@@ -1,5 +1,6 @@
-//! A `ratelimiterd` the replay starts for itself: memory backend, loopback port,
-//! registry in a temporary directory; stopped and cleaned up when dropped.
+//! A `ratelimiterd` the replay starts for itself: memory backend (or a given
+//! TigerBeetle cluster), loopback port, registry in a temporary directory;
+//! stopped and cleaned up when dropped.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -35,15 +36,13 @@ pub fn locate_binary(explicit: Option<&Path>) -> PathBuf {
 }
 
 impl ServerProcess {
-    /// Starts `binary` on a free loopback port and waits until it answers.
-    pub async fn start(binary: &Path) -> Result<Self, String> {
+    /// Starts `binary` on a free loopback port and waits until it answers. With
+    /// `tigerbeetle_addresses` its backend is that cluster, else memory.
+    pub async fn start(binary: &Path, tigerbeetle_addresses: Option<&str>) -> Result<Self, String> {
         let port = free_port().await?;
         let dir = std::env::temp_dir().join(format!("replay-ratelimiterd-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let config = format!(
-            "server:\n  listen_addr: \"127.0.0.1:{port}\"\n  backend: memory\nregistry:\n  path: \"{}\"\nlog:\n  level: warn\n",
-            dir.join("limits.json").display()
-        );
+        let config = config_yaml(port, &dir.join("limits.json"), tigerbeetle_addresses);
         let config_path = dir.join("config.yaml");
         std::fs::write(&config_path, config).map_err(|e| format!("{}: {e}", config_path.display()))?;
         let log_path = dir.join("ratelimiterd.log");
@@ -94,6 +93,28 @@ impl Drop for ServerProcess {
     }
 }
 
+/// The server's configuration: memory backend, or the TigerBeetle cluster at
+/// `tigerbeetle_addresses` (comma-separated).
+fn config_yaml(port: u16, registry: &Path, tigerbeetle_addresses: Option<&str>) -> String {
+    let backend = if tigerbeetle_addresses.is_some() {
+        "tigerbeetle"
+    } else {
+        "memory"
+    };
+    let mut config = format!(
+        "server:\n  listen_addr: \"127.0.0.1:{port}\"\n  backend: {backend}\nregistry:\n  path: \"{}\"\nlog:\n  level: warn\n",
+        registry.display()
+    );
+    if let Some(addresses) = tigerbeetle_addresses {
+        let quoted: Vec<String> = addresses.split(',').map(|a| format!("\"{}\"", a.trim())).collect();
+        config.push_str(&format!(
+            "tigerbeetle:\n  cluster_id: \"0\"\n  addresses: [{}]\n",
+            quoted.join(", ")
+        ));
+    }
+    config
+}
+
 /// A client of the server at `url`.
 pub fn client(url: &str) -> Result<HttpClient, String> {
     HttpClient::new(HttpClientConfig::new(url)).map_err(|e| format!("client for {url}: {e}"))
@@ -117,4 +138,25 @@ async fn free_port() -> Result<u16, String> {
         .await
         .map_err(|e| format!("no free port: {e}"))?;
     Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_names_the_backend_and_every_cluster_address() {
+        let registry = Path::new("/tmp/r/limits.json");
+        let memory = config_yaml(7000, registry, None);
+        assert!(memory.contains("  backend: memory\n"), "{memory}");
+        assert!(!memory.contains("tigerbeetle"), "{memory}");
+        let tigerbeetle = config_yaml(7000, registry, Some("127.0.0.1:3000, 127.0.0.1:3001"));
+        assert!(tigerbeetle.contains("  backend: tigerbeetle\n"), "{tigerbeetle}");
+        assert!(
+            tigerbeetle.ends_with(
+                "tigerbeetle:\n  cluster_id: \"0\"\n  addresses: [\"127.0.0.1:3000\", \"127.0.0.1:3001\"]\n"
+            ),
+            "{tigerbeetle}"
+        );
+    }
 }
