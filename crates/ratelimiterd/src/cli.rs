@@ -52,7 +52,7 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
     lease_cache_max: 1000000           # leases remembered for Complete
   retry_policy:                        # retry hints of denials (ADR 0010)
     concurrency: {base_ms: 50, max_ms: 2000, factor: 2.0, jitter_ms: 25}
-    rolling: {base_ms: 100, max_ms: 5000, factor: 1.5, jitter_ms: 50, window_fraction: 0.1}
+    rolling: {base_ms: 100, max_ms: 1000, factor: 1.5, jitter_ms: 50, window_fraction: 0.1}
   decrease:
     retry_ms: 10000                    # retry hint of limit_decreasing denials
     check_interval_ms: 1000            # how often pending decreases are tried
