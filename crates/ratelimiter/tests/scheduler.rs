@@ -651,6 +651,68 @@ async fn completing_a_lease_resumes_a_queue_waiting_for_what_it_freed() {
     assert_eq!(retry_time_after_own_complete(TPM, 100).await, 10_000);
 }
 
+/// A limiter whose reserves take 1 ms to answer (decided on arrival), as over
+/// a network: workers woken together then all have a reserve in flight.
+struct Slow(Arc<Scripted>);
+
+#[async_trait::async_trait]
+impl ratelimiter::Limiter for Slow {
+    async fn reserve(&self, request: &ratelimiter::ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
+        let answer = self.0.reserve(request).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        answer
+    }
+    async fn complete(&self, request: &ratelimiter::CompleteRequest) -> Result<(), LimiterError> {
+        self.0.complete(request).await
+    }
+}
+
+/// Job 1 runs for 100 ms and gives tokens back; every other reserve before
+/// then is denied on the tpm key with a 10 s hint, and when `probe_denied` so is
+/// every one before 10 s. Returns the reserve times of jobs 2 to 4 from job 1's
+/// completion on, in ms from the start, sorted.
+async fn reserves_after_a_completion(probe_denied: bool) -> Vec<u128> {
+    let start = Instant::now();
+    let denied_until_ms = if probe_denied { 10_000 } else { 100 };
+    let limiter = Scripted::with(move |request| {
+        let denied = request.job_id() != Some("job-1") && start.elapsed().as_millis() < denied_until_ms;
+        denied.then(|| not_now(TPM, 10_000))
+    });
+    let recorder = Recorder::new(Arc::new(Slow(limiter)));
+    let scheduler = Scheduler::with_config(recorder.clone(), config(4).build().unwrap());
+    let job1 = scheduler.submit(sleeping_job(openai("job-1"), 100, 5)).unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let others: Vec<_> = (2..=4)
+        .map(|i| {
+            scheduler
+                .submit(sleeping_job(openai(&format!("job-{i}")), 100, 5))
+                .unwrap()
+        })
+        .collect();
+    job1.await.unwrap();
+    for handle in others {
+        handle.await.unwrap();
+    }
+    let mut times: Vec<u128> = (2..=4)
+        .flat_map(|i| recorder.reserves_of(&format!("job-{i}")))
+        .map(|r| (r.1 - start).as_millis())
+        .filter(|ms| *ms >= 100)
+        .collect();
+    times.sort_unstable();
+    times
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_completion_lets_one_probe_through_a_pause_and_each_grant_the_next() {
+    // Granted probes follow one another, one reserve's time apart (1 ms here).
+    assert_eq!(reserves_after_a_completion(false).await, vec![101, 102, 103]);
+    // A denied probe: the other jobs wait for the hint instead of all being denied too.
+    assert_eq!(
+        reserves_after_a_completion(true).await,
+        vec![101, 10_102, 10_102, 10_102]
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn shutdown_releases_a_lease_of_unknown_outcome_that_was_waiting() {
     let limiter = Scripted::new(vec![unavailable(60_000)], vec![]);

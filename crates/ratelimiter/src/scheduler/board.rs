@@ -267,6 +267,12 @@ impl Board {
         self.queue(queue_id).resume_after_complete(tokens_returned) && self.enlist(queue_id, now)
     }
 
+    /// Notes that the job `seq` of the queue was granted. Returns true when it
+    /// was a paused queue's probe and the next probe should be taken.
+    pub fn granted(&mut self, queue_id: QueueId, seq: u64, now: Instant) -> bool {
+        self.queue(queue_id).granted(seq) && self.enlist(queue_id, now)
+    }
+
     /// Forgets a job whose handle is being answered, and its queue once empty.
     pub fn retire(&mut self, queue_id: QueueId, tenant_id: &str) {
         self.jobs -= 1;

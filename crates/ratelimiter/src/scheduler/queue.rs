@@ -17,6 +17,13 @@ use super::entry::Entry;
 /// too, and asking again would only load the limiter. A denial on a key only some
 /// jobs need (a tenant's daily budget) gates that key: jobs needing it wait in
 /// `blocked`, the rest go on.
+///
+/// A completion that frees what a pause waits for lets one job through as a
+/// probe rather than ending the pause: a completion frees one call's room, and
+/// letting every idle worker reserve at once would meet one grant and a denial
+/// for each other worker (measured on the trace replay: about ten denied
+/// reserves per grant). A granted probe lets the next one through; the pause
+/// ends for all when its retry time comes.
 pub(super) struct WorkQueue {
     /// Keys every job of this queue reserves.
     shared_keys: SharedKeys,
@@ -32,12 +39,28 @@ pub(super) struct WorkQueue {
     paused_until: Option<Instant>,
     /// The key whose denial set `paused_until`; `None` for an unknown outcome.
     paused_on: Option<LimitKey>,
+    /// Whether a paused queue may let a probe through.
+    probe: Probe,
+    /// A completion freed room while the probe was in flight: if the probe is
+    /// denied (it may have been sent before the room was freed), try another.
+    freed_during_probe: bool,
     /// Unfinished jobs: ready, blocked or being attempted by a worker.
     jobs: usize,
     /// Whether the queue is in the board's ring of queues with ready work.
     pub in_ring: bool,
     /// The earliest time the board's timer will wake this queue.
     pub wake_at: Option<Instant>,
+}
+
+/// What a paused queue lets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    /// Nothing until the pause ends.
+    Closed,
+    /// One job, since a completion freed room.
+    Open,
+    /// The job with this sequence number is the probe, in flight.
+    InFlight(u64),
 }
 
 /// The keys every job of one (provider, model) reserves.
@@ -108,6 +131,8 @@ impl WorkQueue {
             gates: HashMap::new(),
             paused_until: None,
             paused_on: None,
+            probe: Probe::Closed,
+            freed_during_probe: false,
             jobs: 0,
             in_ring: false,
             wake_at: None,
@@ -144,7 +169,7 @@ impl WorkQueue {
 
     /// True when `take` may return a job at `now`.
     pub fn has_ready(&self, now: Instant) -> bool {
-        !self.is_paused(now) && !self.lane_ring.is_empty()
+        (!self.is_paused(now) || self.probe == Probe::Open) && !self.lane_ring.is_empty()
     }
 
     fn is_paused(&self, now: Instant) -> bool {
@@ -154,9 +179,18 @@ impl WorkQueue {
     /// The next job to attempt: the oldest ready job of the tenant whose turn it
     /// is. Jobs needing a gated key are moved to `blocked` on the way.
     pub fn take(&mut self, now: Instant) -> Option<Entry> {
-        if self.is_paused(now) {
+        if !self.is_paused(now) {
+            return self.take_next(now);
+        }
+        if self.probe != Probe::Open {
             return None;
         }
+        let probe = self.take_next(now)?;
+        self.probe = Probe::InFlight(probe.seq);
+        Some(probe)
+    }
+
+    fn take_next(&mut self, now: Instant) -> Option<Entry> {
         while let Some(tenant_id) = self.lane_ring.pop_front() {
             let lane = self.lanes.get_mut(&tenant_id).expect("a tenant in turn has a lane");
             let (_, entry) = lane.ready.pop_first().expect("a tenant in turn has a ready job");
@@ -184,6 +218,14 @@ impl WorkQueue {
     /// Records a "not now" denial of `entry` on `key` until `until`, and keeps the
     /// job until then.
     pub fn deny(&mut self, entry: Entry, key: &LimitKey, until: Instant) {
+        if self.probe == Probe::InFlight(entry.seq) {
+            self.probe = if self.freed_during_probe {
+                Probe::Open
+            } else {
+                Probe::Closed
+            };
+            self.freed_during_probe = false;
+        }
         let needed_by_all = self.shared_keys.contains(key);
         let needed_by_entry = entry.requirements.iter().any(|r| &r.key == key);
         if needed_by_all || !needed_by_entry {
@@ -210,20 +252,39 @@ impl WorkQueue {
         }
     }
 
-    /// Ends a pause on the concurrency key, or on the tpm key when the lease gave
-    /// tokens back, since one of this queue's leases was just completed and freed
-    /// what the pause waits for. Returns true when the pause ended.
+    /// Lets a probe through a pause on the concurrency key, or on the tpm key
+    /// when the lease gave tokens back, since one of this queue's leases was just
+    /// completed and freed what the pause waits for. Returns true when a probe
+    /// may go now.
     ///
     /// The retry hint is a guess made before the completion; waiting it out would
     /// leave the freed capacity idle.
     pub fn resume_after_complete(&mut self, tokens_returned: bool) -> bool {
         let Some(key) = &self.paused_on else { return false };
         let freed = *key == self.shared_keys.concurrency || (tokens_returned && *key == self.shared_keys.tpm);
-        if freed {
-            self.paused_until = None;
-            self.paused_on = None;
+        match self.probe {
+            _ if !freed => false,
+            Probe::Closed => {
+                self.probe = Probe::Open;
+                true
+            }
+            Probe::Open => false,
+            Probe::InFlight(_) => {
+                self.freed_during_probe = true;
+                false
+            }
         }
-        freed
+    }
+
+    /// Notes that the job `seq` was granted. Returns true when it was the probe
+    /// of a queue still paused, which then lets the next probe through.
+    pub fn granted(&mut self, seq: u64) -> bool {
+        if self.probe != Probe::InFlight(seq) {
+            return false;
+        }
+        self.probe = Probe::Open;
+        self.freed_during_probe = false;
+        true
     }
 
     /// Ends the waits that are over at `now`.
@@ -231,6 +292,9 @@ impl WorkQueue {
         if self.paused_until.is_some_and(|until| until <= now) {
             self.paused_until = None;
             self.paused_on = None;
+            // A probe lost to an unknown outcome or a failed job ends here too.
+            self.probe = Probe::Closed;
+            self.freed_during_probe = false;
         }
         self.gates.retain(|_, until| *until > now);
         while self.blocked.peek().is_some_and(|b| b.0.not_before <= now) {

@@ -88,7 +88,12 @@ async fn next_task(shared: &Shared) -> Option<Taken> {
 /// One attempt at a job: reserve, then run it, put it back to wait, or fail it.
 async fn attempt(shared: &Shared, mut taken: Taken, abort: &mut watch::Receiver<bool>) {
     match reserve(shared, &mut taken.entry).await {
-        Reserved::Granted(lease_id) => run_call(shared, taken, lease_id, abort).await,
+        Reserved::Granted(lease_id) => {
+            if shared.board().granted(taken.queue, taken.entry.seq, Instant::now()) {
+                shared.work_ready.notify_one();
+            }
+            run_call(shared, taken, lease_id, abort).await
+        }
         Reserved::NotNow { key, retry_after_ms } => {
             tracing::debug!(job_id = %taken.entry.spec.job_id, %key, retry_after_ms, "reserve denied for now");
             let queue = taken.queue;
