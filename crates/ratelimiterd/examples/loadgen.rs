@@ -11,17 +11,32 @@
 //! `memory`: the server's resident memory with 10,000 limits and 100,000
 //! outstanding reservations.
 //!
+//! `reservations` (needs `--features tigerbeetle`; BENCHMARKS.md, "TigerBeetle
+//! backend"): reserve-only reservations of four linked transfers per second
+//! through the server on the TigerBeetle backend, submitter on and off, against
+//! the same chains sent straight to the cluster by the Rust client, closed and
+//! open loop; see `loadgen/reservations.rs`.
+//!
 //! ```sh
 //! cargo build --release -p ratelimiterd --bin ratelimiterd --example loadgen
 //! target/release/examples/loadgen throughput
 //! target/release/examples/loadgen memory
+//! cargo build --release -p ratelimiterd --features tigerbeetle --bin ratelimiterd --example loadgen
+//! target/release/examples/loadgen reservations --tigerbeetle 127.0.0.1:3950
 //! ```
+
+#[cfg(feature = "tigerbeetle")]
+#[path = "loadgen/reservations.rs"]
+mod reservations;
+#[cfg(feature = "tigerbeetle")]
+#[path = "support/tb_reference.rs"]
+mod tb_reference;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,6 +46,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use ratelimiter::{LeaseId, LimitDefinition, LimitKey, LimitState};
+use ratelimiterd::tigerbeetle::ConfigFields;
 
 /// Longest wait for the server to start.
 const STARTUP_WAIT_MAX: Duration = Duration::from_secs(30);
@@ -48,6 +64,27 @@ struct Options {
     /// Replica addresses (comma-separated): run the server on the TigerBeetle
     /// backend against them instead of the memory backend.
     tigerbeetle: Option<String>,
+    /// The TigerBeetle backend's `submit_mode`.
+    submit_mode: String,
+    /// The TigerBeetle backend's client sessions (and the reference client's).
+    sessions: u32,
+    /// The TigerBeetle backend's `flush_interval_micros`, when not the default.
+    flush_micros: Option<u64>,
+    /// The TigerBeetle backend's `max_batch_events`, when not the default.
+    batch_events: Option<u32>,
+    /// `reservations`: the offered rate of the open loop, reservations per second.
+    rate: f64,
+    /// `reservations`: the connections (or reference workers) of the open loop.
+    open_connections: usize,
+    /// `reservations`: the replica's process id, to measure its CPU.
+    replica_pid: Option<u32>,
+    /// `reservations`: the variants measured, in order: client, direct, batching.
+    variants: Vec<String>,
+    /// `reservations`: the loops run, `closed`, `open` or both.
+    loops: Vec<String>,
+    /// `reservations`: every limit's window (and hold timeout) in seconds, after
+    /// which the never-completed reservations expire.
+    window_seconds: u32,
 }
 
 fn parse_options() -> (String, Options) {
@@ -61,6 +98,16 @@ fn parse_options() -> (String, Options) {
         limits: 10_000,
         reservations: 100_000,
         tigerbeetle: None,
+        submit_mode: "batching".to_owned(),
+        sessions: ConfigFields::default().sessions,
+        flush_micros: None,
+        batch_events: None,
+        rate: 10_000.0,
+        open_connections: 256,
+        replica_pid: None,
+        variants: ["client", "direct", "batching"].map(str::to_owned).to_vec(),
+        window_seconds: 1,
+        loops: vec!["closed".to_owned(), "open".to_owned()],
     };
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
@@ -77,6 +124,16 @@ fn parse_options() -> (String, Options) {
             "--limits" => options.limits = number() as usize,
             "--reservations" => options.reservations = number() as usize,
             "--tigerbeetle" => options.tigerbeetle = Some(value.clone()),
+            "--submit-mode" => options.submit_mode = value.clone(),
+            "--sessions" => options.sessions = number() as u32,
+            "--flush-micros" => options.flush_micros = Some(number() as u64),
+            "--batch-events" => options.batch_events = Some(number() as u32),
+            "--rate" => options.rate = number(),
+            "--open-connections" => options.open_connections = number() as usize,
+            "--replica-pid" => options.replica_pid = Some(number() as u32),
+            "--variants" => options.variants = value.split(',').map(str::to_owned).collect(),
+            "--window-seconds" => options.window_seconds = number() as u32,
+            "--loops" => options.loops = value.split(',').map(str::to_owned).collect(),
             _ => usage(&format!("unknown flag {flag}")),
         }
     }
@@ -85,8 +142,11 @@ fn parse_options() -> (String, Options) {
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "loadgen: {problem}\nusage: loadgen throughput|memory [--bin PATH] [--connections N] [--seconds S] \
-         [--rounds N] [--limits N] [--reservations N] [--tigerbeetle ADDRESSES]"
+        "loadgen: {problem}\nusage: loadgen throughput|memory|reservations [--bin PATH] [--connections N] \
+         [--seconds S] [--rounds N] [--limits N] [--reservations N] [--tigerbeetle ADDRESSES] \
+         [--submit-mode batching|direct] [--sessions N] [--flush-micros N] [--batch-events N] \
+         [--rate R] [--open-connections N] [--replica-pid PID] [--variants client,direct,batching] \
+         [--window-seconds N] [--loops closed,open]"
     );
     std::process::exit(2)
 }
@@ -100,8 +160,10 @@ struct Server {
 
 impl Server {
     fn start(options: &Options, states: &[LimitState], leases_max: usize) -> Server {
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
         let bin = &options.bin;
-        let dir = std::env::temp_dir().join(format!("ratelimiterd-loadgen-{}", std::process::id()));
+        let n = STARTED.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("ratelimiterd-loadgen-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let registry = dir.join("limits.json");
@@ -212,7 +274,19 @@ fn tigerbeetle_yaml(options: &Options) -> String {
         return String::new();
     };
     let list: Vec<String> = addresses.split(',').map(|a| format!("\"{a}\"")).collect();
-    format!("tigerbeetle:\n  addresses: [{}]\n  sessions: 4\n", list.join(", "))
+    let mut yaml = format!(
+        "tigerbeetle:\n  addresses: [{}]\n  sessions: {}\n  submit_mode: {}\n",
+        list.join(", "),
+        options.sessions,
+        options.submit_mode
+    );
+    if let Some(micros) = options.flush_micros {
+        yaml.push_str(&format!("  flush_interval_micros: {micros}\n"));
+    }
+    if let Some(events) = options.batch_events {
+        yaml.push_str(&format!("  max_batch_events: {events}\n"));
+    }
+    yaml
 }
 
 fn bench_limits() -> Vec<LimitState> {
@@ -407,6 +481,14 @@ async fn throughput(options: &Options) {
 
 /// The server's own reserve latency histogram: (upper bound in seconds, cumulative count).
 async fn server_histogram(addr: SocketAddr) -> Vec<(f64, u64)> {
+    histogram(
+        &scrape_metrics(addr).await,
+        "ratelimiterd_request_duration_seconds_bucket{endpoint=\"reserve\",",
+    )
+}
+
+/// The server's `/metrics` text.
+async fn scrape_metrics(addr: SocketAddr) -> String {
     let mut sender = connect(addr).await;
     sender.ready().await.unwrap();
     let request = Request::builder()
@@ -416,10 +498,15 @@ async fn server_histogram(addr: SocketAddr) -> Vec<(f64, u64)> {
         .unwrap();
     let response = sender.send_request(request).await.unwrap();
     let text = response.into_body().collect().await.unwrap().to_bytes();
-    let prefix = "ratelimiterd_request_duration_seconds_bucket{endpoint=\"reserve\",le=\"";
-    String::from_utf8_lossy(&text)
-        .lines()
-        .filter_map(|line| line.strip_prefix(prefix))
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// The buckets of one histogram in a `/metrics` text: (upper bound in seconds,
+/// cumulative count). `prefix` is the bucket line up to the `le` label.
+fn histogram(text: &str, prefix: &str) -> Vec<(f64, u64)> {
+    let prefix = format!("{prefix}le=\"");
+    text.lines()
+        .filter_map(|line| line.strip_prefix(prefix.as_str()))
         .filter_map(|rest| {
             let (bound, count) = rest.split_once("\"} ")?;
             Some((bound.parse().unwrap_or(f64::INFINITY), count.parse().ok()?))
@@ -514,6 +601,10 @@ fn main() {
         match mode.as_str() {
             "throughput" => throughput(&options).await,
             "memory" => memory(&options).await,
+            #[cfg(feature = "tigerbeetle")]
+            "reservations" => reservations::run(&options).await,
+            #[cfg(not(feature = "tigerbeetle"))]
+            "reservations" => usage("reservations needs --features tigerbeetle"),
             other => usage(&format!("unknown mode {other}")),
         }
     });

@@ -11,8 +11,12 @@
 //! alike, and reports ratios against `client`.
 //!
 //! Run: `cargo run --release -p ratelimiterd --features tigerbeetle --example proto_tb_batching -- \
-//!   [--workers 64] [--reservations 20000] [--rounds 3] [--sessions 4] [--flush-micros 200] [--batch-events 8000]`
-//! against `TB_ADDRESS`, or without it against a cluster it starts itself.
+//!   [--workers 64] [--reservations 20000] [--rounds 3] [--sessions 1] [--flush-micros 0] [--batch-events 8000]`
+//! against `TB_ADDRESS`, or without it against a cluster it starts itself; the
+//! submitter's settings default to the backend's defaults.
+
+#[path = "support/tb_reference.rs"]
+mod tb_reference;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,13 +25,15 @@ use std::time::{Duration, Instant};
 use ratelimiter::retry::{Jitter, RetryAdvisor, RetryPolicy};
 use ratelimiter::{Backend, LeaseId, LimitDefinition, LimitKey, Limiter, Requirement, ReserveRequest, SystemClock};
 use ratelimiterd::tigerbeetle::{
-    ids, BackendOptions, ConfigFields, LocalCluster, SubmitMode, TigerBeetleBackend, TigerBeetleConfig,
+    BackendOptions, ConfigFields, LocalCluster, SubmitMode, TigerBeetleBackend, TigerBeetleConfig,
 };
-use tigerbeetle_unofficial as tb;
+use tb_reference::{Hold, ReferenceClient};
 
 /// The requirements of one reservation, as in the spec's example: RPM, TPM,
 /// concurrency and a tenant budget.
 const CHAIN_LENGTH: usize = 4;
+/// The limits' window: an hour, longer than any run, so nothing expires.
+const WINDOW_SECONDS: u32 = 3_600;
 
 #[derive(Clone, Copy)]
 struct Args {
@@ -40,13 +46,14 @@ struct Args {
 }
 
 fn args() -> Args {
+    let defaults = ConfigFields::default();
     let mut args = Args {
         workers: 64,
         reservations: 20_000,
         rounds: 3,
-        sessions: 4,
-        flush_micros: 200,
-        batch_events: 8_000,
+        sessions: defaults.sessions,
+        flush_micros: defaults.flush_interval_micros,
+        batch_events: defaults.max_batch_events,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
@@ -92,24 +99,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("defining {CHAIN_LENGTH} limits");
     for key in &keys {
         // Capacity far above the run's total: every reservation is granted.
-        let definition = LimitDefinition::rolling(key.clone(), u64::MAX / 4, 3_600)?;
+        let definition = LimitDefinition::rolling(key.clone(), u64::MAX / 4, WINDOW_SECONDS.into())?;
         batching.apply_definition(&definition).await?;
         direct
             .apply_state(&batching.limit_report(key).await?.ok_or("lost")?.state)
             .await?;
     }
-    let clients: Arc<Vec<tb::Client>> = Arc::new(
-        (0..args.sessions)
-            .map(|_| tb::Client::new(0, address.as_str()))
-            .collect::<Result<_, _>>()?,
-    );
+    let holds = keys
+        .iter()
+        .map(|key| Hold {
+            key: key.clone(),
+            amount: 1,
+            timeout_seconds: WINDOW_SECONDS,
+        })
+        .collect();
+    let reference = Arc::new(ReferenceClient::connect(0, &address, args.sessions as usize, holds)?);
     // Warm-up: every session registers with the cluster before anything is timed.
     let warm_up = Args {
         reservations: args.workers * args.sessions as usize,
         ..args
     };
-    let (c, k) = (clients.clone(), keys.clone());
-    run(&warm_up, move || raw_reserve(c.clone(), k.clone())).await;
+    let c = reference.clone();
+    run(&warm_up, move || raw_reserve(c.clone())).await;
     let (b, k) = (direct.clone(), keys.clone());
     run(&warm_up, move || backend_reserve(b.clone(), k.clone())).await;
     let (b, k) = (batching.clone(), keys.clone());
@@ -118,10 +129,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("measuring");
     let mut results: Vec<(&str, Vec<Sample>)> = vec![("client", vec![]), ("direct", vec![]), ("batching", vec![])];
     for round in 0..args.rounds {
-        let (c, k) = (clients.clone(), keys.clone());
-        results[0]
-            .1
-            .push(run(&args, move || raw_reserve(c.clone(), k.clone())).await);
+        let c = reference.clone();
+        results[0].1.push(run(&args, move || raw_reserve(c.clone())).await);
         let (b, k) = (direct.clone(), keys.clone());
         results[1]
             .1
@@ -133,16 +142,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("round {} done", round + 1);
     }
     print_table(&results);
-    let (batches, items, transfers, largest) = batching.submitter_stats().snapshot();
-    let (batches, items, transfers) = (
-        batches - warm_up_stats.0,
-        items - warm_up_stats.1,
-        transfers - warm_up_stats.2,
-    );
+    let stats = batching.submitter_stats().snapshot();
+    let batches = stats.batches - warm_up_stats.batches;
+    let items = stats.items - warm_up_stats.items;
+    let transfers = stats.transfers - warm_up_stats.transfers;
     println!(
-        "batching submitter: {batches} batches, {:.1} reservations and {:.1} transfers per batch on average, largest {largest} transfers",
+        "batching submitter: {batches} batches, {:.1} reservations and {:.1} transfers per batch on average, largest {} transfers",
         items as f64 / batches.max(1) as f64,
-        transfers as f64 / batches.max(1) as f64
+        transfers as f64 / batches.max(1) as f64,
+        stats.largest_batch
     );
     Ok(())
 }
@@ -211,32 +219,8 @@ async fn backend_reserve(backend: Arc<TigerBeetleBackend>, keys: Vec<LimitKey>) 
     assert!(outcome.is_allowed(), "denied: {outcome:?}");
 }
 
-async fn raw_reserve(clients: Arc<Vec<tb::Client>>, keys: Vec<LimitKey>) {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let lease = LeaseId::generate();
-    let chain: Vec<tb::Transfer> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, key)| {
-            let mut flags = tb::transfer::Flags::PENDING;
-            if i + 1 < keys.len() {
-                flags |= tb::transfer::Flags::LINKED;
-            }
-            tb::Transfer::new(ids::reserve_transfer_id(lease, key))
-                .with_debit_account_id(ids::resource_account_id(key))
-                .with_credit_account_id(ids::operator_account_id())
-                .with_amount(1)
-                .with_ledger(ids::LEDGER_LIMITS)
-                .with_code(ids::CODE_LIMIT)
-                .with_flags(flags)
-                .with_timeout(3_600)
-        })
-        .collect();
-    let session = NEXT.fetch_add(1, Ordering::Relaxed) as usize % clients.len();
-    clients[session]
-        .create_transfers(chain)
-        .await
-        .expect("create_transfers failed");
+async fn raw_reserve(reference: Arc<ReferenceClient>) {
+    reference.reserve().await;
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {

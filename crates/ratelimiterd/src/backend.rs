@@ -7,14 +7,15 @@ use ratelimiter::memory::{MemoryBackend, MemoryConfig};
 use ratelimiter::{Backend, SystemClock};
 
 use crate::config::{BackendKind, Config};
+use crate::metrics::BackendMetrics;
 
 /// The backend chosen at startup. The memory backend is kept by its type as well,
 /// so its counters can be exported as metrics.
 pub enum SelectedBackend {
     /// The in-process memory backend.
     Memory(Arc<MemoryBackend>),
-    /// Any other backend.
-    Other(Arc<dyn Backend>),
+    /// Any other backend, with the counters it exports as metrics.
+    Other(Arc<dyn Backend>, Arc<dyn BackendMetrics>),
 }
 
 /// Builds the configured backend. The error says what to fix.
@@ -24,7 +25,7 @@ pub async fn build(config: &Config) -> Result<SelectedBackend, String> {
             Arc::new(SystemClock::new()),
             memory_config(config),
         )))),
-        BackendKind::Tigerbeetle => build_tigerbeetle(config).await.map(SelectedBackend::Other),
+        BackendKind::Tigerbeetle => build_tigerbeetle(config).await,
     }
 }
 
@@ -39,7 +40,7 @@ pub fn memory_config(config: &Config) -> MemoryConfig {
 }
 
 #[cfg(feature = "tigerbeetle")]
-async fn build_tigerbeetle(config: &Config) -> Result<Arc<dyn Backend>, String> {
+async fn build_tigerbeetle(config: &Config) -> Result<SelectedBackend, String> {
     use crate::tigerbeetle::{BackendOptions, TigerBeetleBackend, TigerBeetleConfig};
     use ratelimiter::retry::{Jitter, RetryAdvisor, TRACKED_KEYS_MAX_DEFAULT};
 
@@ -59,10 +60,11 @@ async fn build_tigerbeetle(config: &Config) -> Result<Arc<dyn Backend>, String> 
     if let Err(e) = backend.health().await {
         tracing::warn!(addresses = ?tb.addresses, error = %e, "TigerBeetle does not answer yet");
     }
-    Ok(Arc::new(backend))
+    let backend = Arc::new(backend);
+    Ok(SelectedBackend::Other(backend.clone(), backend))
 }
 
 #[cfg(not(feature = "tigerbeetle"))]
-async fn build_tigerbeetle(_config: &Config) -> Result<Arc<dyn Backend>, String> {
+async fn build_tigerbeetle(_config: &Config) -> Result<SelectedBackend, String> {
     Err("server.backend \"tigerbeetle\" needs a ratelimiterd built with `--features tigerbeetle`".to_owned())
 }

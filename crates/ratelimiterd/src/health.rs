@@ -34,12 +34,15 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
     }
 }
 
-/// Prometheus text exposition: the server's metrics, and the memory backend's
-/// counters when it is the backend.
+/// Prometheus text exposition: the server's metrics, then the backend's own
+/// counters (memory or TigerBeetle).
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let mut text = state.metrics().render();
     if let Some(memory) = state.memory() {
         crate::metrics::render_memory(&mut text, &memory.counters());
+    }
+    if let Some(backend) = state.backend_metrics() {
+        backend.render_metrics(&mut text);
     }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],

@@ -54,18 +54,25 @@ impl Histogram {
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
+    /// Appends the histogram's Prometheus text; `labels` (possibly empty) are
+    /// written inside braces, before the bucket's `le`.
+    pub fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let (bucket_labels, own_labels) = if labels.is_empty() {
+            (String::new(), String::new())
+        } else {
+            (format!("{labels},"), format!("{{{labels}}}"))
+        };
         let mut cumulative = 0;
         for (bound, bucket) in BUCKET_BOUNDS_MICROS.iter().zip(&self.buckets) {
             cumulative += bucket.load(Ordering::Relaxed);
             let seconds = *bound as f64 / 1e6;
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{seconds}\"}} {cumulative}");
+            let _ = writeln!(out, "{name}_bucket{{{bucket_labels}le=\"{seconds}\"}} {cumulative}");
         }
         let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_bucket{{{bucket_labels}le=\"+Inf\"}} {count}");
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+        let _ = writeln!(out, "{name}_sum{own_labels} {sum}");
+        let _ = writeln!(out, "{name}_count{own_labels} {count}");
     }
 }
 
@@ -252,6 +259,155 @@ pub fn render_memory(out: &mut String, counters: &MemoryCounters) {
             counters.failed_leases_remembered,
         ),
     ];
+    render_lines(out, &lines);
+}
+
+/// A backend's own counters, appended to `/metrics` after the server's.
+pub trait BackendMetrics: Send + Sync {
+    /// Appends the Prometheus text of the backend's counters to `out`.
+    fn render_metrics(&self, out: &mut String);
+}
+
+#[cfg(feature = "tigerbeetle")]
+impl BackendMetrics for crate::tigerbeetle::TigerBeetleBackend {
+    fn render_metrics(&self, out: &mut String) {
+        render_tigerbeetle(out, &self.counters());
+        let stats = self.submitter_stats();
+        out.push_str("# HELP ratelimiterd_tigerbeetle_queue_wait_seconds Time work items waited for the submitter before their batch was sent.\n");
+        out.push_str("# TYPE ratelimiterd_tigerbeetle_queue_wait_seconds histogram\n");
+        stats
+            .queue_wait
+            .render(out, "ratelimiterd_tigerbeetle_queue_wait_seconds", "");
+        out.push_str("# HELP ratelimiterd_tigerbeetle_request_duration_seconds Time TigerBeetle took to answer each create_transfers request.\n");
+        out.push_str("# TYPE ratelimiterd_tigerbeetle_request_duration_seconds histogram\n");
+        stats
+            .round_trip
+            .render(out, "ratelimiterd_tigerbeetle_request_duration_seconds", "");
+    }
+}
+
+/// The TigerBeetle backend's single-valued metrics: name, type, help, and how
+/// to read the value from the counters.
+#[cfg(feature = "tigerbeetle")]
+type TigerBeetleLine = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&crate::tigerbeetle::TigerBeetleCounters) -> u64,
+);
+
+#[cfg(feature = "tigerbeetle")]
+const TIGERBEETLE_LINES: [TigerBeetleLine; 16] = [
+    (
+        "ratelimiterd_tigerbeetle_overage_dropped_units_total",
+        "counter",
+        "Units used above reservations and dropped (overage: none).",
+        |c| c.overage_dropped_units,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_overage_debt_units_total",
+        "counter",
+        "Units used above reservations and recorded as debt (overage: debt).",
+        |c| c.overage_debt_units,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_batches_total",
+        "counter",
+        "create_transfers requests sent; transfers per batch is batch_transfers_total over this.",
+        |c| c.batches.batches,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_batch_items_total",
+        "counter",
+        "Work items (a lease's chain, a Complete's transfers) sent in those requests.",
+        |c| c.batches.items,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_batch_transfers_total",
+        "counter",
+        "Transfers sent in those requests.",
+        |c| c.batches.transfers,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_batch_transfers_max",
+        "gauge",
+        "The most transfers sent in one request since the start.",
+        |c| c.batches.largest_batch,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_queue_full_total",
+        "counter",
+        "Work items refused at once (503) because the submitter's queue was full.",
+        |c| c.queue_full,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_timeouts_total",
+        "counter",
+        "Requests TigerBeetle did not answer within request_timeout_ms (503, outcome unknown).",
+        |c| c.timeouts,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_abandoned_items_total",
+        "counter",
+        "Queued work items not sent because their caller had given up.",
+        |c| c.abandoned,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_queue_depth",
+        "gauge",
+        "Work items waiting for the submitter.",
+        |c| c.queue_depth,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_requests_outstanding",
+        "gauge",
+        "Requests sent on the client sessions and not answered yet.",
+        |c| c.slots_busy,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_sessions_renewed_total",
+        "counter",
+        "Client sessions reopened after the cluster evicted them.",
+        |c| c.sessions_renewed,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_leases_cached",
+        "gauge",
+        "Leases whose metadata is kept for Complete.",
+        |c| c.leases_cached,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_lease_cache_evictions_total",
+        "counter",
+        "Leases forgotten to respect lease_cache_max; their Completes were not reconciled.",
+        |c| c.lease_cache_evictions,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_denied_leases_remembered",
+        "gauge",
+        "Lease ids TigerBeetle denied, remembered so that they stay denied.",
+        |c| c.denied_leases,
+    ),
+    (
+        "ratelimiterd_tigerbeetle_denied_leases_evictions_total",
+        "counter",
+        "Denied lease ids forgotten to respect the bound; TigerBeetle still remembers them.",
+        |c| c.denied_lease_evictions,
+    ),
+];
+
+/// Appends the TigerBeetle backend's counters.
+#[cfg(feature = "tigerbeetle")]
+pub fn render_tigerbeetle(out: &mut String, counters: &crate::tigerbeetle::TigerBeetleCounters) {
+    let lines: Vec<(&str, &str, &str, u64)> = TIGERBEETLE_LINES
+        .iter()
+        .map(|(name, kind, help, value)| (*name, *kind, *help, value(counters)))
+        .collect();
+    render_lines(out, &lines);
+}
+
+/// Appends one single-valued metric per line: (name, type, help, value).
+fn render_lines(out: &mut String, lines: &[(&str, &str, &str, u64)]) {
     for (name, kind, help, value) in lines {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
     }

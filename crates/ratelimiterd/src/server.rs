@@ -72,7 +72,7 @@ pub async fn start(config: &Config) -> Result<AppState, ServerError> {
     let registry = Registry::open(&config.registry.path)?;
     let state = match backend {
         SelectedBackend::Memory(memory) => AppState::new_memory(memory, registry, config),
-        SelectedBackend::Other(backend) => AppState::new(backend, registry, config),
+        SelectedBackend::Other(backend, metrics) => AppState::with_backend_metrics(backend, metrics, registry, config),
     };
     let restored = state.admin().restore().await.map_err(|e| ServerError::Restore {
         path: config.registry.path.clone(),

@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use crate::admin::Admin;
 use crate::auth::Auth;
 use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::metrics::{BackendMetrics, Metrics};
 
 /// The state behind every route.
 #[derive(Clone)]
@@ -23,6 +23,7 @@ pub struct AppState {
 struct Shared {
     backend: Arc<dyn Backend>,
     memory: Option<Arc<MemoryBackend>>,
+    backend_metrics: Option<Arc<dyn BackendMetrics>>,
     admin: Admin,
     metrics: Arc<Metrics>,
     auth: Auth,
@@ -36,18 +37,29 @@ impl AppState {
     /// Builds the state from a validated configuration, the backend chosen at
     /// startup and the opened registry.
     pub fn new(backend: Arc<dyn Backend>, registry: Registry, config: &Config) -> Self {
-        Self::build(backend, None, registry, config)
+        Self::build(backend, None, None, registry, config)
     }
 
     /// Like [`AppState::new`] on the memory backend, whose counters are then
     /// exported as metrics.
     pub fn new_memory(memory: Arc<MemoryBackend>, registry: Registry, config: &Config) -> Self {
-        Self::build(memory.clone(), Some(memory), registry, config)
+        Self::build(memory.clone(), Some(memory), None, registry, config)
+    }
+
+    /// Like [`AppState::new`] on a backend that exports its own counters.
+    pub fn with_backend_metrics(
+        backend: Arc<dyn Backend>,
+        metrics: Arc<dyn BackendMetrics>,
+        registry: Registry,
+        config: &Config,
+    ) -> Self {
+        Self::build(backend, None, Some(metrics), registry, config)
     }
 
     fn build(
         backend: Arc<dyn Backend>,
         memory: Option<Arc<MemoryBackend>>,
+        backend_metrics: Option<Arc<dyn BackendMetrics>>,
         registry: Registry,
         config: &Config,
     ) -> Self {
@@ -57,6 +69,7 @@ impl AppState {
                 admin: Admin::new(backend.clone(), registry),
                 backend,
                 memory,
+                backend_metrics,
                 metrics: Arc::new(Metrics::default()),
                 auth: Auth::new(server.admin_token.as_deref(), &server.client_tokens),
                 permits: Arc::new(Semaphore::new(server.concurrent_requests_max)),
@@ -74,6 +87,10 @@ impl AppState {
     /// The memory backend, when it is the one chosen.
     pub fn memory(&self) -> Option<&Arc<MemoryBackend>> {
         self.shared.memory.as_ref()
+    }
+    /// The backend's own counters, when it exports any besides the memory backend's.
+    pub fn backend_metrics(&self) -> Option<&Arc<dyn BackendMetrics>> {
+        self.shared.backend_metrics.as_ref()
     }
     /// Limit definitions: registry and backend together.
     pub fn admin(&self) -> &Admin {

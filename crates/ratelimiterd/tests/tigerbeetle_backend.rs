@@ -12,7 +12,7 @@ use ratelimiter::{
     LimitStatus, Limiter, LimiterError, Overage, ReserveOutcome, SystemClock,
 };
 use ratelimiterd::tigerbeetle::SubmitMode;
-use tigerbeetle_common::{backend, backend_with, reserve, reserve_lease, unique_key};
+use tigerbeetle_common::{backend, backend_on, backend_with, config_with, reserve, reserve_lease, unique_key};
 
 fn complete(lease: LeaseId, actuals: &[(&LimitKey, u64)]) -> CompleteRequest {
     let actuals = actuals
@@ -224,11 +224,13 @@ async fn overage_is_reserved_or_recorded_as_debt() {
         .unwrap()
         .is_allowed());
     // No room: the overage becomes debt, once.
+    let owed = backend.counters().overage_debt_units;
     backend.complete(&complete(b, &[(&budget, 45)])).await.unwrap();
     let report = backend.limit_report(&budget).await.unwrap().unwrap();
     assert_eq!((report.in_use, report.debt), (100, 15));
     backend.complete(&complete(b, &[(&budget, 45)])).await.unwrap();
     assert_eq!(backend.limit_report(&budget).await.unwrap().unwrap().debt, 15);
+    assert_eq!(backend.counters().overage_debt_units - owed, 15, "debt is counted once");
 
     let plain = unique_key("plain");
     backend
@@ -406,4 +408,40 @@ async fn concurrent_reserves_never_over_admit_in_either_mode() {
         assert_eq!(allowed, 37, "{mode:?}");
         assert_eq!(in_use(backend.as_ref(), &key).await, 37);
     }
+}
+
+/// With one session the submitter holds the only slot whenever a batch is out:
+/// the lookup of a lease granted elsewhere waits for the slot instead of
+/// answering 503 while reservations keep the session busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_lease_is_looked_up_while_the_only_session_is_busy() {
+    let first = backend().await;
+    let key = unique_key("one-session");
+    first
+        .apply_definition(&LimitDefinition::rolling(key.clone(), 1_000_000, 60).unwrap())
+        .await
+        .unwrap();
+    let granted: Vec<LeaseId> = (0..20).map(|_| LeaseId::generate()).collect();
+    for lease in &granted {
+        assert!(first
+            .reserve(&reserve_lease(*lease, &[(&key, 1)]))
+            .await
+            .unwrap()
+            .is_allowed());
+    }
+    let config = config_with(SubmitMode::Batching, 1);
+    let other = Arc::new(backend_on(&config, Arc::new(SystemClock::new())).await);
+    let state = first.limit_report(&key).await.unwrap().unwrap().state;
+    other.apply_state(&state).await.unwrap();
+    let spawn_reserve = |lease: LeaseId| {
+        let (other, key) = (other.clone(), key.clone());
+        tokio::spawn(async move { other.reserve(&reserve_lease(lease, &[(&key, 1)])).await })
+    };
+    let fresh: Vec<_> = (0..300).map(|_| spawn_reserve(LeaseId::generate())).collect();
+    let retried: Vec<_> = granted.iter().map(|lease| spawn_reserve(*lease)).collect();
+    for task in retried.into_iter().chain(fresh) {
+        let outcome = task.await.unwrap();
+        assert!(matches!(outcome, Ok(ReserveOutcome::Allowed { .. })), "{outcome:?}");
+    }
+    assert_eq!(in_use(other.as_ref(), &key).await, 320);
 }

@@ -261,3 +261,68 @@ fn a_stopped_cluster_gives_bounded_503s_and_service_resumes_by_itself() {
     let in_use = report["in_use"].as_u64().unwrap();
     assert!(in_use <= 1000, "{report}");
 }
+
+/// The value of a single-valued metric in a Prometheus text.
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{name} is not in /metrics:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn the_backends_own_counters_are_in_metrics() {
+    let temp = TempDir::new("metrics");
+    let server = Server::start(&temp.0, cluster().address());
+    wait_health(&server, 200);
+    let id = LeaseId::generate();
+    let (plain, owed) = (format!("tb:metrics:{id}:plain"), format!("tb:metrics:{id}:owed"));
+    for (key, overage) in [(&plain, "none"), (&owed, "debt")] {
+        let definition =
+            json!({"key": key, "kind": "rolling", "capacity": 10, "window_seconds": 60, "overage": overage});
+        assert_eq!(server.call("PUT", "/v1/admin/limits", Some(definition)).0, 200);
+    }
+    // One lease takes both limits whole, then reports 3 units more on each:
+    // the overage cannot be reserved, so it is dropped on one and owed on the other.
+    let lease = LeaseId::generate().to_string();
+    let reserve =
+        json!({"lease_id": lease, "requirements": [{"key": plain, "amount": 10}, {"key": owed, "amount": 10}]});
+    let (status, body) = server.call("POST", "/v1/reserve", Some(reserve));
+    assert_eq!((status, &body["allowed"]), (200, &json!(true)), "{body}");
+    let complete = json!({"lease_id": lease, "actuals": [{"key": plain, "actual_amount": 13}, {"key": owed, "actual_amount": 13}]});
+    assert_eq!(server.call("POST", "/v1/complete", Some(complete)).0, 200);
+
+    let (status, text) = server.call("GET", "/metrics", None);
+    assert_eq!(status, 200);
+    let text = text.as_str().expect("Prometheus text").to_owned();
+    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_overage_dropped_units_total"), 3);
+    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_overage_debt_units_total"), 3);
+    // The hot path sent three work items: the reserve chain (2 transfers), the
+    // two overage reservations (2), the debt (1); the admin path is not counted.
+    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_items_total"), 3);
+    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_transfers_total"), 5);
+    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_transfers_max"), 2);
+    let batches = metric(&text, "ratelimiterd_tigerbeetle_batches_total");
+    assert!((1..=3).contains(&batches), "{batches} batches");
+    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_queue_wait_seconds_count"), 3);
+    assert_eq!(
+        metric(&text, "ratelimiterd_tigerbeetle_request_duration_seconds_count"),
+        batches
+    );
+    assert!(text.contains("ratelimiterd_tigerbeetle_request_duration_seconds_bucket{le=\"+Inf\"} "));
+    for zero in [
+        "ratelimiterd_tigerbeetle_queue_full_total",
+        "ratelimiterd_tigerbeetle_timeouts_total",
+        "ratelimiterd_tigerbeetle_abandoned_items_total",
+        "ratelimiterd_tigerbeetle_queue_depth",
+        "ratelimiterd_tigerbeetle_requests_outstanding",
+        "ratelimiterd_tigerbeetle_sessions_renewed_total",
+        "ratelimiterd_tigerbeetle_lease_cache_evictions_total",
+        "ratelimiterd_tigerbeetle_denied_leases_remembered",
+        "ratelimiterd_tigerbeetle_denied_leases_evictions_total",
+    ] {
+        assert_eq!(metric(&text, zero), 0, "{zero}");
+    }
+    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_leases_cached"), 1);
+}

@@ -298,9 +298,11 @@ impl TigerBeetleBackend {
         Ok(failures.first().map(|f| f.kind()))
     }
 
-    /// A pool slot for the admin path: it waits (bounded) rather than failing at
-    /// once, since admin calls are rare and should not lose to a burst.
-    async fn admin_slot(&self) -> Result<super::pool::Slot, LimiterError> {
+    /// A pool slot for the rare paths (admin, the lookup of a retried lease): it
+    /// waits (bounded) rather than failing at once, since these calls should not
+    /// lose to a burst, and with one session the submitter holds the only slot
+    /// whenever a batch is out.
+    pub(super) async fn admin_slot(&self) -> Result<super::pool::Slot, LimiterError> {
         tokio::time::timeout(self.timeout, self.pool.slot())
             .await
             .map_err(|_| unavailable(&PoolError::Busy, "admin"))

@@ -19,7 +19,7 @@ use super::config::{SubmitMode, TigerBeetleConfig};
 use super::denied_leases::DeniedLeases;
 use super::lease_cache::LeaseCache;
 use super::pool::{ClientPool, PoolError};
-use super::submitter::Submitter;
+use super::submitter::{Submitter, SubmitterSnapshot, SubmitterStats};
 
 /// The retry hint of a 503: long enough for a replica to fail over or a queue
 /// to drain, short enough that a retry with the same lease id comes soon.
@@ -63,6 +63,40 @@ pub struct TigerBeetleBackend {
     pub(super) defund_attempts: AtomicU64,
     /// Overage of `overage: none` limits that could not be reserved (a metric).
     pub(super) overage_dropped_units: AtomicU64,
+    /// Overage of `overage: debt` limits recorded as debt (a metric).
+    pub(super) overage_debt_units: AtomicU64,
+}
+
+/// The backend's own counters at one moment, exported in `/metrics` (the
+/// submitter's histograms are read from [`TigerBeetleBackend::submitter_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TigerBeetleCounters {
+    /// Units used beyond reservations and dropped (`overage: none`).
+    pub overage_dropped_units: u64,
+    /// Units used beyond reservations and recorded as debt (`overage: debt`).
+    pub overage_debt_units: u64,
+    /// What the submitter sent.
+    pub batches: SubmitterSnapshot,
+    /// Work items refused at once because the queue was full (answered 503).
+    pub queue_full: u64,
+    /// Requests whose answer did not come in time (outcome unknown, 503).
+    pub timeouts: u64,
+    /// Queued work items dropped because their caller had given up.
+    pub abandoned: u64,
+    /// Work items waiting for the submitter now.
+    pub queue_depth: u64,
+    /// Requests outstanding on the client sessions now.
+    pub slots_busy: u64,
+    /// Sessions reopened after the cluster evicted them.
+    pub sessions_renewed: u64,
+    /// Leases whose metadata is kept now.
+    pub leases_cached: u64,
+    /// Leases forgotten to respect `lease_cache_max`: not reconciled at Complete.
+    pub lease_cache_evictions: u64,
+    /// Denied lease ids remembered now.
+    pub denied_leases: u64,
+    /// Denied lease ids forgotten to respect [`DENIED_LEASES_MAX`].
+    pub denied_lease_evictions: u64,
 }
 
 impl std::fmt::Debug for TigerBeetleBackend {
@@ -105,6 +139,7 @@ impl TigerBeetleBackend {
             admin: tokio::sync::Mutex::new(()),
             defund_attempts: AtomicU64::new(options_seed()),
             overage_dropped_units: AtomicU64::new(0),
+            overage_debt_units: AtomicU64::new(0),
         })
     }
 
@@ -115,8 +150,29 @@ impl TigerBeetleBackend {
     }
 
     /// What the submitter sent so far (batch sizes reached).
-    pub fn submitter_stats(&self) -> &super::submitter::SubmitterStats {
+    pub fn submitter_stats(&self) -> &SubmitterStats {
         self.submitter.stats()
+    }
+
+    /// Every counter of the backend, read now.
+    pub fn counters(&self) -> TigerBeetleCounters {
+        let stats = self.submitter.stats();
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        TigerBeetleCounters {
+            overage_dropped_units: load(&self.overage_dropped_units),
+            overage_debt_units: load(&self.overage_debt_units),
+            batches: stats.snapshot(),
+            queue_full: load(&stats.queue_full),
+            timeouts: load(&stats.timeouts),
+            abandoned: load(&stats.abandoned),
+            queue_depth: self.submitter.queue_depth() as u64,
+            slots_busy: self.pool.slots_busy() as u64,
+            sessions_renewed: self.pool.sessions_renewed(),
+            leases_cached: self.leases.len() as u64,
+            lease_cache_evictions: self.leases.evicted(),
+            denied_leases: self.denied.len() as u64,
+            denied_lease_evictions: self.denied.evicted(),
+        }
     }
 
     /// The state of `key`, if defined.

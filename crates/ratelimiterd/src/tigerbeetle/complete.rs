@@ -52,7 +52,7 @@ impl TigerBeetleBackend {
         }
         record.completed = true;
         record.held = Vec::new();
-        self.leases.insert(lease, record);
+        self.leases.update(lease, record);
         Ok(())
     }
 
@@ -66,6 +66,7 @@ impl TigerBeetleBackend {
         overages: &[usize],
     ) -> Result<(), LimiterError> {
         let mut debts = Vec::new();
+        let mut debt_units = Vec::new();
         for held in overages.iter().map(|i| &record.held[*i]) {
             let actual = request
                 .actuals()
@@ -82,6 +83,7 @@ impl TigerBeetleBackend {
                     .fetch_add(diff, std::sync::atomic::Ordering::Relaxed);
                 continue;
             }
+            debt_units.push(diff);
             debts.push(
                 tb::Transfer::new(ids::debt_transfer_id(lease, &held.key))
                     .with_debit_account_id(ids::debt_account_id(&held.key))
@@ -101,7 +103,17 @@ impl TigerBeetleBackend {
             .await
             .map_err(|e| unavailable(&e, "debt"))?;
         match failures.iter().find(|f| !matches!(f.kind(), Kind::Exists)) {
-            None => Ok(()),
+            None => {
+                // A debt that exists already was recorded, and counted, by an
+                // earlier attempt of this Complete.
+                let recorded: u64 = (debt_units.iter().enumerate())
+                    .filter(|(i, _)| !failures.iter().any(|f| f.index == *i))
+                    .map(|(_, units)| units)
+                    .sum();
+                self.overage_debt_units
+                    .fetch_add(recorded, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
             Some(f) => {
                 tracing::error!(lease = %lease, code = ?f.kind(), "recording debt failed");
                 Err(LimiterError::Backend(format!("debt transfer failed: {:?}", f.kind())))

@@ -8,6 +8,7 @@
 //! (a decreasing limit, an amount above capacity) burn nothing and are not here.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use ratelimiter::LeaseId;
@@ -17,6 +18,9 @@ use ratelimiter::LeaseId;
 pub struct DeniedLeases {
     inner: Mutex<(HashSet<LeaseId>, VecDeque<LeaseId>)>,
     capacity: usize,
+    /// Lease ids forgotten to respect the capacity (a metric): a retry of one of
+    /// them relies on TigerBeetle's own `id_already_failed`.
+    evicted: AtomicU64,
 }
 
 impl DeniedLeases {
@@ -26,6 +30,7 @@ impl DeniedLeases {
         Self {
             inner: Mutex::new((HashSet::new(), VecDeque::new())),
             capacity,
+            evicted: AtomicU64::new(0),
         }
     }
 
@@ -40,7 +45,23 @@ impl DeniedLeases {
         if order.len() > self.capacity {
             let oldest = order.pop_front().expect("order is not empty");
             set.remove(&oldest);
+            self.evicted.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// How many lease ids were forgotten to respect the capacity.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// How many denied lease ids are remembered.
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("denied leases lock poisoned").0.len()
+    }
+
+    /// True when no denied lease is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// True when `lease` was denied (and not forgotten yet).
@@ -66,6 +87,7 @@ mod tests {
         }
         denied.insert(ids[2]);
         assert!(!denied.contains(ids[0]));
+        assert_eq!((denied.len(), denied.evicted()), (2, 1));
         assert!(denied.contains(ids[1]));
         assert!(denied.contains(ids[2]));
     }

@@ -5,6 +5,7 @@
 //! retries of their Reserve or Complete are answered without another round trip.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use ratelimiter::{LeaseId, LimitKey, LimitKind};
@@ -59,6 +60,9 @@ pub struct LeaseRecord {
 pub struct LeaseCache {
     inner: Mutex<Inner>,
     capacity: usize,
+    /// Leases forgotten to respect the capacity (a metric): their Completes
+    /// were not reconciled, their holds expire by their timeouts.
+    evicted: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -78,6 +82,7 @@ impl LeaseCache {
         Self {
             inner: Mutex::new(Inner::default()),
             capacity,
+            evicted: AtomicU64::new(0),
         }
     }
 
@@ -93,6 +98,7 @@ impl LeaseCache {
             let (number, oldest) = inner.order.pop_front().expect("order lists every record");
             if inner.records.get(&oldest).is_some_and(|(n, _)| *n == number) {
                 inner.records.remove(&oldest);
+                self.evicted.fetch_add(1, Ordering::Relaxed);
             }
         }
         // Stale entries accumulate when leases complete; drop them before the
@@ -101,6 +107,20 @@ impl LeaseCache {
             let Inner { records, order, .. } = &mut *inner;
             order.retain(|(n, lease)| records.get(lease).is_some_and(|(m, _)| m == n));
         }
+    }
+
+    /// Replaces the record of `lease` in place, keeping its age, or inserts it
+    /// when it is not remembered (any more). A lease's later states (confirmed,
+    /// completed) thus cost no second entry in the insertion order, which would
+    /// double the order queue of a busy server and the work of pruning it.
+    pub fn update(&self, lease: LeaseId, record: LeaseRecord) {
+        let mut inner = self.inner.lock().expect("lease cache lock poisoned");
+        if let Some((_, existing)) = inner.records.get_mut(&lease) {
+            *existing = record;
+            return;
+        }
+        drop(inner);
+        self.insert(lease, record);
     }
 
     /// The record of `lease`, if remembered.
@@ -118,6 +138,11 @@ impl LeaseCache {
     /// How many leases are remembered.
     pub fn len(&self) -> usize {
         self.inner.lock().expect("lease cache lock poisoned").records.len()
+    }
+
+    /// How many leases were forgotten to respect the capacity.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
     }
 
     /// True when no lease is remembered.
@@ -163,6 +188,7 @@ mod tests {
         cache.insert(c, record(3));
         assert_eq!(cache.len(), 2);
         assert!(cache.get(a).is_none());
+        assert_eq!(cache.evicted(), 1);
         assert_eq!(cache.get(b).unwrap().reserved_at_unix_ms, 2);
         assert_eq!(cache.get(c).unwrap().reserved_at_unix_ms, 3);
     }
@@ -183,6 +209,26 @@ mod tests {
     }
 
     #[test]
+    fn updates_keep_the_age_and_add_no_order_entry() {
+        let cache = LeaseCache::new(2);
+        let (a, b, c) = (LeaseId::from_u128(1), LeaseId::from_u128(2), LeaseId::from_u128(3));
+        cache.insert(a, record(1));
+        cache.insert(b, record(2));
+        for at in 10..20 {
+            cache.update(a, record(at));
+        }
+        assert_eq!(cache.inner.lock().unwrap().order.len(), 2);
+        assert_eq!(cache.get(a).unwrap().reserved_at_unix_ms, 19);
+        // a is still the oldest: the next insertion evicts it.
+        cache.insert(c, record(3));
+        assert!(cache.get(a).is_none());
+        // An update of a forgotten lease remembers it again.
+        cache.update(a, record(4));
+        assert_eq!(cache.get(a).unwrap().reserved_at_unix_ms, 4);
+        assert!(cache.get(b).is_none());
+    }
+
+    #[test]
     fn the_order_queue_stays_bounded_under_churn() {
         let cache = LeaseCache::new(4);
         for i in 1..=10_000u128 {
@@ -191,6 +237,7 @@ mod tests {
             cache.remove(lease);
         }
         assert!(cache.is_empty());
+        assert_eq!(cache.evicted(), 0, "removed leases are not evictions");
         assert!(cache.inner.lock().unwrap().order.len() <= 8 + 1);
     }
 }

@@ -34,7 +34,10 @@ mod complete;
 mod reserve;
 
 #[cfg(feature = "tigerbeetle")]
-pub use backend::{BackendOptions, TigerBeetleBackend};
+pub use reserve::lease_chain;
+
+#[cfg(feature = "tigerbeetle")]
+pub use backend::{BackendOptions, TigerBeetleBackend, TigerBeetleCounters};
 pub use config::{ConfigFields, SubmitMode, TigerBeetleConfig};
 #[cfg(feature = "tigerbeetle")]
 pub use harness::LocalCluster;

@@ -8,7 +8,7 @@
 //! on the client library, and a pool without free slots answers at once.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -44,6 +44,10 @@ pub struct ClientPool {
     sessions: Vec<Session>,
     /// Free slots: requests that may be outstanding on the client library.
     slots: Arc<Semaphore>,
+    /// The number of slots, free or not.
+    slots_max: usize,
+    /// Sessions reopened after the cluster evicted them (a metric).
+    renewed: AtomicU64,
     /// The next session to use, round robin.
     next: AtomicUsize,
     cluster_id: u128,
@@ -84,6 +88,8 @@ impl ClientPool {
         Ok(Self {
             sessions,
             slots: Arc::new(Semaphore::new(slots)),
+            slots_max: slots,
+            renewed: AtomicU64::new(0),
             next: AtomicUsize::new(0),
             cluster_id: config.cluster_id(),
             addresses,
@@ -93,6 +99,16 @@ impl ClientPool {
     /// The number of sessions.
     pub fn session_count(&self) -> usize {
         self.sessions.len()
+    }
+
+    /// Requests outstanding on the client library now.
+    pub fn slots_busy(&self) -> usize {
+        self.slots_max - self.slots.available_permits()
+    }
+
+    /// Sessions reopened so far because the cluster had evicted them.
+    pub fn sessions_renewed(&self) -> u64 {
+        self.renewed.load(Ordering::Relaxed)
     }
 
     /// A free slot, or `Busy` at once.
@@ -135,7 +151,10 @@ impl ClientPool {
             return;
         }
         match new_client(self.cluster_id, &self.addresses) {
-            Ok(client) => *guard = Arc::new(client),
+            Ok(client) => {
+                *guard = Arc::new(client);
+                self.renewed.fetch_add(1, Ordering::Relaxed);
+            }
             Err(e) => tracing::error!(session, error = %e, "cannot reopen an evicted TigerBeetle session"),
         }
     }

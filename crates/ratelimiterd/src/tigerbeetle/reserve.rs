@@ -3,7 +3,9 @@
 //! applies the chain all or nothing and refuses a transfer that would debit a
 //! resource account beyond its credits, so nothing is ever over-admitted.
 
-use ratelimiter::{Denial, LeaseId, LimitDefinition, LimitStatus, LimiterError, ReserveOutcome, ReserveRequest};
+use ratelimiter::{
+    Denial, LeaseId, LimitDefinition, LimitKey, LimitStatus, LimiterError, ReserveOutcome, ReserveRequest,
+};
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend};
@@ -140,7 +142,7 @@ impl TigerBeetleBackend {
         let keys = || request.requirements().iter().map(|r| &r.key);
         if failures.is_empty() {
             record.confirmed = true;
-            self.leases.insert(lease, record);
+            self.leases.update(lease, record);
             self.retry.on_allowed(keys(), now);
             return Ok(ReserveOutcome::Allowed {
                 reserved_at_unix_ms: now,
@@ -204,7 +206,7 @@ impl TigerBeetleBackend {
             .collect();
         let first = ids[0];
         let expected = ids.len();
-        let slot = self.pool.try_slot().map_err(|e| unavailable(&e, "reserve lookup"))?;
+        let slot = self.admin_slot().await?;
         let found = self
             .pool
             .run(slot, self.timeout, move |client| async move {
@@ -227,7 +229,7 @@ impl TigerBeetleBackend {
         }
         record.confirmed = true;
         let reserved_at_unix_ms = record.reserved_at_unix_ms;
-        self.leases.insert(lease, record);
+        self.leases.update(lease, record);
         Ok(ReserveOutcome::Allowed { reserved_at_unix_ms })
     }
 }
@@ -255,27 +257,37 @@ fn is_different_existing(kind: Kind) -> bool {
 /// (concurrency). Every transfer carries the lease in `user_data_128` for audits;
 /// nothing in it depends on the time, so a retry sends the very same chain.
 fn reserve_chain(request: &ReserveRequest, definitions: &[(LimitDefinition, LimitStatus)]) -> Vec<tb::Transfer> {
-    let lease: LeaseId = request.lease_id();
-    let last = request.requirements().len() - 1;
-    request
-        .requirements()
-        .iter()
-        .zip(definitions)
+    let holds = request.requirements().iter().zip(definitions).map(|(r, (d, _))| {
+        let timeout = u32::try_from(d.hold_ms() / 1000).expect("windows and timeouts are validated to fit u32");
+        (&r.key, r.amount, timeout)
+    });
+    lease_chain(request.lease_id(), holds)
+}
+
+/// The chain that reserves `holds` (key, amount, timeout in seconds) for
+/// `lease`, exactly as the backend sends it: benchmarks send it straight with
+/// the client library to compare against the backend.
+pub fn lease_chain<'a>(
+    lease: LeaseId,
+    holds: impl ExactSizeIterator<Item = (&'a LimitKey, u64, u32)>,
+) -> Vec<tb::Transfer> {
+    assert!(holds.len() >= 1, "a lease holds at least one requirement");
+    let last = holds.len() - 1;
+    holds
         .enumerate()
-        .map(|(i, (r, (d, _)))| {
+        .map(|(i, (key, amount, timeout_seconds))| {
             let mut flags = tb::transfer::Flags::PENDING;
             if i < last {
                 flags |= tb::transfer::Flags::LINKED;
             }
-            let timeout = u32::try_from(d.hold_ms() / 1000).expect("windows and timeouts are validated to fit u32");
-            tb::Transfer::new(ids::reserve_transfer_id(lease, &r.key))
-                .with_debit_account_id(ids::resource_account_id(&r.key))
+            tb::Transfer::new(ids::reserve_transfer_id(lease, key))
+                .with_debit_account_id(ids::resource_account_id(key))
                 .with_credit_account_id(ids::operator_account_id())
-                .with_amount(u128::from(r.amount))
+                .with_amount(u128::from(amount))
                 .with_ledger(ids::LEDGER_LIMITS)
                 .with_code(ids::CODE_LIMIT)
                 .with_flags(flags)
-                .with_timeout(timeout)
+                .with_timeout(timeout_seconds)
                 .with_user_data_128(lease.to_u128())
         })
         .collect()

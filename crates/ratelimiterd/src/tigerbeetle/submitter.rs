@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use super::config::{SubmitMode, TigerBeetleConfig};
 use super::pool::{ClientPool, PoolError, Slot};
+use crate::metrics::Histogram;
 
 /// The result of one transfer that failed: its index within the work item and
 /// TigerBeetle's result code. Transfers not listed succeeded.
@@ -40,7 +41,7 @@ impl Failure {
     }
 }
 
-/// Counters of what the submitter sent, for metrics and benchmarks.
+/// Counters of what the submitter sent and refused, for `/metrics` and benchmarks.
 #[derive(Debug, Default)]
 pub struct SubmitterStats {
     /// `create_transfers` requests sent.
@@ -51,6 +52,32 @@ pub struct SubmitterStats {
     pub transfers: AtomicU64,
     /// The most transfers sent in one request.
     pub largest_batch: AtomicU64,
+    /// Work items refused at once because the queue (or, in direct mode, every
+    /// slot) was full: the cluster is slower than the load.
+    pub queue_full: AtomicU64,
+    /// Callers that stopped waiting for TigerBeetle: their outcome is unknown.
+    pub timeouts: AtomicU64,
+    /// Queued work items not sent because their caller had already given up.
+    pub abandoned: AtomicU64,
+    /// How long work items waited in the queue before their batch left
+    /// (batching mode): the price of batching, and the first sign of saturation.
+    pub queue_wait: Histogram,
+    /// How long each `create_transfers` took, from send to answer: the
+    /// cluster's commit latency as this server sees it.
+    pub round_trip: Histogram,
+}
+
+/// A copy of the counters at one moment, for benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubmitterSnapshot {
+    /// `create_transfers` requests sent.
+    pub batches: u64,
+    /// Work items sent in them.
+    pub items: u64,
+    /// Transfers sent in them.
+    pub transfers: u64,
+    /// The most transfers sent in one request.
+    pub largest_batch: u64,
 }
 
 impl SubmitterStats {
@@ -61,14 +88,24 @@ impl SubmitterStats {
         self.largest_batch.fetch_max(transfers as u64, Ordering::Relaxed);
     }
 
-    /// A copy of the counters: (batches, items, transfers, largest batch).
-    pub fn snapshot(&self) -> (u64, u64, u64, u64) {
-        (
-            self.batches.load(Ordering::Relaxed),
-            self.items.load(Ordering::Relaxed),
-            self.transfers.load(Ordering::Relaxed),
-            self.largest_batch.load(Ordering::Relaxed),
-        )
+    /// A copy of the batch counters.
+    pub fn snapshot(&self) -> SubmitterSnapshot {
+        SubmitterSnapshot {
+            batches: self.batches.load(Ordering::Relaxed),
+            items: self.items.load(Ordering::Relaxed),
+            transfers: self.transfers.load(Ordering::Relaxed),
+            largest_batch: self.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts a refusal or a timeout before it is returned to the caller.
+    fn count_error(&self, error: &PoolError) {
+        let counter = match error {
+            PoolError::Busy => &self.queue_full,
+            PoolError::Timeout(_) => &self.timeouts,
+            PoolError::Client(_) => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -79,6 +116,8 @@ type Reply = oneshot::Sender<Result<Vec<Failure>, PoolError>>;
 struct WorkItem {
     transfers: Vec<tb::Transfer>,
     reply: Reply,
+    /// When the item was queued, for the queue wait histogram.
+    queued: Instant,
 }
 
 /// Gets work items to TigerBeetle, batched or direct.
@@ -143,6 +182,12 @@ impl Submitter {
         &self.stats
     }
 
+    /// Work items queued for the dispatcher now (0 in direct mode, whose
+    /// requests wait on the client library and count as busy slots).
+    pub fn queue_depth(&self) -> usize {
+        self.queue.as_ref().map_or(0, |q| q.max_capacity() - q.capacity())
+    }
+
     /// Sends `transfers` as one unit and returns the failed ones. `Busy` means
     /// nothing was sent; `Timeout` means the outcome is unknown.
     pub async fn submit(&self, transfers: Vec<tb::Transfer>) -> Result<Vec<Failure>, PoolError> {
@@ -151,16 +196,39 @@ impl Submitter {
             transfers.len() <= self.batch_events_max,
             "work item larger than a batch"
         );
-        let Some(queue) = &self.queue else {
-            let slot = self.pool.try_slot()?;
-            self.stats.record(1, transfers.len());
-            return self
-                .pool
-                .run(slot, self.timeout, move |c| create_transfers(c, transfers))
-                .await;
+        let result = match &self.queue {
+            None => self.submit_direct(transfers).await,
+            Some(queue) => self.submit_queued(queue, transfers).await,
         };
+        if let Err(e) = &result {
+            self.stats.count_error(e);
+        }
+        result
+    }
+
+    /// Direct mode: the item is its own request on a free slot.
+    async fn submit_direct(&self, transfers: Vec<tb::Transfer>) -> Result<Vec<Failure>, PoolError> {
+        let slot = self.pool.try_slot()?;
+        self.stats.record(1, transfers.len());
+        let stats = Arc::clone(&self.stats);
+        self.pool
+            .run(slot, self.timeout, move |c| timed_create_transfers(c, transfers, stats))
+            .await
+    }
+
+    /// Batching mode: the item joins the dispatcher's queue.
+    async fn submit_queued(
+        &self,
+        queue: &mpsc::Sender<WorkItem>,
+        transfers: Vec<tb::Transfer>,
+    ) -> Result<Vec<Failure>, PoolError> {
         let (reply, answer) = oneshot::channel();
-        queue.try_send(WorkItem { transfers, reply }).map_err(|e| match e {
+        let item = WorkItem {
+            transfers,
+            reply,
+            queued: Instant::now(),
+        };
+        queue.try_send(item).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => PoolError::Busy,
             mpsc::error::TrySendError::Closed(_) => PoolError::Client("the submitter has stopped".to_owned()),
         })?;
@@ -170,6 +238,18 @@ impl Submitter {
             Err(_) => Err(PoolError::Timeout(self.timeout)),
         }
     }
+}
+
+/// [`create_transfers`], recording how long TigerBeetle took to answer.
+async fn timed_create_transfers(
+    client: Arc<tb::Client>,
+    transfers: Vec<tb::Transfer>,
+    stats: Arc<SubmitterStats>,
+) -> Result<Vec<Failure>, tb::error::SendError> {
+    let sent = Instant::now();
+    let result = create_transfers(client, transfers).await;
+    stats.round_trip.observe(sent.elapsed());
+    result
 }
 
 /// Sends `transfers` on `client` and lists the failures.
@@ -206,18 +286,31 @@ struct Dispatcher {
 /// Work items concatenated into one request.
 struct Batch {
     transfers: Vec<tb::Transfer>,
-    /// Each item's reply and the index of its first transfer in `transfers`.
-    items: Vec<(Reply, usize)>,
+    /// Each item's reply, where its transfers start, and when it was queued.
+    items: Vec<BatchedItem>,
+}
+
+/// One work item inside a batch.
+struct BatchedItem {
+    reply: Reply,
+    /// The index of the item's first transfer in the batch.
+    start: usize,
+    queued: Instant,
 }
 
 impl Batch {
-    fn push(&mut self, item: WorkItem) {
-        // A caller that gave up (timeout) gets no answer: sending its transfers
-        // would only hold capacity nobody waits for.
+    /// Adds `item`, unless its caller gave up (timeout): it gets no answer, and
+    /// sending its transfers would only hold capacity nobody waits for.
+    fn push(&mut self, item: WorkItem, stats: &SubmitterStats) {
         if item.reply.is_closed() {
+            stats.abandoned.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        self.items.push((item.reply, self.transfers.len()));
+        self.items.push(BatchedItem {
+            reply: item.reply,
+            start: self.transfers.len(),
+            queued: item.queued,
+        });
         self.transfers.extend(item.transfers);
     }
 }
@@ -247,7 +340,11 @@ impl Dispatcher {
                 continue;
             }
             self.stats.record(batch.items.len(), batch.transfers.len());
-            tokio::spawn(send(Arc::clone(&self.pool), slot, batch));
+            let now = Instant::now();
+            for item in &batch.items {
+                self.stats.queue_wait.observe(now - item.queued);
+            }
+            tokio::spawn(send(Arc::clone(&self.pool), slot, batch, Arc::clone(&self.stats)));
         }
     }
 
@@ -258,7 +355,7 @@ impl Dispatcher {
             transfers: Vec::with_capacity(self.batch_events_max),
             items: Vec::new(),
         };
-        batch.push(first);
+        batch.push(first, &self.stats);
         let deadline = Instant::now() + self.flush_interval;
         loop {
             let item = match self.queue.try_recv() {
@@ -275,7 +372,7 @@ impl Dispatcher {
                 self.carry = Some(item);
                 break;
             }
-            batch.push(item);
+            batch.push(item, &self.stats);
             if batch.transfers.len() == self.batch_events_max {
                 break;
             }
@@ -285,32 +382,33 @@ impl Dispatcher {
 }
 
 /// Sends one batch and answers each of its items with its own failures.
-async fn send(pool: Arc<ClientPool>, slot: Slot, batch: Batch) {
+async fn send(pool: Arc<ClientPool>, slot: Slot, batch: Batch, stats: Arc<SubmitterStats>) {
     let Batch { transfers, items } = batch;
     let total = transfers.len();
-    let result = pool.execute(slot, move |c| create_transfers(c, transfers)).await;
+    let result = pool
+        .execute(slot, move |c| timed_create_transfers(c, transfers, stats))
+        .await;
     let failures = match result {
         Ok(failures) => failures,
         Err(e) => {
-            for (reply, _) in items {
-                let _ = reply.send(Err(e.clone()));
+            for item in items {
+                let _ = item.reply.send(Err(e.clone()));
             }
             return;
         }
     };
     // Failures are mapped by index: each item owns the indices from its start
     // up to the next item's start.
-    let starts: Vec<usize> = items.iter().map(|(_, start)| *start).collect();
     let mut own: Vec<Vec<Failure>> = vec![Vec::new(); items.len()];
     for f in failures {
         assert!(f.index < total, "TigerBeetle answered for an index outside the batch");
-        let item = starts.partition_point(|start| *start <= f.index) - 1;
+        let item = items.partition_point(|item| item.start <= f.index) - 1;
         own[item].push(Failure {
-            index: f.index - starts[item],
+            index: f.index - items[item].start,
             error: f.error,
         });
     }
-    for ((reply, _), failures) in items.into_iter().zip(own) {
-        let _ = reply.send(Ok(failures));
+    for (item, failures) in items.into_iter().zip(own) {
+        let _ = item.reply.send(Ok(failures));
     }
 }

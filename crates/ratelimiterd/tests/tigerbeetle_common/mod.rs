@@ -24,9 +24,14 @@ pub fn cluster() -> &'static LocalCluster {
 /// Settings for the shared cluster: few sessions, batches a development
 /// replica accepts.
 pub fn config(mode: SubmitMode) -> TigerBeetleConfig {
+    config_with(mode, 2)
+}
+
+/// [`config`] with `sessions` client sessions.
+pub fn config_with(mode: SubmitMode, sessions: u32) -> TigerBeetleConfig {
     TigerBeetleConfig::new(ConfigFields {
         addresses: vec![cluster().address().to_owned()],
-        sessions: 2,
+        sessions,
         max_batch_events: 200,
         submit_mode: mode,
         request_timeout_ms: 20_000,
@@ -46,7 +51,12 @@ pub fn options(clock: Arc<dyn Clock>) -> BackendOptions {
 
 /// A backend on the shared cluster that answered a health check.
 pub async fn backend_with(mode: SubmitMode, clock: Arc<dyn Clock>) -> TigerBeetleBackend {
-    let backend = TigerBeetleBackend::connect(&config(mode), options(clock), std::future::pending()).unwrap();
+    backend_on(&config(mode), clock).await
+}
+
+/// A backend with `config` that answered a health check.
+pub async fn backend_on(config: &TigerBeetleConfig, clock: Arc<dyn Clock>) -> TigerBeetleBackend {
+    let backend = TigerBeetleBackend::connect(config, options(clock), std::future::pending()).unwrap();
     let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
     while backend.health().await.is_err() {
         assert!(tokio::time::Instant::now() < deadline, "cluster not ready");
