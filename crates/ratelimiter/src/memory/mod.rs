@@ -1,10 +1,13 @@
 //! The memory backend (single-binary mode, spec §10, `backend-memory.md`): the
 //! semantics of the TigerBeetle backend with in-process data structures.
 //!
-//! One mutex guards all state, so all-or-nothing reserves are trivially atomic;
-//! the critical section is a few hash lookups and O(1) queue operations (see
-//! BENCHMARKS.md for what it costs and how it scales).
+//! One lock guards all state, so all-or-nothing reserves are trivially atomic;
+//! the critical section is a few hash lookups and O(1) queue operations. The
+//! lock is a combining lock: under contention its holder runs the waiting
+//! calls too, so the state stays in one core's cache (see BENCHMARKS.md for
+//! what it costs and how it scales).
 
+mod combining_lock;
 mod config;
 mod counters;
 mod expiry_queue;
@@ -15,7 +18,7 @@ mod settled_cache;
 mod stack_vec;
 mod state;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -33,6 +36,7 @@ pub use expiry_queue::EXPIRY_INSTANTS_MAX;
 pub use settled_cache::SETTLED_SLOTS_MAX;
 pub use state::{LEASE_MEMORY_MARGIN_MS, LIMITS_MAX};
 
+use combining_lock::CombiningLock;
 use state::MemoryState;
 
 /// The hash maps of the hot path: foldhash is several times faster than SipHash
@@ -45,7 +49,8 @@ type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 pub struct MemoryBackend {
     clock: Arc<dyn Clock>,
     jitter: Jitter,
-    state: Mutex<MemoryState>,
+    /// All limits and leases; every call is one operation on it.
+    state: CombiningLock<MemoryState>,
 }
 
 impl MemoryBackend {
@@ -66,19 +71,13 @@ impl MemoryBackend {
         Self {
             clock,
             jitter,
-            state: Mutex::new(MemoryState::new(config)),
+            state: CombiningLock::new(MemoryState::new(config)),
         }
     }
 
     /// The counters (overage dropped, evictions, ...).
     pub fn counters(&self) -> MemoryCounters {
-        self.lock().counters()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, MemoryState> {
-        // A panic under the lock is a bug that already failed loudly; the state
-        // is only mutated after every check passed, so it stays usable.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.run(|state| state.counters())
     }
 }
 
@@ -87,34 +86,35 @@ impl Limiter for MemoryBackend {
     async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
         // The clock is read outside the lock to keep the critical section short.
         let now_unix_ms = self.clock.now_unix_ms();
-        self.lock().reserve(request, now_unix_ms, &self.jitter)
+        self.state
+            .run(|state| state.reserve(request, now_unix_ms, &self.jitter))
     }
 
     async fn complete(&self, request: &CompleteRequest) -> Result<(), LimiterError> {
         let now_unix_ms = self.clock.now_unix_ms();
-        self.lock().complete(request, now_unix_ms)
+        self.state.run(|state| state.complete(request, now_unix_ms))
     }
 }
 
 #[async_trait]
 impl Backend for MemoryBackend {
     async fn apply_state(&self, state: &LimitState) -> Result<(), LimiterError> {
-        self.lock().apply_state(state)
+        self.state.run(|memory| memory.apply_state(state))
     }
 
     async fn limit_report(&self, key: &LimitKey) -> Result<Option<LimitReport>, LimiterError> {
-        let mut state = self.lock();
-        Ok(state.limit_report(key, self.clock.now_unix_ms()))
+        let now_unix_ms = self.clock.now_unix_ms();
+        Ok(self.state.run(|state| state.limit_report(key, now_unix_ms)))
     }
 
     async fn limit_reports(&self) -> Result<Vec<LimitReport>, LimiterError> {
-        let mut state = self.lock();
-        Ok(state.limit_reports(self.clock.now_unix_ms()))
+        let now_unix_ms = self.clock.now_unix_ms();
+        Ok(self.state.run(|state| state.limit_reports(now_unix_ms)))
     }
 
     async fn apply_pending_decreases(&self) -> Result<Vec<LimitState>, LimiterError> {
-        let mut state = self.lock();
-        Ok(state.apply_pending_decreases(self.clock.now_unix_ms()))
+        let now_unix_ms = self.clock.now_unix_ms();
+        Ok(self.state.run(|state| state.apply_pending_decreases(now_unix_ms)))
     }
 
     async fn health(&self) -> Result<(), LimiterError> {
