@@ -9,9 +9,20 @@ use crate::retry::{RetryPolicy, RETRY_MS_MAX};
 pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
 /// Live leases kept for reconciliation: far more calls than providers let one
 /// deployment have in flight. An outstanding four-requirement lease costs about
-/// 230–320 bytes (BENCHMARKS.md), so about 32 MiB when full, plus up to 5 MiB
-/// for the settled-lease cache of as many slots.
+/// 230–320 bytes (BENCHMARKS.md), so about 32 MiB when full.
 pub const LEASES_MAX_DEFAULT: usize = 100_000;
+/// Settled (completed or evicted) leases remembered for idempotent retries:
+/// 7/8 of 2^20, so each of the two generations fills a hash table of 2^19
+/// slots of 33 bytes exactly (34.6 MB, about 38 bytes per lease, allocated
+/// up front; pages become resident as leases settle into them). Half of it,
+/// 458,752 leases, is 458 s of settlements at 1,000 completes/s: every lease of
+/// a deployment whose windows and timeouts are at most 398 s is remembered for
+/// its whole retention (longest window plus 60 s) up to that rate, and any
+/// lease for its first 458,752 successors whatever the windows.
+pub const SETTLED_LEASES_MAX_DEFAULT: usize = 917_504;
+/// The largest `settled_leases_max`: two tables of 2^25 slots, 2.2 GB. A digit
+/// too many is refused rather than reserving tens of GB.
+pub const SETTLED_LEASES_MAX_LIMIT: usize = 1 << 25;
 /// Denied lease ids remembered so a retry with one stays denied: about 85 bytes
 /// each, so about 42 MiB when full. Past it the oldest are forgotten (and counted).
 pub const FAILED_LEASES_MAX_DEFAULT: usize = 500_000;
@@ -26,10 +37,15 @@ pub struct MemoryConfig {
     /// The hint for `limit_decreasing` denials, in ms (1..=3,600,000).
     pub decrease_retry_ms: u64,
     /// The most live leases kept. When full the oldest goes: its holds then end
-    /// by their window or timeout, unreconciled. Also the number of slots (at
-    /// most 2 Mi) of the cache of completed lease ids remembered for idempotent
-    /// retries.
+    /// by their window or timeout, unreconciled, and it is remembered as settled.
     pub leases_max: usize,
+    /// The most settled (completed or evicted) leases remembered, so a retry of
+    /// their reserve is answered allowed at the original time and reserves
+    /// nothing (2..=[`SETTLED_LEASES_MAX_LIMIT`]). Each is kept at least as long
+    /// as the longest window or timeout plus a margin, unless this bound forces
+    /// it out first (counted); it is never forgotten before half this many
+    /// later leases settled. About 38 bytes each, allocated up front.
+    pub settled_leases_max: usize,
     /// The most denied lease ids remembered. Each is kept at least as long as
     /// the longest window or timeout, unless this bound forces it out first.
     pub failed_leases_max: usize,
@@ -41,6 +57,7 @@ impl Default for MemoryConfig {
             retry_policy: RetryPolicy::default(),
             decrease_retry_ms: DECREASE_RETRY_MS_DEFAULT,
             leases_max: LEASES_MAX_DEFAULT,
+            settled_leases_max: SETTLED_LEASES_MAX_DEFAULT,
             failed_leases_max: FAILED_LEASES_MAX_DEFAULT,
         }
     }
@@ -57,6 +74,12 @@ impl MemoryConfig {
         }
         if self.leases_max == 0 {
             return Err("leases_max must be at least 1".to_owned());
+        }
+        if !(2..=SETTLED_LEASES_MAX_LIMIT).contains(&self.settled_leases_max) {
+            return Err(format!(
+                "settled_leases_max must be 2..={SETTLED_LEASES_MAX_LIMIT}, got {}",
+                self.settled_leases_max
+            ));
         }
         if self.failed_leases_max == 0 {
             return Err("failed_leases_max must be at least 1".to_owned());
