@@ -11,17 +11,16 @@ pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
 /// deployment have in flight. An outstanding four-requirement lease costs about
 /// 230–320 bytes (BENCHMARKS.md), so about 32 MiB when full.
 pub const LEASES_MAX_DEFAULT: usize = 100_000;
-/// Settled (completed or evicted) leases remembered for idempotent retries:
-/// 7/8 of 2^20, so each of the two generations fills a hash table of 2^19
-/// slots of 33 bytes exactly (34.6 MB, about 38 bytes per lease, allocated
-/// up front; pages become resident as leases settle into them). Half of it,
-/// 458,752 leases, is 458 s of settlements at 1,000 completes/s: every lease of
-/// a deployment whose windows and timeouts are at most 398 s is remembered for
-/// its whole retention (longest window plus 60 s) up to that rate, and any
-/// lease for its first 458,752 successors whatever the windows.
-pub const SETTLED_LEASES_MAX_DEFAULT: usize = 917_504;
-/// The largest `settled_leases_max`: two tables of 2^25 slots, 2.2 GB. A digit
-/// too many is refused rather than reserving tens of GB.
+/// Settled (completed or evicted) leases remembered for idempotent retries.
+/// Each is remembered for its retention (longest window or timeout plus 60 s)
+/// unless half this many later leases settle first: at 1,000 completes/s that
+/// is 500 s, so up to that rate deployments whose windows and timeouts are at
+/// most 440 s never forget a settled lease early. About 48 bytes each
+/// (BENCHMARKS.md), so 48 MB, allocated up front and resident only as leases
+/// settle into it.
+pub const SETTLED_LEASES_MAX_DEFAULT: usize = 1_000_000;
+/// The largest `settled_leases_max`: 1.6 GB at about 48 bytes each. A digit too
+/// many is refused rather than reserving tens of GB.
 pub const SETTLED_LEASES_MAX_LIMIT: usize = 1 << 25;
 /// Denied lease ids remembered so a retry with one stays denied: about 85 bytes
 /// each, so about 42 MiB when full. Past it the oldest are forgotten (and counted).
@@ -42,9 +41,9 @@ pub struct MemoryConfig {
     /// The most settled (completed or evicted) leases remembered, so a retry of
     /// their reserve is answered allowed at the original time and reserves
     /// nothing (2..=[`SETTLED_LEASES_MAX_LIMIT`]). Each is kept at least as long
-    /// as the longest window or timeout plus a margin, unless this bound forces
-    /// it out first (counted); it is never forgotten before half this many
-    /// later leases settled. About 38 bytes each, allocated up front.
+    /// as the longest window or timeout plus a margin, unless half this many
+    /// later leases settle first (then it is counted as evicted). About 48
+    /// bytes each, allocated up front.
     pub settled_leases_max: usize,
     /// The most denied lease ids remembered. Each is kept at least as long as
     /// the longest window or timeout, unless this bound forces it out first.
