@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use ratelimiter::definition::{LimitState, Overage};
-use ratelimiter::memory::{MemoryBackend, MemoryConfig, LEASE_MEMORY_MARGIN_MS};
+use ratelimiter::memory::{
+    MemoryBackend, MemoryConfig, LEASE_MEMORY_MARGIN_MS, SETTLED_LEASES_MAX_DEFAULT, SETTLED_LEASES_MAX_LIMIT,
+};
 use ratelimiter::retry::{
     BackoffFields, BackoffPolicy, Jitter, RetryPolicy, RollingBackoffFields, RollingBackoffPolicy,
 };
@@ -125,6 +127,96 @@ async fn evicted_leases_keep_their_holds_until_timeout_and_stay_idempotent() {
     f.assert_in_use("nothing more", &[(&conc, 3), (&tpm, 50)]).await;
     f.advance(2000).await;
     f.assert_in_use("timed out", &[(&conc, 0), (&tpm, 0)]).await;
+}
+
+/// Leases settled after the first one, all within its window: far more than
+/// the old direct-mapped cache had slots at `leases_max` 16 (it forgot the first
+/// lease with odds of 1 - (15/16)^20,000).
+const SETTLED_AFTER: u64 = 20_000;
+
+#[tokio::test]
+async fn a_completed_lease_is_replayed_exactly_after_many_more_settled_within_its_window() {
+    let config = MemoryConfig {
+        leases_max: 16,
+        ..exact()
+    };
+    let h = harness(config);
+    let backend = memory(&h, config);
+    let f = Fixture::with_backend(&h, backend.clone());
+    let conc = f.concurrency("conc", 10, 60).await;
+    let tpm = f.rolling("tpm", 1 << 40, 60).await;
+    let first = LeaseId::generate();
+    let at = assert_allowed("first", &f.reserve(first, &[(&conc, 1), (&tpm, 100)]).await);
+    f.complete(first, &[(&tpm, 40)]).await;
+    for n in 0..SETTLED_AFTER {
+        let (lease, outcome) = f.reserve_new(&[(&conc, 1), (&tpm, 100)]).await;
+        assert_allowed("later", &outcome);
+        f.complete(lease, &[(&tpm, 40)]).await;
+        if n % 10 == 0 {
+            f.advance(1).await;
+        }
+    }
+    let held = 40 * (SETTLED_AFTER + 1);
+    f.assert_in_use("every lease reconciled", &[(&conc, 0), (&tpm, held)])
+        .await;
+    let again = f.reserve(first, &[(&conc, 1), (&tpm, 100)]).await;
+    assert_eq!(assert_allowed("retry of the first lease", &again), at);
+    f.assert_in_use("the retry reserved nothing", &[(&conc, 0), (&tpm, held)])
+        .await;
+    let counters = backend.counters();
+    assert_eq!(counters.settled_leases_evicted_total, 0);
+    assert_eq!(counters.settled_leases_remembered, SETTLED_AFTER + 1);
+
+    // Forgotten once later leases settled a retention, then another, after it.
+    let retention_ms = 60_000 + LEASE_MEMORY_MARGIN_MS;
+    for _ in 0..2 {
+        f.advance(retention_ms).await;
+        let (lease, _) = f.reserve_new(&[(&conc, 1)]).await;
+        f.complete(lease, &[]).await;
+    }
+    let fresh = f.reserve(first, &[(&conc, 1), (&tpm, 100)]).await;
+    assert!(assert_allowed("forgotten: granted anew", &fresh) > at);
+    f.assert_in_use("reserved again", &[(&conc, 1), (&tpm, 100)]).await;
+    assert_eq!(
+        backend.counters().settled_leases_evicted_total,
+        0,
+        "forgotten in time, not early"
+    );
+}
+
+#[tokio::test]
+async fn the_settled_lease_bound_forgets_the_oldest_first_and_counts_them() {
+    let config = MemoryConfig {
+        settled_leases_max: 4,
+        ..exact()
+    };
+    let h = harness(config);
+    let backend = memory(&h, config);
+    let f = Fixture::with_backend(&h, backend.clone());
+    let conc = f.concurrency("conc", 10, 60).await;
+    let mut leases = Vec::new();
+    for _ in 0..5 {
+        let (lease, outcome) = f.reserve_new(&[(&conc, 1)]).await;
+        leases.push((lease, assert_allowed("fits", &outcome)));
+        f.complete(lease, &[]).await;
+        f.advance(1).await;
+    }
+    let counters = backend.counters();
+    assert_eq!(
+        (
+            counters.settled_leases_evicted_total,
+            counters.settled_leases_remembered
+        ),
+        (2, 3),
+        "the fifth rotated out the generation of the first two"
+    );
+    let (kept, at) = leases[2];
+    assert_eq!(assert_allowed("kept", &f.reserve(kept, &[(&conc, 1)]).await), at);
+    f.assert_in_use("a replay reserves nothing", &[(&conc, 0)]).await;
+    let (forgotten, at) = leases[0];
+    let again = assert_allowed("forgotten", &f.reserve(forgotten, &[(&conc, 1)]).await);
+    assert!(again > at, "granted anew");
+    f.assert_in_use("reserved again", &[(&conc, 1)]).await;
 }
 
 /// A memory backend on the harness's clock, kept concrete for its counters.
@@ -266,11 +358,28 @@ fn an_invalid_config_is_refused() {
 }
 
 #[test]
+fn settled_leases_max_is_checked() {
+    for (settled_leases_max, valid) in [(1, false), (2, true), (SETTLED_LEASES_MAX_LIMIT, true)] {
+        let config = MemoryConfig {
+            settled_leases_max,
+            ..Default::default()
+        };
+        assert_eq!(config.validate().is_ok(), valid, "{settled_leases_max}");
+    }
+    let too_many = MemoryConfig {
+        settled_leases_max: SETTLED_LEASES_MAX_LIMIT + 1,
+        ..Default::default()
+    };
+    assert!(too_many.validate().unwrap_err().contains("settled_leases_max"));
+}
+
+#[test]
 fn the_config_reads_from_yaml_shaped_json_with_defaults() {
     let config: MemoryConfig =
         serde_json::from_str(r#"{"decrease_retry_ms":5000,"retry_policy":{"concurrency":{"base_ms":10}}}"#).unwrap();
     assert_eq!(config.decrease_retry_ms, 5000);
     assert_eq!(config.retry_policy.concurrency.fields().base_ms, 10);
     assert_eq!(config.leases_max, MemoryConfig::default().leases_max);
+    assert_eq!(config.settled_leases_max, SETTLED_LEASES_MAX_DEFAULT);
     assert!(serde_json::from_str::<MemoryConfig>(r#"{"lease_max":1}"#).is_err());
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use ratelimiter::memory::{MemoryBackend, MemoryConfig};
+use ratelimiter::memory::{MemoryBackend, MemoryConfig, SETTLED_LEASES_MAX_DEFAULT};
 use ratelimiter::{
     Backend, CompleteRequest, FakeClock, LeaseId, LimitDefinition, LimitKey, Limiter, Requirement, ReserveRequest,
 };
@@ -133,9 +133,9 @@ fn memory_per_outstanding_reservation() {
     let denied = requests(&full.keys, LEASES);
     let failed_bytes = bytes_per_reserve(&full, &denied, 0, false);
 
-    // Completing every outstanding lease allocates nothing: the settled cache
-    // is allocated once up front, and the lease table keeps its capacity (up to
-    // `leases_max`) for the next leases.
+    // Completing every outstanding lease allocates nothing: the settled-lease
+    // tables are allocated once up front, and the lease table keeps its
+    // capacity (up to `leases_max`) for the next leases.
     let before = live_bytes();
     for n in 0..LEASES {
         let complete = CompleteRequest::new(LeaseId::from_u128(u128::from(n) + 1), None, Vec::new()).unwrap();
@@ -143,13 +143,40 @@ fn memory_per_outstanding_reservation() {
     }
     let completed_bytes = (live_bytes() - before) as f64 / LEASES as f64;
 
+    let settled_bytes = bytes_per_settled_lease();
+
     println!("memory backend, bytes per lease with 4 requirements ({LEASES} outstanding):");
     println!("  outstanding, one expiry instant each (worst case): {spread_bytes:.0}");
     println!("  outstanding, expiry instants shared (under load):  {dense_bytes:.0}");
     println!("  denied lease id remembered:                        {failed_bytes:.0}");
     println!("  change on complete:                                {completed_bytes:.0}");
+    println!("  settled lease remembered (allocated up front):     {settled_bytes:.1}");
     assert!(spread_bytes < 512.0, "{spread_bytes} bytes per outstanding reservation");
     assert!(dense_bytes < spread_bytes);
     assert!(failed_bytes < 128.0, "{failed_bytes} bytes per denied lease id");
     assert!(completed_bytes <= 0.0, "complete allocates nothing");
+    // A 32-byte entry and half of a 32-byte half of an index bucket.
+    assert!(
+        (47.0..49.0).contains(&settled_bytes),
+        "{settled_bytes} bytes per settled lease"
+    );
+}
+
+/// Bytes the default `settled_leases_max` allocates per lease it bounds: a
+/// default backend against one with the smallest bound.
+fn bytes_per_settled_lease() -> f64 {
+    let clock = Arc::new(FakeClock::new(0));
+    let before = live_bytes();
+    let smallest = MemoryBackend::new(
+        clock.clone(),
+        MemoryConfig {
+            settled_leases_max: 2,
+            ..MemoryConfig::default()
+        },
+    );
+    let small_bytes = live_bytes() - before;
+    let default = MemoryBackend::new(clock, MemoryConfig::default());
+    let default_bytes = live_bytes() - before - small_bytes;
+    drop((smallest, default));
+    (default_bytes - small_bytes) as f64 / SETTLED_LEASES_MAX_DEFAULT as f64
 }

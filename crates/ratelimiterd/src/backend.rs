@@ -35,6 +35,7 @@ pub fn memory_config(config: &Config) -> MemoryConfig {
         retry_policy: config.retry_policy,
         decrease_retry_ms: config.decrease.retry_ms,
         leases_max: config.memory.leases_max,
+        settled_leases_max: config.memory.settled_leases_max,
         failed_leases_max: config.memory.failed_leases_max,
     }
 }

@@ -39,6 +39,7 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
     path: ./data/limits.json
   memory:
     leases_max: 100000                 # live leases kept for reconciliation
+    settled_leases_max: 1000000        # completed lease ids remembered for idempotent retries
     failed_leases_max: 1000000         # denied lease ids remembered
   tigerbeetle:
     cluster_id: \"0\"

@@ -197,18 +197,23 @@ pub struct MemorySection {
     /// Live leases kept for reconciliation; past it the oldest lease is forgotten
     /// and its holds end by window or timeout.
     pub leases_max: usize,
+    /// Settled (completed or evicted) lease ids remembered so that a retry of
+    /// their reserve is answered allowed at the original time, reserving nothing;
+    /// about 48 bytes each, allocated at startup.
+    pub settled_leases_max: usize,
     /// Denied lease ids remembered so that a retry with one stays denied.
     pub failed_leases_max: usize,
 }
 
-/// The most leases or failed lease ids that may be configured: about 200 bytes
-/// each, so at most a few GiB.
+/// The most leases, settled or failed lease ids that may be configured: at most
+/// about 200 bytes each, so at most a few GiB.
 pub const MEMORY_ENTRIES_MAX_LIMIT: usize = 20_000_000;
 
 impl Default for MemorySection {
     fn default() -> Self {
         Self {
             leases_max: ratelimiter::memory::LEASES_MAX_DEFAULT,
+            settled_leases_max: ratelimiter::memory::SETTLED_LEASES_MAX_DEFAULT,
             failed_leases_max: ratelimiter::memory::FAILED_LEASES_MAX_DEFAULT,
         }
     }
@@ -331,6 +336,9 @@ impl Config {
             .map_err(|m| invalid("decrease.check_interval_ms", m))?;
         check_range(self.memory.leases_max as u64, 1, MEMORY_ENTRIES_MAX_LIMIT as u64)
             .map_err(|m| invalid("memory.leases_max", m))?;
+        let settled_max = MEMORY_ENTRIES_MAX_LIMIT.min(ratelimiter::memory::SETTLED_LEASES_MAX_LIMIT);
+        check_range(self.memory.settled_leases_max as u64, 2, settled_max as u64)
+            .map_err(|m| invalid("memory.settled_leases_max", m))?;
         check_range(self.memory.failed_leases_max as u64, 1, MEMORY_ENTRIES_MAX_LIMIT as u64)
             .map_err(|m| invalid("memory.failed_leases_max", m))?;
         self.validate_tigerbeetle(path)?;

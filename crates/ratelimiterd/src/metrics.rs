@@ -215,7 +215,7 @@ impl Metrics {
 
 /// Appends the memory backend's counters.
 pub fn render_memory(out: &mut String, counters: &MemoryCounters) {
-    let lines: [(&str, &str, &str, u64); 7] = [
+    let lines: [(&str, &str, &str, u64); 8] = [
         (
             "ratelimiterd_memory_overage_dropped_units_total",
             "counter",
@@ -237,7 +237,8 @@ pub fn render_memory(out: &mut String, counters: &MemoryCounters) {
         (
             "ratelimiterd_memory_settled_leases_evicted_total",
             "counter",
-            "Completed lease ids forgotten early to respect memory.leases_max.",
+            "Settled (completed or evicted) lease ids forgotten before their retention to respect \
+             memory.settled_leases_max; a retry of one is reserved anew.",
             counters.settled_leases_evicted_total,
         ),
         (
@@ -251,6 +252,12 @@ pub fn render_memory(out: &mut String, counters: &MemoryCounters) {
             "gauge",
             "Leases allowed and not completed.",
             counters.leases_live,
+        ),
+        (
+            "ratelimiterd_memory_settled_leases_remembered",
+            "gauge",
+            "Settled lease ids remembered for idempotent retries.",
+            counters.settled_leases_remembered,
         ),
         (
             "ratelimiterd_memory_failed_leases_remembered",

@@ -9,9 +9,19 @@ use crate::retry::{RetryPolicy, RETRY_MS_MAX};
 pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
 /// Live leases kept for reconciliation: far more calls than providers let one
 /// deployment have in flight. An outstanding four-requirement lease costs about
-/// 230–320 bytes (BENCHMARKS.md), so about 32 MiB when full, plus up to 5 MiB
-/// for the settled-lease cache of as many slots.
+/// 230–320 bytes (BENCHMARKS.md), so about 32 MiB when full.
 pub const LEASES_MAX_DEFAULT: usize = 100_000;
+/// Settled (completed or evicted) leases remembered for idempotent retries.
+/// Each is remembered for its retention (longest window or timeout plus 60 s)
+/// unless half this many later leases settle first: at 1,000 completes/s that
+/// is 500 s, so up to that rate deployments whose windows and timeouts are at
+/// most 440 s never forget a settled lease early. About 48 bytes each
+/// (BENCHMARKS.md), so 48 MB, allocated up front and resident only as leases
+/// settle into it.
+pub const SETTLED_LEASES_MAX_DEFAULT: usize = 1_000_000;
+/// The largest `settled_leases_max`: 1.6 GB at about 48 bytes each. A digit too
+/// many is refused rather than reserving tens of GB.
+pub const SETTLED_LEASES_MAX_LIMIT: usize = 1 << 25;
 /// Denied lease ids remembered so a retry with one stays denied: about 85 bytes
 /// each, so about 42 MiB when full. Past it the oldest are forgotten (and counted).
 pub const FAILED_LEASES_MAX_DEFAULT: usize = 500_000;
@@ -26,10 +36,15 @@ pub struct MemoryConfig {
     /// The hint for `limit_decreasing` denials, in ms (1..=3,600,000).
     pub decrease_retry_ms: u64,
     /// The most live leases kept. When full the oldest goes: its holds then end
-    /// by their window or timeout, unreconciled. Also the number of slots (at
-    /// most 2 Mi) of the cache of completed lease ids remembered for idempotent
-    /// retries.
+    /// by their window or timeout, unreconciled, and it is remembered as settled.
     pub leases_max: usize,
+    /// The most settled (completed or evicted) leases remembered, so a retry of
+    /// their reserve is answered allowed at the original time and reserves
+    /// nothing (2..=[`SETTLED_LEASES_MAX_LIMIT`]). Each is kept at least as long
+    /// as the longest window or timeout plus a margin, unless half this many
+    /// later leases settle first (then it is counted as evicted). About 48
+    /// bytes each, allocated up front.
+    pub settled_leases_max: usize,
     /// The most denied lease ids remembered. Each is kept at least as long as
     /// the longest window or timeout, unless this bound forces it out first.
     pub failed_leases_max: usize,
@@ -41,6 +56,7 @@ impl Default for MemoryConfig {
             retry_policy: RetryPolicy::default(),
             decrease_retry_ms: DECREASE_RETRY_MS_DEFAULT,
             leases_max: LEASES_MAX_DEFAULT,
+            settled_leases_max: SETTLED_LEASES_MAX_DEFAULT,
             failed_leases_max: FAILED_LEASES_MAX_DEFAULT,
         }
     }
@@ -57,6 +73,12 @@ impl MemoryConfig {
         }
         if self.leases_max == 0 {
             return Err("leases_max must be at least 1".to_owned());
+        }
+        if !(2..=SETTLED_LEASES_MAX_LIMIT).contains(&self.settled_leases_max) {
+            return Err(format!(
+                "settled_leases_max must be 2..={SETTLED_LEASES_MAX_LIMIT}, got {}",
+                self.settled_leases_max
+            ));
         }
         if self.failed_leases_max == 0 {
             return Err("failed_leases_max must be at least 1".to_owned());

@@ -14,7 +14,7 @@ mod expiry_queue;
 mod lease_table;
 mod limit;
 mod recent_ids;
-mod settled_cache;
+mod settled_leases;
 mod stack_vec;
 mod state;
 
@@ -31,9 +31,9 @@ use crate::retry::Jitter;
 use crate::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
 
 pub use config::{MemoryConfig, DECREASE_RETRY_MS_DEFAULT, FAILED_LEASES_MAX_DEFAULT, LEASES_MAX_DEFAULT};
+pub use config::{SETTLED_LEASES_MAX_DEFAULT, SETTLED_LEASES_MAX_LIMIT};
 pub use counters::MemoryCounters;
 pub use expiry_queue::EXPIRY_INSTANTS_MAX;
-pub use settled_cache::SETTLED_SLOTS_MAX;
 pub use state::{LEASE_MEMORY_MARGIN_MS, LIMITS_MAX};
 
 use combining_lock::CombiningLock;

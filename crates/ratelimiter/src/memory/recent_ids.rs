@@ -1,5 +1,4 @@
-//! Lease ids remembered for a while after they stopped being live: denied ones
-//! (they stay denied) and settled ones (a retry is answered again, idempotently).
+//! Lease ids remembered for a while after they were denied, so they stay denied.
 
 use std::collections::hash_map::Entry;
 use std::collections::VecDeque;

@@ -19,7 +19,7 @@ use super::counters::MemoryCounters;
 use super::lease_table::{LeaseHold, LeaseTable, LimitIndex, LiveLease};
 use super::limit::Limit;
 use super::recent_ids::RecentIds;
-use super::settled_cache::{SettledCache, SettledLease};
+use super::settled_leases::{SettledLease, SettledLeases};
 use super::stack_vec::StackVec;
 use super::FastMap;
 
@@ -38,7 +38,7 @@ pub struct MemoryState {
     index: FastMap<LimitKey, LimitIndex>,
     limits: Vec<Limit>,
     leases: LeaseTable,
-    settled: SettledCache,
+    settled: SettledLeases,
     failed: RecentIds<()>,
     /// Seeds the fingerprints of settled leases' requirements: 64-bit keyed
     /// hashes, so a retry with other requirements is told apart unless it
@@ -60,7 +60,7 @@ impl MemoryState {
     pub fn new(config: MemoryConfig) -> Self {
         Self {
             leases: LeaseTable::new(config.leases_max),
-            settled: SettledCache::new(config.leases_max),
+            settled: SettledLeases::new(config.settled_leases_max),
             failed: RecentIds::new(config.failed_leases_max),
             config,
             fingerprints: foldhash::quality::RandomState::default(),
@@ -85,7 +85,7 @@ impl MemoryState {
         let wanted = self.resolve(request)?;
         self.forget_old(now_unix_ms);
         let id = request.lease_id().to_u128();
-        if let Some(outcome) = self.replay(request, &wanted, now_unix_ms)? {
+        if let Some(outcome) = self.replay(request, &wanted)? {
             return Ok(outcome);
         }
         if self.failed.get(id).is_some() {
@@ -125,12 +125,7 @@ impl MemoryState {
 
     /// The answer to a lease id seen allowed before: the same grant again, or a
     /// conflict when the requirements differ.
-    fn replay(
-        &self,
-        request: &ReserveRequest,
-        wanted: &Wanted,
-        now_unix_ms: u64,
-    ) -> Result<Option<ReserveOutcome>, LimiterError> {
+    fn replay(&self, request: &ReserveRequest, wanted: &Wanted) -> Result<Option<ReserveOutcome>, LimiterError> {
         let id = request.lease_id().to_u128();
         let (reserved_at_unix_ms, same) = if let Some(lease) = self.leases.get(id) {
             let held = lease.holds().iter().map(|h| (h.limit, h.amount));
@@ -138,7 +133,7 @@ impl MemoryState {
                 lease.reserved_at_unix_ms,
                 held.eq(sorted(wanted).as_slice().iter().copied()),
             )
-        } else if let Some(settled) = self.settled.get(id, now_unix_ms, self.retention_ms) {
+        } else if let Some(settled) = self.settled.get(id) {
             let fingerprint = self.fingerprint(sorted(wanted).as_slice().iter().copied());
             (settled.reserved_at_unix_ms, settled.fingerprint == fingerprint)
         } else {
@@ -221,7 +216,8 @@ impl MemoryState {
         }
     }
 
-    /// Remembers a lease that stopped being live, for idempotent retries.
+    /// Remembers a lease that stopped being live, for idempotent retries: for
+    /// at least `retention_ms` unless `settled_leases_max` forces it out.
     fn settle(&mut self, id: u128, lease: &LiveLease, now_unix_ms: u64) {
         let settled = SettledLease {
             reserved_at_unix_ms: lease.reserved_at_unix_ms,
@@ -386,6 +382,7 @@ impl MemoryState {
             settled_leases_evicted_total: self.settled.evicted_total(),
             failed_leases_evicted_total: self.failed.evicted_total(),
             leases_live: self.leases.len() as u64,
+            settled_leases_remembered: self.settled.len() as u64,
             failed_leases_remembered: self.failed.len() as u64,
         }
     }

@@ -115,9 +115,6 @@ pub struct Records {
     pub abandoned: u64,
     /// Idempotent replays checked.
     pub replays: u64,
-    /// Replays of completed leases granted anew (the memory backend's settled
-    /// cache forgot them).
-    pub regranted: u64,
     /// What broke a rule the checker does not derive from the records
     /// (an idempotency answer, a sample over capacity, an unexpected error).
     pub anomalies: Vec<String>,
@@ -202,11 +199,6 @@ impl Recorder {
     /// Counts a checked replay.
     pub fn replay(&self) {
         self.records.lock().expect("records").replays += 1;
-    }
-
-    /// Counts a replay of a completed lease granted anew.
-    pub fn regranted(&self) {
-        self.records.lock().expect("records").regranted += 1;
     }
 
     /// Records something that broke a rule.

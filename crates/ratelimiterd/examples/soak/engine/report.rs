@@ -26,12 +26,11 @@ pub fn render(records: &Records, verdict: &Verdict, ran: Duration) -> String {
     let carried_out: u64 = verdict.limits.iter().map(|l| l.decreases_carried_out).sum();
     let _ = writeln!(
         out,
-        "{} completes, {} abandoned, {} replays checked ({} of completed leases granted anew), \
+        "{} completes, {} abandoned, {} replays checked, \
          {} capacity changes ({decreases} decreases, {carried_out} seen carried out), {} usage samples",
         records.completions.len(),
         records.abandoned,
         records.replays,
-        records.regranted,
         records.changes.len(),
         records.observations.len()
     );

@@ -1,0 +1,508 @@
+//! Leases that stopped being live (completed, or evicted from the lease table),
+//! remembered so a retry of their reserve is answered idempotently
+//! (`decisions.md` §3: allowed again at the original time, nothing reserved).
+
+use std::hash::BuildHasher;
+
+/// What a retry of a settled lease's reserve needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SettledLease {
+    /// When it was granted: answered again.
+    pub reserved_at_unix_ms: u64,
+    /// A keyed hash of its requirements, to tell a retry that asks for
+    /// something else (see [`super::state`]).
+    pub fingerprint: u64,
+}
+
+/// Bytes in a cache line: each bucket of the index is one.
+const CACHE_LINE_BYTES: usize = 64;
+/// A bucket as `u32` words: one half for each generation.
+const BUCKET_WORDS: usize = CACHE_LINE_BYTES / 4;
+/// A half as words: the epoch it was written in, how many slots it fills,
+/// then [`HALF_SLOTS`] tags and as many positions.
+const HALF_WORDS: usize = BUCKET_WORDS / 2;
+/// Leases one half of a bucket holds.
+const HALF_SLOTS: usize = (HALF_WORDS - 2) / 2;
+/// Leases per half, on average, once a generation is full: two of three
+/// slots, so a lookup seldom goes on to the next bucket (an adjacent line).
+const HALF_LEASES_FULL: usize = 2;
+
+/// One of the two generations: 0 or 1, the half of every bucket it owns.
+type Side = usize;
+
+/// A hash index from lease id to position in its generation's entries, for
+/// both generations at once: each bucket is one cache line, one half per
+/// generation, with linear probing from bucket to bucket.
+///
+/// So a lookup in both generations reads one line (rarely the next as well),
+/// and the insertion that follows a lookup writes that same, cached, line: a
+/// reserve+complete pair touches one random line of it, as the old
+/// direct-mapped cache did (a hash map per generation touched three: each
+/// map's control bytes and the written entry). Halves written in an older
+/// epoch of their generation count as empty, so clearing a generation is one
+/// increment.
+/// The words are zeroed memory from the allocator, resident only once written.
+#[derive(Debug)]
+struct Index {
+    words: Box<[u32]>,
+    /// Where the first bucket starts in `words`: a cache-line boundary.
+    start: usize,
+    buckets: usize,
+    /// Each generation's epoch; never 0, the epoch of zeroed halves.
+    epochs: [u32; 2],
+}
+
+impl Index {
+    /// An index for up to `generation_leases_max` leases in each generation.
+    fn new(generation_leases_max: usize) -> Self {
+        let buckets = generation_leases_max.div_ceil(HALF_LEASES_FULL).max(1);
+        assert!(u32::try_from(buckets).is_ok(), "bucket numbers are 32-bit");
+        // One bucket more, to start on a cache line wherever the allocation starts.
+        let words = vec![0u32; (buckets + 1) * BUCKET_WORDS].into_boxed_slice();
+        let misaligned_bytes = words.as_ptr() as usize % CACHE_LINE_BYTES;
+        let start = (CACHE_LINE_BYTES - misaligned_bytes) % CACHE_LINE_BYTES / 4;
+        Self {
+            words,
+            start,
+            buckets,
+            epochs: [1, 1],
+        }
+    }
+
+    /// The bucket where `hash` starts probing: the high half of the hash's low
+    /// 32 bits times the bucket count (any count, not only powers of two).
+    fn home(&self, hash: u64) -> usize {
+        ((u64::from(hash as u32) * self.buckets as u64) >> 32) as usize
+    }
+
+    /// Where the half of `side` in bucket `b` starts in `words`.
+    fn half_start(&self, b: usize, side: Side) -> usize {
+        self.start + b * BUCKET_WORDS + side * HALF_WORDS
+    }
+
+    fn next(&self, b: usize) -> usize {
+        if b + 1 == self.buckets {
+            0
+        } else {
+            b + 1
+        }
+    }
+
+    /// Starts loading the home bucket of `hash`, to overlap its cache miss
+    /// with others (see [`SettledLeases::get`]).
+    fn touch(&self, hash: u64) -> u32 {
+        self.words[self.half_start(self.home(hash), 0)]
+    }
+
+    /// The first position of `side` tagged with `hash`'s tag for which `is` holds.
+    fn find(&self, side: Side, hash: u64, mut is: impl FnMut(u32) -> bool) -> Option<u32> {
+        let tag = (hash >> 32) as u32;
+        let mut b = self.home(hash);
+        for _ in 0..self.buckets {
+            let half = &self.words[self.half_start(b, side)..][..HALF_WORDS];
+            if half[0] != self.epochs[side] {
+                return None;
+            }
+            let filled = half[1] as usize;
+            let (tags, positions) = half[2..].split_at(HALF_SLOTS);
+            if let Some(k) = (0..filled).find(|&k| tags[k] == tag && is(positions[k])) {
+                return Some(positions[k]);
+            }
+            if filled < HALF_SLOTS {
+                return None;
+            }
+            b = self.next(b);
+        }
+        None
+    }
+
+    /// Adds `position` to `side` under `hash`. The caller keeps at most
+    /// [`HALF_LEASES_FULL`] positions per bucket on average, fewer than the
+    /// slots, so a half with room is always found.
+    fn insert(&mut self, side: Side, hash: u64, position: u32) {
+        let tag = (hash >> 32) as u32;
+        let mut b = self.home(hash);
+        for _ in 0..self.buckets {
+            let i = self.half_start(b, side);
+            let half = &mut self.words[i..i + HALF_WORDS];
+            if half[0] != self.epochs[side] {
+                half[0] = self.epochs[side];
+                half[1] = 0;
+            }
+            let filled = half[1] as usize;
+            if filled < HALF_SLOTS {
+                half[2 + filled] = tag;
+                half[2 + HALF_SLOTS + filled] = position;
+                half[1] += 1;
+                return;
+            }
+            b = self.next(b);
+        }
+        unreachable!("an index holds fewer positions than slots");
+    }
+
+    /// Empties every half of `side`: a new epoch, or zeroes when the epochs run out.
+    fn clear(&mut self, side: Side) {
+        if let Some(epoch) = self.epochs[side].checked_add(1) {
+            self.epochs[side] = epoch;
+            return;
+        }
+        for b in 0..self.buckets {
+            let i = self.half_start(b, side);
+            self.words[i..i + HALF_WORDS].fill(0);
+        }
+        self.epochs[side] = 1;
+    }
+}
+
+/// A settled lease as stored: its id (low, high), reserved at, fingerprint.
+/// An array of integers, so a zeroed array of them comes from the allocator
+/// already zeroed and becomes resident only once written.
+type Entry = [u64; 4];
+
+fn entry_id(entry: &Entry) -> u128 {
+    u128::from(entry[0]) | (u128::from(entry[1]) << 64)
+}
+
+/// One generation's leases, in the order they settled.
+#[derive(Debug)]
+struct Generation {
+    /// Room for the generation's bound of leases; the first `len` are its
+    /// leases, oldest first (plain data, so clearing only resets `len`).
+    entries: Box<[Entry]>,
+    len: usize,
+    /// When its first lease settled; meaningless while empty.
+    oldest_unix_ms: u64,
+    /// When its last lease settled; meaningless while empty.
+    newest_unix_ms: u64,
+}
+
+impl Generation {
+    fn new(leases_max: usize) -> Self {
+        Self {
+            entries: vec![[0; 4]; leases_max].into_boxed_slice(),
+            len: 0,
+            oldest_unix_ms: 0,
+            newest_unix_ms: 0,
+        }
+    }
+
+    /// Starts loading the line the next push writes (see [`SettledLeases::get`]).
+    fn touch_next(&self) -> u64 {
+        self.entries.get(self.len).map_or(0, |entry| entry[0])
+    }
+
+    /// Appends `id` and returns its position; the caller keeps the bound.
+    fn push(&mut self, id: u128, lease: SettledLease) -> u32 {
+        let i = u32::try_from(self.len).expect("a generation holds fewer than 2^32 leases");
+        self.entries[self.len] = [
+            id as u64,
+            (id >> 64) as u64,
+            lease.reserved_at_unix_ms,
+            lease.fingerprint,
+        ];
+        self.len += 1;
+        i
+    }
+
+    /// True when every lease in it settled `retention_ms` or longer before
+    /// `now_unix_ms`, so forgetting it forgets nothing early.
+    fn expired(&self, now_unix_ms: u64, retention_ms: u64) -> bool {
+        self.len == 0 || self.newest_unix_ms.saturating_add(retention_ms) <= now_unix_ms
+    }
+}
+
+/// Settled leases by id, exact (a lookup never confuses two ids) and bounded.
+///
+/// Two generations: leases settle into the current one, a lookup checks both.
+/// The previous generation is cleared (keeping its allocation) and the two
+/// swap when the current one's oldest lease settled `retention_ms` ago (time),
+/// or when the current one holds half the bound (count). So a lease is
+/// remembered at least one retention after it settled unless the bound rotates
+/// first, and in any case until at least half the bound of later leases
+/// settled; under steady settlements it is forgotten within two retentions.
+/// Nothing is allocated after [`SettledLeases::new`] and nothing is removed one
+/// by one, where an insertion-ordered map with oldest-first eviction cost 17% of
+/// the hot path (BENCHMARKS.md).
+#[derive(Debug)]
+pub struct SettledLeases {
+    /// Half the bound: the most leases one generation holds.
+    generation_leases_max: usize,
+    index: Index,
+    generations: [Generation; 2],
+    /// The side leases settle into.
+    current: Side,
+    /// One keyed hash of an id serves both generations. Keyed per process so
+    /// callers cannot choose ids that collide; the quality variant because the
+    /// bucket comes from the low bits, which the fast variant leaves uneven for
+    /// ids that differ little (as the direct-mapped cache measured).
+    hashes: foldhash::quality::RandomState,
+    evicted_total: u64,
+}
+
+impl SettledLeases {
+    /// An empty memory for at most `leases_max` leases (at least 2, so each
+    /// generation holds one). Everything is allocated now, so nothing is ever
+    /// copied or rehashed under the backend's mutex; the memory becomes
+    /// resident as leases settle into it.
+    pub fn new(leases_max: usize) -> Self {
+        assert!(leases_max >= 2, "room for one lease per generation at least");
+        let generation_leases_max = leases_max / 2;
+        Self {
+            generation_leases_max,
+            index: Index::new(generation_leases_max),
+            generations: [
+                Generation::new(generation_leases_max),
+                Generation::new(generation_leases_max),
+            ],
+            current: 0,
+            hashes: foldhash::quality::RandomState::default(),
+            evicted_total: 0,
+        }
+    }
+
+    /// The settled lease `id`, if remembered.
+    ///
+    /// It also starts loading the line the next settlement will write: a reserve
+    /// of a new id is usually followed by its complete, which then finds both
+    /// that line and its index bucket cached. Every miss inside the backend's
+    /// critical section is paid in full when the mutex is released (the unlock
+    /// waits for outstanding memory operations), so both misses are started
+    /// together here, where the reserve waits for one anyway.
+    pub fn get(&self, id: u128) -> Option<SettledLease> {
+        let hash = self.hashes.hash_one(id);
+        let touched = u64::from(self.index.touch(hash)) ^ self.generations[self.current].touch_next();
+        std::hint::black_box(touched);
+        [self.current, 1 - self.current]
+            .into_iter()
+            .find_map(|side| self.lookup(side, id, hash))
+    }
+
+    fn lookup(&self, side: Side, id: u128, hash: u64) -> Option<SettledLease> {
+        let generation = &self.generations[side];
+        let entries = &generation.entries[..generation.len];
+        let i = self.index.find(side, hash, |i| entry_id(&entries[i as usize]) == id)?;
+        let entry = &entries[i as usize];
+        Some(SettledLease {
+            reserved_at_unix_ms: entry[2],
+            fingerprint: entry[3],
+        })
+    }
+
+    /// Remembers `lease` as `id`, settled at `now_unix_ms`, rotating the
+    /// generations first when due; leases still within `retention_ms` that a
+    /// rotation forgets are counted as evicted.
+    pub fn insert(&mut self, id: u128, lease: SettledLease, now_unix_ms: u64, retention_ms: u64) {
+        // A lease is granted only when its id is not remembered here, and is
+        // live once: so it settles only while forgotten.
+        debug_assert!(self.get(id).is_none(), "lease {id} settled twice");
+        if self.rotation_due(now_unix_ms, retention_ms) {
+            self.rotate(now_unix_ms, retention_ms);
+        }
+        let current = &mut self.generations[self.current];
+        if current.len == 0 {
+            current.oldest_unix_ms = now_unix_ms;
+        }
+        current.newest_unix_ms = current.newest_unix_ms.max(now_unix_ms);
+        let position = current.push(id, lease);
+        self.index.insert(self.current, self.hashes.hash_one(id), position);
+    }
+
+    /// True when the current generation holds half the bound (count), or when
+    /// its oldest lease has served `retention_ms` and every lease of the
+    /// previous one has too (time: the second test only matters when instants
+    /// arrive out of order, so a time rotation never forgets a lease early).
+    fn rotation_due(&self, now_unix_ms: u64, retention_ms: u64) -> bool {
+        let current = &self.generations[self.current];
+        if current.len >= self.generation_leases_max {
+            return true;
+        }
+        let aged = current.oldest_unix_ms.saturating_add(retention_ms) <= now_unix_ms;
+        let previous = &self.generations[1 - self.current];
+        current.len > 0 && aged && previous.expired(now_unix_ms, retention_ms)
+    }
+
+    /// Forgets the previous generation and makes it the current one.
+    ///
+    /// Its leases count as evicted when its newest was still within
+    /// `retention_ms`: all of them, an upper bound that is exact unless its
+    /// oldest had already served its retention (only when the bound starts to
+    /// bite after a quieter period). So the count is zero exactly when no lease
+    /// was forgotten early.
+    fn rotate(&mut self, now_unix_ms: u64, retention_ms: u64) {
+        let previous = 1 - self.current;
+        let generation = &mut self.generations[previous];
+        if !generation.expired(now_unix_ms, retention_ms) {
+            self.evicted_total += generation.len as u64;
+        }
+        generation.len = 0;
+        self.index.clear(previous);
+        self.current = previous;
+    }
+
+    /// Leases remembered now.
+    pub fn len(&self) -> usize {
+        self.generations[0].len + self.generations[1].len
+    }
+
+    /// Leases forgotten before their retention ended because of the bound.
+    pub fn evicted_total(&self) -> u64 {
+        self.evicted_total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(at: u64) -> SettledLease {
+        SettledLease {
+            reserved_at_unix_ms: at,
+            fingerprint: at.wrapping_mul(7),
+        }
+    }
+
+    #[test]
+    fn leases_are_remembered_for_the_retention_then_forgotten() {
+        let mut settled = SettledLeases::new(1_000);
+        settled.insert(42, lease(5), 100, 50);
+        settled.insert(43, lease(6), 149, 50);
+        assert_eq!((settled.get(42), settled.get(44)), (Some(lease(5)), None));
+        // 42 is older than the retention at 150: current rotates to previous.
+        settled.insert(44, lease(7), 150, 50);
+        assert_eq!(settled.get(42), Some(lease(5)), "previous is still answered");
+        // At 199 the previous generation (newest 149) is expired, but the
+        // current one (oldest 150) is not: no rotation yet.
+        settled.insert(45, lease(8), 199, 50);
+        assert_eq!(settled.len(), 4);
+        settled.insert(46, lease(9), 250, 50);
+        assert_eq!(
+            (settled.get(42), settled.get(43)),
+            (None, None),
+            "forgotten past the retention"
+        );
+        assert_eq!((settled.get(44), settled.get(46)), (Some(lease(7)), Some(lease(9))));
+        assert_eq!(settled.evicted_total(), 0, "nothing was forgotten early");
+    }
+
+    #[test]
+    fn every_lease_of_a_large_run_within_the_retention_is_remembered_exactly() {
+        // Far more leases than the old direct-mapped cache had slots (131,072
+        // at the default), all within one retention.
+        let leases = 300_000u128;
+        let mut settled = SettledLeases::new(2 * leases as usize);
+        for id in 1..=leases {
+            settled.insert(id, lease(id as u64), id as u64 / 100, 60_000);
+        }
+        assert!((1..=leases).all(|id| settled.get(id) == Some(lease(id as u64))));
+        assert_eq!(settled.get(leases + 1), None);
+        assert_eq!(settled.evicted_total(), 0);
+    }
+
+    #[test]
+    fn the_bound_rotates_early_and_counts_what_it_forgets() {
+        let mut settled = SettledLeases::new(4);
+        for id in 1..=4 {
+            settled.insert(id, lease(id as u64), 0, 1_000);
+        }
+        assert!((1..=4).all(|id| settled.get(id).is_some()), "two generations of two");
+        assert_eq!(settled.evicted_total(), 0);
+        settled.insert(5, lease(5), 10, 1_000);
+        assert_eq!(
+            (settled.get(1), settled.get(2), settled.get(5)),
+            (None, None, Some(lease(5)))
+        );
+        assert_eq!(settled.evicted_total(), 2);
+        assert_eq!(settled.len(), 3);
+        // The bound rotates again, this time past the retention: not counted.
+        settled.insert(6, lease(6), 1_000, 1_000);
+        settled.insert(7, lease(7), 1_000, 1_000);
+        assert_eq!(
+            (settled.get(3), settled.get(5), settled.get(7)),
+            (None, Some(lease(5)), Some(lease(7)))
+        );
+        assert_eq!(settled.evicted_total(), 2);
+    }
+
+    #[test]
+    fn index_probes_past_full_buckets_and_wraps_around() {
+        let mut index = Index::new(3 * HALF_LEASES_FULL);
+        assert_eq!((index.words.as_ptr() as usize + index.start * 4) % CACHE_LINE_BYTES, 0);
+        // Low bits all ones: every hash starts at the last bucket; the tags differ.
+        let hash = |n: u64| (n << 32) | u64::from(u32::MAX);
+        assert_eq!(index.home(hash(0)), index.buckets - 1);
+        let positions = 2 * HALF_SLOTS as u32 + 1;
+        for n in 0..positions {
+            index.insert(1, hash(u64::from(n)), n);
+        }
+        for n in 0..positions {
+            assert_eq!(index.find(1, hash(u64::from(n)), |p| p == n), Some(n), "{n}");
+            assert_eq!(index.find(0, hash(u64::from(n)), |_| true), None, "the other side");
+        }
+        assert_eq!(index.find(1, hash(u64::from(positions)), |_| true), None);
+        assert_eq!(index.find(1, hash(0), |_| false), None, "a tag match is checked");
+    }
+
+    #[test]
+    fn clearing_a_side_forgets_its_positions_only_even_when_epochs_run_out() {
+        let mut index = Index::new(HALF_LEASES_FULL);
+        index.insert(0, 7, 1);
+        index.insert(1, 7, 2);
+        index.clear(0);
+        assert_eq!(
+            (index.find(0, 7, |_| true), index.find(1, 7, |_| true)),
+            (None, Some(2))
+        );
+        index.epochs[0] = u32::MAX;
+        index.insert(0, 7, 3);
+        assert_eq!(index.find(0, 7, |_| true), Some(3));
+        index.clear(0);
+        assert_eq!((index.epochs[0], index.find(0, 7, |_| true)), (1, None));
+        assert_eq!(index.find(1, 7, |_| true), Some(2), "the other side is kept");
+    }
+
+    proptest::proptest! {
+        /// Against a model: an answer is always the lease settled under that id;
+        /// a lease is forgotten only after its retention or after half the
+        /// bound of later leases; the eviction count is zero exactly when no
+        /// lease was forgotten early.
+        #[test]
+        fn answers_are_exact_and_forgetting_keeps_its_bounds(
+            leases_max in 2usize..40,
+            retention_ms in 1u64..100,
+            steps_ms in proptest::collection::vec(0u64..40, 1..300),
+        ) {
+            let mut settled = SettledLeases::new(leases_max);
+            let mut settled_at = Vec::new();
+            let mut forgotten_early = false;
+            let mut now = 0;
+            for (n, step_ms) in steps_ms.into_iter().enumerate() {
+                now += step_ms;
+                settled.insert(n as u128, lease(n as u64), now, retention_ms);
+                settled_at.push(now);
+                proptest::prop_assert!(settled.len() <= leases_max);
+                for (id, &at) in settled_at.iter().enumerate() {
+                    let later = settled_at.len() - 1 - id;
+                    match settled.get(id as u128) {
+                        Some(found) => proptest::prop_assert_eq!(found, lease(id as u64)),
+                        None => {
+                            let served = now - at >= retention_ms;
+                            proptest::prop_assert!(served || later >= leases_max / 2, "{id} forgotten");
+                            forgotten_early |= !served;
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(settled.evicted_total() > 0, forgotten_early);
+            }
+        }
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "settled twice")]
+    fn settling_a_remembered_id_again_is_a_bug() {
+        let mut settled = SettledLeases::new(2);
+        settled.insert(1, lease(1), 0, 100);
+        settled.insert(1, lease(2), 5, 100);
+    }
+}
