@@ -199,7 +199,7 @@ pub struct MemorySection {
     pub leases_max: usize,
     /// Settled (completed or evicted) lease ids remembered so that a retry of
     /// their reserve is answered allowed at the original time, reserving nothing;
-    /// about 48 bytes each, allocated at startup.
+    /// about 53 bytes each, allocated at startup.
     pub settled_leases_max: usize,
     /// Denied lease ids remembered so that a retry with one stays denied.
     pub failed_leases_max: usize,

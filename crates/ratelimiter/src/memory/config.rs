@@ -15,11 +15,11 @@ pub const LEASES_MAX_DEFAULT: usize = 100_000;
 /// Each is remembered for its retention (longest window or timeout plus 60 s)
 /// unless half this many later leases settle first: at 1,000 completes/s that
 /// is 500 s, so up to that rate deployments whose windows and timeouts are at
-/// most 440 s never forget a settled lease early. About 48 bytes each
-/// (BENCHMARKS.md), so 48 MB, allocated up front and resident only as leases
+/// most 440 s never forget a settled lease early. About 53 bytes each
+/// (BENCHMARKS.md), so 53 MB, allocated up front and resident only as leases
 /// settle into it.
 pub const SETTLED_LEASES_MAX_DEFAULT: usize = 1_000_000;
-/// The largest `settled_leases_max`: 1.6 GB at about 48 bytes each. A digit too
+/// The largest `settled_leases_max`: 1.8 GB at about 53 bytes each. A digit too
 /// many is refused rather than reserving tens of GB.
 pub const SETTLED_LEASES_MAX_LIMIT: usize = 1 << 25;
 /// Denied lease ids remembered so a retry with one stays denied: about 85 bytes
@@ -42,7 +42,7 @@ pub struct MemoryConfig {
     /// their reserve is answered allowed at the original time and reserves
     /// nothing (2..=[`SETTLED_LEASES_MAX_LIMIT`]). Each is kept at least as long
     /// as the longest window or timeout plus a margin, unless half this many
-    /// later leases settle first (then it is counted as evicted). About 48
+    /// later leases settle first (then it is counted as evicted). About 53
     /// bytes each, allocated up front.
     pub settled_leases_max: usize,
     /// The most denied lease ids remembered. Each is kept at least as long as
