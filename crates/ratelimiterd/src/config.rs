@@ -459,6 +459,7 @@ mod tests {
                 "server:\n  concurrent_requests_max: 0\n",
                 "server.concurrent_requests_max",
             ),
+            ("memory:\n  settled_leases_max: 1\n", "memory.settled_leases_max"),
         ];
         for (text, entry) in cases {
             let message = parse(text).unwrap_err();
