@@ -19,7 +19,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use governor::{Quota, RateLimiter};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 use ratelimiter::{
     Actual, Backend, CompleteRequest, LeaseId, LimitDefinition, LimitKey, Limiter, MemoryBackend, MemoryConfig,
@@ -209,6 +209,37 @@ fn two_threads(workload: &Arc<Workload>, next: &mut u64, iters: u64, timer: Time
     timed * u32::try_from(iters).unwrap() / u32::try_from(2 * chunks * CHUNK_PAIRS).unwrap()
 }
 
+/// Time per set of four `governor` checks with two threads each doing `iters`
+/// sets at once on the same four limiters, measured like [`two_threads`]: the
+/// reference for what sharing keys between two cores costs a limiter whose
+/// whole state per key is one atomic word.
+fn governor_two_threads(four: &[DefaultDirectRateLimiter], iters: u64, timer: Timer) -> Duration {
+    let barrier = Barrier::new(2);
+    let times: Vec<Duration> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    let start = Mark::now(timer);
+                    for _ in 0..iters {
+                        black_box(four.iter().all(|limiter| black_box(limiter).check().is_ok()));
+                    }
+                    if let Timer::Wall = timer {
+                        barrier.wait();
+                    }
+                    start.elapsed()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let timed = match timer {
+        Timer::Wall => times.into_iter().max().unwrap(),
+        Timer::ThreadCpu => times.into_iter().sum(),
+    };
+    timed / 2
+}
+
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("reserve_complete_4_requirements");
     let workload = Arc::new(Workload::new());
@@ -244,6 +275,10 @@ fn bench(c: &mut Criterion) {
                 start.elapsed()
             })
         });
+        group.bench_function(
+            format!("governor_four_direct_checks_two_threads_per_set_{suffix}"),
+            |b| b.iter_custom(|iters| governor_two_threads(&four, iters, timer)),
+        );
     }
     group.finish();
 }
