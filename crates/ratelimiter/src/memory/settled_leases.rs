@@ -100,6 +100,11 @@ impl Index {
         self.words[self.half_start(self.home(hash), 0)]
     }
 
+    /// Starts loading the home bucket of `hash`, without waiting for it.
+    fn prefetch(&self, hash: u64) {
+        prefetch(&self.words[self.half_start(self.home(hash), 0)]);
+    }
+
     /// The first position of `side` tagged with `hash`'s tag for which `is` holds.
     ///
     /// A half is scanned without branching on what it holds: the line is
@@ -172,6 +177,20 @@ impl Index {
     }
 }
 
+/// Asks the processor to start loading the cache line of `value`, without
+/// waiting for it: unlike a load, a prefetch holds up no later instruction,
+/// the release of the backend's lock included.
+fn prefetch<V>(value: &V) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: a prefetch reads nothing the program sees and never faults; the
+    // pointer comes from a reference anyway.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((value as *const V).cast());
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = value;
+}
+
 /// The 16-bit tag of `hash` (its top bits; the home bucket comes from its low bits).
 fn tag_of(hash: u64) -> u16 {
     (hash >> 48) as u16
@@ -217,6 +236,13 @@ impl Generation {
     /// Starts loading the line the next push writes (see [`SettledLeases::get`]).
     fn touch_next(&self) -> u64 {
         self.entries.get(self.len).map_or(0, |entry| entry[0])
+    }
+
+    /// Starts loading the line the next push writes, without waiting for it.
+    fn prefetch_next(&self) {
+        if let Some(entry) = self.entries.get(self.len) {
+            prefetch(entry);
+        }
     }
 
     /// Appends `id` and returns its position; the caller keeps the bound.
@@ -265,6 +291,9 @@ pub struct SettledLeases {
     /// ids that differ little (as the direct-mapped cache measured).
     hashes: foldhash::quality::RandomState,
     evicted_total: u64,
+    /// The greatest id ever settled here, forgotten or not: an upper bound of
+    /// the ids remembered (see [`Self::get`]).
+    id_max: u128,
 }
 
 impl SettledLeases {
@@ -285,6 +314,7 @@ impl SettledLeases {
             current: 0,
             hashes: foldhash::quality::RandomState::default(),
             evicted_total: 0,
+            id_max: 0,
         }
     }
 
@@ -296,8 +326,19 @@ impl SettledLeases {
     /// critical section is paid in full when the mutex is released (the unlock
     /// waits for outstanding memory operations), so both misses are started
     /// together here, where the reserve waits for one anyway.
+    ///
+    /// An id above every id ever settled here cannot be remembered: that is
+    /// the usual reserve, since lease ids are ULIDs, ordered by creation time,
+    /// and a lease settles after it was created (seconds after, for an LLM
+    /// call). Then the lines are only prefetched, which no later instruction
+    /// waits for, and nothing is searched.
     pub fn get(&self, id: u128) -> Option<SettledLease> {
         let hash = self.hashes.hash_one(id);
+        if id > self.id_max {
+            self.index.prefetch(hash);
+            self.generations[self.current].prefetch_next();
+            return None;
+        }
         let touched = u64::from(self.index.touch(hash)) ^ self.generations[self.current].touch_next();
         std::hint::black_box(touched);
         [self.current, 1 - self.current]
@@ -331,6 +372,7 @@ impl SettledLeases {
             current.oldest_unix_ms = now_unix_ms;
         }
         current.newest_unix_ms = current.newest_unix_ms.max(now_unix_ms);
+        self.id_max = self.id_max.max(id);
         let position = current.push(id, lease);
         self.index.insert(self.current, self.hashes.hash_one(id), position);
     }
@@ -488,6 +530,19 @@ mod tests {
         assert_eq!(index.find(1, 7, |_| true), Some(2), "the other side is kept");
     }
 
+    /// Multiplying by an odd number permutes the u128s.
+    const ODD: u128 = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835;
+
+    #[test]
+    fn an_id_above_every_settled_one_is_not_remembered_and_one_below_is_searched() {
+        let mut settled = SettledLeases::new(100);
+        settled.insert(20, lease(1), 0, 1_000);
+        assert_eq!((settled.get(21), settled.get(u128::MAX)), (None, None));
+        settled.insert(10, lease(2), 0, 1_000);
+        assert_eq!(settled.get(15), None);
+        assert_eq!((settled.get(10), settled.get(20)), (Some(lease(2)), Some(lease(1))));
+    }
+
     proptest::proptest! {
         /// Against a model: an answer is always the lease settled under that id;
         /// a lease is forgotten only after its retention or after half the
@@ -498,19 +553,24 @@ mod tests {
             leases_max in 2usize..40,
             retention_ms in 1u64..100,
             steps_ms in proptest::collection::vec(0u64..40, 1..300),
+            ids_in_creation_order: bool,
         ) {
+            // Ids that grow, as ULIDs created in turn do, or in no order
+            // (an odd multiplier permutes them), which a fleet's clocks give.
+            let id_of = |n: usize| if ids_in_creation_order { n as u128 } else { (n as u128).wrapping_mul(ODD) };
             let mut settled = SettledLeases::new(leases_max);
             let mut settled_at = Vec::new();
             let mut forgotten_early = false;
             let mut now = 0;
             for (n, step_ms) in steps_ms.into_iter().enumerate() {
                 now += step_ms;
-                settled.insert(n as u128, lease(n as u64), now, retention_ms);
+                proptest::prop_assert_eq!(settled.get(id_of(n)), None, "not settled yet");
+                settled.insert(id_of(n), lease(n as u64), now, retention_ms);
                 settled_at.push(now);
                 proptest::prop_assert!(settled.len() <= leases_max);
                 for (id, &at) in settled_at.iter().enumerate() {
                     let later = settled_at.len() - 1 - id;
-                    match settled.get(id as u128) {
+                    match settled.get(id_of(id)) {
                         Some(found) => proptest::prop_assert_eq!(found, lease(id as u64)),
                         None => {
                             let served = now - at >= retention_ms;
