@@ -5,15 +5,14 @@
 //! codes"), the server must stay up, and no limit's usage may change: the full
 //! `GET /v1/admin/limits` answer is compared before and after every batch.
 
-mod reliability_support;
+mod support;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use ratelimiter::LeaseId;
-use reliability_support::raw::{self, request, request_bytes, Response, Session};
-use reliability_support::{temp_dir, Daemon, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};
 use serde_json::{json, Value};
+use support::raw::{self, request, request_bytes, Response, Session};
+use support::{temp_dir, Daemon, TempDir, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};
 
 /// Windows and timeouts far longer than any test, so nothing expires under it.
 const HOLD_SECONDS: u64 = 3_600;
@@ -25,7 +24,7 @@ const HOLD_SECONDS: u64 = 3_600;
 /// even on one TigerBeetle cluster.
 struct Fixture {
     daemon: Daemon,
-    _dir: PathBuf,
+    _dir: TempDir,
     /// The live lease.
     holder: String,
     /// The start of every key of this fixture.

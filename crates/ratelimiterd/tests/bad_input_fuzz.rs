@@ -11,10 +11,10 @@
 //! `RELIABILITY_FUZZ_CASES=200000 cargo test --release -p ratelimiterd --test bad_input_fuzz`
 //! runs it longer.
 
+mod support;
+
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -28,6 +28,7 @@ use ratelimiter::registry::Registry;
 use ratelimiter::{FakeClock, LeaseId, LimitReport};
 use ratelimiterd::{app, AppState, Config};
 use serde_json::{json, Value};
+use support::{temp_dir, TempDir};
 use tower::ServiceExt;
 
 const ADMIN_TOKEN: &str = "fuzz-admin-token-0123456789";
@@ -84,23 +85,14 @@ struct Harness {
     /// Lease ids reserved so far (the newest [`LEASES_KEPT`]): completes name them
     /// in place of [`LEASE_PLACEHOLDER`], so they reach live leases.
     leases: RefCell<Vec<String>>,
-}
-
-fn temp_registry(name: &str) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "ratelimiterd-fuzz-{}-{name}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temporary directory");
-    dir.join("limits.json")
+    /// The registry's directory, deleted when the harness is dropped.
+    _dir: TempDir,
 }
 
 impl Harness {
     fn new(name: &str) -> Harness {
-        let registry_path = temp_registry(name);
+        let dir = temp_dir(name);
+        let registry_path = dir.join("limits.json");
         let yaml = format!(
             "server:\n  admin_token: {ADMIN_TOKEN}\n  body_bytes_max: 4096\nregistry:\n  path: {}\n",
             registry_path.display()
@@ -123,6 +115,7 @@ impl Harness {
             statuses: RefCell::new(BTreeMap::new()),
             clock,
             leases: RefCell::new(Vec::new()),
+            _dir: dir,
         };
         for definition in [
             json!({"key": KEYS[0], "kind": "rolling", "capacity": 1000, "window_seconds": 60}),

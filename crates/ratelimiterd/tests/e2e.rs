@@ -3,161 +3,30 @@
 //! decrease included), auth, graceful shutdown, the operator CLI and startup
 //! errors. Every wait is bounded.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod support;
+
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ratelimiter::httpclient::{HttpClient, HttpClientConfig};
 use ratelimiter::{LeaseId, LimitKey, Limiter, Requirement, ReserveOutcome, ReserveRequest};
 use serde_json::{json, Value};
+use support::raw::{self, Session};
+use support::{temp_dir, write_config_on, BackendConfig, Daemon, ADMIN_TOKEN, BIN, CLIENT_TOKEN, WAIT_MAX};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ratelimiterd");
-const ADMIN_TOKEN: &str = "e2e-admin-token-0123456789";
-const CLIENT_TOKEN: &str = "e2e-client-token-0123456789";
-/// The longest any single wait in these tests may take.
-const WAIT_MAX: Duration = Duration::from_secs(30);
-
-fn temp_dir(name: &str) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "ratelimiterd-e2e-{}-{name}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A running `ratelimiterd`; killed on drop if still running.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Server {
-    /// Starts the binary with `extra` YAML sections appended to a base config
-    /// listening on a free port (port 0) with its registry in `dir`.
-    fn start(dir: &Path, extra: &str) -> Server {
-        Self::start_with(&write_config(dir, extra))
-    }
-
-    /// Starts the binary with the configuration file `config`.
-    fn start_with(config: &Path) -> Server {
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        // Owned by a `Server` at once, so a failed start still kills the process.
-        let mut server = Server {
-            child,
-            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-        };
-        let (sender, receiver) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("[server] {line}");
-                let _ = sender.send(line);
-            }
-        });
-        let deadline = Instant::now() + WAIT_MAX;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = receiver
-                .recv_timeout(left)
-                .expect("the server logs its address in time");
-            if let Some(rest) = line.split("addr=").nth(1).filter(|_| line.contains("listening")) {
-                server.addr = rest.split_whitespace().next().unwrap().parse().unwrap();
-                return server;
-            }
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn client(&self, token: &str) -> HttpClient {
-        HttpClient::new(HttpClientConfig {
-            token: Some(token.to_owned()),
-            ..HttpClientConfig::new(self.url())
-        })
-        .unwrap()
-    }
-
-    fn terminate(&mut self) -> ExitStatus {
-        let status = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        wait_exit(&mut self.child)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_exit(child: &mut Child) -> ExitStatus {
-    let deadline = Instant::now() + WAIT_MAX;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "the server did not exit in time");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn write_config(dir: &Path, extra: &str) -> PathBuf {
-    let path = dir.join("config.yaml");
-    let text = format!(
-        "server:\n  listen_addr: \"127.0.0.1:0\"\n  admin_token: {ADMIN_TOKEN}\n  client_tokens: [{CLIENT_TOKEN}]\n\
-         registry:\n  path: {}\n{extra}",
-        dir.join("limits.json").display()
-    );
-    std::fs::write(&path, text).unwrap();
-    path
+/// Starts the binary on the memory backend, whatever the environment says (the
+/// restart test counts on usage being gone after a restart), with `sections`
+/// after the base configuration.
+fn start(dir: &Path, sections: &str) -> Daemon {
+    Daemon::start_on(dir, BackendConfig::Memory, "", sections)
 }
 
 /// One HTTP/1.1 exchange on a fresh connection: (status, JSON or text body).
 fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>, token: Option<&str>) -> (u16, Value) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(WAIT_MAX)).unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n");
-    if let Some(token) = token {
-        head.push_str(&format!("authorization: Bearer {token}\r\n"));
-    }
-    let body = body.unwrap_or("");
-    head.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body.as_bytes()).unwrap();
-    read_response(stream)
-}
-
-fn read_response(mut stream: TcpStream) -> (u16, Value) {
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text.split_once("\r\n\r\n").expect("a full response");
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    // Bodies are small and sent with a content-length (not chunked) by axum.
-    let value = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_owned()));
-    (status, value)
+    let answer = raw::request(addr, method, path, token, body.unwrap_or("").as_bytes());
+    (answer.status, answer.value())
 }
 
 fn rolling(key: &str, capacity: u64) -> String {
@@ -175,7 +44,7 @@ fn reserve_body(key: &str, amount: u64) -> String {
 #[test]
 fn the_contract_holds_over_a_real_socket() {
     let dir = temp_dir("contract");
-    let server = Server::start(&dir, "");
+    let server = start(&dir, "");
     let a = server.addr;
     assert_eq!(
         http(a, "PUT", "/v1/admin/limits", Some(&rolling("rpm", 1)), None).0,
@@ -256,7 +125,7 @@ async fn limits_survive_restarts_including_a_pending_decrease() {
     let dir = temp_dir("restart");
     // A long check interval keeps the restored decrease pending while it is checked.
     let slow_decreases = "decrease:\n  check_interval_ms: 3600000\n";
-    let mut server = Server::start(&dir, slow_decreases);
+    let mut server = start(&dir, slow_decreases);
     let admin = server.client(ADMIN_TOKEN);
     let key = LimitKey::new("global:inflight").unwrap();
     let definition = serde_json::from_str(&concurrency("global:inflight", 10)).unwrap();
@@ -282,7 +151,7 @@ async fn limits_survive_restarts_including_a_pending_decrease() {
     assert_eq!(decreased.state.pending_decrease_to(), 2);
     assert!(server.terminate().success());
 
-    let server = Server::start(&dir, slow_decreases);
+    let server = start(&dir, slow_decreases);
     let report = server.client(ADMIN_TOKEN).limit(&key).await.unwrap().unwrap();
     assert_eq!(report.state.status(), ratelimiter::LimitStatus::Decreasing);
     assert_eq!(
@@ -317,7 +186,7 @@ async fn limits_survive_restarts_including_a_pending_decrease() {
 
     // With frequent checks and no usage left after the restart, the decrease is
     // carried out and persisted.
-    let server = Server::start(&dir, "decrease:\n  check_interval_ms: 20\n");
+    let server = start(&dir, "decrease:\n  check_interval_ms: 20\n");
     let admin = server.client(ADMIN_TOKEN);
     let deadline = Instant::now() + WAIT_MAX;
     loop {
@@ -355,7 +224,7 @@ async fn limits_survive_restarts_including_a_pending_decrease() {
 #[test]
 fn sigterm_lets_the_request_in_flight_finish() {
     let dir = temp_dir("graceful");
-    let mut server = Server::start(&dir, "");
+    let mut server = start(&dir, "");
     http(
         server.addr,
         "PUT",
@@ -366,36 +235,29 @@ fn sigterm_lets_the_request_in_flight_finish() {
     // Send the head and half the body, then SIGTERM, then the rest.
     let body = reserve_body("rpm", 1);
     let (first, second) = body.split_at(body.len() / 2);
-    let mut stream = TcpStream::connect(server.addr).unwrap();
-    stream.set_read_timeout(Some(WAIT_MAX)).unwrap();
+    let mut session = Session::open(server.addr);
     let head = format!(
         "POST /v1/reserve HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {CLIENT_TOKEN}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(first.as_bytes()).unwrap();
-    stream.flush().unwrap();
+    session.write(head.as_bytes());
+    session.write(first.as_bytes());
     // Wait, bounded, until the server is handling the request.
     let deadline = Instant::now() + WAIT_MAX;
     while !metrics_text(server.addr).contains("\nratelimiterd_requests_in_flight 1\n") {
         assert!(Instant::now() < deadline, "the request never started");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let kill = Command::new("kill")
-        .arg("-TERM")
-        .arg(server.child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    server.signal_term();
     // Shutdown has begun once new connections are refused.
     while TcpStream::connect(server.addr).is_ok() {
         assert!(Instant::now() < deadline, "the server kept accepting after SIGTERM");
         std::thread::sleep(Duration::from_millis(10));
     }
-    stream.write_all(second.as_bytes()).unwrap();
-    let (status, answer) = read_response(stream);
-    assert_eq!((status, &answer["allowed"]), (200, &json!(true)));
-    assert!(wait_exit(&mut server.child).success());
+    session.write(second.as_bytes());
+    let answer = session.read_response().expect("the answer to the request in flight");
+    assert_eq!((answer.status, &answer.json()["allowed"]), (200, &json!(true)));
+    assert!(server.wait_exit().success());
 }
 
 fn metrics_text(addr: SocketAddr) -> String {
@@ -424,7 +286,7 @@ fn cli(args: &[&str], url: &str, token: &str) -> (i32, Value, String) {
 #[test]
 fn the_operator_cli_talks_to_the_server() {
     let dir = temp_dir("cli");
-    let server = Server::start(&dir, "");
+    let server = start(&dir, "");
     let url = server.url();
     let put = [
         "limits",
@@ -498,7 +360,7 @@ fn bad_configurations_and_registries_stop_startup_with_a_clear_message() {
 
     let registry = dir.join("limits.json");
     std::fs::write(&registry, r#"[{"key":"ok","kind":"rolling","capacity":1,"window_seconds":60},{"key":"bad","kind":"rolling","capacity":0,"window_seconds":60}]"#).unwrap();
-    let config = write_config(&dir, "");
+    let config = write_config_on(&dir, BackendConfig::Memory, "", "");
     let (code, stderr) = run(&config);
     assert_eq!(code, Some(1));
     assert!(
@@ -538,21 +400,7 @@ fn bad_configurations_and_registries_stop_startup_with_a_clear_message() {
 #[test]
 fn connections_past_the_limit_are_closed_until_a_slot_frees() {
     let dir = temp_dir("connections");
-    let server = {
-        let config = "server:\n  connections_max: 1\n";
-        // The base config has a server section; a second one would be a YAML error,
-        // so this test writes its own.
-        let path = dir.join("config.yaml");
-        std::fs::write(
-            &path,
-            format!(
-                "{config}  listen_addr: \"127.0.0.1:0\"\nregistry:\n  path: {}\n",
-                dir.join("limits.json").display()
-            ),
-        )
-        .unwrap();
-        Server::start_with(&path)
-    };
+    let server = Daemon::start_on(&dir, BackendConfig::Memory, "  connections_max: 1\n", "");
     // The first connection takes the only slot (accepts are first in, first out).
     let holder = TcpStream::connect(server.addr).unwrap();
     let mut refused = TcpStream::connect(server.addr).unwrap();

@@ -3,7 +3,7 @@
 //! never leaves a corrupt or empty registry: after every kill the file parses
 //! and holds exactly a prefix of the writes that includes every answered one.
 
-mod reliability_support;
+mod support;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,9 +13,9 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use ratelimiter::registry::Registry;
 use ratelimiter::{LeaseId, LimitStatus};
-use reliability_support::raw::request;
-use reliability_support::{temp_dir, Daemon, ADMIN_TOKEN, CLIENT_TOKEN};
 use serde_json::{json, Value};
+use support::raw::request;
+use support::{temp_dir, Daemon, ADMIN_TOKEN, CLIENT_TOKEN};
 
 /// Kill rounds of the registry test unless `RELIABILITY_KILL_ROUNDS` says otherwise.
 const KILL_ROUNDS_DEFAULT: u64 = 25;
@@ -140,9 +140,9 @@ fn writer(addr: std::net::SocketAddr, first: u64, acked: Arc<AtomicU64>, stop: A
     let mut write = first;
     while !stop.load(Ordering::SeqCst) {
         let body = write_definition(write).to_string();
-        let Ok(answer) = reliability_support::raw::exchange(
+        let Ok(answer) = support::raw::exchange(
             addr,
-            &reliability_support::raw::request_bytes("PUT", "/v1/admin/limits", Some(ADMIN_TOKEN), body.as_bytes()),
+            &support::raw::request_bytes("PUT", "/v1/admin/limits", Some(ADMIN_TOKEN), body.as_bytes()),
         ) else {
             return;
         };
@@ -205,7 +205,7 @@ fn sigkill_during_registry_writes_never_corrupts_the_registry() {
         // Every other round first waits for one answered write, so writes surely
         // run; then the kill comes at a random instant.
         if round % 2 == 0 {
-            let deadline = std::time::Instant::now() + reliability_support::WAIT_MAX;
+            let deadline = std::time::Instant::now() + support::WAIT_MAX;
             while acked.load(Ordering::SeqCst) == applied {
                 assert!(
                     std::time::Instant::now() < deadline,

@@ -3,16 +3,15 @@
 //! (missing, wrong, truncated, extended, wrong scheme, the other kind's), and a
 //! refused call changes nothing; error bodies never show the server's insides.
 
-mod reliability_support;
+mod support;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ratelimiter::LeaseId;
 use ratelimiterd::Config;
-use reliability_support::raw::{self, request, Response};
-use reliability_support::{daemon, temp_dir, Daemon, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};
 use serde_json::{json, Value};
+use support::raw::{self, request, Response};
+use support::{temp_dir, Daemon, TempDir, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};
 
 /// A key of this test process alone, so tests never share a limit, even on one
 /// TigerBeetle cluster.
@@ -28,36 +27,20 @@ fn the_default_configuration_listens_on_loopback_only() {
     // 127.0.0.1:8080 or, when that port is taken, says it could not; either way
     // the address it uses is loopback.
     let dir = temp_dir("default-bind");
-    let mut child = Command::new(daemon::BIN)
-        .current_dir(&dir)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let stderr = child.stderr.take().expect("stderr");
-    let (sender, receiver) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
-    let deadline = Instant::now() + WAIT_MAX;
-    let line = loop {
-        let line = receiver
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("the server logs where it listens, or why it cannot");
-        if line.contains("listening") || line.contains("listen ") {
-            break line;
-        }
+    let logs = match Daemon::start_defaults(&dir) {
+        Ok(daemon) => daemon.logs().join("\n"),
+        Err(logs) => logs,
     };
-    let _ = child.kill();
-    let _ = child.wait();
+    let line = logs
+        .lines()
+        .find(|line| line.contains("listening") || line.contains("listen "))
+        .expect("the server logs where it listens, or why it cannot");
     assert!(line.contains("127.0.0.1:8080"), "{line}");
 }
 
-fn fixture(name: &str) -> Daemon {
+/// A server with one limit, and its directory (deleted when dropped, so the
+/// caller keeps it while the server runs).
+fn fixture(name: &str) -> (TempDir, Daemon) {
     let dir = temp_dir(name);
     let daemon = Daemon::start(&dir, "", "");
     let definition = json!({"key": key("tokens"), "kind": "rolling", "capacity": 100, "window_seconds": 3600});
@@ -69,7 +52,7 @@ fn fixture(name: &str) -> Daemon {
         definition.to_string().as_bytes(),
     );
     assert_eq!(answer.status, 200, "{}", answer.text());
-    daemon
+    (dir, daemon)
 }
 
 /// Every endpoint that needs a token, with a body that would succeed.
@@ -106,7 +89,7 @@ fn snapshot(daemon: &Daemon) -> Value {
 
 #[test]
 fn no_call_succeeds_without_the_right_token() {
-    let daemon = fixture("tokens");
+    let (_dir, daemon) = fixture("tokens");
     let bearer = |token: &str| format!("Bearer {token}").into_bytes();
     let mut wrong: Vec<(&str, Option<Vec<u8>>)> = vec![
         ("no header", None),

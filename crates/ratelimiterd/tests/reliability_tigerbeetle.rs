@@ -11,8 +11,8 @@
 
 #[path = "../examples/soak/engine/mod.rs"]
 mod engine;
-mod reliability_support;
 mod soak_support;
+mod support;
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -21,9 +21,9 @@ use engine::server;
 use ratelimiter::LeaseId;
 use ratelimiterd::config::BackendKind;
 use ratelimiterd::tigerbeetle::LocalCluster;
-use reliability_support::raw::request;
-use reliability_support::{temp_dir, Daemon, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};
 use serde_json::{json, Value};
+use support::raw::request;
+use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};
 
 /// Client sessions and batch size a development replica accepts, as the
 /// backend's own tests use.
@@ -47,14 +47,15 @@ async fn a_short_soak_on_tigerbeetle_never_over_admits() {
     soak_support::soak_never_over_admits(&config, seed, prefix).await;
 }
 
+/// Starts the binary on this binary's replica, whatever the environment says;
+/// decreases are checked far less often than the test runs, so one stays pending.
 fn start(dir: &std::path::Path) -> Daemon {
-    let sections = format!(
-        "tigerbeetle:\n  cluster_id: \"0\"\n  addresses: [\"{}\"]\n  sessions: {SESSIONS}\n  \
-         max_batch_events: {BATCH_EVENTS_MAX}\n\
-         decrease:\n  check_interval_ms: 3600000\n",
-        cluster().address()
-    );
-    Daemon::start(dir, "  backend: tigerbeetle\n", &sections)
+    let settings = format!("  sessions: {SESSIONS}\n  max_batch_events: {BATCH_EVENTS_MAX}\n");
+    let backend = BackendConfig::TigerBeetle {
+        addresses: cluster().address(),
+        settings: &settings,
+    };
+    Daemon::start_on(dir, backend, "", "decrease:\n  check_interval_ms: 3600000\n")
 }
 
 fn call(daemon: &Daemon, method: &str, path: &str, token: &str, body: &Value) -> (u16, Value) {

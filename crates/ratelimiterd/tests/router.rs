@@ -2,8 +2,9 @@
 //! contract (`decisions.md` §3–§6), through `tower::ServiceExt::oneshot` on `app()`
 //! with the memory backend on a fake clock.
 
+mod support;
+
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use ratelimiter::registry::Registry;
 use ratelimiter::{FakeClock, LeaseId};
 use ratelimiterd::{app, AppState, Config};
 use serde_json::{json, Value};
+use support::{temp_dir, TempDir};
 use tower::ServiceExt;
 
 const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef";
@@ -26,22 +28,13 @@ struct Harness {
     clock: FakeClock,
     state: AppState,
     registry_path: PathBuf,
-}
-
-fn temp_registry(name: &str) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "ratelimiterd-router-{}-{name}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("limits.json")
+    /// The registry's directory, deleted when the harness is dropped.
+    _dir: TempDir,
 }
 
 fn harness_with(name: &str, yaml: &str) -> Harness {
-    let registry_path = temp_registry(name);
+    let dir = temp_dir(name);
+    let registry_path = dir.join("limits.json");
     let text = format!("registry:\n  path: {}\n{yaml}", registry_path.display());
     let config = Config::parse(&text, std::path::Path::new("test.yaml")).unwrap();
     let clock = FakeClock::new(1_700_000_000_000);
@@ -56,6 +49,7 @@ fn harness_with(name: &str, yaml: &str) -> Harness {
         clock,
         state,
         registry_path,
+        _dir: dir,
     }
 }
 

@@ -5,127 +5,53 @@
 
 #![cfg(feature = "tigerbeetle")]
 
+mod support;
 mod tigerbeetle_common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ratelimiter::LeaseId;
 use serde_json::{json, Value};
+use support::{raw, temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN};
 use tigerbeetle_common::cluster;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ratelimiterd");
-/// The longest any single wait of these tests may take.
+/// The longest any wait for the cluster's health or service of these tests may take.
 const WAIT_MAX: Duration = Duration::from_secs(60);
+/// The `tigerbeetle:` settings of every server here: few sessions, and requests
+/// that give up after 2 s so an outage is answered, never hangs.
+const TIGERBEETLE_SETTINGS: &str = "  sessions: 2\n  request_timeout_ms: 2000\n";
 
-/// A running server; killed on drop.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
+/// Starts a server in `dir` on the TigerBeetle cluster at `addresses`.
+fn start(dir: &Path, addresses: &str) -> Daemon {
+    let backend = BackendConfig::TigerBeetle {
+        addresses,
+        settings: TIGERBEETLE_SETTINGS,
+    };
+    Daemon::start_on(dir, backend, "", "")
 }
 
-impl Server {
-    fn start(dir: &Path, addresses: &str) -> Server {
-        let config = dir.join("config.yaml");
-        let text = format!(
-            "server:\n  listen_addr: \"127.0.0.1:0\"\n  backend: tigerbeetle\nregistry:\n  path: {}\n\
-             tigerbeetle:\n  cluster_id: \"0\"\n  addresses: [\"{addresses}\"]\n  sessions: 2\n  request_timeout_ms: 2000\n",
-            dir.join("limits.json").display()
-        );
-        std::fs::write(&config, text).unwrap();
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let mut server = Server {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        };
-        let (sender, receiver) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("[server] {line}");
-                let _ = sender.send(line);
-            }
-        });
-        let deadline = Instant::now() + WAIT_MAX;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = receiver
-                .recv_timeout(left)
-                .expect("the server logs its address in time");
-            if let Some(rest) = line.split("addr=").nth(1).filter(|_| line.contains("listening")) {
-                server.addr = rest.split_whitespace().next().unwrap().parse().unwrap();
-                return server;
-            }
-        }
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut stream = TcpStream::connect(self.addr).unwrap();
-        stream.set_read_timeout(Some(WAIT_MAX)).unwrap();
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).unwrap();
-        stream.write_all(body.as_bytes()).unwrap();
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).unwrap();
-        let text = String::from_utf8_lossy(&raw);
-        let (head, body) = text.split_once("\r\n\r\n").expect("a full response");
-        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-        (
-            status,
-            serde_json::from_str(body).unwrap_or(Value::String(body.to_owned())),
-        )
-    }
-
-    fn reserve(&self, lease: LeaseId, key: &str, amount: u64) -> (u16, Value) {
-        let body = json!({"lease_id": lease.to_string(), "requirements": [{"key": key, "amount": amount}]});
-        self.call("POST", "/v1/reserve", Some(body))
-    }
+/// One request with the token its path needs: (status, JSON or text body).
+fn call(server: &Daemon, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let token = if path.starts_with("/v1/admin") {
+        ADMIN_TOKEN
+    } else {
+        CLIENT_TOKEN
+    };
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let answer = raw::request(server.addr, method, path, Some(token), body.as_bytes());
+    (answer.status, answer.value())
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A temporary directory, deleted on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("ratelimiterd-tb-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn reserve(server: &Daemon, lease: LeaseId, key: &str, amount: u64) -> (u16, Value) {
+    let body = json!({"lease_id": lease.to_string(), "requirements": [{"key": key, "amount": amount}]});
+    call(server, "POST", "/v1/reserve", Some(body))
 }
 
 /// Polls `/healthz` until it answers `status`, within the bound.
-fn wait_health(server: &Server, status: u16) {
+fn wait_health(server: &Daemon, status: u16) {
     let deadline = Instant::now() + WAIT_MAX;
-    while server.call("GET", "/healthz", None).0 != status {
+    while call(server, "GET", "/healthz", None).0 != status {
         assert!(Instant::now() < deadline, "healthz never answered {status}");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -133,67 +59,68 @@ fn wait_health(server: &Server, status: u16) {
 
 #[test]
 fn limits_defined_at_runtime_work_at_once_and_survive_a_restart() {
-    let temp = TempDir::new("runtime");
-    let dir = &temp.0;
+    let dir = temp_dir("runtime");
     let key = format!("tb:e2e:{}:rpm", LeaseId::generate());
-    let server = Server::start(dir, cluster().address());
+    let server = start(&dir, cluster().address());
     wait_health(&server, 200);
     let definition = json!({"key": key, "kind": "rolling", "capacity": 3, "window_seconds": 60});
-    let (status, state) = server.call("PUT", "/v1/admin/limits", Some(definition));
+    let (status, state) = call(&server, "PUT", "/v1/admin/limits", Some(definition));
     assert_eq!((status, &state["status"]), (200, &json!("active")), "{state}");
 
     let granted = LeaseId::generate();
-    let (status, body) = server.reserve(granted, &key, 2);
+    let (status, body) = reserve(&server, granted, &key, 2);
     assert_eq!((status, &body["allowed"]), (200, &json!(true)), "{body}");
-    let (status, again) = server.reserve(granted, &key, 2);
+    let (status, again) = reserve(&server, granted, &key, 2);
     assert_eq!(
         (status, &again["reserved_at_unix_ms"]),
         (200, &body["reserved_at_unix_ms"])
     );
-    let (status, denied) = server.reserve(LeaseId::generate(), &key, 2);
+    let (status, denied) = reserve(&server, LeaseId::generate(), &key, 2);
     assert_eq!(status, 200);
     assert_eq!(denied["error"], json!(format!("insufficient_capacity:{key}")));
     assert!(denied["retry_after_ms"].as_u64().unwrap() > 0);
-    let (status, report) = server.call("GET", &format!("/v1/admin/limits/{key}"), None);
+    let (status, report) = call(&server, "GET", &format!("/v1/admin/limits/{key}"), None);
     assert_eq!((status, &report["in_use"]), (200, &json!(2)), "{report}");
     let complete = json!({"lease_id": granted.to_string(), "actuals": [{"key": key, "actual_amount": 1}]});
-    let (status, body) = server.call("POST", "/v1/complete", Some(complete));
+    let (status, body) = call(&server, "POST", "/v1/complete", Some(complete));
     assert_eq!((status, body), (200, json!({"ok": true})));
     drop(server);
 
     // The registry restores the definition; the cluster kept the usage.
-    let server = Server::start(dir, cluster().address());
+    let server = start(&dir, cluster().address());
     wait_health(&server, 200);
-    let (_, report) = server.call("GET", &format!("/v1/admin/limits/{key}"), None);
+    let (_, report) = call(&server, "GET", &format!("/v1/admin/limits/{key}"), None);
     assert_eq!(
         (&report["capacity"], &report["in_use"]),
         (&json!(3), &json!(1)),
         "{report}"
     );
-    assert_eq!(server.reserve(LeaseId::generate(), &key, 2).1["allowed"], json!(true));
-    assert_eq!(server.reserve(LeaseId::generate(), &key, 1).1["allowed"], json!(false));
-    let (status, body) = server.reserve(LeaseId::generate(), &format!("{key}:ghost"), 1);
+    assert_eq!(reserve(&server, LeaseId::generate(), &key, 2).1["allowed"], json!(true));
+    assert_eq!(
+        reserve(&server, LeaseId::generate(), &key, 1).1["allowed"],
+        json!(false)
+    );
+    let (status, body) = reserve(&server, LeaseId::generate(), &format!("{key}:ghost"), 1);
     assert_eq!(status, 404, "{body}");
 }
 
 #[test]
 fn a_cluster_that_does_not_answer_is_unhealthy_and_503() {
-    let temp = TempDir::new("dead");
-    let dir = &temp.0;
+    let dir = temp_dir("dead");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = listener.local_addr().unwrap().to_string();
     drop(listener);
-    let server = Server::start(dir, &dead);
+    let server = start(&dir, &dead);
     wait_health(&server, 503);
     let definition = json!({"key": "tb:dead", "kind": "rolling", "capacity": 3, "window_seconds": 60});
-    let (status, body) = server.call("PUT", "/v1/admin/limits", Some(definition));
+    let (status, body) = call(&server, "PUT", "/v1/admin/limits", Some(definition));
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"], json!("backend_unavailable"));
 }
 
 /// The server's resident memory in KiB, from `/proc`.
-fn rss_kib(server: &Server) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+fn rss_kib(server: &Daemon) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
     let line = status
         .lines()
         .find(|l| l.starts_with("VmRSS:"))
@@ -213,14 +140,14 @@ const OUTAGE_RSS_GROWTH_KIB_MAX: u64 = 32 * 1024;
 
 #[test]
 fn a_stopped_cluster_gives_bounded_503s_and_service_resumes_by_itself() {
-    let temp = TempDir::new("outage");
+    let dir = temp_dir("outage");
     let cluster = ratelimiterd::tigerbeetle::LocalCluster::start().expect("a local cluster");
-    let server = Server::start(&temp.0, cluster.address());
+    let server = start(&dir, cluster.address());
     wait_health(&server, 200);
     let key = format!("tb:outage:{}:rpm", LeaseId::generate());
     let definition = json!({"key": key, "kind": "rolling", "capacity": 1000, "window_seconds": 60});
-    assert_eq!(server.call("PUT", "/v1/admin/limits", Some(definition)).0, 200);
-    assert_eq!(server.reserve(LeaseId::generate(), &key, 1).1["allowed"], json!(true));
+    assert_eq!(call(&server, "PUT", "/v1/admin/limits", Some(definition)).0, 200);
+    assert_eq!(reserve(&server, LeaseId::generate(), &key, 1).1["allowed"], json!(true));
     let rss_before = rss_kib(&server);
 
     cluster.pause().unwrap();
@@ -229,7 +156,7 @@ fn a_stopped_cluster_gives_bounded_503s_and_service_resumes_by_itself() {
             scope.spawn(|| {
                 for _ in 0..OUTAGE_RESERVES_PER_CLIENT {
                     let started = Instant::now();
-                    let (status, body) = server.reserve(LeaseId::generate(), &key, 1);
+                    let (status, body) = reserve(&server, LeaseId::generate(), &key, 1);
                     let took_ms = started.elapsed().as_millis();
                     assert_eq!(status, 503, "{body}");
                     assert_eq!(body["error"], json!("backend_unavailable"), "{body}");
@@ -249,7 +176,7 @@ fn a_stopped_cluster_gives_bounded_503s_and_service_resumes_by_itself() {
     wait_health(&server, 200);
     let deadline = Instant::now() + WAIT_MAX;
     loop {
-        let (status, body) = server.reserve(LeaseId::generate(), &key, 1);
+        let (status, body) = reserve(&server, LeaseId::generate(), &key, 1);
         if status == 200 && body["allowed"] == json!(true) {
             break;
         }
@@ -257,7 +184,7 @@ fn a_stopped_cluster_gives_bounded_503s_and_service_resumes_by_itself() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // Reservations of unknown outcome are held pessimistically, never granted twice.
-    let (_, report) = server.call("GET", &format!("/v1/admin/limits/{key}"), None);
+    let (_, report) = call(&server, "GET", &format!("/v1/admin/limits/{key}"), None);
     let in_use = report["in_use"].as_u64().unwrap();
     assert!(in_use <= 1000, "{report}");
 }
@@ -273,27 +200,27 @@ fn metric(text: &str, name: &str) -> u64 {
 
 #[test]
 fn the_backends_own_counters_are_in_metrics() {
-    let temp = TempDir::new("metrics");
-    let server = Server::start(&temp.0, cluster().address());
+    let dir = temp_dir("metrics");
+    let server = start(&dir, cluster().address());
     wait_health(&server, 200);
     let id = LeaseId::generate();
     let (plain, owed) = (format!("tb:metrics:{id}:plain"), format!("tb:metrics:{id}:owed"));
     for (key, overage) in [(&plain, "none"), (&owed, "debt")] {
         let definition =
             json!({"key": key, "kind": "rolling", "capacity": 10, "window_seconds": 60, "overage": overage});
-        assert_eq!(server.call("PUT", "/v1/admin/limits", Some(definition)).0, 200);
+        assert_eq!(call(&server, "PUT", "/v1/admin/limits", Some(definition)).0, 200);
     }
     // One lease takes both limits whole, then reports 3 units more on each:
     // the overage cannot be reserved, so it is dropped on one and owed on the other.
     let lease = LeaseId::generate().to_string();
     let reserve =
         json!({"lease_id": lease, "requirements": [{"key": plain, "amount": 10}, {"key": owed, "amount": 10}]});
-    let (status, body) = server.call("POST", "/v1/reserve", Some(reserve));
+    let (status, body) = call(&server, "POST", "/v1/reserve", Some(reserve));
     assert_eq!((status, &body["allowed"]), (200, &json!(true)), "{body}");
     let complete = json!({"lease_id": lease, "actuals": [{"key": plain, "actual_amount": 13}, {"key": owed, "actual_amount": 13}]});
-    assert_eq!(server.call("POST", "/v1/complete", Some(complete)).0, 200);
+    assert_eq!(call(&server, "POST", "/v1/complete", Some(complete)).0, 200);
 
-    let (status, text) = server.call("GET", "/metrics", None);
+    let (status, text) = call(&server, "GET", "/metrics", None);
     assert_eq!(status, 200);
     let text = text.as_str().expect("Prometheus text").to_owned();
     assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_overage_dropped_units_total"), 3);

@@ -47,6 +47,12 @@ impl Response {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
+
+    /// The body as JSON, or as a JSON string when it is not JSON (as the
+    /// Prometheus text of `/metrics` is not).
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|_| Value::String(self.text()))
+    }
 }
 
 /// A connection a test writes to piece by piece.
