@@ -16,8 +16,8 @@
 //! its next one even when the lock is free and takes the lock only after
 //! spinning, because under steady contention a holder is usually about to
 //! come back, and the guarded value moving to a new core at every change of
-//! holder is what costs most (measured in BENCHMARKS.md: two threads got 25 %
-//! more pairs through with 30 % less CPU).
+//! holder is what costs most (measured in BENCHMARKS.md: two threads got 25-46 %
+//! more pairs through with about 28 % less CPU).
 
 use std::cell::UnsafeCell;
 use std::fmt;
