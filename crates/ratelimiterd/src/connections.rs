@@ -12,7 +12,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::shutdown::Shutdown;
@@ -20,9 +20,30 @@ use crate::shutdown::Shutdown;
 /// How long a client has to send a request's headers, and so also how long a
 /// kept-alive connection may stay idle before the server closes it.
 pub const HEADER_READ_TIMEOUT_MS: u64 = 30_000;
+/// Connections the kernel queues for `accept` before refusing more (it caps the
+/// figure at `net.core.somaxconn`). A fleet opens hundreds of connections at
+/// once when it starts or when the server restarts; a connection that finds the
+/// queue full loses its SYN and waits a second for the retransmit. With
+/// tokio's default of 128, 256 connections opened together cost a reservation
+/// benchmark a p99 of 0.7 s from the due time (BENCHMARKS.md, issue 4).
+pub const LISTEN_BACKLOG: u32 = 4096;
 /// The pause after a failed accept (out of file descriptors, for instance), so
 /// the loop does not spin while the condition lasts.
 const ACCEPT_ERROR_BACKOFF_MS: u64 = 50;
+
+/// A listener on `addr` with a queue of [`LISTEN_BACKLOG`] connections; needs a
+/// tokio runtime. Like tokio's own `bind`, it reuses the address of a recently
+/// closed listener (`SO_REUSEADDR`), so a restart can bind at once.
+pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
 
 /// Serves `router` on `listener` until `shutdown` fires, then closes the
 /// listener and gives open connections up to `grace` to finish their requests.
@@ -84,4 +105,45 @@ fn spawn_connection(
         }
         drop(slot);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Longer than a connect takes when the kernel queues it, shorter than the
+    /// second a dropped SYN waits for its retransmit.
+    const CONNECT_TIMEOUT_MS: u64 = 900;
+
+    /// How many connections the kernel lets wait here: ours, or `somaxconn`
+    /// where that is lower (then the test cannot tell, but still must pass).
+    fn queued_max() -> usize {
+        let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|text| text.trim().parse::<usize>().ok())
+            .unwrap_or(LISTEN_BACKLOG as usize);
+        somaxconn.min(LISTEN_BACKLOG as usize)
+    }
+
+    #[tokio::test]
+    async fn hundreds_of_connections_opened_at_once_wait_in_the_queue_not_for_a_retransmit() {
+        let listener = listen(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Nothing accepts: every connection has to fit in the kernel's queue,
+        // as when a fleet connects faster than the accept loop runs. 300 is
+        // over tokio's default queue of 128.
+        let connections = 300.min(queued_max());
+        let connected = tokio::task::spawn_blocking(move || {
+            let timeout = Duration::from_millis(CONNECT_TIMEOUT_MS);
+            let threads: Vec<_> = (0..connections)
+                .map(|_| std::thread::spawn(move || std::net::TcpStream::connect_timeout(&addr, timeout)))
+                .collect();
+            let streams: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+            streams.iter().filter(|stream| stream.is_ok()).count()
+        })
+        .await
+        .unwrap();
+        assert_eq!(connected, connections, "every connection was queued at once");
+        drop(listener);
+    }
 }

@@ -87,9 +87,7 @@ pub async fn start(config: &Config) -> Result<AppState, ServerError> {
 pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
     let state = start(&config).await?;
     let addr = config.listen_addr();
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServerError::Io { addr, source })?;
+    let listener = connections::listen(addr).map_err(|source| ServerError::Io { addr, source })?;
     serve(listener, state, ServeOptions::from_config(&config), shutdown)
         .await
         .map_err(|source| ServerError::Io { addr, source })
