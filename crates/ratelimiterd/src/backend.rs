@@ -9,22 +9,32 @@ use ratelimiter::{Backend, SystemClock};
 use crate::config::{BackendKind, Config};
 use crate::metrics::BackendMetrics;
 
-/// The backend chosen at startup. The memory backend is kept by its type as well,
-/// so its counters can be exported as metrics.
-pub enum SelectedBackend {
-    /// The in-process memory backend.
-    Memory(Arc<MemoryBackend>),
-    /// Any other backend, with the counters it exports as metrics.
-    Other(Arc<dyn Backend>, Arc<dyn BackendMetrics>),
+/// The backend chosen at startup, and the same backend as the exporter of its
+/// own counters.
+pub struct SelectedBackend {
+    /// Serves every request.
+    pub backend: Arc<dyn Backend>,
+    /// Appends the backend's counters to `/metrics`.
+    pub metrics: Arc<dyn BackendMetrics>,
+}
+
+impl SelectedBackend {
+    fn of<B: Backend + BackendMetrics + 'static>(backend: B) -> Self {
+        let backend = Arc::new(backend);
+        Self {
+            backend: backend.clone(),
+            metrics: backend,
+        }
+    }
 }
 
 /// Builds the configured backend. The error says what to fix.
 pub async fn build(config: &Config) -> Result<SelectedBackend, String> {
     match config.server.backend {
-        BackendKind::Memory => Ok(SelectedBackend::Memory(Arc::new(MemoryBackend::new(
+        BackendKind::Memory => Ok(SelectedBackend::of(MemoryBackend::new(
             Arc::new(SystemClock::new()),
             memory_config(config),
-        )))),
+        ))),
         BackendKind::Tigerbeetle => build_tigerbeetle(config).await,
     }
 }
@@ -61,8 +71,7 @@ async fn build_tigerbeetle(config: &Config) -> Result<SelectedBackend, String> {
     if let Err(e) = backend.health().await {
         tracing::warn!(addresses = ?tb.addresses, error = %e, "TigerBeetle does not answer yet");
     }
-    let backend = Arc::new(backend);
-    Ok(SelectedBackend::Other(backend.clone(), backend))
+    Ok(SelectedBackend::of(backend))
 }
 
 #[cfg(not(feature = "tigerbeetle"))]

@@ -38,9 +38,6 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
 /// counters (memory or TigerBeetle).
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let mut text = state.metrics().render();
-    if let Some(memory) = state.memory() {
-        crate::metrics::render_memory(&mut text, &memory.counters());
-    }
     if let Some(backend) = state.backend_metrics() {
         backend.render_metrics(&mut text);
     }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ratelimiter::memory::MemoryCounters;
+use ratelimiter::memory::{MemoryBackend, MemoryCounters};
 use ratelimiter::{Denial, LimitKey, ReserveOutcome, ReserveRequest};
 
 /// The most keys with their own counters. Past it, outcomes are counted under the
@@ -213,8 +213,14 @@ impl Metrics {
     }
 }
 
+impl BackendMetrics for MemoryBackend {
+    fn render_metrics(&self, out: &mut String) {
+        render_memory(out, &self.counters());
+    }
+}
+
 /// Appends the memory backend's counters.
-pub fn render_memory(out: &mut String, counters: &MemoryCounters) {
+fn render_memory(out: &mut String, counters: &MemoryCounters) {
     let lines: [(&str, &str, &str, u64); 8] = [
         (
             "ratelimiterd_memory_overage_dropped_units_total",

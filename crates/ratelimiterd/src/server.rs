@@ -10,7 +10,6 @@ use ratelimiter::registry::{Registry, RegistryError};
 use tokio::net::TcpListener;
 
 use crate::app::app;
-use crate::backend::SelectedBackend;
 use crate::config::Config;
 use crate::shutdown::Shutdown;
 use crate::state::AppState;
@@ -70,10 +69,7 @@ impl ServeOptions {
 pub async fn start(config: &Config) -> Result<AppState, ServerError> {
     let backend = backend::build(config).await.map_err(ServerError::Backend)?;
     let registry = Registry::open(&config.registry.path)?;
-    let state = match backend {
-        SelectedBackend::Memory(memory) => AppState::new_memory(memory, registry, config),
-        SelectedBackend::Other(backend, metrics) => AppState::with_backend_metrics(backend, metrics, registry, config),
-    };
+    let state = AppState::with_backend_metrics(backend.backend, backend.metrics, registry, config);
     let restored = state.admin().restore().await.map_err(|e| ServerError::Restore {
         path: config.registry.path.clone(),
         message: e.to_string(),

@@ -22,7 +22,6 @@ pub struct AppState {
 
 struct Shared {
     backend: Arc<dyn Backend>,
-    memory: Option<Arc<MemoryBackend>>,
     backend_metrics: Option<Arc<dyn BackendMetrics>>,
     admin: Admin,
     metrics: Arc<Metrics>,
@@ -37,13 +36,13 @@ impl AppState {
     /// Builds the state from a validated configuration, the backend chosen at
     /// startup and the opened registry.
     pub fn new(backend: Arc<dyn Backend>, registry: Registry, config: &Config) -> Self {
-        Self::build(backend, None, None, registry, config)
+        Self::build(backend, None, registry, config)
     }
 
     /// Like [`AppState::new`] on the memory backend, whose counters are then
     /// exported as metrics.
     pub fn new_memory(memory: Arc<MemoryBackend>, registry: Registry, config: &Config) -> Self {
-        Self::build(memory.clone(), Some(memory), None, registry, config)
+        Self::build(memory.clone(), Some(memory), registry, config)
     }
 
     /// Like [`AppState::new`] on a backend that exports its own counters.
@@ -53,12 +52,11 @@ impl AppState {
         registry: Registry,
         config: &Config,
     ) -> Self {
-        Self::build(backend, None, Some(metrics), registry, config)
+        Self::build(backend, Some(metrics), registry, config)
     }
 
     fn build(
         backend: Arc<dyn Backend>,
-        memory: Option<Arc<MemoryBackend>>,
         backend_metrics: Option<Arc<dyn BackendMetrics>>,
         registry: Registry,
         config: &Config,
@@ -68,7 +66,6 @@ impl AppState {
             shared: Arc::new(Shared {
                 admin: Admin::new(backend.clone(), registry),
                 backend,
-                memory,
                 backend_metrics,
                 metrics: Arc::new(Metrics::default()),
                 auth: Auth::new(server.admin_token.as_deref(), &server.client_tokens),
@@ -84,11 +81,7 @@ impl AppState {
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.shared.backend
     }
-    /// The memory backend, when it is the one chosen.
-    pub fn memory(&self) -> Option<&Arc<MemoryBackend>> {
-        self.shared.memory.as_ref()
-    }
-    /// The backend's own counters, when it exports any besides the memory backend's.
+    /// The backend's own counters, when it exports any.
     pub fn backend_metrics(&self) -> Option<&Arc<dyn BackendMetrics>> {
         self.shared.backend_metrics.as_ref()
     }
