@@ -94,12 +94,6 @@ impl Index {
         }
     }
 
-    /// Starts loading the home bucket of `hash`, to overlap its cache miss
-    /// with others (see [`SettledLeases::get`]).
-    fn touch(&self, hash: u64) -> u32 {
-        self.words[self.half_start(self.home(hash), 0)]
-    }
-
     /// Starts loading the home bucket of `hash`, without waiting for it.
     fn prefetch(&self, hash: u64) {
         prefetch(&self.words[self.half_start(self.home(hash), 0)]);
@@ -233,11 +227,6 @@ impl Generation {
         }
     }
 
-    /// Starts loading the line the next push writes (see [`SettledLeases::get`]).
-    fn touch_next(&self) -> u64 {
-        self.entries.get(self.len).map_or(0, |entry| entry[0])
-    }
-
     /// Starts loading the line the next push writes, without waiting for it.
     fn prefetch_next(&self) {
         if let Some(entry) = self.entries.get(self.len) {
@@ -320,27 +309,23 @@ impl SettledLeases {
 
     /// The settled lease `id`, if remembered.
     ///
-    /// It also starts loading the line the next settlement will write: a reserve
-    /// of a new id is usually followed by its complete, which then finds both
-    /// that line and its index bucket cached. Every miss inside the backend's
-    /// critical section is paid in full when the mutex is released (the unlock
-    /// waits for outstanding memory operations), so both misses are started
-    /// together here, where the reserve waits for one anyway.
+    /// It first prefetches the two lines a settlement of `id` will write (its
+    /// index bucket and the next entry): a reserve of a new id is usually
+    /// followed by its complete, which then finds both cached. A prefetch, unlike
+    /// a load, holds up no later instruction, the release of the backend's lock
+    /// included, so the misses overlap with the rest of the call.
     ///
     /// An id above every id ever settled here cannot be remembered: that is
     /// the usual reserve, since lease ids are ULIDs, ordered by creation time,
     /// and a lease settles after it was created (seconds after, for an LLM
-    /// call). Then the lines are only prefetched, which no later instruction
-    /// waits for, and nothing is searched.
+    /// call). Then nothing is searched.
     pub fn get(&self, id: u128) -> Option<SettledLease> {
         let hash = self.hashes.hash_one(id);
+        self.index.prefetch(hash);
+        self.generations[self.current].prefetch_next();
         if id > self.id_max {
-            self.index.prefetch(hash);
-            self.generations[self.current].prefetch_next();
             return None;
         }
-        let touched = u64::from(self.index.touch(hash)) ^ self.generations[self.current].touch_next();
-        std::hint::black_box(touched);
         [self.current, 1 - self.current]
             .into_iter()
             .find_map(|side| self.lookup(side, id, hash))
