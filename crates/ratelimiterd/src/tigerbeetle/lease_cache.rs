@@ -90,6 +90,10 @@ impl LeaseCache {
     /// oldest leases beyond the capacity.
     pub fn insert(&self, lease: LeaseId, record: LeaseRecord) {
         let mut inner = self.inner.lock().expect("lease cache lock poisoned");
+        self.insert_locked(&mut inner, lease, record);
+    }
+
+    fn insert_locked(&self, inner: &mut Inner, lease: LeaseId, record: LeaseRecord) {
         inner.inserted += 1;
         let number = inner.inserted;
         inner.records.insert(lease, (number, record));
@@ -104,7 +108,7 @@ impl LeaseCache {
         // Stale entries accumulate when leases complete; drop them before the
         // order queue outgrows twice the capacity.
         if inner.order.len() > 2 * self.capacity {
-            let Inner { records, order, .. } = &mut *inner;
+            let Inner { records, order, .. } = inner;
             order.retain(|(n, lease)| records.get(lease).is_some_and(|(m, _)| m == n));
         }
     }
@@ -115,12 +119,10 @@ impl LeaseCache {
     /// double the order queue of a busy server and the work of pruning it.
     pub fn update(&self, lease: LeaseId, record: LeaseRecord) {
         let mut inner = self.inner.lock().expect("lease cache lock poisoned");
-        if let Some((_, existing)) = inner.records.get_mut(&lease) {
-            *existing = record;
-            return;
+        match inner.records.get_mut(&lease) {
+            Some((_, existing)) => *existing = record,
+            None => self.insert_locked(&mut inner, lease, record),
         }
-        drop(inner);
-        self.insert(lease, record);
     }
 
     /// The record of `lease`, if remembered.
