@@ -199,12 +199,7 @@ fn two_threads(workload: &Arc<Workload>, next: &mut u64, iters: u64, timer: Time
             })
         })
         .collect();
-    let times = handles.into_iter().map(|h| h.join().unwrap());
-    let timed = match timer {
-        // Both threads measured the same barrier-to-barrier spans.
-        Timer::Wall => times.max().unwrap(),
-        Timer::ThreadCpu => times.sum(),
-    };
+    let timed = pool_time(handles.into_iter().map(|h| h.join().unwrap()), timer);
     // 2 * chunks * CHUNK_PAIRS pairs took `timed`; criterion divides by `iters`.
     timed * u32::try_from(iters).unwrap() / u32::try_from(2 * chunks * CHUNK_PAIRS).unwrap()
 }
@@ -233,11 +228,17 @@ fn governor_two_threads(four: &[DefaultDirectRateLimiter], iters: u64, timer: Ti
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let timed = match timer {
-        Timer::Wall => times.into_iter().max().unwrap(),
-        Timer::ThreadCpu => times.into_iter().sum(),
-    };
-    timed / 2
+    pool_time(times.into_iter(), timer) / 2
+}
+
+/// What the threads of a pool took together, from each thread's own time:
+/// wall time is the longest (the threads measured the same barrier-to-barrier
+/// spans), CPU time the sum.
+fn pool_time(times: impl Iterator<Item = Duration>, timer: Timer) -> Duration {
+    match timer {
+        Timer::Wall => times.max().unwrap(),
+        Timer::ThreadCpu => times.sum(),
+    }
 }
 
 fn bench(c: &mut Criterion) {
