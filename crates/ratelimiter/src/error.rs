@@ -29,3 +29,16 @@ pub enum LimiterError {
     #[error("backend_error: {0}")]
     Backend(String),
 }
+
+impl From<crate::definition::DefinitionError> for LimiterError {
+    /// An out-of-range field is a bad request; a kind change conflicts with
+    /// the existing limit.
+    fn from(error: crate::definition::DefinitionError) -> Self {
+        match error {
+            crate::definition::DefinitionError::Invalid(message) => LimiterError::InvalidRequest(message),
+            kind_change @ crate::definition::DefinitionError::KindChange { .. } => {
+                LimiterError::Conflict(kind_change.to_string())
+            }
+        }
+    }
+}

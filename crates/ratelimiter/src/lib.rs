@@ -65,7 +65,9 @@
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod clock;
+pub mod decision;
 pub mod definition;
 pub mod error;
 #[cfg(feature = "http-client")]
@@ -76,9 +78,12 @@ pub mod limiter;
 pub mod llm;
 pub mod local;
 pub mod memory;
+pub mod metrics;
+pub mod recent_ids;
 pub mod registry;
 pub mod retry;
 pub mod scheduler;
+pub mod tigerbeetle;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod wire;

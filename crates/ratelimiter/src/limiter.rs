@@ -44,11 +44,18 @@ pub trait Backend: Limiter {
     /// `Ok` when the backend answers.
     async fn health(&self) -> Result<(), LimiterError>;
 
-    /// Defines `definition`: the state it leads to from the current one, applied.
-    async fn apply_definition(&self, definition: &LimitDefinition) -> Result<LimitState, LimiterError> {
+    /// The state `definition` leads to from the key's current one: the one
+    /// rule for every way of defining a limit (docs/decisions.md, "Definitions").
+    /// An invalid definition is `InvalidRequest`, a kind change `Conflict`.
+    async fn next_state(&self, definition: LimitDefinition) -> Result<LimitState, LimiterError> {
         let previous = self.limit_report(definition.key()).await?.map(|r| r.state);
-        let next = LimitState::after_definition(previous.as_ref(), definition.clone())
-            .map_err(|e| LimiterError::Conflict(e.to_string()))?;
+        Ok(LimitState::after_definition(previous.as_ref(), definition)?)
+    }
+
+    /// Defines `definition`: the state it leads to from the current one, applied.
+    /// The server persists the state in between ([`crate::admin::Admin::define`]).
+    async fn apply_definition(&self, definition: &LimitDefinition) -> Result<LimitState, LimiterError> {
+        let next = self.next_state(definition.clone()).await?;
         self.apply_state(&next).await?;
         Ok(next)
     }

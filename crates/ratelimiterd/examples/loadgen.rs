@@ -46,7 +46,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use ratelimiter::{LeaseId, LimitDefinition, LimitKey, LimitState};
-use ratelimiterd::tigerbeetle::ConfigFields;
+use ratelimiter::tigerbeetle::ConfigFields;
 
 /// Longest wait for the server to start.
 const STARTUP_WAIT_MAX: Duration = Duration::from_secs(30);

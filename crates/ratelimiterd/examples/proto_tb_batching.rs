@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use ratelimiter::retry::{Jitter, RetryAdvisor, RetryPolicy};
 use ratelimiter::{Backend, LeaseId, LimitDefinition, LimitKey, Limiter, Requirement, ReserveRequest, SystemClock};
-use ratelimiterd::tigerbeetle::{
+use ratelimiter::tigerbeetle::{
     BackendOptions, ConfigFields, LocalCluster, SubmitMode, TigerBeetleBackend, TigerBeetleConfig,
 };
 use tb_reference::{Hold, ReferenceClient};

@@ -15,7 +15,7 @@ use ratelimiter::{
     Actual, Backend, CompleteRequest, LeaseId, LimitDefinition, LimitKey, Limiter, Requirement, ReserveRequest,
     ReserveResponse, SystemClock,
 };
-use ratelimiterd::tigerbeetle::{BackendOptions, LocalCluster, TigerBeetleBackend, TigerBeetleConfig};
+use ratelimiter::tigerbeetle::{BackendOptions, LocalCluster, TigerBeetleBackend, TigerBeetleConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -15,7 +15,7 @@ use ratelimiter::retry::{Jitter, RetryAdvisor, RetryPolicy};
 use ratelimiter::{
     Backend, LeaseId, LimitDefinition, LimitKey, Limiter, Requirement, ReserveRequest, ReserveResponse, SystemClock,
 };
-use ratelimiterd::tigerbeetle::{BackendOptions, LocalCluster, TigerBeetleBackend, TigerBeetleConfig};
+use ratelimiter::tigerbeetle::{BackendOptions, LocalCluster, TigerBeetleBackend, TigerBeetleConfig};
 
 /// The window of the prototype's limit: short, so the last step is quick.
 const WINDOW_SECONDS: u64 = 2;

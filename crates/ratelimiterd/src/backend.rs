@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use ratelimiter::memory::{MemoryBackend, MemoryConfig};
+use ratelimiter::metrics::BackendMetrics;
 use ratelimiter::{Backend, SystemClock};
 
 use crate::config::{BackendKind, Config};
-use crate::metrics::BackendMetrics;
 
 /// The backend chosen at startup, and the same backend as the exporter of its
 /// own counters.
@@ -19,8 +19,8 @@ pub struct SelectedBackend {
 }
 
 impl SelectedBackend {
-    fn of<B: Backend + BackendMetrics + 'static>(backend: B) -> Self {
-        let backend = Arc::new(backend);
+    /// Serves `backend` and exports its counters.
+    pub fn of<B: Backend + BackendMetrics + 'static>(backend: Arc<B>) -> Self {
         Self {
             backend: backend.clone(),
             metrics: backend,
@@ -31,10 +31,10 @@ impl SelectedBackend {
 /// Builds the configured backend. The error says what to fix.
 pub async fn build(config: &Config) -> Result<SelectedBackend, String> {
     match config.server.backend {
-        BackendKind::Memory => Ok(SelectedBackend::of(MemoryBackend::new(
+        BackendKind::Memory => Ok(SelectedBackend::of(Arc::new(MemoryBackend::new(
             Arc::new(SystemClock::new()),
             memory_config(config),
-        ))),
+        )))),
         BackendKind::Tigerbeetle => build_tigerbeetle(config).await,
     }
 }
@@ -52,7 +52,7 @@ pub fn memory_config(config: &Config) -> MemoryConfig {
 
 #[cfg(feature = "tigerbeetle")]
 async fn build_tigerbeetle(config: &Config) -> Result<SelectedBackend, String> {
-    use crate::tigerbeetle::{BackendOptions, TigerBeetleBackend, TigerBeetleConfig};
+    use ratelimiter::tigerbeetle::{BackendOptions, TigerBeetleBackend, TigerBeetleConfig};
     use ratelimiter::retry::{Jitter, RetryAdvisor, TRACKED_KEYS_MAX_DEFAULT};
 
     let tb = &config.tigerbeetle;
@@ -71,7 +71,7 @@ async fn build_tigerbeetle(config: &Config) -> Result<SelectedBackend, String> {
     if let Err(e) = backend.health().await {
         tracing::warn!(addresses = ?tb.addresses, error = %e, "TigerBeetle does not answer yet");
     }
-    Ok(SelectedBackend::of(backend))
+    Ok(SelectedBackend::of(Arc::new(backend)))
 }
 
 #[cfg(not(feature = "tigerbeetle"))]

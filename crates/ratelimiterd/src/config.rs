@@ -90,7 +90,7 @@ pub struct Config {
     /// Where limit definitions are persisted.
     pub registry: RegistryConfig,
     /// The TigerBeetle cluster, used when `server.backend` is `tigerbeetle`.
-    pub tigerbeetle: crate::tigerbeetle::ConfigFields,
+    pub tigerbeetle: ratelimiter::tigerbeetle::ConfigFields,
     /// Retry hints for denials (ADR 0010).
     pub retry_policy: RetryPolicy,
     /// Capacity decreases (`decisions.md` §6).
@@ -356,7 +356,7 @@ impl Config {
             message,
         };
         // The backend's own validation, so the block means the same in every build.
-        crate::tigerbeetle::TigerBeetleConfig::new(self.tigerbeetle.clone())
+        ratelimiter::tigerbeetle::TigerBeetleConfig::new(self.tigerbeetle.clone())
             .map_err(|e| invalid(&format!("tigerbeetle.{}", e.field), e.message))?;
         if self.server.backend == BackendKind::Tigerbeetle && !cfg!(feature = "tigerbeetle") {
             return Err(invalid(

@@ -129,6 +129,15 @@ impl From<LimiterError> for ApiError {
     }
 }
 
+impl From<ratelimiter::admin::AdminError> for ApiError {
+    fn from(error: ratelimiter::admin::AdminError) -> Self {
+        match error {
+            ratelimiter::admin::AdminError::Limiter(e) => e.into(),
+            ratelimiter::admin::AdminError::Persist(detail) => ApiError::Internal(detail),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match &self {

@@ -38,9 +38,7 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
 /// counters (memory or TigerBeetle).
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let mut text = state.metrics().render();
-    if let Some(backend) = state.backend_metrics() {
-        backend.render_metrics(&mut text);
-    }
+    crate::metrics::render_backend(&mut text, &state.backend_metrics().metrics());
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         text,

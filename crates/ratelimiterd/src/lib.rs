@@ -22,7 +22,6 @@ pub mod overload;
 pub mod server;
 pub mod shutdown;
 pub mod state;
-pub mod tigerbeetle;
 
 pub use app::app;
 pub use config::Config;

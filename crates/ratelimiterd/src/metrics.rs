@@ -11,18 +11,12 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ratelimiter::memory::{MemoryBackend, MemoryCounters};
+use ratelimiter::metrics::{Histogram, HistogramSnapshot, Metric, MetricValue, BUCKET_BOUNDS_MICROS};
 use ratelimiter::{Denial, LimitKey, ReserveOutcome, ReserveRequest};
 
 /// The most keys with their own counters. Past it, outcomes are counted under the
 /// key `_other`, so a registry that grows without bound cannot grow memory here.
 pub const METRIC_KEYS_MAX: usize = 100_000;
-/// Latency bucket bounds, in microseconds: 50 µs to 5 s, covering a memory-backend
-/// hit and a TigerBeetle round trip under load alike.
-const BUCKET_BOUNDS_MICROS: [u64; 16] = [
-    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
-    5_000_000,
-];
 /// The label value under which keys past [`METRIC_KEYS_MAX`] are counted.
 const OTHER_KEY: &str = "_other";
 
@@ -33,47 +27,6 @@ struct KeyCounters {
     insufficient_capacity: AtomicU64,
     exceeds_capacity: AtomicU64,
     limit_decreasing: AtomicU64,
-}
-
-/// A latency histogram with fixed buckets.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    buckets: [AtomicU64; BUCKET_BOUNDS_MICROS.len()],
-    count: AtomicU64,
-    sum_micros: AtomicU64,
-}
-
-impl Histogram {
-    /// Records one observation.
-    pub fn observe(&self, elapsed: Duration) {
-        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        if let Some(i) = BUCKET_BOUNDS_MICROS.iter().position(|bound| micros <= *bound) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
-    }
-
-    /// Appends the histogram's Prometheus text; `labels` (possibly empty) are
-    /// written inside braces, before the bucket's `le`.
-    pub fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let (bucket_labels, own_labels) = if labels.is_empty() {
-            (String::new(), String::new())
-        } else {
-            (format!("{labels},"), format!("{{{labels}}}"))
-        };
-        let mut cumulative = 0;
-        for (bound, bucket) in BUCKET_BOUNDS_MICROS.iter().zip(&self.buckets) {
-            cumulative += bucket.load(Ordering::Relaxed);
-            let seconds = *bound as f64 / 1e6;
-            let _ = writeln!(out, "{name}_bucket{{{bucket_labels}le=\"{seconds}\"}} {cumulative}");
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{bucket_labels}le=\"+Inf\"}} {count}");
-        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum{own_labels} {sum}");
-        let _ = writeln!(out, "{name}_count{own_labels} {count}");
-    }
 }
 
 /// Every metric the server exports.
@@ -176,16 +129,14 @@ impl Metrics {
         }
         out.push_str("# HELP ratelimiterd_request_duration_seconds Time to handle reserve and complete requests.\n");
         out.push_str("# TYPE ratelimiterd_request_duration_seconds histogram\n");
-        self.reserve_latency.render(
-            &mut out,
-            "ratelimiterd_request_duration_seconds",
-            "endpoint=\"reserve\"",
-        );
-        self.complete_latency.render(
-            &mut out,
-            "ratelimiterd_request_duration_seconds",
-            "endpoint=\"complete\"",
-        );
+        for (endpoint, histogram) in [("reserve", &self.reserve_latency), ("complete", &self.complete_latency)] {
+            render_histogram(
+                &mut out,
+                "ratelimiterd_request_duration_seconds",
+                &format!("endpoint=\"{endpoint}\""),
+                &histogram.snapshot(),
+            );
+        }
         let gauges = [
             (
                 "ratelimiterd_requests_in_flight",
@@ -213,217 +164,46 @@ impl Metrics {
     }
 }
 
-impl BackendMetrics for MemoryBackend {
-    fn render_metrics(&self, out: &mut String) {
-        render_memory(out, &self.counters());
+/// The prefix of every metric the server exports, backends' included.
+const PREFIX: &str = "ratelimiterd_";
+
+/// Appends a backend's metrics, each under [`PREFIX`].
+pub fn render_backend(out: &mut String, metrics: &[Metric]) {
+    for metric in metrics {
+        let name = format!("{PREFIX}{}", metric.name);
+        let help = metric.help;
+        match metric.value {
+            MetricValue::Counter(value) => {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+            }
+            MetricValue::Gauge(value) => {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+            }
+            MetricValue::Histogram(snapshot) => {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+                render_histogram(out, &name, "", &snapshot);
+            }
+        }
     }
 }
 
-/// Appends the memory backend's counters.
-fn render_memory(out: &mut String, counters: &MemoryCounters) {
-    let lines: [(&str, &str, &str, u64); 8] = [
-        (
-            "ratelimiterd_memory_overage_dropped_units_total",
-            "counter",
-            "Units used above reservations and dropped (overage: none).",
-            counters.overage_dropped_total,
-        ),
-        (
-            "ratelimiterd_memory_overage_debt_units_total",
-            "counter",
-            "Units used above reservations and recorded as debt (overage: debt).",
-            counters.overage_debt_total,
-        ),
-        (
-            "ratelimiterd_memory_leases_evicted_total",
-            "counter",
-            "Live leases forgotten to respect memory.leases_max; their completes were not reconciled.",
-            counters.leases_evicted_total,
-        ),
-        (
-            "ratelimiterd_memory_settled_leases_evicted_total",
-            "counter",
-            "Settled (completed or evicted) lease ids forgotten before their retention to respect \
-             memory.settled_leases_max; a retry of one is reserved anew.",
-            counters.settled_leases_evicted_total,
-        ),
-        (
-            "ratelimiterd_memory_failed_leases_evicted_total",
-            "counter",
-            "Denied lease ids forgotten early to respect memory.failed_leases_max.",
-            counters.failed_leases_evicted_total,
-        ),
-        (
-            "ratelimiterd_memory_leases_live",
-            "gauge",
-            "Leases allowed and not completed.",
-            counters.leases_live,
-        ),
-        (
-            "ratelimiterd_memory_settled_leases_remembered",
-            "gauge",
-            "Settled lease ids remembered for idempotent retries.",
-            counters.settled_leases_remembered,
-        ),
-        (
-            "ratelimiterd_memory_failed_leases_remembered",
-            "gauge",
-            "Denied lease ids remembered.",
-            counters.failed_leases_remembered,
-        ),
-    ];
-    render_lines(out, &lines);
-}
-
-/// A backend's own counters, appended to `/metrics` after the server's.
-pub trait BackendMetrics: Send + Sync {
-    /// Appends the Prometheus text of the backend's counters to `out`.
-    fn render_metrics(&self, out: &mut String);
-}
-
-#[cfg(feature = "tigerbeetle")]
-impl BackendMetrics for crate::tigerbeetle::TigerBeetleBackend {
-    fn render_metrics(&self, out: &mut String) {
-        render_tigerbeetle(out, &self.counters());
-        let stats = self.submitter_stats();
-        out.push_str("# HELP ratelimiterd_tigerbeetle_queue_wait_seconds Time work items waited for the submitter before their batch was sent.\n");
-        out.push_str("# TYPE ratelimiterd_tigerbeetle_queue_wait_seconds histogram\n");
-        stats
-            .queue_wait
-            .render(out, "ratelimiterd_tigerbeetle_queue_wait_seconds", "");
-        out.push_str("# HELP ratelimiterd_tigerbeetle_request_duration_seconds Time TigerBeetle took to answer each create_transfers request.\n");
-        out.push_str("# TYPE ratelimiterd_tigerbeetle_request_duration_seconds histogram\n");
-        stats
-            .round_trip
-            .render(out, "ratelimiterd_tigerbeetle_request_duration_seconds", "");
+/// Appends a histogram's Prometheus text; `labels` (possibly empty) are
+/// written inside braces, before the bucket's `le`.
+pub fn render_histogram(out: &mut String, name: &str, labels: &str, snapshot: &HistogramSnapshot) {
+    let (bucket_labels, own_labels) = if labels.is_empty() {
+        (String::new(), String::new())
+    } else {
+        (format!("{labels},"), format!("{{{labels}}}"))
+    };
+    for (bound, cumulative) in BUCKET_BOUNDS_MICROS.iter().zip(&snapshot.cumulative) {
+        let seconds = *bound as f64 / 1e6;
+        let _ = writeln!(out, "{name}_bucket{{{bucket_labels}le=\"{seconds}\"}} {cumulative}");
     }
-}
-
-/// The TigerBeetle backend's single-valued metrics: name, type, help, and how
-/// to read the value from the counters.
-#[cfg(feature = "tigerbeetle")]
-type TigerBeetleLine = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&crate::tigerbeetle::TigerBeetleCounters) -> u64,
-);
-
-#[cfg(feature = "tigerbeetle")]
-const TIGERBEETLE_LINES: [TigerBeetleLine; 16] = [
-    (
-        "ratelimiterd_tigerbeetle_overage_dropped_units_total",
-        "counter",
-        "Units used above reservations and dropped (overage: none).",
-        |c| c.overage_dropped_units,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_overage_debt_units_total",
-        "counter",
-        "Units used above reservations and recorded as debt (overage: debt).",
-        |c| c.overage_debt_units,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_batches_total",
-        "counter",
-        "create_transfers requests sent; transfers per batch is batch_transfers_total over this.",
-        |c| c.batches.batches,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_batch_items_total",
-        "counter",
-        "Work items (a lease's chain, a Complete's transfers) sent in those requests.",
-        |c| c.batches.items,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_batch_transfers_total",
-        "counter",
-        "Transfers sent in those requests.",
-        |c| c.batches.transfers,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_batch_transfers_max",
-        "gauge",
-        "The most transfers sent in one request since the start.",
-        |c| c.batches.largest_batch,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_queue_full_total",
-        "counter",
-        "Work items refused at once (503) because the submitter's queue was full.",
-        |c| c.queue_full,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_timeouts_total",
-        "counter",
-        "Requests TigerBeetle did not answer within request_timeout_ms (503, outcome unknown).",
-        |c| c.timeouts,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_abandoned_items_total",
-        "counter",
-        "Queued work items not sent because their caller had given up.",
-        |c| c.abandoned,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_queue_depth",
-        "gauge",
-        "Work items waiting for the submitter.",
-        |c| c.queue_depth,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_requests_outstanding",
-        "gauge",
-        "Requests sent on the client sessions and not answered yet.",
-        |c| c.slots_busy,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_sessions_renewed_total",
-        "counter",
-        "Client sessions reopened after the cluster evicted them.",
-        |c| c.sessions_renewed,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_leases_cached",
-        "gauge",
-        "Leases whose metadata is kept for Complete.",
-        |c| c.leases_cached,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_lease_cache_evictions_total",
-        "counter",
-        "Leases forgotten to respect lease_cache_max; their Completes were not reconciled.",
-        |c| c.lease_cache_evictions,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_denied_leases_remembered",
-        "gauge",
-        "Lease ids TigerBeetle denied, remembered so that they stay denied.",
-        |c| c.denied_leases,
-    ),
-    (
-        "ratelimiterd_tigerbeetle_denied_leases_evictions_total",
-        "counter",
-        "Denied lease ids forgotten to respect the bound; TigerBeetle still remembers them.",
-        |c| c.denied_lease_evictions,
-    ),
-];
-
-/// Appends the TigerBeetle backend's counters.
-#[cfg(feature = "tigerbeetle")]
-pub fn render_tigerbeetle(out: &mut String, counters: &crate::tigerbeetle::TigerBeetleCounters) {
-    let lines: Vec<(&str, &str, &str, u64)> = TIGERBEETLE_LINES
-        .iter()
-        .map(|(name, kind, help, value)| (*name, *kind, *help, value(counters)))
-        .collect();
-    render_lines(out, &lines);
-}
-
-/// Appends one single-valued metric per line: (name, type, help, value).
-fn render_lines(out: &mut String, lines: &[(&str, &str, &str, u64)]) {
-    for (name, kind, help, value) in lines {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
-    }
+    let count = snapshot.count;
+    let _ = writeln!(out, "{name}_bucket{{{bucket_labels}le=\"+Inf\"}} {count}");
+    let sum = snapshot.sum_micros as f64 / 1e6;
+    let _ = writeln!(out, "{name}_sum{own_labels} {sum}");
+    let _ = writeln!(out, "{name}_count{own_labels} {count}");
 }
 
 fn render_key(out: &mut String, key: &str, counters: &KeyCounters) {

@@ -69,7 +69,7 @@ impl ServeOptions {
 pub async fn start(config: &Config) -> Result<AppState, ServerError> {
     let backend = backend::build(config).await.map_err(ServerError::Backend)?;
     let registry = Registry::open(&config.registry.path)?;
-    let state = AppState::with_backend_metrics(backend.backend, backend.metrics, registry, config);
+    let state = AppState::new(backend, registry, config);
     let restored = state.admin().restore().await.map_err(|e| ServerError::Restore {
         path: config.registry.path.clone(),
         message: e.to_string(),

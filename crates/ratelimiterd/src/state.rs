@@ -4,15 +4,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratelimiter::memory::MemoryBackend;
+use ratelimiter::admin::Admin;
+use ratelimiter::metrics::BackendMetrics;
 use ratelimiter::registry::Registry;
 use ratelimiter::Backend;
 use tokio::sync::Semaphore;
 
-use crate::admin::Admin;
 use crate::auth::Auth;
+use crate::backend::SelectedBackend;
 use crate::config::Config;
-use crate::metrics::{BackendMetrics, Metrics};
+use crate::metrics::Metrics;
 
 /// The state behind every route.
 #[derive(Clone)]
@@ -22,7 +23,7 @@ pub struct AppState {
 
 struct Shared {
     backend: Arc<dyn Backend>,
-    backend_metrics: Option<Arc<dyn BackendMetrics>>,
+    backend_metrics: Arc<dyn BackendMetrics>,
     admin: Admin,
     metrics: Arc<Metrics>,
     auth: Auth,
@@ -33,40 +34,15 @@ struct Shared {
 }
 
 impl AppState {
-    /// Builds the state from a validated configuration, the backend chosen at
-    /// startup and the opened registry.
-    pub fn new(backend: Arc<dyn Backend>, registry: Registry, config: &Config) -> Self {
-        Self::build(backend, None, registry, config)
-    }
-
-    /// Like [`AppState::new`] on the memory backend, whose counters are then
-    /// exported as metrics.
-    pub fn new_memory(memory: Arc<MemoryBackend>, registry: Registry, config: &Config) -> Self {
-        Self::build(memory.clone(), Some(memory), registry, config)
-    }
-
-    /// Like [`AppState::new`] on a backend that exports its own counters.
-    pub fn with_backend_metrics(
-        backend: Arc<dyn Backend>,
-        metrics: Arc<dyn BackendMetrics>,
-        registry: Registry,
-        config: &Config,
-    ) -> Self {
-        Self::build(backend, Some(metrics), registry, config)
-    }
-
-    fn build(
-        backend: Arc<dyn Backend>,
-        backend_metrics: Option<Arc<dyn BackendMetrics>>,
-        registry: Registry,
-        config: &Config,
-    ) -> Self {
+    /// The one constructor: the state of a validated configuration, the backend
+    /// chosen at startup (with its metrics) and the opened registry.
+    pub fn new(selected: SelectedBackend, registry: Registry, config: &Config) -> Self {
         let server = &config.server;
         Self {
             shared: Arc::new(Shared {
-                admin: Admin::new(backend.clone(), registry),
-                backend,
-                backend_metrics,
+                admin: Admin::new(selected.backend.clone(), registry),
+                backend: selected.backend,
+                backend_metrics: selected.metrics,
                 metrics: Arc::new(Metrics::default()),
                 auth: Auth::new(server.admin_token.as_deref(), &server.client_tokens),
                 permits: Arc::new(Semaphore::new(server.concurrent_requests_max)),
@@ -81,9 +57,9 @@ impl AppState {
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.shared.backend
     }
-    /// The backend's own counters, when it exports any.
-    pub fn backend_metrics(&self) -> Option<&Arc<dyn BackendMetrics>> {
-        self.shared.backend_metrics.as_ref()
+    /// The backend's own counters.
+    pub fn backend_metrics(&self) -> &Arc<dyn BackendMetrics> {
+        &self.shared.backend_metrics
     }
     /// Limit definitions: registry and backend together.
     pub fn admin(&self) -> &Admin {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use engine::server;
 use ratelimiter::LeaseId;
 use ratelimiterd::config::BackendKind;
-use ratelimiterd::tigerbeetle::LocalCluster;
+use ratelimiter::tigerbeetle::LocalCluster;
 use serde_json::{json, Value};
 use support::raw::request;
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};

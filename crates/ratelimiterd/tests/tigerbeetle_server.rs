@@ -6,7 +6,6 @@
 #![cfg(feature = "tigerbeetle")]
 
 mod support;
-mod tigerbeetle_common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -14,7 +13,13 @@ use std::time::{Duration, Instant};
 use ratelimiter::LeaseId;
 use serde_json::{json, Value};
 use support::{raw, temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN};
-use tigerbeetle_common::cluster;
+use ratelimiter::tigerbeetle::LocalCluster;
+
+/// The cluster of this test binary, started on first use (a replica costs memory).
+fn cluster() -> &'static LocalCluster {
+    static CLUSTER: std::sync::OnceLock<LocalCluster> = std::sync::OnceLock::new();
+    CLUSTER.get_or_init(|| LocalCluster::start().expect("starting a local TigerBeetle"))
+}
 
 /// The longest any wait for the cluster's health or service of these tests may take.
 const WAIT_MAX: Duration = Duration::from_secs(60);
@@ -141,7 +146,7 @@ const OUTAGE_RSS_GROWTH_KIB_MAX: u64 = 32 * 1024;
 #[test]
 fn a_stopped_cluster_gives_bounded_503s_and_service_resumes_by_itself() {
     let dir = temp_dir("outage");
-    let cluster = ratelimiterd::tigerbeetle::LocalCluster::start().expect("a local cluster");
+    let cluster = LocalCluster::start().expect("a local cluster");
     let server = start(&dir, cluster.address());
     wait_health(&server, 200);
     let key = format!("tb:outage:{}:rpm", LeaseId::generate());

@@ -1,5 +1,7 @@
 //! Counters of the memory backend, for metrics and tests.
 
+use crate::metrics::{Metric, MetricValue};
+
 /// A snapshot of the memory backend's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryCounters {
@@ -23,4 +25,55 @@ pub struct MemoryCounters {
     pub settled_leases_remembered: u64,
     /// Denied lease ids remembered now.
     pub failed_leases_remembered: u64,
+}
+
+impl MemoryCounters {
+    /// The counters as backend-neutral metrics, named `memory_*`.
+    pub fn metrics(&self) -> Vec<Metric> {
+        let counter = MetricValue::Counter;
+        let gauge = MetricValue::Gauge;
+        vec![
+            Metric {
+                name: "memory_overage_dropped_units_total",
+                help: "Units used above reservations and dropped (overage: none).",
+                value: counter(self.overage_dropped_total),
+            },
+            Metric {
+                name: "memory_overage_debt_units_total",
+                help: "Units used above reservations and recorded as debt (overage: debt).",
+                value: counter(self.overage_debt_total),
+            },
+            Metric {
+                name: "memory_leases_evicted_total",
+                help: "Live leases forgotten to respect memory.leases_max; their completes were not reconciled.",
+                value: counter(self.leases_evicted_total),
+            },
+            Metric {
+                name: "memory_settled_leases_evicted_total",
+                help: "Settled (completed or evicted) lease ids forgotten before their retention to respect \
+                       memory.settled_leases_max; a retry of one is reserved anew.",
+                value: counter(self.settled_leases_evicted_total),
+            },
+            Metric {
+                name: "memory_failed_leases_evicted_total",
+                help: "Denied lease ids forgotten early to respect memory.failed_leases_max.",
+                value: counter(self.failed_leases_evicted_total),
+            },
+            Metric {
+                name: "memory_leases_live",
+                help: "Leases allowed and not completed.",
+                value: gauge(self.leases_live),
+            },
+            Metric {
+                name: "memory_settled_leases_remembered",
+                help: "Settled lease ids remembered for idempotent retries.",
+                value: gauge(self.settled_leases_remembered),
+            },
+            Metric {
+                name: "memory_failed_leases_remembered",
+                help: "Denied lease ids remembered.",
+                value: gauge(self.failed_leases_remembered),
+            },
+        ]
+    }
 }

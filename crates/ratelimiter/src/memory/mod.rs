@@ -13,7 +13,6 @@ mod counters;
 mod expiry_queue;
 mod lease_table;
 mod limit;
-mod recent_ids;
 mod settled_leases;
 mod stack_vec;
 mod state;
@@ -27,6 +26,7 @@ use crate::definition::{LimitReport, LimitState};
 use crate::error::LimiterError;
 use crate::key::LimitKey;
 use crate::limiter::{Backend, Limiter};
+use crate::metrics::{BackendMetrics, Metric};
 use crate::retry::Jitter;
 use crate::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
 
@@ -78,6 +78,12 @@ impl MemoryBackend {
     /// The counters (overage dropped, evictions, ...).
     pub fn counters(&self) -> MemoryCounters {
         self.state.run(|state| state.counters())
+    }
+}
+
+impl BackendMetrics for MemoryBackend {
+    fn metrics(&self) -> Vec<Metric> {
+        self.counters().metrics()
     }
 }
 

@@ -8,7 +8,8 @@
 
 use std::hash::{BuildHasher, Hasher};
 
-use crate::definition::{LimitKind, LimitReport, LimitState, Overage};
+use crate::decision::{self, OverageFallback, Reconcile};
+use crate::definition::{DefinitionError, LimitKind, LimitReport, LimitState};
 use crate::error::LimiterError;
 use crate::key::LimitKey;
 use crate::retry::{Jitter, RetryPolicy};
@@ -18,7 +19,7 @@ use super::config::MemoryConfig;
 use super::counters::MemoryCounters;
 use super::lease_table::{LeaseHold, LeaseTable, LimitIndex, LiveLease};
 use super::limit::Limit;
-use super::recent_ids::RecentIds;
+use crate::recent_ids::RecentIds;
 use super::settled_leases::{SettledLease, SettledLeases};
 use super::stack_vec::StackVec;
 use super::FastMap;
@@ -140,32 +141,19 @@ impl MemoryState {
             return Ok(None);
         };
         if !same {
-            return Err(LimiterError::Conflict(format!(
-                "lease_id {} was already reserved with other requirements; use a new lease id",
-                request.lease_id()
-            )));
+            return Err(decision::lease_reused(request.lease_id()));
         }
         Ok(Some(ReserveOutcome::Allowed { reserved_at_unix_ms }))
     }
 
-    /// Denials that do not depend on usage: an amount above a whole capacity,
-    /// then a key waiting for a decrease. Neither burns the lease id.
+    /// Denials that do not depend on usage (the shared precedence of
+    /// [`decision::standing_denial`]). Neither burns the lease id.
     fn standing_denial(&self, wanted: &Wanted) -> Option<Denial> {
-        for &(i, amount) in wanted.as_slice() {
-            let limit = &self.limits[i as usize];
-            if amount > limit.capacity() {
-                let key = limit.state().definition().key().clone();
-                return Some(Denial::ExceedsCapacity { key });
-            }
-        }
-        let &(i, _) = wanted
+        let requirements = wanted
             .as_slice()
             .iter()
-            .find(|&&(i, _)| self.limits[i as usize].is_decreasing())?;
-        Some(Denial::LimitDecreasing {
-            key: self.limits[i as usize].state().definition().key().clone(),
-            retry_after_ms: self.config.decrease_retry_ms,
-        })
+            .map(|&(i, amount)| (self.limits[i as usize].state(), amount));
+        decision::standing_denial(requirements, self.config.decrease_retry_ms)
     }
 
     /// `None` when every requirement fits; else the denial naming the first key
@@ -245,62 +233,54 @@ impl MemoryState {
         let Some(lease) = self.leases.get(id) else {
             return Ok(());
         };
-        let mut actuals = StackVec::<(LeaseHold, u64), ACTUALS_MAX>::new();
+        let mut actuals = StackVec::<(LimitIndex, u64), ACTUALS_MAX>::new();
         for actual in request.actuals() {
-            let hold = self
-                .index
-                .get(&actual.key)
-                .and_then(|&i| lease.hold(i))
-                .ok_or_else(|| {
-                    LimiterError::InvalidRequest(format!(
-                        "actual for {}, which lease {} did not reserve",
-                        actual.key,
-                        request.lease_id()
-                    ))
-                })?;
-            if self.limits[hold.limit as usize].kind() == LimitKind::Concurrency {
-                return Err(LimiterError::InvalidRequest(format!(
-                    "actual for concurrency limit {}: concurrency is released on complete, not reconciled",
-                    actual.key
-                )));
-            }
-            actuals.push((*hold, actual.actual_amount));
+            let hold = self.index.get(&actual.key).and_then(|&i| lease.hold(i));
+            let held_kind = hold.map(|h| self.limits[h.limit as usize].kind());
+            decision::check_actual(request.lease_id(), &actual.key, held_kind)?;
+            let hold = hold.expect("check_actual accepts only held keys");
+            actuals.push((hold.limit, actual.actual_amount));
         }
         let lease = self.leases.remove(id).expect("the lease was just found");
         for hold in lease.holds() {
-            let limit = &mut self.limits[hold.limit as usize];
-            limit.expire(now_unix_ms);
-            if limit.kind() == LimitKind::Concurrency {
-                limit.release(hold.expires_at_unix_ms, hold.amount);
-            }
-        }
-        for (hold, actual) in actuals.as_slice() {
-            self.reconcile(hold, *actual, now_unix_ms);
+            self.limits[hold.limit as usize].expire(now_unix_ms);
+            let actual = actuals.as_slice().iter().find(|(i, _)| *i == hold.limit);
+            self.reconcile(hold, actual.map(|&(_, units)| units), now_unix_ms);
         }
         self.settle(id, &lease, now_unix_ms);
         Ok(())
     }
 
-    /// Shrinks a rolling hold to `actual` for the rest of its window, or holds
-    /// the overage for the rest of the window when it fits; else the overage
-    /// becomes debt or is dropped. A window already over has no rest to hold in.
-    fn reconcile(&mut self, hold: &LeaseHold, actual: u64, now_unix_ms: u64) {
+    /// Carries out the shared reconcile plan ([`decision::reconcile`]) for one
+    /// hold of a completed lease: a concurrency hold ends; a rolling hold
+    /// shrinks to `actual` for the rest of its window, or holds the overage for
+    /// the rest of the window when it fits; else the overage becomes debt or is
+    /// dropped.
+    fn reconcile(&mut self, hold: &LeaseHold, actual: Option<u64>, now_unix_ms: u64) {
         let limit = &mut self.limits[hold.limit as usize];
-        if actual <= hold.amount {
-            limit.release(hold.expires_at_unix_ms, hold.amount - actual);
-            return;
-        }
-        let extra = actual - hold.amount;
-        if hold.expires_at_unix_ms > now_unix_ms && limit.fits(extra, hold.expires_at_unix_ms) {
-            limit.hold(hold.expires_at_unix_ms, extra);
-            return;
-        }
-        match limit.state().definition().overage() {
-            Overage::Debt => {
+        let window_over = hold.expires_at_unix_ms <= now_unix_ms;
+        let extra = match decision::reconcile(limit.kind(), hold.amount, actual, window_over) {
+            Reconcile::Keep => return,
+            Reconcile::Release => {
+                limit.release(hold.expires_at_unix_ms, hold.amount);
+                return;
+            }
+            Reconcile::Shrink { release } => {
+                limit.release(hold.expires_at_unix_ms, release);
+                return;
+            }
+            Reconcile::Overage { extra } if limit.fits(extra, hold.expires_at_unix_ms) => {
+                limit.hold(hold.expires_at_unix_ms, extra);
+                return;
+            }
+            Reconcile::Overage { extra } | Reconcile::OverageAfterWindow { extra } => extra,
+        };
+        match decision::overage_fallback(limit.state().definition().overage()) {
+            OverageFallback::Debt => {
                 limit.add_debt(extra);
                 self.overage_debt_total = self.overage_debt_total.saturating_add(extra);
             }
-            Overage::None => self.overage_dropped_total = self.overage_dropped_total.saturating_add(extra),
+            OverageFallback::Dropped => self.overage_dropped_total = self.overage_dropped_total.saturating_add(extra),
         }
     }
 
@@ -311,20 +291,18 @@ impl MemoryState {
             Some(&i) => {
                 let limit = &mut self.limits[i as usize];
                 if limit.kind() != definition.kind() {
-                    return Err(LimiterError::Conflict(format!(
-                        "limit {} is {:?}; its kind cannot change to {:?}",
-                        definition.key(),
-                        limit.kind(),
-                        definition.kind()
-                    )));
+                    return Err(DefinitionError::KindChange {
+                        key: definition.key().clone(),
+                        existing: limit.kind(),
+                        requested: definition.kind(),
+                    }
+                    .into());
                 }
                 limit.set_state(state.clone());
             }
             None => {
                 if self.limits.len() >= LIMITS_MAX {
-                    return Err(LimiterError::InvalidRequest(format!(
-                        "the memory backend holds at most {LIMITS_MAX} limits"
-                    )));
+                    return Err(decision::limits_full(LIMITS_MAX));
                 }
                 let i = LimitIndex::try_from(self.limits.len()).expect("LIMITS_MAX fits u32");
                 self.limits.push(Limit::new(state.clone()));

@@ -9,8 +9,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ratelimiter::retry::RetryAdvisor;
-use ratelimiter::{
+use crate::retry::RetryAdvisor;
+use crate::{
     Backend, Clock, CompleteRequest, LimitKey, LimitReport, LimitState, Limiter, LimiterError, ReserveOutcome,
     ReserveRequest,
 };
@@ -19,7 +19,8 @@ use super::config::{SubmitMode, TigerBeetleConfig};
 use super::denied_leases::DeniedLeases;
 use super::lease_cache::LeaseCache;
 use super::pool::{ClientPool, PoolError};
-use super::submitter::{Submitter, SubmitterSnapshot, SubmitterStats};
+use super::counters::TigerBeetleCounters;
+use super::submitter::{Submitter, SubmitterStats};
 
 /// The retry hint of a 503: long enough for a replica to fail over or a queue
 /// to drain, short enough that a retry with the same lease id comes soon.
@@ -65,38 +66,6 @@ pub struct TigerBeetleBackend {
     pub(super) overage_dropped_units: AtomicU64,
     /// Overage of `overage: debt` limits recorded as debt (a metric).
     pub(super) overage_debt_units: AtomicU64,
-}
-
-/// The backend's own counters at one moment, exported in `/metrics` (the
-/// submitter's histograms are read from [`TigerBeetleBackend::submitter_stats`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TigerBeetleCounters {
-    /// Units used beyond reservations and dropped (`overage: none`).
-    pub overage_dropped_units: u64,
-    /// Units used beyond reservations and recorded as debt (`overage: debt`).
-    pub overage_debt_units: u64,
-    /// What the submitter sent.
-    pub batches: SubmitterSnapshot,
-    /// Work items refused at once because the queue was full (answered 503).
-    pub queue_full: u64,
-    /// Requests whose answer did not come in time (outcome unknown, 503).
-    pub timeouts: u64,
-    /// Queued work items dropped because their caller had given up.
-    pub abandoned: u64,
-    /// Work items waiting for the submitter now.
-    pub queue_depth: u64,
-    /// Requests outstanding on the client sessions now.
-    pub slots_busy: u64,
-    /// Sessions reopened after the cluster evicted them.
-    pub sessions_renewed: u64,
-    /// Leases whose metadata is kept now.
-    pub leases_cached: u64,
-    /// Leases forgotten to respect `lease_cache_max`: not reconciled at Complete.
-    pub lease_cache_evictions: u64,
-    /// Denied lease ids remembered now.
-    pub denied_leases: u64,
-    /// Denied lease ids forgotten to respect [`DENIED_LEASES_MAX`].
-    pub denied_lease_evictions: u64,
 }
 
 impl std::fmt::Debug for TigerBeetleBackend {

@@ -10,7 +10,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ratelimiter::{LimitDefinition, LimitKey, LimitReport, LimitState, LimitStatus, LimiterError, Overage};
+use crate::decision;
+use crate::{DefinitionError, LimitDefinition, LimitKey, LimitReport, LimitState, LimitStatus, LimiterError, Overage};
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend, HEALTH_TIMEOUT_MS, LIMITS_MAX};
@@ -62,12 +63,15 @@ impl TigerBeetleBackend {
         let key = definition.key();
         if let Some(existing) = self.state_of(key) {
             if existing.definition().kind() != definition.kind() {
-                return Err(LimiterError::Conflict(format!("limit {key}: its kind cannot change")));
+                return Err(DefinitionError::KindChange {
+                    key: key.clone(),
+                    existing: existing.definition().kind(),
+                    requested: definition.kind(),
+                }
+                .into());
             }
         } else if self.limits.read().expect("limits lock poisoned").len() >= LIMITS_MAX {
-            return Err(LimiterError::Conflict(format!(
-                "at most {LIMITS_MAX} limits can be defined"
-            )));
+            return Err(decision::limits_full(LIMITS_MAX));
         }
         self.create_accounts(definition).await?;
         let balance = self.resource_balance(key).await?;

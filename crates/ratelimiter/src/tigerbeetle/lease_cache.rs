@@ -4,11 +4,11 @@
 //! expire by their TigerBeetle timeouts. Completed leases stay until evicted, so
 //! retries of their Reserve or Complete are answered without another round trip.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use ratelimiter::{LeaseId, LimitKey, LimitKind};
+use crate::recent_ids::RecentIds;
+
+use crate::{LeaseId, LimitKey, LimitKind};
 
 /// One reserved requirement as it was sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,95 +56,61 @@ pub struct LeaseRecord {
 }
 
 /// A bounded map of lease records; the oldest insertions are dropped first.
+/// Each record is remembered from its `reserved_at_unix_ms`; nothing expires
+/// by time, only the count bound applies.
 #[derive(Debug)]
 pub struct LeaseCache {
-    inner: Mutex<Inner>,
-    capacity: usize,
-    /// Leases forgotten to respect the capacity (a metric): their Completes
-    /// were not reconciled, their holds expire by their timeouts.
-    evicted: AtomicU64,
-}
-
-#[derive(Debug, Default)]
-struct Inner {
-    /// The record and the insertion number of each lease.
-    records: HashMap<LeaseId, (u64, LeaseRecord)>,
-    /// Insertion order. An entry whose number no longer matches its record's is
-    /// stale (the lease was removed or inserted again) and is skipped.
-    order: VecDeque<(u64, LeaseId)>,
-    inserted: u64,
+    /// Leases forgotten to respect the capacity are counted by the map (a
+    /// metric): their Completes were not reconciled, their holds expire by
+    /// their timeouts.
+    inner: Mutex<RecentIds<LeaseRecord>>,
 }
 
 impl LeaseCache {
     /// A cache of at most `capacity` leases.
     pub fn new(capacity: usize) -> Self {
-        assert!(capacity >= 1, "a lease cache holds at least one lease");
         Self {
-            inner: Mutex::new(Inner::default()),
-            capacity,
-            evicted: AtomicU64::new(0),
+            inner: Mutex::new(RecentIds::new(capacity)),
         }
+    }
+
+    fn locked(&self) -> std::sync::MutexGuard<'_, RecentIds<LeaseRecord>> {
+        self.inner.lock().expect("lease cache lock poisoned")
     }
 
     /// Remembers `record` for `lease`, replacing an older one, and forgets the
     /// oldest leases beyond the capacity.
     pub fn insert(&self, lease: LeaseId, record: LeaseRecord) {
-        let mut inner = self.inner.lock().expect("lease cache lock poisoned");
-        self.insert_locked(&mut inner, lease, record);
-    }
-
-    fn insert_locked(&self, inner: &mut Inner, lease: LeaseId, record: LeaseRecord) {
-        inner.inserted += 1;
-        let number = inner.inserted;
-        inner.records.insert(lease, (number, record));
-        inner.order.push_back((number, lease));
-        while inner.records.len() > self.capacity {
-            let (number, oldest) = inner.order.pop_front().expect("order lists every record");
-            if inner.records.get(&oldest).is_some_and(|(n, _)| *n == number) {
-                inner.records.remove(&oldest);
-                self.evicted.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        // Stale entries accumulate when leases complete; drop them before the
-        // order queue outgrows twice the capacity.
-        if inner.order.len() > 2 * self.capacity {
-            let Inner { records, order, .. } = inner;
-            order.retain(|(n, lease)| records.get(lease).is_some_and(|(m, _)| m == n));
-        }
+        let since = record.reserved_at_unix_ms;
+        self.locked().insert(lease.to_u128(), since, record);
     }
 
     /// Replaces the record of `lease` in place, keeping its age, or inserts it
     /// when it is not remembered (any more). A lease's later states (confirmed,
-    /// completed) thus cost no second entry in the insertion order, which would
-    /// double the order queue of a busy server and the work of pruning it.
+    /// completed) thus cost no second entry in the insertion order.
     pub fn update(&self, lease: LeaseId, record: LeaseRecord) {
-        let mut inner = self.inner.lock().expect("lease cache lock poisoned");
-        match inner.records.get_mut(&lease) {
-            Some((_, existing)) => *existing = record,
-            None => self.insert_locked(&mut inner, lease, record),
-        }
+        let since = record.reserved_at_unix_ms;
+        self.locked().update(lease.to_u128(), since, record);
     }
 
     /// The record of `lease`, if remembered.
     pub fn get(&self, lease: LeaseId) -> Option<LeaseRecord> {
-        let inner = self.inner.lock().expect("lease cache lock poisoned");
-        inner.records.get(&lease).map(|(_, record)| record.clone())
+        self.locked().get(lease.to_u128()).cloned()
     }
 
     /// Forgets `lease` (after a Complete).
     pub fn remove(&self, lease: LeaseId) {
-        let mut inner = self.inner.lock().expect("lease cache lock poisoned");
-        inner.records.remove(&lease);
+        self.locked().remove(lease.to_u128());
     }
 
     /// How many leases are remembered.
     pub fn len(&self) -> usize {
-        self.inner.lock().expect("lease cache lock poisoned").records.len()
+        self.locked().len()
     }
 
     /// How many leases were forgotten to respect the capacity.
     pub fn evicted(&self) -> u64 {
-        self.evicted.load(Ordering::Relaxed)
+        self.locked().evicted_total()
     }
 
     /// True when no lease is remembered.
@@ -219,7 +185,6 @@ mod tests {
         for at in 10..20 {
             cache.update(a, record(at));
         }
-        assert_eq!(cache.inner.lock().unwrap().order.len(), 2);
         assert_eq!(cache.get(a).unwrap().reserved_at_unix_ms, 19);
         // a is still the oldest: the next insertion evicts it.
         cache.insert(c, record(3));
@@ -240,6 +205,5 @@ mod tests {
         }
         assert!(cache.is_empty());
         assert_eq!(cache.evicted(), 0, "removed leases are not evictions");
-        assert!(cache.inner.lock().unwrap().order.len() <= 8 + 1);
     }
 }

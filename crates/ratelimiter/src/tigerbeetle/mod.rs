@@ -6,7 +6,7 @@
 //! - [`config`]: the `tigerbeetle:` settings.
 //! - [`pool`]: client sessions and the bound on requests outstanding on them.
 //! - [`submitter`]: micro-batching of many requests' chains (spec §9.6).
-//! - [`backend`]: [`TigerBeetleBackend`], the [`ratelimiter::Backend`]; its
+//! - [`backend`]: [`TigerBeetleBackend`], the [`crate::Backend`]; its
 //!   reserve, complete and admin paths live in their own files.
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.
 
@@ -31,13 +31,21 @@ mod admin;
 #[cfg(feature = "tigerbeetle")]
 mod complete;
 #[cfg(feature = "tigerbeetle")]
+mod counters;
+#[cfg(feature = "tigerbeetle")]
 mod reserve;
 
 #[cfg(feature = "tigerbeetle")]
 pub use reserve::lease_chain;
+/// The TigerBeetle client library this backend speaks, for benchmarks and
+/// prototypes that compare against it; one pinned version for the workspace.
+#[cfg(feature = "tigerbeetle")]
+pub use tigerbeetle_unofficial as client;
 
 #[cfg(feature = "tigerbeetle")]
-pub use backend::{BackendOptions, TigerBeetleBackend, TigerBeetleCounters};
+pub use backend::{BackendOptions, TigerBeetleBackend};
+#[cfg(feature = "tigerbeetle")]
+pub use counters::TigerBeetleCounters;
 pub use config::{ConfigFields, SubmitMode, TigerBeetleConfig};
 #[cfg(feature = "tigerbeetle")]
 pub use harness::LocalCluster;

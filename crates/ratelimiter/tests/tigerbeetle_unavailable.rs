@@ -10,10 +10,10 @@ use ratelimiter::retry::{Jitter, RetryAdvisor, RetryPolicy};
 use ratelimiter::{
     Backend, LeaseId, LimitDefinition, LimitKey, Limiter, LimiterError, Requirement, ReserveRequest, SystemClock,
 };
-use ratelimiterd::tigerbeetle::pool::{ClientPool, PoolError};
-use ratelimiterd::tigerbeetle::submitter::Submitter;
-use ratelimiterd::tigerbeetle::{BackendOptions, ConfigFields, SubmitMode, TigerBeetleBackend, TigerBeetleConfig};
-use tigerbeetle_unofficial as tb;
+use ratelimiter::tigerbeetle::pool::{ClientPool, PoolError};
+use ratelimiter::tigerbeetle::submitter::Submitter;
+use ratelimiter::tigerbeetle::{BackendOptions, ConfigFields, SubmitMode, TigerBeetleBackend, TigerBeetleConfig};
+use ratelimiter::tigerbeetle::client as tb;
 
 /// A loopback address nothing listens on.
 fn dead_address() -> String {

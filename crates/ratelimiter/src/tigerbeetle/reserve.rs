@@ -3,9 +3,8 @@
 //! applies the chain all or nothing and refuses a transfer that would debit a
 //! resource account beyond its credits, so nothing is ever over-admitted.
 
-use ratelimiter::{
-    Denial, LeaseId, LimitDefinition, LimitKey, LimitStatus, LimiterError, ReserveOutcome, ReserveRequest,
-};
+use crate::decision;
+use crate::{Denial, LeaseId, LimitKey, LimitState, LimiterError, ReserveOutcome, ReserveRequest};
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend};
@@ -65,19 +64,8 @@ impl TigerBeetleBackend {
         if let Some(record) = self.leases.get(lease).filter(|r| r.confirmed) {
             return self.replay(request, &record).map(Plan::Answer);
         }
-        for (requirement, (definition, status)) in request.requirements().iter().zip(&definitions) {
-            let denial = if requirement.amount > definition.capacity() {
-                Denial::ExceedsCapacity {
-                    key: requirement.key.clone(),
-                }
-            } else if *status == LimitStatus::Decreasing {
-                Denial::LimitDecreasing {
-                    key: requirement.key.clone(),
-                    retry_after_ms: self.decrease_retry_ms,
-                }
-            } else {
-                continue;
-            };
+        let requirements = definitions.iter().zip(request.requirements()).map(|(s, r)| (s, r.amount));
+        if let Some(denial) = decision::standing_denial(requirements, self.decrease_retry_ms) {
             return Ok(Plan::Answer(ReserveOutcome::Denied(denial)));
         }
         let chain = reserve_chain(request, &definitions);
@@ -85,11 +73,11 @@ impl TigerBeetleBackend {
             .requirements()
             .iter()
             .zip(&definitions)
-            .map(|(r, (d, _))| HeldRequirement {
+            .map(|(r, s)| HeldRequirement {
                 key: r.key.clone(),
                 amount: r.amount,
-                kind: d.kind(),
-                timeout_seconds: d.hold_ms() / 1000,
+                kind: s.definition().kind(),
+                timeout_seconds: s.definition().hold_ms() / 1000,
             })
             .collect();
         let record = LeaseRecord {
@@ -102,14 +90,14 @@ impl TigerBeetleBackend {
         Ok(Plan::Send(chain, record))
     }
 
-    /// The definition and status of every requirement, or the first unknown key.
-    fn definitions_of(&self, request: &ReserveRequest) -> Result<Vec<(LimitDefinition, LimitStatus)>, LimiterError> {
+    /// The state of every requirement's limit, or the first unknown key.
+    fn definitions_of(&self, request: &ReserveRequest) -> Result<Vec<LimitState>, LimiterError> {
         let limits = self.limits.read().expect("limits lock poisoned");
         request
             .requirements()
             .iter()
             .map(|r| match limits.get(&r.key) {
-                Some(state) => Ok((state.definition().clone(), state.status())),
+                Some(state) => Ok(state.clone()),
                 None => Err(LimiterError::UnknownKey(r.key.clone())),
             })
             .collect()
@@ -120,10 +108,7 @@ impl TigerBeetleBackend {
     fn replay(&self, request: &ReserveRequest, record: &LeaseRecord) -> Result<ReserveOutcome, LimiterError> {
         let asked = fingerprint(request.requirements().iter().map(|r| (&r.key, r.amount)));
         if asked != record.fingerprint {
-            return Err(LimiterError::Conflict(format!(
-                "lease {} was reserved with other requirements",
-                request.lease_id()
-            )));
+            return Err(decision::lease_reused(request.lease_id()));
         }
         Ok(ReserveOutcome::Allowed {
             reserved_at_unix_ms: record.reserved_at_unix_ms,
@@ -177,9 +162,7 @@ impl TigerBeetleBackend {
         }
         if let Some(f) = failures.iter().find(|f| is_different_existing(f.kind())) {
             tracing::warn!(lease = %lease, code = ?f.kind(), "lease id reused with other requirements");
-            return Err(LimiterError::Conflict(format!(
-                "lease {lease} was reserved with other requirements"
-            )));
+            return Err(decision::lease_reused(lease));
         }
         self.leases.remove(lease);
         let codes: Vec<String> = failures.iter().map(|f| format!("{}:{:?}", f.index, f.kind())).collect();
@@ -216,9 +199,7 @@ impl TigerBeetleBackend {
             .map_err(|e| unavailable(&e, "reserve lookup"))?;
         if found.len() != expected {
             self.leases.remove(lease);
-            return Err(LimiterError::Conflict(format!(
-                "lease {lease} was reserved with other requirements"
-            )));
+            return Err(decision::lease_reused(lease));
         }
         if let Some(original) = found.iter().find(|t| t.id() == first) {
             let since_epoch = original
@@ -256,9 +237,9 @@ fn is_different_existing(kind: Kind) -> bool {
 /// requirement, timing out with the window (rolling) or hold timeout
 /// (concurrency). Every transfer carries the lease in `user_data_128` for audits;
 /// nothing in it depends on the time, so a retry sends the very same chain.
-fn reserve_chain(request: &ReserveRequest, definitions: &[(LimitDefinition, LimitStatus)]) -> Vec<tb::Transfer> {
-    let holds = request.requirements().iter().zip(definitions).map(|(r, (d, _))| {
-        let timeout = u32::try_from(d.hold_ms() / 1000).expect("windows and timeouts are validated to fit u32");
+fn reserve_chain(request: &ReserveRequest, states: &[LimitState]) -> Vec<tb::Transfer> {
+    let holds = request.requirements().iter().zip(states).map(|(r, s)| {
+        let timeout = u32::try_from(s.definition().hold_ms() / 1000).expect("windows and timeouts are validated to fit u32");
         (&r.key, r.amount, timeout)
     });
     lease_chain(request.lease_id(), holds)

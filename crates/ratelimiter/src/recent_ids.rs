@@ -1,9 +1,19 @@
-//! Lease ids remembered for a while after they were denied, so they stay denied.
+//! The one bounded map of recent lease ids both backends remember things by:
+//! the memory backend's denied (failed) leases, the TigerBeetle backend's denied
+//! leases and its lease cache. Bounded by count, oldest first out, optionally
+//! forgotten after a retention; evictions are counted for metrics.
 
 use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 
-use super::FastMap;
+/// foldhash: several times faster than SipHash on 128-bit ids, with a random
+/// per-process seed so chosen ids cannot force collisions cheaply.
+type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// How many stale slots the insertion order may hold beyond twice the live
+/// entries before it is compacted: compaction is O(entries), so it runs at
+/// most once per this many insertions at small sizes.
+const STALE_SLOTS_SLACK: usize = 64;
 
 /// A bounded map from lease id to `V`, in insertion order. Entries are kept for
 /// at least the retention the caller passes to [`RecentIds::expire`], unless the
@@ -34,6 +44,21 @@ impl<V> RecentIds<V> {
         self.entries.get(&id).map(|(_, v)| v)
     }
 
+    /// Forgets `id` now (not an eviction); its slot in the order goes stale.
+    pub fn remove(&mut self, id: u128) -> Option<V> {
+        self.entries.remove(&id).map(|(_, v)| v)
+    }
+
+    /// Replaces the value of `id` in place, keeping its age, or inserts it at
+    /// `now_unix_ms` when it is not remembered (any more). A later state of the
+    /// same lease thus costs no second slot in the insertion order.
+    pub fn update(&mut self, id: u128, now_unix_ms: u64, value: V) {
+        match self.entries.get_mut(&id) {
+            Some(entry) => entry.1 = value,
+            None => self.insert(id, now_unix_ms, value),
+        }
+    }
+
     /// Remembers `id` from `now_unix_ms` on, evicting the oldest when full.
     pub fn insert(&mut self, id: u128, now_unix_ms: u64, value: V) {
         if let Some(entry) = self.entries.get_mut(&id) {
@@ -46,10 +71,10 @@ impl<V> RecentIds<V> {
         if self.entries.len() >= self.entries_max && !self.entries.contains_key(&id) {
             self.evict_oldest();
         }
-        let replaced = self.entries.insert(id, (now_unix_ms, value)).is_some();
+        self.entries.insert(id, (now_unix_ms, value));
         self.order.push_back((id, now_unix_ms));
-        if replaced && self.order.len() > 2 * self.entries.len() + 64 {
-            // Re-inserted ids left older slots behind; drop those.
+        if self.order.len() > 2 * self.entries.len() + STALE_SLOTS_SLACK {
+            // Re-inserted and removed ids left slots behind; drop those.
             let entries = &self.entries;
             self.order
                 .retain(|(id, since)| entries.get(id).is_some_and(|(s, _)| s == since));
@@ -93,6 +118,11 @@ impl<V> RecentIds<V> {
         self.entries.len()
     }
 
+    /// True when no id is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// Ids forgotten early because the map was full.
     pub fn evicted_total(&self) -> u64 {
         self.evicted_total
@@ -130,5 +160,25 @@ mod tests {
         r.expire(6, 3);
         assert!(r.get(2).is_none());
         assert!(r.get(3).is_some(), "the re-inserted id counts from its new time");
+    }
+
+    #[test]
+    fn removed_and_updated_ids_keep_the_order_exact_and_bounded() {
+        let mut r = RecentIds::new(2);
+        r.insert(1, 0, 'a');
+        r.insert(2, 1, 'b');
+        r.update(1, 9, 'A');
+        assert_eq!(r.get(1), Some(&'A'), "an update replaces the value");
+        r.insert(3, 2, 'c');
+        assert!(r.get(1).is_none(), "an update keeps the age: 1 is still the oldest");
+        assert_eq!(r.remove(2), Some('b'));
+        r.update(4, 3, 'd');
+        assert_eq!((r.len(), r.evicted_total()), (2, 1), "a removal is not an eviction");
+        for i in 10..10_000u128 {
+            r.insert(i, i as u64, 'x');
+            r.remove(i);
+        }
+        assert!(r.order.len() <= 2 * r.len() + STALE_SLOTS_SLACK + 1);
+        assert_eq!(r.evicted_total(), 1);
     }
 }

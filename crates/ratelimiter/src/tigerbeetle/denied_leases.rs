@@ -7,56 +7,49 @@
 //! covers other servers and restarts. Denials decided before sending anything
 //! (a decreasing limit, an amount above capacity) burn nothing and are not here.
 
-use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use ratelimiter::LeaseId;
+use crate::recent_ids::RecentIds;
+use crate::LeaseId;
+
+/// The instant every denied id is remembered at: these ids never expire by
+/// time (TigerBeetle never forgets them either), only the count bound applies,
+/// and one instant makes a repeated insert keep its place.
+const DENIED_SINCE_UNIX_MS: u64 = 0;
 
 /// A bounded set of denied lease ids; the oldest are forgotten first.
 #[derive(Debug)]
 pub struct DeniedLeases {
-    inner: Mutex<(HashSet<LeaseId>, VecDeque<LeaseId>)>,
-    capacity: usize,
-    /// Lease ids forgotten to respect the capacity (a metric): a retry of one of
-    /// them relies on TigerBeetle's own `id_already_failed`.
-    evicted: AtomicU64,
+    /// Forgotten ids are counted by the map (a metric): a retry of one of them
+    /// relies on TigerBeetle's own `id_already_failed`.
+    inner: Mutex<RecentIds<()>>,
 }
 
 impl DeniedLeases {
     /// A set of at most `capacity` lease ids.
     pub fn new(capacity: usize) -> Self {
-        assert!(capacity >= 1, "a denied set holds at least one lease");
         Self {
-            inner: Mutex::new((HashSet::new(), VecDeque::new())),
-            capacity,
-            evicted: AtomicU64::new(0),
+            inner: Mutex::new(RecentIds::new(capacity)),
         }
+    }
+
+    fn locked(&self) -> std::sync::MutexGuard<'_, RecentIds<()>> {
+        self.inner.lock().expect("denied leases lock poisoned")
     }
 
     /// Remembers `lease` as denied.
     pub fn insert(&self, lease: LeaseId) {
-        let mut guard = self.inner.lock().expect("denied leases lock poisoned");
-        let (set, order) = &mut *guard;
-        if !set.insert(lease) {
-            return;
-        }
-        order.push_back(lease);
-        if order.len() > self.capacity {
-            let oldest = order.pop_front().expect("order is not empty");
-            set.remove(&oldest);
-            self.evicted.fetch_add(1, Ordering::Relaxed);
-        }
+        self.locked().insert(lease.to_u128(), DENIED_SINCE_UNIX_MS, ());
     }
 
     /// How many lease ids were forgotten to respect the capacity.
     pub fn evicted(&self) -> u64 {
-        self.evicted.load(Ordering::Relaxed)
+        self.locked().evicted_total()
     }
 
     /// How many denied lease ids are remembered.
     pub fn len(&self) -> usize {
-        self.inner.lock().expect("denied leases lock poisoned").0.len()
+        self.locked().len()
     }
 
     /// True when no denied lease is remembered.
@@ -66,11 +59,7 @@ impl DeniedLeases {
 
     /// True when `lease` was denied (and not forgotten yet).
     pub fn contains(&self, lease: LeaseId) -> bool {
-        self.inner
-            .lock()
-            .expect("denied leases lock poisoned")
-            .0
-            .contains(&lease)
+        self.locked().get(lease.to_u128()).is_some()
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ratelimiter::retry::{Jitter, RetryAdvisor, RetryPolicy};
 use ratelimiter::{Backend, Clock, LeaseId, LimitKey, Requirement, ReserveRequest, SystemClock};
-use ratelimiterd::tigerbeetle::{
+use ratelimiter::tigerbeetle::{
     BackendOptions, ConfigFields, LocalCluster, SubmitMode, TigerBeetleBackend, TigerBeetleConfig,
 };
 

@@ -6,7 +6,8 @@
 //! and changes nothing. Voids of reservations that expired, were voided before
 //! or never existed (an unknown reserve outcome) count as released.
 
-use ratelimiter::{CompleteRequest, LeaseId, LimitKind, LimiterError, Overage};
+use crate::decision::{self, OverageFallback, Reconcile};
+use crate::{CompleteRequest, LeaseId, LimiterError};
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend};
@@ -40,16 +41,16 @@ impl TigerBeetleBackend {
         }
         check_actuals(lease, request, &record)?;
         let now = self.clock.now_unix_ms();
-        let (transfers, purposes) = complete_transfers(lease, request, &record, now);
+        let (transfers, purposes, mut overages) = complete_transfers(lease, request, &record, now);
         if !transfers.is_empty() {
             let failures = self
                 .submitter
                 .submit(transfers)
                 .await
                 .map_err(|e| unavailable(&e, "complete"))?;
-            let overages = complete_failures(lease, &record, &purposes, &failures)?;
-            self.record_overages(lease, &record, request, &overages).await?;
+            overages.extend(complete_failures(lease, &record, &purposes, &failures)?);
         }
+        self.record_overages(lease, &record, request, &overages).await?;
         record.completed = true;
         record.held = Vec::new();
         self.leases.update(lease, record);
@@ -74,10 +75,10 @@ impl TigerBeetleBackend {
                 .find(|a| a.key == held.key)
                 .expect("overage has an actual");
             let diff = actual.actual_amount - held.amount;
-            let debt = self
+            let fallback = self
                 .state_of(&held.key)
-                .is_some_and(|s| s.definition().overage() == Overage::Debt);
-            if !debt {
+                .map_or(OverageFallback::Dropped, |s| decision::overage_fallback(s.definition().overage()));
+            if fallback == OverageFallback::Dropped {
                 tracing::info!(lease = %lease, key = %held.key, units = diff, "overage dropped (overage: none)");
                 self.overage_dropped_units
                     .fetch_add(diff, std::sync::atomic::Ordering::Relaxed);
@@ -122,67 +123,58 @@ impl TigerBeetleBackend {
     }
 }
 
-/// Every actual must name a rolling key the lease reserved (decisions §4): a
-/// concurrency hold is released whole, whatever is said about it.
+/// Every actual must name a rolling key the lease reserved
+/// ([`decision::check_actual`]).
 fn check_actuals(lease: LeaseId, request: &CompleteRequest, record: &LeaseRecord) -> Result<(), LimiterError> {
     for actual in request.actuals() {
-        match record.held.iter().find(|h| h.key == actual.key) {
-            None => {
-                return Err(LimiterError::InvalidRequest(format!(
-                    "actual for {} which lease {lease} did not reserve",
-                    actual.key
-                )))
-            }
-            Some(held) if held.kind == LimitKind::Concurrency => {
-                return Err(LimiterError::InvalidRequest(format!(
-                    "actual for concurrency limit {}: holds are released whole",
-                    actual.key
-                )))
-            }
-            Some(_) => {}
-        }
+        let held_kind = record.held.iter().find(|h| h.key == actual.key).map(|h| h.kind);
+        decision::check_actual(lease, &actual.key, held_kind)?;
     }
     Ok(())
 }
 
-/// The transfers of one Complete and why each is sent. Not linked: each one
-/// stands alone, so an expired reservation does not block the rest.
+/// The transfers of one Complete and why each is sent, from the shared
+/// reconcile plan ([`decision::reconcile`]), plus the overages that cannot be
+/// reserved because their window is over (indexes into `record.held`). Not
+/// linked: each transfer stands alone, so an expired reservation does not
+/// block the rest.
 fn complete_transfers(
     lease: LeaseId,
     request: &CompleteRequest,
     record: &LeaseRecord,
     now: u64,
-) -> (Vec<tb::Transfer>, Vec<Purpose>) {
+) -> (Vec<tb::Transfer>, Vec<Purpose>, Vec<usize>) {
     let elapsed_seconds = now.saturating_sub(record.reserved_at_unix_ms) / 1000;
     let mut transfers = Vec::new();
     let mut purposes = Vec::new();
+    let mut unreservable = Vec::new();
     for (i, held) in record.held.iter().enumerate() {
-        if held.kind == LimitKind::Concurrency {
-            transfers.push(void(lease, held));
-            purposes.push(Purpose::Void);
-            continue;
-        }
-        let Some(actual) = request.actuals().iter().find(|a| a.key == held.key) else {
-            continue;
-        };
-        // A reservation whose window has passed holds nothing any more.
-        if elapsed_seconds >= held.timeout_seconds {
-            continue;
-        }
-        let remaining = (held.timeout_seconds - elapsed_seconds).max(1);
-        if actual.actual_amount < held.amount {
-            transfers.push(void(lease, held));
-            purposes.push(Purpose::Void);
-            if actual.actual_amount > 0 {
-                transfers.push(rereserve(lease, held, actual.actual_amount, remaining));
-                purposes.push(Purpose::Shrink);
+        let actual = request.actuals().iter().find(|a| a.key == held.key).map(|a| a.actual_amount);
+        let window_over = elapsed_seconds >= held.timeout_seconds;
+        // What is left of the window, rounded up to TigerBeetle's whole seconds.
+        let remaining = held.timeout_seconds.saturating_sub(elapsed_seconds).max(1);
+        match decision::reconcile(held.kind, held.amount, actual, window_over) {
+            Reconcile::Keep => {}
+            Reconcile::Release => {
+                transfers.push(void(lease, held));
+                purposes.push(Purpose::Void);
             }
-        } else if actual.actual_amount > held.amount {
-            transfers.push(rereserve(lease, held, actual.actual_amount - held.amount, remaining));
-            purposes.push(Purpose::Overage(i));
+            Reconcile::Shrink { release } => {
+                transfers.push(void(lease, held));
+                purposes.push(Purpose::Void);
+                if release < held.amount {
+                    transfers.push(rereserve(lease, held, held.amount - release, remaining));
+                    purposes.push(Purpose::Shrink);
+                }
+            }
+            Reconcile::Overage { extra } => {
+                transfers.push(rereserve(lease, held, extra, remaining));
+                purposes.push(Purpose::Overage(i));
+            }
+            Reconcile::OverageAfterWindow { .. } => unreservable.push(i),
         }
     }
-    (transfers, purposes)
+    (transfers, purposes, unreservable)
 }
 
 /// Reads the results of a Complete's transfers; returns the overages that could

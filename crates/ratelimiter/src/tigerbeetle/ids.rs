@@ -6,7 +6,7 @@
 //! whose pending debits are the units in use; `overage: debt` limits also have a
 //! debt account that records usage beyond what could be reserved.
 
-use ratelimiter::{id128, LeaseId, LimitKey};
+use crate::{id128, LeaseId, LimitKey};
 use tigerbeetle_unofficial as tb;
 
 /// The single ledger of every limiter account (spec §9.1).

@@ -1,0 +1,211 @@
+//! The decisions every backend makes the same way, written once and executed
+//! by both the memory and the TigerBeetle backend (docs/decisions.md): which
+//! denial a request gets when several apply, whether a Complete's actuals are
+//! acceptable, what a Complete does to each reserved requirement, and the error
+//! texts of these answers. A backend supplies facts (definitions, usage,
+//! TigerBeetle's result codes); the answer comes from here.
+//!
+//! The precedence rule: an answer that is final comes before one that is
+//! transient, whatever the order of the requirements in the request. A request
+//! that can never be granted says so with `retry_after_ms: 0` rather than
+//! inviting a retry that cannot succeed.
+
+use crate::definition::{LimitKind, LimitState, LimitStatus, Overage};
+use crate::error::LimiterError;
+use crate::id::LeaseId;
+use crate::key::LimitKey;
+use crate::wire::Denial;
+
+/// The denial of a request that does not depend on usage, or `None` when
+/// usage decides (docs/decisions.md, reserve rows 5 and 6): first an amount above
+/// its limit's whole capacity (final: `exceeds_capacity`, no retry hint), then
+/// a limit waiting for a decrease (transient: `limit_decreasing` with
+/// `decrease_retry_ms`); each names the first such key in request order.
+/// Neither burns the lease id: nothing was attempted.
+///
+/// `requirements` yields each requirement's limit state and amount in request
+/// order; it is walked twice, so it must be cheap to clone.
+pub fn standing_denial<'a, I>(requirements: I, decrease_retry_ms: u64) -> Option<Denial>
+where
+    I: IntoIterator<Item = (&'a LimitState, u64)>,
+    I::IntoIter: Clone,
+{
+    let requirements = requirements.into_iter();
+    for (state, amount) in requirements.clone() {
+        if amount > state.definition().capacity() {
+            let key = state.definition().key().clone();
+            return Some(Denial::ExceedsCapacity { key });
+        }
+    }
+    let (state, _) = requirements
+        .into_iter()
+        .find(|(state, _)| state.status() == LimitStatus::Decreasing)?;
+    Some(Denial::LimitDecreasing {
+        key: state.definition().key().clone(),
+        retry_after_ms: decrease_retry_ms,
+    })
+}
+
+/// The answer to a granted lease id asked for again with other requirements:
+/// a lease id names one set of requirements for ever.
+pub fn lease_reused(lease: LeaseId) -> LimiterError {
+    LimiterError::Conflict(format!(
+        "lease_id {lease} was already reserved with other requirements; use a new lease id"
+    ))
+}
+
+/// The answer to defining a new key when the backend holds `limits_max`
+/// already: the request is valid, the backend's state refuses it.
+pub fn limits_full(limits_max: usize) -> LimiterError {
+    LimiterError::Conflict(format!("at most {limits_max} limits can be defined"))
+}
+
+/// Checks one actual of a Complete (docs/decisions.md, complete (b)): it must
+/// name a key the lease reserved (`held_kind` is that requirement's kind, `None`
+/// when the lease did not reserve the key), and a rolling one: a concurrency
+/// hold is released whole, whatever is said about it. A backend checks every
+/// actual before it changes anything.
+pub fn check_actual(lease: LeaseId, key: &LimitKey, held_kind: Option<LimitKind>) -> Result<(), LimiterError> {
+    match held_kind {
+        None => Err(LimiterError::InvalidRequest(format!(
+            "actual for {key}, which lease {lease} did not reserve"
+        ))),
+        Some(LimitKind::Concurrency) => Err(LimiterError::InvalidRequest(format!(
+            "actual for concurrency limit {key}: concurrency is released on complete, not reconciled"
+        ))),
+        Some(LimitKind::Rolling) => Ok(()),
+    }
+}
+
+/// What a Complete does to one reserved requirement (docs/decisions.md,
+/// complete (c)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconcile {
+    /// A concurrency hold ends now, whatever its timeout.
+    Release,
+    /// Nothing changes: no actual was given (the reservation stands until its
+    /// window ends), the actual equals it, or the window is over and there is
+    /// nothing left to give back.
+    Keep,
+    /// The reservation shrinks to the actual for the rest of its window: this
+    /// many units are given back.
+    Shrink {
+        /// Reserved minus actual.
+        release: u64,
+    },
+    /// The usage went beyond the reservation: reserve this many more for the
+    /// rest of the window if they fit, else [`overage_fallback`].
+    Overage {
+        /// Actual minus reserved.
+        extra: u64,
+    },
+    /// The usage went beyond the reservation after its window ended: there is
+    /// no rest of the window to hold the extra in, so it goes straight to
+    /// [`overage_fallback`].
+    OverageAfterWindow {
+        /// Actual minus reserved.
+        extra: u64,
+    },
+}
+
+/// The plan for one reserved requirement of `kind` and `reserved` units, given
+/// the caller's `actual` (if any) and whether its window is already over.
+pub fn reconcile(kind: LimitKind, reserved: u64, actual: Option<u64>, window_over: bool) -> Reconcile {
+    if kind == LimitKind::Concurrency {
+        return Reconcile::Release;
+    }
+    let Some(actual) = actual else {
+        return Reconcile::Keep;
+    };
+    match (actual.cmp(&reserved), window_over) {
+        (std::cmp::Ordering::Equal, _) | (std::cmp::Ordering::Less, true) => Reconcile::Keep,
+        (std::cmp::Ordering::Less, false) => Reconcile::Shrink {
+            release: reserved - actual,
+        },
+        (std::cmp::Ordering::Greater, false) => Reconcile::Overage {
+            extra: actual - reserved,
+        },
+        (std::cmp::Ordering::Greater, true) => Reconcile::OverageAfterWindow {
+            extra: actual - reserved,
+        },
+    }
+}
+
+/// What becomes of overage that could not be reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverageFallback {
+    /// Recorded as debt on the key (`overage: debt`), reported by the admin API.
+    Debt,
+    /// Dropped and counted in a metric (`overage: none`).
+    Dropped,
+}
+
+/// The fallback of a limit's `overage` setting.
+pub fn overage_fallback(overage: Overage) -> OverageFallback {
+    match overage {
+        Overage::Debt => OverageFallback::Debt,
+        Overage::None => OverageFallback::Dropped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::definition::LimitDefinition;
+
+    fn key(name: &str) -> LimitKey {
+        LimitKey::new(name).unwrap()
+    }
+
+    fn decreasing(name: &str) -> LimitState {
+        let def = LimitDefinition::rolling(key(name), 100, 60).unwrap();
+        let active = LimitState::active(def.clone());
+        LimitState::after_definition(Some(&active), def.with_capacity(10).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_final_denial_wins_over_a_transient_one_in_any_order() {
+        let a = decreasing("a");
+        let b = LimitState::active(LimitDefinition::rolling(key("b"), 5, 60).unwrap());
+        for order in [vec![(&a, 1), (&b, 6)], vec![(&b, 6), (&a, 1)]] {
+            assert_eq!(
+                standing_denial(order.iter().copied(), 10_000),
+                Some(Denial::ExceedsCapacity { key: key("b") })
+            );
+        }
+        assert_eq!(
+            standing_denial([(&b, 5), (&a, 1)], 10_000),
+            Some(Denial::LimitDecreasing {
+                key: key("a"),
+                retry_after_ms: 10_000
+            })
+        );
+        assert_eq!(standing_denial([(&b, 5)], 10_000), None);
+    }
+
+    #[test]
+    fn the_reconcile_plan_covers_every_case() {
+        use LimitKind::{Concurrency, Rolling};
+        assert_eq!(reconcile(Concurrency, 1, None, false), Reconcile::Release);
+        assert_eq!(reconcile(Concurrency, 1, None, true), Reconcile::Release);
+        assert_eq!(reconcile(Rolling, 10, None, false), Reconcile::Keep);
+        assert_eq!(reconcile(Rolling, 10, Some(10), false), Reconcile::Keep);
+        assert_eq!(reconcile(Rolling, 10, Some(4), false), Reconcile::Shrink { release: 6 });
+        assert_eq!(reconcile(Rolling, 10, Some(4), true), Reconcile::Keep);
+        assert_eq!(reconcile(Rolling, 10, Some(13), false), Reconcile::Overage { extra: 3 });
+        assert_eq!(
+            reconcile(Rolling, 10, Some(13), true),
+            Reconcile::OverageAfterWindow { extra: 3 }
+        );
+    }
+
+    #[test]
+    fn actuals_name_reserved_rolling_keys() {
+        let lease = LeaseId::from_u128(7);
+        assert!(check_actual(lease, &key("a"), Some(LimitKind::Rolling)).is_ok());
+        let unknown = check_actual(lease, &key("a"), None).unwrap_err();
+        assert!(unknown.to_string().starts_with("invalid_request: actual for a, which lease"));
+        let held = check_actual(lease, &key("a"), Some(LimitKind::Concurrency)).unwrap_err();
+        assert!(held.to_string().contains("concurrency limit a"));
+    }
+}

@@ -1,0 +1,96 @@
+//! The TigerBeetle backend's counters and their backend-neutral metrics.
+
+use crate::metrics::{BackendMetrics, Metric, MetricValue};
+
+use super::backend::TigerBeetleBackend;
+use super::submitter::SubmitterSnapshot;
+
+/// The backend's own counters at one moment, exported in `/metrics` (the
+/// submitter's histograms are read from [`TigerBeetleBackend::submitter_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TigerBeetleCounters {
+    /// Units used beyond reservations and dropped (`overage: none`).
+    pub overage_dropped_units: u64,
+    /// Units used beyond reservations and recorded as debt (`overage: debt`).
+    pub overage_debt_units: u64,
+    /// What the submitter sent.
+    pub batches: SubmitterSnapshot,
+    /// Work items refused at once because the queue was full (answered 503).
+    pub queue_full: u64,
+    /// Requests whose answer did not come in time (outcome unknown, 503).
+    pub timeouts: u64,
+    /// Queued work items dropped because their caller had given up.
+    pub abandoned: u64,
+    /// Work items waiting for the submitter now.
+    pub queue_depth: u64,
+    /// Requests outstanding on the client sessions now.
+    pub slots_busy: u64,
+    /// Sessions reopened after the cluster evicted them.
+    pub sessions_renewed: u64,
+    /// Leases whose metadata is kept now.
+    pub leases_cached: u64,
+    /// Leases forgotten to respect `lease_cache_max`: not reconciled at Complete.
+    pub lease_cache_evictions: u64,
+    /// Denied lease ids remembered now.
+    pub denied_leases: u64,
+    /// Denied lease ids forgotten to respect [`super::backend::DENIED_LEASES_MAX`].
+    pub denied_lease_evictions: u64,
+}
+
+
+/// The single-valued metrics: name, help, and how to read the value from the
+/// counters; `_total` names are counters, the rest gauges.
+const METRIC_LINES: [(&str, &str, fn(&TigerBeetleCounters) -> u64); 16] = [
+    ("tigerbeetle_overage_dropped_units_total", "Units used above reservations and dropped (overage: none).", |c| c.overage_dropped_units),
+    ("tigerbeetle_overage_debt_units_total", "Units used above reservations and recorded as debt (overage: debt).", |c| c.overage_debt_units),
+    ("tigerbeetle_batches_total", "create_transfers requests sent; transfers per batch is batch_transfers_total over this.", |c| c.batches.batches),
+    ("tigerbeetle_batch_items_total", "Work items (a lease's chain, a Complete's transfers) sent in those requests.", |c| c.batches.items),
+    ("tigerbeetle_batch_transfers_total", "Transfers sent in those requests.", |c| c.batches.transfers),
+    ("tigerbeetle_batch_transfers_max", "The most transfers sent in one request since the start.", |c| c.batches.largest_batch),
+    ("tigerbeetle_queue_full_total", "Work items refused at once (503) because the submitter's queue was full.", |c| c.queue_full),
+    ("tigerbeetle_timeouts_total", "Requests TigerBeetle did not answer within request_timeout_ms (503, outcome unknown).", |c| c.timeouts),
+    ("tigerbeetle_abandoned_items_total", "Queued work items not sent because their caller had given up.", |c| c.abandoned),
+    ("tigerbeetle_queue_depth", "Work items waiting for the submitter.", |c| c.queue_depth),
+    ("tigerbeetle_requests_outstanding", "Requests sent on the client sessions and not answered yet.", |c| c.slots_busy),
+    ("tigerbeetle_sessions_renewed_total", "Client sessions reopened after the cluster evicted them.", |c| c.sessions_renewed),
+    ("tigerbeetle_leases_cached", "Leases whose metadata is kept for Complete.", |c| c.leases_cached),
+    ("tigerbeetle_lease_cache_evictions_total", "Leases forgotten to respect lease_cache_max; their Completes were not reconciled.", |c| c.lease_cache_evictions),
+    ("tigerbeetle_denied_leases_remembered", "Lease ids TigerBeetle denied, remembered so that they stay denied.", |c| c.denied_leases),
+    ("tigerbeetle_denied_leases_evictions_total", "Denied lease ids forgotten to respect the bound; TigerBeetle still remembers them.", |c| c.denied_lease_evictions),
+];
+
+impl TigerBeetleCounters {
+    /// The counters as backend-neutral metrics, named `tigerbeetle_*`.
+    pub fn metrics(&self) -> Vec<Metric> {
+        METRIC_LINES
+            .iter()
+            .map(|&(name, help, read)| Metric {
+                name,
+                help,
+                value: if name.ends_with("_total") {
+                    MetricValue::Counter(read(self))
+                } else {
+                    MetricValue::Gauge(read(self))
+                },
+            })
+            .collect()
+    }
+}
+
+impl BackendMetrics for TigerBeetleBackend {
+    fn metrics(&self) -> Vec<Metric> {
+        let mut metrics = self.counters().metrics();
+        let stats = self.submitter_stats();
+        metrics.push(Metric {
+            name: "tigerbeetle_queue_wait_seconds",
+            help: "Time work items waited for the submitter before their batch was sent.",
+            value: MetricValue::Histogram(stats.queue_wait.snapshot()),
+        });
+        metrics.push(Metric {
+            name: "tigerbeetle_request_duration_seconds",
+            help: "Time TigerBeetle took to answer each create_transfers request.",
+            value: MetricValue::Histogram(stats.round_trip.snapshot()),
+        });
+        metrics
+    }
+}
