@@ -204,7 +204,9 @@ mod tests {
         let lease = LeaseId::from_u128(7);
         assert!(check_actual(lease, &key("a"), Some(LimitKind::Rolling)).is_ok());
         let unknown = check_actual(lease, &key("a"), None).unwrap_err();
-        assert!(unknown.to_string().starts_with("invalid_request: actual for a, which lease"));
+        assert!(unknown
+            .to_string()
+            .starts_with("invalid_request: actual for a, which lease"));
         let held = check_actual(lease, &key("a"), Some(LimitKind::Concurrency)).unwrap_err();
         assert!(held.to_string().contains("concurrency limit a"));
     }

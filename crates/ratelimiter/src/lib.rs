@@ -83,9 +83,9 @@ pub mod recent_ids;
 pub mod registry;
 pub mod retry;
 pub mod scheduler;
-pub mod tigerbeetle;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod tigerbeetle;
 pub mod wire;
 
 pub use clock::{Clock, FakeClock, SystemClock, TokioClock};

@@ -7,11 +7,11 @@ mod tigerbeetle_common;
 
 use std::sync::Arc;
 
+use ratelimiter::tigerbeetle::SubmitMode;
 use ratelimiter::{
     Actual, Backend, Clock, CompleteRequest, Denial, FakeClock, LeaseId, LimitDefinition, LimitKey, LimitState,
     LimitStatus, Limiter, LimiterError, Overage, ReserveOutcome, SystemClock,
 };
-use ratelimiter::tigerbeetle::SubmitMode;
 use tigerbeetle_common::{backend, backend_on, backend_with, config_with, reserve, reserve_lease, unique_key};
 
 fn complete(lease: LeaseId, actuals: &[(&LimitKey, u64)]) -> CompleteRequest {

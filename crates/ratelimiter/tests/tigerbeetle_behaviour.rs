@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ratelimiter::testkit::{self, Harness};
-use ratelimiter::{Backend, LeaseId, SystemClock};
 use ratelimiter::tigerbeetle::{SubmitMode, TigerBeetleBackend};
+use ratelimiter::{Backend, LeaseId, SystemClock};
 use tigerbeetle_common::backend_with;
 
 /// How late TigerBeetle may release a pending transfer after its timeout: it

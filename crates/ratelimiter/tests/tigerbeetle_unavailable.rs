@@ -7,13 +7,13 @@
 use std::sync::Arc;
 
 use ratelimiter::retry::{Jitter, RetryAdvisor, RetryPolicy};
-use ratelimiter::{
-    Backend, LeaseId, LimitDefinition, LimitKey, Limiter, LimiterError, Requirement, ReserveRequest, SystemClock,
-};
+use ratelimiter::tigerbeetle::client as tb;
 use ratelimiter::tigerbeetle::pool::{ClientPool, PoolError};
 use ratelimiter::tigerbeetle::submitter::Submitter;
 use ratelimiter::tigerbeetle::{BackendOptions, ConfigFields, SubmitMode, TigerBeetleBackend, TigerBeetleConfig};
-use ratelimiter::tigerbeetle::client as tb;
+use ratelimiter::{
+    Backend, LeaseId, LimitDefinition, LimitKey, Limiter, LimiterError, Requirement, ReserveRequest, SystemClock,
+};
 
 /// A loopback address nothing listens on.
 fn dead_address() -> String {

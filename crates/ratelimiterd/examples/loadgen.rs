@@ -45,8 +45,8 @@ use hyper::body::Bytes;
 use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use ratelimiter::{LeaseId, LimitDefinition, LimitKey, LimitState};
 use ratelimiter::tigerbeetle::ConfigFields;
+use ratelimiter::{LeaseId, LimitDefinition, LimitKey, LimitState};
 
 /// Longest wait for the server to start.
 const STARTUP_WAIT_MAX: Duration = Duration::from_secs(30);

@@ -23,10 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratelimiter::retry::{Jitter, RetryAdvisor, RetryPolicy};
-use ratelimiter::{Backend, LeaseId, LimitDefinition, LimitKey, Limiter, Requirement, ReserveRequest, SystemClock};
 use ratelimiter::tigerbeetle::{
     BackendOptions, ConfigFields, LocalCluster, SubmitMode, TigerBeetleBackend, TigerBeetleConfig,
 };
+use ratelimiter::{Backend, LeaseId, LimitDefinition, LimitKey, Limiter, Requirement, ReserveRequest, SystemClock};
 use tb_reference::{Hold, ReferenceClient};
 
 /// The requirements of one reservation, as in the spec's example: RPM, TPM,
@@ -53,7 +53,7 @@ fn args() -> Args {
         rounds: 3,
         sessions: defaults.sessions,
         flush_micros: defaults.flush_interval_micros,
-        batch_events: defaults.max_batch_events,
+        batch_events: defaults.batch_events_max,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
@@ -163,7 +163,7 @@ fn backend(
     let config = TigerBeetleConfig::new(ConfigFields {
         addresses: addresses.to_vec(),
         sessions: args.sessions,
-        max_batch_events: args.batch_events,
+        batch_events_max: args.batch_events,
         flush_interval_micros: args.flush_micros,
         submit_mode: mode,
         request_timeout_ms: 30_000,

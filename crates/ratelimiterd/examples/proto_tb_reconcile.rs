@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ratelimiter::retry::{Jitter, RetryAdvisor, RetryPolicy};
+use ratelimiter::tigerbeetle::{BackendOptions, LocalCluster, TigerBeetleBackend, TigerBeetleConfig};
 use ratelimiter::{
     Actual, Backend, CompleteRequest, LeaseId, LimitDefinition, LimitKey, Limiter, Requirement, ReserveRequest,
     ReserveResponse, SystemClock,
 };
-use ratelimiter::tigerbeetle::{BackendOptions, LocalCluster, TigerBeetleBackend, TigerBeetleConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratelimiter::retry::{Jitter, RetryAdvisor, RetryPolicy};
+use ratelimiter::tigerbeetle::{BackendOptions, LocalCluster, TigerBeetleBackend, TigerBeetleConfig};
 use ratelimiter::{
     Backend, LeaseId, LimitDefinition, LimitKey, Limiter, Requirement, ReserveRequest, ReserveResponse, SystemClock,
 };
-use ratelimiter::tigerbeetle::{BackendOptions, LocalCluster, TigerBeetleBackend, TigerBeetleConfig};
 
 /// The window of the prototype's limit: short, so the last step is quick.
 const WINDOW_SECONDS: u64 = 2;

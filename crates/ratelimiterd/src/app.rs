@@ -17,12 +17,12 @@ pub fn app(state: AppState) -> Router {
     let client = Router::new()
         .route("/v1/reserve", post(lease::reserve))
         .route("/v1/complete", post(lease::complete))
-        .route_layer(from_fn_with_state(state.clone(), auth::require_client));
+        .route_layer(from_fn_with_state(state.auth().clone(), auth::require_client));
     let admin = Router::new()
         .route("/v1/admin/limits", put(admin::put_limit).get(admin::list_limits))
         // Keys may contain `/`, so the rest of the path is the key.
         .route("/v1/admin/limits/{*key}", get(admin::get_limit))
-        .route_layer(from_fn_with_state(state.clone(), auth::require_admin));
+        .route_layer(from_fn_with_state(state.auth().clone(), auth::require_admin));
     let mut api = client.merge(admin);
     if state.echo_route() {
         api = api.route("/v1/echo", post(echo::echo));

@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
-use crate::state::AppState;
 
 type TokenDigest = [u8; 32];
 
@@ -87,16 +86,16 @@ fn constant_time_eq(a: &TokenDigest, b: &TokenDigest) -> bool {
 }
 
 /// Middleware for admin routes.
-pub async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match state.auth().check_admin(request.headers()) {
+pub async fn require_admin(State(auth): State<std::sync::Arc<Auth>>, request: Request, next: Next) -> Response {
+    match auth.check_admin(request.headers()) {
         Ok(()) => next.run(request).await,
         Err(e) => e.into_response(),
     }
 }
 
 /// Middleware for reserve and complete.
-pub async fn require_client(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match state.auth().check_client(request.headers()) {
+pub async fn require_client(State(auth): State<std::sync::Arc<Auth>>, request: Request, next: Next) -> Response {
+    match auth.check_client(request.headers()) {
         Ok(()) => next.run(request).await,
         Err(e) => e.into_response(),
     }

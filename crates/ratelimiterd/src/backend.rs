@@ -52,8 +52,8 @@ pub fn memory_config(config: &Config) -> MemoryConfig {
 
 #[cfg(feature = "tigerbeetle")]
 async fn build_tigerbeetle(config: &Config) -> Result<SelectedBackend, String> {
-    use ratelimiter::tigerbeetle::{BackendOptions, TigerBeetleBackend, TigerBeetleConfig};
     use ratelimiter::retry::{Jitter, RetryAdvisor, TRACKED_KEYS_MAX_DEFAULT};
+    use ratelimiter::tigerbeetle::{BackendOptions, TigerBeetleBackend, TigerBeetleConfig};
 
     let tb = &config.tigerbeetle;
     let settings = TigerBeetleConfig::new(tb.clone()).map_err(|e| e.to_string())?;

@@ -40,7 +40,7 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
   memory:
     leases_max: 100000                 # live leases kept for reconciliation
     settled_leases_max: 1000000        # completed lease ids remembered for idempotent retries
-    failed_leases_max: 1000000         # denied lease ids remembered
+    failed_leases_max: 500000          # denied lease ids remembered
   tigerbeetle:
     cluster_id: \"0\"
     addresses: [\"127.0.0.1:3000\"]

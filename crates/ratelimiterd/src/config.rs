@@ -426,7 +426,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.listen_addr(), "0.0.0.0:8080".parse().unwrap());
-        assert_eq!(config.tigerbeetle.max_batch_events, 8_000);
+        assert_eq!(config.tigerbeetle.batch_events_max, 8_000);
     }
 
     #[test]

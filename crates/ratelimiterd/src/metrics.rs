@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use ratelimiter::metrics::{Histogram, HistogramSnapshot, Metric, MetricValue, BUCKET_BOUNDS_MICROS};
 use ratelimiter::{Denial, LimitKey, ReserveOutcome, ReserveRequest};
@@ -244,6 +243,7 @@ impl Drop for InFlightGuard {
 mod tests {
     use super::*;
     use ratelimiter::{LeaseId, Requirement};
+    use std::time::Duration;
 
     fn request(keys: &[&str]) -> ReserveRequest {
         let requirements = keys

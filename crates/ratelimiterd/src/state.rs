@@ -26,7 +26,7 @@ struct Shared {
     backend_metrics: Arc<dyn BackendMetrics>,
     admin: Admin,
     metrics: Arc<Metrics>,
-    auth: Auth,
+    auth: Arc<Auth>,
     permits: Arc<Semaphore>,
     body_bytes_max: usize,
     request_timeout: Duration,
@@ -44,7 +44,7 @@ impl AppState {
                 backend: selected.backend,
                 backend_metrics: selected.metrics,
                 metrics: Arc::new(Metrics::default()),
-                auth: Auth::new(server.admin_token.as_deref(), &server.client_tokens),
+                auth: Arc::new(Auth::new(server.admin_token.as_deref(), &server.client_tokens)),
                 permits: Arc::new(Semaphore::new(server.concurrent_requests_max)),
                 body_bytes_max: server.body_bytes_max,
                 request_timeout: Duration::from_millis(server.request_timeout_ms),
@@ -70,7 +70,7 @@ impl AppState {
         &self.shared.metrics
     }
     /// The configured tokens.
-    pub fn auth(&self) -> &Auth {
+    pub fn auth(&self) -> &Arc<Auth> {
         &self.shared.auth
     }
     /// One permit per request in flight; none left means shed.

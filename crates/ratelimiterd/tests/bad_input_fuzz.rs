@@ -107,7 +107,11 @@ impl Harness {
             Arc::new(clock.clone()),
             ratelimiterd::backend::memory_config(&config),
         ));
-        let state = AppState::new(ratelimiterd::backend::SelectedBackend::of(backend), Registry::open(&registry_path).expect("registry"), &config);
+        let state = AppState::new(
+            ratelimiterd::backend::SelectedBackend::of(backend),
+            Registry::open(&registry_path).expect("registry"),
+            &config,
+        );
         let harness = Harness {
             router: app(state.clone()),
             state,

@@ -18,9 +18,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use engine::server;
+use ratelimiter::tigerbeetle::LocalCluster;
 use ratelimiter::LeaseId;
 use ratelimiterd::config::BackendKind;
-use ratelimiter::tigerbeetle::LocalCluster;
 use serde_json::{json, Value};
 use support::raw::request;
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};
@@ -43,7 +43,7 @@ async fn a_short_soak_on_tigerbeetle_never_over_admits() {
     config.server.backend = BackendKind::Tigerbeetle;
     config.tigerbeetle.addresses = vec![cluster().address().to_owned()];
     config.tigerbeetle.sessions = SESSIONS;
-    config.tigerbeetle.max_batch_events = BATCH_EVENTS_MAX;
+    config.tigerbeetle.batch_events_max = BATCH_EVENTS_MAX;
     soak_support::soak_never_over_admits(&config, seed, prefix).await;
 }
 

@@ -10,10 +10,10 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use ratelimiter::tigerbeetle::LocalCluster;
 use ratelimiter::LeaseId;
 use serde_json::{json, Value};
 use support::{raw, temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN};
-use ratelimiter::tigerbeetle::LocalCluster;
 
 /// The cluster of this test binary, started on first use (a replica costs memory).
 fn cluster() -> &'static LocalCluster {

@@ -19,10 +19,10 @@ use super::config::MemoryConfig;
 use super::counters::MemoryCounters;
 use super::lease_table::{LeaseHold, LeaseTable, LimitIndex, LiveLease};
 use super::limit::Limit;
-use crate::recent_ids::RecentIds;
 use super::settled_leases::{SettledLease, SettledLeases};
 use super::stack_vec::StackVec;
 use super::FastMap;
+use crate::recent_ids::RecentIds;
 
 /// The most limits one memory backend defines: indices are `u32`, and a
 /// deployment has a few per model and tenant, far fewer than this.

@@ -76,4 +76,6 @@ pub async fn run_all(harness: &dyn Harness) {
     unknown_key(harness).await;
     complete_is_idempotent(harness).await;
     complete_rejects_bad_actuals(harness).await;
+    reserve_precedence(harness).await;
+    overage_after_the_window(harness).await;
 }

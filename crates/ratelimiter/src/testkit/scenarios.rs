@@ -326,3 +326,89 @@ pub async fn complete_rejects_bad_actuals(h: &dyn Harness) {
     f.complete(lease, &[(&tpm, 2)]).await;
     f.assert_in_use("a valid complete", &[(&tpm, 2), (&conc, 0)]).await;
 }
+
+/// The reserve precedence of docs/decisions.md, row by row: an unknown key
+/// first; a granted lease replayed before any denial; a burnt lease id; then
+/// a final denial (`exceeds_capacity`, no hint) before a transient one
+/// (`limit_decreasing`, then `insufficient_capacity`), whatever the order of
+/// the requirements.
+pub async fn reserve_precedence(h: &dyn Harness) {
+    let f = Fixture::new(h).await;
+    let granted = LeaseId::generate();
+    let open = f.rolling("open", 10, 3).await;
+    let small = f.rolling("small", 5, 3).await;
+    let full = f.rolling("full", 1, 3).await;
+    assert_allowed("fill full", &f.reserve_new(&[(&full, 1)]).await.1);
+    let decreasing = {
+        let key = f.key("decreasing");
+        f.define(LimitDefinition::rolling(key.clone(), 10, 3).unwrap()).await;
+        let at = assert_allowed("a grant before the decrease", &f.reserve(granted, &[(&key, 1)]).await);
+        assert_allowed("hold it", &f.reserve_new(&[(&key, 8)]).await.1);
+        let state = f.define(LimitDefinition::rolling(key.clone(), 5, 3).unwrap()).await;
+        assert_eq!(state.status(), LimitStatus::Decreasing);
+        let replay = f.reserve(granted, &[(&key, 1)]).await;
+        assert_eq!(assert_allowed("row 3: a replay before limit_decreasing", &replay), at);
+        key
+    };
+    let ghost = f.key("ghost");
+    for needs in [
+        vec![(&ghost, 1), (&small, 6)],
+        vec![(&decreasing, 1), (&small, 6), (&ghost, 1)],
+    ] {
+        let result = f.try_reserve(LeaseId::generate(), &needs).await;
+        assert_eq!(
+            result,
+            Err(LimiterError::UnknownKey(ghost.clone())),
+            "row 2: unknown first"
+        );
+    }
+    let burnt = LeaseId::generate();
+    assert_insufficient("burn a lease id", &f.reserve(burnt, &[(&full, 1)]).await, &full);
+    let again = f.reserve(burnt, &[(&small, 6), (&decreasing, 1)]).await;
+    assert_denied(
+        "row 4: a burnt id before any other denial",
+        &again,
+        Denial::LeaseAlreadyFailed,
+    );
+    let exceeds = Denial::ExceedsCapacity { key: small.clone() };
+    for needs in [
+        vec![(&decreasing, 1), (&small, 6)],
+        vec![(&small, 6), (&decreasing, 1)],
+        vec![(&full, 1), (&small, 6)],
+    ] {
+        assert_denied(
+            "row 5: exceeds_capacity first",
+            &f.reserve_new(&needs).await.1,
+            exceeds.clone(),
+        );
+    }
+    let waiting = LeaseId::generate();
+    let decreasing_denial = Denial::LimitDecreasing {
+        key: decreasing.clone(),
+        retry_after_ms: h.decrease_retry_ms(),
+    };
+    let outcome = f.reserve(waiting, &[(&full, 1), (&open, 1), (&decreasing, 1)]).await;
+    assert_denied(
+        "row 6: limit_decreasing before insufficient",
+        &outcome,
+        decreasing_denial,
+    );
+    let outcome = f.reserve(waiting, &[(&open, 1), (&full, 1)]).await;
+    assert_insufficient("row 7: limit_decreasing burnt nothing", &outcome, &full);
+    f.assert_in_use("denials reserved nothing", &[(&open, 0), (&small, 0), (&full, 1)])
+        .await;
+}
+
+/// Usage above a reservation reported after its window ended cannot be held
+/// in a window that is over: it is debt (`overage: debt`) at once.
+pub async fn overage_after_the_window(h: &dyn Harness) {
+    let f = Fixture::new(h).await;
+    let debt = f.rolling_with("debt", 10, 1, Overage::Debt).await;
+    let (lease, outcome) = f.reserve_new(&[(&debt, 4)]).await;
+    assert_allowed("lease", &outcome);
+    f.advance(1000).await;
+    f.wait_for_in_use("the window passed", &debt, 0).await;
+    f.complete(lease, &[(&debt, 7)]).await;
+    let report = f.report(&debt).await;
+    assert_eq!((report.in_use, report.debt), (0, 3), "late overage is debt");
+}

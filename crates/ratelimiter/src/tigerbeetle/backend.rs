@@ -8,18 +8,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use crate::retry::RetryAdvisor;
 use crate::{
     Backend, Clock, CompleteRequest, LimitKey, LimitReport, LimitState, Limiter, LimiterError, ReserveOutcome,
     ReserveRequest,
 };
+use async_trait::async_trait;
 
 use super::config::{SubmitMode, TigerBeetleConfig};
+use super::counters::TigerBeetleCounters;
 use super::denied_leases::DeniedLeases;
 use super::lease_cache::LeaseCache;
 use super::pool::{ClientPool, PoolError};
-use super::counters::TigerBeetleCounters;
 use super::submitter::{Submitter, SubmitterStats};
 
 /// The retry hint of a 503: long enough for a replica to fail over or a queue
@@ -28,8 +28,10 @@ pub const UNAVAILABLE_RETRY_MS: u64 = 1_000;
 /// The most limits one backend holds: definitions are in memory and every
 /// report lists them all.
 pub const LIMITS_MAX: usize = 100_000;
-/// How many leases denied by TigerBeetle are remembered (about 50 bytes each),
-/// as many as the memory backend's default `failed_leases_max`.
+/// How many leases denied by TigerBeetle are remembered (about 50 bytes each):
+/// a million denials is minutes of a saturated fleet, longer than a caller
+/// keeps retrying one lease id; beyond it TigerBeetle's own `id_already_failed`
+/// still answers most retries.
 pub const DENIED_LEASES_MAX: usize = 1_000_000;
 /// How long a health check waits for the cluster.
 pub const HEALTH_TIMEOUT_MS: u64 = 2_000;

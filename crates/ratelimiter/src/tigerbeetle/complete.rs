@@ -75,9 +75,9 @@ impl TigerBeetleBackend {
                 .find(|a| a.key == held.key)
                 .expect("overage has an actual");
             let diff = actual.actual_amount - held.amount;
-            let fallback = self
-                .state_of(&held.key)
-                .map_or(OverageFallback::Dropped, |s| decision::overage_fallback(s.definition().overage()));
+            let fallback = self.state_of(&held.key).map_or(OverageFallback::Dropped, |s| {
+                decision::overage_fallback(s.definition().overage())
+            });
             if fallback == OverageFallback::Dropped {
                 tracing::info!(lease = %lease, key = %held.key, units = diff, "overage dropped (overage: none)");
                 self.overage_dropped_units
@@ -149,7 +149,11 @@ fn complete_transfers(
     let mut purposes = Vec::new();
     let mut unreservable = Vec::new();
     for (i, held) in record.held.iter().enumerate() {
-        let actual = request.actuals().iter().find(|a| a.key == held.key).map(|a| a.actual_amount);
+        let actual = request
+            .actuals()
+            .iter()
+            .find(|a| a.key == held.key)
+            .map(|a| a.actual_amount);
         let window_over = elapsed_seconds >= held.timeout_seconds;
         // What is left of the window, rounded up to TigerBeetle's whole seconds.
         let remaining = held.timeout_seconds.saturating_sub(elapsed_seconds).max(1);

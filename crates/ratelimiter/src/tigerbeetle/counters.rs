@@ -37,26 +37,91 @@ pub struct TigerBeetleCounters {
     pub denied_lease_evictions: u64,
 }
 
-
 /// The single-valued metrics: name, help, and how to read the value from the
 /// counters; `_total` names are counters, the rest gauges.
-const METRIC_LINES: [(&str, &str, fn(&TigerBeetleCounters) -> u64); 16] = [
-    ("tigerbeetle_overage_dropped_units_total", "Units used above reservations and dropped (overage: none).", |c| c.overage_dropped_units),
-    ("tigerbeetle_overage_debt_units_total", "Units used above reservations and recorded as debt (overage: debt).", |c| c.overage_debt_units),
-    ("tigerbeetle_batches_total", "create_transfers requests sent; transfers per batch is batch_transfers_total over this.", |c| c.batches.batches),
-    ("tigerbeetle_batch_items_total", "Work items (a lease's chain, a Complete's transfers) sent in those requests.", |c| c.batches.items),
-    ("tigerbeetle_batch_transfers_total", "Transfers sent in those requests.", |c| c.batches.transfers),
-    ("tigerbeetle_batch_transfers_max", "The most transfers sent in one request since the start.", |c| c.batches.largest_batch),
-    ("tigerbeetle_queue_full_total", "Work items refused at once (503) because the submitter's queue was full.", |c| c.queue_full),
-    ("tigerbeetle_timeouts_total", "Requests TigerBeetle did not answer within request_timeout_ms (503, outcome unknown).", |c| c.timeouts),
-    ("tigerbeetle_abandoned_items_total", "Queued work items not sent because their caller had given up.", |c| c.abandoned),
-    ("tigerbeetle_queue_depth", "Work items waiting for the submitter.", |c| c.queue_depth),
-    ("tigerbeetle_requests_outstanding", "Requests sent on the client sessions and not answered yet.", |c| c.slots_busy),
-    ("tigerbeetle_sessions_renewed_total", "Client sessions reopened after the cluster evicted them.", |c| c.sessions_renewed),
-    ("tigerbeetle_leases_cached", "Leases whose metadata is kept for Complete.", |c| c.leases_cached),
-    ("tigerbeetle_lease_cache_evictions_total", "Leases forgotten to respect lease_cache_max; their Completes were not reconciled.", |c| c.lease_cache_evictions),
-    ("tigerbeetle_denied_leases_remembered", "Lease ids TigerBeetle denied, remembered so that they stay denied.", |c| c.denied_leases),
-    ("tigerbeetle_denied_leases_evictions_total", "Denied lease ids forgotten to respect the bound; TigerBeetle still remembers them.", |c| c.denied_lease_evictions),
+type MetricLine = (&'static str, &'static str, fn(&TigerBeetleCounters) -> u64);
+
+const METRIC_LINES: [MetricLine; 16] = [
+    (
+        "tigerbeetle_overage_dropped_units_total",
+        "Units used above reservations and dropped (overage: none).",
+        |c| c.overage_dropped_units,
+    ),
+    (
+        "tigerbeetle_overage_debt_units_total",
+        "Units used above reservations and recorded as debt (overage: debt).",
+        |c| c.overage_debt_units,
+    ),
+    (
+        "tigerbeetle_batches_total",
+        "create_transfers requests sent; transfers per batch is batch_transfers_total over this.",
+        |c| c.batches.batches,
+    ),
+    (
+        "tigerbeetle_batch_items_total",
+        "Work items (a lease's chain, a Complete's transfers) sent in those requests.",
+        |c| c.batches.items,
+    ),
+    (
+        "tigerbeetle_batch_transfers_total",
+        "Transfers sent in those requests.",
+        |c| c.batches.transfers,
+    ),
+    (
+        "tigerbeetle_batch_transfers_max",
+        "The most transfers sent in one request since the start.",
+        |c| c.batches.largest_batch,
+    ),
+    (
+        "tigerbeetle_queue_full_total",
+        "Work items refused at once (503) because the submitter's queue was full.",
+        |c| c.queue_full,
+    ),
+    (
+        "tigerbeetle_timeouts_total",
+        "Requests TigerBeetle did not answer within request_timeout_ms (503, outcome unknown).",
+        |c| c.timeouts,
+    ),
+    (
+        "tigerbeetle_abandoned_items_total",
+        "Queued work items not sent because their caller had given up.",
+        |c| c.abandoned,
+    ),
+    (
+        "tigerbeetle_queue_depth",
+        "Work items waiting for the submitter.",
+        |c| c.queue_depth,
+    ),
+    (
+        "tigerbeetle_requests_outstanding",
+        "Requests sent on the client sessions and not answered yet.",
+        |c| c.slots_busy,
+    ),
+    (
+        "tigerbeetle_sessions_renewed_total",
+        "Client sessions reopened after the cluster evicted them.",
+        |c| c.sessions_renewed,
+    ),
+    (
+        "tigerbeetle_leases_cached",
+        "Leases whose metadata is kept for Complete.",
+        |c| c.leases_cached,
+    ),
+    (
+        "tigerbeetle_lease_cache_evictions_total",
+        "Leases forgotten to respect lease_cache_max; their Completes were not reconciled.",
+        |c| c.lease_cache_evictions,
+    ),
+    (
+        "tigerbeetle_denied_leases_remembered",
+        "Lease ids TigerBeetle denied, remembered so that they stay denied.",
+        |c| c.denied_leases,
+    ),
+    (
+        "tigerbeetle_denied_leases_evictions_total",
+        "Denied lease ids forgotten to respect the bound; TigerBeetle still remembers them.",
+        |c| c.denied_lease_evictions,
+    ),
 ];
 
 impl TigerBeetleCounters {

@@ -26,10 +26,10 @@ pub struct DeniedLeases {
 }
 
 impl DeniedLeases {
-    /// A set of at most `capacity` lease ids.
-    pub fn new(capacity: usize) -> Self {
+    /// A set of at most `leases_max` lease ids.
+    pub fn new(leases_max: usize) -> Self {
         Self {
-            inner: Mutex::new(RecentIds::new(capacity)),
+            inner: Mutex::new(RecentIds::new(leases_max)),
         }
     }
 
@@ -42,7 +42,7 @@ impl DeniedLeases {
         self.locked().insert(lease.to_u128(), DENIED_SINCE_UNIX_MS, ());
     }
 
-    /// How many lease ids were forgotten to respect the capacity.
+    /// How many lease ids were forgotten to respect `leases_max`.
     pub fn evicted(&self) -> u64 {
         self.locked().evicted_total()
     }

@@ -60,17 +60,17 @@ pub struct LeaseRecord {
 /// by time, only the count bound applies.
 #[derive(Debug)]
 pub struct LeaseCache {
-    /// Leases forgotten to respect the capacity are counted by the map (a
+    /// Leases forgotten to respect `leases_max` are counted by the map (a
     /// metric): their Completes were not reconciled, their holds expire by
     /// their timeouts.
     inner: Mutex<RecentIds<LeaseRecord>>,
 }
 
 impl LeaseCache {
-    /// A cache of at most `capacity` leases.
-    pub fn new(capacity: usize) -> Self {
+    /// A cache of at most `leases_max` leases.
+    pub fn new(leases_max: usize) -> Self {
         Self {
-            inner: Mutex::new(RecentIds::new(capacity)),
+            inner: Mutex::new(RecentIds::new(leases_max)),
         }
     }
 
@@ -79,7 +79,7 @@ impl LeaseCache {
     }
 
     /// Remembers `record` for `lease`, replacing an older one, and forgets the
-    /// oldest leases beyond the capacity.
+    /// oldest leases beyond `leases_max`.
     pub fn insert(&self, lease: LeaseId, record: LeaseRecord) {
         let since = record.reserved_at_unix_ms;
         self.locked().insert(lease.to_u128(), since, record);
@@ -108,7 +108,7 @@ impl LeaseCache {
         self.locked().len()
     }
 
-    /// How many leases were forgotten to respect the capacity.
+    /// How many leases were forgotten to respect `leases_max`.
     pub fn evicted(&self) -> u64 {
         self.locked().evicted_total()
     }

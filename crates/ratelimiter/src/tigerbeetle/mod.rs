@@ -44,8 +44,8 @@ pub use tigerbeetle_unofficial as client;
 
 #[cfg(feature = "tigerbeetle")]
 pub use backend::{BackendOptions, TigerBeetleBackend};
+pub use config::{ConfigFields, SubmitMode, TigerBeetleConfig};
 #[cfg(feature = "tigerbeetle")]
 pub use counters::TigerBeetleCounters;
-pub use config::{ConfigFields, SubmitMode, TigerBeetleConfig};
 #[cfg(feature = "tigerbeetle")]
 pub use harness::LocalCluster;

@@ -64,7 +64,10 @@ impl TigerBeetleBackend {
         if let Some(record) = self.leases.get(lease).filter(|r| r.confirmed) {
             return self.replay(request, &record).map(Plan::Answer);
         }
-        let requirements = definitions.iter().zip(request.requirements()).map(|(s, r)| (s, r.amount));
+        let requirements = definitions
+            .iter()
+            .zip(request.requirements())
+            .map(|(s, r)| (s, r.amount));
         if let Some(denial) = decision::standing_denial(requirements, self.decrease_retry_ms) {
             return Ok(Plan::Answer(ReserveOutcome::Denied(denial)));
         }
@@ -239,7 +242,8 @@ fn is_different_existing(kind: Kind) -> bool {
 /// nothing in it depends on the time, so a retry sends the very same chain.
 fn reserve_chain(request: &ReserveRequest, states: &[LimitState]) -> Vec<tb::Transfer> {
     let holds = request.requirements().iter().zip(states).map(|(r, s)| {
-        let timeout = u32::try_from(s.definition().hold_ms() / 1000).expect("windows and timeouts are validated to fit u32");
+        let timeout =
+            u32::try_from(s.definition().hold_ms() / 1000).expect("windows and timeouts are validated to fit u32");
         (&r.key, r.amount, timeout)
     });
     lease_chain(request.lease_id(), holds)

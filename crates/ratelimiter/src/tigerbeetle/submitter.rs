@@ -150,7 +150,7 @@ impl Submitter {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
         let fields = config.fields();
-        let batch_events_max = fields.max_batch_events as usize;
+        let batch_events_max = fields.batch_events_max as usize;
         let stats = Arc::new(SubmitterStats::default());
         let queue = match fields.submit_mode {
             SubmitMode::Direct => None,

@@ -7,10 +7,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ratelimiter::retry::{Jitter, RetryAdvisor, RetryPolicy};
-use ratelimiter::{Backend, Clock, LeaseId, LimitKey, Requirement, ReserveRequest, SystemClock};
 use ratelimiter::tigerbeetle::{
     BackendOptions, ConfigFields, LocalCluster, SubmitMode, TigerBeetleBackend, TigerBeetleConfig,
 };
+use ratelimiter::{Backend, Clock, LeaseId, LimitKey, Requirement, ReserveRequest, SystemClock};
 
 /// How long a test waits for the cluster to answer its first request.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -32,7 +32,7 @@ pub fn config_with(mode: SubmitMode, sessions: u32) -> TigerBeetleConfig {
     TigerBeetleConfig::new(ConfigFields {
         addresses: vec![cluster().address().to_owned()],
         sessions,
-        max_batch_events: 200,
+        batch_events_max: 200,
         submit_mode: mode,
         request_timeout_ms: 20_000,
         ..ConfigFields::default()

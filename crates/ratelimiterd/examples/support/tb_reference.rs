@@ -7,9 +7,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ratelimiter::{LeaseId, LimitKey};
-use ratelimiter::tigerbeetle::lease_chain;
 use ratelimiter::tigerbeetle::client as tb;
+use ratelimiter::tigerbeetle::lease_chain;
+use ratelimiter::{LeaseId, LimitKey};
 
 /// One requirement of the reference's leases: the limit, the units, and the
 /// pending transfer's timeout in seconds (the limit's window or hold timeout).
