@@ -34,6 +34,8 @@ fn call<'a>(
 /// concurrency 1, and the tenant's daily tokens when `daily_budget`.
 #[pyfunction]
 #[pyo3(signature = (provider, model, tenant_id, prompt, max_tokens, *, prompt_tokens=None, daily_budget=false))]
+// Each argument is a Python keyword argument; a struct would not be one.
+#[allow(clippy::too_many_arguments)]
 pub fn llm_requirements(
     py: Python<'_>,
     provider: &str,
