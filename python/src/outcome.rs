@@ -127,3 +127,59 @@ impl Reservation {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratelimiter::LimitKey;
+
+    #[test]
+    fn exceeds_capacity_and_lease_already_failed_are_final() {
+        let key = LimitKey::new("global:llm:openai:gpt-4o:tpm").unwrap();
+        let cases = [
+            (
+                WireDenial::InsufficientCapacity {
+                    key: key.clone(),
+                    retry_after_ms: 120,
+                },
+                "insufficient_capacity",
+                120,
+                false,
+            ),
+            (
+                WireDenial::LimitDecreasing {
+                    key: key.clone(),
+                    retry_after_ms: 10_000,
+                },
+                "limit_decreasing",
+                10_000,
+                false,
+            ),
+            (
+                WireDenial::ExceedsCapacity { key: key.clone() },
+                "exceeds_capacity",
+                0,
+                true,
+            ),
+            (WireDenial::LeaseAlreadyFailed, "lease_already_failed", 0, true),
+        ];
+        for (wire, reason, retry_after_ms, is_final) in cases {
+            let denial = Denial::from(&wire);
+            assert_eq!(
+                (denial.reason, denial.retry_after_ms, denial.is_final),
+                (reason, retry_after_ms, is_final)
+            );
+            assert_eq!(denial.error_code(), wire.error_code());
+        }
+    }
+
+    #[test]
+    fn a_reservation_carries_its_lease_and_outcome() {
+        let lease = LeaseId::generate();
+        let allowed = Reservation::new(lease, &ReserveOutcome::Allowed { reserved_at_unix_ms: 7 });
+        assert!(allowed.allowed && allowed.denial.is_none() && allowed.reserved_at_unix_ms == 7);
+        assert_eq!(allowed.lease_id, lease.to_string());
+        let denied = Reservation::new(lease, &ReserveOutcome::Denied(WireDenial::LeaseAlreadyFailed));
+        assert!(!denied.allowed && denied.reserved_at_unix_ms == 0 && denied.retry_after_ms() == 0);
+    }
+}
