@@ -23,7 +23,7 @@ export RATELIMITERD_BIN="$TARGET/debug/ratelimiterd"
 
 WHEELS="$(mktemp -d)"
 trap 'rm -rf "$WHEELS"' EXIT
-(cd python && "$VENV/bin/maturin" build --release -q -o "$WHEELS")
+(cd python && "$VENV/bin/maturin" build --release -q -i "$VENV/bin/python" -o "$WHEELS")
 WHEEL="$(ls "$WHEELS"/*.whl)"
 "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "$WHEEL"
 export LLM_RATELIMITER_WHEEL="$WHEEL"
