@@ -1,0 +1,399 @@
+"""The limiters: :class:`Limiter` in this process, :class:`RemoteLimiter` over
+HTTP to ``ratelimiterd``. Both have the same interface, sync and asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from typing import Any, AsyncIterator, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+from . import _native
+from ._native import Denial, Reservation
+from .errors import LimiterUnavailableError, ReservationDeniedError, ReservationTimeoutError
+from .limits import DefinitionLike, LimitReport, definition_json
+from .llm import LlmCall, Tokenizer, usage_tokens
+
+__all__ = ["Limiter", "RemoteLimiter", "Lease", "LlmLease", "Pairs"]
+
+#: ``(key, amount)`` pairs: :class:`Requirement` / :class:`Actual` or plain tuples.
+Pairs = Sequence[Tuple[str, int]]
+
+#: How long the context managers wait for a grant by default, in seconds.
+WAIT_TIMEOUT_S_DEFAULT = 60.0
+#: Attempts at Complete when the limiter is unreachable: Complete is idempotent,
+#: and a hold that is never completed still ends at its timeout.
+COMPLETE_ATTEMPTS_MAX = 3
+
+
+class Lease:
+    """A granted reservation held by a context manager. Report what the call
+    used with :meth:`report`; Complete runs on exit, after an exception too."""
+
+    def __init__(self, reservation: Reservation, requirements: Pairs) -> None:
+        self.reservation = reservation
+        self.requirements = list(requirements)
+        self.actuals: Optional[List[Tuple[str, int]]] = None
+
+    @property
+    def lease_id(self) -> str:
+        """The lease's id, for logs and for completing it by hand."""
+        return self.reservation.lease_id
+
+    def report(self, actuals: Pairs) -> None:
+        """Sets the usage Complete reconciles the rolling limits to. Without a
+        report the limits stay at the reserved amounts (safe, never under)."""
+        self.actuals = [(key, amount) for key, amount in actuals]
+
+
+class LlmLease(Lease):
+    """A lease for one LLM call: report the provider's ``usage``."""
+
+    def __init__(self, reservation: Reservation, call: LlmCall) -> None:
+        super().__init__(reservation, call.requirements())
+        self.call = call
+
+    def record_usage(self, usage: Any) -> int:
+        """Reports the tokens the provider charged: an ``int``, an OpenAI or
+        Anthropic response, or its ``usage``. Answers the count."""
+        tokens = usage_tokens(usage)
+        self.report(self.call.actuals(tokens))
+        return tokens
+
+
+class _LimiterBase:
+    """What both limiters share: the interface around the native calls."""
+
+    _native: Any
+
+    # Reserve and complete -------------------------------------------------
+
+    def reserve(
+        self, requirements: Pairs, *, lease_id: Optional[str] = None, job_id: Optional[str] = None
+    ) -> Reservation:
+        """Reserves every requirement or none. A denial is returned, not raised;
+        retry a denial with a **new** lease id (the default). Raises
+        :class:`LimiterUnavailableError` (with the lease id) when the outcome is unknown."""
+        return self._native.reserve(requirements, lease_id=lease_id, job_id=job_id)
+
+    def complete(self, lease_id: str, actuals: Optional[Pairs] = None, *, job_id: Optional[str] = None) -> None:
+        """Releases the lease's concurrency holds and reconciles its rolling
+        limits to ``actuals``. Idempotent: completing twice or completing an
+        unknown lease does nothing."""
+        self._native.complete(lease_id, actuals, job_id=job_id)
+
+    async def areserve(
+        self, requirements: Pairs, *, lease_id: Optional[str] = None, job_id: Optional[str] = None
+    ) -> Reservation:
+        """:meth:`reserve` for asyncio."""
+        raise NotImplementedError  # pragma: no cover
+
+    async def acomplete(
+        self, lease_id: str, actuals: Optional[Pairs] = None, *, job_id: Optional[str] = None
+    ) -> None:
+        """:meth:`complete` for asyncio."""
+        raise NotImplementedError  # pragma: no cover
+
+    # Admin -----------------------------------------------------------------
+
+    def define(self, definition: DefinitionLike) -> LimitReport:
+        """Defines (or redefines) a limit; a lower capacity starts a decrease."""
+        return LimitReport.from_json(self._native.define(definition_json(definition)))
+
+    def define_many(self, definitions: Iterable[DefinitionLike]) -> List[LimitReport]:
+        """Defines each limit in turn."""
+        return [self.define(d) for d in definitions]
+
+    def limits(self) -> List[LimitReport]:
+        """Every limit with its usage, ordered by key."""
+        return [LimitReport.from_mapping(r) for r in json.loads(self._native.limits())]
+
+    def limit(self, key: str) -> Optional[LimitReport]:
+        """One limit with its usage; ``None`` when it is not defined."""
+        text = self._native.limit(key)
+        return None if text is None else LimitReport.from_json(text)
+
+    # Waiting for a grant ---------------------------------------------------
+
+    def reserve_wait(
+        self, requirements: Pairs, *, timeout_s: float = WAIT_TIMEOUT_S_DEFAULT, job_id: Optional[str] = None
+    ) -> Reservation:
+        """Reserves, sleeping out each "not now" denial's hint with a new lease id
+        per attempt, until granted or ``timeout_s``. An unknown outcome is retried
+        with the same lease id. Raises :class:`ReservationDeniedError` when the
+        requirements can never fit and :class:`ReservationTimeoutError` when a hint
+        reaches past the deadline."""
+        deadline = time.monotonic() + timeout_s
+        lease_id: Optional[str] = None
+        while True:
+            try:
+                reservation = self.reserve(requirements, lease_id=lease_id, job_id=job_id)
+            except LimiterUnavailableError as error:
+                lease_id = error.lease_id
+                _sleep_or_raise(deadline, error.retry_after_ms, None, error)
+                time.sleep(error.retry_after_ms / 1000)
+                continue
+            if reservation.allowed:
+                return reservation
+            lease_id = None
+            wait_ms = _wait_ms(reservation.denial, deadline)
+            time.sleep(wait_ms / 1000)
+
+    async def areserve_wait(
+        self, requirements: Pairs, *, timeout_s: float = WAIT_TIMEOUT_S_DEFAULT, job_id: Optional[str] = None
+    ) -> Reservation:
+        """:meth:`reserve_wait` for asyncio: waits without blocking the loop."""
+        deadline = time.monotonic() + timeout_s
+        lease_id: Optional[str] = None
+        while True:
+            try:
+                reservation = await self.areserve(requirements, lease_id=lease_id, job_id=job_id)
+            except LimiterUnavailableError as error:
+                lease_id = error.lease_id
+                _sleep_or_raise(deadline, error.retry_after_ms, None, error)
+                await asyncio.sleep(error.retry_after_ms / 1000)
+                continue
+            if reservation.allowed:
+                return reservation
+            lease_id = None
+            await asyncio.sleep(_wait_ms(reservation.denial, deadline) / 1000)
+
+    @contextlib.contextmanager
+    def reservation(
+        self, requirements: Pairs, *, timeout_s: float = WAIT_TIMEOUT_S_DEFAULT, job_id: Optional[str] = None
+    ) -> Iterator[Lease]:
+        """Reserves (waiting while denied, up to ``timeout_s``), yields the
+        :class:`Lease`, and completes it on exit with what was reported."""
+        lease = Lease(self.reserve_wait(requirements, timeout_s=timeout_s, job_id=job_id), requirements)
+        try:
+            yield lease
+        finally:
+            self._complete_lease(lease, job_id)
+
+    @contextlib.asynccontextmanager
+    async def areservation(
+        self, requirements: Pairs, *, timeout_s: float = WAIT_TIMEOUT_S_DEFAULT, job_id: Optional[str] = None
+    ) -> AsyncIterator[Lease]:
+        """:meth:`reservation` for asyncio; Complete runs after a cancellation too."""
+        reservation = await self.areserve_wait(requirements, timeout_s=timeout_s, job_id=job_id)
+        lease = Lease(reservation, requirements)
+        try:
+            yield lease
+        finally:
+            await self._acomplete_lease(lease, job_id)
+
+    @contextlib.contextmanager
+    def llm_call(
+        self, provider: str, model: str, tenant_id: str, prompt: str, max_tokens: int, *,
+        prompt_tokens: Optional[int] = None, tokenizer: Optional[Tokenizer] = None, daily_budget: bool = False,
+        timeout_s: float = WAIT_TIMEOUT_S_DEFAULT, job_id: Optional[str] = None,
+    ) -> Iterator[LlmLease]:
+        """One LLM call under one reservation: yields an :class:`LlmLease`; call
+        ``lease.record_usage(response.usage)`` and Complete reconciles to it."""
+        call = LlmCall.create(provider, model, tenant_id, prompt, max_tokens, prompt_tokens=prompt_tokens,
+                              tokenizer=tokenizer, daily_budget=daily_budget)
+        lease = LlmLease(self.reserve_wait(call.requirements(), timeout_s=timeout_s, job_id=job_id), call)
+        try:
+            yield lease
+        finally:
+            self._complete_lease(lease, job_id)
+
+    @contextlib.asynccontextmanager
+    async def allm_call(
+        self, provider: str, model: str, tenant_id: str, prompt: str, max_tokens: int, *,
+        prompt_tokens: Optional[int] = None, tokenizer: Optional[Tokenizer] = None, daily_budget: bool = False,
+        timeout_s: float = WAIT_TIMEOUT_S_DEFAULT, job_id: Optional[str] = None,
+    ) -> AsyncIterator[LlmLease]:
+        """:meth:`llm_call` for asyncio."""
+        call = LlmCall.create(provider, model, tenant_id, prompt, max_tokens, prompt_tokens=prompt_tokens,
+                              tokenizer=tokenizer, daily_budget=daily_budget)
+        reservation = await self.areserve_wait(call.requirements(), timeout_s=timeout_s, job_id=job_id)
+        lease = LlmLease(reservation, call)
+        try:
+            yield lease
+        finally:
+            await self._acomplete_lease(lease, job_id)
+
+    def _complete_lease(self, lease: Lease, job_id: Optional[str]) -> None:
+        for attempt in range(COMPLETE_ATTEMPTS_MAX):
+            try:
+                self.complete(lease.lease_id, lease.actuals, job_id=job_id)
+                return
+            except LimiterUnavailableError as error:
+                if attempt + 1 == COMPLETE_ATTEMPTS_MAX:
+                    raise
+                time.sleep(error.retry_after_ms / 1000)
+
+    async def _acomplete_lease(self, lease: Lease, job_id: Optional[str]) -> None:
+        async def complete() -> None:
+            for attempt in range(COMPLETE_ATTEMPTS_MAX):
+                try:
+                    await self.acomplete(lease.lease_id, lease.actuals, job_id=job_id)
+                    return
+                except LimiterUnavailableError as error:
+                    if attempt + 1 == COMPLETE_ATTEMPTS_MAX:
+                        raise
+                    await asyncio.sleep(error.retry_after_ms / 1000)
+
+        await _run_to_end(complete())
+
+
+async def _run_to_end(work: Any) -> None:
+    """Awaits ``work`` to its end even if the awaiting task is cancelled meanwhile,
+    then re-raises the cancellation: Complete must not be cut short."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise
+
+
+def _wait_ms(denial: Optional[Denial], deadline: float) -> int:
+    """How long to sleep after a denial, or the exception that ends the wait."""
+    assert denial is not None
+    if denial.reason == "exceeds_capacity":
+        raise ReservationDeniedError(f"can never be granted: {denial.error_code}", denial=denial)
+    _sleep_or_raise(deadline, denial.retry_after_ms, denial, None)
+    return denial.retry_after_ms
+
+
+def _sleep_or_raise(
+    deadline: float, wait_ms: int, denial: Optional[Denial], cause: Optional[BaseException]
+) -> None:
+    if time.monotonic() + wait_ms / 1000 > deadline:
+        error = ReservationTimeoutError(
+            f"no grant before the deadline (next try in {wait_ms} ms)", denial=denial
+        )
+        raise error from cause
+
+
+class Limiter(_LimiterBase):
+    """Limits held in this process (single-binary mode).
+
+    Thread-safe: one instance serves every thread, and the GIL is released
+    while Rust decides. Reserve and complete never wait (one short lock), so the
+    asyncio twins run them directly on the loop.
+
+    ``manual_clock_unix_ms`` starts a clock that only :meth:`advance_clock_ms`
+    moves (tests and simulations); otherwise the system clock is used.
+    """
+
+    def __init__(
+        self,
+        limits: Iterable[DefinitionLike] = (),
+        *,
+        limits_file: Union[str, "os.PathLike[str]", None] = None,
+        leases_max: Optional[int] = None,
+        settled_leases_max: Optional[int] = None,
+        failed_leases_max: Optional[int] = None,
+        decrease_retry_ms: Optional[int] = None,
+        manual_clock_unix_ms: Optional[int] = None,
+    ) -> None:
+        self._native = _native.MemoryLimiter(
+            leases_max=leases_max, settled_leases_max=settled_leases_max, failed_leases_max=failed_leases_max,
+            decrease_retry_ms=decrease_retry_ms, manual_clock_unix_ms=manual_clock_unix_ms,
+        )
+        if limits_file is not None:
+            self.load_limits_file(limits_file)
+        self.define_many(limits)
+
+    def load_limits_file(self, path: Union[str, "os.PathLike[str]"]) -> int:
+        """Applies every limit of a registry file as ``ratelimiterd`` writes it
+        (``data/limits.json``); answers how many."""
+        return self._native.load_limits_file(os.fspath(path))
+
+    def apply_pending_decreases(self) -> int:
+        """Carries out the capacity decreases usage now allows; answers how many.
+        (``ratelimiterd`` does this every second; in process, call it when you lower a limit.)"""
+        return self._native.apply_pending_decreases()
+
+    def advance_clock_ms(self, ms: int) -> None:
+        """Moves the manual clock forward (only with ``manual_clock_unix_ms``)."""
+        self._native.advance_clock_ms(ms)
+
+    async def areserve(
+        self, requirements: Pairs, *, lease_id: Optional[str] = None, job_id: Optional[str] = None
+    ) -> Reservation:
+        """:meth:`reserve` for asyncio (it never waits, so it runs inline)."""
+        return self._native.reserve(requirements, lease_id=lease_id, job_id=job_id)
+
+    async def acomplete(
+        self, lease_id: str, actuals: Optional[Pairs] = None, *, job_id: Optional[str] = None
+    ) -> None:
+        """:meth:`complete` for asyncio (it never waits, so it runs inline)."""
+        self._native.complete(lease_id, actuals, job_id=job_id)
+
+
+class RemoteLimiter(_LimiterBase):
+    """A limiter served by ``ratelimiterd`` over HTTP.
+
+    Connections are kept alive and shared; every attempt has a timeout; an
+    attempt without an answer (timeout, refused, 503) is retried ``retries_max``
+    times with the same body, hence the same lease id, so a retry never reserves
+    twice. When the outcome stays unknown, :class:`LimiterUnavailableError`
+    carries the lease id to retry with. The asyncio twins do not take a thread:
+    the request runs on the module's Rust runtime and resolves an asyncio future.
+    """
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8080",
+        *,
+        token: Optional[str] = None,
+        request_timeout_ms: int = 2_000,
+        connect_timeout_ms: int = 1_000,
+        retries_max: int = 2,
+        retry_wait_ms_max: int = 1_000,
+    ) -> None:
+        self.base_url = base_url
+        self._native = _native.RemoteLimiter(
+            base_url, token=token, request_timeout_ms=request_timeout_ms, connect_timeout_ms=connect_timeout_ms,
+            retries_max=retries_max, retry_wait_ms_max=retry_wait_ms_max,
+        )
+
+    async def areserve(
+        self, requirements: Pairs, *, lease_id: Optional[str] = None, job_id: Optional[str] = None
+    ) -> Reservation:
+        """:meth:`reserve` for asyncio."""
+        future, callback = _future_and_callback()
+        self._native.reserve_async(requirements, callback, lease_id=lease_id, job_id=job_id)
+        return await future
+
+    async def acomplete(
+        self, lease_id: str, actuals: Optional[Pairs] = None, *, job_id: Optional[str] = None
+    ) -> None:
+        """:meth:`complete` for asyncio."""
+        future, callback = _future_and_callback()
+        self._native.complete_async(lease_id, callback, actuals, job_id=job_id)
+        await future
+
+    async def adefine(self, definition: DefinitionLike) -> LimitReport:
+        """:meth:`define` for asyncio (in a worker thread: admin calls are rare)."""
+        return await asyncio.to_thread(self.define, definition)
+
+    async def alimits(self) -> List[LimitReport]:
+        """:meth:`limits` for asyncio."""
+        return await asyncio.to_thread(self.limits)
+
+
+def _future_and_callback() -> Tuple["asyncio.Future[Any]", Any]:
+    """An asyncio future and the callback, called from a Rust thread, that resolves it."""
+    loop = asyncio.get_running_loop()
+    future: "asyncio.Future[Any]" = loop.create_future()
+
+    def resolve(value: Any, error: Optional[BaseException]) -> None:
+        if future.done():  # Cancelled meanwhile: the answer has no reader.
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def callback(value: Any, error: Optional[BaseException]) -> None:
+        with contextlib.suppress(RuntimeError):  # The loop closed: nobody waits any more.
+            loop.call_soon_threadsafe(resolve, value, error)
+
+    return future, callback

@@ -1,0 +1,146 @@
+"""Limit definitions and reports: the admin API's JSON as typed Python values.
+
+Validation is the Rust library's: a definition is checked when it is defined,
+and a wrong field raises :class:`~llm_ratelimiter.errors.InvalidArgumentError`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, List, Literal, Mapping, NamedTuple, Union
+
+from . import _native
+
+__all__ = ["Requirement", "Actual", "LimitDefinition", "LimitReport", "llm_limits", "DefinitionLike"]
+
+#: What a limit does with usage above its reservation at Complete.
+Overage = Literal["none", "debt"]
+#: How a limit replenishes.
+LimitKind = Literal["rolling", "concurrency"]
+
+#: The provider's per-minute window plus one second: the provider starts its window
+#: when the request reaches it, a moment after the reservation (BENCHMARKS.md,
+#: "Window margin" in the repository).
+WINDOW_SECONDS_PER_MINUTE_LIMIT = 61
+#: How long a concurrency hold lives when its caller crashed before Complete.
+CONCURRENCY_TIMEOUT_SECONDS_DEFAULT = 300
+
+
+class Requirement(NamedTuple):
+    """One limit a call needs, with the units it needs (at least 1)."""
+
+    key: str
+    amount: int
+
+
+class Actual(NamedTuple):
+    """What a finished call really used on one rolling limit it reserved."""
+
+    key: str
+    actual_amount: int
+
+
+@dataclass(frozen=True)
+class LimitDefinition:
+    """A limit: ``capacity`` units per ``window_seconds`` (rolling) or at once
+    (concurrency, each hold released at Complete or after ``timeout_seconds``)."""
+
+    key: str
+    kind: LimitKind
+    capacity: int
+    window_seconds: int = 0
+    timeout_seconds: int = 0
+    unit: str = ""
+    description: str = ""
+    overage: Overage = "none"
+
+    @classmethod
+    def rolling(
+        cls, key: str, capacity: int, window_seconds: int, *, unit: str = "", description: str = "",
+        overage: Overage = "none",
+    ) -> "LimitDefinition":
+        """A rolling limit: each reservation holds its amount for ``window_seconds``."""
+        return cls(key, "rolling", capacity, window_seconds, 0, unit, description, overage)
+
+    @classmethod
+    def concurrency(
+        cls, key: str, capacity: int, timeout_seconds: int, *, unit: str = "", description: str = "",
+    ) -> "LimitDefinition":
+        """A concurrency limit: each hold lasts until Complete, or ``timeout_seconds``
+        when the caller crashed."""
+        return cls(key, "concurrency", capacity, 0, timeout_seconds, unit, description)
+
+    def to_json(self) -> str:
+        """The admin API's JSON body."""
+        return json.dumps(asdict(self))
+
+
+#: A definition, or its JSON object as a mapping (the registry file's entries).
+DefinitionLike = Union[LimitDefinition, Mapping[str, Any]]
+
+
+def definition_json(definition: DefinitionLike) -> str:
+    """The JSON of a definition given as a :class:`LimitDefinition` or a mapping."""
+    if isinstance(definition, LimitDefinition):
+        return definition.to_json()
+    if isinstance(definition, Mapping):
+        return json.dumps(dict(definition))
+    from .errors import ArgumentTypeError
+
+    raise ArgumentTypeError(
+        f"definition must be a LimitDefinition or a mapping, got {type(definition).__name__}", field="definition"
+    )
+
+
+@dataclass(frozen=True)
+class LimitReport:
+    """A limit's definition, admin status and live usage."""
+
+    definition: LimitDefinition
+    #: ``active``, or ``decreasing`` while usage is above a lowered capacity.
+    status: str
+    #: The capacity a decrease is heading to; 0 when none is pending.
+    pending_decrease_to: int
+    #: Units held now: live rolling reservations or concurrency holds.
+    in_use: int
+    #: Usage recorded above reservations under ``overage="debt"``.
+    debt: int
+
+    @classmethod
+    def from_json(cls, text: str) -> "LimitReport":
+        """Reads one report as the limiter answers it."""
+        return cls.from_mapping(json.loads(text))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "LimitReport":
+        """Reads one decoded report."""
+        fields = {name: data[name] for name in LimitDefinition.__dataclass_fields__ if name in data}
+        return cls(
+            definition=LimitDefinition(**fields),
+            status=data.get("status", "active"),
+            pending_decrease_to=data.get("pending_decrease_to", 0),
+            in_use=data.get("in_use", 0),
+            debt=data.get("debt", 0),
+        )
+
+
+def llm_limits(
+    provider: str,
+    model: str,
+    *,
+    rpm: int,
+    tpm: int,
+    concurrency: int,
+    window_seconds: int = WINDOW_SECONDS_PER_MINUTE_LIMIT,
+    timeout_seconds: int = CONCURRENCY_TIMEOUT_SECONDS_DEFAULT,
+) -> List[LimitDefinition]:
+    """The three limits of one model: requests and tokens per window and calls
+    in flight, keyed as :func:`LlmCall.requirements` reserves them."""
+    keys = [key for key, _ in _native.llm_requirements(provider, model, "any", "", 1)]
+    rpm_key, tpm_key, concurrency_key = keys
+    return [
+        LimitDefinition.rolling(rpm_key, rpm, window_seconds, unit="requests"),
+        LimitDefinition.rolling(tpm_key, tpm, window_seconds, unit="tokens"),
+        LimitDefinition.concurrency(concurrency_key, concurrency, timeout_seconds, unit="inflight"),
+    ]
