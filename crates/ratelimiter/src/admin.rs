@@ -34,8 +34,11 @@ pub enum AdminError {
 /// backend but not yet persisted.
 pub struct Admin {
     backend: Arc<dyn Backend>,
-    /// Written only from blocking tasks, under `unpersisted`'s lock.
-    registry: Arc<Mutex<Registry>>,
+    /// Written only from blocking tasks, under `unpersisted`'s lock. `None`
+    /// for a backend that keeps the definitions itself (TigerBeetle keeps
+    /// them in the cluster, shared by a fleet): a file of one server's would
+    /// only go stale.
+    registry: Option<Arc<Mutex<Registry>>>,
     /// Serializes changes. Holds decreases the backend carried out whose
     /// persistence failed, retried on every decrease step.
     unpersisted: AsyncMutex<BTreeMap<LimitKey, LimitState>>,
@@ -48,20 +51,40 @@ impl std::fmt::Debug for Admin {
 }
 
 impl Admin {
-    /// Wraps the opened registry.
-    pub fn new(backend: Arc<dyn Backend>, registry: Registry) -> Self {
+    /// Wraps the opened registry; pass `None` exactly when the backend keeps
+    /// the definitions itself ([`Backend::keeps_definitions`]).
+    pub fn new(backend: Arc<dyn Backend>, registry: Option<Registry>) -> Self {
+        assert_eq!(
+            registry.is_none(),
+            backend.keeps_definitions(),
+            "a registry file exactly for backends that do not keep definitions"
+        );
         Self {
             backend,
-            registry: Arc::new(Mutex::new(registry)),
+            registry: registry.map(|r| Arc::new(Mutex::new(r))),
             unpersisted: AsyncMutex::new(BTreeMap::new()),
         }
     }
 
-    /// Applies every persisted state to the backend, decreasing ones included: the
-    /// startup step that makes limits survive a restart. Returns how many.
+    /// The startup step that makes limits survive a restart: applies every
+    /// persisted state to the backend, decreasing ones included, or brings a
+    /// backend that keeps the definitions up to date. Returns how many limits
+    /// are defined.
     pub async fn restore(&self) -> Result<usize, AdminError> {
         let _changes = self.unpersisted.lock().await;
-        let states: Vec<LimitState> = self.registry.lock().expect("registry lock").states().cloned().collect();
+        let Some(registry) = &self.registry else {
+            return match self.backend.refresh_definitions().await {
+                Ok(()) => Ok(self.backend.limit_reports().await?.len()),
+                // The cluster may come up after the server: requests answer 503
+                // until it does, and the definitions are read on the way.
+                Err(LimiterError::Unavailable { .. }) => {
+                    tracing::warn!("the definitions could not be read yet; they will be on the next refresh");
+                    Ok(0)
+                }
+                Err(e) => Err(e.into()),
+            };
+        };
+        let states: Vec<LimitState> = registry.lock().expect("registry lock").states().cloned().collect();
         for state in &states {
             self.backend.apply_state(state).await?;
         }
@@ -74,7 +97,10 @@ impl Admin {
         let mut unpersisted = self.unpersisted.lock().await;
         let key = definition.key().clone();
         let next = self.backend.next_state(definition).await?;
-        let persisted = self.registry.lock().expect("registry lock").get(&key) == Some(&next);
+        let persisted = match &self.registry {
+            Some(registry) => registry.lock().expect("registry lock").get(&key) == Some(&next),
+            None => false,
+        };
         if !persisted {
             self.persist(next.clone()).await?;
         }
@@ -89,6 +115,27 @@ impl Admin {
             in_use: 0,
             debt: 0,
         }))
+    }
+
+    /// Defines every state of a registry file written before the backend kept
+    /// the definitions itself, for keys the backend does not know: the one-time
+    /// move of a server's limits into a fleet's cluster. Returns how many.
+    pub async fn import(&self, states: Vec<LimitState>) -> Result<usize, AdminError> {
+        let _changes = self.unpersisted.lock().await;
+        let mut imported = 0;
+        for state in states {
+            if self.backend.limit_report(state.definition().key()).await?.is_some() {
+                continue;
+            }
+            if state.status() == crate::definition::LimitStatus::Decreasing {
+                // The capacity in force first, so that the decrease stays one.
+                let in_force = LimitState::active(state.definition().clone());
+                self.backend.apply_state(&in_force).await?;
+            }
+            self.backend.apply_state(&state).await?;
+            imported += 1;
+        }
+        Ok(imported)
     }
 
     /// Carries out the pending decreases usage now allows and persists them.
@@ -112,9 +159,12 @@ impl Admin {
         Ok(count)
     }
 
-    /// Writes one state to the registry file on a blocking thread.
+    /// Writes one state to the registry file on a blocking thread; nothing
+    /// to do for a backend that keeps the definitions itself.
     async fn persist(&self, state: LimitState) -> Result<(), AdminError> {
-        let registry = self.registry.clone();
+        let Some(registry) = self.registry.clone() else {
+            return Ok(());
+        };
         let result = tokio::task::spawn_blocking(move || registry.lock().expect("registry lock").put(state))
             .await
             .map_err(|e| AdminError::Persist(format!("registry task failed: {e}")))?;

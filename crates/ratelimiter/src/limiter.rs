@@ -44,6 +44,19 @@ pub trait Backend: Limiter {
     /// `Ok` when the backend answers.
     async fn health(&self) -> Result<(), LimiterError>;
 
+    /// Whether the backend keeps the definitions itself (the TigerBeetle
+    /// backend keeps them in the cluster, shared by a fleet); when false, the
+    /// caller persists them ([`crate::admin::Admin`] writes the registry file).
+    fn keeps_definitions(&self) -> bool {
+        false
+    }
+
+    /// Brings the backend's view of definitions kept elsewhere up to date;
+    /// nothing to do for a backend that holds them in process.
+    async fn refresh_definitions(&self) -> Result<(), LimiterError> {
+        Ok(())
+    }
+
     /// The state `definition` leads to from the key's current one: the one
     /// rule for every way of defining a limit (docs/decisions.md, "Definitions").
     /// An invalid definition is `InvalidRequest`, a kind change `Conflict`.

@@ -71,7 +71,10 @@ async fn build_tigerbeetle(config: &Config) -> Result<SelectedBackend, String> {
     if let Err(e) = backend.health().await {
         tracing::warn!(addresses = ?tb.addresses, error = %e, "TigerBeetle does not answer yet");
     }
-    Ok(SelectedBackend::of(Arc::new(backend)))
+    let backend = Arc::new(backend);
+    // Reads the fleet's definitions until the backend is dropped.
+    backend.start_definitions_refresh();
+    Ok(SelectedBackend::of(backend))
 }
 
 #[cfg(not(feature = "tigerbeetle"))]

@@ -65,17 +65,33 @@ impl ServeOptions {
 }
 
 /// Builds the server's state from `config`: the backend, the registry, and every
-/// persisted state applied to the backend.
+/// persisted state applied to the backend. On TigerBeetle the cluster keeps the
+/// definitions: the registry file is not used, except that limits of a file
+/// written by a server of the same data directory before are moved into the
+/// cluster once.
 pub async fn start(config: &Config) -> Result<AppState, ServerError> {
     let backend = backend::build(config).await.map_err(ServerError::Backend)?;
-    let registry = Registry::open(&config.registry.path)?;
-    let state = AppState::new(backend, registry, config);
-    let restored = state.admin().restore().await.map_err(|e| ServerError::Restore {
+    let restore_error = |e: ratelimiter::admin::AdminError| ServerError::Restore {
         path: config.registry.path.clone(),
         message: e.to_string(),
-    })?;
-    tracing::info!(restored, registry = %config.registry.path.display(), backend = ?config.server.backend,
-        "limits restored");
+    };
+    if !backend.backend.keeps_definitions() {
+        let state = AppState::new(backend, Some(Registry::open(&config.registry.path)?), config);
+        let restored = state.admin().restore().await.map_err(restore_error)?;
+        tracing::info!(restored, registry = %config.registry.path.display(), "limits restored");
+        return Ok(state);
+    }
+    let state = AppState::new(backend, None, config);
+    let defined = state.admin().restore().await.map_err(restore_error)?;
+    tracing::info!(defined, "limits read from the cluster");
+    if config.registry.path.exists() {
+        let states = Registry::open(&config.registry.path)?.states().cloned().collect();
+        let imported = state.admin().import(states).await.map_err(restore_error)?;
+        if imported > 0 {
+            tracing::info!(imported, registry = %config.registry.path.display(),
+                "limits of the registry file moved into the cluster, which keeps them from now on");
+        }
+    }
     Ok(state)
 }
 

@@ -35,8 +35,9 @@ struct Shared {
 
 impl AppState {
     /// The one constructor: the state of a validated configuration, the backend
-    /// chosen at startup (with its metrics) and the opened registry.
-    pub fn new(selected: SelectedBackend, registry: Registry, config: &Config) -> Self {
+    /// chosen at startup (with its metrics) and the opened registry (`None`
+    /// for a backend that keeps the definitions itself).
+    pub fn new(selected: SelectedBackend, registry: Option<Registry>, config: &Config) -> Self {
         let server = &config.server;
         Self {
             shared: Arc::new(Shared {

@@ -109,7 +109,7 @@ impl Harness {
         ));
         let state = AppState::new(
             ratelimiterd::backend::SelectedBackend::of(backend),
-            Registry::open(&registry_path).expect("registry"),
+            Some(Registry::open(&registry_path).expect("registry")),
             &config,
         );
         let harness = Harness {

@@ -43,7 +43,11 @@ fn harness_with(name: &str, yaml: &str) -> Harness {
         ratelimiterd::backend::memory_config(&config),
     ));
     let registry = Registry::open(&registry_path).unwrap();
-    let state = AppState::new(ratelimiterd::backend::SelectedBackend::of(backend), registry, &config);
+    let state = AppState::new(
+        ratelimiterd::backend::SelectedBackend::of(backend),
+        Some(registry),
+        &config,
+    );
     Harness {
         router: app(state.clone()),
         clock,

@@ -7,7 +7,6 @@
 //! just before it, so applying a state is idempotent and correct after a
 //! restart against the same cluster, or against a fresh one.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::decision;
@@ -15,6 +14,7 @@ use crate::{DefinitionError, LimitDefinition, LimitKey, LimitReport, LimitState,
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend, HEALTH_TIMEOUT_MS, LIMITS_MAX};
+use super::definition_log::RecordKind;
 use super::ids;
 use super::pool::PoolError;
 
@@ -27,6 +27,10 @@ pub const LOOKUP_CHUNK_ACCOUNTS: usize = 128;
 /// How often a funding transfer is recomputed when another server moved the same
 /// balance at the same moment, before giving up.
 pub const FUND_ATTEMPTS_MAX: u32 = 4;
+/// The most attempts of one decrease: each failed attempt is a race lost to a
+/// reservation between the balance read and the transfer, rare at the
+/// decrease task's pace; past this the key stays decreasing and it is logged.
+pub const DECREASE_ATTEMPTS_MAX: u64 = 64;
 
 /// The posted and pending debits and credits of one account.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -57,56 +61,72 @@ impl Balance {
 }
 
 impl TigerBeetleBackend {
+    /// Defines a limit for the whole fleet: its accounts first, then a record
+    /// of the definition as requested in the cluster's log, then the account
+    /// funded to the capacity of the state the log now holds
+    /// (docs/tigerbeetle-backend.md, "Shared definitions").
     pub(super) async fn apply_limit_state(&self, state: &LimitState) -> Result<(), LimiterError> {
         let _admin = self.admin.lock().await;
         let definition = state.definition();
         let key = definition.key();
-        if let Some(existing) = self.state_of(key) {
-            if existing.definition().kind() != definition.kind() {
+        let current = self.versioned(key);
+        match &current {
+            Some(existing) if existing.state.definition().kind() != definition.kind() => {
                 return Err(DefinitionError::KindChange {
                     key: key.clone(),
-                    existing: existing.definition().kind(),
+                    existing: existing.state.definition().kind(),
                     requested: definition.kind(),
                 }
                 .into());
             }
-        } else if self.limits.read().expect("limits lock poisoned").len() >= LIMITS_MAX {
-            return Err(decision::limits_full(LIMITS_MAX));
+            Some(_) => {}
+            None if self.definitions.read().expect("definitions lock").len() >= LIMITS_MAX => {
+                return Err(decision::limits_full(LIMITS_MAX));
+            }
+            None => {}
         }
         self.create_accounts(definition).await?;
-        let balance = self.resource_balance(key).await?;
+        let requested = match state.status() {
+            LimitStatus::Active => definition.clone(),
+            LimitStatus::Decreasing => definition.with_capacity(state.pending_decrease_to())?,
+        };
+        let previous_version = current.map_or(0, |c| c.version);
+        self.write_record(&LimitState::active(requested), RecordKind::Put, previous_version)
+            .await?;
+        let latest = self.state_of(key).ok_or_else(|| {
+            LimiterError::Conflict(format!("limit {key}: a concurrent definition of another kind won"))
+        })?;
+        self.fund_for(&latest).await
+    }
+
+    /// Funds the resource account up to what `state` needs: its capacity when
+    /// active, its target when decreasing (the periodic task moves what lies
+    /// above the target once usage allows). Never takes capacity away: only a
+    /// decrease, carried out once, does.
+    async fn fund_for(&self, state: &LimitState) -> Result<(), LimiterError> {
+        let key = state.definition().key();
         let wanted = match state.status() {
-            LimitStatus::Active => definition.capacity(),
-            // A decrease never funds beyond its target; the periodic task moves
-            // whatever lies above it once usage allows.
+            LimitStatus::Active => state.definition().capacity(),
             LimitStatus::Decreasing => state.pending_decrease_to(),
         };
-        let capacity = u128::from(wanted);
-        if balance.capacity() < capacity {
-            self.fund(key, balance, capacity).await?;
-        } else if state.status() == LimitStatus::Active && balance.capacity() > capacity {
-            // Only reachable when the cluster holds more than an active state
-            // says (another writer): take it back now or refuse.
-            if !self.defund(key, balance, capacity).await? {
-                return Err(LimiterError::Conflict(format!(
-                    "limit {key}: usage is above capacity {wanted}; lower it through a decrease"
-                )));
-            }
+        let balance = self.resource_balance(key).await?;
+        if balance.capacity() < u128::from(wanted) {
+            self.fund(key, balance, u128::from(wanted)).await?;
+        } else if state.status() == LimitStatus::Active && balance.capacity() > u128::from(wanted) {
+            // More than an active state says: a cluster written by an older
+            // version or by hand. Reported, not corrected behind the operator's back.
+            tracing::warn!(%key, capacity = wanted, funded = %balance.capacity(),
+                "the resource account holds more than the limit's capacity; define a lower capacity to decrease it");
         }
-        self.limits
-            .write()
-            .expect("limits lock poisoned")
-            .insert(key.clone(), state.clone());
         Ok(())
     }
 
-    /// Creates the operator, resource and (for `overage: debt`) debt accounts;
-    /// existing ones are fine.
-    async fn create_accounts(&self, definition: &LimitDefinition) -> Result<(), LimiterError> {
-        let mut accounts = vec![ids::operator_account(), ids::resource_account(definition.key())];
-        if definition.overage() == Overage::Debt {
-            accounts.push(ids::debt_account(definition.key()));
-        }
+    /// Creates accounts; existing ones are fine.
+    pub(super) async fn create_accounts_checked(
+        &self,
+        accounts: Vec<tb::Account>,
+        what: &'static str,
+    ) -> Result<(), LimiterError> {
         let slot = self.admin_slot().await?;
         let result = self
             .pool
@@ -121,14 +141,25 @@ impl TigerBeetleBackend {
                 }
             })
             .await
-            .map_err(|e| unavailable(&e, "create accounts"))?;
+            .map_err(|e| unavailable(&e, what))?;
         match result.into_iter().find(|kind| !matches!(kind, AccountKind::Exists)) {
             None => Ok(()),
             Some(kind) => {
-                tracing::error!(key = %definition.key(), code = ?kind, "creating accounts failed");
-                Err(LimiterError::Backend(format!("create accounts: {kind:?}")))
+                tracing::error!(what, code = ?kind, "creating accounts failed");
+                Err(LimiterError::Backend(format!("create accounts ({what}): {kind:?}")))
             }
         }
+    }
+
+    /// Creates the operator, resource and (for `overage: debt`) debt accounts,
+    /// and the definition log's accounts; existing ones are fine.
+    async fn create_accounts(&self, definition: &LimitDefinition) -> Result<(), LimiterError> {
+        let mut accounts = vec![ids::operator_account(), ids::resource_account(definition.key())];
+        if definition.overage() == Overage::Debt {
+            accounts.push(ids::debt_account(definition.key()));
+        }
+        accounts.extend(super::definition_log::log_accounts());
+        self.create_accounts_checked(accounts, "limit").await
     }
 
     /// Raises the resource account of `key` from `balance` to `wanted`,
@@ -162,66 +193,77 @@ impl TigerBeetleBackend {
         )))
     }
 
-    /// Moves `balance.capacity() - target` back to the operator if usage allows;
-    /// false when it does not (yet).
-    async fn defund(&self, key: &LimitKey, balance: Balance, target: u128) -> Result<bool, LimiterError> {
+    /// Carries out the decrease of a state of version `version` to `target` if
+    /// usage allows: true once the account holds at most the target, whoever
+    /// moved it.
+    ///
+    /// Exactly once across a fleet: attempt `k` of a decrease has the id
+    /// `xfer:decrease:<key>:<version>:<k>`, and attempt `k + 1` is only sent
+    /// once attempt `k` is known to have failed (`id_already_failed`), which a
+    /// failed id stays for ever. So at most one attempt ever posts, and a
+    /// server that finds `exists` knows another one carried it out.
+    async fn carry_out_decrease(&self, key: &LimitKey, version: u64, target: u128) -> Result<bool, LimiterError> {
+        let balance = self.resource_balance(key).await?;
+        if balance.capacity() < target {
+            // A cluster formatted anew: fund the target, which applies the decrease.
+            self.fund(key, balance, target).await?;
+            return Ok(true);
+        }
+        if balance.capacity() == target {
+            return Ok(true);
+        }
         let delta = balance.capacity() - target;
         if balance.available() < delta {
             return Ok(false);
         }
-        let attempt = self.defund_attempts.fetch_add(1, Ordering::Relaxed);
-        let id = ids::defund_transfer_id(key, balance.credits_posted, balance.debits_posted, attempt);
-        let transfer = tb::Transfer::new(id)
-            .with_debit_account_id(ids::resource_account_id(key))
-            .with_credit_account_id(ids::operator_account_id())
-            .with_amount(delta)
-            .with_ledger(ids::LEDGER_LIMITS)
-            .with_code(ids::CODE_DEFUND);
-        match self.admin_transfer(transfer).await? {
-            None => Ok(true),
-            // Usage grew between the read and the transfer.
-            Some(Kind::ExceedsCredits) => Ok(false),
-            Some(kind) => {
-                tracing::error!(key = %key, code = ?kind, "defunding failed");
-                Err(LimiterError::Backend(format!("defund transfer: {kind:?}")))
+        for attempt in 0..DECREASE_ATTEMPTS_MAX {
+            let transfer = tb::Transfer::new(ids::decrease_transfer_id(key, version, attempt))
+                .with_debit_account_id(ids::resource_account_id(key))
+                .with_credit_account_id(ids::operator_account_id())
+                .with_amount(delta)
+                .with_ledger(ids::LEDGER_LIMITS)
+                .with_code(ids::CODE_DEFUND);
+            match self.admin_transfer(transfer).await? {
+                None | Some(Kind::Exists | Kind::ExistsWithDifferentAmount) => return Ok(true),
+                Some(Kind::IdAlreadyFailed) => continue,
+                // Usage grew between the read and the transfer: not yet.
+                Some(Kind::ExceedsCredits) => return Ok(false),
+                Some(kind) => {
+                    tracing::error!(key = %key, code = ?kind, "decrease transfer failed");
+                    return Err(LimiterError::Backend(format!("decrease transfer: {kind:?}")));
+                }
             }
         }
+        tracing::error!(%key, attempts = DECREASE_ATTEMPTS_MAX, "decrease attempts exhausted; the key stays decreasing");
+        Ok(false)
     }
 
+    /// Carries out every pending decrease of the fleet that usage allows, each
+    /// exactly once whichever servers run this, and records it in the log.
     pub(super) async fn apply_decreases(&self) -> Result<Vec<LimitState>, LimiterError> {
         let _admin = self.admin.lock().await;
-        let decreasing: Vec<LimitState> = self
-            .limits
-            .read()
-            .expect("limits lock poisoned")
-            .values()
-            .filter(|s| s.status() == LimitStatus::Decreasing)
-            .cloned()
+        // Act on the fleet's latest states, not on what this server read a
+        // refresh ago: a decrease superseded meanwhile is not carried out.
+        self.refresh_definitions().await?;
+        let decreasing: Vec<_> = self
+            .all_states()
+            .into_iter()
+            .filter(|v| v.state.status() == LimitStatus::Decreasing)
             .collect();
         let mut applied = Vec::new();
-        for chunk in decreasing.chunks(LOOKUP_CHUNK_ACCOUNTS) {
-            let keys: Vec<&LimitKey> = chunk.iter().map(|s| s.definition().key()).collect();
-            let balances = self
-                .balances(keys.iter().map(|k| ids::resource_account_id(k)).collect())
+        for versioned in decreasing {
+            let state = &versioned.state;
+            let key = state.definition().key();
+            let target = u128::from(state.pending_decrease_to());
+            if !self.carry_out_decrease(key, versioned.version, target).await? {
+                continue;
+            }
+            let next = state.with_decrease_applied();
+            self.write_record(&next, RecordKind::DecreaseApplied, versioned.version)
                 .await?;
-            for (state, balance) in chunk.iter().zip(balances) {
-                let key = state.definition().key();
-                let balance = balance.unwrap_or_default();
-                let target = u128::from(state.pending_decrease_to());
-                if balance.capacity() < target {
-                    // A cluster formatted anew: fund the target, which applies the decrease.
-                    self.fund(key, balance, target).await?;
-                }
-                let done = balance.capacity() <= target || self.defund(key, balance, target).await?;
-                if done {
-                    let next = state.with_decrease_applied();
-                    tracing::info!(key = %key, capacity = next.definition().capacity(), "decrease applied");
-                    self.limits
-                        .write()
-                        .expect("limits lock poisoned")
-                        .insert(key.clone(), next.clone());
-                    applied.push(next);
-                }
+            if self.state_of(key).as_ref() == Some(&next) {
+                tracing::info!(key = %key, capacity = next.definition().capacity(), "decrease applied");
+                applied.push(next);
             }
         }
         Ok(applied)

@@ -2,7 +2,6 @@
 //! TigerBeetle accounts; this process keeps only their definitions, the lease
 //! cache and retry streaks, so any number of servers can share one cluster.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -17,6 +16,7 @@ use async_trait::async_trait;
 
 use super::config::{SubmitMode, TigerBeetleConfig};
 use super::counters::TigerBeetleCounters;
+use super::definition_log::DefinitionView;
 use super::denied_leases::DeniedLeases;
 use super::lease_cache::LeaseCache;
 use super::pool::{ClientPool, PoolError};
@@ -51,8 +51,22 @@ pub struct BackendOptions {
 pub struct TigerBeetleBackend {
     pub(super) pool: Arc<ClientPool>,
     pub(super) submitter: Submitter,
-    /// The state of every defined limit, by key.
-    pub(super) limits: RwLock<HashMap<LimitKey, LimitState>>,
+    /// The state of every defined limit, as read from the cluster's log.
+    pub(super) definitions: RwLock<DefinitionView>,
+    /// Serializes reads of the log.
+    pub(super) refresh_gate: tokio::sync::Mutex<()>,
+    /// Numbers the reads of the log as they start.
+    pub(super) refresh_started: AtomicU64,
+    /// The number of the last read that finished successfully.
+    pub(super) refresh_done: AtomicU64,
+    /// When the log was last read up to date (a metric of staleness).
+    pub(super) last_refresh_unix_ms: AtomicU64,
+    /// Reads of the log that failed (a metric).
+    pub(super) refresh_failures: AtomicU64,
+    /// Completes whose lease this server remembered (a metric).
+    pub(super) completes_from_cache: AtomicU64,
+    /// Completes whose lease was read back from the cluster (a metric).
+    pub(super) completes_from_cluster: AtomicU64,
     pub(super) leases: LeaseCache,
     pub(super) denied: DeniedLeases,
     pub(super) retry: RetryAdvisor,
@@ -62,8 +76,6 @@ pub struct TigerBeetleBackend {
     pub(super) timeout: Duration,
     /// Serialises admin changes: each one reads balances and then moves capacity.
     pub(super) admin: tokio::sync::Mutex<()>,
-    /// Numbers defund attempts, whose ids must all differ.
-    pub(super) defund_attempts: AtomicU64,
     /// Overage of `overage: none` limits that could not be reserved (a metric).
     pub(super) overage_dropped_units: AtomicU64,
     /// Overage of `overage: debt` limits recorded as debt (a metric).
@@ -100,7 +112,14 @@ impl TigerBeetleBackend {
         Ok(Self {
             pool,
             submitter,
-            limits: RwLock::new(HashMap::new()),
+            definitions: RwLock::new(DefinitionView::default()),
+            refresh_gate: tokio::sync::Mutex::new(()),
+            refresh_started: AtomicU64::new(0),
+            refresh_done: AtomicU64::new(0),
+            last_refresh_unix_ms: AtomicU64::new(0),
+            refresh_failures: AtomicU64::new(0),
+            completes_from_cache: AtomicU64::new(0),
+            completes_from_cluster: AtomicU64::new(0),
             leases: LeaseCache::new(fields.lease_cache_max as usize),
             denied: DeniedLeases::new(DENIED_LEASES_MAX),
             retry: options.retry,
@@ -108,7 +127,6 @@ impl TigerBeetleBackend {
             decrease_retry_ms: options.decrease_retry_ms,
             timeout: Duration::from_millis(fields.request_timeout_ms),
             admin: tokio::sync::Mutex::new(()),
-            defund_attempts: AtomicU64::new(options_seed()),
             overage_dropped_units: AtomicU64::new(0),
             overage_debt_units: AtomicU64::new(0),
         })
@@ -129,6 +147,8 @@ impl TigerBeetleBackend {
     pub fn counters(&self) -> TigerBeetleCounters {
         let stats = self.submitter.stats();
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let now = self.clock.now_unix_ms();
+        let view = self.definitions.read().expect("definitions lock");
         TigerBeetleCounters {
             overage_dropped_units: load(&self.overage_dropped_units),
             overage_debt_units: load(&self.overage_debt_units),
@@ -143,21 +163,18 @@ impl TigerBeetleBackend {
             lease_cache_evictions: self.leases.evicted(),
             denied_leases: self.denied.len() as u64,
             denied_lease_evictions: self.denied.evicted(),
+            completes_from_cache: load(&self.completes_from_cache),
+            completes_from_cluster: load(&self.completes_from_cluster),
+            definitions: view.len() as u64,
+            definitions_newest_age_ms: match view.newest_version() {
+                0 => 0,
+                newest => now.saturating_sub(newest / 1_000_000),
+            },
+            definitions_refresh_age_ms: now.saturating_sub(load(&self.last_refresh_unix_ms)),
+            definitions_refresh_failures: load(&self.refresh_failures),
+            definitions_malformed: view.malformed_total(),
         }
     }
-
-    /// The state of `key`, if defined.
-    pub(super) fn state_of(&self, key: &LimitKey) -> Option<LimitState> {
-        self.limits.read().expect("limits lock poisoned").get(key).cloned()
-    }
-}
-
-/// Defund attempt numbers start from the wall clock so that a restarted server
-/// does not reuse the ids of its previous life's failed attempts.
-fn options_seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Maps a pool error to the caller's error: nothing known is `Unavailable`.
@@ -190,22 +207,23 @@ impl Backend for TigerBeetleBackend {
     }
 
     async fn limit_report(&self, key: &LimitKey) -> Result<Option<LimitReport>, LimiterError> {
-        let Some(state) = self.state_of(key) else {
+        let Some(state) = self.state_of_fresh(key).await? else {
             return Ok(None);
         };
         Ok(self.reports_of(vec![state]).await?.pop())
     }
 
     async fn limit_reports(&self) -> Result<Vec<LimitReport>, LimiterError> {
-        let mut states: Vec<LimitState> = self
-            .limits
-            .read()
-            .expect("limits lock poisoned")
-            .values()
-            .cloned()
-            .collect();
-        states.sort_by(|a, b| a.definition().key().cmp(b.definition().key()));
+        let states = self.all_states().into_iter().map(|v| v.state).collect();
         self.reports_of(states).await
+    }
+
+    fn keeps_definitions(&self) -> bool {
+        true
+    }
+
+    async fn refresh_definitions(&self) -> Result<(), LimiterError> {
+        TigerBeetleBackend::refresh_definitions(self).await
     }
 
     async fn apply_pending_decreases(&self) -> Result<Vec<LimitState>, LimiterError> {

@@ -12,7 +12,7 @@ use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::ids;
-use super::lease_cache::{HeldRequirement, LeaseRecord};
+use super::lease_cache::{fingerprint, HeldRequirement, LeaseRecord};
 use super::submitter::Failure;
 
 use tb::error::CreateTransferErrorKind as Kind;
@@ -31,9 +31,8 @@ enum Purpose {
 impl TigerBeetleBackend {
     pub(super) async fn complete_lease(&self, request: &CompleteRequest) -> Result<(), LimiterError> {
         let lease = request.lease_id();
-        let Some(mut record) = self.leases.get(lease) else {
-            // Unknown or forgotten: nothing to reconcile, and the reservations
-            // expire by their timeouts (spec §9.5).
+        let Some(mut record) = self.lease_record(lease).await? else {
+            // Never granted, or completed already: nothing to reconcile.
             return Ok(());
         };
         if record.completed {
@@ -55,6 +54,30 @@ impl TigerBeetleBackend {
         record.held = Vec::new();
         self.leases.update(lease, record);
         Ok(())
+    }
+
+    /// What Complete needs of `lease`: from this server's cache, or read back
+    /// from the cluster when another server reserved it or this one forgot it.
+    /// `None` when the cluster holds no reservation of the lease.
+    async fn lease_record(&self, lease: LeaseId) -> Result<Option<LeaseRecord>, LimiterError> {
+        if let Some(record) = self.leases.get(lease) {
+            self.completes_from_cache
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok(Some(record));
+        }
+        let found = self.cluster_lease(lease).await?;
+        self.completes_from_cluster
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if found.held.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(LeaseRecord {
+            reserved_at_unix_ms: found.reserved_at_unix_ms,
+            fingerprint: fingerprint(found.held.iter().map(|h| (&h.key, h.amount))),
+            held: found.held,
+            confirmed: true,
+            completed: found.completed,
+        }))
     }
 
     /// Records as debt, or drops and counts, the overage that could not be

@@ -35,13 +35,30 @@ pub struct TigerBeetleCounters {
     pub denied_leases: u64,
     /// Denied lease ids forgotten to respect [`super::backend::DENIED_LEASES_MAX`].
     pub denied_lease_evictions: u64,
+    /// Completes whose lease this server remembered.
+    pub completes_from_cache: u64,
+    /// Completes whose lease was read back from the cluster (reserved on
+    /// another server, or forgotten here).
+    pub completes_from_cluster: u64,
+    /// Keys defined in the fleet, as this server knows them.
+    pub definitions: u64,
+    /// How old the newest definition record this server has applied is, in
+    /// ms; every server of a fleet should show about the same.
+    pub definitions_newest_age_ms: u64,
+    /// How long ago this server last read the log up to date, in ms: above a
+    /// few refresh intervals it is not seeing the fleet's changes.
+    pub definitions_refresh_age_ms: u64,
+    /// Reads of the log that failed.
+    pub definitions_refresh_failures: u64,
+    /// Definition records skipped because they did not decode.
+    pub definitions_malformed: u64,
 }
 
 /// The single-valued metrics: name, help, and how to read the value from the
 /// counters; `_total` names are counters, the rest gauges.
 type MetricLine = (&'static str, &'static str, fn(&TigerBeetleCounters) -> u64);
 
-const METRIC_LINES: [MetricLine; 16] = [
+const METRIC_LINES: [MetricLine; 23] = [
     (
         "tigerbeetle_overage_dropped_units_total",
         "Units used above reservations and dropped (overage: none).",
@@ -121,6 +138,41 @@ const METRIC_LINES: [MetricLine; 16] = [
         "tigerbeetle_denied_leases_evictions_total",
         "Denied lease ids forgotten to respect the bound; TigerBeetle still remembers them.",
         |c| c.denied_lease_evictions,
+    ),
+    (
+        "tigerbeetle_completes_from_cache_total",
+        "Completes whose lease this server remembered.",
+        |c| c.completes_from_cache,
+    ),
+    (
+        "tigerbeetle_completes_from_cluster_total",
+        "Completes whose lease was read back from the cluster (reserved on another server, or forgotten here).",
+        |c| c.completes_from_cluster,
+    ),
+    (
+        "tigerbeetle_definitions",
+        "Keys defined in the fleet, as this server knows them.",
+        |c| c.definitions,
+    ),
+    (
+        "tigerbeetle_definitions_newest_age_ms",
+        "Age of the newest definition record this server has applied; the same on every server of a healthy fleet.",
+        |c| c.definitions_newest_age_ms,
+    ),
+    (
+        "tigerbeetle_definitions_refresh_age_ms",
+        "Time since this server last read the definition log up to date.",
+        |c| c.definitions_refresh_age_ms,
+    ),
+    (
+        "tigerbeetle_definitions_refresh_failures_total",
+        "Reads of the definition log that failed.",
+        |c| c.definitions_refresh_failures,
+    ),
+    (
+        "tigerbeetle_definitions_malformed_total",
+        "Definition records skipped because they did not decode.",
+        |c| c.definitions_malformed,
     ),
 ];
 

@@ -77,11 +77,11 @@ pub fn fund_transfer_id(key: &LimitKey, credits_posted: u128, debits_posted: u12
     id128(&format!("xfer:fund:{key}:{credits_posted}:{debits_posted}"))
 }
 
-/// The id of a defunding (decrease) attempt of `key`. A denied attempt burns its
-/// id (`id_already_failed`), so every attempt carries its own `attempt` number
-/// besides the posted counters it was computed from.
-pub fn defund_transfer_id(key: &LimitKey, credits_posted: u128, debits_posted: u128, attempt: u64) -> u128 {
-    id128(&format!("xfer:defund:{key}:{credits_posted}:{debits_posted}:{attempt}"))
+/// The id of attempt `attempt` of carrying out the decrease of `key` whose
+/// state has version `version` (the cluster timestamp of its record): one
+/// name per decrease and attempt across a fleet, so at most one attempt posts.
+pub fn decrease_transfer_id(key: &LimitKey, version: u64, attempt: u64) -> u128 {
+    id128(&format!("xfer:decrease:{key}:{version}:{attempt}"))
 }
 
 /// The operator account: no balance constraint, since it is the other side of
@@ -139,7 +139,8 @@ mod tests {
     fn funding_ids_differ_by_history_and_attempt() {
         let k = key("k");
         assert_ne!(fund_transfer_id(&k, 10, 0), fund_transfer_id(&k, 10, 5));
-        assert_ne!(defund_transfer_id(&k, 10, 0, 1), defund_transfer_id(&k, 10, 0, 2));
+        assert_ne!(decrease_transfer_id(&k, 10, 1), decrease_transfer_id(&k, 10, 2));
+        assert_ne!(decrease_transfer_id(&k, 10, 1), decrease_transfer_id(&k, 11, 1));
         assert_eq!(fund_transfer_id(&k, 10, 0), fund_transfer_id(&k, 10, 0));
     }
 

@@ -14,6 +14,10 @@
 pub mod backend;
 pub mod config;
 #[cfg(feature = "tigerbeetle")]
+pub mod definition_log;
+#[cfg(feature = "tigerbeetle")]
+mod definitions;
+#[cfg(feature = "tigerbeetle")]
 pub mod denied_leases;
 #[cfg(feature = "tigerbeetle")]
 pub mod harness;
@@ -21,6 +25,8 @@ pub mod harness;
 pub mod ids;
 #[cfg(feature = "tigerbeetle")]
 pub mod lease_cache;
+#[cfg(feature = "tigerbeetle")]
+mod lease_lookup;
 #[cfg(feature = "tigerbeetle")]
 pub mod pool;
 #[cfg(feature = "tigerbeetle")]
@@ -47,5 +53,7 @@ pub use backend::{BackendOptions, TigerBeetleBackend};
 pub use config::{ConfigFields, SubmitMode, TigerBeetleConfig};
 #[cfg(feature = "tigerbeetle")]
 pub use counters::TigerBeetleCounters;
+#[cfg(feature = "tigerbeetle")]
+pub use definitions::DEFINITIONS_REFRESH_INTERVAL_MS;
 #[cfg(feature = "tigerbeetle")]
 pub use harness::LocalCluster;

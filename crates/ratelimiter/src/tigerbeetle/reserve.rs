@@ -26,7 +26,15 @@ enum Plan {
 impl TigerBeetleBackend {
     pub(super) async fn reserve_lease(&self, request: &ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
         let now = self.clock.now_unix_ms();
-        let (chain, record) = match self.plan_reserve(request, now)? {
+        let plan = match self.plan_reserve(request, now) {
+            // Another server may have just defined the key: read the log once.
+            Err(LimiterError::UnknownKey(_)) => {
+                self.refresh_definitions().await?;
+                self.plan_reserve(request, now)
+            }
+            other => other,
+        };
+        let (chain, record) = match plan? {
             Plan::Answer(outcome) => return Ok(outcome),
             Plan::Send(chain, record) => (chain, record),
         };
@@ -71,7 +79,10 @@ impl TigerBeetleBackend {
         if let Some(denial) = decision::standing_denial(requirements, self.decrease_retry_ms) {
             return Ok(Plan::Answer(ReserveOutcome::Denied(denial)));
         }
-        let chain = reserve_chain(request, &definitions);
+        // A retry of an attempt whose outcome is unknown sends the very same
+        // chain, its first reservation time included.
+        let reserved_at_unix_ms = self.leases.get(lease).map_or(now, |r| r.reserved_at_unix_ms);
+        let chain = reserve_chain(request, &definitions, reserved_at_unix_ms);
         let held = request
             .requirements()
             .iter()
@@ -84,7 +95,7 @@ impl TigerBeetleBackend {
             })
             .collect();
         let record = LeaseRecord {
-            reserved_at_unix_ms: now,
+            reserved_at_unix_ms,
             held,
             fingerprint: fingerprint(request.requirements().iter().map(|r| (&r.key, r.amount))),
             confirmed: false,
@@ -95,12 +106,12 @@ impl TigerBeetleBackend {
 
     /// The state of every requirement's limit, or the first unknown key.
     fn definitions_of(&self, request: &ReserveRequest) -> Result<Vec<LimitState>, LimiterError> {
-        let limits = self.limits.read().expect("limits lock poisoned");
+        let view = self.definitions.read().expect("definitions lock");
         request
             .requirements()
             .iter()
-            .map(|r| match limits.get(&r.key) {
-                Some(state) => Ok(state.clone()),
+            .map(|r| match view.get(&r.key) {
+                Some(versioned) => Ok(versioned.state.clone()),
                 None => Err(LimiterError::UnknownKey(r.key.clone())),
             })
             .collect()
@@ -130,11 +141,10 @@ impl TigerBeetleBackend {
         let keys = || request.requirements().iter().map(|r| &r.key);
         if failures.is_empty() {
             record.confirmed = true;
+            let reserved_at_unix_ms = record.reserved_at_unix_ms;
             self.leases.update(lease, record);
             self.retry.on_allowed(keys(), now);
-            return Ok(ReserveOutcome::Allowed {
-                reserved_at_unix_ms: now,
-            });
+            return Ok(ReserveOutcome::Allowed { reserved_at_unix_ms });
         }
         if failures.iter().any(|f| matches!(f.kind(), Kind::IdAlreadyFailed)) {
             self.leases.remove(lease);
@@ -157,10 +167,19 @@ impl TigerBeetleBackend {
                 retry_after_ms,
             }));
         }
-        if failures
-            .iter()
-            .all(|f| matches!(f.kind(), Kind::Exists | Kind::LinkedEventFailed))
-        {
+        // The chain exists: a retry. Its time (another server's, or an attempt
+        // this server forgot) or its timeouts (a window changed since) may
+        // differ; whether it is the same lease is read back.
+        let existing = |kind| {
+            matches!(
+                kind,
+                Kind::Exists
+                    | Kind::LinkedEventFailed
+                    | Kind::ExistsWithDifferentUserData64
+                    | Kind::ExistsWithDifferentTimeout
+            )
+        };
+        if failures.iter().all(|f| existing(f.kind())) {
             return self.reserve_existing(request, record).await;
         }
         if let Some(f) = failures.iter().find(|f| is_different_existing(f.kind())) {
@@ -177,40 +196,25 @@ impl TigerBeetleBackend {
     }
 
     /// The chain, or part of it, exists already: a retry of a lease whose first
-    /// answer was lost. Granted if every transfer of the chain exists (with the
-    /// original time, which the first transfer carries), a conflict otherwise.
+    /// answer was lost, here or on another server. Granted with the original
+    /// time if the lease reserved exactly these requirements (read back from
+    /// the cluster), a conflict otherwise.
     async fn reserve_existing(
         &self,
         request: &ReserveRequest,
         mut record: LeaseRecord,
     ) -> Result<ReserveOutcome, LimiterError> {
         let lease = request.lease_id();
-        let ids: Vec<u128> = request
-            .requirements()
-            .iter()
-            .map(|r| ids::reserve_transfer_id(lease, &r.key))
-            .collect();
-        let first = ids[0];
-        let expected = ids.len();
-        let slot = self.admin_slot().await?;
-        let found = self
-            .pool
-            .run(slot, self.timeout, move |client| async move {
-                client.lookup_transfers(ids).await
-            })
-            .await
-            .map_err(|e| unavailable(&e, "reserve lookup"))?;
-        if found.len() != expected {
+        let found = self.cluster_lease(lease).await?;
+        let mut asked: Vec<(&LimitKey, u64)> = request.requirements().iter().map(|r| (&r.key, r.amount)).collect();
+        let mut held: Vec<(&LimitKey, u64)> = found.held.iter().map(|h| (&h.key, h.amount)).collect();
+        asked.sort_unstable();
+        held.sort_unstable();
+        if asked != held {
             self.leases.remove(lease);
             return Err(decision::lease_reused(lease));
         }
-        if let Some(original) = found.iter().find(|t| t.id() == first) {
-            let since_epoch = original
-                .timestamp()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            record.reserved_at_unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
-        }
+        record.reserved_at_unix_ms = found.reserved_at_unix_ms;
         record.confirmed = true;
         let reserved_at_unix_ms = record.reserved_at_unix_ms;
         self.leases.update(lease, record);
@@ -238,15 +242,16 @@ fn is_different_existing(kind: Kind) -> bool {
 
 /// The linked chain of pending transfers of one lease: resource → operator per
 /// requirement, timing out with the window (rolling) or hold timeout
-/// (concurrency). Every transfer carries the lease in `user_data_128` for audits;
-/// nothing in it depends on the time, so a retry sends the very same chain.
-fn reserve_chain(request: &ReserveRequest, states: &[LimitState]) -> Vec<tb::Transfer> {
+/// (concurrency). Every transfer carries the lease in `user_data_128`, so any
+/// server finds the lease's transfers, and the reservation time in
+/// `user_data_64`, so any server answers a replay with it.
+fn reserve_chain(request: &ReserveRequest, states: &[LimitState], reserved_at_unix_ms: u64) -> Vec<tb::Transfer> {
     let holds = request.requirements().iter().zip(states).map(|(r, s)| {
         let timeout =
             u32::try_from(s.definition().hold_ms() / 1000).expect("windows and timeouts are validated to fit u32");
         (&r.key, r.amount, timeout)
     });
-    lease_chain(request.lease_id(), holds)
+    lease_chain(request.lease_id(), reserved_at_unix_ms, holds)
 }
 
 /// The chain that reserves `holds` (key, amount, timeout in seconds) for
@@ -254,6 +259,7 @@ fn reserve_chain(request: &ReserveRequest, states: &[LimitState]) -> Vec<tb::Tra
 /// the client library to compare against the backend.
 pub fn lease_chain<'a>(
     lease: LeaseId,
+    reserved_at_unix_ms: u64,
     holds: impl ExactSizeIterator<Item = (&'a LimitKey, u64, u32)>,
 ) -> Vec<tb::Transfer> {
     assert!(holds.len() >= 1, "a lease holds at least one requirement");
@@ -274,6 +280,7 @@ pub fn lease_chain<'a>(
                 .with_flags(flags)
                 .with_timeout(timeout_seconds)
                 .with_user_data_128(lease.to_u128())
+                .with_user_data_64(reserved_at_unix_ms)
         })
         .collect()
 }

@@ -57,7 +57,11 @@ impl ReferenceClient {
     /// (the benchmarks define capacities that are never reached).
     pub async fn reserve(&self) {
         let lease = LeaseId::generate();
-        let chain = lease_chain(lease, self.holds.iter().map(|h| (&h.key, h.amount, h.timeout_seconds)));
+        let now_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let holds = self.holds.iter().map(|h| (&h.key, h.amount, h.timeout_seconds));
+        let chain = lease_chain(lease, now_unix_ms, holds);
         let session = self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len();
         if let Err(e) = self.clients[session].create_transfers(chain).await {
             panic!("the reference chain of lease {lease} failed: {e:?}");

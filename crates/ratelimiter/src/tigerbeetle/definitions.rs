@@ -1,0 +1,174 @@
+//! The backend's side of the shared definitions ([`super::definition_log`]):
+//! reading the log up to date (periodically, at startup, and at once when a
+//! request names a key this server does not know yet), writing a record, and
+//! the lookups of the reserve and admin paths.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tigerbeetle_unofficial as tb;
+use tokio::time::MissedTickBehavior;
+
+use crate::{LimitKey, LimitState, LimiterError};
+
+use super::backend::{unavailable, TigerBeetleBackend};
+use super::definition_log::{self, RecordKind, Versioned, LEDGER_DEFINITIONS, QUERY_TRANSFERS_MAX};
+
+/// How often every server reads the log: a definition made on any server is
+/// served by every other within this, well inside the one second promised.
+pub const DEFINITIONS_REFRESH_INTERVAL_MS: u64 = 200;
+/// The most query pages one refresh reads before yielding: a server joining a
+/// cluster with a long history catches up over several refreshes rather than
+/// holding a session for seconds.
+pub const REFRESH_PAGES_MAX: usize = 4_096;
+
+impl TigerBeetleBackend {
+    /// Reads the log up to date: every record committed before the call is
+    /// applied when it returns. Reads run one at a time; a caller that waited
+    /// while another read ran returns as soon as a read that started after its
+    /// own arrival has finished, so a burst of unknown keys costs few reads.
+    pub async fn refresh_definitions(&self) -> Result<(), LimiterError> {
+        let arrived = self.refresh_started.load(Ordering::Acquire);
+        let _gate = self.refresh_gate.lock().await;
+        if self.refresh_done.load(Ordering::Acquire) > arrived {
+            return Ok(());
+        }
+        let started = self.refresh_started.fetch_add(1, Ordering::AcqRel) + 1;
+        let result = self.read_log().await;
+        match &result {
+            Ok(()) => {
+                self.refresh_done.store(started, Ordering::Release);
+                let now = self.clock.now_unix_ms();
+                self.last_refresh_unix_ms.store(now, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.refresh_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
+    }
+
+    async fn read_log(&self) -> Result<(), LimiterError> {
+        for _ in 0..REFRESH_PAGES_MAX {
+            let cursor = self.definitions.read().expect("definitions lock").cursor();
+            let mut filter = tb::QueryFilter::new(QUERY_TRANSFERS_MAX).with_ledger(LEDGER_DEFINITIONS);
+            filter.as_raw_mut().timestamp_min = cursor + 1;
+            let slot = self.admin_slot().await?;
+            let page = self
+                .pool
+                .run(slot, self.timeout, move |client| async move {
+                    client.query_transfers(Box::new(filter)).await
+                })
+                .await
+                .map_err(|e| unavailable(&e, "read definitions"))?;
+            let applied = self.definitions.write().expect("definitions lock").consume(&page);
+            if applied > 0 {
+                tracing::debug!(applied, "definition records applied");
+            }
+            if page.len() < QUERY_TRANSFERS_MAX as usize {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the task that refreshes the definitions every
+    /// [`DEFINITIONS_REFRESH_INTERVAL_MS`]; it ends when the backend is dropped.
+    pub fn start_definitions_refresh(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let backend: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let interval = Duration::from_millis(DEFINITIONS_REFRESH_INTERVAL_MS);
+            let mut ticks = tokio::time::interval(interval);
+            ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some(backend) = backend.upgrade() else {
+                    return;
+                };
+                if let Err(e) = backend.refresh_definitions().await {
+                    tracing::warn!(error = %e, "reading the definitions failed; will retry");
+                }
+            }
+        })
+    }
+
+    /// Appends a record of `state` to the log and reads it back, so this
+    /// server serves it as soon as the caller is answered. `exists` (a retry,
+    /// or another server writing the same decrease) is success.
+    pub(super) async fn write_record(
+        &self,
+        state: &LimitState,
+        kind: RecordKind,
+        previous_version: u64,
+    ) -> Result<(), LimiterError> {
+        let chain = definition_log::encode(state, kind, previous_version);
+        let slot = self.admin_slot().await?;
+        let failures = self
+            .pool
+            .run(slot, self.timeout, move |client| {
+                super::submitter::create_transfers(client, chain)
+            })
+            .await
+            .map_err(|e| unavailable(&e, "write definition"))?;
+        use tb::error::CreateTransferErrorKind as Kind;
+        let unexpected = failures
+            .iter()
+            .find(|f| !matches!(f.kind(), Kind::Exists | Kind::LinkedEventFailed));
+        if let Some(f) = unexpected {
+            tracing::error!(key = %state.definition().key(), code = ?f.kind(), "writing a definition record failed");
+            return Err(LimiterError::Backend(format!("definition record: {:?}", f.kind())));
+        }
+        self.refresh_definitions().await
+    }
+
+    /// The state of `key` and its version, if this server knows it.
+    pub(super) fn versioned(&self, key: &LimitKey) -> Option<Versioned> {
+        self.definitions.read().expect("definitions lock").get(key).cloned()
+    }
+
+    /// The state of `key`, if defined.
+    pub(super) fn state_of(&self, key: &LimitKey) -> Option<LimitState> {
+        self.versioned(key).map(|v| v.state)
+    }
+
+    /// The state of `key`, reading the log first when this server does not
+    /// know the key yet: another server may have just defined it.
+    pub(super) async fn state_of_fresh(&self, key: &LimitKey) -> Result<Option<LimitState>, LimiterError> {
+        if let Some(state) = self.state_of(key) {
+            return Ok(Some(state));
+        }
+        self.refresh_definitions().await?;
+        Ok(self.state_of(key))
+    }
+
+    /// Every state, ordered by key.
+    pub(super) fn all_states(&self) -> Vec<Versioned> {
+        let mut states: Vec<Versioned> = self
+            .definitions
+            .read()
+            .expect("definitions lock")
+            .states()
+            .cloned()
+            .collect();
+        states.sort_by(|a, b| a.state.definition().key().cmp(b.state.definition().key()));
+        states
+    }
+
+    /// The key whose resource account is `account`, reading the log once if
+    /// it is not known yet.
+    pub(super) async fn key_of_account(&self, account: u128) -> Result<Option<LimitKey>, LimiterError> {
+        let known = |b: &Self| {
+            b.definitions
+                .read()
+                .expect("definitions lock")
+                .key_of_account(account)
+                .cloned()
+        };
+        if let Some(key) = known(self) {
+            return Ok(Some(key));
+        }
+        self.refresh_definitions().await?;
+        Ok(known(self))
+    }
+}
