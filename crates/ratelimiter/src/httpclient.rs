@@ -111,7 +111,8 @@ impl HttpClientConfig {
 }
 
 /// Checks and normalises the server list: 1..=[`SERVERS_MAX`] distinct
-/// `http://host[:port]` URLs, without a trailing slash.
+/// `http://host[:port]` URLs (a path prefix, for a proxy, is kept), without a
+/// trailing slash.
 fn parse_servers(base_urls: &[String]) -> Result<Vec<String>, HttpClientError> {
     let invalid = |m: String| Err(HttpClientError(m));
     if base_urls.is_empty() {
