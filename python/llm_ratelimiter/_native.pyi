@@ -1,6 +1,6 @@
 """Type stubs of the Rust extension module ``llm_ratelimiter._native``."""
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 _Pairs = Sequence[Tuple[str, int]]
 _Callback = Callable[[Any, Optional[BaseException]], None]
@@ -76,7 +76,7 @@ class RemoteLimiter:
     """The library's HTTP client to ratelimiterd."""
 
     def __init__(
-        self, base_url: str, *, token: Optional[str] = None, request_timeout_ms: int = 2000,
+        self, base_urls: Union[str, Sequence[str]], *, token: Optional[str] = None, request_timeout_ms: int = 2000,
         connect_timeout_ms: int = 1000, retries_max: int = 2, retry_wait_ms_max: int = 1000,
     ) -> None: ...
     def reserve(self, requirements: _Pairs, *, lease_id: Optional[str] = None, job_id: Optional[str] = None) -> Reservation: ...

@@ -336,11 +336,19 @@ class RemoteLimiter(_LimiterBase):
     twice. When the outcome stays unknown, :class:`LimiterUnavailableError`
     carries the lease id to retry with. The asyncio twins do not take a thread:
     the request runs on the module's Rust runtime and resolves an asyncio future.
+
+    ``base_url`` is one URL (a server, or a load balancer in front of a fleet) or
+    a list of the servers of a fleet (at most 16), in failover order: a retry
+    goes to the next server with the same lease id (Reserve and Complete are
+    idempotent by lease id), ``retries_max`` bounding the retries across all of
+    them, and the server that answered is where later calls start, so a dead
+    server costs one failed attempt, not one per call. Denials and other errors
+    are returned at once, never tried elsewhere.
     """
 
     def __init__(
         self,
-        base_url: str = "http://127.0.0.1:8080",
+        base_url: Union[str, Sequence[str]] = "http://127.0.0.1:8080",
         *,
         token: Optional[str] = None,
         request_timeout_ms: int = 2_000,
@@ -348,10 +356,13 @@ class RemoteLimiter(_LimiterBase):
         retries_max: int = 2,
         retry_wait_ms_max: int = 1_000,
     ) -> None:
-        self.base_url = base_url
+        #: The server URLs, in failover order.
+        self.base_urls: Tuple[str, ...] = (base_url,) if isinstance(base_url, str) else tuple(base_url)
+        #: The first of them (the only one for a single server or a load balancer).
+        self.base_url = self.base_urls[0] if self.base_urls else ""
         self._native = _native.RemoteLimiter(
-            base_url, token=token, request_timeout_ms=request_timeout_ms, connect_timeout_ms=connect_timeout_ms,
-            retries_max=retries_max, retry_wait_ms_max=retry_wait_ms_max,
+            list(self.base_urls), token=token, request_timeout_ms=request_timeout_ms,
+            connect_timeout_ms=connect_timeout_ms, retries_max=retries_max, retry_wait_ms_max=retry_wait_ms_max,
         )
 
     async def areserve(

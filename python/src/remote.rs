@@ -32,13 +32,15 @@ enum Delivery {
 
 #[pymethods]
 impl RemoteLimiter {
-    /// A client of the server at `base_url` (`http://host:port`).
+    /// A client of the server at `base_urls` (`http://host:port`), or of the
+    /// servers of a fleet when it is a list: the library's client fails over to
+    /// the next one with the same lease id on no answer or a 503.
     #[new]
-    #[pyo3(signature = (base_url, *, token=None, request_timeout_ms=2_000, connect_timeout_ms=1_000,
+    #[pyo3(signature = (base_urls, *, token=None, request_timeout_ms=2_000, connect_timeout_ms=1_000,
                         retries_max=2, retry_wait_ms_max=1_000))]
     fn new(
         py: Python<'_>,
-        base_url: String,
+        base_urls: &Bound<'_, PyAny>,
         token: Option<String>,
         request_timeout_ms: u64,
         connect_timeout_ms: u64,
@@ -51,10 +53,10 @@ impl RemoteLimiter {
             connect_timeout_ms,
             retries_max,
             retry_wait_ms_max,
-            ..HttpClientConfig::new(base_url)
+            ..HttpClientConfig::fleet(server_urls(py, base_urls)?)
         };
         let _entered = shared().enter();
-        let client = HttpClient::new(config).map_err(|e| errors::invalid(py, "config", e.to_string()))?;
+        let client = HttpClient::new(config).map_err(|e| errors::invalid(py, "base_urls", e.to_string()))?;
         Ok(Self { client })
     }
 
@@ -169,6 +171,17 @@ impl RemoteLimiter {
             detached(py, || shared().block_on(client.limit(&key)))?.map_err(|e| errors::limiter_error(py, e, None))?;
         Ok(report.map(|r| serde_json::to_string(&r).expect("reports serialize")))
     }
+}
+
+/// The server URLs from one `str` or a sequence of them (a `str` is a sequence
+/// too, so it is looked at first).
+fn server_urls(py: Python<'_>, base_urls: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if let Ok(one) = base_urls.extract::<String>() {
+        return Ok(vec![one]);
+    }
+    base_urls
+        .extract::<Vec<String>>()
+        .map_err(|_| errors::wrong_type(py, "base_urls", "a str or a list of str", base_urls))
 }
 
 /// Runs `work` on the shared runtime and hands its result to `callback`. The

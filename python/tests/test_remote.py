@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from conftest import free_port
-from llm_ratelimiter import LimiterUnavailableError, RemoteLimiter, llm_limits, new_lease_id
+from llm_ratelimiter import InvalidArgumentError, LimiterUnavailableError, RemoteLimiter, llm_limits, new_lease_id
 
 TPM = "global:llm:r:m:tpm"
 CONC = "global:llm:r:m:concurrency"
@@ -61,3 +61,36 @@ def test_an_unreachable_server_is_a_retryable_error_with_the_lease_id() -> None:
         assert async_info.value.lease_id == lease
 
     asyncio.run(main())
+
+
+def test_a_dead_first_server_fails_over_to_the_live_one_with_the_same_lease_id(server_url: str) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    fleet = RemoteLimiter([dead, server_url], retries_max=1, retry_wait_ms_max=10)
+    assert fleet.base_urls == (dead, server_url) and fleet.base_url == dead
+    fleet.define_many(llm_limits("r", "fleet", rpm=100, tpm=1_000, concurrency=5))  # admin calls fail over
+    lease = new_lease_id()
+    reservation = fleet.reserve([("global:llm:r:fleet:concurrency", 1)], lease_id=lease)
+    assert reservation.allowed
+    # The live server holds that very lease: a retry there is answered with the original.
+    live = RemoteLimiter(server_url)
+    again = live.reserve([("global:llm:r:fleet:concurrency", 1)], lease_id=lease)
+    assert again.reserved_at_unix_ms == reservation.reserved_at_unix_ms
+    assert live.limit("global:llm:r:fleet:concurrency").in_use == 1
+    fleet.complete(lease)
+    assert live.limit("global:llm:r:fleet:concurrency").in_use == 0
+
+
+def test_without_retries_a_dead_first_server_is_not_skipped(server_url: str) -> None:
+    limiter = RemoteLimiter([f"http://127.0.0.1:{free_port()}", server_url], retries_max=0)
+    with pytest.raises(LimiterUnavailableError):
+        limiter.limits()
+
+
+def test_bad_server_lists_are_refused() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        RemoteLimiter([])
+    assert info.value.field == "base_urls"
+    with pytest.raises(InvalidArgumentError):
+        RemoteLimiter(["http://127.0.0.1:1", "https://127.0.0.1:2"])
+    with pytest.raises(InvalidArgumentError):
+        RemoteLimiter([f"http://127.0.0.1:{port}" for port in range(1, 18)])

@@ -6,7 +6,26 @@
 //! of times with the very same body, hence the same lease id, so a retry can never
 //! reserve twice (ADR 0004). Plain HTTP/1.1 only: put a TLS proxy in front when
 //! the network needs it.
+//!
+//! # Failover
+//!
+//! The client may list several servers of one fleet (servers sharing their state
+//! through one TigerBeetle cluster, so any of them can take any request). Each
+//! call starts on the client's preferred server, at first the first listed. A
+//! retry goes to the next server in the list, wrapping around, with the same body:
+//! Reserve and Complete are idempotent by lease id and an admin `PUT` defines the
+//! same state wherever it lands, so a retry elsewhere is as safe as a retry on the
+//! same server. Moving on to a server not yet tried in this call does not wait;
+//! coming back to one already tried (a single server, or a full round without an
+//! answer) waits the server's `retry_after_ms` hint or the backoff, capped by
+//! `retry_wait_ms_max`. `retries_max` bounds the retries of a call in total, across
+//! servers. The server that answers (anything but a 503) becomes the preferred
+//! one for every later call of the client and its clones, so a dead server costs
+//! one failed attempt, not one per call. Answers other than a 503 (allowed,
+//! denied, 4xx, other 5xx) are returned at once and never tried elsewhere.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -39,35 +58,49 @@ const POOL_IDLE_TIMEOUT_MS: u64 = 30_000;
 const RETRY_BACKOFF_MS_BASE: u64 = 50;
 /// The retry hint reported when the server gave none.
 const RETRY_HINT_MS_DEFAULT: u64 = 100;
+/// The most servers one client may list. A call tries them in turn, each try
+/// costing up to a request timeout, and at most `RETRIES_MAX_LIMIT + 1` tries are
+/// made, so a longer list could not even be walked once; each server also keeps
+/// its own pool of idle connections. A larger fleet belongs behind a load balancer.
+pub const SERVERS_MAX: usize = 16;
 
 /// Why an [`HttpClient`] could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("http client: {0}")]
 pub struct HttpClientError(String);
 
-/// How the client reaches the server.
+/// How the client reaches the server or the servers of a fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpClientConfig {
-    /// `http://host:port` of `ratelimiterd`.
-    pub base_url: String,
+    /// `http://host:port` of each `ratelimiterd` to use, in failover order: one for
+    /// a single server or a load balancer, several for a fleet without one. From 1
+    /// to [`SERVERS_MAX`], each listed once.
+    pub base_urls: Vec<String>,
     /// Sent as `Authorization: Bearer <token>` when set (client or admin token).
     pub token: Option<String>,
     /// How long one attempt may take, connecting included.
     pub request_timeout_ms: u64,
     /// How long connecting may take.
     pub connect_timeout_ms: u64,
-    /// Retries after a timeout, a connection failure or a 503; 0..=10.
+    /// Retries after a timeout, a connection failure or a 503, across all servers
+    /// together; 0..=10.
     pub retries_max: u32,
     /// The longest wait before one retry, whatever the server's hint.
     pub retry_wait_ms_max: u64,
 }
 
 impl HttpClientConfig {
-    /// Defaults for `base_url`: 2 s per attempt, 1 s to connect, 2 retries waiting
-    /// at most 1 s each.
+    /// Defaults for the one server (or load balancer) at `base_url`: 2 s per
+    /// attempt, 1 s to connect, 2 retries waiting at most 1 s each.
     pub fn new(base_url: impl Into<String>) -> Self {
+        Self::fleet([base_url])
+    }
+
+    /// The same defaults for the servers of a fleet, in failover order: the first
+    /// is preferred until it fails to answer.
+    pub fn fleet(base_urls: impl IntoIterator<Item = impl Into<String>>) -> Self {
         Self {
-            base_url: base_url.into(),
+            base_urls: base_urls.into_iter().map(Into::into).collect(),
             token: None,
             request_timeout_ms: 2_000,
             connect_timeout_ms: 1_000,
@@ -77,11 +110,51 @@ impl HttpClientConfig {
     }
 }
 
-/// A [`Limiter`] backed by a remote `ratelimiterd`. Clones share connections.
+/// Checks and normalises the server list: 1..=[`SERVERS_MAX`] distinct
+/// `http://host[:port]` URLs (a path prefix, for a proxy, is kept), without a
+/// trailing slash.
+fn parse_servers(base_urls: &[String]) -> Result<Vec<String>, HttpClientError> {
+    let invalid = |m: String| Err(HttpClientError(m));
+    if base_urls.is_empty() {
+        return invalid("base_urls: at least one server URL is needed".to_owned());
+    }
+    if base_urls.len() > SERVERS_MAX {
+        return invalid(format!(
+            "base_urls: {} servers listed, at most {SERVERS_MAX} (put a larger fleet behind a load balancer)",
+            base_urls.len()
+        ));
+    }
+    let mut servers: Vec<String> = Vec::with_capacity(base_urls.len());
+    for raw in base_urls {
+        let base_url = raw.trim().trim_end_matches('/').to_owned();
+        if !base_url.starts_with("http://") {
+            return invalid(format!(
+                "base_url {raw:?} must start with http:// (TLS is not built in)"
+            ));
+        }
+        match base_url.parse::<Uri>() {
+            Ok(uri) if uri.host().is_some_and(|h| !h.is_empty()) && uri.query().is_none() => {}
+            _ => return invalid(format!("base_url {raw:?} is not an http://host:port URL")),
+        }
+        if servers.contains(&base_url) {
+            return invalid(format!("base_url {raw:?} is listed twice"));
+        }
+        servers.push(base_url);
+    }
+    Ok(servers)
+}
+
+/// A [`Limiter`] backed by a remote `ratelimiterd`, or by the servers of a fleet
+/// with failover (see the module's documentation). Clones share connections and
+/// the preferred server.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
     client: Client<HttpConnector, Full<Bytes>>,
-    base_url: String,
+    /// The servers, normalised, in failover order.
+    base_urls: Arc<[String]>,
+    /// The index in `base_urls` of the server each call starts on: the last one
+    /// that answered.
+    preferred: Arc<AtomicUsize>,
     authorization: Option<header::HeaderValue>,
     request_timeout: Duration,
     retries_max: u32,
@@ -107,15 +180,7 @@ impl HttpClient {
     /// Validates the configuration and builds the client.
     pub fn new(config: HttpClientConfig) -> Result<Self, HttpClientError> {
         let invalid = |m: String| Err(HttpClientError(m));
-        let base_url = config.base_url.trim_end_matches('/').to_owned();
-        if !base_url.starts_with("http://") {
-            return invalid(format!(
-                "base_url {base_url:?} must start with http:// (TLS is not built in)"
-            ));
-        }
-        if base_url.parse::<Uri>().is_err() {
-            return invalid(format!("base_url {base_url:?} is not a URL"));
-        }
+        let base_urls = parse_servers(&config.base_urls)?;
         if config.request_timeout_ms == 0 || config.connect_timeout_ms == 0 {
             return invalid("timeouts must be at least 1 ms".to_owned());
         }
@@ -132,6 +197,8 @@ impl HttpClient {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
         connector.set_nodelay(true);
+        // One client pools connections per server (scheme and authority): each
+        // server has its own kept-alive connections.
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_millis(POOL_IDLE_TIMEOUT_MS))
@@ -139,7 +206,8 @@ impl HttpClient {
             .build(connector);
         Ok(Self {
             client,
-            base_url,
+            base_urls: base_urls.into(),
+            preferred: Arc::new(AtomicUsize::new(0)),
             authorization,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             retries_max: config.retries_max,
@@ -174,28 +242,47 @@ impl HttpClient {
         }
     }
 
-    /// Sends one request, retrying it unchanged while there is no answer or a 503.
+    /// The servers this client uses, in failover order, normalised.
+    pub fn servers(&self) -> &[String] {
+        &self.base_urls
+    }
+
+    /// The server the next call starts on: the last one that answered.
+    pub fn preferred_server(&self) -> &str {
+        &self.base_urls[self.preferred.load(Ordering::Relaxed) % self.base_urls.len()]
+    }
+
+    /// Sends one request, retrying it unchanged on the next server while there is
+    /// no answer or a 503 (the failover policy is the module's documentation).
     async fn send(
         &self,
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Bytes), LimiterError> {
-        let uri: Uri = format!("{}{path}", self.base_url)
-            .parse()
-            .map_err(|e| LimiterError::InvalidRequest(format!("bad path {path:?}: {e}")))?;
+        let servers = self.base_urls.len();
+        let first = self.preferred.load(Ordering::Relaxed) % servers;
         let body = Bytes::from(body.unwrap_or_default());
-        let mut retries = 0;
+        let mut retries: u32 = 0;
         loop {
+            let server = (first + retries as usize) % servers;
+            let uri: Uri = format!("{}{path}", self.base_urls[server])
+                .parse()
+                .map_err(|e| LimiterError::InvalidRequest(format!("bad path {path:?}: {e}")))?;
             let attempt = self.attempt(method.clone(), uri.clone(), body.clone()).await?;
+            // Full rounds of the list done before this attempt: the backoff grows per round.
+            let rounds = retries / servers as u32;
             let hint_ms = match &attempt {
                 Attempt::Answered(status, bytes) if *status == StatusCode::SERVICE_UNAVAILABLE => {
                     error_body(bytes).retry_after_ms.unwrap_or(RETRY_HINT_MS_DEFAULT)
                 }
-                Attempt::Answered(status, bytes) => return Ok((*status, bytes.clone())),
+                Attempt::Answered(status, bytes) => {
+                    self.preferred.store(server, Ordering::Relaxed);
+                    return Ok((*status, bytes.clone()));
+                }
                 Attempt::NoAnswer(why) => {
                     tracing::debug!(%uri, %why, retries, "no answer");
-                    RETRY_BACKOFF_MS_BASE << retries
+                    RETRY_BACKOFF_MS_BASE << rounds
                 }
             };
             if retries == self.retries_max {
@@ -204,7 +291,11 @@ impl HttpClient {
                 });
             }
             retries += 1;
-            tokio::time::sleep(Duration::from_millis(hint_ms.min(self.retry_wait_ms_max))).await;
+            // A server not yet tried in this call is tried at once; coming back to
+            // one already tried waits its hint, as a retry on one server always has.
+            if retries as usize % servers == 0 {
+                tokio::time::sleep(Duration::from_millis(hint_ms.min(self.retry_wait_ms_max))).await;
+            }
         }
     }
 
@@ -299,8 +390,17 @@ mod tests {
     use crate::id::LeaseId;
     use crate::wire::Requirement;
 
-    /// A canned answer: `None` never answers (the client must time out).
-    type Canned = Option<(u16, &'static str)>;
+    /// What the fake server does with one request.
+    #[derive(Clone, Copy)]
+    enum Canned {
+        /// Answers this status and JSON body.
+        Answer(u16, &'static str),
+        /// Never answers: the client must time out.
+        Silent,
+        /// Closes the connection without answering: a server dying mid-request.
+        HangUp,
+    }
+    use Canned::{Answer, HangUp, Silent};
 
     /// A fake server that answers each request with the next canned answer and
     /// records every request body. One request per connection keeps it simple.
@@ -315,7 +415,7 @@ mod tests {
                 let body = read_request(&mut stream).await;
                 seen.lock().unwrap().push(body);
                 match answer {
-                    Some((status, json)) => {
+                    Answer(status, json) => {
                         let response = format!(
                             "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{json}",
                             json.len()
@@ -323,10 +423,11 @@ mod tests {
                         stream.write_all(response.as_bytes()).await.unwrap();
                     }
                     // Keep the connection open and silent until the test ends.
-                    None => drop(tokio::spawn(async move {
+                    Silent => drop(tokio::spawn(async move {
                         tokio::time::sleep(Duration::from_secs(60)).await;
                         drop(stream);
                     })),
+                    HangUp => drop(stream),
                 }
             }
         });
@@ -359,13 +460,32 @@ mod tests {
     }
 
     fn client(url: &str, retries_max: u32) -> HttpClient {
+        fleet_client(&[url], retries_max)
+    }
+
+    fn fleet_client(urls: &[&str], retries_max: u32) -> HttpClient {
         HttpClient::new(HttpClientConfig {
             request_timeout_ms: 300,
             retries_max,
             retry_wait_ms_max: 5,
-            ..HttpClientConfig::new(url)
+            ..HttpClientConfig::fleet(urls.iter().copied())
         })
         .unwrap()
+    }
+
+    /// The URL of a port that was bound, then closed: connecting is refused.
+    async fn dead_server() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    }
+
+    /// Asserts every recorded body is `request`, the same lease id included.
+    fn assert_all_sent(bodies: &Mutex<Vec<String>>, request: &ReserveRequest, count: usize) {
+        let bodies = bodies.lock().unwrap();
+        assert_eq!(bodies.len(), count, "{bodies:?}");
+        for body in bodies.iter() {
+            assert_eq!(&serde_json::from_str::<ReserveRequest>(body).unwrap(), request);
+        }
     }
 
     fn request() -> ReserveRequest {
@@ -381,7 +501,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_503_and_a_timeout_are_retried_with_the_same_lease_id() {
-        let (url, bodies) = fake_server(vec![Some((503, UNAVAILABLE)), None, Some((200, ALLOWED))]).await;
+        let (url, bodies) = fake_server(vec![Answer(503, UNAVAILABLE), Silent, Answer(200, ALLOWED)]).await;
         let request = request();
         let outcome = client(&url, 2).reserve(&request).await.unwrap();
         assert_eq!(
@@ -400,7 +520,7 @@ mod tests {
 
     #[tokio::test]
     async fn retries_are_bounded_and_end_in_unavailable() {
-        let (url, bodies) = fake_server(vec![Some((503, UNAVAILABLE)), Some((503, UNAVAILABLE))]).await;
+        let (url, bodies) = fake_server(vec![Answer(503, UNAVAILABLE), Answer(503, UNAVAILABLE)]).await;
         let error = client(&url, 1).reserve(&request()).await.unwrap_err();
         assert_eq!(error, LimiterError::Unavailable { retry_after_ms: 3 });
         assert_eq!(bodies.lock().unwrap().len(), 2);
@@ -431,7 +551,7 @@ mod tests {
             ),
         ];
         for (status, body, expected) in cases {
-            let (url, _) = fake_server(vec![Some((status, body))]).await;
+            let (url, _) = fake_server(vec![Answer(status, body)]).await;
             assert_eq!(client(&url, 0).reserve(&request()).await.unwrap_err(), expected);
         }
     }
@@ -439,7 +559,7 @@ mod tests {
     #[tokio::test]
     async fn denials_and_completions_are_read_back() {
         let denied = r#"{"allowed":false,"retry_after_ms":40,"reserved_at_unix_ms":0,"error":"insufficient_capacity:global:rpm"}"#;
-        let (url, bodies) = fake_server(vec![Some((200, denied)), Some((200, r#"{"ok":true}"#))]).await;
+        let (url, bodies) = fake_server(vec![Answer(200, denied), Answer(200, r#"{"ok":true}"#)]).await;
         let client = client(&url, 0);
         let outcome = client.reserve(&request()).await.unwrap();
         assert!(!outcome.is_allowed());
@@ -457,5 +577,120 @@ mod tests {
             ..HttpClientConfig::new("http://127.0.0.1:1")
         };
         assert!(HttpClient::new(too_many).is_err());
+    }
+
+    #[test]
+    fn bad_server_lists_are_refused_with_a_reason() {
+        let error = |urls: Vec<String>| HttpClient::new(HttpClientConfig::fleet(urls)).unwrap_err().to_string();
+        assert!(error(vec![]).contains("at least one"));
+        let many: Vec<String> = (0..=SERVERS_MAX)
+            .map(|i| format!("http://127.0.0.1:{}", 1000 + i))
+            .collect();
+        assert!(error(many).contains(&format!("at most {SERVERS_MAX}")));
+        let twice = vec!["http://127.0.0.1:1".to_owned(), "http://127.0.0.1:1/".to_owned()];
+        assert!(error(twice).contains("listed twice"));
+        for bad in [
+            "http://",
+            "http://a:1?x=1",
+            "127.0.0.1:1",
+            "https://a:1",
+            "http://a b:1",
+        ] {
+            let urls = vec!["http://127.0.0.1:1".to_owned(), bad.to_owned()];
+            assert!(error(urls).contains(&format!("{bad:?}")), "{bad}");
+        }
+        let fleet = HttpClient::new(HttpClientConfig::fleet(["http://a:1/", " http://b:2"])).unwrap();
+        assert_eq!(fleet.servers(), ["http://a:1", "http://b:2"]);
+        assert_eq!(fleet.preferred_server(), "http://a:1");
+    }
+
+    #[tokio::test]
+    async fn a_refused_first_server_fails_over_with_the_same_lease_id() {
+        let dead = dead_server().await;
+        let (live, bodies) = fake_server(vec![Answer(200, ALLOWED)]).await;
+        let request = request();
+        let client = fleet_client(&[&dead, &live], 1);
+        assert!(client.reserve(&request).await.unwrap().is_allowed());
+        assert_all_sent(&bodies, &request, 1);
+        assert_eq!(client.preferred_server(), live);
+    }
+
+    #[tokio::test]
+    async fn a_server_dying_mid_request_costs_one_attempt_not_one_per_call() {
+        let (dying, dying_bodies) = fake_server(vec![HangUp, Answer(200, ALLOWED)]).await;
+        let (live, live_bodies) = fake_server(vec![Answer(200, ALLOWED), Answer(200, r#"{"ok":true}"#)]).await;
+        let request = request();
+        let client = fleet_client(&[&dying, &live], 1);
+        assert!(client.reserve(&request).await.unwrap().is_allowed());
+        assert_all_sent(&dying_bodies, &request, 1);
+        assert_all_sent(&live_bodies, &request, 1);
+        // Later calls, from clones too, start on the server that answered.
+        let complete = CompleteRequest::new(request.lease_id(), None, vec![]).unwrap();
+        client.clone().complete(&complete).await.unwrap();
+        assert_eq!(dying_bodies.lock().unwrap().len(), 1);
+        assert_eq!(live_bodies.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_503_fails_over_at_once_whatever_its_hint() {
+        const LONG_HINT: &str = r#"{"error":"backend_unavailable","retry_after_ms":60000}"#;
+        let (busy, busy_bodies) = fake_server(vec![Answer(503, LONG_HINT)]).await;
+        let (live, live_bodies) = fake_server(vec![Answer(200, ALLOWED)]).await;
+        let client = HttpClient::new(HttpClientConfig {
+            retries_max: 1,
+            retry_wait_ms_max: 60_000,
+            ..HttpClientConfig::fleet([&busy, &live])
+        })
+        .unwrap();
+        let request = request();
+        let started = std::time::Instant::now();
+        assert!(client.reserve(&request).await.unwrap().is_allowed());
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        assert_all_sent(&busy_bodies, &request, 1);
+        assert_all_sent(&live_bodies, &request, 1);
+        assert_eq!(client.preferred_server(), live);
+    }
+
+    #[tokio::test]
+    async fn failover_attempts_are_bounded_in_total_and_wrap_around() {
+        let (a, a_bodies) = fake_server(vec![Answer(503, UNAVAILABLE), Answer(503, UNAVAILABLE)]).await;
+        let (b, b_bodies) = fake_server(vec![Answer(503, UNAVAILABLE), Answer(200, ALLOWED)]).await;
+        let (c, c_bodies) = fake_server(vec![Answer(503, UNAVAILABLE), Answer(200, ALLOWED)]).await;
+        let request = request();
+        let client = fleet_client(&[&a, &b, &c], 3);
+        let error = client.reserve(&request).await.unwrap_err();
+        assert_eq!(error, LimiterError::Unavailable { retry_after_ms: 3 });
+        // Four attempts: a, b, c, then a again; the preference did not move.
+        assert_all_sent(&a_bodies, &request, 2);
+        assert_all_sent(&b_bodies, &request, 1);
+        assert_all_sent(&c_bodies, &request, 1);
+        assert_eq!(client.preferred_server(), a);
+    }
+
+    #[tokio::test]
+    async fn denials_and_4xx_are_never_tried_elsewhere() {
+        let denied = r#"{"allowed":false,"retry_after_ms":40,"reserved_at_unix_ms":0,"error":"insufficient_capacity:global:rpm"}"#;
+        let (first, first_bodies) = fake_server(vec![
+            Answer(200, denied),
+            Answer(400, r#"{"error":"invalid_request: bad"}"#),
+        ])
+        .await;
+        let (second, second_bodies) = fake_server(vec![Answer(200, ALLOWED)]).await;
+        let client = fleet_client(&[&first, &second], 3);
+        assert!(!client.reserve(&request()).await.unwrap().is_allowed());
+        let error = client.reserve(&request()).await.unwrap_err();
+        assert_eq!(error, LimiterError::InvalidRequest("bad".into()));
+        assert_eq!(first_bodies.lock().unwrap().len(), 2);
+        assert!(second_bodies.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn admin_calls_fail_over_too() {
+        let dead = dead_server().await;
+        let report = r#"[]"#;
+        let (live, bodies) = fake_server(vec![Answer(200, report)]).await;
+        let client = fleet_client(&[&dead, &live], 1);
+        assert!(client.limits().await.unwrap().is_empty());
+        assert_eq!(bodies.lock().unwrap().len(), 1);
     }
 }

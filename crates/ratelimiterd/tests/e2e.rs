@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ratelimiter::httpclient::{HttpClient, HttpClientConfig};
 use ratelimiter::{LeaseId, LimitKey, Limiter, Requirement, ReserveOutcome, ReserveRequest};
 use serde_json::{json, Value};
 use support::raw::{self, Session};
@@ -118,6 +119,44 @@ fn the_contract_holds_over_a_real_socket() {
     };
     assert_eq!(status, 200);
     assert!(metrics.contains("ratelimiterd_reserve_outcomes_total{key=\"rpm\",outcome=\"allowed\"} 1"));
+}
+
+/// A client listing a dead server first and the real one second: every call,
+/// admin calls included, reaches the real server with the same lease id.
+#[tokio::test]
+async fn a_fleet_client_fails_over_from_a_dead_server_with_the_same_lease_id() {
+    let dir = temp_dir("failover");
+    let server = start(&dir, "");
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let fleet = |token: &str| {
+        HttpClient::new(HttpClientConfig {
+            token: Some(token.to_owned()),
+            retries_max: 1,
+            ..HttpClientConfig::fleet([dead.clone(), server.url()])
+        })
+        .unwrap()
+    };
+    let key = LimitKey::new("global:inflight").unwrap();
+    let definition = serde_json::from_str(&concurrency("global:inflight", 10)).unwrap();
+    fleet(ADMIN_TOKEN).put_limit(&definition).await.unwrap();
+    let request = ReserveRequest::new(
+        LeaseId::generate(),
+        None,
+        vec![Requirement {
+            key: key.clone(),
+            amount: 1,
+        }],
+    )
+    .unwrap();
+    let first = fleet(CLIENT_TOKEN).reserve(&request).await.unwrap();
+    assert!(first.is_allowed());
+    // The real server holds that very lease: a retry there answers the original outcome.
+    assert_eq!(server.client(CLIENT_TOKEN).reserve(&request).await.unwrap(), first);
+    let report = server.client(ADMIN_TOKEN).limit(&key).await.unwrap().unwrap();
+    assert_eq!(report.in_use, 1);
 }
 
 #[tokio::test]
