@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use ratelimiter::tigerbeetle::SubmitMode;
 use ratelimiter::{
-    Actual, Backend, Clock, CompleteRequest, Denial, FakeClock, LeaseId, LimitDefinition, LimitKey, LimitState,
+    Actual, Backend, CompleteRequest, Denial, FakeClock, LeaseId, LimitDefinition, LimitKey, LimitState,
     LimitStatus, Limiter, LimiterError, Overage, ReserveOutcome, SystemClock,
 };
 use tigerbeetle_common::{backend, backend_on, backend_with, config_with, reserve, reserve_lease, unique_key};
