@@ -332,6 +332,22 @@ fn the_operator_cli_talks_to_the_server() {
     assert_eq!((code, answer), (0, json!({"ok": true})));
     let (code, _, _) = cli(&["reserve", "-r", "global:tpm=30"], &url, CLIENT_TOKEN);
     assert_eq!(code, 0);
+    // `--url` and `--token` before the subcommand as well as after it (issue 15).
+    for args in [
+        &["--url", &url, "--token", ADMIN_TOKEN, "limits", "list"][..],
+        &["limits", "list", "--url", &url, "--token", ADMIN_TOKEN],
+    ] {
+        let output = Command::new(BIN)
+            .args(args)
+            .env_remove("RATELIMITERD_URL")
+            .env_remove("RATELIMITERD_TOKEN")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+        let list: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(list.as_array().map(Vec::len), Some(1), "{args:?}");
+    }
 }
 
 #[test]
