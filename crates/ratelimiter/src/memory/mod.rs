@@ -81,13 +81,24 @@ impl MemoryBackend {
     }
 }
 
+/// The instants of a reserve: now in whole milliseconds, rounded down, for
+/// what has expired (a hold ends once its instant is reached); and the grant's
+/// instant rounded up, from which its holds last their window or timeout. A
+/// grant 12.9 ms into a second then ends at 13 ms + window, never before its
+/// window has passed since the grant (rounded down it ended at 12 ms + window,
+/// up to 1 ms early: issue 15). At whole milliseconds the two are equal.
+fn grant_instants(clock: &dyn Clock) -> (u64, u64) {
+    let now_unix_micros = clock.now_unix_micros();
+    (now_unix_micros / 1_000, now_unix_micros.div_ceil(1_000))
+}
+
 #[async_trait]
 impl Limiter for MemoryBackend {
     async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
         // The clock is read outside the lock to keep the critical section short.
-        let now_unix_ms = self.clock.now_unix_ms();
+        let (now_unix_ms, granted_unix_ms) = grant_instants(self.clock.as_ref());
         self.state
-            .run(|state| state.reserve(request, now_unix_ms, &self.jitter))
+            .run(|state| state.reserve(request, now_unix_ms, granted_unix_ms, &self.jitter))
     }
 
     async fn complete(&self, request: &CompleteRequest) -> Result<(), LimiterError> {

@@ -75,11 +75,13 @@ impl MemoryState {
 
     /// Reserve, in the order of the memory backend's contract: unknown key,
     /// idempotent replay or conflict, burnt lease id, never-fitting amount,
-    /// decreasing key, then all requirements or none.
+    /// decreasing key, then all requirements or none. `now_unix_ms` is now
+    /// rounded down, `granted_unix_ms` rounded up: holds last from the latter.
     pub fn reserve(
         &mut self,
         request: &ReserveRequest,
         now_unix_ms: u64,
+        granted_unix_ms: u64,
         jitter: &Jitter,
     ) -> Result<ReserveOutcome, LimiterError> {
         let wanted = self.resolve(request)?;
@@ -97,11 +99,11 @@ impl MemoryState {
         for &(i, _) in wanted.as_slice() {
             self.limits[i as usize].expire(now_unix_ms);
         }
-        if let Some(denial) = self.shortfall(&wanted, now_unix_ms, jitter) {
+        if let Some(denial) = self.shortfall(&wanted, now_unix_ms, granted_unix_ms, jitter) {
             self.failed.insert(id, now_unix_ms, ());
             return Ok(ReserveOutcome::Denied(denial));
         }
-        self.grant(id, &wanted, now_unix_ms);
+        self.grant(id, &wanted, now_unix_ms, granted_unix_ms);
         Ok(ReserveOutcome::Allowed {
             reserved_at_unix_ms: now_unix_ms,
         })
@@ -170,12 +172,18 @@ impl MemoryState {
 
     /// `None` when every requirement fits; else the denial naming the first key
     /// that does not, with the largest hint of all the keys that do not.
-    fn shortfall(&mut self, wanted: &Wanted, now_unix_ms: u64, jitter: &Jitter) -> Option<Denial> {
+    fn shortfall(
+        &mut self,
+        wanted: &Wanted,
+        now_unix_ms: u64,
+        granted_unix_ms: u64,
+        jitter: &Jitter,
+    ) -> Option<Denial> {
         let mut first = None;
         let mut retry_after_ms = 0;
         for &(i, amount) in wanted.as_slice() {
             let limit = &self.limits[i as usize];
-            if limit.fits(amount, limit.hold_until(now_unix_ms)) {
+            if limit.fits(amount, limit.hold_until(granted_unix_ms)) {
                 continue;
             }
             first.get_or_insert(i);
@@ -192,11 +200,11 @@ impl MemoryState {
         Some(Denial::InsufficientCapacity { key, retry_after_ms })
     }
 
-    fn grant(&mut self, id: u128, wanted: &Wanted, now_unix_ms: u64) {
+    fn grant(&mut self, id: u128, wanted: &Wanted, now_unix_ms: u64, granted_unix_ms: u64) {
         let mut holds = StackVec::<LeaseHold, REQUIREMENTS_MAX>::new();
         for &(i, amount) in wanted.as_slice() {
             let limit = &mut self.limits[i as usize];
-            let expires_at_unix_ms = limit.hold_until(now_unix_ms);
+            let expires_at_unix_ms = limit.hold_until(granted_unix_ms);
             limit.hold(expires_at_unix_ms, amount);
             if limit.kind() == LimitKind::Concurrency {
                 limit.streak_mut().record_allow(now_unix_ms);
