@@ -111,6 +111,15 @@ impl LeaseTable {
         self.leases.len()
     }
 
+    /// Every live lease, oldest first (the order eviction takes them in): what a
+    /// snapshot saves, so a restore evicts in the same order.
+    pub fn iter_oldest_first(&self) -> impl Iterator<Item = (u128, &LiveLease)> + '_ {
+        self.age_order.iter().filter_map(|&(id, sequence)| {
+            let lease = self.leases.get(&id)?;
+            (lease.sequence == sequence).then_some((id, lease))
+        })
+    }
+
     /// Adds a lease that is not in the table; returns the oldest one when it had
     /// to make room.
     pub fn insert(&mut self, id: u128, mut lease: LiveLease) -> Option<(u128, LiveLease)> {

@@ -394,6 +394,23 @@ impl SettledLeases {
         self.current = previous;
     }
 
+    /// Every lease remembered, the previous generation first, each with its
+    /// generation's newest settlement time: an upper bound of when it settled,
+    /// so a restore remembers it at least as long as it would have been here.
+    /// What a snapshot saves.
+    pub fn iter_oldest_first(&self) -> impl Iterator<Item = (u128, SettledLease, u64)> + '_ {
+        [1 - self.current, self.current].into_iter().flat_map(move |side| {
+            let generation = &self.generations[side];
+            generation.entries[..generation.len].iter().map(move |entry| {
+                let lease = SettledLease {
+                    reserved_at_unix_ms: entry[2],
+                    fingerprint: entry[3],
+                };
+                (entry_id(entry), lease, generation.newest_unix_ms)
+            })
+        })
+    }
+
     /// Leases remembered now.
     pub fn len(&self) -> usize {
         self.generations[0].len + self.generations[1].len
