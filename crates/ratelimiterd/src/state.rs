@@ -11,8 +11,10 @@ use tokio::sync::Semaphore;
 
 use crate::admin::Admin;
 use crate::auth::Auth;
+use crate::backend::SelectedBackend;
 use crate::config::Config;
 use crate::metrics::{BackendMetrics, Metrics};
+use crate::snapshots::MemorySnapshots;
 
 /// The state behind every route.
 #[derive(Clone)]
@@ -23,6 +25,7 @@ pub struct AppState {
 struct Shared {
     backend: Arc<dyn Backend>,
     backend_metrics: Option<Arc<dyn BackendMetrics>>,
+    snapshots: Option<Arc<MemorySnapshots>>,
     admin: Admin,
     metrics: Arc<Metrics>,
     auth: Auth,
@@ -36,13 +39,25 @@ impl AppState {
     /// Builds the state from a validated configuration, the backend chosen at
     /// startup and the opened registry.
     pub fn new(backend: Arc<dyn Backend>, registry: Registry, config: &Config) -> Self {
-        Self::build(backend, None, registry, config)
+        Self::build(backend, None, None, registry, config)
+    }
+
+    /// The state of the backend chosen at startup, with its metrics and, on
+    /// the memory backend, its snapshots.
+    pub fn selected(selected: SelectedBackend, registry: Registry, config: &Config) -> Self {
+        Self::build(
+            selected.backend,
+            Some(selected.metrics),
+            selected.snapshots,
+            registry,
+            config,
+        )
     }
 
     /// Like [`AppState::new`] on the memory backend, whose counters are then
     /// exported as metrics.
     pub fn new_memory(memory: Arc<MemoryBackend>, registry: Registry, config: &Config) -> Self {
-        Self::build(memory.clone(), Some(memory), registry, config)
+        Self::build(memory.clone(), Some(memory), None, registry, config)
     }
 
     /// Like [`AppState::new`] on a backend that exports its own counters.
@@ -52,12 +67,13 @@ impl AppState {
         registry: Registry,
         config: &Config,
     ) -> Self {
-        Self::build(backend, Some(metrics), registry, config)
+        Self::build(backend, Some(metrics), None, registry, config)
     }
 
     fn build(
         backend: Arc<dyn Backend>,
         backend_metrics: Option<Arc<dyn BackendMetrics>>,
+        snapshots: Option<Arc<MemorySnapshots>>,
         registry: Registry,
         config: &Config,
     ) -> Self {
@@ -67,6 +83,7 @@ impl AppState {
                 admin: Admin::new(backend.clone(), registry),
                 backend,
                 backend_metrics,
+                snapshots,
                 metrics: Arc::new(Metrics::default()),
                 auth: Auth::new(server.admin_token.as_deref(), &server.client_tokens),
                 permits: Arc::new(Semaphore::new(server.concurrent_requests_max)),
@@ -84,6 +101,10 @@ impl AppState {
     /// The backend's own counters, when it exports any.
     pub fn backend_metrics(&self) -> Option<&Arc<dyn BackendMetrics>> {
         self.shared.backend_metrics.as_ref()
+    }
+    /// The memory backend's snapshots, when it is the backend.
+    pub fn snapshots(&self) -> Option<&Arc<MemorySnapshots>> {
+        self.shared.snapshots.as_ref()
     }
     /// Limit definitions: registry and backend together.
     pub fn admin(&self) -> &Admin {

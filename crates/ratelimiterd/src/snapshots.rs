@@ -1,0 +1,242 @@
+//! The memory backend's live state across restarts (issue 15): restored at
+//! start, saved every `memory.snapshot_interval_ms` and on a graceful stop, in
+//! `memory-snapshot.bin` beside the registry. Without it a deploy handed every
+//! client the whole capacity again while the provider still counted the last
+//! window's calls.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ratelimiter::memory::{MemoryBackend, MemorySnapshot, SnapshotError};
+
+use crate::config::DamagedSnapshotPolicy;
+use crate::metrics::{BackendMetrics, Histogram};
+use crate::shutdown::Shutdown;
+
+/// The snapshot's file name, in the registry's directory: one directory holds
+/// everything a server keeps.
+pub const SNAPSHOT_FILE_NAME: &str = "memory-snapshot.bin";
+
+/// Where the snapshot of the server whose registry is `registry_path` lives.
+pub fn snapshot_path(registry_path: &Path) -> PathBuf {
+    match registry_path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.join(SNAPSHOT_FILE_NAME),
+        _ => PathBuf::from(SNAPSHOT_FILE_NAME),
+    }
+}
+
+/// Saves and restores one memory backend's snapshot, and counts how it goes.
+pub struct MemorySnapshots {
+    backend: Arc<MemoryBackend>,
+    path: PathBuf,
+    /// One save at a time: the periodic task and the stop's save share the
+    /// temporary file.
+    saving: Mutex<()>,
+    /// The whole save: copy, encoding, write and fsyncs.
+    duration: Histogram,
+    /// The copy under the backend's lock: how long reserves and completes wait.
+    pause: Histogram,
+    last_success_unix_ms: AtomicU64,
+    last_bytes: AtomicU64,
+    failures_total: AtomicU64,
+    damaged_total: AtomicU64,
+}
+
+impl MemorySnapshots {
+    /// Snapshots of `backend` at `path`.
+    pub fn new(backend: Arc<MemoryBackend>, path: PathBuf) -> Self {
+        Self {
+            backend,
+            path,
+            saving: Mutex::new(()),
+            duration: Histogram::default(),
+            pause: Histogram::default(),
+            last_success_unix_ms: AtomicU64::new(0),
+            last_bytes: AtomicU64::new(0),
+            failures_total: AtomicU64::new(0),
+            damaged_total: AtomicU64::new(0),
+        }
+    }
+
+    /// The snapshot file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Puts the saved state back; the limits are already defined from the
+    /// registry. No file is a first start. A damaged file follows `policy`;
+    /// a file that cannot be read at all (permissions, I/O) stops the start:
+    /// it is neither damaged nor absent, and guessing would hide it.
+    pub fn restore_at_start(&self, policy: DamagedSnapshotPolicy) -> Result<(), String> {
+        let snapshot = match MemorySnapshot::read(&self.path) {
+            Ok(Some(snapshot)) => snapshot,
+            Ok(None) => {
+                tracing::info!(snapshot = %self.path.display(), "no memory snapshot: nothing held");
+                return Ok(());
+            }
+            Err(SnapshotError::Damaged { path, reason }) => return self.on_damaged(&path, &reason, policy),
+            Err(e) => return Err(format!("{e}; fix it or remove the file")),
+        };
+        let report = self.backend.restore(&snapshot).map_err(|e| e.to_string())?;
+        let age_ms = unix_ms().saturating_sub(snapshot.taken_at_unix_ms());
+        tracing::info!(snapshot = %self.path.display(), age_ms, units_held = report.units_held,
+            leases_live = report.leases_live, leases_settled = report.leases_settled,
+            leases_dropped = report.leases_dropped, limits_dropped = report.limits_dropped,
+            settled_remembered = report.settled_remembered, failed_remembered = report.failed_remembered,
+            "memory snapshot restored");
+        Ok(())
+    }
+
+    /// A damaged snapshot: refused, or moved aside and counted. Never half-loaded.
+    fn on_damaged(&self, path: &Path, reason: &str, policy: DamagedSnapshotPolicy) -> Result<(), String> {
+        if policy == DamagedSnapshotPolicy::Refuse {
+            return Err(format!(
+                "memory snapshot {} is damaged ({reason}); the reservations it held are unknown. Either \
+                 repair or remove the file (the server then starts with nothing held), or set \
+                 memory.damaged_snapshot: start_fresh to have it moved aside automatically",
+                path.display()
+            ));
+        }
+        let mut aside = path.as_os_str().to_owned();
+        aside.push(format!(".damaged-{}", unix_ms()));
+        let aside = PathBuf::from(aside);
+        std::fs::rename(path, &aside).map_err(|e| {
+            format!(
+                "memory snapshot {} is damaged ({reason}) and cannot be moved aside to {}: {e}",
+                path.display(),
+                aside.display()
+            )
+        })?;
+        self.damaged_total.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(snapshot = %path.display(), moved_to = %aside.display(), reason,
+            "memory snapshot damaged: starting with nothing held; reservations of the last window are \
+             forgotten, so keys may admit up to their capacity again");
+        Ok(())
+    }
+
+    /// Saves a snapshot now, on the calling thread (it blocks on the fsyncs).
+    pub fn save(&self) -> Result<(), SnapshotError> {
+        let _one_at_a_time = self.saving.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let start = Instant::now();
+        let snapshot = self.backend.snapshot();
+        self.pause.observe(start.elapsed());
+        match snapshot.write_atomic(&self.path) {
+            Ok(bytes) => {
+                self.duration.observe(start.elapsed());
+                self.last_bytes.store(bytes as u64, Ordering::Relaxed);
+                self.last_success_unix_ms.store(unix_ms(), Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.failures_total.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Saves on a blocking thread, so the fsyncs hold up no request; logs a failure.
+    pub async fn save_in_background(self: &Arc<Self>) -> bool {
+        let snapshots = self.clone();
+        match tokio::task::spawn_blocking(move || snapshots.save()).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "memory snapshot not saved");
+                false
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "memory snapshot task failed");
+                false
+            }
+        }
+    }
+
+    /// Saves every `interval` until `shutdown` fires. The stop's own save comes
+    /// after the connections closed, from the caller.
+    pub async fn run(self: Arc<Self>, interval: Duration, shutdown: Shutdown) {
+        let stop = shutdown.wait();
+        tokio::pin!(stop);
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = &mut stop => return,
+                _ = ticks.tick() => {
+                    self.save_in_background().await;
+                }
+            }
+        }
+    }
+
+    /// Appends the snapshot metrics.
+    pub fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        for (name, help, histogram) in [
+            (
+                "ratelimiterd_memory_snapshot_duration_seconds",
+                "Time to save a memory snapshot: copy, encoding, write and fsyncs.",
+                &self.duration,
+            ),
+            (
+                "ratelimiterd_memory_snapshot_pause_seconds",
+                "Time a memory snapshot held the backend's lock (reserves and completes waited).",
+                &self.pause,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+            histogram.render(out, name, "");
+        }
+        let lines = [
+            (
+                "ratelimiterd_memory_snapshot_last_success_timestamp_seconds",
+                "gauge",
+                "When the last memory snapshot was saved (Unix seconds; 0: none yet).",
+                self.last_success_unix_ms.load(Ordering::Relaxed) as f64 / 1e3,
+            ),
+            (
+                "ratelimiterd_memory_snapshot_bytes",
+                "gauge",
+                "Size of the last memory snapshot saved.",
+                self.last_bytes.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "ratelimiterd_memory_snapshot_failures_total",
+                "counter",
+                "Memory snapshots that could not be saved (the previous one stays in place).",
+                self.failures_total.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "ratelimiterd_memory_snapshot_damaged_total",
+                "counter",
+                "Damaged memory snapshots found at start and moved aside (memory.damaged_snapshot: start_fresh).",
+                self.damaged_total.load(Ordering::Relaxed) as f64,
+            ),
+        ];
+        for (name, kind, help, value) in lines {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        }
+    }
+}
+
+/// The memory backend's counters and its snapshots' metrics, as one exporter.
+pub struct MemoryMetrics {
+    /// The backend, for its counters.
+    pub backend: Arc<MemoryBackend>,
+    /// Its snapshots, for theirs.
+    pub snapshots: Arc<MemorySnapshots>,
+}
+
+impl BackendMetrics for MemoryMetrics {
+    fn render_metrics(&self, out: &mut String) {
+        self.backend.render_metrics(out);
+        self.snapshots.render_metrics(out);
+    }
+}
+
+/// Wall time now, for the metrics and the moved-aside file's name.
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
