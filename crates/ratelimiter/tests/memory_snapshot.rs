@@ -229,3 +229,25 @@ async fn a_restore_needs_a_backend_that_served_nothing() {
     assert!(matches!(error, SnapshotError::NotFresh), "{error}");
     assert_eq!(in_use(&first, "tpm").await, 1, "nothing changed");
 }
+
+/// A file whose checksum is right but whose leases hold more than their
+/// limits (written by hand, or by a bug): rejected, since restoring it would
+/// give back units on Complete that were never held.
+#[tokio::test]
+async fn a_snapshot_whose_leases_hold_more_than_their_limits_is_rejected() {
+    let clock = FakeClock::new(START_UNIX_MS);
+    let first = backend(&clock, true).await;
+    reserve(&first, LeaseId::generate(), &[("tpm", 7)]).await;
+    let mut bytes = first.snapshot().encode();
+    // The tpm limit's one hold is the first limit's units: 7 → 6 as u64 LE.
+    let limit_units = bytes.windows(8).position(|w| w == 7u64.to_le_bytes()).unwrap();
+    bytes[limit_units] = 6;
+    let content = bytes.len() - 32;
+    let checksum = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&bytes[..content])
+    };
+    bytes[content..].copy_from_slice(&checksum);
+    let error = MemorySnapshot::decode(&bytes).unwrap_err();
+    assert!(error.contains("more than the limit holds"), "{error}");
+}

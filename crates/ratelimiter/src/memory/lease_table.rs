@@ -71,6 +71,11 @@ impl LiveLease {
         }
     }
 
+    /// Its insertion number in its table: a lower one is older, evicted first.
+    pub fn age(&self) -> u64 {
+        self.sequence
+    }
+
     /// The hold on `limit`, if the lease has one.
     pub fn hold(&self, limit: LimitIndex) -> Option<&LeaseHold> {
         let holds = self.holds();
@@ -111,13 +116,11 @@ impl LeaseTable {
         self.leases.len()
     }
 
-    /// Every live lease, oldest first (the order eviction takes them in): what a
-    /// snapshot saves, so a restore evicts in the same order.
-    pub fn iter_oldest_first(&self) -> impl Iterator<Item = (u128, &LiveLease)> + '_ {
-        self.age_order.iter().filter_map(|&(id, sequence)| {
-            let lease = self.leases.get(&id)?;
-            (lease.sequence == sequence).then_some((id, lease))
-        })
+    /// Every live lease, in no order: what a snapshot copies. A walk of the
+    /// map's memory in order, several times faster than following the age
+    /// order's random lookups; [`LiveLease::age`] sorts them afterwards.
+    pub fn iter(&self) -> impl Iterator<Item = (u128, &LiveLease)> + '_ {
+        self.leases.iter().map(|(&id, lease)| (id, lease))
     }
 
     /// Adds a lease that is not in the table; returns the oldest one when it had

@@ -87,7 +87,9 @@ impl MemoryBackend {
     /// copies are made under the lock; encoding happens outside it.
     pub fn snapshot(&self) -> MemorySnapshot {
         let now_unix_ms = self.clock.now_unix_ms();
-        self.state.run(|state| MemorySnapshot::copy(state, now_unix_ms))
+        let mut snapshot = self.state.run(|state| MemorySnapshot::copy(state, now_unix_ms));
+        snapshot.sort_leases();
+        snapshot
     }
 
     /// Puts `snapshot` back, as of the clock's now: define the limits first

@@ -394,20 +394,15 @@ impl SettledLeases {
         self.current = previous;
     }
 
-    /// Every lease remembered, the previous generation first, each with its
-    /// generation's newest settlement time: an upper bound of when it settled,
-    /// so a restore remembers it at least as long as it would have been here.
-    /// What a snapshot saves.
-    pub fn iter_oldest_first(&self) -> impl Iterator<Item = (u128, SettledLease, u64)> + '_ {
-        [1 - self.current, self.current].into_iter().flat_map(move |side| {
+    /// Both generations, the previous one first, each as its leases (id low
+    /// and high, reserved at, fingerprint) and its newest settlement time: an
+    /// upper bound of when each of them settled, so a restore remembers them
+    /// at least as long as they would have been here. What a snapshot copies:
+    /// plain arrays, copied as fast as memory moves.
+    pub fn generations_oldest_first(&self) -> [(&[[u64; 4]], u64); 2] {
+        [1 - self.current, self.current].map(|side| {
             let generation = &self.generations[side];
-            generation.entries[..generation.len].iter().map(move |entry| {
-                let lease = SettledLease {
-                    reserved_at_unix_ms: entry[2],
-                    fingerprint: entry[3],
-                };
-                (entry_id(entry), lease, generation.newest_unix_ms)
-            })
+            (&generation.entries[..generation.len], generation.newest_unix_ms)
         })
     }
 

@@ -14,7 +14,7 @@
 //! body: taken_at u64, fingerprint_seed u64,
 //!       limits u32 × (key length u16, key, kind u8, debt u64, holds u32 × (expires_at u64, units u64)),
 //!       leases u32 × (id u128, reserved_at u64, holds u8 × (limit u32, amount u64, expires_at u64)),
-//!       settled u32 × (id u128, reserved_at u64, fingerprint u64, settled_at u64),
+//!       settled groups u32 × (settled_at u64, leases u32 × (id u128, reserved_at u64, fingerprint u64)),
 //!       failed u32 × (id u128, failed_at u64)
 //! ```
 //!
@@ -82,28 +82,42 @@ struct LimitSnapshot {
     holds: Vec<(u64, u64)>,
 }
 
-/// One live lease, as saved; its holds name limits by position in
-/// [`MemorySnapshot::limits`].
+/// Settled leases that share a settlement time (at or after each settled):
+/// a generation of the settled-lease memory, copied whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct LeaseSnapshot {
-    id: u128,
-    reserved_at_unix_ms: u64,
-    holds: Vec<LeaseHold>,
+struct SettledGroup {
+    settled_at_unix_ms: u64,
+    /// (id low, id high, reserved at, fingerprint), oldest first.
+    entries: Vec<[u64; 4]>,
 }
 
 /// The memory backend's live state at one instant: what
 /// [`super::MemoryBackend::restore`] puts back after a restart.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct MemorySnapshot {
     taken_at_unix_ms: u64,
     fingerprint_seed: u64,
     limits: Vec<LimitSnapshot>,
-    /// Oldest first, the order the lease table evicts in.
-    leases: Vec<LeaseSnapshot>,
-    /// (id, lease, settled at or later), oldest first.
-    settled: Vec<(u128, SettledLease, u64)>,
+    /// Live leases, oldest first (the order the lease table evicts in) once
+    /// [`MemorySnapshot::sort_leases`] ran; their holds name limits by
+    /// position in `limits`, which is the writer's limit index.
+    leases: Vec<(u128, LiveLease)>,
+    settled: Vec<SettledGroup>,
     /// (id, failed at), oldest first.
     failed: Vec<(u128, u64)>,
+}
+
+impl PartialEq for MemorySnapshot {
+    /// Equal content; the leases' ages within the writer's table are not content.
+    fn eq(&self, other: &Self) -> bool {
+        let lease = |(id, lease): &(u128, LiveLease)| (*id, lease.reserved_at_unix_ms, lease.holds().to_vec());
+        self.taken_at_unix_ms == other.taken_at_unix_ms
+            && self.fingerprint_seed == other.fingerprint_seed
+            && self.limits == other.limits
+            && self.leases.iter().map(lease).eq(other.leases.iter().map(lease))
+            && self.settled == other.settled
+            && self.failed == other.failed
+    }
 }
 
 /// What a restore put back and what it left out.
@@ -139,8 +153,9 @@ impl MemorySnapshot {
         self.leases.len()
     }
 
-    /// Copies `state` at `now_unix_ms`: plain copies, so the caller's lock is
-    /// held for as short as a copy takes. Holds that ended are left out.
+    /// Copies `state` at `now_unix_ms`: plain copies in memory order, so the
+    /// caller's lock is held for as short as a copy takes; the caller runs
+    /// [`MemorySnapshot::sort_leases`] after the lock. Holds that ended are left out.
     pub(super) fn copy(state: &MemoryState, now_unix_ms: u64) -> Self {
         let limits = state
             .limits
@@ -152,13 +167,15 @@ impl MemorySnapshot {
                 holds: limit.holds().filter(|&(at, _)| at > now_unix_ms).collect(),
             })
             .collect();
-        let leases = state
-            .leases
-            .iter_oldest_first()
-            .map(|(id, lease)| LeaseSnapshot {
-                id,
-                reserved_at_unix_ms: lease.reserved_at_unix_ms,
-                holds: lease.holds().to_vec(),
+        let leases = state.leases.iter().map(|(id, lease)| (id, lease.clone())).collect();
+        let settled = state
+            .settled
+            .generations_oldest_first()
+            .into_iter()
+            .filter(|(entries, _)| !entries.is_empty())
+            .map(|(entries, settled_at_unix_ms)| SettledGroup {
+                settled_at_unix_ms,
+                entries: entries.to_vec(),
             })
             .collect();
         Self {
@@ -166,9 +183,14 @@ impl MemorySnapshot {
             fingerprint_seed: state.fingerprint_seed,
             limits,
             leases,
-            settled: state.settled.iter_oldest_first().collect(),
+            settled,
             failed: state.failed.iter_oldest_first().collect(),
         }
+    }
+
+    /// Puts the copied leases oldest first, outside the lock.
+    pub(super) fn sort_leases(&mut self) {
+        self.leases.sort_unstable_by_key(|(_, lease)| lease.age());
     }
 }
 
@@ -211,11 +233,21 @@ impl MemoryState {
             }
             limit.add_debt(saved.debt);
         }
-        for &(id, lease, settled_at_unix_ms) in &snapshot.settled {
-            let kept = settled_at_unix_ms.saturating_add(self.retention_ms) > now_unix_ms;
-            if kept && self.settled.get(id).is_none() {
-                self.settled.insert(id, lease, settled_at_unix_ms, self.retention_ms);
-                report.settled_remembered += 1;
+        for group in &snapshot.settled {
+            if group.settled_at_unix_ms.saturating_add(self.retention_ms) <= now_unix_ms {
+                continue;
+            }
+            for entry in &group.entries {
+                let id = u128::from(entry[0]) | (u128::from(entry[1]) << 64);
+                if self.settled.get(id).is_none() {
+                    let lease = SettledLease {
+                        reserved_at_unix_ms: entry[2],
+                        fingerprint: entry[3],
+                    };
+                    self.settled
+                        .insert(id, lease, group.settled_at_unix_ms, self.retention_ms);
+                    report.settled_remembered += 1;
+                }
             }
         }
         for &(id, failed_at_unix_ms) in &snapshot.failed {
@@ -224,8 +256,8 @@ impl MemoryState {
                 report.failed_remembered += 1;
             }
         }
-        for saved in &snapshot.leases {
-            self.restore_lease(saved, &map, now_unix_ms, &mut report);
+        for (id, lease) in &snapshot.leases {
+            self.restore_lease(*id, lease, &map, now_unix_ms, &mut report);
         }
         Ok(report)
     }
@@ -233,16 +265,17 @@ impl MemoryState {
     /// Puts back one live lease with its holds mapped to this state's limits.
     fn restore_lease(
         &mut self,
-        saved: &LeaseSnapshot,
+        id: u128,
+        saved: &LiveLease,
         map: &[Option<u32>],
         now_unix_ms: u64,
         report: &mut RestoreReport,
     ) {
-        if self.leases.get(saved.id).is_some() || self.settled.get(saved.id).is_some() {
+        if self.leases.get(id).is_some() || self.settled.get(id).is_some() {
             return;
         }
-        let mut holds = Vec::with_capacity(saved.holds.len());
-        for hold in &saved.holds {
+        let mut holds = Vec::with_capacity(saved.holds().len());
+        for hold in saved.holds() {
             let Some(limit) = map[hold.limit as usize] else {
                 report.leases_dropped += 1;
                 return;
@@ -252,11 +285,11 @@ impl MemoryState {
         holds.sort_unstable_by_key(|h| h.limit);
         let lease = LiveLease::new(saved.reserved_at_unix_ms, &holds);
         if holds.iter().all(|h| h.expires_at_unix_ms <= now_unix_ms) {
-            self.settle(saved.id, &lease, now_unix_ms);
+            self.settle(id, &lease, now_unix_ms);
             report.leases_settled += 1;
             return;
         }
-        if let Some((evicted_id, evicted)) = self.leases.insert(saved.id, lease) {
+        if let Some((evicted_id, evicted)) = self.leases.insert(id, lease) {
             // A smaller `leases_max` than the writer's: the oldest goes, as in a grant.
             self.settle(evicted_id, &evicted, now_unix_ms);
         }
@@ -267,7 +300,8 @@ impl MemoryState {
 impl MemorySnapshot {
     /// The snapshot in the file format above.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER_BYTES + 64 * self.leases.len() + 48 * self.settled.len() + 64);
+        let settled_len: usize = self.settled.iter().map(|g| g.entries.len()).sum();
+        let mut out = Vec::with_capacity(HEADER_BYTES + 112 * self.leases.len() + 32 * settled_len + 64);
         out.extend_from_slice(&SNAPSHOT_MAGIC);
         out.extend_from_slice(&SNAPSHOT_FORMAT_VERSION.to_le_bytes());
         out.extend_from_slice(&0u64.to_le_bytes());
@@ -291,22 +325,24 @@ impl MemorySnapshot {
             }
         }
         put_len(&mut out, self.leases.len());
-        for lease in &self.leases {
-            out.extend_from_slice(&lease.id.to_le_bytes());
+        for (id, lease) in &self.leases {
+            out.extend_from_slice(&id.to_le_bytes());
             put_u64(&mut out, lease.reserved_at_unix_ms);
-            out.push(u8::try_from(lease.holds.len()).expect("at most REQUIREMENTS_MAX holds"));
-            for hold in &lease.holds {
+            out.push(u8::try_from(lease.holds().len()).expect("at most REQUIREMENTS_MAX holds"));
+            for hold in lease.holds() {
                 out.extend_from_slice(&hold.limit.to_le_bytes());
                 put_u64(&mut out, hold.amount);
                 put_u64(&mut out, hold.expires_at_unix_ms);
             }
         }
         put_len(&mut out, self.settled.len());
-        for (id, lease, settled_at) in &self.settled {
-            out.extend_from_slice(&id.to_le_bytes());
-            put_u64(&mut out, lease.reserved_at_unix_ms);
-            put_u64(&mut out, lease.fingerprint);
-            put_u64(&mut out, *settled_at);
+        for group in &self.settled {
+            put_u64(&mut out, group.settled_at_unix_ms);
+            put_len(&mut out, group.entries.len());
+            // Id low and high words first: the id as a little-endian u128.
+            for word in group.entries.iter().flatten() {
+                put_u64(&mut out, *word);
+            }
         }
         put_len(&mut out, self.failed.len());
         for (id, failed_at) in &self.failed {
@@ -359,25 +395,54 @@ impl MemorySnapshot {
         let fingerprint_seed = r.u64()?;
         let limits = r.items(2 + 1 + 1 + 8 + 4, read_limit)?;
         let leases = r.items(16 + 8 + 1, |r| read_lease(r, limits.len()))?;
-        let settled = r.items(16 + 24, |r| {
-            let id = r.u128()?;
-            let reserved_at_unix_ms = r.u64()?;
-            let fingerprint = r.u64()?;
-            let lease = SettledLease {
-                reserved_at_unix_ms,
-                fingerprint,
-            };
-            Ok((id, lease, r.u64()?))
+        let settled = r.items(8 + 4, |r| {
+            let settled_at_unix_ms = r.u64()?;
+            let entries = r.items(32, |r| Ok([r.u64()?, r.u64()?, r.u64()?, r.u64()?]))?;
+            Ok(SettledGroup {
+                settled_at_unix_ms,
+                entries,
+            })
         })?;
         let failed = r.items(16 + 8, |r| Ok((r.u128()?, r.u64()?)))?;
-        Ok(Self {
+        let snapshot = Self {
             taken_at_unix_ms,
             fingerprint_seed,
             limits,
             leases,
             settled,
             failed,
-        })
+        };
+        snapshot.check_leases_within_holds()?;
+        Ok(snapshot)
+    }
+
+    /// Checks what every snapshot the backend writes satisfies: live leases
+    /// hold no more at an instant than their limit holds there (a lease that
+    /// completes gives its units back, so fewer would make the restored
+    /// server release units it never held), and a lease's hold missing from
+    /// its limit had ended when the snapshot was taken.
+    fn check_leases_within_holds(&self) -> Result<(), String> {
+        let mut left: std::collections::HashMap<(u32, u64), u64> = self
+            .limits
+            .iter()
+            .enumerate()
+            .flat_map(|(i, limit)| limit.holds.iter().map(move |&(at, units)| ((i as u32, at), units)))
+            .collect();
+        for (id, lease) in &self.leases {
+            for hold in lease.holds() {
+                match left.get_mut(&(hold.limit, hold.expires_at_unix_ms)) {
+                    Some(units) if *units >= hold.amount => *units -= hold.amount,
+                    None if hold.expires_at_unix_ms <= self.taken_at_unix_ms => {}
+                    _ => {
+                        return Err(format!(
+                            "lease {id:x} holds {} on limit {} more than the limit holds",
+                            hold.amount, self.limits[hold.limit as usize].key
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes the snapshot to `path` atomically: a temporary file beside it,
@@ -455,7 +520,7 @@ fn read_limit(r: &mut Reader) -> Result<LimitSnapshot, String> {
     Ok(LimitSnapshot { key, kind, debt, holds })
 }
 
-fn read_lease(r: &mut Reader, limits: usize) -> Result<LeaseSnapshot, String> {
+fn read_lease(r: &mut Reader, limits: usize) -> Result<(u128, LiveLease), String> {
     let id = r.u128()?;
     let reserved_at_unix_ms = r.u64()?;
     let count = usize::from(r.u8()?);
@@ -477,11 +542,7 @@ fn read_lease(r: &mut Reader, limits: usize) -> Result<LeaseSnapshot, String> {
     if holds.windows(2).any(|w| w[0].limit >= w[1].limit) {
         return Err(format!("lease {id:x}: holds out of order"));
     }
-    Ok(LeaseSnapshot {
-        id,
-        reserved_at_unix_ms,
-        holds,
-    })
+    Ok((id, LiveLease::new(reserved_at_unix_ms, &holds)))
 }
 
 /// Reads the body front to back; every read checks the bytes are there.
