@@ -32,8 +32,9 @@ pub struct MemorySnapshots {
     backend: Arc<MemoryBackend>,
     path: PathBuf,
     /// One save at a time: the periodic task and the stop's save share the
-    /// temporary file.
-    saving: Mutex<()>,
+    /// temporary file. It holds the last snapshot, whose memory the next copy
+    /// reuses, so the copy under the backend's lock faults in no pages.
+    saving: Mutex<MemorySnapshot>,
     /// The whole save: copy, encoding, write and fsyncs.
     duration: Histogram,
     /// The copy under the backend's lock: how long reserves and completes wait.
@@ -50,7 +51,7 @@ impl MemorySnapshots {
         Self {
             backend,
             path,
-            saving: Mutex::new(()),
+            saving: Mutex::new(MemorySnapshot::empty()),
             duration: Histogram::default(),
             pause: Histogram::default(),
             last_success_unix_ms: AtomicU64::new(0),
@@ -118,9 +119,9 @@ impl MemorySnapshots {
 
     /// Saves a snapshot now, on the calling thread (it blocks on the fsyncs).
     pub fn save(&self) -> Result<(), SnapshotError> {
-        let _one_at_a_time = self.saving.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut snapshot = self.saving.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let start = Instant::now();
-        let snapshot = self.backend.snapshot();
+        self.backend.snapshot_into(&mut snapshot);
         self.pause.observe(start.elapsed());
         match snapshot.write_atomic(&self.path) {
             Ok(bytes) => {

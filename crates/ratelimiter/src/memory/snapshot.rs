@@ -98,8 +98,8 @@ pub struct MemorySnapshot {
     taken_at_unix_ms: u64,
     fingerprint_seed: u64,
     limits: Vec<LimitSnapshot>,
-    /// Live leases, oldest first (the order the lease table evicts in) once
-    /// [`MemorySnapshot::sort_leases`] ran; their holds name limits by
+    /// Live leases in the table's order, see
+    /// [`MemorySnapshot::leases_oldest_first`]; their holds name limits by
     /// position in `limits`, which is the writer's limit index.
     leases: Vec<(u128, LiveLease)>,
     settled: Vec<SettledGroup>,
@@ -114,7 +114,11 @@ impl PartialEq for MemorySnapshot {
         self.taken_at_unix_ms == other.taken_at_unix_ms
             && self.fingerprint_seed == other.fingerprint_seed
             && self.limits == other.limits
-            && self.leases.iter().map(lease).eq(other.leases.iter().map(lease))
+            && self
+                .leases_oldest_first()
+                .into_iter()
+                .map(lease)
+                .eq(other.leases_oldest_first().into_iter().map(lease))
             && self.settled == other.settled
             && self.failed == other.failed
     }
@@ -153,44 +157,71 @@ impl MemorySnapshot {
         self.leases.len()
     }
 
-    /// Copies `state` at `now_unix_ms`: plain copies in memory order, so the
-    /// caller's lock is held for as short as a copy takes; the caller runs
-    /// [`MemorySnapshot::sort_leases`] after the lock. Holds that ended are left out.
-    pub(super) fn copy(state: &MemoryState, now_unix_ms: u64) -> Self {
-        let limits = state
-            .limits
-            .iter()
-            .map(|limit| LimitSnapshot {
-                key: limit.state().definition().key().clone(),
-                kind: limit.kind(),
-                debt: limit.debt(),
-                holds: limit.holds().filter(|&(at, _)| at > now_unix_ms).collect(),
-            })
-            .collect();
-        let leases = state.leases.iter().map(|(id, lease)| (id, lease.clone())).collect();
-        let settled = state
-            .settled
-            .generations_oldest_first()
-            .into_iter()
-            .filter(|(entries, _)| !entries.is_empty())
-            .map(|(entries, settled_at_unix_ms)| SettledGroup {
-                settled_at_unix_ms,
-                entries: entries.to_vec(),
-            })
-            .collect();
+    /// An empty snapshot, to copy into with [`super::MemoryBackend::snapshot_into`].
+    pub fn empty() -> Self {
         Self {
-            taken_at_unix_ms: now_unix_ms,
-            fingerprint_seed: state.fingerprint_seed,
-            limits,
-            leases,
-            settled,
-            failed: state.failed.iter_oldest_first().collect(),
+            taken_at_unix_ms: 0,
+            fingerprint_seed: 0,
+            limits: Vec::new(),
+            leases: Vec::new(),
+            settled: Vec::new(),
+            failed: Vec::new(),
         }
     }
 
-    /// Puts the copied leases oldest first, outside the lock.
-    pub(super) fn sort_leases(&mut self) {
-        self.leases.sort_unstable_by_key(|(_, lease)| lease.age());
+    /// Copies `state` at `now_unix_ms` over this snapshot's content: plain
+    /// copies in memory order, into the vectors of the last copy, so the
+    /// caller's lock is held for as short as a copy takes (a fresh copy also
+    /// faults in every page of its vectors under the lock). Holds that ended
+    /// are left out.
+    pub(super) fn copy_from(&mut self, state: &MemoryState, now_unix_ms: u64) {
+        self.taken_at_unix_ms = now_unix_ms;
+        self.fingerprint_seed = state.fingerprint_seed;
+        self.limits.truncate(state.limits.len());
+        for (i, limit) in state.limits.iter().enumerate() {
+            if i == self.limits.len() {
+                self.limits.push(LimitSnapshot {
+                    key: limit.state().definition().key().clone(),
+                    kind: limit.kind(),
+                    debt: 0,
+                    holds: Vec::new(),
+                });
+            }
+            let saved = &mut self.limits[i];
+            if &saved.key != limit.state().definition().key() {
+                saved.key = limit.state().definition().key().clone();
+            }
+            saved.kind = limit.kind();
+            saved.debt = limit.debt();
+            saved.holds.clear();
+            saved.holds.extend(limit.holds().filter(|&(at, _)| at > now_unix_ms));
+        }
+        self.leases.clear();
+        self.leases
+            .extend(state.leases.iter().map(|(id, lease)| (id, lease.clone())));
+        let generations = state.settled.generations_oldest_first();
+        self.settled.resize_with(generations.len(), || SettledGroup {
+            settled_at_unix_ms: 0,
+            entries: Vec::new(),
+        });
+        for (group, (entries, settled_at_unix_ms)) in self.settled.iter_mut().zip(generations) {
+            group.settled_at_unix_ms = settled_at_unix_ms;
+            group.entries.clear();
+            group.entries.extend_from_slice(entries);
+        }
+        self.settled.retain(|group| !group.entries.is_empty());
+        self.failed.clear();
+        self.failed.extend(state.failed.iter_oldest_first());
+    }
+
+    /// The live leases oldest first, the order the lease table evicts in: a
+    /// copy keeps the table's order (sorting under the lock would lengthen the
+    /// pause); a decoded snapshot is in this order already (and ages all 0,
+    /// which the stable sort keeps).
+    fn leases_oldest_first(&self) -> Vec<&(u128, LiveLease)> {
+        let mut leases: Vec<&(u128, LiveLease)> = self.leases.iter().collect();
+        leases.sort_by_key(|(_, lease)| lease.age());
+        leases
     }
 }
 
@@ -256,7 +287,7 @@ impl MemoryState {
                 report.failed_remembered += 1;
             }
         }
-        for (id, lease) in &snapshot.leases {
+        for (id, lease) in snapshot.leases_oldest_first() {
             self.restore_lease(*id, lease, &map, now_unix_ms, &mut report);
         }
         Ok(report)
@@ -325,7 +356,7 @@ impl MemorySnapshot {
             }
         }
         put_len(&mut out, self.leases.len());
-        for (id, lease) in &self.leases {
+        for (id, lease) in self.leases_oldest_first() {
             out.extend_from_slice(&id.to_le_bytes());
             put_u64(&mut out, lease.reserved_at_unix_ms);
             out.push(u8::try_from(lease.holds().len()).expect("at most REQUIREMENTS_MAX holds"));
