@@ -41,6 +41,8 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
     leases_max: 100000                 # live leases kept for reconciliation
     settled_leases_max: 1000000        # completed lease ids remembered for idempotent retries
     failed_leases_max: 1000000         # denied lease ids remembered
+    snapshot_interval_ms: 1000         # live state saved beside the registry (0: only at a graceful stop)
+    damaged_snapshot: start_fresh      # or refuse: a damaged snapshot at start is moved aside, or stops it
   tigerbeetle:
     cluster_id: \"0\"
     addresses: [\"127.0.0.1:3000\"]

@@ -105,7 +105,8 @@ pub struct Config {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
-    /// In-process limits: one server, no dependency, lost on restart except definitions.
+    /// In-process limits: one server, no dependency; live state kept across
+    /// restarts by snapshots beside the registry (`memory.snapshot_interval_ms`).
     #[default]
     Memory,
     /// A TigerBeetle cluster: needs the `tigerbeetle` cargo feature.
