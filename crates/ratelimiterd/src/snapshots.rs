@@ -29,7 +29,9 @@ pub fn snapshot_path(registry_path: &Path) -> PathBuf {
 
 /// Saves and restores one memory backend's snapshot, and counts how it goes.
 pub struct MemorySnapshots {
+    /// The backend saved and restored.
     backend: Arc<MemoryBackend>,
+    /// `memory-snapshot.bin` beside the registry.
     path: PathBuf,
     /// One save at a time: the periodic task and the stop's save share the
     /// temporary file. It holds the last snapshot, whose memory the next copy
@@ -39,9 +41,13 @@ pub struct MemorySnapshots {
     duration: Histogram,
     /// The copy under the backend's lock: how long reserves and completes wait.
     pause: Histogram,
+    /// When the last save finished, for an alert on a snapshot that lags.
     last_success_unix_ms: AtomicU64,
+    /// The last file's size: it grows with live and settled leases.
     last_bytes: AtomicU64,
+    /// Saves that failed (a full disk, permissions): the previous file stays.
     failures_total: AtomicU64,
+    /// Damaged snapshots moved aside at start.
     damaged_total: AtomicU64,
 }
 

@@ -75,10 +75,14 @@ pub enum SnapshotError {
 /// One limit's held units, as saved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct LimitSnapshot {
+    /// Names the limit in the next process, whose indices differ.
     key: LimitKey,
+    /// A limit redefined with another kind meanwhile is not this one.
     kind: LimitKind,
+    /// Overage recorded as debt, a report that should survive too.
     debt: u64,
-    /// (expires_at_unix_ms, units), earliest first.
+    /// (expires_at_unix_ms, units), earliest first: held units, leased or not
+    /// (evicted leases' and reconciled overage's units are held too).
     holds: Vec<(u64, u64)>,
 }
 
@@ -86,6 +90,7 @@ struct LimitSnapshot {
 /// a generation of the settled-lease memory, copied whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SettledGroup {
+    /// The group's newest settlement: each is remembered from then on.
     settled_at_unix_ms: u64,
     /// (id low, id high, reserved at, fingerprint), oldest first.
     entries: Vec<[u64; 4]>,
@@ -95,13 +100,18 @@ struct SettledGroup {
 /// [`super::MemoryBackend::restore`] puts back after a restart.
 #[derive(Debug, Clone)]
 pub struct MemorySnapshot {
+    /// When it was copied: holds ending by then are not in it, and lease
+    /// holds missing from their limit must have ended by then.
     taken_at_unix_ms: u64,
+    /// The key of settled leases' fingerprints, so a restore computes the same.
     fingerprint_seed: u64,
+    /// Every limit, at the writer's index.
     limits: Vec<LimitSnapshot>,
     /// Live leases in the table's order, see
     /// [`MemorySnapshot::leases_oldest_first`]; their holds name limits by
     /// position in `limits`, which is the writer's limit index.
     leases: Vec<(u128, LiveLease)>,
+    /// Settled leases, a group per generation of the settled memory, oldest first.
     settled: Vec<SettledGroup>,
     /// (id, failed at), oldest first.
     failed: Vec<(u128, u64)>,
@@ -578,6 +588,7 @@ fn read_lease(r: &mut Reader, limits: usize) -> Result<(u128, LiveLease), String
 
 /// Reads the body front to back; every read checks the bytes are there.
 struct Reader<'a> {
+    /// What is left to read.
     bytes: &'a [u8],
 }
 
