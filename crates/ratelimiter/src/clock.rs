@@ -9,7 +9,19 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
     /// Milliseconds since the Unix epoch, monotonic within one process.
     fn now_unix_ms(&self) -> u64;
+
+    /// Microseconds since the Unix epoch, monotonic within one process; its
+    /// whole milliseconds are [`Clock::now_unix_ms`]. A backend rounds a
+    /// grant's instant up with it, so that a hold lasts at least its window
+    /// after the grant however far into a millisecond the grant came. Clocks
+    /// without sub-millisecond time keep the default: whole milliseconds.
+    fn now_unix_micros(&self) -> u64 {
+        self.now_unix_ms() * 1_000
+    }
 }
+
+/// Microseconds in a millisecond, to split a clock's reading.
+const MICROS_PER_MS: u64 = 1_000;
 
 fn system_unix_ms() -> u64 {
     let since_epoch = SystemTime::now()
@@ -44,8 +56,12 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     fn now_unix_ms(&self) -> u64 {
-        let elapsed_ms = u64::try_from(self.anchor.elapsed().as_millis()).expect("elapsed fits u64 ms");
-        self.anchor_unix_ms + elapsed_ms
+        self.now_unix_micros() / MICROS_PER_MS
+    }
+
+    fn now_unix_micros(&self) -> u64 {
+        let elapsed_micros = u64::try_from(self.anchor.elapsed().as_micros()).expect("elapsed fits u64 µs");
+        self.anchor_unix_ms * MICROS_PER_MS + elapsed_micros
     }
 }
 
@@ -76,34 +92,48 @@ impl Default for TokioClock {
 
 impl Clock for TokioClock {
     fn now_unix_ms(&self) -> u64 {
-        let elapsed_ms = u64::try_from(self.anchor.elapsed().as_millis()).expect("elapsed fits u64 ms");
-        self.anchor_unix_ms + elapsed_ms
+        self.now_unix_micros() / MICROS_PER_MS
+    }
+
+    fn now_unix_micros(&self) -> u64 {
+        let elapsed_micros = u64::try_from(self.anchor.elapsed().as_micros()).expect("elapsed fits u64 µs");
+        self.anchor_unix_ms * MICROS_PER_MS + elapsed_micros
     }
 }
 
-/// A clock that moves only when told to. Clones share one time.
+/// A clock that moves only when told to, in microseconds, so tests can grant
+/// inside a millisecond as real clocks do. Clones share one time.
 #[derive(Debug, Clone)]
 pub struct FakeClock {
-    now_unix_ms: Arc<AtomicU64>,
+    now_unix_micros: Arc<AtomicU64>,
 }
 
 impl FakeClock {
     /// A fake clock at `start_unix_ms`.
     pub fn new(start_unix_ms: u64) -> Self {
         Self {
-            now_unix_ms: Arc::new(AtomicU64::new(start_unix_ms)),
+            now_unix_micros: Arc::new(AtomicU64::new(start_unix_ms * MICROS_PER_MS)),
         }
     }
 
     /// Moves time forward by `ms`.
     pub fn advance_ms(&self, ms: u64) {
-        self.now_unix_ms.fetch_add(ms, Ordering::SeqCst);
+        self.advance_micros(ms * MICROS_PER_MS);
+    }
+
+    /// Moves time forward by `micros`: part of a millisecond, for tests of rounding.
+    pub fn advance_micros(&self, micros: u64) {
+        self.now_unix_micros.fetch_add(micros, Ordering::SeqCst);
     }
 }
 
 impl Clock for FakeClock {
     fn now_unix_ms(&self) -> u64 {
-        self.now_unix_ms.load(Ordering::SeqCst)
+        self.now_unix_micros() / MICROS_PER_MS
+    }
+
+    fn now_unix_micros(&self) -> u64 {
+        self.now_unix_micros.load(Ordering::SeqCst)
     }
 }
 
@@ -118,6 +148,8 @@ mod tests {
         assert_eq!(clock.now_unix_ms(), 1_000);
         other.advance_ms(250);
         assert_eq!(clock.now_unix_ms(), 1_250);
+        other.advance_micros(999);
+        assert_eq!((clock.now_unix_ms(), clock.now_unix_micros()), (1_250, 1_250_999));
     }
 
     #[test]
@@ -126,6 +158,7 @@ mod tests {
         let a = clock.now_unix_ms();
         let b = clock.now_unix_ms();
         assert!(b >= a);
+        assert!(clock.now_unix_micros() / 1_000 >= b);
         assert!(a.abs_diff(system_unix_ms()) < 1_000);
     }
 

@@ -113,6 +113,15 @@ impl<V> RecentIds<V> {
         }
     }
 
+    /// Every id remembered with the time it was remembered from, oldest first:
+    /// what a snapshot saves.
+    pub fn iter_oldest_first(&self) -> impl Iterator<Item = (u128, u64)> + '_ {
+        self.order
+            .iter()
+            .copied()
+            .filter(|(id, since)| self.entries.get(id).is_some_and(|(s, _)| s == since))
+    }
+
     /// Ids remembered now.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -58,6 +58,35 @@ async fn rolling_hints_are_the_exact_time_until_enough_units_expire() {
     assert_allowed("at the hint", &f.reserve_new(&[(&tpm, 1)]).await.1);
 }
 
+/// A grant 0.9 ms into a millisecond holds for its whole window and timeout
+/// after the grant, not until the window after the millisecond began (issue
+/// 15: truncated, a later grant overlapped the end of the window by a
+/// fraction of a millisecond). The hint, waited out from the same instant,
+/// lands where the units are free.
+#[tokio::test]
+async fn holds_last_their_whole_window_after_a_grant_inside_a_millisecond() {
+    let h = harness(exact());
+    let f = Fixture::new(&h).await;
+    let rpm = f.rolling("rpm", 1, 1).await;
+    let inflight = f.concurrency("inflight", 1, 1).await;
+    h.clock().advance_micros(900);
+    assert_allowed(
+        "granted at +0.9 ms",
+        &f.reserve_new(&[(&rpm, 1), (&inflight, 1)]).await.1,
+    );
+    // 999.6 ms after the grant: the window and the timeout have not passed.
+    h.clock().advance_micros(999_600);
+    let outcome = f.reserve_new(&[(&rpm, 1)]).await.1;
+    let hint = assert_insufficient("window not over", &outcome, &rpm);
+    assert_eq!(hint, 1, "the hold ends at the next whole millisecond");
+    let outcome = f.reserve_new(&[(&inflight, 1)]).await.1;
+    assert_insufficient("timeout not over", &outcome, &inflight);
+    assert_eq!(f.in_use(&rpm).await, 1);
+    // 1,000.1 ms after the grant, both have ended.
+    h.clock().advance_micros(500);
+    assert_allowed("window over", &f.reserve_new(&[(&rpm, 1), (&inflight, 1)]).await.1);
+}
+
 #[tokio::test]
 async fn rolling_hints_add_bounded_jitter() {
     let h = harness(MemoryConfig::default());

@@ -8,6 +8,7 @@ use ratelimiter::metrics::BackendMetrics;
 use ratelimiter::{Backend, SystemClock};
 
 use crate::config::{BackendKind, Config};
+use crate::snapshots::{snapshot_path, MemoryMetrics, MemorySnapshots};
 
 /// The backend chosen at startup, and the same backend as the exporter of its
 /// own counters.
@@ -16,14 +17,34 @@ pub struct SelectedBackend {
     pub backend: Arc<dyn Backend>,
     /// Appends the backend's counters to `/metrics`.
     pub metrics: Arc<dyn BackendMetrics>,
+    /// The memory backend's snapshots; `None` on TigerBeetle, which keeps its
+    /// state itself.
+    pub snapshots: Option<Arc<MemorySnapshots>>,
 }
 
 impl SelectedBackend {
-    /// Serves `backend` and exports its counters.
+    /// Serves `backend` and exports its counters; no snapshots (a backend
+    /// that keeps its state itself, or a test's).
     pub fn of<B: Backend + BackendMetrics + 'static>(backend: Arc<B>) -> Self {
         Self {
             backend: backend.clone(),
             metrics: backend,
+            snapshots: None,
+        }
+    }
+
+    /// The memory backend with its snapshots beside the registry.
+    fn memory(backend: MemoryBackend, config: &Config) -> Self {
+        let backend = Arc::new(backend);
+        let path = snapshot_path(&config.registry.path);
+        let snapshots = Arc::new(MemorySnapshots::new(backend.clone(), path));
+        Self {
+            backend: backend.clone(),
+            metrics: Arc::new(MemoryMetrics {
+                backend,
+                snapshots: snapshots.clone(),
+            }),
+            snapshots: Some(snapshots),
         }
     }
 }
@@ -31,10 +52,10 @@ impl SelectedBackend {
 /// Builds the configured backend. The error says what to fix.
 pub async fn build(config: &Config) -> Result<SelectedBackend, String> {
     match config.server.backend {
-        BackendKind::Memory => Ok(SelectedBackend::of(Arc::new(MemoryBackend::new(
-            Arc::new(SystemClock::new()),
-            memory_config(config),
-        )))),
+        BackendKind::Memory => Ok(SelectedBackend::memory(
+            MemoryBackend::new(Arc::new(SystemClock::new()), memory_config(config)),
+            config,
+        )),
         BackendKind::Tigerbeetle => build_tigerbeetle(config).await,
     }
 }

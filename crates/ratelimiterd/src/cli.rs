@@ -41,6 +41,8 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
     leases_max: 100000                 # live leases kept for reconciliation
     settled_leases_max: 1000000        # completed lease ids remembered for idempotent retries
     failed_leases_max: 500000          # denied lease ids remembered
+    snapshot_interval_ms: 1000         # live state saved beside the registry (0: only at a graceful stop)
+    damaged_snapshot: start_fresh      # or refuse: a damaged snapshot at start is moved aside, or stops it
   tigerbeetle:
     cluster_id: \"0\"
     addresses: [\"127.0.0.1:3000\"]
@@ -68,8 +70,12 @@ Every entry is optional; unknown entries are errors. /healthz and /metrics need 
 #[command(name = "ratelimiterd", version, about = ABOUT, long_about = LONG_ABOUT)]
 pub struct Cli {
     /// YAML configuration file (see --help for every entry). Default: built-in defaults.
-    #[arg(long, short = 'c', value_name = "PATH")]
+    #[arg(long, short = 'c', value_name = "PATH", global = true)]
     pub config: Option<PathBuf>,
+    /// How the operator commands reach the server: global, so `--url` and
+    /// `--token` go before or after the subcommand alike, as `--config` does.
+    #[command(flatten)]
+    pub remote: Remote,
     /// What to do; default: run the server.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -87,9 +93,6 @@ pub enum Command {
         /// Which limits operation.
         #[command(subcommand)]
         command: LimitsCommand,
-        /// How to reach the server.
-        #[command(flatten)]
-        remote: Remote,
     },
     /// Try one reservation on a running server; prints the answer. Exit 0 when
     /// allowed, 3 when denied, 1 on error.
@@ -103,9 +106,6 @@ pub enum Command {
         /// The logical job id, for logs.
         #[arg(long)]
         job_id: Option<String>,
-        /// How to reach the server.
-        #[command(flatten)]
-        remote: Remote,
     },
     /// Complete a lease on a running server.
     Complete {
@@ -115,9 +115,6 @@ pub enum Command {
         /// An actual usage `KEY=AMOUNT` of a rolling limit; repeat for several.
         #[arg(long = "actual", short = 'a', value_name = "KEY=AMOUNT", value_parser = parse_actual)]
         actuals: Vec<Actual>,
-        /// How to reach the server.
-        #[command(flatten)]
-        remote: Remote,
     },
 }
 
@@ -182,17 +179,28 @@ pub enum OverageArg {
     Debt,
 }
 
-/// How to reach a running server.
+/// How to reach a running server. Every option is global: it may come before
+/// or after the subcommand (`ratelimiterd --url U limits list` and
+/// `ratelimiterd limits list --url U` are the same command).
 #[derive(Debug, Args)]
 pub struct Remote {
-    /// The server's base URL.
-    #[arg(long, env = "RATELIMITERD_URL", default_value = "http://127.0.0.1:8080")]
-    pub url: String,
+    /// The server's base URL, or the servers of a fleet in failover order:
+    /// repeat `--url` or separate with commas (at most 16). A transport error
+    /// or a 503 is retried on the next server with the same lease id.
+    #[arg(
+        long = "url",
+        env = "RATELIMITERD_URL",
+        default_value = "http://127.0.0.1:8080",
+        value_delimiter = ',',
+        num_args = 1..,
+        global = true
+    )]
+    pub urls: Vec<String>,
     /// Bearer token (admin token for `limits`, client or admin token otherwise).
-    #[arg(long, env = "RATELIMITERD_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "RATELIMITERD_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
     /// Timeout of one attempt, in ms.
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = 5_000, global = true)]
     pub timeout_ms: u64,
 }
 
@@ -216,7 +224,7 @@ impl Remote {
         HttpClient::new(HttpClientConfig {
             token: self.token.clone(),
             request_timeout_ms: self.timeout_ms,
-            ..HttpClientConfig::new(&self.url)
+            ..HttpClientConfig::fleet(self.urls.iter().cloned())
         })
         .map_err(|e| e.to_string())
     }
@@ -253,10 +261,10 @@ pub fn load_config(path: Option<&PathBuf>) -> Result<Config, String> {
 }
 
 /// Runs a client subcommand and prints its JSON answer on standard output.
-pub async fn run_client(command: Command) -> Result<ExitCode, String> {
+pub async fn run_client(command: Command, remote: &Remote) -> Result<ExitCode, String> {
     let print = |value: serde_json::Value| println!("{}", serde_json::to_string_pretty(&value).expect("json"));
     match command {
-        Command::Limits { command, remote } => {
+        Command::Limits { command } => {
             let client = remote.client()?;
             match command {
                 LimitsCommand::Put(args) => print(json(&client.put_limit(&args.definition()?).await.map_err(err)?)),
@@ -272,7 +280,6 @@ pub async fn run_client(command: Command) -> Result<ExitCode, String> {
             requirements,
             lease_id,
             job_id,
-            remote,
         } => {
             let lease_id = lease_id.unwrap_or_else(LeaseId::generate);
             let request = ReserveRequest::new(lease_id, job_id, requirements).map_err(|e| e.to_string())?;
@@ -285,11 +292,7 @@ pub async fn run_client(command: Command) -> Result<ExitCode, String> {
                 ReserveOutcome::Denied(_) => ExitCode::from(EXIT_DENIED),
             })
         }
-        Command::Complete {
-            lease_id,
-            actuals,
-            remote,
-        } => {
+        Command::Complete { lease_id, actuals } => {
             let request = CompleteRequest::new(lease_id, None, actuals).map_err(|e| e.to_string())?;
             remote.client()?.complete(&request).await.map_err(err)?;
             print(serde_json::json!({"ok": true}));
@@ -305,4 +308,55 @@ fn err(e: ratelimiter::LimiterError) -> String {
 
 fn json<T: serde::Serialize>(value: &T) -> serde_json::Value {
     serde_json::to_value(value).expect("answers serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("ratelimiterd").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn remote_options_go_before_or_after_the_subcommand() {
+        let url = "http://127.0.0.1:9999";
+        let token = "operator-token-0123456789";
+        for args in [
+            &["--url", url, "--token", token, "limits", "list"][..],
+            &["limits", "--url", url, "--token", token, "list"],
+            &["limits", "list", "--url", url, "--token", token],
+            &["--url", url, "limits", "list", "--token", token],
+        ] {
+            let cli = parse(args);
+            assert_eq!(cli.remote.urls, [url], "{args:?}");
+            assert_eq!(cli.remote.token.as_deref(), Some(token), "{args:?}");
+            assert!(matches!(
+                cli.command,
+                Some(Command::Limits {
+                    command: LimitsCommand::List
+                })
+            ));
+        }
+        let fleet = ["http://127.0.0.1:8080", "http://127.0.0.1:8081"];
+        for args in [
+            &["--url", "http://127.0.0.1:8080,http://127.0.0.1:8081", "limits", "list"][..],
+            &["limits", "list", "--url", fleet[0], "--url", fleet[1]],
+        ] {
+            assert_eq!(parse(args).remote.urls, fleet, "a fleet's servers in order: {args:?}");
+        }
+        let cli = parse(&["--timeout-ms", "7", "reserve", "-r", "k=1"]);
+        assert_eq!(cli.remote.timeout_ms, 7);
+        let cli = parse(&[
+            "complete",
+            "--lease-id",
+            "01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            "--timeout-ms",
+            "9",
+        ]);
+        assert_eq!(cli.remote.timeout_ms, 9);
+        let cli = parse(&["check-config", "--config", "/etc/rl.yaml"]);
+        assert_eq!(cli.config.as_deref(), Some(std::path::Path::new("/etc/rl.yaml")));
+    }
 }

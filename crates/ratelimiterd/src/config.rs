@@ -105,7 +105,8 @@ pub struct Config {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
-    /// In-process limits: one server, no dependency, lost on restart except definitions.
+    /// In-process limits: one server, no dependency; live state kept across
+    /// restarts by snapshots beside the registry (`memory.snapshot_interval_ms`).
     #[default]
     Memory,
     /// A TigerBeetle cluster: needs the `tigerbeetle` cargo feature.
@@ -203,7 +204,41 @@ pub struct MemorySection {
     pub settled_leases_max: usize,
     /// Denied lease ids remembered so that a retry with one stays denied.
     pub failed_leases_max: usize,
+    /// How often the live state (units held, leases, settled and denied ids)
+    /// is saved beside the registry, so a SIGKILL loses at most the grants of
+    /// the last interval; 0 saves only on a graceful stop. Otherwise
+    /// [`SNAPSHOT_INTERVAL_MS_MIN`]..=[`SNAPSHOT_INTERVAL_MS_LIMIT`].
+    pub snapshot_interval_ms: u64,
+    /// What a start does when the snapshot file is damaged.
+    pub damaged_snapshot: DamagedSnapshotPolicy,
 }
+
+/// What the server does at start when its memory snapshot is damaged
+/// (unreadable as a whole snapshot: torn, flipped bits, another format).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DamagedSnapshotPolicy {
+    /// Move the file aside as `<file>.damaged-<unix ms>`, log an error naming
+    /// both, count it in `ratelimiterd_memory_snapshot_damaged_total`, and
+    /// serve with nothing held: availability first, since the provider's own
+    /// limits still bound the over-admission (README, "Restarts").
+    #[default]
+    StartFresh,
+    /// Refuse to start, naming the file and the two ways on: for deployments
+    /// where forgetting a window of spend (a daily budget) is worse than an outage.
+    Refuse,
+}
+
+/// How often the memory backend's live state is saved by default: a SIGKILL
+/// then loses at most a second of grants, and a snapshot of 100,000 live
+/// leases pauses reserves for a few ms (BENCHMARKS.md, "Memory snapshots").
+pub const SNAPSHOT_INTERVAL_MS_DEFAULT: u64 = 1_000;
+/// The shortest snapshot interval (besides 0, off): each snapshot copies the
+/// whole live state under the lock, so shorter intervals would spend a large
+/// share of the lock on copies at 100,000 live leases.
+pub const SNAPSHOT_INTERVAL_MS_MIN: u64 = 100;
+/// The longest snapshot interval: an hour of grants is the most a SIGKILL may lose.
+pub const SNAPSHOT_INTERVAL_MS_LIMIT: u64 = 3_600_000;
 
 /// The most leases, settled or failed lease ids that may be configured: at most
 /// about 200 bytes each, so at most a few GiB.
@@ -215,6 +250,8 @@ impl Default for MemorySection {
             leases_max: ratelimiter::memory::LEASES_MAX_DEFAULT,
             settled_leases_max: ratelimiter::memory::SETTLED_LEASES_MAX_DEFAULT,
             failed_leases_max: ratelimiter::memory::FAILED_LEASES_MAX_DEFAULT,
+            snapshot_interval_ms: SNAPSHOT_INTERVAL_MS_DEFAULT,
+            damaged_snapshot: DamagedSnapshotPolicy::StartFresh,
         }
     }
 }
@@ -341,6 +378,14 @@ impl Config {
             .map_err(|m| invalid("memory.settled_leases_max", m))?;
         check_range(self.memory.failed_leases_max as u64, 1, MEMORY_ENTRIES_MAX_LIMIT as u64)
             .map_err(|m| invalid("memory.failed_leases_max", m))?;
+        if self.memory.snapshot_interval_ms != 0 {
+            check_range(
+                self.memory.snapshot_interval_ms,
+                SNAPSHOT_INTERVAL_MS_MIN,
+                SNAPSHOT_INTERVAL_MS_LIMIT,
+            )
+            .map_err(|m| invalid("memory.snapshot_interval_ms", format!("0 (off) or {m}")))?;
+        }
         self.validate_tigerbeetle(path)?;
         self.log
             .level
@@ -415,6 +460,18 @@ mod tests {
         assert_eq!(config.decrease.retry_ms, 10_000);
         assert_eq!(config.server.backend, BackendKind::Memory);
         assert!(!config.server.echo_route);
+        assert_eq!(config.memory.snapshot_interval_ms, SNAPSHOT_INTERVAL_MS_DEFAULT);
+        assert_eq!(config.memory.damaged_snapshot, DamagedSnapshotPolicy::StartFresh);
+    }
+
+    #[test]
+    fn snapshots_can_be_periodic_or_only_at_a_graceful_stop() {
+        let config = parse("memory:\n  snapshot_interval_ms: 0\n  damaged_snapshot: refuse\n").unwrap();
+        assert_eq!(config.memory.snapshot_interval_ms, 0);
+        assert_eq!(config.memory.damaged_snapshot, DamagedSnapshotPolicy::Refuse);
+        assert!(parse("memory:\n  damaged_snapshot: ignore\n")
+            .unwrap_err()
+            .contains("damaged_snapshot"));
     }
 
     #[test]
@@ -460,6 +517,11 @@ mod tests {
                 "server.concurrent_requests_max",
             ),
             ("memory:\n  settled_leases_max: 1\n", "memory.settled_leases_max"),
+            ("memory:\n  snapshot_interval_ms: 99\n", "memory.snapshot_interval_ms"),
+            (
+                "memory:\n  snapshot_interval_ms: 3600001\n",
+                "memory.snapshot_interval_ms",
+            ),
         ];
         for (text, entry) in cases {
             let message = parse(text).unwrap_err();

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod overload;
 pub mod server;
 pub mod shutdown;
+pub mod snapshots;
 pub mod state;
 
 pub use app::app;

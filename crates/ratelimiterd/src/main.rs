@@ -22,7 +22,7 @@ fn main() -> ExitCode {
                 println!("configuration is valid");
                 Ok(ExitCode::SUCCESS)
             }
-            Some(command) => cli::run_client(command).await,
+            Some(command) => cli::run_client(command, &cli.remote).await,
         }
     });
     result.unwrap_or_else(|message| {

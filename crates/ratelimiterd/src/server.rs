@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ratelimiter::registry::{Registry, RegistryError};
@@ -12,6 +13,7 @@ use tokio::net::TcpListener;
 use crate::app::app;
 use crate::config::Config;
 use crate::shutdown::Shutdown;
+use crate::snapshots::MemorySnapshots;
 use crate::state::AppState;
 use crate::{backend, connections, decrease};
 
@@ -32,6 +34,10 @@ pub enum ServerError {
         /// The backend's error.
         message: String,
     },
+    /// The memory snapshot could not be restored (the message names the file
+    /// and what the operator can do).
+    #[error("{0}")]
+    Snapshot(String),
     /// The listen address could not be bound, or serving failed.
     #[error("listen {addr}: {source}")]
     Io {
@@ -51,6 +57,8 @@ pub struct ServeOptions {
     pub shutdown_grace: Duration,
     /// The most connections open at once.
     pub connections_max: usize,
+    /// How often the memory backend's state is saved; `None`: only at the stop.
+    pub snapshot_interval: Option<Duration>,
 }
 
 impl ServeOptions {
@@ -60,12 +68,15 @@ impl ServeOptions {
             decrease_check_interval: Duration::from_millis(config.decrease.check_interval_ms),
             shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
             connections_max: config.server.connections_max,
+            snapshot_interval: (config.memory.snapshot_interval_ms > 0)
+                .then(|| Duration::from_millis(config.memory.snapshot_interval_ms)),
         }
     }
 }
 
-/// Builds the server's state from `config`: the backend, the registry, and every
-/// persisted state applied to the backend. On TigerBeetle the cluster keeps the
+/// Builds the server's state from `config`: the backend, the registry, every
+/// persisted state applied to the backend, then (memory backend) the live
+/// state of the last snapshot. On TigerBeetle the cluster keeps the
 /// definitions: the registry file is not used, except that limits of a file
 /// written by a server of the same data directory before are moved into the
 /// cluster once.
@@ -79,6 +90,12 @@ pub async fn start(config: &Config) -> Result<AppState, ServerError> {
         let state = AppState::new(backend, Some(Registry::open(&config.registry.path)?), config);
         let restored = state.admin().restore().await.map_err(restore_error)?;
         tracing::info!(restored, registry = %config.registry.path.display(), "limits restored");
+        // The memory backend's live state comes after the limits it refers to.
+        if let Some(snapshots) = state.snapshots() {
+            snapshots
+                .restore_at_start(config.memory.damaged_snapshot)
+                .map_err(ServerError::Snapshot)?;
+        }
         return Ok(state);
     }
     let state = AppState::new(backend, None, config);
@@ -105,6 +122,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         .map_err(|source| ServerError::Io { addr, source })
 }
 
+/// The stop's snapshot, once no request runs any more: it holds every grant.
+/// The periodic task finishes the save it may be making first (they share the
+/// temporary file).
+async fn save_at_stop(snapshots: &Arc<MemorySnapshots>, periodic: Option<tokio::task::JoinHandle<()>>) {
+    if let Some(periodic) = periodic {
+        let _ = periodic.await;
+    }
+    if snapshots.save_in_background().await {
+        tracing::info!(snapshot = %snapshots.path().display(), "memory snapshot saved at stop");
+    }
+}
+
 /// Serves `state` on `listener` until `shutdown` completes, then stops accepting,
 /// lets in-flight requests finish for up to the grace period, and returns.
 pub async fn serve(
@@ -120,6 +149,11 @@ pub async fn serve(
         options.decrease_check_interval,
         shutdown.clone(),
     ));
+    let snapshots = state.snapshots().cloned();
+    let periodic = match (&snapshots, options.snapshot_interval) {
+        (Some(snapshots), Some(interval)) => Some(tokio::spawn(snapshots.clone().run(interval, shutdown.clone()))),
+        _ => None,
+    };
     tracing::info!(addr = %local, "listening");
     connections::serve(
         listener,
@@ -133,6 +167,9 @@ pub async fn serve(
     // making (persist, then apply) is let finish, within the grace period.
     if tokio::time::timeout(options.shutdown_grace, decreases).await.is_err() {
         tracing::warn!("the decrease task did not stop within the grace period");
+    }
+    if let Some(snapshots) = snapshots {
+        save_at_stop(&snapshots, periodic).await;
     }
     tracing::info!("stopped");
     Ok(())

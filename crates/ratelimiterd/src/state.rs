@@ -14,6 +14,7 @@ use crate::auth::Auth;
 use crate::backend::SelectedBackend;
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::snapshots::MemorySnapshots;
 
 /// The state behind every route.
 #[derive(Clone)]
@@ -24,6 +25,7 @@ pub struct AppState {
 struct Shared {
     backend: Arc<dyn Backend>,
     backend_metrics: Arc<dyn BackendMetrics>,
+    snapshots: Option<Arc<MemorySnapshots>>,
     admin: Admin,
     metrics: Arc<Metrics>,
     auth: Arc<Auth>,
@@ -44,6 +46,7 @@ impl AppState {
                 admin: Admin::new(selected.backend.clone(), registry),
                 backend: selected.backend,
                 backend_metrics: selected.metrics,
+                snapshots: selected.snapshots,
                 metrics: Arc::new(Metrics::default()),
                 auth: Arc::new(Auth::new(server.admin_token.as_deref(), &server.client_tokens)),
                 permits: Arc::new(Semaphore::new(server.concurrent_requests_max)),
@@ -61,6 +64,10 @@ impl AppState {
     /// The backend's own counters.
     pub fn backend_metrics(&self) -> &Arc<dyn BackendMetrics> {
         &self.shared.backend_metrics
+    }
+    /// The memory backend's snapshots, when it is the backend.
+    pub fn snapshots(&self) -> Option<&Arc<MemorySnapshots>> {
+        self.shared.snapshots.as_ref()
     }
     /// Limit definitions: registry and backend together.
     pub fn admin(&self) -> &Admin {

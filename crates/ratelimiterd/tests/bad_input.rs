@@ -971,6 +971,53 @@ fn unknown_routes_methods_and_http_level_garbage_are_answered_and_survived() {
     assert_eq!(f.snapshot(), before);
 }
 
+/// The size of the oversized bodies below: the 8 MiB of issue 15, far past
+/// the default 64 KiB limit and far more than the kernel buffers for a
+/// connection, so the client's writes complete only if the server reads.
+const OVERSIZED_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// A client that writes a whole oversized body before reading, as Python's
+/// `urllib` does, reads its 413 (issue 15): the server drains the body before
+/// answering instead of closing with the bytes unread, which made the kernel
+/// reset the connection. With `Content-Length` and chunked alike.
+#[test]
+fn an_oversized_body_written_whole_before_reading_gets_its_413() {
+    let f = Fixture::start("drain", "");
+    let before = f.snapshot();
+    let head = |framing: &str| {
+        format!("POST /v1/reserve HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {CLIENT_TOKEN}\r\n{framing}\r\n")
+    };
+    let mut declared = head(&format!("content-length: {OVERSIZED_BODY_BYTES}\r\n")).into_bytes();
+    declared.resize(declared.len() + OVERSIZED_BODY_BYTES, b'x');
+    let mut chunked = head("transfer-encoding: chunked\r\n").into_bytes();
+    let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+    for _ in 0..OVERSIZED_BODY_BYTES / 0x10000 {
+        chunked.extend_from_slice(chunk.as_bytes());
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    for (what, bytes) in [("content-length", declared), ("chunked", chunked)] {
+        let mut stream = std::net::TcpStream::connect(f.addr()).expect("connect");
+        stream.set_read_timeout(Some(WAIT_MAX)).unwrap();
+        stream.set_write_timeout(Some(WAIT_MAX)).unwrap();
+        std::io::Write::write_all(&mut stream, &bytes)
+            .unwrap_or_else(|e| panic!("{what}: the server stopped reading the body: {e}"));
+        let mut answer = Vec::new();
+        let mut buffer = [0u8; 4096];
+        // Read until the JSON body has arrived (the connection may stay open).
+        while !answer.ends_with(b"}") {
+            match std::io::Read::read(&mut stream, &mut buffer) {
+                Ok(0) => break,
+                Ok(n) => answer.extend_from_slice(&buffer[..n]),
+                Err(e) => panic!("{what}: no answer after the whole body: {e}"),
+            }
+        }
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 413 "), "{what}: {text}");
+        assert!(text.contains("payload_too_large: "), "{what}: {text}");
+    }
+    assert_eq!(f.snapshot(), before);
+}
+
 #[test]
 fn slow_clients_are_timed_out_and_others_are_served_meanwhile() {
     let f = Fixture::start("slow", "  request_timeout_ms: 1000\n");

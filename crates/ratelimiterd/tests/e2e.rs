@@ -18,8 +18,8 @@ use support::raw::{self, Session};
 use support::{temp_dir, write_config_on, BackendConfig, Daemon, ADMIN_TOKEN, BIN, CLIENT_TOKEN, WAIT_MAX};
 
 /// Starts the binary on the memory backend, whatever the environment says (the
-/// restart test counts on usage being gone after a restart), with `sections`
-/// after the base configuration.
+/// restart test counts on the memory backend's snapshot keeping usage across a
+/// restart), with `sections` after the base configuration.
 fn start(dir: &Path, sections: &str) -> Daemon {
     Daemon::start_on(dir, BackendConfig::Memory, "", sections)
 }
@@ -174,9 +174,10 @@ async fn limits_survive_restarts_including_a_pending_decrease() {
         .await
         .unwrap();
     let client = server.client(CLIENT_TOKEN);
-    for _ in 0..3 {
+    let leases = [(); 3].map(|()| LeaseId::generate());
+    for lease in leases {
         let request = ReserveRequest::new(
-            LeaseId::generate(),
+            lease,
             None,
             vec![Requirement {
                 key: key.clone(),
@@ -223,10 +224,15 @@ async fn limits_survive_restarts_including_a_pending_decrease() {
     ));
     drop(server);
 
-    // With frequent checks and no usage left after the restart, the decrease is
-    // carried out and persisted.
+    // The 3 units are still held after the restarts (the memory snapshot), so the
+    // decrease waits; once the leases complete, it is carried out and persisted.
     let server = start(&dir, "decrease:\n  check_interval_ms: 20\n");
     let admin = server.client(ADMIN_TOKEN);
+    assert_eq!(admin.limit(&key).await.unwrap().unwrap().in_use, 3);
+    for lease in leases {
+        let complete = ratelimiter::CompleteRequest::new(lease, None, Vec::new()).unwrap();
+        server.client(CLIENT_TOKEN).complete(&complete).await.unwrap();
+    }
     let deadline = Instant::now() + WAIT_MAX;
     loop {
         let report = admin.limit(&key).await.unwrap().unwrap();
@@ -371,6 +377,22 @@ fn the_operator_cli_talks_to_the_server() {
     assert_eq!((code, answer), (0, json!({"ok": true})));
     let (code, _, _) = cli(&["reserve", "-r", "global:tpm=30"], &url, CLIENT_TOKEN);
     assert_eq!(code, 0);
+    // `--url` and `--token` before the subcommand as well as after it (issue 15).
+    for args in [
+        &["--url", &url, "--token", ADMIN_TOKEN, "limits", "list"][..],
+        &["limits", "list", "--url", &url, "--token", ADMIN_TOKEN],
+    ] {
+        let output = Command::new(BIN)
+            .args(args)
+            .env_remove("RATELIMITERD_URL")
+            .env_remove("RATELIMITERD_TOKEN")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+        let list: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(list.as_array().map(Vec::len), Some(1), "{args:?}");
+    }
 }
 
 #[test]

@@ -124,6 +124,11 @@ impl ExpiryQueue {
         None
     }
 
+    /// Every instant kept with its units, earliest first: what a snapshot saves.
+    pub fn buckets(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.buckets.iter().map(|b| (b.expires_at_unix_ms, b.units))
+    }
+
     /// The earliest instant still kept, if any.
     pub fn first_expiry_unix_ms(&self) -> Option<u64> {
         self.buckets.front().map(|b| b.expires_at_unix_ms)

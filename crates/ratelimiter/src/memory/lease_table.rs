@@ -71,6 +71,11 @@ impl LiveLease {
         }
     }
 
+    /// Its insertion number in its table: a lower one is older, evicted first.
+    pub fn age(&self) -> u64 {
+        self.sequence
+    }
+
     /// The hold on `limit`, if the lease has one.
     pub fn hold(&self, limit: LimitIndex) -> Option<&LeaseHold> {
         let holds = self.holds();
@@ -109,6 +114,13 @@ impl LeaseTable {
     /// The number of live leases.
     pub fn len(&self) -> usize {
         self.leases.len()
+    }
+
+    /// Every live lease, in no order: what a snapshot copies. A walk of the
+    /// map's memory in order, several times faster than following the age
+    /// order's random lookups; [`LiveLease::age`] sorts them afterwards.
+    pub fn iter(&self) -> impl Iterator<Item = (u128, &LiveLease)> + '_ {
+        self.leases.iter().map(|(&id, lease)| (id, lease))
     }
 
     /// Adds a lease that is not in the table; returns the oldest one when it had

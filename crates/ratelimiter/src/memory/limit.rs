@@ -91,6 +91,23 @@ impl Limit {
         self.holds.in_use()
     }
 
+    /// Every hold as (expiry instant, units), earliest first, as of the last
+    /// [`Limit::expire`]: what a snapshot saves.
+    pub fn holds(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.holds.buckets()
+    }
+
+    /// Can `units` be held until `expires_at_unix_ms` whatever the capacity?
+    /// A restore puts back what was held, so only the instant bound applies.
+    pub fn can_hold(&self, expires_at_unix_ms: u64) -> bool {
+        self.holds.can_hold(expires_at_unix_ms)
+    }
+
+    /// The recorded debt.
+    pub fn debt(&self) -> u64 {
+        self.debt
+    }
+
     /// Adds overage to the debt (saturating: debt is a report, not a balance).
     pub fn add_debt(&mut self, units: u64) {
         self.debt = self.debt.saturating_add(units);

@@ -14,6 +14,7 @@ mod expiry_queue;
 mod lease_table;
 mod limit;
 mod settled_leases;
+mod snapshot;
 mod stack_vec;
 mod state;
 
@@ -34,6 +35,7 @@ pub use config::{MemoryConfig, DECREASE_RETRY_MS_DEFAULT, FAILED_LEASES_MAX_DEFA
 pub use config::{SETTLED_LEASES_MAX_DEFAULT, SETTLED_LEASES_MAX_LIMIT};
 pub use counters::MemoryCounters;
 pub use expiry_queue::EXPIRY_INSTANTS_MAX;
+pub use snapshot::{MemorySnapshot, RestoreReport, SnapshotError, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_MAGIC};
 pub use state::{LEASE_MEMORY_MARGIN_MS, LIMITS_MAX};
 
 use combining_lock::CombiningLock;
@@ -79,6 +81,43 @@ impl MemoryBackend {
     pub fn counters(&self) -> MemoryCounters {
         self.state.run(|state| state.counters())
     }
+
+    /// The live state now, to save with [`MemorySnapshot::write_atomic`] and
+    /// put back after a restart with [`MemoryBackend::restore`]. Only plain
+    /// copies are made under the lock; encoding happens outside it.
+    pub fn snapshot(&self) -> MemorySnapshot {
+        let mut snapshot = MemorySnapshot::empty();
+        self.snapshot_into(&mut snapshot);
+        snapshot
+    }
+
+    /// Like [`MemoryBackend::snapshot`], over `snapshot`'s content and into
+    /// its memory: periodic snapshots reuse one, so the copy under the lock
+    /// writes to pages already in memory (BENCHMARKS.md, "Memory snapshots").
+    pub fn snapshot_into(&self, snapshot: &mut MemorySnapshot) {
+        let now_unix_ms = self.clock.now_unix_ms();
+        self.state.run(|state| snapshot.copy_from(state, now_unix_ms));
+    }
+
+    /// Puts `snapshot` back, as of the clock's now: define the limits first
+    /// (from the registry), then restore before serving anything. Holds that
+    /// ended meanwhile and limits no longer defined are left out (the report
+    /// counts them); settled and denied lease ids keep answering replays.
+    pub fn restore(&self, snapshot: &MemorySnapshot) -> Result<RestoreReport, SnapshotError> {
+        let now_unix_ms = self.clock.now_unix_ms();
+        self.state.run(|state| state.restore(snapshot, now_unix_ms))
+    }
+}
+
+/// The instants of a reserve: now in whole milliseconds, rounded down, for
+/// what has expired (a hold ends once its instant is reached); and the grant's
+/// instant rounded up, from which its holds last their window or timeout. A
+/// grant 12.9 ms into a second then ends at 13 ms + window, never before its
+/// window has passed since the grant (rounded down it ended at 12 ms + window,
+/// up to 1 ms early: issue 15). At whole milliseconds the two are equal.
+fn grant_instants(clock: &dyn Clock) -> (u64, u64) {
+    let now_unix_micros = clock.now_unix_micros();
+    (now_unix_micros / 1_000, now_unix_micros.div_ceil(1_000))
 }
 
 impl BackendMetrics for MemoryBackend {
@@ -91,9 +130,9 @@ impl BackendMetrics for MemoryBackend {
 impl Limiter for MemoryBackend {
     async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
         // The clock is read outside the lock to keep the critical section short.
-        let now_unix_ms = self.clock.now_unix_ms();
+        let (now_unix_ms, granted_unix_ms) = grant_instants(self.clock.as_ref());
         self.state
-            .run(|state| state.reserve(request, now_unix_ms, &self.jitter))
+            .run(|state| state.reserve(request, now_unix_ms, granted_unix_ms, &self.jitter))
     }
 
     async fn complete(&self, request: &CompleteRequest) -> Result<(), LimiterError> {

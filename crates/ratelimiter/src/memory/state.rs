@@ -32,22 +32,30 @@ pub const LIMITS_MAX: usize = 1 << 20;
 /// with the same id is still answered as TigerBeetle (which never forgets) would.
 pub const LEASE_MEMORY_MARGIN_MS: u64 = 60_000;
 
-/// The memory backend's data.
+/// The memory backend's data. The fields the snapshot reads and restores
+/// (`snapshot.rs`) are visible to the memory module.
 #[derive(Debug)]
 pub struct MemoryState {
     config: MemoryConfig,
-    index: FastMap<LimitKey, LimitIndex>,
-    limits: Vec<Limit>,
-    leases: LeaseTable,
-    settled: SettledLeases,
-    failed: RecentIds<()>,
-    /// Seeds the fingerprints of settled leases' requirements: 64-bit keyed
-    /// hashes, so a retry with other requirements is told apart unless it
-    /// collides, with odds of 2^-64 for a caller already misusing the id.
-    fingerprints: foldhash::quality::RandomState,
+    pub(super) index: FastMap<LimitKey, LimitIndex>,
+    pub(super) limits: Vec<Limit>,
+    pub(super) leases: LeaseTable,
+    pub(super) settled: SettledLeases,
+    pub(super) failed: RecentIds<()>,
+    /// The secret of the fingerprints of settled leases' requirements: 64-bit
+    /// keyed hashes, so a retry with other requirements is told apart unless
+    /// it collides, with odds of 2^-64 for a caller already misusing the id.
+    /// Random per process, and saved in a snapshot so that a restored process
+    /// computes the same fingerprints.
+    pub(super) fingerprint_seed: u64,
+    fingerprints: foldhash::quality::SeedableRandomState,
+    /// Per limit index, a stable 64-bit hash of its key, which fingerprints
+    /// hash instead of the index: indices depend on the order limits were
+    /// defined in, which a restart changes, and fingerprints must survive one.
+    fingerprint_tags: Vec<u64>,
     /// The longest window or timeout of any limit ever defined, plus
     /// [`LEASE_MEMORY_MARGIN_MS`]: how long denied and settled lease ids are remembered.
-    retention_ms: u64,
+    pub(super) retention_ms: u64,
     overage_dropped_total: u64,
     overage_debt_total: u64,
     leases_evicted_total: u64,
@@ -64,7 +72,9 @@ impl MemoryState {
             settled: SettledLeases::new(config.settled_leases_max),
             failed: RecentIds::new(config.failed_leases_max),
             config,
-            fingerprints: foldhash::quality::RandomState::default(),
+            fingerprint_seed: 0,
+            fingerprints: fingerprint_hasher(0),
+            fingerprint_tags: Vec::new(),
             index: FastMap::default(),
             limits: Vec::new(),
             retention_ms: LEASE_MEMORY_MARGIN_MS,
@@ -72,15 +82,32 @@ impl MemoryState {
             overage_debt_total: 0,
             leases_evicted_total: 0,
         }
+        .with_fingerprint_seed(rand::random())
+    }
+
+    /// The state with fingerprints keyed by `seed`: a restore takes the seed
+    /// of the process that wrote the snapshot. Only before any lease settled.
+    pub(super) fn with_fingerprint_seed(mut self, seed: u64) -> Self {
+        self.set_fingerprint_seed(seed);
+        self
+    }
+
+    /// Keys fingerprints by `seed`; the caller checked that nothing settled yet.
+    pub(super) fn set_fingerprint_seed(&mut self, seed: u64) {
+        assert_eq!(self.settled.len(), 0, "fingerprints re-keyed after leases settled");
+        self.fingerprint_seed = seed;
+        self.fingerprints = fingerprint_hasher(seed);
     }
 
     /// Reserve, in the order of the memory backend's contract: unknown key,
     /// idempotent replay or conflict, burnt lease id, never-fitting amount,
-    /// decreasing key, then all requirements or none.
+    /// decreasing key, then all requirements or none. `now_unix_ms` is now
+    /// rounded down, `granted_unix_ms` rounded up: holds last from the latter.
     pub fn reserve(
         &mut self,
         request: &ReserveRequest,
         now_unix_ms: u64,
+        granted_unix_ms: u64,
         jitter: &Jitter,
     ) -> Result<ReserveOutcome, LimiterError> {
         let wanted = self.resolve(request)?;
@@ -98,11 +125,11 @@ impl MemoryState {
         for &(i, _) in wanted.as_slice() {
             self.limits[i as usize].expire(now_unix_ms);
         }
-        if let Some(denial) = self.shortfall(&wanted, now_unix_ms, jitter) {
+        if let Some(denial) = self.shortfall(&wanted, now_unix_ms, granted_unix_ms, jitter) {
             self.failed.insert(id, now_unix_ms, ());
             return Ok(ReserveOutcome::Denied(denial));
         }
-        self.grant(id, &wanted, now_unix_ms);
+        self.grant(id, &wanted, now_unix_ms, granted_unix_ms);
         Ok(ReserveOutcome::Allowed {
             reserved_at_unix_ms: now_unix_ms,
         })
@@ -158,12 +185,18 @@ impl MemoryState {
 
     /// `None` when every requirement fits; else the denial naming the first key
     /// that does not, with the largest hint of all the keys that do not.
-    fn shortfall(&mut self, wanted: &Wanted, now_unix_ms: u64, jitter: &Jitter) -> Option<Denial> {
+    fn shortfall(
+        &mut self,
+        wanted: &Wanted,
+        now_unix_ms: u64,
+        granted_unix_ms: u64,
+        jitter: &Jitter,
+    ) -> Option<Denial> {
         let mut first = None;
         let mut retry_after_ms = 0;
         for &(i, amount) in wanted.as_slice() {
             let limit = &self.limits[i as usize];
-            if limit.fits(amount, limit.hold_until(now_unix_ms)) {
+            if limit.fits(amount, limit.hold_until(granted_unix_ms)) {
                 continue;
             }
             first.get_or_insert(i);
@@ -180,11 +213,11 @@ impl MemoryState {
         Some(Denial::InsufficientCapacity { key, retry_after_ms })
     }
 
-    fn grant(&mut self, id: u128, wanted: &Wanted, now_unix_ms: u64) {
+    fn grant(&mut self, id: u128, wanted: &Wanted, now_unix_ms: u64, granted_unix_ms: u64) {
         let mut holds = StackVec::<LeaseHold, REQUIREMENTS_MAX>::new();
         for &(i, amount) in wanted.as_slice() {
             let limit = &mut self.limits[i as usize];
-            let expires_at_unix_ms = limit.hold_until(now_unix_ms);
+            let expires_at_unix_ms = limit.hold_until(granted_unix_ms);
             limit.hold(expires_at_unix_ms, amount);
             if limit.kind() == LimitKind::Concurrency {
                 limit.streak_mut().record_allow(now_unix_ms);
@@ -206,7 +239,7 @@ impl MemoryState {
 
     /// Remembers a lease that stopped being live, for idempotent retries: for
     /// at least `retention_ms` unless `settled_leases_max` forces it out.
-    fn settle(&mut self, id: u128, lease: &LiveLease, now_unix_ms: u64) {
+    pub(super) fn settle(&mut self, id: u128, lease: &LiveLease, now_unix_ms: u64) {
         let settled = SettledLease {
             reserved_at_unix_ms: lease.reserved_at_unix_ms,
             fingerprint: self.fingerprint(lease.holds().iter().map(|h| (h.limit, h.amount))),
@@ -214,14 +247,16 @@ impl MemoryState {
         self.settled.insert(id, settled, now_unix_ms, self.retention_ms);
     }
 
-    /// A keyed hash of requirements sorted by limit.
+    /// A keyed hash of a set of requirements: the sum of each one's keyed
+    /// hash over its limit's key tag, not its index, so it is the same in a
+    /// restored process, where indices and so their order differ.
     fn fingerprint(&self, sorted: impl Iterator<Item = (LimitIndex, u64)>) -> u64 {
-        let mut hasher = self.fingerprints.build_hasher();
-        for (limit, amount) in sorted {
-            hasher.write_u32(limit);
+        sorted.fold(0u64, |sum, (limit, amount)| {
+            let mut hasher = self.fingerprints.build_hasher();
+            hasher.write_u64(self.fingerprint_tags[limit as usize]);
             hasher.write_u64(amount);
-        }
-        hasher.finish()
+            sum.wrapping_add(hasher.finish())
+        })
     }
 
     /// Complete: releases the lease's concurrency holds and reconciles its
@@ -306,6 +341,7 @@ impl MemoryState {
                 }
                 let i = LimitIndex::try_from(self.limits.len()).expect("LIMITS_MAX fits u32");
                 self.limits.push(Limit::new(state.clone()));
+                self.fingerprint_tags.push(key_tag(definition.key()));
                 self.index.insert(definition.key().clone(), i);
             }
         }
@@ -381,6 +417,22 @@ fn hint_ms(policy: &RetryPolicy, limit: &mut Limit, amount: u64, now_unix_ms: u6
         }
     };
     base_ms + jitter.sample_ms(policy.jitter_ms(kind))
+}
+
+/// The fingerprint hasher keyed by `seed`; the shared part of foldhash's key
+/// is its fixed one, so the seed alone decides every fingerprint. (A foldhash
+/// release that changed its output would change fingerprints too: it must
+/// come with a new snapshot format version.)
+fn fingerprint_hasher(seed: u64) -> foldhash::quality::SeedableRandomState {
+    foldhash::quality::SeedableRandomState::with_seed(seed, foldhash::SharedSeed::global_fixed())
+}
+
+/// A stable 64-bit hash of `key`: the first 8 bytes of its SHA-256, the same
+/// in every process and build.
+fn key_tag(key: &LimitKey) -> u64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_str().as_bytes());
+    u64::from_le_bytes(digest[..8].try_into().expect("a SHA-256 digest has 8 bytes"))
 }
 
 /// `wanted` sorted by limit, so requirement lists compare as sets.

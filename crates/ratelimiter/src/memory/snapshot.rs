@@ -1,0 +1,639 @@
+//! Saving and restoring the memory backend's live state (issue 15): held
+//! units per limit, live leases with what Complete needs to reconcile them,
+//! and the settled- and failed-lease memories, so a restart neither hands out
+//! capacity the provider still counts nor forgets an idempotent answer.
+//!
+//! A snapshot is copied under the backend's lock (plain copies, no encoding)
+//! and encoded outside it. Every instant in it is wall time (Unix ms), which
+//! the backend's clocks already are, so it means the same in the next process.
+//!
+//! The file format, all integers little-endian:
+//!
+//! ```text
+//! magic "RLMEMSNP" | version u32 | body length u64 | body | SHA-256 of all before it
+//! body: taken_at u64, fingerprint_seed u64,
+//!       limits u32 × (key length u16, key, kind u8, debt u64, holds u32 × (expires_at u64, units u64)),
+//!       leases u32 × (id u128, reserved_at u64, holds u8 × (limit u32, amount u64, expires_at u64)),
+//!       settled groups u32 × (settled_at u64, leases u32 × (id u128, reserved_at u64, fingerprint u64)),
+//!       failed u32 × (id u128, failed_at u64)
+//! ```
+//!
+//! A lease's holds name limits by their position in the snapshot's own limit
+//! list, and a restore maps them by key, since indices differ between
+//! processes. Decoding checks everything before anything is restored, so a
+//! damaged file is rejected whole, never half-loaded.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::definition::LimitKind;
+use crate::key::LimitKey;
+use crate::wire::REQUIREMENTS_MAX;
+
+use super::lease_table::{LeaseHold, LiveLease};
+use super::settled_leases::SettledLease;
+use super::state::MemoryState;
+
+/// The first bytes of every snapshot file: tells a snapshot from any other file.
+pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RLMEMSNP";
+/// The format version written. A reader refuses any other: a newer file after a
+/// downgrade is reported damaged rather than misread.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+/// Bytes of a SHA-256 checksum.
+const CHECKSUM_BYTES: usize = 32;
+/// Bytes before the body: magic, version, body length.
+const HEADER_BYTES: usize = 8 + 4 + 8;
+
+/// Why a snapshot cannot be read or restored. Every message names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The file could not be read or written.
+    #[error("memory snapshot {path}: {source}")]
+    Io {
+        /// The snapshot file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The file is not a whole snapshot of this format: nothing was restored.
+    #[error("memory snapshot {path} is damaged: {reason}")]
+    Damaged {
+        /// The snapshot file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A restore into a backend that already settled or holds leases: their
+    /// fingerprints and memories would mix with the snapshot's.
+    #[error("memory snapshot: a restore needs a backend that has served no request yet")]
+    NotFresh,
+}
+
+/// One limit's held units, as saved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LimitSnapshot {
+    /// Names the limit in the next process, whose indices differ.
+    key: LimitKey,
+    /// A limit redefined with another kind meanwhile is not this one.
+    kind: LimitKind,
+    /// Overage recorded as debt, a report that should survive too.
+    debt: u64,
+    /// (expires_at_unix_ms, units), earliest first: held units, leased or not
+    /// (evicted leases' and reconciled overage's units are held too).
+    holds: Vec<(u64, u64)>,
+}
+
+/// Settled leases that share a settlement time (at or after each settled):
+/// a generation of the settled-lease memory, copied whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SettledGroup {
+    /// The group's newest settlement: each is remembered from then on.
+    settled_at_unix_ms: u64,
+    /// (id low, id high, reserved at, fingerprint), oldest first.
+    entries: Vec<[u64; 4]>,
+}
+
+/// The memory backend's live state at one instant: what
+/// [`super::MemoryBackend::restore`] puts back after a restart.
+#[derive(Debug, Clone)]
+pub struct MemorySnapshot {
+    /// When it was copied: holds ending by then are not in it, and lease
+    /// holds missing from their limit must have ended by then.
+    taken_at_unix_ms: u64,
+    /// The key of settled leases' fingerprints, so a restore computes the same.
+    fingerprint_seed: u64,
+    /// Every limit, at the writer's index.
+    limits: Vec<LimitSnapshot>,
+    /// Live leases in the table's order, see
+    /// [`MemorySnapshot::leases_oldest_first`]; their holds name limits by
+    /// position in `limits`, which is the writer's limit index.
+    leases: Vec<(u128, LiveLease)>,
+    /// Settled leases, a group per generation of the settled memory, oldest first.
+    settled: Vec<SettledGroup>,
+    /// (id, failed at), oldest first.
+    failed: Vec<(u128, u64)>,
+}
+
+impl PartialEq for MemorySnapshot {
+    /// Equal content; the leases' ages within the writer's table are not content.
+    fn eq(&self, other: &Self) -> bool {
+        let lease = |(id, lease): &(u128, LiveLease)| (*id, lease.reserved_at_unix_ms, lease.holds().to_vec());
+        self.taken_at_unix_ms == other.taken_at_unix_ms
+            && self.fingerprint_seed == other.fingerprint_seed
+            && self.limits == other.limits
+            && self
+                .leases_oldest_first()
+                .into_iter()
+                .map(lease)
+                .eq(other.leases_oldest_first().into_iter().map(lease))
+            && self.settled == other.settled
+            && self.failed == other.failed
+    }
+}
+
+/// What a restore put back and what it left out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Units put back on limits, summed over limits (ended holds excluded).
+    pub units_held: u64,
+    /// Live leases put back, Complete-able as before.
+    pub leases_live: u64,
+    /// Leases whose every hold had ended: remembered as settled instead, so
+    /// their replays are still answered.
+    pub leases_settled: u64,
+    /// Leases left out because a limit they hold no longer exists (or changed
+    /// kind); their units on the other limits are still held.
+    pub leases_dropped: u64,
+    /// Limits of the snapshot not defined now (or of another kind): their
+    /// holds were left out.
+    pub limits_dropped: u64,
+    /// Settled lease ids remembered again.
+    pub settled_remembered: u64,
+    /// Denied lease ids remembered again.
+    pub failed_remembered: u64,
+}
+
+impl MemorySnapshot {
+    /// When it was taken.
+    pub fn taken_at_unix_ms(&self) -> u64 {
+        self.taken_at_unix_ms
+    }
+
+    /// The live leases in it.
+    pub fn leases_len(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// An empty snapshot, to copy into with [`super::MemoryBackend::snapshot_into`].
+    pub fn empty() -> Self {
+        Self {
+            taken_at_unix_ms: 0,
+            fingerprint_seed: 0,
+            limits: Vec::new(),
+            leases: Vec::new(),
+            settled: Vec::new(),
+            failed: Vec::new(),
+        }
+    }
+
+    /// Copies `state` at `now_unix_ms` over this snapshot's content: plain
+    /// copies in memory order, into the vectors of the last copy, so the
+    /// caller's lock is held for as short as a copy takes (a fresh copy also
+    /// faults in every page of its vectors under the lock). Holds that ended
+    /// are left out.
+    pub(super) fn copy_from(&mut self, state: &MemoryState, now_unix_ms: u64) {
+        self.taken_at_unix_ms = now_unix_ms;
+        self.fingerprint_seed = state.fingerprint_seed;
+        self.limits.truncate(state.limits.len());
+        for (i, limit) in state.limits.iter().enumerate() {
+            if i == self.limits.len() {
+                self.limits.push(LimitSnapshot {
+                    key: limit.state().definition().key().clone(),
+                    kind: limit.kind(),
+                    debt: 0,
+                    holds: Vec::new(),
+                });
+            }
+            let saved = &mut self.limits[i];
+            if &saved.key != limit.state().definition().key() {
+                saved.key = limit.state().definition().key().clone();
+            }
+            saved.kind = limit.kind();
+            saved.debt = limit.debt();
+            saved.holds.clear();
+            saved.holds.extend(limit.holds().filter(|&(at, _)| at > now_unix_ms));
+        }
+        self.leases.clear();
+        self.leases
+            .extend(state.leases.iter().map(|(id, lease)| (id, lease.clone())));
+        let generations = state.settled.generations_oldest_first();
+        self.settled.resize_with(generations.len(), || SettledGroup {
+            settled_at_unix_ms: 0,
+            entries: Vec::new(),
+        });
+        for (group, (entries, settled_at_unix_ms)) in self.settled.iter_mut().zip(generations) {
+            group.settled_at_unix_ms = settled_at_unix_ms;
+            group.entries.clear();
+            group.entries.extend_from_slice(entries);
+        }
+        self.settled.retain(|group| !group.entries.is_empty());
+        self.failed.clear();
+        self.failed.extend(state.failed.iter_oldest_first());
+    }
+
+    /// The live leases oldest first, the order the lease table evicts in: a
+    /// copy keeps the table's order (sorting under the lock would lengthen the
+    /// pause); a decoded snapshot is in this order already (and ages all 0,
+    /// which the stable sort keeps).
+    fn leases_oldest_first(&self) -> Vec<&(u128, LiveLease)> {
+        let mut leases: Vec<&(u128, LiveLease)> = self.leases.iter().collect();
+        leases.sort_by_key(|(_, lease)| lease.age());
+        leases
+    }
+}
+
+impl MemoryState {
+    /// Puts `snapshot` back at `now_unix_ms` into a state whose limits are
+    /// defined (from the registry) and that has served nothing yet: units and
+    /// debt of limits that still exist with the same kind, then settled and
+    /// failed ids still within their retention, then live leases (a lease
+    /// whose holds all ended is remembered as settled instead).
+    pub(super) fn restore(
+        &mut self,
+        snapshot: &MemorySnapshot,
+        now_unix_ms: u64,
+    ) -> Result<RestoreReport, SnapshotError> {
+        if self.leases.len() > 0 || self.settled.len() > 0 || !self.failed.is_empty() {
+            return Err(SnapshotError::NotFresh);
+        }
+        self.set_fingerprint_seed(snapshot.fingerprint_seed);
+        let mut report = RestoreReport::default();
+        let map: Vec<Option<u32>> = snapshot
+            .limits
+            .iter()
+            .map(|saved| {
+                let &i = self.index.get(&saved.key)?;
+                (self.limits[i as usize].kind() == saved.kind).then_some(i)
+            })
+            .collect();
+        for (saved, i) in snapshot.limits.iter().zip(&map) {
+            let Some(i) = *i else {
+                report.limits_dropped += 1;
+                continue;
+            };
+            let limit = &mut self.limits[i as usize];
+            limit.expire(now_unix_ms);
+            for &(at, units) in saved.holds.iter().filter(|&&(at, _)| at > now_unix_ms) {
+                if limit.can_hold(at) {
+                    limit.hold(at, units);
+                    report.units_held = report.units_held.saturating_add(units);
+                }
+            }
+            limit.add_debt(saved.debt);
+        }
+        for group in &snapshot.settled {
+            if group.settled_at_unix_ms.saturating_add(self.retention_ms) <= now_unix_ms {
+                continue;
+            }
+            for entry in &group.entries {
+                let id = u128::from(entry[0]) | (u128::from(entry[1]) << 64);
+                if self.settled.get(id).is_none() {
+                    let lease = SettledLease {
+                        reserved_at_unix_ms: entry[2],
+                        fingerprint: entry[3],
+                    };
+                    self.settled
+                        .insert(id, lease, group.settled_at_unix_ms, self.retention_ms);
+                    report.settled_remembered += 1;
+                }
+            }
+        }
+        for &(id, failed_at_unix_ms) in &snapshot.failed {
+            if failed_at_unix_ms.saturating_add(self.retention_ms) > now_unix_ms {
+                self.failed.insert(id, failed_at_unix_ms, ());
+                report.failed_remembered += 1;
+            }
+        }
+        for (id, lease) in snapshot.leases_oldest_first() {
+            self.restore_lease(*id, lease, &map, now_unix_ms, &mut report);
+        }
+        Ok(report)
+    }
+
+    /// Puts back one live lease with its holds mapped to this state's limits.
+    fn restore_lease(
+        &mut self,
+        id: u128,
+        saved: &LiveLease,
+        map: &[Option<u32>],
+        now_unix_ms: u64,
+        report: &mut RestoreReport,
+    ) {
+        if self.leases.get(id).is_some() || self.settled.get(id).is_some() {
+            return;
+        }
+        let mut holds = Vec::with_capacity(saved.holds().len());
+        for hold in saved.holds() {
+            let Some(limit) = map[hold.limit as usize] else {
+                report.leases_dropped += 1;
+                return;
+            };
+            holds.push(LeaseHold { limit, ..*hold });
+        }
+        holds.sort_unstable_by_key(|h| h.limit);
+        let lease = LiveLease::new(saved.reserved_at_unix_ms, &holds);
+        if holds.iter().all(|h| h.expires_at_unix_ms <= now_unix_ms) {
+            self.settle(id, &lease, now_unix_ms);
+            report.leases_settled += 1;
+            return;
+        }
+        if let Some((evicted_id, evicted)) = self.leases.insert(id, lease) {
+            // A smaller `leases_max` than the writer's: the oldest goes, as in a grant.
+            self.settle(evicted_id, &evicted, now_unix_ms);
+        }
+        report.leases_live += 1;
+    }
+}
+
+impl MemorySnapshot {
+    /// The snapshot in the file format above.
+    pub fn encode(&self) -> Vec<u8> {
+        let settled_len: usize = self.settled.iter().map(|g| g.entries.len()).sum();
+        let mut out = Vec::with_capacity(HEADER_BYTES + 112 * self.leases.len() + 32 * settled_len + 64);
+        out.extend_from_slice(&SNAPSHOT_MAGIC);
+        out.extend_from_slice(&SNAPSHOT_FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&0u64.to_le_bytes());
+        let put_u64 = |out: &mut Vec<u8>, v: u64| out.extend_from_slice(&v.to_le_bytes());
+        let put_len = |out: &mut Vec<u8>, n: usize| {
+            out.extend_from_slice(&u32::try_from(n).expect("fewer than 2^32 items").to_le_bytes())
+        };
+        put_u64(&mut out, self.taken_at_unix_ms);
+        put_u64(&mut out, self.fingerprint_seed);
+        put_len(&mut out, self.limits.len());
+        for limit in &self.limits {
+            let key = limit.key.as_str().as_bytes();
+            out.extend_from_slice(&u16::try_from(key.len()).expect("keys are short").to_le_bytes());
+            out.extend_from_slice(key);
+            out.push(kind_byte(limit.kind));
+            put_u64(&mut out, limit.debt);
+            put_len(&mut out, limit.holds.len());
+            for &(at, units) in &limit.holds {
+                put_u64(&mut out, at);
+                put_u64(&mut out, units);
+            }
+        }
+        put_len(&mut out, self.leases.len());
+        for (id, lease) in self.leases_oldest_first() {
+            out.extend_from_slice(&id.to_le_bytes());
+            put_u64(&mut out, lease.reserved_at_unix_ms);
+            out.push(u8::try_from(lease.holds().len()).expect("at most REQUIREMENTS_MAX holds"));
+            for hold in lease.holds() {
+                out.extend_from_slice(&hold.limit.to_le_bytes());
+                put_u64(&mut out, hold.amount);
+                put_u64(&mut out, hold.expires_at_unix_ms);
+            }
+        }
+        put_len(&mut out, self.settled.len());
+        for group in &self.settled {
+            put_u64(&mut out, group.settled_at_unix_ms);
+            put_len(&mut out, group.entries.len());
+            // Id low and high words first: the id as a little-endian u128.
+            for word in group.entries.iter().flatten() {
+                put_u64(&mut out, *word);
+            }
+        }
+        put_len(&mut out, self.failed.len());
+        for (id, failed_at) in &self.failed {
+            out.extend_from_slice(&id.to_le_bytes());
+            put_u64(&mut out, *failed_at);
+        }
+        let body_bytes = (out.len() - HEADER_BYTES) as u64;
+        out[12..HEADER_BYTES].copy_from_slice(&body_bytes.to_le_bytes());
+        let checksum = Sha256::digest(&out);
+        out.extend_from_slice(&checksum);
+        out
+    }
+
+    /// Reads the file format above. Every check passes before a snapshot is
+    /// returned; the error says what failed.
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        if bytes.len() < HEADER_BYTES + CHECKSUM_BYTES || bytes[..8] != SNAPSHOT_MAGIC {
+            return Err("not a memory snapshot (no magic)".to_owned());
+        }
+        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+        if version != SNAPSHOT_FORMAT_VERSION {
+            return Err(format!(
+                "format version {version}; this build reads version {SNAPSHOT_FORMAT_VERSION}"
+            ));
+        }
+        let body_bytes = u64::from_le_bytes(bytes[12..HEADER_BYTES].try_into().expect("8 bytes"));
+        let expected = (HEADER_BYTES + CHECKSUM_BYTES) as u64 + body_bytes;
+        if bytes.len() as u64 != expected {
+            return Err(format!(
+                "{} bytes where the header promises {expected} (truncated?)",
+                bytes.len()
+            ));
+        }
+        let (content, checksum) = bytes.split_at(bytes.len() - CHECKSUM_BYTES);
+        if Sha256::digest(content).as_slice() != checksum {
+            return Err("checksum mismatch".to_owned());
+        }
+        let mut reader = Reader {
+            bytes: &content[HEADER_BYTES..],
+        };
+        let snapshot = Self::read_body(&mut reader)?;
+        if !reader.bytes.is_empty() {
+            return Err(format!("{} bytes after the last section", reader.bytes.len()));
+        }
+        Ok(snapshot)
+    }
+
+    fn read_body(r: &mut Reader) -> Result<Self, String> {
+        let taken_at_unix_ms = r.u64()?;
+        let fingerprint_seed = r.u64()?;
+        let limits = r.items(2 + 1 + 1 + 8 + 4, read_limit)?;
+        let leases = r.items(16 + 8 + 1, |r| read_lease(r, limits.len()))?;
+        let settled = r.items(8 + 4, |r| {
+            let settled_at_unix_ms = r.u64()?;
+            let entries = r.items(32, |r| Ok([r.u64()?, r.u64()?, r.u64()?, r.u64()?]))?;
+            Ok(SettledGroup {
+                settled_at_unix_ms,
+                entries,
+            })
+        })?;
+        let failed = r.items(16 + 8, |r| Ok((r.u128()?, r.u64()?)))?;
+        let snapshot = Self {
+            taken_at_unix_ms,
+            fingerprint_seed,
+            limits,
+            leases,
+            settled,
+            failed,
+        };
+        snapshot.check_leases_within_holds()?;
+        Ok(snapshot)
+    }
+
+    /// Checks what every snapshot the backend writes satisfies: live leases
+    /// hold no more at an instant than their limit holds there (a lease that
+    /// completes gives its units back, so fewer would make the restored
+    /// server release units it never held), and a lease's hold missing from
+    /// its limit had ended when the snapshot was taken.
+    fn check_leases_within_holds(&self) -> Result<(), String> {
+        let mut left: std::collections::HashMap<(u32, u64), u64> = self
+            .limits
+            .iter()
+            .enumerate()
+            .flat_map(|(i, limit)| limit.holds.iter().map(move |&(at, units)| ((i as u32, at), units)))
+            .collect();
+        for (id, lease) in &self.leases {
+            for hold in lease.holds() {
+                match left.get_mut(&(hold.limit, hold.expires_at_unix_ms)) {
+                    Some(units) if *units >= hold.amount => *units -= hold.amount,
+                    None if hold.expires_at_unix_ms <= self.taken_at_unix_ms => {}
+                    _ => {
+                        return Err(format!(
+                            "lease {id:x} holds {} on limit {} more than the limit holds",
+                            hold.amount, self.limits[hold.limit as usize].key
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the snapshot to `path` atomically: a temporary file beside it,
+    /// fsync, rename over the old file, fsync of the directory. A crash at any
+    /// point leaves the old snapshot or the new one, never a torn file.
+    /// Returns the bytes written.
+    pub fn write_atomic(&self, path: &Path) -> Result<usize, SnapshotError> {
+        let bytes = self.encode();
+        write_atomic(path, &bytes)?;
+        Ok(bytes.len())
+    }
+
+    /// Reads the snapshot at `path`: `None` when there is none.
+    pub fn read(path: &Path) -> Result<Option<Self>, SnapshotError> {
+        let bytes = match fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(SnapshotError::Io {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        };
+        Self::decode(&bytes).map(Some).map_err(|reason| SnapshotError::Damaged {
+            path: path.to_owned(),
+            reason,
+        })
+    }
+}
+
+/// `bytes` to `path` through `<path>.tmp`, durably.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
+    let io = |source| SnapshotError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&directory).map_err(io)?;
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
+    let mut file = File::create(&tmp).map_err(io)?;
+    file.write_all(bytes).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    drop(file);
+    fs::rename(&tmp, path).map_err(io)?;
+    File::open(&directory).and_then(|d| d.sync_all()).map_err(io)
+}
+
+fn kind_byte(kind: LimitKind) -> u8 {
+    match kind {
+        LimitKind::Rolling => 0,
+        LimitKind::Concurrency => 1,
+    }
+}
+
+fn read_limit(r: &mut Reader) -> Result<LimitSnapshot, String> {
+    let key_bytes = usize::from(r.u16()?);
+    let key = std::str::from_utf8(r.take(key_bytes)?).map_err(|e| format!("limit key: {e}"))?;
+    let key = LimitKey::new(key).map_err(|e| format!("limit key: {e}"))?;
+    let kind = match r.u8()? {
+        0 => LimitKind::Rolling,
+        1 => LimitKind::Concurrency,
+        other => return Err(format!("limit {key}: kind {other}")),
+    };
+    let debt = r.u64()?;
+    let holds = r.items(16, |r| Ok((r.u64()?, r.u64()?)))?;
+    if holds.iter().any(|&(_, units)| units == 0) || holds.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err(format!("limit {key}: holds empty or out of order"));
+    }
+    Ok(LimitSnapshot { key, kind, debt, holds })
+}
+
+fn read_lease(r: &mut Reader, limits: usize) -> Result<(u128, LiveLease), String> {
+    let id = r.u128()?;
+    let reserved_at_unix_ms = r.u64()?;
+    let count = usize::from(r.u8()?);
+    if count == 0 || count > REQUIREMENTS_MAX {
+        return Err(format!("lease {id:x}: {count} holds"));
+    }
+    let mut holds = Vec::with_capacity(count);
+    for _ in 0..count {
+        let hold = LeaseHold {
+            limit: r.u32()?,
+            amount: r.u64()?,
+            expires_at_unix_ms: r.u64()?,
+        };
+        if hold.limit as usize >= limits || hold.amount == 0 {
+            return Err(format!("lease {id:x}: a hold on limit {} of {limits}", hold.limit));
+        }
+        holds.push(hold);
+    }
+    if holds.windows(2).any(|w| w[0].limit >= w[1].limit) {
+        return Err(format!("lease {id:x}: holds out of order"));
+    }
+    Ok((id, LiveLease::new(reserved_at_unix_ms, &holds)))
+}
+
+/// Reads the body front to back; every read checks the bytes are there.
+struct Reader<'a> {
+    /// What is left to read.
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if self.bytes.len() < n {
+            return Err("truncated body".to_owned());
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    fn u128(&mut self) -> Result<u128, String> {
+        Ok(u128::from_le_bytes(self.take(16)?.try_into().expect("16 bytes")))
+    }
+
+    /// A count, then that many items of at least `item_bytes_min` each: the
+    /// count is checked against the bytes left before anything is allocated,
+    /// so a damaged count cannot ask for gigabytes.
+    fn items<T>(
+        &mut self,
+        item_bytes_min: usize,
+        mut read: impl FnMut(&mut Self) -> Result<T, String>,
+    ) -> Result<Vec<T>, String> {
+        let count = self.u32()? as usize;
+        if count.saturating_mul(item_bytes_min) > self.bytes.len() {
+            return Err(format!("a count of {count} past the end of the file"));
+        }
+        (0..count).map(|_| read(self)).collect()
+    }
+}
