@@ -192,7 +192,6 @@ pub struct Remote {
         env = "RATELIMITERD_URL",
         default_value = "http://127.0.0.1:8080",
         value_delimiter = ',',
-        num_args = 1..,
         global = true
     )]
     pub urls: Vec<String>,
