@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use ratelimiter::tigerbeetle::SubmitMode;
 use ratelimiter::{
-    Actual, Backend, CompleteRequest, Denial, FakeClock, LeaseId, LimitDefinition, LimitKey, LimitState,
-    LimitStatus, Limiter, LimiterError, Overage, ReserveOutcome, SystemClock,
+    Actual, Backend, CompleteRequest, Denial, FakeClock, LeaseId, LimitDefinition, LimitKey, LimitState, LimitStatus,
+    Limiter, LimiterError, Overage, ReserveOutcome, SystemClock,
 };
 use tigerbeetle_common::{backend, backend_on, backend_with, config_with, reserve, reserve_lease, unique_key};
 
@@ -326,7 +326,10 @@ async fn a_decrease_applied_before_a_crash_is_not_applied_twice() {
     let second = backend().await;
     assert!(second.apply_pending_decreases().await.unwrap().is_empty());
     let report = second.limit_report(&key).await.unwrap().unwrap();
-    assert_eq!((report.state.status(), report.state.definition().capacity()), (LimitStatus::Active, 1));
+    assert_eq!(
+        (report.state.status(), report.state.definition().capacity()),
+        (LimitStatus::Active, 1)
+    );
     assert!(second.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
     assert!(!second.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
 }
