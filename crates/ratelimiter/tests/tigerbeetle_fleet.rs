@@ -1,0 +1,252 @@
+//! The backend behaviour suite (`ratelimiter::testkit`) on a fleet: two
+//! `TigerBeetleBackend`s on one real cluster, every call going to one of the two
+//! at random. A fleet must behave as one limiter, so the suite that one backend
+//! passes must pass unchanged when reserve, complete and the admin calls of one
+//! lease are spread over two servers that share nothing but the cluster.
+//!
+//! The choice is a seeded rng; the seed is printed first (the test's output is
+//! shown when it fails) and a run is repeated with `FLEET_SEED=<seed>`.
+
+#![cfg(feature = "tigerbeetle")]
+
+mod tigerbeetle_common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use ratelimiter::testkit::{self, Harness};
+use ratelimiter::tigerbeetle::{SubmitMode, TigerBeetleBackend};
+use ratelimiter::{
+    Backend, CompleteRequest, Denial, LeaseId, LimitDefinition, LimitKey, LimitReport, LimitState, Limiter,
+    LimiterError, Requirement, ReserveOutcome, ReserveRequest, SystemClock,
+};
+use tigerbeetle_common::backend_with;
+
+/// How late TigerBeetle may release a pending transfer after its timeout (as in
+/// `tigerbeetle_behaviour.rs`): the cluster expires them in the background.
+const EXPIRY_SLACK_MS: u64 = 5_000;
+/// The `decrease_retry_ms` both servers are built with (`tigerbeetle_common::options`).
+const DECREASE_RETRY_MS: u64 = 10_000;
+/// Names the seed of the server choices, to replay a failing run.
+const SEED_ENV: &str = "FLEET_SEED";
+
+/// Two servers of one fleet seen as one backend: each call goes to one of them,
+/// chosen at random.
+struct Fleet {
+    servers: [Arc<TigerBeetleBackend>; 2],
+    rng: Mutex<StdRng>,
+}
+
+impl Fleet {
+    /// The index of the server of the next call.
+    fn pick(&self) -> usize {
+        self.rng.lock().expect("rng lock").gen_range(0..self.servers.len())
+    }
+
+    /// A server chosen at random.
+    fn any(&self) -> &TigerBeetleBackend {
+        &self.servers[self.pick()]
+    }
+
+    /// Brings every server but `writer` up to date with the definitions log.
+    ///
+    /// A definition written through one server reaches the others through the
+    /// cluster's log, which they read every 200 ms or on an unknown key. A
+    /// caller that observes a fleet after changing a definition waits for that
+    /// propagation (measured separately, in `ratelimiterd/tests/fleet.rs`); the
+    /// suite's scenarios assume a backend serves a definition once it is
+    /// applied, so the wrapper waits for it here by reading the log on the
+    /// others before returning. This does not hide a stale read of a known key
+    /// at any other moment: the periodic refresh is not started here.
+    async fn propagate(&self, writer: usize) -> Result<(), LimiterError> {
+        for (index, server) in self.servers.iter().enumerate() {
+            if index != writer {
+                server.refresh_definitions().await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Limiter for Fleet {
+    async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
+        self.any().reserve(request).await
+    }
+
+    async fn complete(&self, request: &CompleteRequest) -> Result<(), LimiterError> {
+        self.any().complete(request).await
+    }
+}
+
+#[async_trait]
+impl Backend for Fleet {
+    async fn apply_state(&self, state: &LimitState) -> Result<(), LimiterError> {
+        let writer = self.pick();
+        self.servers[writer].apply_state(state).await?;
+        self.propagate(writer).await
+    }
+
+    async fn limit_report(&self, key: &LimitKey) -> Result<Option<LimitReport>, LimiterError> {
+        self.any().limit_report(key).await
+    }
+
+    async fn limit_reports(&self) -> Result<Vec<LimitReport>, LimiterError> {
+        self.any().limit_reports().await
+    }
+
+    async fn apply_pending_decreases(&self) -> Result<Vec<LimitState>, LimiterError> {
+        let writer = self.pick();
+        let changed = self.servers[writer].apply_pending_decreases().await?;
+        self.propagate(writer).await?;
+        Ok(changed)
+    }
+
+    async fn health(&self) -> Result<(), LimiterError> {
+        self.any().health().await
+    }
+
+    fn keeps_definitions(&self) -> bool {
+        true
+    }
+
+    async fn refresh_definitions(&self) -> Result<(), LimiterError> {
+        for server in &self.servers {
+            server.refresh_definitions().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Scenarios share the fleet (and cluster); each gets its own key prefix.
+struct FleetHarness {
+    fleet: Arc<Fleet>,
+    run: LeaseId,
+    scenarios: AtomicU64,
+}
+
+#[async_trait]
+impl Harness for FleetHarness {
+    async fn backend(&self) -> Arc<dyn Backend> {
+        self.fleet.clone()
+    }
+
+    fn unique_prefix(&self) -> String {
+        format!("fleet:{}:{}", self.run, self.scenarios.fetch_add(1, Ordering::Relaxed))
+    }
+
+    async fn advance(&self, ms: u64) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+
+    fn expiry_slack_ms(&self) -> u64 {
+        EXPIRY_SLACK_MS
+    }
+
+    fn decrease_retry_ms(&self) -> u64 {
+        DECREASE_RETRY_MS
+    }
+}
+
+/// The seed of this run: [`SEED_ENV`] when set, else a random one; printed.
+fn seed() -> u64 {
+    let seed = match std::env::var(SEED_ENV) {
+        Ok(text) => text.trim().parse().expect("FLEET_SEED is a u64"),
+        Err(_) => rand::random(),
+    };
+    println!("fleet server choices: {SEED_ENV}={seed}");
+    seed
+}
+
+async fn harness(mode: SubmitMode) -> FleetHarness {
+    let clock = Arc::new(SystemClock::new());
+    let servers = [
+        Arc::new(backend_with(mode, clock.clone()).await),
+        Arc::new(backend_with(mode, clock).await),
+    ];
+    FleetHarness {
+        fleet: Arc::new(Fleet {
+            servers,
+            rng: Mutex::new(StdRng::seed_from_u64(seed())),
+        }),
+        run: LeaseId::generate(),
+        scenarios: AtomicU64::new(0),
+    }
+}
+
+/// Every scenario of `testkit::run_all` but `reserve_precedence`, in its order:
+/// that one asserts row 4 of the precedence (a lease id denied for capacity is
+/// `lease_already_failed` before any other answer), which a fleet does not keep
+/// when the retry reaches another server; the gap is pinned by
+/// [`a_lease_denied_on_one_server_stays_denied_on_another`] (ignored until fixed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_two_backends_passes_the_behaviour_suite() {
+    let h = harness(SubmitMode::Batching).await;
+    testkit::prototype_1_lease_ids(&h).await;
+    testkit::denied_request_changes_nothing(&h).await;
+    testkit::concurrency_released_on_complete(&h).await;
+    testkit::concurrency_released_on_timeout(&h).await;
+    testkit::reconcile_frees_capacity(&h).await;
+    testkit::overage_and_debt(&h).await;
+    testkit::capacity_increase(&h).await;
+    testkit::capacity_decrease(&h).await;
+    testkit::idempotent_reserve(&h).await;
+    testkit::lease_reuse_conflicts(&h).await;
+    testkit::exceeds_capacity(&h).await;
+    testkit::unknown_key(&h).await;
+    testkit::complete_is_idempotent(&h).await;
+    testkit::complete_rejects_bad_actuals(&h).await;
+    testkit::overage_after_the_window(&h).await;
+}
+
+/// Decisions, "Reserve precedence", row 4: a lease id denied for capacity is
+/// final, `lease_already_failed`, whatever the retry asks for. One server keeps
+/// this with its own memory of denied ids (`denied_leases.rs`); another server
+/// of the fleet has no such memory, and TigerBeetle's `id_already_failed` only
+/// covers the very transfer ids that failed (`xfer:reserve:<lease>:<key>`), so
+/// the same lease id asking for another key is granted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fleet gap: denied lease ids are remembered per server (reported, not fixed)"]
+async fn a_lease_denied_on_one_server_stays_denied_on_another() {
+    let clock = Arc::new(SystemClock::new());
+    let a = backend_with(SubmitMode::Direct, clock.clone()).await;
+    let b = backend_with(SubmitMode::Direct, clock).await;
+    let full = LimitKey::new(format!("fleet:denied:{}:full", LeaseId::generate())).unwrap();
+    let open = LimitKey::new(format!("fleet:denied:{}:open", LeaseId::generate())).unwrap();
+    for key in [&full, &open] {
+        let definition = LimitDefinition::rolling(key.clone(), 1, 60).unwrap();
+        a.apply_definition(&definition).await.unwrap();
+    }
+    b.refresh_definitions().await.unwrap();
+    let request = |lease, key: &LimitKey| {
+        let requirements = vec![Requirement {
+            key: key.clone(),
+            amount: 1,
+        }];
+        ReserveRequest::new(lease, None, requirements).unwrap()
+    };
+    assert!(matches!(
+        a.reserve(&request(LeaseId::generate(), &full)).await.unwrap(),
+        ReserveOutcome::Allowed { .. }
+    ));
+    let burnt = LeaseId::generate();
+    let denied = a.reserve(&request(burnt, &full)).await.unwrap();
+    assert!(
+        matches!(denied, ReserveOutcome::Denied(Denial::InsufficientCapacity { .. })),
+        "{denied:?}"
+    );
+    assert_eq!(
+        a.reserve(&request(burnt, &open)).await.unwrap(),
+        ReserveOutcome::Denied(Denial::LeaseAlreadyFailed),
+        "the server that denied it"
+    );
+    assert_eq!(
+        b.reserve(&request(burnt, &open)).await.unwrap(),
+        ReserveOutcome::Denied(Denial::LeaseAlreadyFailed),
+        "another server of the fleet"
+    );
+}
