@@ -178,39 +178,21 @@ async fn harness(mode: SubmitMode) -> FleetHarness {
     }
 }
 
-/// Every scenario of `testkit::run_all` but `reserve_precedence`, in its order:
-/// that one asserts row 4 of the precedence (a lease id denied for capacity is
-/// `lease_already_failed` before any other answer), which a fleet does not keep
-/// when the retry reaches another server; the gap is pinned by
-/// [`a_lease_denied_on_one_server_stays_denied_on_another`] (ignored until fixed).
+/// Every scenario of `testkit::run_all`, each call to a random server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_of_two_backends_passes_the_behaviour_suite() {
     let h = harness(SubmitMode::Batching).await;
-    testkit::prototype_1_lease_ids(&h).await;
-    testkit::denied_request_changes_nothing(&h).await;
-    testkit::concurrency_released_on_complete(&h).await;
-    testkit::concurrency_released_on_timeout(&h).await;
-    testkit::reconcile_frees_capacity(&h).await;
-    testkit::overage_and_debt(&h).await;
-    testkit::capacity_increase(&h).await;
-    testkit::capacity_decrease(&h).await;
-    testkit::idempotent_reserve(&h).await;
-    testkit::lease_reuse_conflicts(&h).await;
-    testkit::exceeds_capacity(&h).await;
-    testkit::unknown_key(&h).await;
-    testkit::complete_is_idempotent(&h).await;
-    testkit::complete_rejects_bad_actuals(&h).await;
-    testkit::overage_after_the_window(&h).await;
+    testkit::run_all(&h).await;
 }
 
 /// Decisions, "Reserve precedence", row 4: a lease id denied for capacity is
 /// final, `lease_already_failed`, whatever the retry asks for. One server keeps
 /// this with its own memory of denied ids (`denied_leases.rs`); another server
-/// of the fleet has no such memory, and TigerBeetle's `id_already_failed` only
-/// covers the very transfer ids that failed (`xfer:reserve:<lease>:<key>`), so
-/// the same lease id asking for another key is granted there.
+/// has no such memory, and TigerBeetle's `id_already_failed` only covers the
+/// very transfer ids that failed (`xfer:reserve:<lease>:<key>`): the lease's
+/// denied marker, which opens every chain of the lease, is what refuses the
+/// same lease id asking for another key there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fleet gap: denied lease ids are remembered per server (reported, not fixed)"]
 async fn a_lease_denied_on_one_server_stays_denied_on_another() {
     let clock = Arc::new(SystemClock::new());
     let a = backend_with(SubmitMode::Direct, clock.clone()).await;

@@ -230,11 +230,12 @@ fn the_backends_own_counters_are_in_metrics() {
     let text = text.as_str().expect("Prometheus text").to_owned();
     assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_overage_dropped_units_total"), 3);
     assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_overage_debt_units_total"), 3);
-    // The hot path sent three work items: the reserve chain (2 transfers), the
-    // two overage reservations (2), the debt (1); the admin path is not counted.
+    // The hot path sent three work items: the reserve chain (the lease's marker
+    // and 2 reservations), the two overage reservations (2), the debt (1); the
+    // admin path is not counted.
     assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_items_total"), 3);
-    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_transfers_total"), 5);
-    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_transfers_max"), 2);
+    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_transfers_total"), 6);
+    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_transfers_max"), 3);
     let batches = metric(&text, "ratelimiterd_tigerbeetle_batches_total");
     assert!((1..=3).contains(&batches), "{batches} batches");
     assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_queue_wait_seconds_count"), 3);

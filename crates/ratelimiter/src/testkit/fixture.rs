@@ -178,18 +178,30 @@ impl<'h> Fixture<'h> {
         }
     }
 
+    /// Carries out the pending decreases usage allows and returns the state of
+    /// `key` if its decrease is carried out now, by this call or, where the
+    /// backend is shared (a fleet, another test on the same cluster), by
+    /// another caller since the key was last read.
+    pub async fn decrease_applied(&self, key: &LimitKey) -> Option<LimitState> {
+        let changed = self
+            .backend
+            .apply_pending_decreases()
+            .await
+            .expect("apply_pending_decreases");
+        if let Some(state) = changed.into_iter().find(|s| s.definition().key() == key) {
+            return Some(state);
+        }
+        let state = self.report(key).await.state;
+        (state.status() == crate::definition::LimitStatus::Active).then_some(state)
+    }
+
     /// Polls until a pending decrease of `key` is applied, for at most the
     /// expiry slack; returns the state it led to.
     pub async fn wait_for_decrease(&self, context: &str, key: &LimitKey) -> LimitState {
         let slack_ms = self.harness.expiry_slack_ms();
         let mut waited_ms = 0;
         loop {
-            let changed = self
-                .backend
-                .apply_pending_decreases()
-                .await
-                .expect("apply_pending_decreases");
-            if let Some(state) = changed.into_iter().find(|s| s.definition().key() == key) {
+            if let Some(state) = self.decrease_applied(key).await {
                 return state;
             }
             assert!(

@@ -187,11 +187,7 @@ pub async fn capacity_decrease(h: &dyn Harness) {
         retry_after_ms: h.decrease_retry_ms(),
     };
     assert_denied("while decreasing", &outcome, denial);
-    let changed = f.backend.apply_pending_decreases().await.unwrap();
-    assert!(
-        changed.iter().all(|s| s.definition().key() != &tpm),
-        "3 in use leave no room for -2"
-    );
+    assert_eq!(f.decrease_applied(&tpm).await, None, "3 in use leave no room for -2");
     f.advance(1000).await;
     let applied = f.wait_for_decrease("after the window", &tpm).await;
     assert_eq!(
@@ -212,11 +208,9 @@ pub async fn capacity_decrease(h: &dyn Harness) {
         .define(LimitDefinition::concurrency(conc.clone(), 1, 3).unwrap())
         .await;
     assert_eq!(state.status(), LimitStatus::Decreasing);
-    let changed = f.backend.apply_pending_decreases().await.unwrap();
-    assert!(changed.iter().all(|s| s.definition().key() != &conc), "both slots held");
+    assert_eq!(f.decrease_applied(&conc).await, None, "both slots held");
     f.complete(a, &[]).await;
-    let changed = f.backend.apply_pending_decreases().await.unwrap();
-    let applied = changed.iter().find(|s| s.definition().key() == &conc);
+    let applied = f.decrease_applied(&conc).await;
     assert_eq!(
         applied.map(|s| s.definition().capacity()),
         Some(1),

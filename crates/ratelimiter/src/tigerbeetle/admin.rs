@@ -159,6 +159,7 @@ impl TigerBeetleBackend {
             accounts.push(ids::debt_account(definition.key()));
         }
         accounts.extend(super::definition_log::log_accounts());
+        accounts.extend(ids::lease_marker_accounts());
         self.create_accounts_checked(accounts, "limit").await
     }
 

@@ -63,6 +63,8 @@ pub struct TigerBeetleBackend {
     pub(super) last_refresh_unix_ms: AtomicU64,
     /// Reads of the log that failed (a metric).
     pub(super) refresh_failures: AtomicU64,
+    /// True once the lease-marker accounts are known to exist.
+    pub(super) lease_accounts_ready: std::sync::atomic::AtomicBool,
     /// Completes whose lease this server remembered (a metric).
     pub(super) completes_from_cache: AtomicU64,
     /// Completes whose lease was read back from the cluster (a metric).
@@ -118,6 +120,7 @@ impl TigerBeetleBackend {
             refresh_done: AtomicU64::new(0),
             last_refresh_unix_ms: AtomicU64::new(0),
             refresh_failures: AtomicU64::new(0),
+            lease_accounts_ready: std::sync::atomic::AtomicBool::new(false),
             completes_from_cache: AtomicU64::new(0),
             completes_from_cluster: AtomicU64::new(0),
             leases: LeaseCache::new(fields.lease_cache_max as usize),

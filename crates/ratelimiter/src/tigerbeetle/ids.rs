@@ -21,6 +21,18 @@ pub const CODE_DEFUND: u16 = 3;
 /// The code of posted transfers that record overage as debt.
 pub const CODE_DEBT: u16 = 4;
 
+/// The ledger of lease markers: one zero-amount transfer per lease, the first
+/// of its reserve chain, so that a lease id's fate (granted or denied) is known
+/// to the whole cluster, whichever keys a later request names.
+pub const LEDGER_LEASES: u32 = 3;
+/// The code of the marker of a granted lease (written inside its chain).
+pub const CODE_LEASE_GRANTED: u16 = 32;
+/// The code of the marker of a denied lease (written after the denial): a
+/// later chain's marker then meets `exists_with_different_code`.
+pub const CODE_LEASE_DENIED: u16 = 33;
+/// The account code of the two lease-marker accounts.
+pub const ACCOUNT_CODE_LEASES: u16 = 5;
+
 /// The account code of the operator account.
 pub const ACCOUNT_CODE_OPERATOR: u16 = 1;
 /// The account code of resource accounts.
@@ -47,6 +59,32 @@ pub fn debt_account_id(key: &LimitKey) -> u128 {
 /// `xfer:reserve:<lease_id>:<key>`, with the canonical upper-case lease id.
 pub fn reserve_transfer_id(lease: LeaseId, key: &LimitKey) -> u128 {
     id128(&format!("xfer:reserve:{lease}:{key}"))
+}
+
+/// The id of the marker of `lease`: `xfer:lease:<lease_id>`.
+pub fn lease_marker_id(lease: LeaseId) -> u128 {
+    id128(&format!("xfer:lease:{lease}"))
+}
+
+/// The marker of `lease`, granted or denied (`code`), carrying the lease like
+/// its reservations. Nothing else in it varies: every granted marker of a lease
+/// is the same transfer, so any difference a chain meets is a denied marker.
+pub fn lease_marker(lease: LeaseId, code: u16) -> tb::Transfer {
+    tb::Transfer::new(lease_marker_id(lease))
+        .with_debit_account_id(id128("acct:leases:debit"))
+        .with_credit_account_id(id128("acct:leases:credit"))
+        .with_amount(0)
+        .with_ledger(LEDGER_LEASES)
+        .with_code(code)
+        .with_user_data_128(lease.to_u128())
+}
+
+/// The two accounts of lease markers: unconstrained, markers move no amount.
+pub fn lease_marker_accounts() -> Vec<tb::Account> {
+    ["acct:leases:debit", "acct:leases:credit"]
+        .into_iter()
+        .map(|label| tb::Account::new(id128(label), LEDGER_LEASES, ACCOUNT_CODE_LEASES))
+        .collect()
 }
 
 /// The id of the transfer that voids the reservation of `key` for `lease`:

@@ -39,6 +39,7 @@ impl TigerBeetleBackend {
             Plan::Send(chain, record) => (chain, record),
         };
         let lease = request.lease_id();
+        self.ensure_lease_marker_accounts().await?;
         let known = self.leases.get(lease);
         // Remembered before sending: if the outcome is unknown, Complete must
         // still void by id (pessimistic accounting, decisions §8).
@@ -146,7 +147,13 @@ impl TigerBeetleBackend {
             self.retry.on_allowed(keys(), now);
             return Ok(ReserveOutcome::Allowed { reserved_at_unix_ms });
         }
-        if failures.iter().any(|f| matches!(f.kind(), Kind::IdAlreadyFailed)) {
+        // A denied marker (the lease was denied on some server), or a
+        // reservation id that failed before: denied for good.
+        let denied_before = |f: &Failure| {
+            matches!(f.kind(), Kind::IdAlreadyFailed)
+                || (f.index == 0 && matches!(f.kind(), Kind::ExistsWithDifferentCode))
+        };
+        if failures.iter().any(denied_before) {
             self.leases.remove(lease);
             self.denied.insert(lease);
             return Ok(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed));
@@ -154,7 +161,9 @@ impl TigerBeetleBackend {
         if let Some(failure) = failures.iter().find(|f| matches!(f.kind(), Kind::ExceedsCredits)) {
             self.leases.remove(lease);
             self.denied.insert(lease);
-            let key = &request.requirements()[failure.index].key;
+            self.mark_denied(lease).await;
+            // Index 0 is the lease's marker; the reservations follow in request order.
+            let key = &request.requirements()[failure.index - 1].key;
             // Limits are never removed, so a key just sent is still defined.
             let definition = self
                 .state_of(key)
@@ -193,6 +202,37 @@ impl TigerBeetleBackend {
             "reserve chain failed: {}",
             codes.join(",")
         )))
+    }
+
+    /// Creates the lease-marker accounts once per process: every definition
+    /// creates them too, but a cluster whose limits were defined by an older
+    /// version has none.
+    async fn ensure_lease_marker_accounts(&self) -> Result<(), LimiterError> {
+        if self.lease_accounts_ready.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
+        self.create_accounts_checked(ids::lease_marker_accounts(), "lease markers")
+            .await?;
+        self.lease_accounts_ready
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes the denied marker of `lease`, so that every server answers
+    /// `lease_already_failed` to it whatever keys it names. Best effort: when
+    /// it cannot be written, this server still remembers the denial, and
+    /// TigerBeetle the failed reservation's id.
+    async fn mark_denied(&self, lease: LeaseId) {
+        let marker = ids::lease_marker(lease, ids::CODE_LEASE_DENIED);
+        match self.submitter.submit(vec![marker]).await {
+            Ok(failures) => match failures.first().map(|f| f.kind()) {
+                // Written before, or a grant of the same lease id won the race
+                // (a caller that changed its requirements): nothing to add.
+                None | Some(Kind::Exists | Kind::ExistsWithDifferentFlags) => {}
+                Some(kind) => tracing::warn!(%lease, code = ?kind, "the denied marker was not written"),
+            },
+            Err(e) => tracing::warn!(%lease, error = %e, "the denied marker was not written"),
+        }
     }
 
     /// The chain, or part of it, exists already: a retry of a lease whose first
@@ -257,6 +297,10 @@ fn reserve_chain(request: &ReserveRequest, states: &[LimitState], reserved_at_un
 /// The chain that reserves `holds` (key, amount, timeout in seconds) for
 /// `lease`, exactly as the backend sends it: benchmarks send it straight with
 /// the client library to compare against the backend.
+///
+/// The chain opens with the lease's marker ([`ids::lease_marker`]): a lease
+/// denied on any server has a denied marker, which fails the chain
+/// (`exists_with_different_code`) whatever keys it names.
 pub fn lease_chain<'a>(
     lease: LeaseId,
     reserved_at_unix_ms: u64,
@@ -264,23 +308,22 @@ pub fn lease_chain<'a>(
 ) -> Vec<tb::Transfer> {
     assert!(holds.len() >= 1, "a lease holds at least one requirement");
     let last = holds.len() - 1;
-    holds
-        .enumerate()
-        .map(|(i, (key, amount, timeout_seconds))| {
-            let mut flags = tb::transfer::Flags::PENDING;
-            if i < last {
-                flags |= tb::transfer::Flags::LINKED;
-            }
-            tb::Transfer::new(ids::reserve_transfer_id(lease, key))
-                .with_debit_account_id(ids::resource_account_id(key))
-                .with_credit_account_id(ids::operator_account_id())
-                .with_amount(u128::from(amount))
-                .with_ledger(ids::LEDGER_LIMITS)
-                .with_code(ids::CODE_LIMIT)
-                .with_flags(flags)
-                .with_timeout(timeout_seconds)
-                .with_user_data_128(lease.to_u128())
-                .with_user_data_64(reserved_at_unix_ms)
-        })
-        .collect()
+    let marker = ids::lease_marker(lease, ids::CODE_LEASE_GRANTED).with_flags(tb::transfer::Flags::LINKED);
+    let reservations = holds.enumerate().map(|(i, (key, amount, timeout_seconds))| {
+        let mut flags = tb::transfer::Flags::PENDING;
+        if i < last {
+            flags |= tb::transfer::Flags::LINKED;
+        }
+        tb::Transfer::new(ids::reserve_transfer_id(lease, key))
+            .with_debit_account_id(ids::resource_account_id(key))
+            .with_credit_account_id(ids::operator_account_id())
+            .with_amount(u128::from(amount))
+            .with_ledger(ids::LEDGER_LIMITS)
+            .with_code(ids::CODE_LIMIT)
+            .with_flags(flags)
+            .with_timeout(timeout_seconds)
+            .with_user_data_128(lease.to_u128())
+            .with_user_data_64(reserved_at_unix_ms)
+    });
+    std::iter::once(marker).chain(reservations).collect()
 }
