@@ -14,7 +14,10 @@
 //! sample PUTs a new key through A and, from when A answered, polls B's
 //! `ratelimiterd_tigerbeetle_definitions` gauge (reading `/metrics` does not make
 //! B read the log) until it counts the key: the passive path, B's periodic read
-//! of the cluster's log. Then a second new key is PUT through A and at once
+//! of the cluster's log. Each sample starts after a random pause of up to one
+//! refresh interval, so the PUTs fall at random points of B's 200 ms cycle
+//! instead of locking onto it (back to back, every PUT would land just after
+//! B's previous read). Then a second new key is PUT through A and at once
 //! asked of B (`GET /v1/admin/limits/{key}`), which reads the log on an unknown
 //! key: the on-demand path, as when a client uses a key right after defining it.
 //!
@@ -35,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratelimiter::httpclient::{HttpClient, HttpClientConfig};
-use ratelimiter::tigerbeetle::LocalCluster;
+use ratelimiter::tigerbeetle::{LocalCluster, DEFINITIONS_REFRESH_INTERVAL_MS};
 use ratelimiter::{
     Actual, CompleteRequest, LeaseId, LimitDefinition, LimitKey, Limiter, Requirement, ReserveOutcome, ReserveRequest,
 };
@@ -249,6 +252,8 @@ async fn propagation(options: &Options, a: &HttpClient, b: &HttpClient, b_addr: 
     let (mut passive, mut on_demand) = (Vec::new(), Vec::new());
     let started = Instant::now();
     for i in 0..options.samples {
+        let pause = rand::random::<u64>() % DEFINITIONS_REFRESH_INTERVAL_MS;
+        tokio::time::sleep(Duration::from_millis(pause)).await;
         // Passive: only B's periodic read of the log can make the gauge move.
         let before = metric(b_addr, DEFINITIONS_METRIC).await?;
         let key = LimitKey::new(format!("fleetbench:{run}:passive:{i}"))?;

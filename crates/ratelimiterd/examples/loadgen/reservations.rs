@@ -588,7 +588,8 @@ impl Bench {
             kind,
             samples,
             wall,
-            cpu_seconds: vec![cpu[0], cpu[2..].iter().sum(), cpu[1]],
+            // fold, not sum: an empty f64 sum is -0.0, printed "-0".
+            cpu_seconds: vec![cpu[0], cpu[2..].iter().fold(0.0, |a, b| a + b), cpu[1]],
             machine_busy: (cpu_after.machine_busy - cpu_before.machine_busy) as f64 / machine_total,
             machine_iowait: (cpu_after.machine_iowait - cpu_before.machine_iowait) as f64 / machine_total,
             server,
