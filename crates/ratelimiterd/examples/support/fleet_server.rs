@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 /// Longest wait for a server to say it listens.
 pub const STARTUP_WAIT_MAX: Duration = Duration::from_secs(30);
+/// The last lines of a server's log kept to explain a failed start.
+const STARTUP_LINES_KEPT: usize = 10;
 
 /// A `ratelimiterd` child process, killed (and its directory removed) on drop.
 pub struct FleetServer {
@@ -71,11 +73,23 @@ impl FleetServer {
             }
         });
         let deadline = Instant::now() + STARTUP_WAIT_MAX;
+        let mut last_lines = std::collections::VecDeque::with_capacity(STARTUP_LINES_KEPT);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = receiver
-                .recv_timeout(left)
-                .map_err(|_| format!("{} did not say it listens within {STARTUP_WAIT_MAX:?}", bin.display()))?;
+            // Disconnected: the server exited (e.g. a binary built without
+            // `--features tigerbeetle` refuses the configuration); its last
+            // lines say why.
+            let line = receiver.recv_timeout(left).map_err(|_| {
+                format!(
+                    "{} did not start listening within {STARTUP_WAIT_MAX:?}; its last lines:\n{}",
+                    bin.display(),
+                    Vec::from(last_lines.clone()).join("\n")
+                )
+            })?;
+            if last_lines.len() == STARTUP_LINES_KEPT {
+                last_lines.pop_front();
+            }
+            last_lines.push_back(line.clone());
             if let Some(rest) = line.split("addr=").nth(1).filter(|_| line.contains("listening")) {
                 let addr = rest.split_whitespace().next().unwrap_or_default();
                 server.addr = addr.parse().map_err(|e| format!("listening line {line:?}: {e}"))?;
