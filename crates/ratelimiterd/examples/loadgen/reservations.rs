@@ -10,6 +10,12 @@
 //!   backend with `submit_mode: direct` (submitter off);
 //! - `batching`: the same with `submit_mode: batching` (submitter on).
 //!
+//! Any server variant takes `:servers=N` (BENCHMARKS.md, "Fleet"): N servers of
+//! the same settings on the same cluster, a fleet, the workers spread over
+//! them round robin (worker w on server w mod N), as a load balancer or the
+//! clients' own choice of a preferred server would; its CPU figure for the
+//! server is the sum over the N servers.
+//!
 //! First closed loop (`--connections` workers back to back), then open loop
 //! (`--rate` reservations per second in total, spread over `--open-connections`
 //! workers on a fixed schedule, latency counted from when each was due, so a
@@ -72,8 +78,9 @@ enum Kind {
     Echo,
 }
 
-/// One way of reserving and its settings: `kind[:sessions=N][:flush=MICROS][:events=N]`,
-/// e.g. `batching:sessions=1:flush=1000`; unset settings come from the flags.
+/// One way of reserving and its settings:
+/// `kind[:sessions=N][:flush=MICROS][:events=N][:servers=N]`, e.g.
+/// `batching:sessions=1:flush=1000`; unset settings come from the flags.
 #[derive(Debug, Clone)]
 struct Variant {
     label: String,
@@ -81,7 +88,13 @@ struct Variant {
     sessions: u32,
     flush_micros: Option<u64>,
     batch_events: Option<u32>,
+    /// Servers of the variant, one fleet on the same cluster (server variants).
+    servers: usize,
 }
+
+/// The most servers a variant may start: each holds client sessions of the
+/// replica, which serves at most 32 (README.md, "Distributed mode").
+const SERVERS_PER_VARIANT_MAX: usize = 16;
 
 impl Variant {
     fn parse(spec: &str, options: &Options) -> Variant {
@@ -99,6 +112,7 @@ impl Variant {
             sessions: options.sessions,
             flush_micros: options.flush_micros,
             batch_events: options.batch_events,
+            servers: 1,
         };
         for setting in parts {
             let (name, value) = setting.split_once('=').unwrap_or((setting, ""));
@@ -109,6 +123,14 @@ impl Variant {
                 "sessions" => variant.sessions = value as u32,
                 "flush" => variant.flush_micros = Some(value),
                 "events" => variant.batch_events = Some(value as u32),
+                "servers" => {
+                    if kind == Kind::Client || !(1..=SERVERS_PER_VARIANT_MAX as u64).contains(&value) {
+                        super::usage(&format!(
+                            "{spec}: servers is 1..={SERVERS_PER_VARIANT_MAX}, for server variants only"
+                        ));
+                    }
+                    variant.servers = value as usize;
+                }
                 _ => super::usage(&format!("{spec}: unknown setting {name}")),
             }
         }
@@ -142,8 +164,9 @@ enum Loop {
 /// Where a worker sends its reservations.
 #[derive(Clone)]
 enum Target {
-    /// A server, and the path of the route.
-    Http(SocketAddr, &'static str),
+    /// The servers of the variant (worker w uses server w mod N), and the
+    /// path of the route.
+    Http(Arc<Vec<SocketAddr>>, &'static str),
     Client(Arc<ReferenceClient>),
 }
 
@@ -154,9 +177,11 @@ enum Caller {
 }
 
 impl Caller {
-    async fn open(target: &Target) -> Caller {
+    async fn open(target: &Target, worker: usize) -> Caller {
         match target {
-            Target::Http(addr, path) => Caller::Http(connect(*addr).await, path, BodyTemplate::new()),
+            Target::Http(addrs, path) => {
+                Caller::Http(connect(addrs[worker % addrs.len()]).await, path, BodyTemplate::new())
+            }
             Target::Client(reference) => Caller::Client(reference.clone()),
         }
     }
@@ -255,10 +280,10 @@ impl Samples {
 async fn closed_loop(target: &Target, workers: usize, seconds: f64) -> (Samples, Duration) {
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::with_capacity(workers);
-    for _ in 0..workers {
+    for worker in 0..workers {
         let (stop, target) = (stop.clone(), target.clone());
         tasks.push(tokio::spawn(async move {
-            let mut caller = Caller::open(&target).await;
+            let mut caller = Caller::open(&target, worker).await;
             let mut samples = Samples::default();
             while !stop.load(Ordering::Relaxed) {
                 let sent = Instant::now();
@@ -291,7 +316,7 @@ async fn open_loop(target: &Target, workers: usize, seconds: f64, rate: f64) -> 
         let target = target.clone();
         let offset = interval.mul_f64(w as f64 / workers as f64);
         tasks.push(tokio::spawn(async move {
-            let mut caller = Caller::open(&target).await;
+            let mut caller = Caller::open(&target, w).await;
             let mut samples = Samples::default();
             for i in 0..per_worker {
                 let due = start + offset + interval * i;
@@ -436,7 +461,8 @@ struct Phase {
     kind: Loop,
     samples: Samples,
     wall: Duration,
-    /// CPU seconds of each watched process (replica, server, load generator).
+    /// CPU seconds of the replica, the variant's servers together, and this
+    /// load generator.
     cpu_seconds: Vec<f64>,
     /// Busy share of the whole machine, and the share waiting for I/O.
     machine_busy: f64,
@@ -447,7 +473,8 @@ struct Phase {
 /// What a variant talks to.
 enum Endpoint {
     Reference(Arc<ReferenceClient>),
-    Server(Server, &'static str),
+    /// One server, or the servers of a fleet.
+    Servers(Vec<Server>, &'static str),
 }
 
 /// The servers and references under test, one per variant.
@@ -470,10 +497,10 @@ impl Bench {
                 } else {
                     RESERVE_PATH
                 };
-                endpoints.push(Some(Endpoint::Server(
-                    Server::start(&server_options, &states, 100_000),
-                    path,
-                )));
+                let servers = (0..variant.servers)
+                    .map(|_| Server::start(&server_options, &states, 100_000))
+                    .collect();
+                endpoints.push(Some(Endpoint::Servers(servers, path)));
             } else {
                 endpoints.push(None);
             }
@@ -507,53 +534,62 @@ impl Bench {
         })
     }
 
-    fn server(&self, variant: usize) -> Option<&Server> {
+    /// The variant's servers (none for the reference client).
+    fn servers(&self, variant: usize) -> &[Server] {
         match &self.endpoints[variant] {
-            Endpoint::Reference(_) => None,
-            Endpoint::Server(server, _) => Some(server),
+            Endpoint::Reference(_) => &[],
+            Endpoint::Servers(servers, _) => servers,
         }
     }
 
     fn target(&self, variant: usize) -> Target {
         match &self.endpoints[variant] {
             Endpoint::Reference(reference) => Target::Client(reference.clone()),
-            Endpoint::Server(server, path) => Target::Http(server.addr, path),
+            Endpoint::Servers(servers, path) => Target::Http(Arc::new(servers.iter().map(|s| s.addr).collect()), path),
         }
     }
 
-    /// The processes whose CPU is watched: the replica (when known), the
-    /// variant's server (when it has one), and this process.
+    /// The processes whose CPU is watched: the replica (0 when unknown), this
+    /// process, then the variant's servers.
     fn pids(&self, variant: usize) -> Vec<u32> {
-        let server = self.server(variant).map_or(0, |s| s.child.id());
-        vec![self.options.replica_pid.unwrap_or(0), server, std::process::id()]
+        let mut pids = vec![self.options.replica_pid.unwrap_or(0), std::process::id()];
+        pids.extend(self.servers(variant).iter().map(|s| s.child.id()));
+        pids
     }
 
     async fn run_phase(&self, variant: usize, kind: Loop, seconds: f64) -> Phase {
         let target = self.target(variant);
         let pids = self.pids(variant);
-        let metrics_before = match self.server(variant) {
-            Some(server) => Some(scrape_metrics(server.addr).await),
-            None => None,
-        };
+        let mut metrics_before = Vec::new();
+        for server in self.servers(variant) {
+            metrics_before.push(scrape_metrics(server.addr).await);
+        }
         let cpu_before = CpuSnapshot::take(&pids);
         let (samples, wall) = match kind {
             Loop::Closed => closed_loop(&target, self.options.connections, seconds).await,
             Loop::Open => open_loop(&target, self.options.open_connections, seconds, self.options.rate).await,
         };
         let cpu_after = CpuSnapshot::take(&pids);
-        let server = match (self.server(variant), metrics_before) {
-            (Some(server), Some(before)) => Some(ServerDelta::between(&before, &scrape_metrics(server.addr).await)),
-            _ => None,
-        };
+        // Counts summed over the servers; the percentiles are the first server's.
+        let mut server: Option<ServerDelta> = None;
+        for (s, before) in self.servers(variant).iter().zip(&metrics_before) {
+            let delta = ServerDelta::between(before, &scrape_metrics(s.addr).await);
+            match &mut server {
+                Some(sum) => sum.add(&delta),
+                None => server = Some(delta),
+            }
+        }
         let machine_total = (cpu_after.machine_total - cpu_before.machine_total).max(1) as f64;
+        let cpu: Vec<f64> = (cpu_after.processes.iter().zip(&cpu_before.processes))
+            .map(|(after, before)| after.saturating_sub(*before) as f64 / TICKS_PER_SECOND)
+            .collect();
         Phase {
             variant,
             kind,
             samples,
             wall,
-            cpu_seconds: (cpu_after.processes.iter().zip(&cpu_before.processes))
-                .map(|(after, before)| after.saturating_sub(*before) as f64 / TICKS_PER_SECOND)
-                .collect(),
+            // fold, not sum: an empty f64 sum is -0.0, printed "-0".
+            cpu_seconds: vec![cpu[0], cpu[2..].iter().fold(0.0, |a, b| a + b), cpu[1]],
             machine_busy: (cpu_after.machine_busy - cpu_before.machine_busy) as f64 / machine_total,
             machine_iowait: (cpu_after.machine_iowait - cpu_before.machine_iowait) as f64 / machine_total,
             server,
