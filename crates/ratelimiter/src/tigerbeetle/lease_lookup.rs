@@ -26,6 +26,9 @@ pub struct ClusterLease {
     pub reserved_at_unix_ms: u64,
     /// True when a Complete of the lease already wrote anything.
     pub completed: bool,
+    /// True when the lease was denied for capacity on some server (its
+    /// denied marker exists).
+    pub denied: bool,
 }
 
 impl TigerBeetleBackend {
@@ -44,6 +47,7 @@ impl TigerBeetleBackend {
             held: Vec::new(),
             reserved_at_unix_ms: 0,
             completed: false,
+            denied: false,
         };
         for transfer in transfers
             .iter()
@@ -71,6 +75,9 @@ impl TigerBeetleBackend {
                 timeout_seconds: u64::from(transfer.timeout()),
             });
         }
+        found.denied = transfers
+            .iter()
+            .any(|t| t.id() == ids::lease_marker_id(lease) && t.code() == ids::CODE_LEASE_DENIED);
         found.completed = transfers.iter().any(|t| {
             found.held.iter().any(|h| {
                 let written = [

@@ -21,6 +21,10 @@ enum Plan {
     Send(Vec<tb::Transfer>, LeaseRecord),
     /// Answer at once.
     Answer(ReserveOutcome),
+    /// A denial that sends nothing, for a lease this server does not know:
+    /// the lease may have been granted or denied on another server, which
+    /// comes first (docs/decisions.md, rows 3 and 4), so the cluster is asked.
+    Standing(Denial),
 }
 
 impl TigerBeetleBackend {
@@ -36,6 +40,7 @@ impl TigerBeetleBackend {
         };
         let (chain, record) = match plan? {
             Plan::Answer(outcome) => return Ok(outcome),
+            Plan::Standing(denial) => return self.standing_or_earlier(request, denial).await,
             Plan::Send(chain, record) => (chain, record),
         };
         let lease = request.lease_id();
@@ -78,7 +83,7 @@ impl TigerBeetleBackend {
             .zip(request.requirements())
             .map(|(s, r)| (s, r.amount));
         if let Some(denial) = decision::standing_denial(requirements, self.decrease_retry_ms) {
-            return Ok(Plan::Answer(ReserveOutcome::Denied(denial)));
+            return Ok(Plan::Standing(denial));
         }
         // A retry of an attempt whose outcome is unknown sends the very same
         // chain, its first reservation time included.
@@ -147,11 +152,11 @@ impl TigerBeetleBackend {
             self.retry.on_allowed(keys(), now);
             return Ok(ReserveOutcome::Allowed { reserved_at_unix_ms });
         }
-        // A denied marker (the lease was denied on some server), or a
-        // reservation id that failed before: denied for good.
+        // A denied marker (the lease was denied on some server: every granted
+        // marker of a lease is the same transfer, so any difference at index 0
+        // is one), or a reservation id that failed before: denied for good.
         let denied_before = |f: &Failure| {
-            matches!(f.kind(), Kind::IdAlreadyFailed)
-                || (f.index == 0 && matches!(f.kind(), Kind::ExistsWithDifferentCode))
+            matches!(f.kind(), Kind::IdAlreadyFailed) || (f.index == 0 && is_different_existing(f.kind()))
         };
         if failures.iter().any(denied_before) {
             self.leases.remove(lease);
@@ -202,6 +207,36 @@ impl TigerBeetleBackend {
             "reserve chain failed: {}",
             codes.join(",")
         )))
+    }
+
+    /// The answer to a request with a standing denial from a lease this server
+    /// does not know: a grant of the lease on another server is replayed, a
+    /// denial of it stays final, and only a lease the cluster never saw gets
+    /// the standing denial. One read, on denial paths only.
+    async fn standing_or_earlier(
+        &self,
+        request: &ReserveRequest,
+        denial: Denial,
+    ) -> Result<ReserveOutcome, LimiterError> {
+        let lease = request.lease_id();
+        let found = self.cluster_lease(lease).await?;
+        if found.denied {
+            self.denied.insert(lease);
+            return Ok(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed));
+        }
+        if found.held.is_empty() {
+            return Ok(ReserveOutcome::Denied(denial));
+        }
+        let record = LeaseRecord {
+            reserved_at_unix_ms: found.reserved_at_unix_ms,
+            fingerprint: fingerprint(found.held.iter().map(|h| (&h.key, h.amount))),
+            held: found.held,
+            confirmed: true,
+            completed: found.completed,
+        };
+        let outcome = self.replay(request, &record)?;
+        self.leases.update(lease, record);
+        Ok(outcome)
     }
 
     /// Creates the lease-marker accounts once per process: every definition
