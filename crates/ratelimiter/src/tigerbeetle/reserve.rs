@@ -71,7 +71,7 @@ impl TigerBeetleBackend {
         if let Some(denial) = decision::standing_denial(requirements, self.decrease_retry_ms) {
             return Ok(Plan::Answer(ReserveOutcome::Denied(denial)));
         }
-        let chain = reserve_chain(request, &definitions);
+        let chain = reserve_chain(request, &definitions, self.window_margin_ms);
         let held = request
             .requirements()
             .iter()
@@ -80,7 +80,7 @@ impl TigerBeetleBackend {
                 key: r.key.clone(),
                 amount: r.amount,
                 kind: s.definition().kind(),
-                timeout_seconds: s.definition().hold_ms() / 1000,
+                timeout_seconds: u64::from(timeout_seconds(s, self.window_margin_ms)),
             })
             .collect();
         let record = LeaseRecord {
@@ -236,16 +236,25 @@ fn is_different_existing(kind: Kind) -> bool {
     )
 }
 
+/// A reservation's TigerBeetle timeout, in whole seconds: the window plus its
+/// margin (`default_margin_ms` when the definition gives none) rounded up, or the
+/// hold timeout. Rounded up because a timeout runs from the cluster's timestamp,
+/// a moment after our grant, and must never end before window plus margin.
+pub(super) fn timeout_seconds(state: &LimitState, default_margin_ms: u64) -> u32 {
+    let hold_ms = state.definition().hold_with_margin_ms(default_margin_ms);
+    u32::try_from(hold_ms.div_ceil(1000)).expect("windows, margins and timeouts are validated to fit u32")
+}
+
 /// The linked chain of pending transfers of one lease: resource → operator per
-/// requirement, timing out with the window (rolling) or hold timeout
+/// requirement, timing out with the window plus margin (rolling) or hold timeout
 /// (concurrency). Every transfer carries the lease in `user_data_128` for audits;
 /// nothing in it depends on the time, so a retry sends the very same chain.
-fn reserve_chain(request: &ReserveRequest, states: &[LimitState]) -> Vec<tb::Transfer> {
-    let holds = request.requirements().iter().zip(states).map(|(r, s)| {
-        let timeout =
-            u32::try_from(s.definition().hold_ms() / 1000).expect("windows and timeouts are validated to fit u32");
-        (&r.key, r.amount, timeout)
-    });
+fn reserve_chain(request: &ReserveRequest, states: &[LimitState], default_margin_ms: u64) -> Vec<tb::Transfer> {
+    let holds = request
+        .requirements()
+        .iter()
+        .zip(states)
+        .map(|(r, s)| (&r.key, r.amount, timeout_seconds(s, default_margin_ms)));
     lease_chain(request.lease_id(), holds)
 }
 
