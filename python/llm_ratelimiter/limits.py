@@ -19,10 +19,11 @@ Overage = Literal["none", "debt"]
 #: How a limit replenishes.
 LimitKind = Literal["rolling", "concurrency"]
 
-#: The provider's per-minute window plus one second: the provider starts its window
-#: when the request reaches it, a moment after the reservation (BENCHMARKS.md,
-#: "Window margin" in the repository).
-WINDOW_SECONDS_PER_MINUTE_LIMIT = 61
+#: The provider's per-minute window, as it documents it: the limiter holds each
+#: rolling reservation for the window plus its window margin (50 ms by default),
+#: which covers the moment between the grant and the provider receiving the call
+#: (BENCHMARKS.md, "Window margin" in the repository).
+WINDOW_SECONDS_PER_MINUTE_LIMIT = 60
 #: How long a concurrency hold lives when its caller crashed before Complete.
 CONCURRENCY_TIMEOUT_SECONDS_DEFAULT = 300
 
