@@ -67,7 +67,11 @@ fn call(server: &Daemon, method: &str, path: &str, body: &Value) -> (u16, Value)
     } else {
         CLIENT_TOKEN
     };
-    let bytes = if body.is_null() { String::new() } else { body.to_string() };
+    let bytes = if body.is_null() {
+        String::new()
+    } else {
+        body.to_string()
+    };
     let answer = raw::request(server.addr, method, path, Some(token), bytes.as_bytes());
     (answer.status, answer.value())
 }
@@ -180,12 +184,30 @@ fn both_backends_answer_every_step_alike() {
     p.states_match("a decreasing", &names);
 
     let exceeds = denied(&format!("exceeds_capacity:{b}"), false);
-    assert_eq!(p.reserve("[a decreasing, b too large]", LeaseId::generate(), &[("a", 1), ("b", 6)]).0, exceeds);
-    assert_eq!(p.reserve("[b too large, a decreasing]", LeaseId::generate(), &[("b", 6), ("a", 1)]).0, exceeds);
+    assert_eq!(
+        p.reserve(
+            "[a decreasing, b too large]",
+            LeaseId::generate(),
+            &[("a", 1), ("b", 6)]
+        )
+        .0,
+        exceeds
+    );
+    assert_eq!(
+        p.reserve(
+            "[b too large, a decreasing]",
+            LeaseId::generate(),
+            &[("b", 6), ("a", 1)]
+        )
+        .0,
+        exceeds
+    );
     let l2 = LeaseId::generate();
     let decreasing = denied(&format!("limit_decreasing:{a}"), true);
     assert_eq!(p.reserve("a decreasing", l2, &[("b", 1), ("a", 1)]).0, decreasing);
-    let unknown = p.reserve("unknown key", LeaseId::generate(), &[("b", 1), ("ghost", 1)]).0;
+    let unknown = p
+        .reserve("unknown key", LeaseId::generate(), &[("b", 1), ("ghost", 1)])
+        .0;
     assert_eq!(unknown["status"], 404);
 
     let l3 = LeaseId::generate();
@@ -196,13 +218,25 @@ fn both_backends_answer_every_step_alike() {
     assert_eq!(again_body["reserved_at_unix_ms"], first_body["reserved_at_unix_ms"]);
     assert_eq!(p.reserve("reused", l3, &[("b", 4)]).0, failed(409, "conflict"));
     let l4 = LeaseId::generate();
-    assert_eq!(p.reserve("b full", l4, &[("b", 1)]).0, denied(&format!("insufficient_capacity:{b}"), true));
-    assert_eq!(p.reserve("b full, same id", l4, &[("b", 1)]).0, denied("lease_already_failed", false));
+    assert_eq!(
+        p.reserve("b full", l4, &[("b", 1)]).0,
+        denied(&format!("insufficient_capacity:{b}"), true)
+    );
+    assert_eq!(
+        p.reserve("b full, same id", l4, &[("b", 1)]).0,
+        denied("lease_already_failed", false)
+    );
     assert_eq!(p.reserve("l2 was not burnt", l2, &[("c", 1)]).0, allowed());
     p.states_match("after the reserves", &names);
 
-    assert_eq!(p.complete("actual for c", l3, &[("c", 1)]), failed(400, "invalid_request"));
-    assert_eq!(p.complete("actual for a", l3, &[("a", 1)]), failed(400, "invalid_request"));
+    assert_eq!(
+        p.complete("actual for c", l3, &[("c", 1)]),
+        failed(400, "invalid_request")
+    );
+    assert_eq!(
+        p.complete("actual for a", l3, &[("a", 1)]),
+        failed(400, "invalid_request")
+    );
     p.states_match("bad actuals changed nothing", &names);
     assert_eq!(p.complete("l3 with 3 of b", l3, &[("b", 3)]), ok());
     assert_eq!(p.complete("l3 again", l3, &[("b", 1)]), ok());
@@ -234,5 +268,8 @@ fn both_backends_answer_every_step_alike() {
         std::thread::sleep(Duration::from_millis(POLL_MS));
     }
     p.states_match("the decrease carried out", &names);
-    assert_eq!(p.reserve("a at its new capacity", LeaseId::generate(), &[("a", 4)]).0, denied(&format!("insufficient_capacity:{a}"), true));
+    assert_eq!(
+        p.reserve("a at its new capacity", LeaseId::generate(), &[("a", 4)]).0,
+        denied(&format!("insufficient_capacity:{a}"), true)
+    );
 }
