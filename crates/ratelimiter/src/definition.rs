@@ -20,8 +20,9 @@ pub const WINDOW_MARGIN_MS_MAX: u64 = 60_000;
 /// `defaults.window_margin_ms`). The provider starts a request's window when
 /// the call reaches it, after our grant: the trace replay measured that time on
 /// loopback, in process and through `ratelimiterd`, at a median of 0–1 ms and a
-/// 99th percentile of at most 28 ms on a loaded 2-core machine; 50 ms covers that
-/// with room and costs 1/200 of a 10 s window (BENCHMARKS.md, "Window margin").
+/// 99th percentile of at most 31 ms in eight runs of nine on a loaded 2-core
+/// machine (the ninth: a burst of 500 grants, up to 174 ms); 50 ms covers that
+/// and costs 1/200 of a 10 s window (BENCHMARKS.md, "Window margin").
 /// A provider across a network is reached later: add the path's latency.
 pub const WINDOW_MARGIN_MS_DEFAULT: u64 = 50;
 /// Longest `unit` text: it is a label for humans, not a document.

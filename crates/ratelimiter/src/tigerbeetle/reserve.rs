@@ -286,3 +286,27 @@ pub fn lease_chain<'a>(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LimitDefinition;
+
+    fn state(definition: LimitDefinition) -> LimitState {
+        LimitState::active(definition)
+    }
+
+    #[test]
+    fn timeouts_round_window_plus_margin_up_to_whole_seconds() {
+        let key = LimitKey::new("k").unwrap();
+        let rolling = LimitDefinition::rolling(key.clone(), 1, 10).unwrap();
+        assert_eq!(timeout_seconds(&state(rolling.clone()), 0), 10, "no margin: the window");
+        assert_eq!(timeout_seconds(&state(rolling.clone()), 50), 11, "never shorter than window + margin");
+        assert_eq!(timeout_seconds(&state(rolling.clone()), 1000), 11);
+        assert_eq!(timeout_seconds(&state(rolling.clone()), 1001), 12);
+        let own = rolling.with_window_margin_ms(Some(0)).unwrap();
+        assert_eq!(timeout_seconds(&state(own), 50), 10, "the definition's margin wins");
+        let concurrency = LimitDefinition::concurrency(key, 1, 30).unwrap();
+        assert_eq!(timeout_seconds(&state(concurrency), 50), 30, "timeouts take no margin");
+    }
+}
