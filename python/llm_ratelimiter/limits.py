@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, List, Literal, Mapping, NamedTuple, Union
+from typing import Any, List, Literal, Mapping, NamedTuple, Optional, Union
 
 from . import _native
 
@@ -55,14 +55,18 @@ class LimitDefinition:
     unit: str = ""
     description: str = ""
     overage: Overage = "none"
+    #: Rolling: ms each reservation is held beyond ``window_seconds`` (the provider's
+    #: window starts when the call reaches it); ``None``: the limiter's default (50 ms).
+    window_margin_ms: Optional[int] = None
 
     @classmethod
     def rolling(
         cls, key: str, capacity: int, window_seconds: int, *, unit: str = "", description: str = "",
-        overage: Overage = "none",
+        overage: Overage = "none", window_margin_ms: Optional[int] = None,
     ) -> "LimitDefinition":
-        """A rolling limit: each reservation holds its amount for ``window_seconds``."""
-        return cls(key, "rolling", capacity, window_seconds, 0, unit, description, overage)
+        """A rolling limit: each reservation holds its amount for ``window_seconds`` plus
+        the window margin."""
+        return cls(key, "rolling", capacity, window_seconds, 0, unit, description, overage, window_margin_ms)
 
     @classmethod
     def concurrency(
@@ -73,8 +77,8 @@ class LimitDefinition:
         return cls(key, "concurrency", capacity, 0, timeout_seconds, unit, description)
 
     def to_json(self) -> str:
-        """The admin API's JSON body."""
-        return json.dumps(asdict(self))
+        """The admin API's JSON body; ``window_margin_ms`` only when given."""
+        return json.dumps({name: value for name, value in asdict(self).items() if value is not None})
 
 
 #: A definition, or its JSON object as a mapping (the registry file's entries).
