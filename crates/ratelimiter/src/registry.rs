@@ -219,9 +219,16 @@ mod tests {
         )
         .unwrap();
         let mut registry = Registry::open(&path).unwrap();
-        let old = registry.get(&LimitKey::new("old").unwrap()).unwrap().definition().clone();
+        let old = registry
+            .get(&LimitKey::new("old").unwrap())
+            .unwrap()
+            .definition()
+            .clone();
         assert_eq!(old.window_margin_ms(), None);
-        let given = rolling("given", 5).definition().with_window_margin_ms(Some(120)).unwrap();
+        let given = rolling("given", 5)
+            .definition()
+            .with_window_margin_ms(Some(120))
+            .unwrap();
         registry.put(LimitState::active(given.clone())).unwrap();
 
         let text = fs::read_to_string(&path).unwrap();

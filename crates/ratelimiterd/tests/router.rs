@@ -634,7 +634,10 @@ async fn window_margins_default_from_the_config_and_show_as_given() {
     let (_, report) = h.put_limit(exact.clone()).await;
     assert_eq!(report["window_margin_ms"], 0);
     let (_, list) = h.send(Method::GET, "/v1/admin/limits", None, None).await;
-    assert!(list[0].get("window_margin_ms").is_none() && list[1]["window_margin_ms"] == 0, "{list}");
+    assert!(
+        list[0].get("window_margin_ms").is_none() && list[1]["window_margin_ms"] == 0,
+        "{list}"
+    );
     let on_disk = Registry::open(&h.registry_path).unwrap();
     let margins: Vec<Option<u64>> = on_disk.states().map(|s| s.definition().window_margin_ms()).collect();
     assert_eq!(margins, [None, Some(0)]);
@@ -646,10 +649,16 @@ async fn window_margins_default_from_the_config_and_show_as_given() {
     h.clock.advance_ms(60_000);
     let (_, exact_report) = h.send(Method::GET, "/v1/admin/limits/exact", None, None).await;
     let (_, default_report) = h.send(Method::GET, "/v1/admin/limits/by-default", None, None).await;
-    assert_eq!((exact_report["in_use"].as_u64(), default_report["in_use"].as_u64()), (Some(0), Some(1)));
+    assert_eq!(
+        (exact_report["in_use"].as_u64(), default_report["in_use"].as_u64()),
+        (Some(0), Some(1))
+    );
     h.clock.advance_ms(300);
     let (_, default_report) = h.send(Method::GET, "/v1/admin/limits/by-default", None, None).await;
-    assert_eq!(default_report["in_use"], 0, "window + the configured margin: {default_report}");
+    assert_eq!(
+        default_report["in_use"], 0,
+        "window + the configured margin: {default_report}"
+    );
 
     by_default["window_margin_ms"] = json!(60_001);
     assert_eq!(h.put_limit(by_default).await.0, StatusCode::BAD_REQUEST);

@@ -301,7 +301,11 @@ mod tests {
         let key = LimitKey::new("k").unwrap();
         let rolling = LimitDefinition::rolling(key.clone(), 1, 10).unwrap();
         assert_eq!(timeout_seconds(&state(rolling.clone()), 0), 10, "no margin: the window");
-        assert_eq!(timeout_seconds(&state(rolling.clone()), 50), 11, "never shorter than window + margin");
+        assert_eq!(
+            timeout_seconds(&state(rolling.clone()), 50),
+            11,
+            "never shorter than window + margin"
+        );
         assert_eq!(timeout_seconds(&state(rolling.clone()), 1000), 11);
         assert_eq!(timeout_seconds(&state(rolling.clone()), 1001), 12);
         let own = rolling.with_window_margin_ms(Some(0)).unwrap();
