@@ -9,6 +9,22 @@ pub const WINDOW_SECONDS_MAX: u64 = 2_678_400;
 /// The longest concurrency hold timeout: one day. A crashed worker's hold is
 /// released after at most this long.
 pub const TIMEOUT_SECONDS_MAX: u64 = 86_400;
+/// The longest window margin, in ms: a minute. The margin covers the time from
+/// a grant to the provider receiving the call, milliseconds when measured
+/// (BENCHMARKS.md, "Window margin"); more than a minute is a unit mistake
+/// (seconds written as ms) that would quietly cost capacity.
+pub const WINDOW_MARGIN_MS_MAX: u64 = 60_000;
+/// The window margin of definitions that give none, in ms, when the backend is
+/// not told otherwise (`MemoryConfig::window_margin_ms`, the TigerBeetle
+/// backend's `BackendOptions::window_margin_ms`, `ratelimiterd`'s
+/// `defaults.window_margin_ms`). The provider starts a request's window when
+/// the call reaches it, after our grant: the trace replay measured that time on
+/// loopback, in process and through `ratelimiterd`, at a median of 0–1 ms and a
+/// 99th percentile of at most 31 ms in eight runs of nine on a loaded 2-core
+/// machine (the ninth: a burst of 500 grants, up to 174 ms); 50 ms covers that
+/// and costs 1/200 of a 10 s window (BENCHMARKS.md, "Window margin").
+/// A provider across a network is reached later: add the path's latency.
+pub const WINDOW_MARGIN_MS_DEFAULT: u64 = 50;
 /// Longest `unit` text: it is a label for humans, not a document.
 pub const UNIT_BYTES_MAX: usize = 64;
 /// Longest `description` text, so the registry file stays small.
@@ -89,6 +105,15 @@ pub struct DefinitionFields {
     /// Rolling: 1..=2,678,400. Concurrency: 0.
     #[serde(default)]
     pub window_seconds: u64,
+    /// Rolling: how long, in ms, a reservation is held beyond `window_seconds`,
+    /// so that it outlasts the provider's window, which starts when the call
+    /// reaches the provider, after the grant. `None` (absent in JSON): the
+    /// backend's default applies ([`WINDOW_MARGIN_MS_DEFAULT`] unless
+    /// configured). At most [`WINDOW_MARGIN_MS_MAX`] and the window. Concurrency:
+    /// absent, as a hold ends at Complete and its timeout only frees crashed
+    /// callers' holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_margin_ms: Option<u64>,
     /// Concurrency: 1..=86,400. Rolling: 0.
     #[serde(default)]
     pub timeout_seconds: u64,
@@ -117,6 +142,7 @@ impl LimitDefinition {
             kind: LimitKind::Rolling,
             capacity,
             window_seconds,
+            window_margin_ms: None,
             timeout_seconds: 0,
             unit: String::new(),
             description: String::new(),
@@ -132,6 +158,7 @@ impl LimitDefinition {
             kind: LimitKind::Concurrency,
             capacity,
             window_seconds: 0,
+            window_margin_ms: None,
             timeout_seconds,
             unit: String::new(),
             description: String::new(),
@@ -143,6 +170,14 @@ impl LimitDefinition {
     pub fn with_capacity(&self, capacity: u64) -> Result<Self, DefinitionError> {
         Self::new(DefinitionFields {
             capacity,
+            ..self.fields.clone()
+        })
+    }
+
+    /// A copy with another window margin (`None`: the backend's default), validated.
+    pub fn with_window_margin_ms(&self, window_margin_ms: Option<u64>) -> Result<Self, DefinitionError> {
+        Self::new(DefinitionFields {
+            window_margin_ms,
             ..self.fields.clone()
         })
     }
@@ -177,11 +212,25 @@ impl LimitDefinition {
     pub fn timeout_seconds(&self) -> u64 {
         self.fields.timeout_seconds
     }
-    /// How long one reservation holds at most: the window or the timeout, in ms.
+    /// The window margin as given: `None` when the backend's default applies.
+    pub fn window_margin_ms(&self) -> Option<u64> {
+        self.fields.window_margin_ms
+    }
+    /// The window or the timeout, in ms, without the margin: what retry hints
+    /// scale with.
     pub fn hold_ms(&self) -> u64 {
         match self.fields.kind {
             LimitKind::Rolling => self.fields.window_seconds * 1000,
             LimitKind::Concurrency => self.fields.timeout_seconds * 1000,
+        }
+    }
+    /// How long one reservation holds at most, in ms: a rolling limit's window
+    /// plus its margin (`default_margin_ms` when the definition gives none), a
+    /// concurrency limit's timeout.
+    pub fn hold_with_margin_ms(&self, default_margin_ms: u64) -> u64 {
+        match self.fields.kind {
+            LimitKind::Rolling => self.hold_ms() + self.fields.window_margin_ms.unwrap_or(default_margin_ms),
+            LimitKind::Concurrency => self.hold_ms(),
         }
     }
     /// The overage policy.
@@ -210,6 +259,9 @@ fn validate_fields(f: &DefinitionFields) -> Result<(), DefinitionError> {
             if f.timeout_seconds != 0 {
                 return invalid(format!("limit {}: rolling limits take timeout_seconds 0", f.key));
             }
+            if let Some(margin) = f.window_margin_ms {
+                check_window_margin_ms(margin, f.window_seconds).map_err(|m| invalid_margin(&f.key, m))?;
+            }
         }
         LimitKind::Concurrency => {
             if !(1..=TIMEOUT_SECONDS_MAX).contains(&f.timeout_seconds) {
@@ -220,6 +272,9 @@ fn validate_fields(f: &DefinitionFields) -> Result<(), DefinitionError> {
             }
             if f.window_seconds != 0 {
                 return invalid(format!("limit {}: concurrency limits take window_seconds 0", f.key));
+            }
+            if f.window_margin_ms.is_some() {
+                return invalid(format!("limit {}: concurrency limits take no window_margin_ms", f.key));
             }
         }
     }
@@ -233,6 +288,29 @@ fn validate_fields(f: &DefinitionFields) -> Result<(), DefinitionError> {
         ));
     }
     Ok(())
+}
+
+/// Checks a window margin against its bounds: at most [`WINDOW_MARGIN_MS_MAX`]
+/// and, when `window_seconds` is not 0, at most the window (a margin longer
+/// than the window it pads is a mistake). Backends check their default with
+/// `window_seconds` 0.
+pub fn check_window_margin_ms(margin_ms: u64, window_seconds: u64) -> Result<(), String> {
+    if margin_ms > WINDOW_MARGIN_MS_MAX {
+        return Err(format!(
+            "window_margin_ms must be at most {WINDOW_MARGIN_MS_MAX}, got {margin_ms}"
+        ));
+    }
+    if window_seconds != 0 && margin_ms > window_seconds * 1000 {
+        return Err(format!(
+            "window_margin_ms must be at most the window ({} ms), got {margin_ms}",
+            window_seconds * 1000
+        ));
+    }
+    Ok(())
+}
+
+fn invalid_margin(key: &LimitKey, message: String) -> DefinitionError {
+    DefinitionError::Invalid(format!("limit {key}: {message}"))
 }
 
 impl TryFrom<DefinitionFields> for LimitDefinition {
@@ -358,6 +436,8 @@ struct StateRecord {
     capacity: u64,
     #[serde(default)]
     window_seconds: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    window_margin_ms: Option<u64>,
     #[serde(default)]
     timeout_seconds: u64,
     #[serde(default)]
@@ -385,6 +465,7 @@ impl TryFrom<StateRecord> for LimitState {
             kind: r.kind,
             capacity: r.capacity,
             window_seconds: r.window_seconds,
+            window_margin_ms: r.window_margin_ms,
             timeout_seconds: r.timeout_seconds,
             unit: r.unit,
             description: r.description,
@@ -409,6 +490,7 @@ impl From<LimitState> for StateRecord {
             kind: f.kind,
             capacity: f.capacity,
             window_seconds: f.window_seconds,
+            window_margin_ms: f.window_margin_ms,
             timeout_seconds: f.timeout_seconds,
             unit: f.unit,
             description: f.description,
@@ -480,6 +562,54 @@ mod tests {
             "u".repeat(UNIT_BYTES_MAX + 1)
         );
         assert!(serde_json::from_str::<LimitDefinition>(&long_unit).is_err());
+    }
+
+    #[test]
+    fn window_margins_are_optional_bounded_and_kept_as_given() {
+        let given = r#"{"key":"k","kind":"rolling","capacity":1,"window_seconds":10,"window_margin_ms":250}"#;
+        let def: LimitDefinition = serde_json::from_str(given).unwrap();
+        assert_eq!(def.window_margin_ms(), Some(250));
+        assert_eq!(def.hold_with_margin_ms(WINDOW_MARGIN_MS_DEFAULT), 10_250);
+        assert_eq!(serde_json::to_value(&def).unwrap()["window_margin_ms"], 250);
+
+        let absent: LimitDefinition =
+            serde_json::from_str(r#"{"key":"k","kind":"rolling","capacity":1,"window_seconds":10}"#).unwrap();
+        assert_eq!(absent.window_margin_ms(), None);
+        assert_eq!(absent.hold_with_margin_ms(40), 10_040);
+        assert!(serde_json::to_value(&absent).unwrap().get("window_margin_ms").is_none());
+        let zero = absent.with_window_margin_ms(Some(0)).unwrap();
+        assert_eq!(zero.hold_with_margin_ms(40), 10_000);
+
+        let conc = LimitDefinition::concurrency(key("c"), 1, 30).unwrap();
+        assert_eq!(conc.hold_with_margin_ms(40), 30_000);
+        assert!(conc.with_window_margin_ms(Some(10)).is_err());
+        let max = format!(
+            r#"{{"key":"k","kind":"rolling","capacity":1,"window_seconds":600,"window_margin_ms":{WINDOW_MARGIN_MS_MAX}}}"#
+        );
+        assert!(serde_json::from_str::<LimitDefinition>(&max).is_ok());
+        for bad in [
+            format!(
+                r#"{{"key":"k","kind":"rolling","capacity":1,"window_seconds":600,"window_margin_ms":{}}}"#,
+                WINDOW_MARGIN_MS_MAX + 1
+            ),
+            r#"{"key":"k","kind":"rolling","capacity":1,"window_seconds":1,"window_margin_ms":1001}"#.to_owned(),
+            r#"{"key":"k","kind":"rolling","capacity":1,"window_seconds":1,"window_margin_ms":-1}"#.to_owned(),
+        ] {
+            assert!(serde_json::from_str::<LimitDefinition>(&bad).is_err(), "{bad}");
+        }
+        assert!(check_window_margin_ms(WINDOW_MARGIN_MS_DEFAULT, 0).is_ok());
+        assert!(check_window_margin_ms(WINDOW_MARGIN_MS_MAX + 1, 0).is_err());
+    }
+
+    #[test]
+    fn states_keep_the_window_margin_as_given() {
+        let def = LimitDefinition::rolling(key("k"), 100, 60).unwrap();
+        for margin in [None, Some(0), Some(75)] {
+            let state = LimitState::active(def.with_window_margin_ms(margin).unwrap());
+            let json = serde_json::to_string(&state).unwrap();
+            assert_eq!(json.contains("window_margin_ms"), margin.is_some(), "{json}");
+            assert_eq!(serde_json::from_str::<LimitState>(&json).unwrap(), state);
+        }
     }
 
     #[test]

@@ -209,6 +209,36 @@ mod tests {
     }
 
     #[test]
+    fn window_margins_round_trip_as_given_and_files_without_them_load() {
+        let dir = temp_dir("margin");
+        let path = dir.join("limits.json");
+        // A registry file written before window margins existed.
+        fs::write(
+            &path,
+            r#"[{"key":"old","kind":"rolling","capacity":5,"window_seconds":60,"timeout_seconds":0,"unit":"","description":"","overage":"none","status":"active","pending_decrease_to":0}]"#,
+        )
+        .unwrap();
+        let mut registry = Registry::open(&path).unwrap();
+        let old = registry
+            .get(&LimitKey::new("old").unwrap())
+            .unwrap()
+            .definition()
+            .clone();
+        assert_eq!(old.window_margin_ms(), None);
+        let given = rolling("given", 5)
+            .definition()
+            .with_window_margin_ms(Some(120))
+            .unwrap();
+        registry.put(LimitState::active(given.clone())).unwrap();
+
+        let text = fs::read_to_string(&path).unwrap();
+        assert_eq!(text.matches("window_margin_ms").count(), 1, "{text}");
+        let reopened = Registry::open(&path).unwrap();
+        assert_eq!(reopened.get(given.key()).unwrap().definition(), &given);
+        assert_eq!(reopened.get(old.key()).unwrap().definition(), &old);
+    }
+
+    #[test]
     fn bad_files_name_the_file_and_the_entry() {
         let dir = temp_dir("bad");
         let path = dir.join("limits.json");

@@ -32,9 +32,11 @@ fn harness(config: MemoryConfig) -> MemoryHarness {
     MemoryHarness::with_config(config)
 }
 
+/// No jitter and no window margin: hints and expiries are exact window figures.
 fn exact() -> MemoryConfig {
     MemoryConfig {
         retry_policy: policy(0),
+        window_margin_ms: 0,
         ..Default::default()
     }
 }
@@ -89,7 +91,10 @@ async fn holds_last_their_whole_window_after_a_grant_inside_a_millisecond() {
 
 #[tokio::test]
 async fn rolling_hints_add_bounded_jitter() {
-    let h = harness(MemoryConfig::default());
+    let h = harness(MemoryConfig {
+        window_margin_ms: 0,
+        ..Default::default()
+    });
     let f = Fixture::new(&h).await;
     let rpm = f.rolling("rpm", 1, 10).await;
     assert_allowed("1", &f.reserve_new(&[(&rpm, 1)]).await.1);
@@ -356,6 +361,46 @@ async fn states_from_the_registry_apply_as_given_and_kinds_never_change() {
     let result = f.backend.apply_state(&as_concurrency).await;
     assert!(matches!(result, Err(LimiterError::Conflict(_))), "{result:?}");
     assert_eq!(f.report(&key).await.state, decreasing.with_decrease_applied());
+}
+
+#[tokio::test]
+async fn rolling_holds_last_the_window_plus_the_margin_and_concurrency_holds_their_timeout() {
+    let config = MemoryConfig {
+        window_margin_ms: 40,
+        ..exact()
+    };
+    let h = harness(config);
+    let f = Fixture::new(&h).await;
+    let by_default = f.rolling("d", 1, 2).await;
+    let given = LimitDefinition::rolling(LimitKey::new("test:given").unwrap(), 1, 2)
+        .unwrap()
+        .with_window_margin_ms(Some(300))
+        .unwrap();
+    f.backend.apply_definition(&given).await.unwrap();
+    let given = given.key().clone();
+    let conc = f.concurrency("c", 1, 1).await;
+    assert_allowed(
+        "all",
+        &f.reserve_new(&[(&by_default, 1), (&given, 1), (&conc, 1)]).await.1,
+    );
+    f.advance(1000).await;
+    assert_eq!(f.report(&conc).await.in_use, 0, "a concurrency timeout takes no margin");
+    f.advance(1039).await;
+    let hint = assert_insufficient(
+        "default margin",
+        &f.reserve_new(&[(&by_default, 1)]).await.1,
+        &by_default,
+    );
+    assert_eq!(hint, 1, "the default margin's hold ends 2,040 ms after the grant");
+    f.advance(1).await;
+    assert_allowed(
+        "window + default margin over",
+        &f.reserve_new(&[(&by_default, 1)]).await.1,
+    );
+    f.advance(259).await;
+    assert_eq!(f.report(&given).await.in_use, 1, "the definition's own margin wins");
+    f.advance(1).await;
+    assert_eq!(f.report(&given).await.in_use, 0);
 }
 
 #[tokio::test]

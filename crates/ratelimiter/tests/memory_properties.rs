@@ -15,6 +15,7 @@ use proptest::prelude::*;
 use ratelimiter::definition::{LimitKind, LimitReport, LimitState, LimitStatus, Overage};
 use ratelimiter::memory::{MemoryBackend, MemoryConfig, LEASE_MEMORY_MARGIN_MS};
 use ratelimiter::retry::Jitter;
+use ratelimiter::WINDOW_MARGIN_MS_DEFAULT;
 use ratelimiter::{
     Actual, Backend, CompleteRequest, Denial, FakeClock, LeaseId, LimitDefinition, LimitKey, Limiter, Requirement,
     ReserveOutcome, ReserveRequest,
@@ -166,7 +167,8 @@ impl Model {
             .map(|&(key, units)| Grant {
                 key,
                 units,
-                expires_at_unix_ms: now + self.keys[key].state.definition().hold_ms(),
+                expires_at_unix_ms: now
+                    + (self.keys[key].state.definition()).hold_with_margin_ms(WINDOW_MARGIN_MS_DEFAULT),
             })
             .collect();
         self.leases.push(ModelLease {
@@ -231,7 +233,11 @@ impl Run {
             let state = runtime.block_on(backend.apply_definition(&definition)).unwrap();
             keys.push(ModelKey { key, state, debt: 0 });
         }
-        let longest_hold_ms = specs.iter().map(|s| s.hold_seconds * 1000).max().unwrap();
+        // Rolling keys (even indexes) hold for their window plus the default margin.
+        let longest_hold_ms = (specs.iter().enumerate())
+            .map(|(i, s)| s.hold_seconds * 1000 + if i % 2 == 0 { WINDOW_MARGIN_MS_DEFAULT } else { 0 })
+            .max()
+            .unwrap();
         let model = Model {
             keys,
             leases: Vec::new(),

@@ -89,6 +89,8 @@ async fn the_backend_reports_unavailable() {
     let options = BackendOptions {
         retry: RetryAdvisor::new(RetryPolicy::default(), 16, Jitter::seeded(1)),
         decrease_retry_ms: 10_000,
+        // Holds end exactly at their window: the tests time expiry to the second.
+        window_margin_ms: 0,
         clock: Arc::new(SystemClock::new()),
     };
     let backend =

@@ -172,6 +172,7 @@ fn backend(
     let options = BackendOptions {
         retry: RetryAdvisor::new(RetryPolicy::default(), 1024, Jitter::from_entropy()),
         decrease_retry_ms: 10_000,
+        window_margin_ms: ratelimiter::WINDOW_MARGIN_MS_DEFAULT,
         clock: Arc::new(SystemClock::new()),
     };
     Ok(TigerBeetleBackend::connect(&config, options, std::future::pending())?)

@@ -68,6 +68,7 @@ pub fn memory_config(config: &Config) -> MemoryConfig {
         leases_max: config.memory.leases_max,
         settled_leases_max: config.memory.settled_leases_max,
         failed_leases_max: config.memory.failed_leases_max,
+        window_margin_ms: config.defaults.window_margin_ms,
     }
 }
 
@@ -82,6 +83,7 @@ async fn build_tigerbeetle(config: &Config) -> Result<SelectedBackend, String> {
         retry: RetryAdvisor::new(config.retry_policy, TRACKED_KEYS_MAX_DEFAULT, Jitter::from_entropy()),
         decrease_retry_ms: config.decrease.retry_ms,
         clock: Arc::new(SystemClock::new()),
+        window_margin_ms: config.defaults.window_margin_ms,
     };
     // The submitter stops when the backend is dropped, after the server's
     // shutdown has drained its requests.

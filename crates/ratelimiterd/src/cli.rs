@@ -59,6 +59,9 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
   decrease:
     retry_ms: 10000                    # retry hint of limit_decreasing denials
     check_interval_ms: 1000            # how often pending decreases are tried
+  defaults:                            # for definitions that leave the field out
+    window_margin_ms: 50               # rolling holds last window + this: the provider's
+                                       # window starts when the call reaches it
   log:
     format: text                       # or json
     level: info                        # RUST_LOG overrides it
@@ -147,6 +150,10 @@ pub struct PutArgs {
     /// Rolling window, 1..=2678400 seconds (rolling only).
     #[arg(long, default_value_t = 0)]
     pub window_seconds: u64,
+    /// Hold reservations this many ms beyond the window, 0..=60000 and at most the
+    /// window (rolling only); default: the server's `defaults.window_margin_ms`.
+    #[arg(long)]
+    pub window_margin_ms: Option<u64>,
     /// Hold timeout, 1..=86400 seconds (concurrency only).
     #[arg(long, default_value_t = 0)]
     pub timeout_seconds: u64,
@@ -239,6 +246,7 @@ impl PutArgs {
             },
             capacity: self.capacity,
             window_seconds: self.window_seconds,
+            window_margin_ms: self.window_margin_ms,
             timeout_seconds: self.timeout_seconds,
             unit: self.unit.clone(),
             description: self.description.clone(),

@@ -95,6 +95,8 @@ pub struct Config {
     pub retry_policy: RetryPolicy,
     /// Capacity decreases (`decisions.md` §6).
     pub decrease: DecreaseConfig,
+    /// What definitions that leave a field out get (the window margin).
+    pub defaults: DefinitionDefaults,
     /// Bounds of the memory backend.
     pub memory: MemorySection,
     /// Log output.
@@ -187,6 +189,27 @@ impl Default for DecreaseConfig {
         Self {
             retry_ms: DECREASE_RETRY_MS_DEFAULT,
             check_interval_ms: DECREASE_CHECK_INTERVAL_MS_DEFAULT,
+        }
+    }
+}
+
+/// The `defaults:` section: what applies to definitions that leave a field out.
+/// Applied when reservations are made, not written into definitions, so a
+/// change here reaches every such limit at the next restart.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DefinitionDefaults {
+    /// How long, in ms, rolling reservations of definitions without
+    /// `window_margin_ms` are held beyond their window: the provider's window
+    /// starts when the call reaches it, after the grant
+    /// (0..=[`ratelimiter::WINDOW_MARGIN_MS_MAX`]).
+    pub window_margin_ms: u64,
+}
+
+impl Default for DefinitionDefaults {
+    fn default() -> Self {
+        Self {
+            window_margin_ms: ratelimiter::WINDOW_MARGIN_MS_DEFAULT,
         }
     }
 }
@@ -371,6 +394,8 @@ impl Config {
         check_range(self.decrease.retry_ms, 1, DECREASE_MS_LIMIT).map_err(|m| invalid("decrease.retry_ms", m))?;
         check_range(self.decrease.check_interval_ms, 1, DECREASE_MS_LIMIT)
             .map_err(|m| invalid("decrease.check_interval_ms", m))?;
+        ratelimiter::check_window_margin_ms(self.defaults.window_margin_ms, 0)
+            .map_err(|m| invalid("defaults.window_margin_ms", m))?;
         check_range(self.memory.leases_max as u64, 1, MEMORY_ENTRIES_MAX_LIMIT as u64)
             .map_err(|m| invalid("memory.leases_max", m))?;
         let settled_max = MEMORY_ENTRIES_MAX_LIMIT.min(ratelimiter::memory::SETTLED_LEASES_MAX_LIMIT);
@@ -458,6 +483,14 @@ mod tests {
         assert_eq!(config.listen_addr(), "127.0.0.1:8080".parse().unwrap());
         assert_eq!(config.registry.path, PathBuf::from("./data/limits.json"));
         assert_eq!(config.decrease.retry_ms, 10_000);
+        assert_eq!(config.defaults.window_margin_ms, ratelimiter::WINDOW_MARGIN_MS_DEFAULT);
+        assert_eq!(
+            parse("defaults:\n  window_margin_ms: 0\n")
+                .unwrap()
+                .defaults
+                .window_margin_ms,
+            0
+        );
         assert_eq!(config.server.backend, BackendKind::Memory);
         assert!(!config.server.echo_route);
         assert_eq!(config.memory.snapshot_interval_ms, SNAPSHOT_INTERVAL_MS_DEFAULT);
@@ -522,6 +555,7 @@ mod tests {
                 "memory:\n  snapshot_interval_ms: 3600001\n",
                 "memory.snapshot_interval_ms",
             ),
+            ("defaults:\n  window_margin_ms: 60001\n", "defaults.window_margin_ms"),
         ];
         for (text, entry) in cases {
             let message = parse(text).unwrap_err();

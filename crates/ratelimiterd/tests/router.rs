@@ -625,3 +625,48 @@ async fn a_carried_out_decrease_is_persisted_once_the_registry_is_writable_again
     let state = on_disk.states().next().unwrap();
     assert_eq!((state.definition().capacity(), state.pending_decrease_to()), (1, 0));
 }
+
+#[tokio::test]
+async fn window_margins_default_from_the_config_and_show_as_given() {
+    let h = harness_with("margin", "defaults:\n  window_margin_ms: 300\n");
+    let mut by_default = rolling("by-default", 1);
+    let mut exact = rolling("exact", 1);
+    exact["window_margin_ms"] = json!(0);
+    let (status, report) = h.put_limit(by_default.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(report.get("window_margin_ms").is_none(), "shown as given: {report}");
+    let (_, report) = h.put_limit(exact.clone()).await;
+    assert_eq!(report["window_margin_ms"], 0);
+    let (_, list) = h.send(Method::GET, "/v1/admin/limits", None, None).await;
+    assert!(
+        list[0].get("window_margin_ms").is_none() && list[1]["window_margin_ms"] == 0,
+        "{list}"
+    );
+    let on_disk = Registry::open(&h.registry_path).unwrap();
+    let margins: Vec<Option<u64>> = on_disk.states().map(|s| s.definition().window_margin_ms()).collect();
+    assert_eq!(margins, [None, Some(0)]);
+
+    for key in ["by-default", "exact"] {
+        let (_, body) = h.reserve(&lease(), json!([{"key": key, "amount": 1}])).await;
+        assert_eq!(body["allowed"], true, "{body}");
+    }
+    h.clock.advance_ms(60_000);
+    let (_, exact_report) = h.send(Method::GET, "/v1/admin/limits/exact", None, None).await;
+    let (_, default_report) = h.send(Method::GET, "/v1/admin/limits/by-default", None, None).await;
+    assert_eq!(
+        (exact_report["in_use"].as_u64(), default_report["in_use"].as_u64()),
+        (Some(0), Some(1))
+    );
+    h.clock.advance_ms(300);
+    let (_, default_report) = h.send(Method::GET, "/v1/admin/limits/by-default", None, None).await;
+    assert_eq!(
+        default_report["in_use"], 0,
+        "window + the configured margin: {default_report}"
+    );
+
+    by_default["window_margin_ms"] = json!(60_001);
+    assert_eq!(h.put_limit(by_default).await.0, StatusCode::BAD_REQUEST);
+    let mut on_concurrency = concurrency("c", 1);
+    on_concurrency["window_margin_ms"] = json!(10);
+    assert_eq!(h.put_limit(on_concurrency).await.0, StatusCode::BAD_REQUEST);
+}

@@ -66,11 +66,13 @@ pub struct Args {
     /// Our strategies: how the reservation counts the prompt's tokens.
     #[arg(long, value_enum, default_value = "counted")]
     pub prompt_estimate: PromptEstimate,
-    /// Our strategies: seconds added to the limiter's rolling windows over the provider's.
-    /// The provider starts a request's window when the request reaches it, a moment after
-    /// the reservation; see `definitions.rs`.
-    #[arg(long, default_value_t = 0)]
-    pub limiter_window_margin_seconds: u64,
+    /// Our strategies: the limits' `window_margin_ms`, how long each rolling reservation is
+    /// held beyond the provider's window (0..=60000). The provider starts a request's window
+    /// when the call reaches it, a moment after the grant; see `definitions.rs`. Default: the
+    /// definitions give none, so the backend's default applies (the library's
+    /// WINDOW_MARGIN_MS_DEFAULT in process, `defaults.window_margin_ms` in ratelimiterd).
+    #[arg(long)]
+    pub limiter_window_margin_ms: Option<u64>,
     /// Scheduler workers per client process (our strategies); default: the provider's concurrency.
     #[arg(long)]
     pub workers: Option<usize>,

@@ -55,6 +55,15 @@ pub struct RequestOutcome {
     pub offered_tokens: u64,
     /// Prompt plus output tokens the provider reported serving (0 unless completed).
     pub served_tokens: u64,
+    /// Our strategies: when the limiter granted the lease of the attempt that
+    /// was served, Unix ms (its `reserved_at_unix_ms`, where its holds start);
+    /// 0 when unknown (other strategies, older records).
+    #[serde(default)]
+    pub granted_unix_ms: u64,
+    /// When the provider admitted the served attempt, Unix ms (where its window
+    /// for the call starts); 0 when unknown.
+    #[serde(default)]
+    pub admitted_unix_ms: u64,
 }
 
 impl RequestOutcome {
@@ -71,12 +80,23 @@ impl RequestOutcome {
             error: None,
             offered_tokens: request.charge(accounting),
             served_tokens: 0,
+            granted_unix_ms: 0,
+            admitted_unix_ms: 0,
         }
     }
 
     /// The time it waited before the attempt that ended it, in ms.
     pub fn queue_delay_ms(&self) -> u64 {
         self.sent_unix_ms.saturating_sub(self.arrival_unix_ms)
+    }
+
+    /// From the grant of its served attempt to the provider's admission, ms:
+    /// what the window margin must cover. `None` when either is unknown.
+    pub fn grant_to_admission_ms(&self) -> Option<u64> {
+        if self.granted_unix_ms == 0 || self.admitted_unix_ms == 0 {
+            return None;
+        }
+        Some(self.admitted_unix_ms.saturating_sub(self.granted_unix_ms))
     }
 
     /// When it stopped waiting: sent for the last time, or gave up unsent.

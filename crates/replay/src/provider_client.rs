@@ -21,11 +21,25 @@ pub const RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// the simulated provider always sends one, so this is only a fallback).
 pub const RETRY_AFTER_DEFAULT_MS: u64 = 1_000;
 
+/// The simulated provider's header giving the Unix ms at which it admitted
+/// the call: where its window for the call starts (not an OpenAI header).
+pub const ADMITTED_HEADER: &str = "x-sim-admitted-unix-ms";
+
+/// A served call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// The provider's usage.
+    pub usage: Usage,
+    /// When the provider admitted the call, Unix ms ([`ADMITTED_HEADER`]);
+    /// `None` from a provider that does not say.
+    pub admitted_unix_ms: Option<u64>,
+}
+
 /// What one call came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallOutcome {
-    /// Served; the provider's usage.
-    Done(Usage),
+    /// Served: the usage and the admission instant.
+    Done(Served),
     /// HTTP 429: retry after the hint.
     Throttled {
         /// The provider's `retry-after-ms`, or `retry-after` in seconds.
@@ -85,15 +99,16 @@ impl ProviderClient {
                 .map_err(|e| format!("provider call: {e}"))?;
             let status = response.status();
             let retry_after_ms = retry_after_ms(response.headers());
+            let headers = response.headers().clone();
             let limited = http_body_util::Limited::new(response.into_body(), RESPONSE_BYTES_MAX);
             let bytes = limited
                 .collect()
                 .await
                 .map_err(|e| format!("provider body: {e}"))?
                 .to_bytes();
-            Ok::<_, String>((status, retry_after_ms, bytes))
+            Ok::<_, String>((status, retry_after_ms, headers, bytes))
         };
-        let (status, retry_after_ms, bytes) =
+        let (status, retry_after_ms, headers, bytes) =
             match tokio::time::timeout(Duration::from_millis(CALL_TIMEOUT_MS), call).await {
                 Ok(Ok(answer)) => answer,
                 Ok(Err(message)) => return CallOutcome::Failed(message),
@@ -104,7 +119,10 @@ impl ProviderClient {
                 .ok()
                 .and_then(|v| serde_json::from_value::<Usage>(v.get("usage")?.clone()).ok())
             {
-                Some(usage) => CallOutcome::Done(usage),
+                Some(usage) => CallOutcome::Done(Served {
+                    usage,
+                    admitted_unix_ms: header_u64(&headers, ADMITTED_HEADER),
+                }),
                 None => CallOutcome::Failed("provider answered 200 without usage".to_owned()),
             },
             StatusCode::TOO_MANY_REQUESTS => CallOutcome::Throttled {
@@ -120,8 +138,12 @@ impl ProviderClient {
 
 /// Reads `retry-after-ms`, else `retry-after` in whole seconds.
 fn retry_after_ms(headers: &hyper::HeaderMap) -> Option<u64> {
-    let number = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<u64>().ok();
-    number("retry-after-ms").or_else(|| number("retry-after").map(|s| s * 1000))
+    header_u64(headers, "retry-after-ms").or_else(|| header_u64(headers, "retry-after").map(|s| s * 1000))
+}
+
+/// A header's value as a whole number.
+fn header_u64(headers: &hyper::HeaderMap, name: &str) -> Option<u64> {
+    headers.get(name)?.to_str().ok()?.trim().parse::<u64>().ok()
 }
 
 #[cfg(test)]

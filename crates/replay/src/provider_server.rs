@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 
 use crate::prompt;
 use crate::provider::{count_tokens, Admission, Ledger, LedgerCounts, ProviderLimits, Remaining, Ticket, Verdict};
+use crate::provider_client::ADMITTED_HEADER;
 
 /// The largest request body, in bytes: two million prompt tokens of four bytes.
 pub const BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
@@ -214,6 +215,7 @@ async fn chat(State(provider): State<Arc<ProviderServer>>, body: Bytes) -> Respo
     });
     let mut response = Json(body).into_response();
     limit_headers(response.headers_mut(), &limits, remaining);
+    (response.headers_mut()).insert(ADMITTED_HEADER, HeaderValue::from(now_ms));
     response
 }
 

@@ -76,6 +76,8 @@ mod tests {
             error: None,
             offered_tokens: 30,
             served_tokens: 30,
+            granted_unix_ms: 1_490,
+            admitted_unix_ms: 1_502,
         };
         let saved = SavedRun {
             title: "t".to_owned(),

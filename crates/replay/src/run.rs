@@ -76,7 +76,7 @@ async fn prepare(args: &Args, trace: &Trace, provider_url: &str, clock: &Arc<dyn
         Arc::clone(clock),
         limits.accounting,
     );
-    let definitions = limiter_definitions(&limits, args.limiter_window_margin_seconds);
+    let definitions = limiter_definitions(&limits, args.limiter_window_margin_ms)?;
     let jobs = trace.records().len();
     let (strategy, server_url, server): (Option<Arc<dyn strategy::Strategy>>, _, _) = match args.strategy {
         StrategyKind::None => (Some(Arc::new(NoLimiter::new(caller))), None, None),

@@ -47,6 +47,44 @@ pub struct Summary {
     pub charged_tokens: u64,
     /// Tokens the provider served (prompt plus output) in all.
     pub served_tokens: u64,
+    /// Our strategies: from each served request's grant to the provider's
+    /// admission, ms, which the window margin must cover (BENCHMARKS.md,
+    /// "Window margin"); all 0 when not measured.
+    #[serde(default)]
+    pub grant_to_admission: GrantToAdmission,
+}
+
+/// The distribution of grant-to-admission times, ms, over the served requests
+/// whose grant is known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantToAdmission {
+    /// Requests measured.
+    pub measured: u64,
+    /// Median, ms.
+    pub p50_ms: u64,
+    /// 99th percentile, ms.
+    pub p99_ms: u64,
+    /// 99.9th percentile, ms.
+    pub p999_ms: u64,
+    /// Largest, ms.
+    pub max_ms: u64,
+}
+
+impl GrantToAdmission {
+    /// The distribution over `outcomes` (those without both instants are skipped).
+    pub fn of(outcomes: &[RequestOutcome]) -> Self {
+        let mut times: Vec<u64> = outcomes
+            .iter()
+            .filter_map(RequestOutcome::grant_to_admission_ms)
+            .collect();
+        Self {
+            measured: times.len() as u64,
+            p50_ms: percentile(&mut times, 50.0),
+            p99_ms: percentile(&mut times, 99.0),
+            p999_ms: percentile(&mut times, 99.9),
+            max_ms: times.iter().copied().max().unwrap_or(0),
+        }
+    }
 }
 
 /// What a summary is computed from.
@@ -107,6 +145,7 @@ pub fn summarize(run: &RunRecord<'_>) -> Summary {
         duration_s: end_unix_ms.saturating_sub(run.start_unix_ms) as f64 / 1000.0,
         charged_tokens: run.admissions.iter().map(|a| a.charged_tokens).sum(),
         served_tokens: run.outcomes.iter().map(|o| o.served_tokens).sum(),
+        grant_to_admission: GrantToAdmission::of(run.outcomes),
     }
 }
 
@@ -238,7 +277,38 @@ mod tests {
             error: None,
             offered_tokens: tokens,
             served_tokens: if sent > 0 { tokens } else { 0 },
+            granted_unix_ms: 0,
+            admitted_unix_ms: 0,
         }
+    }
+
+    #[test]
+    fn grant_to_admission_skips_unknown_instants() {
+        use crate::outcome::ReplayRequest;
+        use crate::trace::TraceRecord;
+        let request = ReplayRequest {
+            index: 0,
+            record: TraceRecord {
+                offset_ms: 0,
+                input_tokens: 1,
+                output_tokens: 1,
+            },
+            arrival_unix_ms: 1_000,
+            max_tokens: 1,
+        };
+        let timed = |granted, admitted| RequestOutcome {
+            granted_unix_ms: granted,
+            admitted_unix_ms: admitted,
+            ..RequestOutcome::new(&request, Accounting::Actual)
+        };
+        let outcomes = [
+            timed(1_000, 1_003),
+            timed(1_000, 1_000),
+            timed(0, 1_500),
+            timed(2_000, 0),
+        ];
+        let got = GrantToAdmission::of(&outcomes);
+        assert_eq!((got.measured, got.p50_ms, got.max_ms), (2, 0, 3));
     }
 
     #[test]

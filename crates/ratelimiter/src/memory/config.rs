@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::definition::{check_window_margin_ms, WINDOW_MARGIN_MS_DEFAULT};
 use crate::retry::{RetryPolicy, RETRY_MS_MAX};
 
 /// How long a caller denied with `limit_decreasing` waits (`decisions.md` §3):
@@ -48,6 +49,11 @@ pub struct MemoryConfig {
     /// The most denied lease ids remembered. Each is kept at least as long as
     /// the longest window or timeout, unless this bound forces it out first.
     pub failed_leases_max: usize,
+    /// How long, in ms, rolling reservations of definitions that give no
+    /// `window_margin_ms` are held beyond their window, so they outlast the
+    /// provider's window, which starts when the call reaches it (0..=
+    /// [`crate::WINDOW_MARGIN_MS_MAX`]).
+    pub window_margin_ms: u64,
 }
 
 impl Default for MemoryConfig {
@@ -58,6 +64,7 @@ impl Default for MemoryConfig {
             leases_max: LEASES_MAX_DEFAULT,
             settled_leases_max: SETTLED_LEASES_MAX_DEFAULT,
             failed_leases_max: FAILED_LEASES_MAX_DEFAULT,
+            window_margin_ms: WINDOW_MARGIN_MS_DEFAULT,
         }
     }
 }
@@ -83,6 +90,6 @@ impl MemoryConfig {
         if self.failed_leases_max == 0 {
             return Err("failed_leases_max must be at least 1".to_owned());
         }
-        Ok(())
+        check_window_margin_ms(self.window_margin_ms, 0)
     }
 }

@@ -53,9 +53,10 @@ impl Limit {
         self.state.status() == LimitStatus::Decreasing
     }
 
-    /// When a hold made at `now_unix_ms` ends: after the window or the timeout.
-    pub fn hold_until(&self, now_unix_ms: u64) -> u64 {
-        now_unix_ms + self.state.definition().hold_ms()
+    /// When a hold made at `now_unix_ms` ends: after the window plus its margin
+    /// (`default_margin_ms` when the definition gives none), or the timeout.
+    pub fn hold_until(&self, now_unix_ms: u64, default_margin_ms: u64) -> u64 {
+        now_unix_ms + self.state.definition().hold_with_margin_ms(default_margin_ms)
     }
 
     /// Forgets every hold that ended at or before `now_unix_ms`.

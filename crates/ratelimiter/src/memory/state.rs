@@ -196,7 +196,7 @@ impl MemoryState {
         let mut retry_after_ms = 0;
         for &(i, amount) in wanted.as_slice() {
             let limit = &self.limits[i as usize];
-            if limit.fits(amount, limit.hold_until(granted_unix_ms)) {
+            if limit.fits(amount, limit.hold_until(granted_unix_ms, self.config.window_margin_ms)) {
                 continue;
             }
             first.get_or_insert(i);
@@ -217,7 +217,7 @@ impl MemoryState {
         let mut holds = StackVec::<LeaseHold, REQUIREMENTS_MAX>::new();
         for &(i, amount) in wanted.as_slice() {
             let limit = &mut self.limits[i as usize];
-            let expires_at_unix_ms = limit.hold_until(granted_unix_ms);
+            let expires_at_unix_ms = limit.hold_until(granted_unix_ms, self.config.window_margin_ms);
             limit.hold(expires_at_unix_ms, amount);
             if limit.kind() == LimitKind::Concurrency {
                 limit.streak_mut().record_allow(now_unix_ms);
@@ -345,7 +345,9 @@ impl MemoryState {
                 self.index.insert(definition.key().clone(), i);
             }
         }
-        self.retention_ms = self.retention_ms.max(definition.hold_ms() + LEASE_MEMORY_MARGIN_MS);
+        self.retention_ms = self
+            .retention_ms
+            .max(definition.hold_with_margin_ms(self.config.window_margin_ms) + LEASE_MEMORY_MARGIN_MS);
         Ok(())
     }
 

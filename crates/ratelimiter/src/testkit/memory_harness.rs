@@ -25,9 +25,14 @@ pub struct MemoryHarness {
 }
 
 impl MemoryHarness {
-    /// A harness with the default configuration.
+    /// A harness with the default configuration but no window margin: the
+    /// shared scenarios time holds to exactly their window, as the TigerBeetle
+    /// suites (whole-second timeouts) must.
     pub fn new() -> Self {
-        Self::with_config(MemoryConfig::default())
+        Self::with_config(MemoryConfig {
+            window_margin_ms: 0,
+            ..MemoryConfig::default()
+        })
     }
 
     /// A harness whose backends use `config`.

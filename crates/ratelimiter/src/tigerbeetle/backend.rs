@@ -45,6 +45,11 @@ pub struct BackendOptions {
     pub decrease_retry_ms: u64,
     /// The time source of `reserved_at_unix_ms` and reconciliation.
     pub clock: Arc<dyn Clock>,
+    /// How long, in ms, rolling reservations of definitions that give no
+    /// `window_margin_ms` are held beyond their window (0..=
+    /// [`crate::WINDOW_MARGIN_MS_MAX`]; usually [`crate::WINDOW_MARGIN_MS_DEFAULT`]).
+    /// Timeouts are whole seconds: window plus margin is rounded up.
+    pub window_margin_ms: u64,
 }
 
 /// The TigerBeetle backend.
@@ -74,6 +79,8 @@ pub struct TigerBeetleBackend {
     pub(super) retry: RetryAdvisor,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) decrease_retry_ms: u64,
+    /// The window margin of definitions that give none, in ms.
+    pub(super) window_margin_ms: u64,
     /// The longest a request waits for TigerBeetle.
     pub(super) timeout: Duration,
     /// Serialises admin changes: each one reads balances and then moves capacity.
@@ -103,6 +110,8 @@ impl TigerBeetleBackend {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Self, LimiterError> {
         let fields = config.fields();
+        crate::check_window_margin_ms(options.window_margin_ms, 0)
+            .map_err(|m| LimiterError::Backend(format!("window_margin_ms: {m}")))?;
         // Batching keeps one batch in flight per session; direct mode lets the
         // client library queue up to the configured depth.
         let slots = match fields.submit_mode {
@@ -128,6 +137,7 @@ impl TigerBeetleBackend {
             retry: options.retry,
             clock: options.clock,
             decrease_retry_ms: options.decrease_retry_ms,
+            window_margin_ms: options.window_margin_ms,
             timeout: Duration::from_millis(fields.request_timeout_ms),
             admin: tokio::sync::Mutex::new(()),
             overage_dropped_units: AtomicU64::new(0),

@@ -126,10 +126,14 @@ impl TigerBeetleBackend {
             .submit(debts)
             .await
             .map_err(|e| unavailable(&e, "debt"))?;
-        match failures.iter().find(|f| !matches!(f.kind(), Kind::Exists)) {
+        match failures
+            .iter()
+            .find(|f| !matches!(f.kind(), Kind::Exists) && !written_elsewhere(f.kind()))
+        {
             None => {
                 // A debt that exists already was recorded, and counted, by an
-                // earlier attempt of this Complete.
+                // earlier attempt of this Complete, or by another Complete of the
+                // lease on another server.
                 let recorded: u64 = (debt_units.iter().enumerate())
                     .filter(|(i, _)| !failures.iter().any(|f| f.index == *i))
                     .map(|(_, units)| units)
@@ -226,11 +230,16 @@ fn complete_failures(
         match purpose {
             Purpose::Void if released => {}
             // The shrunk reservation is not needed for safety: what it re-reserves
-            // was just freed. It can only fail when the void did not free it.
-            Purpose::Shrink if matches!(kind, Kind::Exists | Kind::ExceedsCredits | Kind::IdAlreadyFailed) => {
+            // was just freed. It can only fail when the void did not free it, or
+            // when another Complete of the lease (on another server, whose own
+            // cache still had the lease open) wrote its own first.
+            Purpose::Shrink
+                if matches!(kind, Kind::Exists | Kind::ExceedsCredits | Kind::IdAlreadyFailed)
+                    || written_elsewhere(kind) =>
+            {
                 tracing::debug!(lease = %lease, code = ?kind, "shrunk reservation not created");
             }
-            Purpose::Overage(_) if matches!(kind, Kind::Exists) => {}
+            Purpose::Overage(_) if matches!(kind, Kind::Exists) || written_elsewhere(kind) => {}
             Purpose::Overage(i) if matches!(kind, Kind::ExceedsCredits | Kind::IdAlreadyFailed) => overages.push(i),
             _ => {
                 tracing::error!(lease = %lease, code = ?kind, purpose = ?purpose, held = record.held.len(),
@@ -240,6 +249,14 @@ fn complete_failures(
         }
     }
     Ok(overages)
+}
+
+/// True for a transfer of this lease's Complete that exists with another
+/// amount or timeout: another Complete of the same lease, with other actuals,
+/// got there first (a caller that completed twice through two servers). The
+/// first one's reconciliation stands; this one changes nothing more.
+fn written_elsewhere(kind: Kind) -> bool {
+    matches!(kind, Kind::ExistsWithDifferentAmount | Kind::ExistsWithDifferentTimeout)
 }
 
 /// Voids the reservation of `held` by its deterministic id.

@@ -20,8 +20,9 @@ pub struct HeldRequirement {
     /// The limit's kind when reserved: concurrency holds are voided on Complete,
     /// rolling ones reconciled.
     pub kind: LimitKind,
-    /// The pending transfer's timeout in seconds (window or hold timeout), so the
-    /// reconciled reservation ends when the original one would have.
+    /// The pending transfer's timeout in seconds (window plus margin rounded up,
+    /// or hold timeout), so the reconciled reservation ends when the original
+    /// one would have.
     pub timeout_seconds: u64,
 }
 

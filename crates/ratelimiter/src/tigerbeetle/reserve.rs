@@ -88,7 +88,7 @@ impl TigerBeetleBackend {
         // A retry of an attempt whose outcome is unknown sends the very same
         // chain, its first reservation time included.
         let reserved_at_unix_ms = self.leases.get(lease).map_or(now, |r| r.reserved_at_unix_ms);
-        let chain = reserve_chain(request, &definitions, reserved_at_unix_ms);
+        let chain = reserve_chain(request, &definitions, reserved_at_unix_ms, self.window_margin_ms);
         let held = request
             .requirements()
             .iter()
@@ -97,7 +97,7 @@ impl TigerBeetleBackend {
                 key: r.key.clone(),
                 amount: r.amount,
                 kind: s.definition().kind(),
-                timeout_seconds: s.definition().hold_ms() / 1000,
+                timeout_seconds: u64::from(timeout_seconds(s, self.window_margin_ms)),
             })
             .collect();
         let record = LeaseRecord {
@@ -315,17 +315,31 @@ fn is_different_existing(kind: Kind) -> bool {
     )
 }
 
+/// A reservation's TigerBeetle timeout, in whole seconds: the window plus its
+/// margin (`default_margin_ms` when the definition gives none) rounded up, or the
+/// hold timeout. Rounded up because a timeout runs from the cluster's timestamp,
+/// a moment after our grant, and must never end before window plus margin.
+pub(super) fn timeout_seconds(state: &LimitState, default_margin_ms: u64) -> u32 {
+    let hold_ms = state.definition().hold_with_margin_ms(default_margin_ms);
+    u32::try_from(hold_ms.div_ceil(1000)).expect("windows, margins and timeouts are validated to fit u32")
+}
+
 /// The linked chain of pending transfers of one lease: resource → operator per
-/// requirement, timing out with the window (rolling) or hold timeout
-/// (concurrency). Every transfer carries the lease in `user_data_128`, so any
-/// server finds the lease's transfers, and the reservation time in
+/// requirement, timing out with the window plus margin (rolling) or hold
+/// timeout (concurrency). Every transfer carries the lease in `user_data_128`,
+/// so any server finds the lease's transfers, and the reservation time in
 /// `user_data_64`, so any server answers a replay with it.
-fn reserve_chain(request: &ReserveRequest, states: &[LimitState], reserved_at_unix_ms: u64) -> Vec<tb::Transfer> {
-    let holds = request.requirements().iter().zip(states).map(|(r, s)| {
-        let timeout =
-            u32::try_from(s.definition().hold_ms() / 1000).expect("windows and timeouts are validated to fit u32");
-        (&r.key, r.amount, timeout)
-    });
+fn reserve_chain(
+    request: &ReserveRequest,
+    states: &[LimitState],
+    reserved_at_unix_ms: u64,
+    default_margin_ms: u64,
+) -> Vec<tb::Transfer> {
+    let holds = request
+        .requirements()
+        .iter()
+        .zip(states)
+        .map(|(r, s)| (&r.key, r.amount, timeout_seconds(s, default_margin_ms)));
     lease_chain(request.lease_id(), reserved_at_unix_ms, holds)
 }
 
@@ -361,4 +375,32 @@ pub fn lease_chain<'a>(
             .with_user_data_64(reserved_at_unix_ms)
     });
     std::iter::once(marker).chain(reservations).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LimitDefinition;
+
+    fn state(definition: LimitDefinition) -> LimitState {
+        LimitState::active(definition)
+    }
+
+    #[test]
+    fn timeouts_round_window_plus_margin_up_to_whole_seconds() {
+        let key = LimitKey::new("k").unwrap();
+        let rolling = LimitDefinition::rolling(key.clone(), 1, 10).unwrap();
+        assert_eq!(timeout_seconds(&state(rolling.clone()), 0), 10, "no margin: the window");
+        assert_eq!(
+            timeout_seconds(&state(rolling.clone()), 50),
+            11,
+            "never shorter than window + margin"
+        );
+        assert_eq!(timeout_seconds(&state(rolling.clone()), 1000), 11);
+        assert_eq!(timeout_seconds(&state(rolling.clone()), 1001), 12);
+        let own = rolling.with_window_margin_ms(Some(0)).unwrap();
+        assert_eq!(timeout_seconds(&state(own), 50), 10, "the definition's margin wins");
+        let concurrency = LimitDefinition::concurrency(key, 1, 30).unwrap();
+        assert_eq!(timeout_seconds(&state(concurrency), 50), 30, "timeouts take no margin");
+    }
 }

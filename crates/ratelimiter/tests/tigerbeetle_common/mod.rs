@@ -45,6 +45,8 @@ pub fn options(clock: Arc<dyn Clock>) -> BackendOptions {
     BackendOptions {
         retry: RetryAdvisor::new(RetryPolicy::default(), 1024, Jitter::seeded(7)),
         decrease_retry_ms: 10_000,
+        // Holds end exactly at their window: the tests time expiry to the second.
+        window_margin_ms: 0,
         clock,
     }
 }

@@ -13,6 +13,7 @@ use crate::prompt;
 use crate::provider::Accounting;
 use crate::provider_client::{CallOutcome, ProviderClient};
 
+pub mod grants;
 pub mod none;
 pub mod scheduled;
 pub mod server_multi;
@@ -85,9 +86,10 @@ impl Caller {
             .call(text, request.max_tokens, request.record.output_tokens)
             .await;
         match &answer {
-            CallOutcome::Done(usage) => {
+            CallOutcome::Done(served) => {
                 outcome.completed = true;
-                outcome.served_tokens = usage.total_tokens;
+                outcome.served_tokens = served.usage.total_tokens;
+                outcome.admitted_unix_ms = served.admitted_unix_ms.unwrap_or(0);
                 outcome.done_unix_ms = self.clock.now_unix_ms();
             }
             CallOutcome::Throttled { .. } => outcome.throttled += 1,

@@ -16,6 +16,7 @@ use ratelimiter::scheduler::{JobError, Scheduler, SchedulerConfig};
 use ratelimiter::Limiter;
 use tokio::sync::oneshot;
 
+use super::grants::GrantLog;
 use super::{Caller, Strategy};
 use crate::cli::PromptEstimate;
 use crate::outcome::{ReplayRequest, RequestOutcome};
@@ -46,6 +47,7 @@ pub struct Scheduled {
     caller: Caller,
     estimate: PromptEstimate,
     scheduler: Scheduler,
+    grants: Arc<GrantLog>,
 }
 
 impl std::fmt::Debug for Scheduled {
@@ -73,10 +75,12 @@ impl Scheduled {
             .tenant_jobs_max(jobs)
             .build()
             .map_err(|e| e.to_string())?;
+        let grants = Arc::new(GrantLog::new(limiter));
         Ok(Self {
             caller,
             estimate,
-            scheduler: Scheduler::with_config(limiter, config),
+            scheduler: Scheduler::with_config(Arc::clone(&grants) as Arc<dyn Limiter>, config),
+            grants,
         })
     }
 
@@ -104,10 +108,16 @@ impl Scheduled {
         };
         let (report, reported) = oneshot::channel();
         let (caller, call_request, mut call_outcome) = (self.caller.clone(), *request, outcome.clone());
+        let (grants, job_id) = (Arc::clone(&self.grants), spec.job_id.clone());
         let job = Job::new(spec, move || async move {
+            call_outcome.granted_unix_ms = grants.take(&job_id).unwrap_or(0);
             let answer = caller.attempt(&call_request, &mut call_outcome).await;
             let tokens = match &answer {
-                CallOutcome::Done(usage) => Ok(counted_tokens(caller.accounting(), usage, call_request.max_tokens)),
+                CallOutcome::Done(served) => Ok(counted_tokens(
+                    caller.accounting(),
+                    &served.usage,
+                    call_request.max_tokens,
+                )),
                 CallOutcome::Throttled { retry_after_ms } => {
                     Err(format!("provider 429, retry after {retry_after_ms} ms"))
                 }

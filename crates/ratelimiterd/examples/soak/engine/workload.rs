@@ -96,6 +96,8 @@ fn definition(key: &str, kind: LimitKind, capacity: u64, hold_seconds: u64, over
         kind,
         capacity,
         window_seconds,
+        // No margin: the checker counts every hold for exactly its window.
+        window_margin_ms: (kind == LimitKind::Rolling).then_some(0),
         timeout_seconds,
         unit: String::new(),
         description: "soak".to_owned(),
