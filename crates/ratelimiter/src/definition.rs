@@ -25,6 +25,14 @@ pub const WINDOW_MARGIN_MS_MAX: u64 = 60_000;
 /// and costs 1/200 of a 10 s window (BENCHMARKS.md, "Window margin").
 /// A provider across a network is reached later: add the path's latency.
 pub const WINDOW_MARGIN_MS_DEFAULT: u64 = 50;
+/// A longer window's default margin is at least 1/250 of the window (0.4 %):
+/// the time from a grant to the provider grows with the calls granted at once,
+/// and a long window frees a large burst of them when it rolls over (the replay
+/// met one burst of 500 grants that reached the provider up to 174 ms late, on
+/// a 60 s window, where 50 ms let 461 calls through early: BENCHMARKS.md,
+/// "Window margin"). The cost is the same 0.4 % of capacity for any window;
+/// windows up to 12.5 s keep the 50 ms floor.
+pub const WINDOW_MARGIN_WINDOW_DIVISOR: u64 = 250;
 /// Longest `unit` text: it is a label for humans, not a document.
 pub const UNIT_BYTES_MAX: usize = 64;
 /// Longest `description` text, so the registry file stays small.
@@ -225,11 +233,20 @@ impl LimitDefinition {
         }
     }
     /// How long one reservation holds at most, in ms: a rolling limit's window
-    /// plus its margin (`default_margin_ms` when the definition gives none), a
-    /// concurrency limit's timeout.
+    /// plus its margin, a concurrency limit's timeout. The margin is the
+    /// definition's own, else `default_margin_ms` or 1/[`WINDOW_MARGIN_WINDOW_DIVISOR`]
+    /// of the window, whichever is longer; a default of 0 turns the default
+    /// margin off altogether.
     pub fn hold_with_margin_ms(&self, default_margin_ms: u64) -> u64 {
         match self.fields.kind {
-            LimitKind::Rolling => self.hold_ms() + self.fields.window_margin_ms.unwrap_or(default_margin_ms),
+            LimitKind::Rolling => {
+                let proportional = self.hold_ms() / WINDOW_MARGIN_WINDOW_DIVISOR;
+                let default = match default_margin_ms {
+                    0 => 0,
+                    floor => floor.max(proportional),
+                };
+                self.hold_ms() + self.fields.window_margin_ms.unwrap_or(default)
+            }
             LimitKind::Concurrency => self.hold_ms(),
         }
     }
@@ -570,6 +587,18 @@ mod tests {
         let def: LimitDefinition = serde_json::from_str(given).unwrap();
         assert_eq!(def.window_margin_ms(), Some(250));
         assert_eq!(def.hold_with_margin_ms(WINDOW_MARGIN_MS_DEFAULT), 10_250);
+        let minute = LimitDefinition::rolling(LimitKey::new("k").unwrap(), 1, 60).unwrap();
+        assert_eq!(
+            minute.hold_with_margin_ms(WINDOW_MARGIN_MS_DEFAULT),
+            60_240,
+            "0.4 % of a long window"
+        );
+        let short = LimitDefinition::rolling(LimitKey::new("k").unwrap(), 1, 10).unwrap();
+        assert_eq!(
+            short.hold_with_margin_ms(WINDOW_MARGIN_MS_DEFAULT),
+            10_050,
+            "the floor of a short one"
+        );
         assert_eq!(serde_json::to_value(&def).unwrap()["window_margin_ms"], 250);
 
         let absent: LimitDefinition =

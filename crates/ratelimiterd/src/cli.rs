@@ -60,7 +60,8 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
     retry_ms: 10000                    # retry hint of limit_decreasing denials
     check_interval_ms: 1000            # how often pending decreases are tried
   defaults:                            # for definitions that leave the field out
-    window_margin_ms: 50               # rolling holds last window + this: the provider's
+    window_margin_ms: 50               # rolling holds last window + this, or 0.4 % of the
+                                       # window when longer (0: none): the provider's
                                        # window starts when the call reaches it
   log:
     format: text                       # or json
