@@ -1,6 +1,6 @@
-//! Spec prototype 5, semantics half: prototypes 1 and 3 on the memory backend,
-//! in real time, printing what the backend answered. Exits non-zero when an
-//! answer is not the one the specification requires.
+//! Prototype 5 (docs/testing.md, "Prototypes"), semantics half: prototypes 1 and 3 on the
+//! memory backend, in real time, printing what the backend answered. Exits non-zero when
+//! an answer is not the one the contract requires.
 //!
 //! `cargo run -p ratelimiter --example proto_memory`
 //!

@@ -1,6 +1,6 @@
-//! Limit definitions at runtime (docs/decisions.md, "Definitions"): validate,
-//! compute the next state, persist it, then apply it to the backend, one change
-//! at a time; and the periodic step that carries out pending decreases.
+//! Limit definitions at runtime (docs/decisions.md, "Limit definitions"): validate,
+//! compute the next state, persist it, then apply it to the backend, one change at a
+//! time; and the periodic step that carries out pending decreases.
 //!
 //! One async mutex serializes every change, the decrease step included, so the
 //! state a change starts from is the one the backend holds. The registry is

@@ -16,12 +16,12 @@ use crate::id::LeaseId;
 use crate::key::LimitKey;
 use crate::wire::Denial;
 
-/// The denial of a request that does not depend on usage, or `None` when
-/// usage decides (docs/decisions.md, reserve rows 5 and 6): first an amount above
-/// its limit's whole capacity (final: `exceeds_capacity`, no retry hint), then
-/// a limit waiting for a decrease (transient: `limit_decreasing` with
-/// `decrease_retry_ms`); each names the first such key in request order.
-/// Neither burns the lease id: nothing was attempted.
+/// The denial of a request that does not depend on usage, or `None` when usage decides
+/// (docs/decisions.md, "Reserve precedence", rows 5 and 6): first an amount above its
+/// limit's whole capacity (final: `exceeds_capacity`, no retry hint), then a limit
+/// waiting for a decrease (transient: `limit_decreasing` with `decrease_retry_ms`); each
+/// names the first such key in request order. Neither burns the lease id: nothing was
+/// attempted.
 ///
 /// `requirements` yields each requirement's limit state and amount in request
 /// order; it is walked twice, so it must be cheap to clone.
@@ -60,11 +60,10 @@ pub fn limits_full(limits_max: usize) -> LimiterError {
     LimiterError::Conflict(format!("at most {limits_max} limits can be defined"))
 }
 
-/// Checks one actual of a Complete (docs/decisions.md, complete (b)): it must
-/// name a key the lease reserved (`held_kind` is that requirement's kind, `None`
-/// when the lease did not reserve the key), and a rolling one: a concurrency
-/// hold is released whole, whatever is said about it. A backend checks every
-/// actual before it changes anything.
+/// Checks one actual of a Complete (docs/decisions.md, "Complete", (b)): it must name a
+/// key the lease reserved (`held_kind` is that requirement's kind, `None` when the lease
+/// did not reserve the key), and a rolling one: a concurrency hold is released whole,
+/// whatever is said about it. A backend checks every actual before it changes anything.
 pub fn check_actual(lease: LeaseId, key: &LimitKey, held_kind: Option<LimitKind>) -> Result<(), LimiterError> {
     match held_kind {
         None => Err(LimiterError::InvalidRequest(format!(
@@ -77,8 +76,7 @@ pub fn check_actual(lease: LeaseId, key: &LimitKey, held_kind: Option<LimitKind>
     }
 }
 
-/// What a Complete does to one reserved requirement (docs/decisions.md,
-/// complete (c)).
+/// What a Complete does to one reserved requirement (docs/decisions.md, "Complete", (c)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reconcile {
     /// A concurrency hold ends now, whatever its timeout.

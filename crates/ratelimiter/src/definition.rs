@@ -1,4 +1,5 @@
-//! Limit definitions and their admin state (spec §3.2, `decisions.md` §2 and §6).
+//! Limit definitions and their admin state (docs/http-api.md, "LimitDefinition";
+//! docs/decisions.md, "Limit definitions").
 
 use serde::{Deserialize, Serialize};
 
@@ -92,8 +93,8 @@ pub enum DefinitionError {
 
 /// A validated limit definition. The fields are the JSON wire contract.
 ///
-/// Only validated values exist: deserialization and [`LimitDefinition::new`] check
-/// every rule of `decisions.md` §2.
+/// Only validated values exist: deserialization and [`LimitDefinition::new`] check every
+/// rule of docs/http-api.md, "LimitDefinition".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "DefinitionFields", into = "DefinitionFields")]
 pub struct LimitDefinition {
@@ -394,9 +395,9 @@ impl LimitState {
         })
     }
 
-    /// The state that defining `definition` leads to from `previous` (`decisions.md` §6):
-    /// a new key or a capacity at least the current one is active at once; a lower
-    /// capacity is a decrease that waits for usage to allow it.
+    /// The state that defining `definition` leads to from `previous` (docs/decisions.md,
+    /// "Limit definitions"): a new key or a capacity at least the current one is active
+    /// at once; a lower capacity is a decrease that waits for usage to allow it.
     pub fn after_definition(
         previous: Option<&LimitState>,
         definition: LimitDefinition,

@@ -1,11 +1,12 @@
-//! The remote [`Limiter`] (spec §11.3): reserve and complete over HTTP against
-//! `ratelimiterd`, plus the admin calls its operator CLI needs.
+//! The remote [`Limiter`] (docs/client-library.md, "Distributed mode: the HTTP client"):
+//! reserve and complete over HTTP against `ratelimiterd`, plus the admin calls its
+//! operator CLI needs.
 //!
-//! Connections are kept alive and reused. Every request has a timeout. A request
-//! that times out, cannot connect, or is answered 503 is retried a bounded number
-//! of times with the very same body, hence the same lease id, so a retry can never
-//! reserve twice (ADR 0004). Plain HTTP/1.1 only: put a TLS proxy in front when
-//! the network needs it.
+//! Connections are kept alive and reused. Every request has a timeout. A request that
+//! times out, cannot connect, or is answered 503 is retried a bounded number of times
+//! with the very same body, hence the same lease id, so a retry can never reserve twice
+//! (docs/lease-ids.md, "Rules for callers"). Plain HTTP/1.1 only: put a TLS proxy in
+//! front when the network needs it.
 //!
 //! # Failover
 //!

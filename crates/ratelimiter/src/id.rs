@@ -1,5 +1,6 @@
-//! Identifiers (ADR 0004): ULID lease ids, one per reserve attempt, and the
-//! deterministic u128 ids derived from labels for TigerBeetle accounts and transfers.
+//! Identifiers (docs/lease-ids.md): ULID lease ids, one per reserve attempt ("Lease ids
+//! on the wire"), and the deterministic u128 ids derived from labels for TigerBeetle
+//! accounts and transfers ("Deterministic TigerBeetle ids").
 
 use std::fmt;
 

@@ -1,11 +1,12 @@
-//! Limit keys: the stable, globally unique names of what is limited (spec §3.1).
+//! Limit keys: the stable, globally unique names of what is limited (docs/http-api.md,
+//! "Limit keys"; naming conventions in docs/client-library.md, "Limit keys").
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// The longest key accepted, in bytes (`decisions.md` §2). Keys are labels in
-/// deterministic TigerBeetle ids and map keys on every hot path, so they stay short.
+/// The longest key accepted, in bytes (docs/http-api.md, "Limit keys"). Keys are labels
+/// in deterministic TigerBeetle ids and map keys on every hot path, so they stay short.
 pub const KEY_BYTES_MAX: usize = 256;
 
 /// Why a string is not a valid [`LimitKey`] or key component.

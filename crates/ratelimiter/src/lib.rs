@@ -1,9 +1,8 @@
 //! Multi-dimensional rate limiting for LLM workloads.
 //!
-//! Callers reserve every limit a call needs (requests and tokens per minute,
-//! calls in flight, tenant budgets) all or nothing, call the provider, then
-//! complete with the tokens really used. See the workspace README and
-//! `../shared/spec/` for the design.
+//! Callers reserve every limit a call needs (requests and tokens per minute, calls in
+//! flight, tenant budgets) all or nothing, call the provider, then complete with the
+//! tokens really used. See the workspace README and docs/README.md for the design.
 //!
 //! # In one process
 //!

@@ -57,9 +57,9 @@ pub trait Backend: Limiter {
         Ok(())
     }
 
-    /// The state `definition` leads to from the key's current one: the one
-    /// rule for every way of defining a limit (docs/decisions.md, "Definitions").
-    /// An invalid definition is `InvalidRequest`, a kind change `Conflict`.
+    /// The state `definition` leads to from the key's current one: the one rule for every
+    /// way of defining a limit (docs/decisions.md, "Limit definitions"). An invalid
+    /// definition is `InvalidRequest`, a kind change `Conflict`.
     async fn next_state(&self, definition: LimitDefinition) -> Result<LimitState, LimiterError> {
         let previous = self.limit_report(definition.key()).await?.map(|r| r.state);
         Ok(LimitState::after_definition(previous.as_ref(), definition)?)

@@ -1,5 +1,6 @@
-//! The LLM helper (spec §5): turns one model call into the requirements it
-//! reserves and the actuals it completes with, so callers never assemble keys.
+//! The LLM helper (docs/client-library.md, "The LLM helper"): turns one model call into
+//! the requirements it reserves and the actuals it completes with, so callers never
+//! assemble keys.
 
 use crate::key::{KeyError, LimitKey};
 use crate::wire::{Actual, Requirement};

@@ -1,5 +1,5 @@
-//! Single-binary mode (spec §11.3): a memory backend configured from a limits
-//! file, with no server and no TigerBeetle.
+//! Single-binary mode (docs/client-library.md, "Single-binary mode"): a memory backend
+//! configured from a limits file, with no server and no TigerBeetle.
 
 use std::path::Path;
 use std::sync::Arc;

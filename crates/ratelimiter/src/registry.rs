@@ -1,6 +1,6 @@
-//! The limit registry (spec §7, `decisions.md` §7): every limit's state, persisted
-//! to one JSON file that is replaced atomically, so a crash at any instant leaves
-//! either the old file or the new one, never a torn or empty one.
+//! The limit registry (docs/decisions.md, "Registry file"): every limit's state,
+//! persisted to one JSON file that is replaced atomically, so a crash at any instant
+//! leaves either the old file or the new one, never a torn or empty one.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};

@@ -1,4 +1,4 @@
-//! Retry hints for denied reservations (ADR 0010, `decisions.md` §5).
+//! Retry hints for denied reservations (docs/retry-hints.md).
 //!
 //! A denied caller is told how long to wait before it retries with a new lease id.
 //! Backends that cannot read their state on the hot path (TigerBeetle) guess with
@@ -97,13 +97,13 @@ pub struct RollingBackoffFields {
     pub window_fraction: f64,
 }
 
-/// The default longest rolling hint, in ms. ADR 0010's example has 5,000; a
-/// heuristic hint cannot know when a rolling window frees room, so a caller that
-/// waits it out idles the limit meanwhile. Replaying the Azure code trace
-/// through the TigerBeetle backend (BENCHMARKS.md, "Trace replay") used 94.7 and
-/// 95.8 % of the provider with 5,000 and 99.3 % with 1,000, for 1.6 times the
-/// denied reserves. The memory backend's rolling hints are exact and do not
-/// use it.
+/// The default longest rolling hint, in ms. ADR 0010's example has 5,000
+/// (docs/retry-hints.md, "Defaults and the rolling cap"); a heuristic hint cannot know
+/// when a rolling window frees room, so a caller that waits it out idles the limit
+/// meanwhile. Replaying the Azure code trace through the TigerBeetle backend
+/// (BENCHMARKS.md, "Trace replay") used 94.7 and 95.8 % of the provider with 5,000 and
+/// 99.3 % with 1,000, for 1.6 times the denied reserves. The memory backend's rolling
+/// hints are exact and do not use it.
 pub const ROLLING_HINT_MS_MAX_DEFAULT: u64 = 1000;
 
 impl Default for RollingBackoffFields {
@@ -118,8 +118,8 @@ impl Default for RollingBackoffFields {
     }
 }
 
-/// The `retry_policy:` configuration of ADR 0010, validated. Its `Default` is the
-/// ADR's example.
+/// The `retry_policy:` configuration (docs/retry-hints.md, "ADR 0010 backoff"),
+/// validated. Its `Default` is in docs/retry-hints.md, "Defaults and the rolling cap".
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetryPolicy {
@@ -267,8 +267,8 @@ impl From<RollingBackoffPolicy> for RollingBackoffFields {
 }
 
 impl RetryPolicy {
-    /// The ADR 0010 hint for one failing requirement of `definition`, after
-    /// `streak` earlier denials of its key, jitter included.
+    /// The hint (docs/retry-hints.md, "ADR 0010 backoff") for one failing requirement of
+    /// `definition`, after `streak` earlier denials of its key, jitter included.
     pub fn retry_after_ms(&self, definition: &LimitDefinition, streak: u32, jitter: &Jitter) -> u64 {
         match definition.kind() {
             LimitKind::Concurrency => {
@@ -370,8 +370,8 @@ impl Streak {
     }
 }
 
-/// The denial streaks of many keys, bounded: the ADR's `DenyTracker`.
-/// Best-effort and in memory only; safe to share between threads.
+/// The denial streaks of many keys, bounded (docs/retry-hints.md, "Streaks"). Best-effort
+/// and in memory only; safe to share between threads.
 #[derive(Debug)]
 pub struct DenyTracker {
     keys_max: usize,
@@ -458,8 +458,9 @@ impl RetryAdvisor {
         &self.policy
     }
 
-    /// Counts a denial of every failing definition and returns the hint: the
-    /// largest of their hints (ADR 0010 "Usage"). `failing` must not be empty.
+    /// Counts a denial of every failing definition and returns the hint: the largest of
+    /// their hints (docs/retry-hints.md, "Which hint each answer carries"). `failing`
+    /// must not be empty.
     pub fn on_denied<'a>(&self, failing: impl IntoIterator<Item = &'a LimitDefinition>, now_unix_ms: u64) -> u64 {
         let mut hint_ms = None;
         for definition in failing {
@@ -549,7 +550,8 @@ mod tests {
 
     #[test]
     fn rolling_backoff_starts_at_the_window_fraction_and_is_capped_by_max() {
-        // ADR 0010's example values, where the window fraction and growth show.
+        // ADR 0010's example values (docs/retry-hints.md, "Defaults and the rolling
+        // cap"), where the window fraction and growth show.
         let adr = RollingBackoffFields {
             max_ms: 5000,
             jitter_ms: 0,

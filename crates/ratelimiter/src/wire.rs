@@ -1,5 +1,5 @@
-//! Reserve and Complete requests and responses (spec §4, `decisions.md` §3–§4).
-//! The JSON field names are the wire contract.
+//! Reserve and Complete requests and responses (docs/http-api.md, "POST /v1/reserve" and
+//! "POST /v1/complete"). The JSON field names are the wire contract.
 
 use std::collections::HashSet;
 

@@ -1,5 +1,6 @@
-//! The TigerBeetle backend against a real local cluster: spec §14's integration
-//! list, decisions §3, §4, §6 and §8.
+//! The TigerBeetle backend against a real local cluster: its rows of docs/testing.md,
+//! "Test checklist", and the decisions of docs/decisions.md and
+//! docs/tigerbeetle-backend.md, "Result codes".
 
 #![cfg(feature = "tigerbeetle")]
 

@@ -1,15 +1,13 @@
-//! Prototype 4 (spec §12, "Dynamic limit creation without restarting TB"): a
-//! limit defined at runtime is usable at once, without restarting TigerBeetle
-//! or any server.
+//! Prototype 4 (docs/testing.md, "Prototypes"): a limit defined at runtime is usable at
+//! once, without restarting TigerBeetle or any server.
 //!
-//! `--backend tigerbeetle` (the default, as the spec asks): a TigerBeetle
-//! cluster (`TB_ADDRESS`, or a local replica started here) and two real
-//! `ratelimiterd` processes on it, A and B. The key is defined through A and
-//! reserved through B at once, its capacity raised through B and used through
-//! A at once, and a lease reserved through B completed through A; every step
-//! is checked, and any mismatch exits non-zero. This is the fleet promise: the
-//! cluster is the single source of truth, so no server needs a restart, a
-//! registry file or to have seen the PUT.
+//! `--backend tigerbeetle` (the default, since the prototype is about not restarting
+//! TigerBeetle): a TigerBeetle cluster (`TB_ADDRESS`, or a local replica started here)
+//! and two real `ratelimiterd` processes on it, A and B. The key is defined through A and
+//! reserved through B at once, its capacity raised through B and used through A at once,
+//! and a lease reserved through B completed through A; every step is checked, and any
+//! mismatch exits non-zero. This is the fleet promise: the cluster is the single source
+//! of truth, so no server needs a restart, a registry file or to have seen the PUT.
 //!
 //! `--backend memory`: the original single-server check, `ratelimiterd`
 //! in-process on the memory backend with a temporary registry.

@@ -1,5 +1,5 @@
-//! Prototype 2 (spec §12) and the backend benchmark: reservations of four linked
-//! pending transfers per second, and their latency, in three ways in one run:
+//! Prototype 2 (docs/testing.md, "Prototypes") and the backend benchmark: reservations of
+//! four linked pending transfers per second, and their latency, in three ways in one run:
 //!
 //! - `client`: the reference, each worker sends its chain straight with the Rust
 //!   client (sessions shared round robin; the client library coalesces what is
@@ -29,8 +29,8 @@ use ratelimiter::tigerbeetle::{
 use ratelimiter::{Backend, LeaseId, LimitDefinition, LimitKey, Limiter, Requirement, ReserveRequest, SystemClock};
 use tb_reference::{Hold, ReferenceClient};
 
-/// The requirements of one reservation, as in the spec's example: RPM, TPM,
-/// concurrency and a tenant budget.
+/// The requirements of one reservation, as the LLM helper makes them with a daily budget
+/// (docs/client-library.md, "The LLM helper"): RPM, TPM, concurrency and a tenant budget.
 const CHAIN_LENGTH: usize = 4;
 /// The limits' window: an hour, longer than any run, so nothing expires.
 const WINDOW_SECONDS: u32 = 3_600;

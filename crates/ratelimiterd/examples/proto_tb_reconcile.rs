@@ -1,4 +1,4 @@
-//! Prototype 3 (spec §12): reconciliation frees capacity early.
+//! Prototype 3 (docs/testing.md, "Prototypes"): reconciliation frees capacity early.
 //!
 //! A TPM limit of 100; a lease reserves 100 and completes with 10 actually used
 //! (void + re-reserve of 10 for the rest of the window); another lease asking

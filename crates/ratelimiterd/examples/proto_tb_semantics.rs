@@ -1,4 +1,4 @@
-//! Prototype 1 (spec §12): TigerBeetle semantics and lease ids.
+//! Prototype 1 (docs/testing.md, "Prototypes"): TigerBeetle semantics and lease ids.
 //!
 //! A rolling limit of capacity 2; three leases ask for 1 each: two are granted,
 //! one denied. The denied lease retried stays denied (`id_already_failed`); a new

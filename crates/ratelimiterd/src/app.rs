@@ -1,5 +1,5 @@
-//! The router: every endpoint of `decisions.md`, with auth, load shedding and
-//! JSON errors for unknown paths and methods.
+//! The router: every endpoint of docs/http-api.md, "Endpoints", with auth, load shedding
+//! and JSON errors for unknown paths and methods.
 
 use axum::extract::OriginalUri;
 use axum::http::Method;

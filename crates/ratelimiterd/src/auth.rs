@@ -1,7 +1,7 @@
-//! Bearer-token authentication (`decisions.md` §6). Tokens are compared through
-//! their SHA-256 digests with a constant-time equality, so neither the position of
-//! the first wrong byte nor the token's length shows in the response time. A
-//! rejection never says whether the header was missing, malformed or wrong.
+//! Bearer-token authentication (docs/http-api.md, "Authentication"). Tokens are compared
+//! through their SHA-256 digests with a constant-time equality, so neither the position
+//! of the first wrong byte nor the token's length shows in the response time. A rejection
+//! never says whether the header was missing, malformed or wrong.
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap};

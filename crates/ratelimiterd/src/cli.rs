@@ -136,7 +136,7 @@ pub enum LimitsCommand {
     },
 }
 
-/// A limit definition on the command line (`decisions.md` §2).
+/// A limit definition on the command line (docs/http-api.md, "LimitDefinition").
 #[derive(Debug, Args)]
 pub struct PutArgs {
     /// The limit key, 1..=256 bytes of [A-Za-z0-9:_.@/-].

@@ -1,5 +1,6 @@
-//! The server's configuration: the YAML of spec §11.2, plus what the server needs
-//! to run safely (request limits, tokens, decrease timing, retry hints).
+//! The server's configuration: the YAML of README.md, "The server: `ratelimiterd`", plus
+//! what the server needs to run safely (request limits, tokens, decrease timing, retry
+//! hints).
 //!
 //! Every section and field is optional and has a documented default, so
 //! `ratelimiterd` without `--config` serves the memory backend on `127.0.0.1:8080`.
@@ -13,7 +14,7 @@ use serde::Deserialize;
 
 /// The default listen address: loopback only, so a fresh server is not exposed.
 pub const LISTEN_ADDR_DEFAULT: &str = "127.0.0.1:8080";
-/// The default registry file (`decisions.md` §1).
+/// The default registry file (docs/decisions.md, "Registry file").
 pub const REGISTRY_PATH_DEFAULT: &str = "./data/limits.json";
 /// The default largest request body: a reserve of 32 requirements with 256-byte
 /// keys is about 10 KiB, a definition with the longest description about 2 KiB.
@@ -35,7 +36,8 @@ pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 10_000;
 pub const CONNECTIONS_MAX_DEFAULT: usize = 10_000;
 /// The largest connection limit that may be configured.
 pub const CONNECTIONS_MAX_LIMIT: usize = 1_000_000;
-/// The retry hint of `limit_decreasing:<key>` denials (`decisions.md` §3).
+/// The retry hint of `limit_decreasing:<key>` denials (docs/retry-hints.md, "Decrease
+/// hints").
 pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
 /// How often pending decreases are checked by default.
 pub const DECREASE_CHECK_INTERVAL_MS_DEFAULT: u64 = 1_000;
@@ -91,9 +93,9 @@ pub struct Config {
     pub registry: RegistryConfig,
     /// The TigerBeetle cluster, used when `server.backend` is `tigerbeetle`.
     pub tigerbeetle: ratelimiter::tigerbeetle::ConfigFields,
-    /// Retry hints for denials (ADR 0010).
+    /// Retry hints for denials (docs/retry-hints.md).
     pub retry_policy: RetryPolicy,
-    /// Capacity decreases (`decisions.md` §6).
+    /// Capacity decreases (docs/decisions.md, "Capacity decreases").
     pub decrease: DecreaseConfig,
     /// What definitions that leave a field out get (the window margin).
     pub defaults: DefinitionDefaults,
@@ -119,7 +121,8 @@ pub enum BackendKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
-    /// `host:port`, or `:port` for every interface (as in the spec's Go example).
+    /// `host:port`, or `:port` for every interface (README.md, "The server:
+    /// `ratelimiterd`").
     pub listen_addr: String,
     /// `memory` (default) or `tigerbeetle`.
     pub backend: BackendKind,

@@ -1,5 +1,6 @@
-//! The periodic decrease task (`decisions.md` §6): every check interval it carries
-//! out the pending capacity decreases that usage now allows and persists them.
+//! The periodic decrease task (docs/decisions.md, "Capacity decreases"): every check
+//! interval it carries out the pending capacity decreases that usage now allows and
+//! persists them.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
-//! The one error type of the HTTP API. Every rejection is JSON with a stable
-//! `error` code (`decisions.md` §3, §6); details of server-side failures go to the
-//! log, never into a response body.
+//! The one error type of the HTTP API. Every rejection is JSON with a stable `error` code
+//! (docs/http-api.md, "Errors"); details of server-side failures go to the log, never
+//! into a response body.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -1,5 +1,6 @@
-//! `POST /v1/reserve` and `POST /v1/complete` (`decisions.md` §3–§4): the hot
-//! path. Every log line of a request runs inside a span carrying its lease id.
+//! `POST /v1/reserve` and `POST /v1/complete` (docs/http-api.md, "POST /v1/reserve" and
+//! "POST /v1/complete"): the hot path. Every log line of a request runs inside a span
+//! carrying its lease id.
 
 use std::time::Instant;
 

@@ -1,5 +1,6 @@
-//! `ratelimiterd`: the HTTP server of the `ratelimiter` library (spec §11.2,
-//! `decisions.md`). The binary is a thin `main` over [`cli`] and [`server`].
+//! `ratelimiterd`: the HTTP server of the `ratelimiter` library (docs/http-api.md;
+//! configuration in README.md, "The server: `ratelimiterd`"). The binary is a thin `main`
+//! over [`cli`] and [`server`].
 
 #![warn(missing_docs)]
 

@@ -1,8 +1,8 @@
-//! Load shedding and the request timeout. A request that finds every permit taken
-//! is answered 503 `overloaded` at once, before its body is read, so a burst
-//! cannot queue without bound; a request that runs past the timeout is answered
-//! 503 `backend_unavailable`: its outcome is unknown, and a retry with the same
-//! lease id is safe (ADR 0004).
+//! Load shedding and the request timeout. A request that finds every permit taken is
+//! answered 503 `overloaded` at once, before its body is read, so a burst cannot queue
+//! without bound; a request that runs past the timeout is answered 503
+//! `backend_unavailable`: its outcome is unknown, and a retry with the same lease id is
+//! safe (docs/lease-ids.md, "Rules for callers").
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;

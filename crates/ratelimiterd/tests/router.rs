@@ -1,6 +1,6 @@
-//! Router tests without a socket: every status code and error code of the
-//! contract (`decisions.md` §3–§6), through `tower::ServiceExt::oneshot` on `app()`
-//! with the memory backend on a fake clock.
+//! Router tests without a socket: every status code and error code of the contract
+//! (docs/http-api.md), through `tower::ServiceExt::oneshot` on `app()` with the memory
+//! backend on a fake clock.
 
 mod support;
 

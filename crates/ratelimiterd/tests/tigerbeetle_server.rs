@@ -1,7 +1,7 @@
-//! The real `ratelimiterd` binary on the TigerBeetle backend (spec prototype 4):
-//! limits defined at runtime over HTTP and used at once, without restarting
-//! TigerBeetle or the server; state kept across a server restart; health and
-//! 503s when the cluster is gone. Every wait is bounded.
+//! The real `ratelimiterd` binary on the TigerBeetle backend (prototype 4 of
+//! docs/testing.md, "Prototypes"): limits defined at runtime over HTTP and used at once,
+//! without restarting TigerBeetle or the server; state kept across a server restart;
+//! health and 503s when the cluster is gone. Every wait is bounded.
 
 #![cfg(feature = "tigerbeetle")]
 

@@ -107,7 +107,8 @@ pub struct Args {
 /// How our strategies size a prompt's reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PromptEstimate {
-    /// The spec's v1 estimate: one token per byte (`JobSpec::prompt_tokens` unset).
+    /// The byte estimate of docs/client-library.md, "The LLM helper": one token per byte
+    /// (`JobSpec::prompt_tokens` unset).
     Bytes,
     /// The provider's own count, as a client with its tokenizer has it
     /// (`JobSpec::prompt_tokens` set).

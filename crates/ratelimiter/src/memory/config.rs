@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use crate::definition::{check_window_margin_ms, WINDOW_MARGIN_MS_DEFAULT};
 use crate::retry::{RetryPolicy, RETRY_MS_MAX};
 
-/// How long a caller denied with `limit_decreasing` waits (`decisions.md` §3):
-/// decreases are applied by a periodic task, so a long wait is right.
+/// How long a caller denied with `limit_decreasing` waits (docs/retry-hints.md, "Decrease
+/// hints"): decreases are applied by a periodic task, so a long wait is right.
 pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
 /// Live leases kept for reconciliation: far more calls than providers let one
 /// deployment have in flight. An outstanding four-requirement lease costs about
@@ -31,7 +31,7 @@ pub const FAILED_LEASES_MAX_DEFAULT: usize = 500_000;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MemoryConfig {
-    /// Hints for denied reservations (ADR 0010); rolling hints are exact here,
+    /// Hints for denied reservations (docs/retry-hints.md); rolling hints are exact here,
     /// so only the rolling jitter is used from `rolling`.
     pub retry_policy: RetryPolicy,
     /// The hint for `limit_decreasing` denials, in ms (1..=3,600,000).

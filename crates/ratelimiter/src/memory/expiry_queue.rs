@@ -199,8 +199,8 @@ mod tests {
         q.release(100, 2);
     }
 
-    /// The reference design of the spec: a min-heap by expiry with lazy
-    /// cancellation, each hold a slab entry (never reused here, which favours
+    /// The first design (docs/memory-backend.md, "Data structures"): a min-heap by expiry
+    /// with lazy cancellation, each hold a slab entry (never reused here, which favours
     /// the heap's speed and costs it memory). Only for the comparison below.
     mod lazy_heap {
         use std::cmp::Reverse;

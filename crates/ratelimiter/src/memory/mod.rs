@@ -1,5 +1,5 @@
-//! The memory backend (single-binary mode, spec §10, `backend-memory.md`): the
-//! semantics of the TigerBeetle backend with in-process data structures.
+//! The memory backend (single-binary mode, docs/memory-backend.md): the semantics of the
+//! TigerBeetle backend with in-process data structures.
 //!
 //! One lock guards all state, so all-or-nothing reserves are trivially atomic;
 //! the critical section is a few hash lookups and O(1) queue operations. The

@@ -1,6 +1,6 @@
 //! Leases that stopped being live (completed, or evicted from the lease table),
-//! remembered so a retry of their reserve is answered idempotently
-//! (`decisions.md` §3: allowed again at the original time, nothing reserved).
+//! remembered so a retry of their reserve is answered idempotently (docs/lease-ids.md,
+//! "Idempotency": allowed again at the original time, nothing reserved).
 
 use std::hash::BuildHasher;
 

@@ -404,9 +404,10 @@ impl MemoryState {
     }
 }
 
-/// The hint for one failing requirement: exact for rolling limits (the time
-/// until enough units expire), ADR 0010 backoff for concurrency limits, whose
-/// holds usually end at Complete, long before their timeout. Jitter is added.
+/// The hint for one failing requirement: exact for rolling limits (the time until enough
+/// units expire), backoff (docs/retry-hints.md, "ADR 0010 backoff") for concurrency
+/// limits, whose holds usually end at Complete, long before their timeout. Jitter is
+/// added.
 fn hint_ms(policy: &RetryPolicy, limit: &mut Limit, amount: u64, now_unix_ms: u64, jitter: &Jitter) -> u64 {
     let kind = limit.kind();
     let base_ms = match kind {

@@ -18,9 +18,9 @@ use super::job::JobSpec;
 use super::queue::{SharedKeys, WorkQueue};
 use super::report::ShutdownReport;
 
-/// The longest wait the scheduler honours, in ms: no limit frees capacity later
-/// than its window, and the longest window is 31 days (`decisions.md` §2). Longer
-/// hints are cut to this, which also keeps `Instant` arithmetic from overflowing.
+/// The longest wait the scheduler honours, in ms: no limit frees capacity later than its
+/// window, and the longest window is 31 days (docs/http-api.md, "LimitDefinition").
+/// Longer hints are cut to this, which also keeps `Instant` arithmetic from overflowing.
 pub(super) const WAIT_MS_MAX: u64 = 2_678_400_000;
 
 /// Timer entries kept per live queue before the timer heap is rebuilt: a queue

@@ -24,8 +24,9 @@ pub(super) struct Entry {
     pub requirements: Vec<Requirement>,
     /// Answers the job's handle.
     pub responder: oneshot::Sender<JobResult>,
-    /// A lease whose reserve outcome is unknown: the next attempt resends it
-    /// unchanged, so a reservation that did land is not made twice (ADR 0004).
+    /// A lease whose reserve outcome is unknown: the next attempt resends it unchanged,
+    /// so a reservation that did land is not made twice (docs/lease-ids.md, "Rules for
+    /// callers").
     pub unknown_lease: Option<LeaseId>,
     /// Consecutive attempts with an unknown outcome, reset by any real answer.
     pub unknown_retries: u32,

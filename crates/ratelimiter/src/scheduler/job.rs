@@ -16,8 +16,8 @@ pub type ExecuteFuture = Pin<Box<dyn Future<Output = Result<u64, ExecuteError>> 
 /// The boxed execute function; called at most once, after a reservation is granted.
 pub(crate) type ExecuteFn = Box<dyn FnOnce() -> ExecuteFuture + Send + 'static>;
 
-/// What a job is: the fields that decide its limits (spec §6.2 without the lease
-/// id, which the scheduler makes for every attempt).
+/// What a job is: the fields that decide its limits (docs/client-library.md, "The
+/// scheduler"), without the lease id, which the scheduler makes for every attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobSpec {
     /// The logical job's id: stable over every attempt, sent with each reserve

@@ -1,20 +1,19 @@
-//! The client-side scheduler (spec §6): runs LLM jobs as fast as their limits
-//! allow without letting a saturated model hold up any other.
+//! The client-side scheduler (docs/client-library.md, "The scheduler"): runs LLM jobs as
+//! fast as their limits allow without letting a saturated model hold up any other.
 //!
-//! Jobs wait in one queue per (provider, model). Workers take queues with ready
-//! work in turn and, within a queue, tenants in turn, so neither a saturated
-//! model nor one tenant's burst holds up the rest. Each attempt reserves under a
-//! fresh lease id. A "not now" denial makes the job, and every job sharing the
-//! denied key, wait for the retry hint plus jitter; an unknown outcome resends the
-//! same lease after the hint (ADR 0004); a job that can never fit fails at once.
-//! After the call, Complete always runs, whether the call succeeded, failed,
-//! panicked or was stopped at the shutdown deadline, so the client never leaks
-//! concurrency.
+//! Jobs wait in one queue per (provider, model). Workers take queues with ready work in
+//! turn and, within a queue, tenants in turn, so neither a saturated model nor one
+//! tenant's burst holds up the rest. Each attempt reserves under a fresh lease id. A "not
+//! now" denial makes the job, and every job sharing the denied key, wait for the retry
+//! hint plus jitter; an unknown outcome resends the same lease after the hint
+//! (docs/lease-ids.md, "Rules for callers"); a job that can never fit fails at once.
+//! After the call, Complete always runs, whether the call succeeded, failed, panicked or
+//! was stopped at the shutdown deadline, so the client never leaks concurrency.
 //!
 //! Time is tokio time: under `tokio::time::pause()` the scheduler, the calls
 //! and a memory backend on [`crate::TokioClock`] share one virtual timeline.
 //!
-//! Decisions where the spec is silent:
+//! Decisions of this scheduler, summed up in docs/client-library.md, "The scheduler":
 //!
 //! - A "not now" denial on a key every job of the queue needs (the model's rpm,
 //!   tpm, concurrency) pauses the whole queue until the hint, so one denial costs

@@ -37,9 +37,9 @@ pub fn assert_denied(context: &str, outcome: &ReserveOutcome, denial: Denial) {
     assert_eq!(outcome, &ReserveOutcome::Denied(denial), "{context}");
 }
 
-/// Spec prototype 1: capacity 2, three leases: two allowed, one denied; the
-/// denied lease stays denied, even after the window; a new lease after the
-/// window is allowed.
+/// Prototype 1 (docs/testing.md, "Prototypes"): capacity 2, three leases: two allowed,
+/// one denied; the denied lease stays denied, even after the window; a new lease after
+/// the window is allowed.
 pub async fn prototype_1_lease_ids(h: &dyn Harness) {
     let f = Fixture::new(h).await;
     let rpm = f.rolling("rpm", 2, 1).await;
@@ -112,7 +112,8 @@ pub async fn concurrency_released_on_timeout(h: &dyn Harness) {
     assert_allowed("after the timeout", &f.reserve_new(&[(&conc, 1)]).await.1);
 }
 
-/// Spec prototype 3: reserve 100, complete with 10, and 90 more fit at once.
+/// Prototype 3 (docs/testing.md, "Prototypes"): reserve 100, complete with 10, and 90
+/// more fit at once.
 pub async fn reconcile_frees_capacity(h: &dyn Harness) {
     let f = Fixture::new(h).await;
     let tpm = f.rolling("tpm", 100, 3).await;

@@ -1,6 +1,6 @@
-//! Provisioning (spec §9.3, decisions §6): accounts, capacity changes, pending
-//! decreases, reports and health. This is the admin path: it reads balances,
-//! and it runs one change at a time.
+//! Provisioning (docs/tigerbeetle-backend.md, "Capacity changes"): accounts, capacity
+//! changes, pending decreases, reports and health. This is the admin path: it reads
+//! balances, and it runs one change at a time.
 //!
 //! Capacity is the resource account's posted balance (credits − debits); units
 //! in use are its pending debits. Every change is computed from the balance read

@@ -39,7 +39,8 @@ pub const HEALTH_TIMEOUT_MS: u64 = 2_000;
 /// What the backend needs besides the cluster settings.
 #[derive(Debug)]
 pub struct BackendOptions {
-    /// The retry hints of denials (ADR 0010: policy, streaks, jitter).
+    /// The retry hints of denials (docs/retry-hints.md: "ADR 0010 backoff", "Streaks",
+    /// "Jitter").
     pub retry: RetryAdvisor,
     /// The `retry_after_ms` of `limit_decreasing:<key>` denials.
     pub decrease_retry_ms: u64,

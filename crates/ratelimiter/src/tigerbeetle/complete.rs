@@ -1,6 +1,6 @@
-//! Complete (spec §9.5, decisions §4 and §8): void concurrency holds, shrink
-//! rolling reservations to the actual usage for the rest of their window, and
-//! reserve (or record as debt) usage beyond the reservation.
+//! Complete (docs/tigerbeetle-backend.md, "Complete"; docs/decisions.md, "Complete"):
+//! void concurrency holds, shrink rolling reservations to the actual usage for the rest
+//! of their window, and reserve (or record as debt) usage beyond the reservation.
 //!
 //! Every transfer has a deterministic id, so a retried Complete finds `exists`
 //! and changes nothing. Voids of reservations that expired, were voided before

@@ -1,6 +1,7 @@
-//! The TigerBeetle backend's settings: the `tigerbeetle:` block of spec §11.2
-//! plus the bounds the backend needs to stay safe under load. Validated on
-//! construction, so a running backend never sees a nonsensical value.
+//! The TigerBeetle backend's settings: the `tigerbeetle:` block of the server's
+//! configuration (README.md, "The server: `ratelimiterd`") plus the bounds the backend
+//! needs to stay safe under load. Validated on construction, so a running backend never
+//! sees a nonsensical value.
 
 use serde::Deserialize;
 
@@ -34,7 +35,7 @@ pub const LEASE_CACHE_MAX: u32 = 10_000_000;
 #[serde(rename_all = "snake_case")]
 pub enum SubmitMode {
     /// The backend's submitter concatenates the chains of many requests into one
-    /// `create_transfers` per session (spec §9.6).
+    /// `create_transfers` per session (docs/tigerbeetle-backend.md, "The submitter").
     Batching,
     /// Every request sends its own chain; the client library coalesces the
     /// requests queued on one session by itself.
@@ -58,7 +59,7 @@ pub struct ConfigFields {
     /// trips, which only pays where commit latency is I/O rather than CPU.
     pub sessions: u32,
     /// The most transfers in one batch of the submitter. The YAML key is
-    /// `max_batch_events`, as the specification's example has it.
+    /// `max_batch_events`, as in README.md, "The server: `ratelimiterd`".
     #[serde(rename = "max_batch_events", alias = "batch_events_max")]
     pub batch_events_max: u32,
     /// How long the submitter waits to fill a batch once it holds one work item
@@ -206,8 +207,9 @@ mod tests {
         let config = TigerBeetleConfig::new(ConfigFields::default()).unwrap();
         assert_eq!(config.cluster_id(), 0);
         assert_eq!(config.addresses_joined(), "127.0.0.1:3000");
-        // The spec's example has 8 sessions and 200 µs; the benchmark chose one
-        // session, sent at once (BENCHMARKS.md, "TigerBeetle backend").
+        // The first design had 8 sessions and 200 µs; the benchmark chose one session,
+        // sent at once (docs/tigerbeetle-backend.md, "The submitter"; BENCHMARKS.md,
+        // "TigerBeetle backend").
         assert_eq!(config.fields().sessions, 1);
         assert_eq!(config.fields().batch_events_max, 8_000);
         assert_eq!(config.fields().flush_interval_micros, 0);

@@ -1,11 +1,11 @@
-//! Leases TigerBeetle denied for lack of capacity. TigerBeetle remembers the id
-//! of the transfer that failed (`id_already_failed`), but a retried chain stops
-//! at its first failing transfer: when an earlier key of the chain is full by
-//! then, the retry reads `exceeds_credits` again instead of `id_already_failed`.
-//! The backend therefore remembers these leases itself, bounded, to keep "a
-//! denied lease stays denied" (decisions §3) exact; TigerBeetle's own memory
-//! covers other servers and restarts. Denials decided before sending anything
-//! (a decreasing limit, an amount above capacity) burn nothing and are not here.
+//! Leases TigerBeetle denied for lack of capacity. TigerBeetle remembers the id of the
+//! transfer that failed (`id_already_failed`), but a retried chain stops at its first
+//! failing transfer: when an earlier key of the chain is full by then, the retry reads
+//! `exceeds_credits` again instead of `id_already_failed`. The backend therefore
+//! remembers these leases itself, bounded, to keep "a denied lease stays denied"
+//! (docs/lease-ids.md, "Denied lease ids stay denied") exact; TigerBeetle's own memory
+//! covers other servers and restarts. Denials decided before sending anything (a
+//! decreasing limit, an amount above capacity) burn nothing and are not here.
 
 use std::sync::Mutex;
 

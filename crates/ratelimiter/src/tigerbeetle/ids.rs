@@ -1,5 +1,6 @@
 //! The account model and the deterministic ids of every account and transfer
-//! (spec §9.1–§9.2, ADR 0004).
+//! (docs/tigerbeetle-backend.md, "Account model"; docs/lease-ids.md, "Deterministic
+//! TigerBeetle ids").
 //!
 //! One ledger holds every limit. The operator account is the source and sink of
 //! capacity; each limit has a resource account whose balance is its capacity and
@@ -9,10 +10,12 @@
 use crate::{id128, LeaseId, LimitKey};
 use tigerbeetle_unofficial as tb;
 
-/// The single ledger of every limiter account (spec §9.1).
+/// The single ledger of every limiter account (docs/tigerbeetle-backend.md, "Account
+/// model").
 pub const LEDGER_LIMITS: u32 = 1;
 
-/// The code of reserve and re-reserve transfers (spec §9.1: `CODE_LIMIT`).
+/// The code of reserve and re-reserve transfers (docs/tigerbeetle-backend.md, "Account
+/// model": `CODE_LIMIT`).
 pub const CODE_LIMIT: u16 = 1;
 /// The code of posted transfers that fund a resource account (capacity increase).
 pub const CODE_FUND: u16 = 2;

@@ -1,8 +1,8 @@
-//! The lease cache: what Complete needs to know about a reservation (when it was
-//! made, what it holds), kept in memory only and bounded (spec §9.5, decisions §8).
-//! A lease that is not here is completed without reconciliation: its holds
-//! expire by their TigerBeetle timeouts. Completed leases stay until evicted, so
-//! retries of their Reserve or Complete are answered without another round trip.
+//! The lease cache: what Complete needs to know about a reservation (when it was made,
+//! what it holds), kept in memory only and bounded (docs/tigerbeetle-backend.md, "The
+//! lease cache"). A lease that is not here is completed without reconciliation: its holds
+//! expire by their TigerBeetle timeouts. Completed leases stay until evicted, so retries
+//! of their Reserve or Complete are answered without another round trip.
 
 use std::sync::Mutex;
 

@@ -1,11 +1,13 @@
-//! The TigerBeetle backend (distributed mode, spec §9): limits are TigerBeetle
-//! accounts, reservations are linked chains of pending transfers with timeouts,
-//! and the hot path never reads.
+//! The TigerBeetle backend (distributed mode, docs/tigerbeetle-backend.md): limits are
+//! TigerBeetle accounts, reservations are linked chains of pending transfers with
+//! timeouts, and the hot path never reads.
 //!
-//! - [`ids`]: the account model and the deterministic ids (ADR 0004).
+//! - [`ids`]: the account model and the deterministic ids (docs/lease-ids.md,
+//!   "Deterministic TigerBeetle ids").
 //! - [`config`]: the `tigerbeetle:` settings.
 //! - [`pool`]: client sessions and the bound on requests outstanding on them.
-//! - [`submitter`]: micro-batching of many requests' chains (spec §9.6).
+//! - [`submitter`]: micro-batching of many requests' chains (docs/tigerbeetle-backend.md,
+//!   "The submitter").
 //! - [`backend`]: [`TigerBeetleBackend`], the [`crate::Backend`]; its
 //!   reserve, complete and admin paths live in their own files.
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.

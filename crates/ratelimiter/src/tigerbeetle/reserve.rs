@@ -1,7 +1,8 @@
-//! Reserve (spec §9.4, decisions §3 and §8): one linked chain of pending
-//! transfers per lease, resource → operator, sent without any read. TigerBeetle
-//! applies the chain all or nothing and refuses a transfer that would debit a
-//! resource account beyond its credits, so nothing is ever over-admitted.
+//! Reserve (docs/tigerbeetle-backend.md, "Reserve"; docs/decisions.md, "Reserve
+//! precedence"): one linked chain of pending transfers per lease, resource → operator,
+//! sent without any read. TigerBeetle applies the chain all or nothing and refuses a
+//! transfer that would debit a resource account beyond its credits, so nothing is ever
+//! over-admitted.
 
 use crate::decision;
 use crate::{Denial, LeaseId, LimitKey, LimitState, LimiterError, ReserveOutcome, ReserveRequest};
@@ -21,9 +22,9 @@ enum Plan {
     Send(Vec<tb::Transfer>, LeaseRecord),
     /// Answer at once.
     Answer(ReserveOutcome),
-    /// A denial that sends nothing, for a lease this server does not know:
-    /// the lease may have been granted or denied on another server, which
-    /// comes first (docs/decisions.md, rows 3 and 4), so the cluster is asked.
+    /// A denial that sends nothing, for a lease this server does not know: the lease may
+    /// have been granted or denied on another server, which comes first
+    /// (docs/decisions.md, "Reserve precedence", rows 3 and 4), so the cluster is asked.
     Standing(Denial),
 }
 
@@ -46,8 +47,9 @@ impl TigerBeetleBackend {
         let lease = request.lease_id();
         self.ensure_lease_marker_accounts().await?;
         let known = self.leases.get(lease);
-        // Remembered before sending: if the outcome is unknown, Complete must
-        // still void by id (pessimistic accounting, decisions §8).
+        // Remembered before sending: if the outcome is unknown, Complete must still void
+        // by id (pessimistic accounting, docs/tigerbeetle-backend.md, "Timeouts and
+        // 503").
         self.leases.insert(lease, record.clone());
         let failures = match self.submitter.submit(chain).await {
             Ok(failures) => failures,
@@ -135,7 +137,8 @@ impl TigerBeetleBackend {
         })
     }
 
-    /// Turns TigerBeetle's answer to the chain into the outcome (decisions §8).
+    /// Turns TigerBeetle's answer to the chain into the outcome
+    /// (docs/tigerbeetle-backend.md, "Result codes").
     async fn reserve_result(
         &self,
         request: &ReserveRequest,

@@ -1,6 +1,6 @@
-//! The submitter (spec §9.6, decisions §9): gets work items (one lease's linked
-//! chain, or one Complete's transfers) to TigerBeetle and maps each result back
-//! to its item.
+//! The submitter (docs/tigerbeetle-backend.md, "The submitter"): gets work items (one
+//! lease's linked chain, or one Complete's transfers) to TigerBeetle and maps each result
+//! back to its item.
 //!
 //! In `batching` mode one dispatcher task concatenates the items queued by many
 //! requests into one `create_transfers` per free session, never splitting an
