@@ -20,7 +20,7 @@ Overage = Literal["none", "debt"]
 LimitKind = Literal["rolling", "concurrency"]
 
 #: The provider's per-minute window, as it documents it: the limiter holds each
-#: rolling reservation for the window plus its window margin (50 ms by default),
+#: rolling reservation for the window plus its window margin (by default 50 ms, or 0.4 % of the window when longer),
 #: which covers the moment between the grant and the provider receiving the call
 #: (BENCHMARKS.md, "Window margin" in the repository).
 WINDOW_SECONDS_PER_MINUTE_LIMIT = 60
@@ -56,7 +56,7 @@ class LimitDefinition:
     description: str = ""
     overage: Overage = "none"
     #: Rolling: ms each reservation is held beyond ``window_seconds`` (the provider's
-    #: window starts when the call reaches it); ``None``: the limiter's default (50 ms).
+    #: window starts when the call reaches it); ``None``: the limiter's default (50 ms, or 0.4 % of the window when longer).
     window_margin_ms: Optional[int] = None
 
     @classmethod
