@@ -126,3 +126,20 @@ pub fn complete_request(
     };
     CompleteRequest::new(lease_id, job_id, actuals).map_err(|e| errors::invalid(py, "actuals", e.0))
 }
+
+/// The lease and the request of a Complete call, from its Python arguments:
+/// a lease id is required here (a Complete names the lease it ends), unlike a
+/// reserve's, which is generated when absent.
+pub fn complete_call(
+    py: Python<'_>,
+    lease: &Bound<'_, PyAny>,
+    actuals: Option<&Bound<'_, PyAny>>,
+    job: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(LeaseId, CompleteRequest)> {
+    if lease.is_none() {
+        return Err(errors::wrong_type(py, "lease_id", "a str (a ULID)", lease));
+    }
+    let lease = lease_id(py, Some(lease))?;
+    let request = complete_request(py, actuals, lease, job_id(py, job)?)?;
+    Ok((lease, request))
+}

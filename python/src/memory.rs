@@ -90,11 +90,7 @@ impl MemoryLimiter {
         actuals: Option<&Bound<'_, PyAny>>,
         job_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        if lease_id.is_none() {
-            return Err(errors::wrong_type(py, "lease_id", "a str (a ULID)", lease_id));
-        }
-        let lease = convert::lease_id(py, Some(lease_id))?;
-        let request = convert::complete_request(py, actuals, lease, convert::job_id(py, job_id)?)?;
+        let (lease, request) = convert::complete_call(py, lease_id, actuals, job_id)?;
         let backend = &self.backend;
         detached(py, || ready(backend.complete(&request)))?.map_err(|e| errors::limiter_error(py, e, Some(lease)))
     }

@@ -87,11 +87,7 @@ impl RemoteLimiter {
         actuals: Option<&Bound<'_, PyAny>>,
         job_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        if lease_id.is_none() {
-            return Err(errors::wrong_type(py, "lease_id", "a str (a ULID)", lease_id));
-        }
-        let lease = convert::lease_id(py, Some(lease_id))?;
-        let request = convert::complete_request(py, actuals, lease, convert::job_id(py, job_id)?)?;
+        let (lease, request) = convert::complete_call(py, lease_id, actuals, job_id)?;
         let client = &self.client;
         detached(py, || shared().block_on(client.complete(&request)))?
             .map_err(|e| errors::limiter_error(py, e, Some(lease)))
@@ -130,11 +126,7 @@ impl RemoteLimiter {
         actuals: Option<&Bound<'_, PyAny>>,
         job_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        if lease_id.is_none() {
-            return Err(errors::wrong_type(py, "lease_id", "a str (a ULID)", lease_id));
-        }
-        let lease = convert::lease_id(py, Some(lease_id))?;
-        let request = convert::complete_request(py, actuals, lease, convert::job_id(py, job_id)?)?;
+        let (lease, request) = convert::complete_call(py, lease_id, actuals, job_id)?;
         let client = self.client.clone();
         spawn_with_callback(
             async move { Delivery::Completed(lease, client.complete(&request).await) },
