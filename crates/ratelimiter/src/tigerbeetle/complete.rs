@@ -12,7 +12,7 @@ use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::ids;
-use super::lease_cache::{fingerprint, HeldRequirement, LeaseRecord};
+use super::lease_cache::{HeldRequirement, LeaseRecord};
 use super::submitter::Failure;
 
 use tb::error::CreateTransferErrorKind as Kind;
@@ -68,16 +68,7 @@ impl TigerBeetleBackend {
         let found = self.cluster_lease(lease).await?;
         self.completes_from_cluster
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if found.held.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(LeaseRecord {
-            reserved_at_unix_ms: found.reserved_at_unix_ms,
-            fingerprint: fingerprint(found.held.iter().map(|h| (&h.key, h.amount))),
-            held: found.held,
-            confirmed: true,
-            completed: found.completed,
-        }))
+        Ok(found.record())
     }
 
     /// Records as debt, or drops and counts, the overage that could not be

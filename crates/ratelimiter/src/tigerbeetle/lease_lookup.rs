@@ -9,7 +9,7 @@ use crate::{LeaseId, LimitKind, LimiterError};
 
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::ids;
-use super::lease_cache::HeldRequirement;
+use super::lease_cache::{fingerprint, HeldRequirement, LeaseRecord};
 
 /// The most transfers one lease has: a reserve, a void, a re-reserve and a
 /// debt per requirement, at most 32 requirements.
@@ -29,6 +29,23 @@ pub struct ClusterLease {
     /// True when the lease was denied for capacity on some server (its
     /// denied marker exists).
     pub denied: bool,
+}
+
+impl ClusterLease {
+    /// What this server would have cached of the lease had it reserved it;
+    /// `None` when the cluster holds no reservation of it.
+    pub fn record(self) -> Option<LeaseRecord> {
+        if self.held.is_empty() {
+            return None;
+        }
+        Some(LeaseRecord {
+            reserved_at_unix_ms: self.reserved_at_unix_ms,
+            fingerprint: fingerprint(self.held.iter().map(|h| (&h.key, h.amount))),
+            held: self.held,
+            confirmed: true,
+            completed: self.completed,
+        })
+    }
 }
 
 impl TigerBeetleBackend {

@@ -197,7 +197,7 @@ impl TigerBeetleBackend {
             )
         };
         if failures.iter().all(|f| existing(f.kind())) {
-            return self.reserve_existing(request, record).await;
+            return self.reserve_existing(request).await;
         }
         if let Some(f) = failures.iter().find(|f| is_different_existing(f.kind())) {
             tracing::warn!(lease = %lease, code = ?f.kind(), "lease id reused with other requirements");
@@ -227,15 +227,8 @@ impl TigerBeetleBackend {
             self.denied.insert(lease);
             return Ok(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed));
         }
-        if found.held.is_empty() {
+        let Some(record) = found.record() else {
             return Ok(ReserveOutcome::Denied(denial));
-        }
-        let record = LeaseRecord {
-            reserved_at_unix_ms: found.reserved_at_unix_ms,
-            fingerprint: fingerprint(found.held.iter().map(|h| (&h.key, h.amount))),
-            held: found.held,
-            confirmed: true,
-            completed: found.completed,
         };
         let outcome = self.replay(request, &record)?;
         self.leases.update(lease, record);
@@ -277,26 +270,23 @@ impl TigerBeetleBackend {
     /// answer was lost, here or on another server. Granted with the original
     /// time if the lease reserved exactly these requirements (read back from
     /// the cluster), a conflict otherwise.
-    async fn reserve_existing(
-        &self,
-        request: &ReserveRequest,
-        mut record: LeaseRecord,
-    ) -> Result<ReserveOutcome, LimiterError> {
+    async fn reserve_existing(&self, request: &ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
         let lease = request.lease_id();
-        let found = self.cluster_lease(lease).await?;
-        let mut asked: Vec<(&LimitKey, u64)> = request.requirements().iter().map(|r| (&r.key, r.amount)).collect();
-        let mut held: Vec<(&LimitKey, u64)> = found.held.iter().map(|h| (&h.key, h.amount)).collect();
-        asked.sort_unstable();
-        held.sort_unstable();
-        if asked != held {
-            self.leases.remove(lease);
-            return Err(decision::lease_reused(lease));
+        let found = self.cluster_lease(lease).await?.record();
+        match found.map(|record| (self.replay(request, &record), record)) {
+            Some((Ok(outcome), record)) => {
+                self.leases.update(lease, record);
+                Ok(outcome)
+            }
+            Some((Err(conflict), _)) => {
+                self.leases.remove(lease);
+                Err(conflict)
+            }
+            None => {
+                self.leases.remove(lease);
+                Err(decision::lease_reused(lease))
+            }
         }
-        record.reserved_at_unix_ms = found.reserved_at_unix_ms;
-        record.confirmed = true;
-        let reserved_at_unix_ms = record.reserved_at_unix_ms;
-        self.leases.update(lease, record);
-        Ok(ReserveOutcome::Allowed { reserved_at_unix_ms })
     }
 }
 
