@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use ratelimiter::registry::Registry;
 use ratelimiter::{LeaseId, LimitStatus};
 use serde_json::{json, Value};
-use support::raw::request;
+use support::raw::{self, request};
 use support::{temp_dir, Daemon, ADMIN_TOKEN, CLIENT_TOKEN};
 
 /// Kill rounds of the registry test unless `RELIABILITY_KILL_ROUNDS` says otherwise.
@@ -64,15 +64,7 @@ fn key(name: &str) -> String {
 
 fn reserve(daemon: &Daemon, key: &str, amount: u64) -> Value {
     let body = json!({"lease_id": LeaseId::generate().to_string(), "requirements": [{"key": key, "amount": amount}]});
-    let answer = request(
-        daemon.addr,
-        "POST",
-        "/v1/reserve",
-        Some(CLIENT_TOKEN),
-        body.to_string().as_bytes(),
-    );
-    assert_eq!(answer.status, 200, "{}", answer.text());
-    answer.json()
+    raw::ok(daemon.addr, "POST", "/v1/reserve", CLIENT_TOKEN, &body).json()
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ratelimiter::LeaseId;
 use serde_json::{json, Value};
-use support::raw::request;
+use support::raw::{self, request};
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_MAX};
 
 /// Only the stop's snapshot: a SIGTERM test then proves that one is written.
@@ -19,28 +19,13 @@ const STOP_SNAPSHOT_ONLY: &str = "memory:\n  snapshot_interval_ms: 0\n";
 const PERIODIC_SNAPSHOTS: &str = "memory:\n  snapshot_interval_ms: 100\n";
 
 fn put(daemon: &Daemon, definition: Value) {
-    let answer = request(
-        daemon.addr,
-        "PUT",
-        "/v1/admin/limits",
-        Some(ADMIN_TOKEN),
-        definition.to_string().as_bytes(),
-    );
-    assert_eq!(answer.status, 200, "{}", answer.text());
+    raw::ok(daemon.addr, "PUT", "/v1/admin/limits", ADMIN_TOKEN, &definition);
 }
 
 fn reserve(daemon: &Daemon, lease: LeaseId, needs: &[(&str, u64)]) -> Value {
     let requirements: Vec<Value> = needs.iter().map(|(k, a)| json!({"key": k, "amount": a})).collect();
     let body = json!({"lease_id": lease.to_string(), "requirements": requirements});
-    let answer = request(
-        daemon.addr,
-        "POST",
-        "/v1/reserve",
-        Some(CLIENT_TOKEN),
-        body.to_string().as_bytes(),
-    );
-    assert_eq!(answer.status, 200, "{}", answer.text());
-    answer.json()
+    raw::ok(daemon.addr, "POST", "/v1/reserve", CLIENT_TOKEN, &body).json()
 }
 
 fn complete(daemon: &Daemon, lease: LeaseId, actuals: &[(&str, u64)]) {
@@ -49,14 +34,7 @@ fn complete(daemon: &Daemon, lease: LeaseId, actuals: &[(&str, u64)]) {
         .map(|(k, a)| json!({"key": k, "actual_amount": a}))
         .collect();
     let body = json!({"lease_id": lease.to_string(), "actuals": actuals});
-    let answer = request(
-        daemon.addr,
-        "POST",
-        "/v1/complete",
-        Some(CLIENT_TOKEN),
-        body.to_string().as_bytes(),
-    );
-    assert_eq!(answer.status, 200, "{}", answer.text());
+    raw::ok(daemon.addr, "POST", "/v1/complete", CLIENT_TOKEN, &body);
 }
 
 fn in_use(daemon: &Daemon, key: &str) -> u64 {

@@ -44,14 +44,7 @@ fn fixture(name: &str) -> (TempDir, Daemon) {
     let dir = temp_dir(name);
     let daemon = Daemon::start(&dir, "", "");
     let definition = json!({"key": key("tokens"), "kind": "rolling", "capacity": 100, "window_seconds": 3600});
-    let answer = request(
-        daemon.addr,
-        "PUT",
-        "/v1/admin/limits",
-        Some(ADMIN_TOKEN),
-        definition.to_string().as_bytes(),
-    );
-    assert_eq!(answer.status, 200, "{}", answer.text());
+    raw::ok(daemon.addr, "PUT", "/v1/admin/limits", ADMIN_TOKEN, &definition);
     (dir, daemon)
 }
 

@@ -218,3 +218,11 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, 
     exchange(addr, &request_bytes(method, path, token, body))
         .unwrap_or_else(|e| panic!("{method} {path}: no response: {e}"))
 }
+
+/// One request with a JSON body that must be answered 200, the shape of most
+/// tests' setup steps (define a limit, reserve, complete); returns the answer.
+pub fn ok(addr: SocketAddr, method: &str, path: &str, token: &str, body: &Value) -> Response {
+    let answer = request(addr, method, path, Some(token), body.to_string().as_bytes());
+    assert_eq!(answer.status, 200, "{method} {path}: {}", answer.text());
+    answer
+}
