@@ -87,7 +87,7 @@ pub mod testkit;
 pub mod tigerbeetle;
 pub mod wire;
 
-pub use clock::{Clock, FakeClock, SystemClock, TokioClock};
+pub use clock::{BootInstant, Clock, FakeClock, SystemClock, TokioClock};
 pub use definition::{
     check_window_margin_ms, DefinitionError, DefinitionFields, LimitDefinition, LimitKind, LimitReport, LimitState,
     LimitStatus, Overage, WINDOW_MARGIN_MS_DEFAULT, WINDOW_MARGIN_MS_MAX, WINDOW_MARGIN_WINDOW_DIVISOR,

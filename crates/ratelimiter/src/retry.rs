@@ -340,6 +340,20 @@ pub struct Streak {
 }
 
 impl Streak {
+    /// A streak of `denials` last counted at `updated_unix_ms`: a memory
+    /// snapshot puts one back after a restart (capped at the streak's maximum).
+    pub fn from_parts(denials: u32, updated_unix_ms: u64) -> Self {
+        Self {
+            denials: denials.min(STREAK_MAX),
+            updated_unix_ms,
+        }
+    }
+
+    /// (denials, last counted at): what a memory snapshot saves.
+    pub fn parts(&self) -> (u32, u64) {
+        (self.denials, self.updated_unix_ms)
+    }
+
     /// The denials counted at `now_unix_ms` (0 once idle for [`STREAK_IDLE_RESET_MS`]).
     pub fn current(&self, now_unix_ms: u64) -> u32 {
         if now_unix_ms.saturating_sub(self.updated_unix_ms) >= STREAK_IDLE_RESET_MS {

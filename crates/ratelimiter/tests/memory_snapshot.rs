@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use ratelimiter::definition::{LimitDefinition, LimitState};
 use ratelimiter::memory::{MemoryBackend, MemoryConfig, MemorySnapshot, SnapshotError};
+use ratelimiter::retry::Jitter;
 use ratelimiter::wire::{Actual, CompleteRequest, Denial, Requirement, ReserveOutcome, ReserveRequest};
 use ratelimiter::{Backend, FakeClock, LeaseId, LimitKey, Limiter, LimiterError};
 
@@ -207,8 +208,8 @@ async fn a_damaged_snapshot_is_rejected_whole() {
         assert!(!error.is_empty(), "truncated to {len}");
     }
     let mut newer = bytes.clone();
-    newer[8] = 2;
-    assert!(MemorySnapshot::decode(&newer).unwrap_err().contains("version 2"));
+    newer[8] = 3;
+    assert!(MemorySnapshot::decode(&newer).unwrap_err().contains("version 3"));
     let mut longer = bytes.clone();
     longer.push(0);
     assert!(MemorySnapshot::decode(&longer).is_err());
@@ -257,4 +258,103 @@ async fn a_snapshot_whose_leases_hold_more_than_their_limits_is_rejected() {
     bytes[content..].copy_from_slice(&checksum);
     let error = MemorySnapshot::decode(&bytes).unwrap_err();
     assert!(error.contains("more than the limit holds"), "{error}");
+}
+
+/// The wall clock steps by an hour, forward or back, between the snapshot and
+/// the next process (issue 21): the holds still end when the real time they
+/// were granted for has passed. Forward, the wall clock alone ended them at
+/// once (the whole capacity handed out again: over-admission); back, it kept
+/// them an hour longer (capacity idle).
+#[tokio::test]
+async fn a_wall_clock_step_between_two_processes_moves_no_hold_end() {
+    const HOUR_MS: i64 = 3_600_000;
+    for step_ms in [HOUR_MS, -HOUR_MS] {
+        let clock = FakeClock::new(START_UNIX_MS);
+        let first = backend(&clock, true).await;
+        reserve(&first, LeaseId::generate(), &[("tpm", 700)]).await;
+        let live = LeaseId::generate();
+        reserve(&first, live, &[("inflight", 1)]).await;
+        let snapshot = through_bytes(&first.snapshot());
+        clock.advance_ms(2_000);
+
+        let stepped = clock.after_wall_step(step_ms);
+        let second = backend(&stepped, false).await;
+        let report = second.restore(&snapshot).unwrap();
+        assert_eq!(report.clock_step_ms, step_ms, "{report:?}");
+        assert_eq!((report.leases_live, report.units_held), (2, 701), "{report:?}");
+        let over = reserve(&second, LeaseId::generate(), &[("tpm", 301)]).await;
+        assert!(matches!(over, ReserveOutcome::Denied(_)), "step {step_ms}: {over:?}");
+        // The lease completes as before; the rolling hold ends with its window
+        // in real time: 600 s and the margin from the grant, not an hour off.
+        complete(&second, live, &[]).await;
+        assert_eq!(in_use(&second, "inflight").await, 0);
+        let window = LimitDefinition::rolling(key("any"), 1, 600).unwrap();
+        let expiry_ms = window.hold_with_margin_ms(ratelimiter::WINDOW_MARGIN_MS_DEFAULT);
+        stepped.advance_ms(expiry_ms - 2_001);
+        assert_eq!(in_use(&second, "tpm").await, 700, "step {step_ms}: ended early");
+        stepped.advance_ms(1);
+        assert_eq!(in_use(&second, "tpm").await, 0, "step {step_ms}: ended late");
+    }
+}
+
+/// Without a boot clock to compare (another boot, a version 1 file) the wall
+/// clock is all there is: a restore trusts it, as before.
+#[tokio::test]
+async fn without_a_comparable_boot_clock_a_restore_trusts_the_wall_clock() {
+    let clock = FakeClock::new(START_UNIX_MS);
+    let first = backend(&clock, true).await;
+    reserve(&first, LeaseId::generate(), &[("tpm", 700)]).await;
+    let snapshot = first.snapshot();
+    assert_eq!(snapshot.clock_step_ms(START_UNIX_MS + 5_000, None), 0);
+    let other_boot = ratelimiter::BootInstant {
+        boot_id: 7,
+        since_boot_micros: 1,
+    };
+    assert_eq!(snapshot.clock_step_ms(START_UNIX_MS + 5_000, Some(other_boot)), 0);
+}
+
+/// Denial streaks survive a snapshot (issue 21): a contended concurrency
+/// key's backoff goes on growing after a restart instead of starting again
+/// from the base, which would send every waiting client back at once.
+#[tokio::test]
+async fn denial_streaks_survive_a_snapshot() {
+    let clock = FakeClock::new(START_UNIX_MS);
+    let first = backend(&clock, true).await;
+    reserve(&first, LeaseId::generate(), &[("inflight", 2)]).await;
+    let mut hints = Vec::new();
+    for _ in 0..4 {
+        let denied = reserve(&first, LeaseId::generate(), &[("inflight", 1)]).await;
+        let ReserveOutcome::Denied(Denial::InsufficientCapacity { retry_after_ms, .. }) = denied else {
+            panic!("{denied:?}")
+        };
+        hints.push(retry_after_ms);
+    }
+    let snapshot = through_bytes(&first.snapshot());
+    // Same jitter on both sides, so the hints compare exactly.
+    let next_hint = |backend: MemoryBackend| async move {
+        match reserve(&backend, LeaseId::generate(), &[("inflight", 1)]).await {
+            ReserveOutcome::Denied(Denial::InsufficientCapacity { retry_after_ms, .. }) => retry_after_ms,
+            other => panic!("{other:?}"),
+        }
+    };
+    let restored = seeded_backend(&clock).await;
+    restored.restore(&snapshot).unwrap();
+    let fresh = seeded_backend(&clock).await;
+    let held = LeaseId::generate();
+    reserve(&fresh, held, &[("inflight", 2)]).await;
+    let (after_restore, from_calm) = (next_hint(restored).await, next_hint(fresh).await);
+    assert!(
+        after_restore > from_calm,
+        "a streak of 4 backs off longer ({after_restore} ms) than a calm key ({from_calm} ms); hints before: {hints:?}"
+    );
+}
+
+/// [`backend`]'s limits with a fixed jitter seed.
+async fn seeded_backend(clock: &FakeClock) -> MemoryBackend {
+    let backend = MemoryBackend::with_jitter(Arc::new(clock.clone()), MemoryConfig::default(), Jitter::seeded(7));
+    let inflight = LimitState::active(LimitDefinition::concurrency(key("inflight"), 2, 10).unwrap());
+    backend.apply_state(&inflight).await.unwrap();
+    let tpm = LimitState::active(LimitDefinition::rolling(key("tpm"), 1_000, 600).unwrap());
+    backend.apply_state(&tpm).await.unwrap();
+    backend
 }

@@ -131,6 +131,11 @@ impl Limit {
         wait_ms.max(1)
     }
 
+    /// The denial streak, as a snapshot saves it.
+    pub fn streak(&self) -> Streak {
+        self.streak
+    }
+
     /// The denial streak, for the concurrency backoff.
     pub fn streak_mut(&mut self) -> &mut Streak {
         &mut self.streak

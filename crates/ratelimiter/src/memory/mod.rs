@@ -35,6 +35,7 @@ pub use config::{MemoryConfig, DECREASE_RETRY_MS_DEFAULT, FAILED_LEASES_MAX_DEFA
 pub use config::{SETTLED_LEASES_MAX_DEFAULT, SETTLED_LEASES_MAX_LIMIT};
 pub use counters::MemoryCounters;
 pub use expiry_queue::EXPIRY_INSTANTS_MAX;
+pub use snapshot::SNAPSHOT_FORMAT_VERSION_OLDEST;
 pub use snapshot::{MemorySnapshot, RestoreReport, SnapshotError, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_MAGIC};
 pub use state::{LEASE_MEMORY_MARGIN_MS, LIMITS_MAX};
 
@@ -96,16 +97,31 @@ impl MemoryBackend {
     /// writes to pages already in memory (BENCHMARKS.md, "Memory snapshots").
     pub fn snapshot_into(&self, snapshot: &mut MemorySnapshot) {
         let now_unix_ms = self.clock.now_unix_ms();
-        self.state.run(|state| snapshot.copy_from(state, now_unix_ms));
+        let now_boot = self.clock.boot_instant();
+        self.state.run(|state| snapshot.copy_from(state, now_unix_ms, now_boot));
     }
 
     /// Puts `snapshot` back, as of the clock's now: define the limits first
     /// (from the registry), then restore before serving anything. Holds that
     /// ended meanwhile and limits no longer defined are left out (the report
     /// counts them); settled and denied lease ids keep answering replays.
+    /// A wall-clock step since the snapshot (same boot) moves its instants
+    /// first, so holds end after the real time they were granted for.
     pub fn restore(&self, snapshot: &MemorySnapshot) -> Result<RestoreReport, SnapshotError> {
         let now_unix_ms = self.clock.now_unix_ms();
-        self.state.run(|state| state.restore(snapshot, now_unix_ms))
+        let clock_step_ms = snapshot.clock_step_ms(now_unix_ms, self.clock.boot_instant());
+        let shifted;
+        let snapshot = if clock_step_ms == 0 {
+            snapshot
+        } else {
+            shifted = snapshot.shifted(clock_step_ms);
+            &shifted
+        };
+        let report = self.state.run(|state| state.restore(snapshot, now_unix_ms))?;
+        Ok(RestoreReport {
+            clock_step_ms,
+            ..report
+        })
     }
 }
 

@@ -4,15 +4,23 @@
 //! capacity the provider still counts nor forgets an idempotent answer.
 //!
 //! A snapshot is copied under the backend's lock (plain copies, no encoding)
-//! and encoded outside it. Every instant in it is wall time (Unix ms), which
-//! the backend's clocks already are, so it means the same in the next process.
+//! and encoded outside it. Every instant in it is wall time (Unix ms) as the
+//! writing process's clock read it, with the boot clock read at the same
+//! moment: the next process of the same boot moves every instant by what its
+//! own wall clock says minus the real time that passed, so a wall-clock step
+//! between the two (NTP, an operator) neither ends holds early (over-admission)
+//! nor makes them last longer (issue 21). Across a reboot the wall clock is
+//! all there is.
 //!
 //! The file format, all integers little-endian:
 //!
 //! ```text
 //! magic "RLMEMSNP" | version u32 | body length u64 | body | SHA-256 of all before it
 //! body: taken_at u64, fingerprint_seed u64,
-//!       limits u32 × (key length u16, key, kind u8, debt u64, holds u32 × (expires_at u64, units u64)),
+//!       (version 2) boot id u128 (0: unknown), taken at since boot µs u64,
+//!       limits u32 × (key length u16, key, kind u8, debt u64,
+//!                     (version 2) streak denials u32, streak updated_at u64,
+//!                     holds u32 × (expires_at u64, units u64)),
 //!       leases u32 × (id u128, reserved_at u64, holds u8 × (limit u32, amount u64, expires_at u64)),
 //!       settled groups u32 × (settled_at u64, leases u32 × (id u128, reserved_at u64, fingerprint u64)),
 //!       failed u32 × (id u128, failed_at u64)
@@ -29,8 +37,10 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::clock::BootInstant;
 use crate::definition::LimitKind;
 use crate::key::LimitKey;
+use crate::retry::Streak;
 use crate::wire::REQUIREMENTS_MAX;
 
 use super::lease_table::{LeaseHold, LiveLease};
@@ -39,9 +49,14 @@ use super::state::MemoryState;
 
 /// The first bytes of every snapshot file: tells a snapshot from any other file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RLMEMSNP";
-/// The format version written. A reader refuses any other: a newer file after a
-/// downgrade is reported damaged rather than misread.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+/// The format version written: 2 added the boot clock and the denial
+/// streaks. A reader takes this one and [`SNAPSHOT_FORMAT_VERSION_OLDEST`],
+/// and refuses any other: a newer file after a downgrade is reported damaged
+/// rather than misread.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 2;
+/// The oldest format version still read: version 1 files (no boot clock, no
+/// streaks) restore with the wall clock and calm streaks, as they did.
+pub const SNAPSHOT_FORMAT_VERSION_OLDEST: u32 = 1;
 /// Bytes of a SHA-256 checksum.
 const CHECKSUM_BYTES: usize = 32;
 /// Bytes before the body: magic, version, body length.
@@ -81,6 +96,9 @@ struct LimitSnapshot {
     kind: LimitKind,
     /// Overage recorded as debt, a report that should survive too.
     debt: u64,
+    /// The denial streak, so a restart does not reset a contended key's
+    /// backoff and let every waiting client retry at once.
+    streak: Streak,
     /// (expires_at_unix_ms, units), earliest first: held units, leased or not
     /// (evicted leases' and reconciled overage's units are held too).
     holds: Vec<(u64, u64)>,
@@ -103,6 +121,8 @@ pub struct MemorySnapshot {
     /// When it was copied: holds ending by then are not in it, and lease
     /// holds missing from their limit must have ended by then.
     taken_at_unix_ms: u64,
+    /// The boot clock at `taken_at_unix_ms`, when known.
+    taken_at_boot: Option<BootInstant>,
     /// The key of settled leases' fingerprints, so a restore computes the same.
     fingerprint_seed: u64,
     /// Every limit, at the writer's index.
@@ -122,6 +142,7 @@ impl PartialEq for MemorySnapshot {
     fn eq(&self, other: &Self) -> bool {
         let lease = |(id, lease): &(u128, LiveLease)| (*id, lease.reserved_at_unix_ms, lease.holds().to_vec());
         self.taken_at_unix_ms == other.taken_at_unix_ms
+            && self.taken_at_boot == other.taken_at_boot
             && self.fingerprint_seed == other.fingerprint_seed
             && self.limits == other.limits
             && self
@@ -154,6 +175,10 @@ pub struct RestoreReport {
     pub settled_remembered: u64,
     /// Denied lease ids remembered again.
     pub failed_remembered: u64,
+    /// How far the snapshot's instants were moved to this process's clock:
+    /// the wall clock's step between the two processes (0 without one, or
+    /// when the boot clock could not tell: another boot, a version 1 file).
+    pub clock_step_ms: i64,
 }
 
 impl MemorySnapshot {
@@ -171,6 +196,7 @@ impl MemorySnapshot {
     pub fn empty() -> Self {
         Self {
             taken_at_unix_ms: 0,
+            taken_at_boot: None,
             fingerprint_seed: 0,
             limits: Vec::new(),
             leases: Vec::new(),
@@ -184,8 +210,9 @@ impl MemorySnapshot {
     /// caller's lock is held for as short as a copy takes (a fresh copy also
     /// faults in every page of its vectors under the lock). Holds that ended
     /// are left out.
-    pub(super) fn copy_from(&mut self, state: &MemoryState, now_unix_ms: u64) {
+    pub(super) fn copy_from(&mut self, state: &MemoryState, now_unix_ms: u64, now_boot: Option<BootInstant>) {
         self.taken_at_unix_ms = now_unix_ms;
+        self.taken_at_boot = now_boot;
         self.fingerprint_seed = state.fingerprint_seed;
         self.limits.truncate(state.limits.len());
         for (i, limit) in state.limits.iter().enumerate() {
@@ -194,6 +221,7 @@ impl MemorySnapshot {
                     key: limit.state().definition().key().clone(),
                     kind: limit.kind(),
                     debt: 0,
+                    streak: Streak::default(),
                     holds: Vec::new(),
                 });
             }
@@ -203,6 +231,7 @@ impl MemorySnapshot {
             }
             saved.kind = limit.kind();
             saved.debt = limit.debt();
+            saved.streak = limit.streak();
             saved.holds.clear();
             saved.holds.extend(limit.holds().filter(|&(at, _)| at > now_unix_ms));
         }
@@ -232,6 +261,59 @@ impl MemorySnapshot {
         let mut leases: Vec<&(u128, LiveLease)> = self.leases.iter().collect();
         leases.sort_by_key(|(_, lease)| lease.age());
         leases
+    }
+
+    /// How far the wall clock of the process reading `now_unix_ms` and
+    /// `now_boot` stepped since this snapshot was taken: its wall time minus
+    /// the snapshot's, less the real time that passed. 0 when the boot clock
+    /// cannot tell (another boot, a version 1 file, no boot clock).
+    pub fn clock_step_ms(&self, now_unix_ms: u64, now_boot: Option<BootInstant>) -> i64 {
+        let (Some(then), Some(now)) = (self.taken_at_boot, now_boot) else {
+            return 0;
+        };
+        let Some(elapsed_ms) = now.ms_since(&then) else {
+            return 0;
+        };
+        // The real elapsed time rounds down, so a step rounds up: holds end
+        // at most a millisecond late, never early.
+        let wall_ms = i128::from(now_unix_ms) - i128::from(self.taken_at_unix_ms);
+        i64::try_from(wall_ms - i128::from(elapsed_ms)).unwrap_or(0)
+    }
+
+    /// A copy with every instant moved by `step_ms`, into the timeline of a
+    /// process whose wall clock is that far from the writer's.
+    pub fn shifted(&self, step_ms: i64) -> MemorySnapshot {
+        let at = |instant: u64| instant.saturating_add_signed(step_ms);
+        let mut shifted = self.clone();
+        shifted.taken_at_unix_ms = at(self.taken_at_unix_ms);
+        for limit in &mut shifted.limits {
+            limit
+                .holds
+                .iter_mut()
+                .for_each(|(expires_at, _)| *expires_at = at(*expires_at));
+            let (denials, updated_unix_ms) = limit.streak.parts();
+            limit.streak = Streak::from_parts(denials, at(updated_unix_ms));
+        }
+        for (_, lease) in &mut shifted.leases {
+            let holds: Vec<LeaseHold> = lease
+                .holds()
+                .iter()
+                .map(|hold| LeaseHold {
+                    expires_at_unix_ms: at(hold.expires_at_unix_ms),
+                    ..*hold
+                })
+                .collect();
+            *lease = LiveLease::new(at(lease.reserved_at_unix_ms), &holds);
+        }
+        for group in &mut shifted.settled {
+            group.settled_at_unix_ms = at(group.settled_at_unix_ms);
+            group.entries.iter_mut().for_each(|entry| entry[2] = at(entry[2]));
+        }
+        shifted
+            .failed
+            .iter_mut()
+            .for_each(|(_, failed_at)| *failed_at = at(*failed_at));
+        shifted
     }
 }
 
@@ -273,6 +355,7 @@ impl MemoryState {
                 }
             }
             limit.add_debt(saved.debt);
+            *limit.streak_mut() = saved.streak;
         }
         for group in &snapshot.settled {
             if group.settled_at_unix_ms.saturating_add(self.retention_ms) <= now_unix_ms {
@@ -352,6 +435,9 @@ impl MemorySnapshot {
         };
         put_u64(&mut out, self.taken_at_unix_ms);
         put_u64(&mut out, self.fingerprint_seed);
+        let boot = self.taken_at_boot.map_or((0, 0), |b| (b.boot_id, b.since_boot_micros));
+        out.extend_from_slice(&boot.0.to_le_bytes());
+        put_u64(&mut out, boot.1);
         put_len(&mut out, self.limits.len());
         for limit in &self.limits {
             let key = limit.key.as_str().as_bytes();
@@ -359,6 +445,9 @@ impl MemorySnapshot {
             out.extend_from_slice(key);
             out.push(kind_byte(limit.kind));
             put_u64(&mut out, limit.debt);
+            let (denials, updated_unix_ms) = limit.streak.parts();
+            out.extend_from_slice(&denials.to_le_bytes());
+            put_u64(&mut out, updated_unix_ms);
             put_len(&mut out, limit.holds.len());
             for &(at, units) in &limit.holds {
                 put_u64(&mut out, at);
@@ -404,9 +493,10 @@ impl MemorySnapshot {
             return Err("not a memory snapshot (no magic)".to_owned());
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-        if version != SNAPSHOT_FORMAT_VERSION {
+        if !(SNAPSHOT_FORMAT_VERSION_OLDEST..=SNAPSHOT_FORMAT_VERSION).contains(&version) {
             return Err(format!(
-                "format version {version}; this build reads version {SNAPSHOT_FORMAT_VERSION}"
+                "format version {version}; this build reads versions {SNAPSHOT_FORMAT_VERSION_OLDEST} to \
+                 {SNAPSHOT_FORMAT_VERSION}"
             ));
         }
         let body_bytes = u64::from_le_bytes(bytes[12..HEADER_BYTES].try_into().expect("8 bytes"));
@@ -424,17 +514,32 @@ impl MemorySnapshot {
         let mut reader = Reader {
             bytes: &content[HEADER_BYTES..],
         };
-        let snapshot = Self::read_body(&mut reader)?;
+        let snapshot = Self::read_body(&mut reader, version)?;
         if !reader.bytes.is_empty() {
             return Err(format!("{} bytes after the last section", reader.bytes.len()));
         }
         Ok(snapshot)
     }
 
-    fn read_body(r: &mut Reader) -> Result<Self, String> {
+    fn read_body(r: &mut Reader, version: u32) -> Result<Self, String> {
         let taken_at_unix_ms = r.u64()?;
         let fingerprint_seed = r.u64()?;
-        let limits = r.items(2 + 1 + 1 + 8 + 4, read_limit)?;
+        let taken_at_boot = if version >= 2 {
+            let boot_id = r.u128()?;
+            let since_boot_micros = r.u64()?;
+            (boot_id != 0).then_some(BootInstant {
+                boot_id,
+                since_boot_micros,
+            })
+        } else {
+            None
+        };
+        let limit_bytes_min = if version >= 2 {
+            2 + 1 + 1 + 8 + 12 + 4
+        } else {
+            2 + 1 + 1 + 8 + 4
+        };
+        let limits = r.items(limit_bytes_min, |r| read_limit(r, version))?;
         let leases = r.items(16 + 8 + 1, |r| read_lease(r, limits.len()))?;
         let settled = r.items(8 + 4, |r| {
             let settled_at_unix_ms = r.u64()?;
@@ -447,6 +552,7 @@ impl MemorySnapshot {
         let failed = r.items(16 + 8, |r| Ok((r.u128()?, r.u64()?)))?;
         let snapshot = Self {
             taken_at_unix_ms,
+            taken_at_boot,
             fingerprint_seed,
             limits,
             leases,
@@ -544,7 +650,7 @@ fn kind_byte(kind: LimitKind) -> u8 {
     }
 }
 
-fn read_limit(r: &mut Reader) -> Result<LimitSnapshot, String> {
+fn read_limit(r: &mut Reader, version: u32) -> Result<LimitSnapshot, String> {
     let key_bytes = usize::from(r.u16()?);
     let key = std::str::from_utf8(r.take(key_bytes)?).map_err(|e| format!("limit key: {e}"))?;
     let key = LimitKey::new(key).map_err(|e| format!("limit key: {e}"))?;
@@ -554,11 +660,22 @@ fn read_limit(r: &mut Reader) -> Result<LimitSnapshot, String> {
         other => return Err(format!("limit {key}: kind {other}")),
     };
     let debt = r.u64()?;
+    let streak = if version >= 2 {
+        Streak::from_parts(r.u32()?, r.u64()?)
+    } else {
+        Streak::default()
+    };
     let holds = r.items(16, |r| Ok((r.u64()?, r.u64()?)))?;
     if holds.iter().any(|&(_, units)| units == 0) || holds.windows(2).any(|w| w[0].0 >= w[1].0) {
         return Err(format!("limit {key}: holds empty or out of order"));
     }
-    Ok(LimitSnapshot { key, kind, debt, holds })
+    Ok(LimitSnapshot {
+        key,
+        kind,
+        debt,
+        streak,
+        holds,
+    })
 }
 
 fn read_lease(r: &mut Reader, limits: usize) -> Result<(u128, LiveLease), String> {
@@ -635,5 +752,73 @@ impl<'a> Reader<'a> {
             return Err(format!("a count of {count} past the end of the file"));
         }
         (0..count).map(|_| read(self)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version 2 encoding of a snapshot with one limit rewritten as version
+    /// 1 wrote it: no boot clock after the seed, no streak after the debt.
+    fn as_version_1(v2: &[u8], key_bytes: usize) -> Vec<u8> {
+        let body_start = HEADER_BYTES;
+        let boot_at = body_start + 16;
+        // limits count u32, key length u16, key, kind u8, debt u64: the streak follows.
+        let streak_at = boot_at + 24 + 4 + 2 + key_bytes + 1 + 8;
+        let mut v1 = v2[..boot_at].to_vec();
+        v1.extend_from_slice(&v2[boot_at + 24..streak_at]);
+        v1.extend_from_slice(&v2[streak_at + 12..v2.len() - CHECKSUM_BYTES]);
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let body_bytes = (v1.len() - HEADER_BYTES) as u64;
+        v1[12..HEADER_BYTES].copy_from_slice(&body_bytes.to_le_bytes());
+        let checksum = Sha256::digest(&v1);
+        v1.extend_from_slice(&checksum);
+        v1
+    }
+
+    #[test]
+    fn version_1_files_still_read_without_boot_clock_or_streaks() {
+        let key = LimitKey::new("tpm").unwrap();
+        let snapshot = MemorySnapshot {
+            taken_at_unix_ms: 1_000,
+            taken_at_boot: Some(BootInstant {
+                boot_id: 9,
+                since_boot_micros: 5,
+            }),
+            fingerprint_seed: 42,
+            limits: vec![LimitSnapshot {
+                key: key.clone(),
+                kind: LimitKind::Rolling,
+                debt: 3,
+                streak: Streak::from_parts(6, 900),
+                holds: vec![(61_000, 10)],
+            }],
+            leases: vec![(
+                77,
+                LiveLease::new(
+                    1_000,
+                    &[LeaseHold {
+                        limit: 0,
+                        amount: 10,
+                        expires_at_unix_ms: 61_000,
+                    }],
+                ),
+            )],
+            settled: Vec::new(),
+            failed: vec![(5, 999)],
+        };
+        let v2 = snapshot.encode();
+        assert_eq!(MemorySnapshot::decode(&v2).unwrap(), snapshot);
+        let v1 = MemorySnapshot::decode(&as_version_1(&v2, key.as_str().len())).unwrap();
+        let expected = MemorySnapshot {
+            taken_at_boot: None,
+            limits: vec![LimitSnapshot {
+                streak: Streak::default(),
+                ..snapshot.limits[0].clone()
+            }],
+            ..snapshot.clone()
+        };
+        assert_eq!(v1, expected);
     }
 }
