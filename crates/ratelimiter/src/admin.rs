@@ -8,6 +8,7 @@
 //! answered definition survives a crash.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Mutex as AsyncMutex;
@@ -16,6 +17,7 @@ use crate::definition::{LimitDefinition, LimitReport, LimitState};
 use crate::error::LimiterError;
 use crate::key::LimitKey;
 use crate::limiter::Backend;
+use crate::metrics::{Metric, MetricValue};
 use crate::registry::Registry;
 
 /// Why a definition or a decrease step failed.
@@ -24,10 +26,15 @@ pub enum AdminError {
     /// The backend refused or did not answer; mapped like any limiter error.
     #[error(transparent)]
     Limiter(#[from] LimiterError),
-    /// The registry could not be written; nothing was applied. The detail is
-    /// for logs only.
-    #[error("registry: {0}")]
-    Persist(String),
+    /// The registry could not be written (a full or read-only disk);
+    /// nothing was applied.
+    #[error("registry: {detail}")]
+    Persist {
+        /// Why, short and without paths: a client may be told it.
+        reason: String,
+        /// The whole error, file included: for logs only.
+        detail: String,
+    },
 }
 
 /// The registry and the backend together, and the changes applied to the
@@ -42,6 +49,9 @@ pub struct Admin {
     /// Serializes changes. Holds decreases the backend carried out whose
     /// persistence failed, retried on every decrease step.
     unpersisted: AsyncMutex<BTreeMap<LimitKey, LimitState>>,
+    /// Registry writes that failed, definitions and decreases alike (a metric:
+    /// a full or read-only disk shows here before anyone reads the logs).
+    persist_failures: AtomicU64,
 }
 
 impl std::fmt::Debug for Admin {
@@ -63,7 +73,20 @@ impl Admin {
             backend,
             registry: registry.map(|r| Arc::new(Mutex::new(r))),
             unpersisted: AsyncMutex::new(BTreeMap::new()),
+            persist_failures: AtomicU64::new(0),
         }
+    }
+
+    /// The registry's metrics: none for a backend that keeps the definitions.
+    pub fn metrics(&self) -> Vec<Metric> {
+        if self.registry.is_none() {
+            return Vec::new();
+        }
+        vec![Metric {
+            name: "registry_persist_failures_total",
+            help: "Registry file writes that failed (full or read-only disk): the PUT was refused, or a carried-out decrease waits to be written.",
+            value: MetricValue::Counter(self.persist_failures.load(Ordering::Relaxed)),
+        }]
     }
 
     /// The startup step that makes limits survive a restart: applies every
@@ -167,7 +190,19 @@ impl Admin {
         };
         let result = tokio::task::spawn_blocking(move || registry.lock().expect("registry lock").put(state))
             .await
-            .map_err(|e| AdminError::Persist(format!("registry task failed: {e}")))?;
-        result.map_err(|e| AdminError::Persist(e.to_string()))
+            .map_err(|e| AdminError::Persist {
+                reason: "the write failed".to_owned(),
+                detail: format!("registry task failed: {e}"),
+            })
+            .and_then(|written| {
+                written.map_err(|e| AdminError::Persist {
+                    reason: e.reason(),
+                    detail: e.to_string(),
+                })
+            });
+        if result.is_err() {
+            self.persist_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        result
     }
 }

@@ -48,6 +48,17 @@ pub enum RegistryError {
     },
 }
 
+impl RegistryError {
+    /// What went wrong, short and without the file's path: a client may be
+    /// told it ("no storage space", "read-only filesystem or storage medium").
+    pub fn reason(&self) -> String {
+        match self {
+            RegistryError::Io { source, .. } => source.kind().to_string(),
+            RegistryError::Format { .. } | RegistryError::Entry { .. } => "the file is invalid".to_owned(),
+        }
+    }
+}
+
 /// The registry: states by key, mirrored to a file on every change.
 #[derive(Debug)]
 pub struct Registry {
@@ -145,7 +156,24 @@ pub fn load(path: &Path) -> Result<Vec<LimitState>, RegistryError> {
 
 /// Writes `states` to `path` atomically: a temporary file beside it, fsync,
 /// rename over the old file, fsync of the directory so the rename is durable.
+/// A failed write (a full or read-only disk) removes its temporary file, so
+/// the space it took returns and nothing half-written stays behind; the old
+/// file is untouched.
 pub fn save<'a>(path: &Path, states: impl IntoIterator<Item = &'a LimitState>) -> Result<(), RegistryError> {
+    let tmp = tmp_path(path);
+    let result = write_then_rename(path, &tmp, states);
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// [`save`]'s steps, through `tmp`.
+fn write_then_rename<'a>(
+    path: &Path,
+    tmp: &Path,
+    states: impl IntoIterator<Item = &'a LimitState>,
+) -> Result<(), RegistryError> {
     let io = |source| RegistryError::Io {
         path: path.to_owned(),
         source,
@@ -158,12 +186,11 @@ pub fn save<'a>(path: &Path, states: impl IntoIterator<Item = &'a LimitState>) -
         _ => PathBuf::from("."),
     };
     fs::create_dir_all(&directory).map_err(io)?;
-    let tmp = tmp_path(path);
-    let mut file = File::create(&tmp).map_err(io)?;
+    let mut file = File::create(tmp).map_err(io)?;
     file.write_all(&bytes).map_err(io)?;
     file.sync_all().map_err(io)?;
     drop(file);
-    fs::rename(&tmp, path).map_err(io)?;
+    fs::rename(tmp, path).map_err(io)?;
     File::open(&directory).and_then(|d| d.sync_all()).map_err(io)
 }
 

@@ -56,6 +56,17 @@ pub enum ApiError {
     /// The server failed, for instance to persist the registry (500). The detail is logged.
     #[error("internal_error")]
     Internal(String),
+    /// A definition could not be written to the registry file, a full or
+    /// read-only disk (500, code `internal_error` as every server failure):
+    /// the message says so and that nothing changed, so an operator knows to
+    /// free space and retry. The file's path is logged, not sent.
+    #[error("internal_error: the registry file could not be written ({reason}); the limit was not changed")]
+    NotPersisted {
+        /// The operating system's reason, without paths.
+        reason: String,
+        /// The whole error, for the log.
+        detail: String,
+    },
     /// No route has this path (404).
     #[error("not_found: no endpoint {0}")]
     RouteNotFound(String),
@@ -76,7 +87,9 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Unavailable { .. } | ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Backend(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Backend(_) | ApiError::Internal(_) | ApiError::NotPersisted { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
@@ -133,7 +146,7 @@ impl From<ratelimiter::admin::AdminError> for ApiError {
     fn from(error: ratelimiter::admin::AdminError) -> Self {
         match error {
             ratelimiter::admin::AdminError::Limiter(e) => e.into(),
-            ratelimiter::admin::AdminError::Persist(detail) => ApiError::Internal(detail),
+            ratelimiter::admin::AdminError::Persist { reason, detail } => ApiError::NotPersisted { reason, detail },
         }
     }
 }
@@ -143,6 +156,9 @@ impl IntoResponse for ApiError {
         match &self {
             ApiError::Backend(detail) => tracing::error!(%detail, "backend error"),
             ApiError::Internal(detail) => tracing::error!(%detail, "internal error"),
+            ApiError::NotPersisted { detail, .. } => {
+                tracing::error!(%detail, "limit definition refused: the registry file could not be written")
+            }
             ApiError::Unavailable { .. } => tracing::warn!("backend unavailable"),
             _ => tracing::debug!(error = %self, "request rejected"),
         }
@@ -178,6 +194,16 @@ mod tests {
         let (status, body) = body_of(ApiError::Internal("/secret/path: EIO".into())).await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(body, json!({"error": "internal_error"}));
+        let not_persisted = ApiError::NotPersisted {
+            reason: "no storage space".into(),
+            detail: "registry /secret/limits.json: No space left on device".into(),
+        };
+        let (status, body) = body_of(not_persisted).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            body,
+            json!({"error": "internal_error: the registry file could not be written (no storage space); the limit was not changed"})
+        );
     }
 
     #[tokio::test]

@@ -621,8 +621,22 @@ impl MemorySnapshot {
     }
 }
 
-/// `bytes` to `path` through `<path>.tmp`, durably.
+/// `bytes` to `path` through `<path>.tmp`, durably. A failed write (a full or
+/// read-only disk) removes the temporary file: its space returns, and the
+/// previous snapshot stays whole.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
+    let result = write_then_rename(path, &tmp, bytes);
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// [`write_atomic`]'s steps, through `tmp`.
+fn write_then_rename(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
     let io = |source| SnapshotError::Io {
         path: path.to_owned(),
         source,
@@ -632,14 +646,11 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
         _ => PathBuf::from("."),
     };
     fs::create_dir_all(&directory).map_err(io)?;
-    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(".tmp");
-    let tmp = path.with_file_name(name);
-    let mut file = File::create(&tmp).map_err(io)?;
+    let mut file = File::create(tmp).map_err(io)?;
     file.write_all(bytes).map_err(io)?;
     file.sync_all().map_err(io)?;
     drop(file);
-    fs::rename(&tmp, path).map_err(io)?;
+    fs::rename(tmp, path).map_err(io)?;
     File::open(&directory).and_then(|d| d.sync_all()).map_err(io)
 }
 
