@@ -579,7 +579,10 @@ async fn a_put_that_cannot_be_persisted_is_500_and_changes_nothing() {
     let (status, body) = h.put_limit(rolling("a", 50)).await;
     assert_eq!(
         (status, body),
-        (StatusCode::INTERNAL_SERVER_ERROR, json!({"error": "internal_error"}))
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"error": "internal_error: the registry file could not be written (is a directory); the limit was not changed"})
+        )
     );
     let (status, _) = h.put_limit(rolling("b", 1)).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
