@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 eval "$(scripts/tigerbeetle.sh env)"
 TIGERBEETLE_BIN="$(scripts/tigerbeetle.sh path)"
 export TIGERBEETLE_BIN
+# libfaketime, which the clock-step tests preload into the server to step its
+# wall clock (crates/ratelimiterd/tests/reliability_clock.rs).
+RATELIMITER_FAKETIME_LIB="$(scripts/tigerbeetle.sh faketime-lib)"
+export RATELIMITER_FAKETIME_LIB
 
 cargo fmt --all --check
 # Without features the server must build with the Rust toolchain alone.

@@ -10,6 +10,8 @@
 #   scripts/tigerbeetle.sh start [1|3]     starts a local cluster of 1 (default) or 3 replicas
 #   scripts/tigerbeetle.sh stop            stops the local cluster started by `start`
 #   scripts/tigerbeetle.sh status          says whether the local cluster runs, and where
+#   scripts/tigerbeetle.sh faketime-lib    prints libfaketime's library, installing it when missing
+#                                          (the clock-step tests preload it into ratelimiterd)
 #
 # Everything is cached outside the repository, in
 # ${RATELIMITER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ratelimiter}, so a machine
@@ -229,8 +231,12 @@ env) client_env ;;
 start) cluster_start "${2:-1}" ;;
 stop) cluster_stop ;;
 status) cluster_status ;;
+faketime-lib)
+    apt_ensure libfaketime
+    dpkg -L libfaketime | grep '/libfaketime\.so\.1$' | head -n1
+    ;;
 *)
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

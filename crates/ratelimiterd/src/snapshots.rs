@@ -87,12 +87,20 @@ impl MemorySnapshots {
             Err(e) => return Err(format!("{e}; fix it or remove the file")),
         };
         let report = self.backend.restore(&snapshot).map_err(|e| e.to_string())?;
+        // By this process's wall clock, which a step since the snapshot moved.
         let age_ms = unix_ms().saturating_sub(snapshot.taken_at_unix_ms());
         tracing::info!(snapshot = %self.path.display(), age_ms, units_held = report.units_held,
             leases_live = report.leases_live, leases_settled = report.leases_settled,
             leases_dropped = report.leases_dropped, limits_dropped = report.limits_dropped,
             settled_remembered = report.settled_remembered, failed_remembered = report.failed_remembered,
-            "memory snapshot restored");
+            clock_step_ms = report.clock_step_ms, "memory snapshot restored");
+        if report.clock_step_ms != 0 {
+            tracing::warn!(
+                clock_step_ms = report.clock_step_ms,
+                "the wall clock stepped since the snapshot was taken (same boot): its holds end after the real \
+                 time they were granted for, not by the stepped clock"
+            );
+        }
         Ok(())
     }
 

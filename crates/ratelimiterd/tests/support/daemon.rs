@@ -106,6 +106,15 @@ impl Daemon {
         Self::spawn(command, config)
     }
 
+    /// Like [`Daemon::start_with`], with `env` added to the process's
+    /// environment (a preloaded library that steps its clock, for instance).
+    pub fn start_with_env(config: &Path, env: &[(&str, &std::ffi::OsStr)]) -> Result<Daemon, String> {
+        let mut command = Command::new(BIN);
+        command.arg("--config").arg(config);
+        command.envs(env.iter().copied());
+        Self::spawn(command, config)
+    }
+
     /// Starts the binary without `--config`, in `dir`, so it runs on its
     /// defaults; `Err` holds its output when it exits or does not log its
     /// address in time.
