@@ -10,9 +10,9 @@ import os
 import time
 from typing import Any, AsyncIterator, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from . import _native
+from . import _arguments, _native
 from ._native import Denial, Reservation
-from .errors import LimiterUnavailableError, ReservationDeniedError, ReservationTimeoutError
+from .errors import ArgumentTypeError, LimiterUnavailableError, ReservationDeniedError, ReservationTimeoutError
 from .limits import DefinitionLike, LimitReport, definition_json
 from .llm import LlmCall, Tokenizer, usage_tokens
 
@@ -45,7 +45,7 @@ class Lease:
     def report(self, actuals: Pairs) -> None:
         """Sets the usage Complete reconciles the rolling limits to. Without a
         report the limits stay at the reserved amounts (safe, never under)."""
-        self.actuals = [(key, amount) for key, amount in actuals]
+        self.actuals = _arguments.pairs("actuals", actuals)
 
 
 class LlmLease(Lease):
@@ -125,7 +125,7 @@ class _LimiterBase:
         with the same lease id. Raises :class:`ReservationDeniedError` when the
         requirements can never fit and :class:`ReservationTimeoutError` when a hint
         reaches past the deadline."""
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + _arguments.seconds("timeout_s", timeout_s)
         lease_id: Optional[str] = None
         while True:
             try:
@@ -145,7 +145,7 @@ class _LimiterBase:
         self, requirements: Pairs, *, timeout_s: float = WAIT_TIMEOUT_S_DEFAULT, job_id: Optional[str] = None
     ) -> Reservation:
         """:meth:`reserve_wait` for asyncio: waits without blocking the loop."""
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + _arguments.seconds("timeout_s", timeout_s)
         lease_id: Optional[str] = None
         while True:
             try:
@@ -279,6 +279,12 @@ class Limiter(_LimiterBase):
 
     ``manual_clock_unix_ms`` starts a clock that only :meth:`advance_clock_ms`
     moves (tests and simulations); otherwise the system clock is used.
+
+    A lowered capacity waits until usage fits it; the limiter then carries the
+    decrease out by itself, as ``ratelimiterd`` does: a thread checks every
+    ``decrease_check_interval_ms`` (default 1000; 0 leaves it to
+    :meth:`apply_pending_decreases`). On a manual clock, every
+    :meth:`advance_clock_ms` checks instead.
     """
 
     def __init__(
@@ -291,10 +297,20 @@ class Limiter(_LimiterBase):
         failed_leases_max: Optional[int] = None,
         decrease_retry_ms: Optional[int] = None,
         manual_clock_unix_ms: Optional[int] = None,
+        decrease_check_interval_ms: Optional[int] = None,
     ) -> None:
+        for name, value in (("leases_max", leases_max), ("settled_leases_max", settled_leases_max),
+                            ("failed_leases_max", failed_leases_max), ("decrease_retry_ms", decrease_retry_ms),
+                            ("manual_clock_unix_ms", manual_clock_unix_ms),
+                            ("decrease_check_interval_ms", decrease_check_interval_ms)):
+            _arguments.optional_uint(name, value)
+        if isinstance(limits, (str, bytes)) or not isinstance(limits, Iterable):
+            raise ArgumentTypeError(f"limits must be an iterable of definitions, got {type(limits).__name__}",
+                                    field="limits")
         self._native = _native.MemoryLimiter(
             leases_max=leases_max, settled_leases_max=settled_leases_max, failed_leases_max=failed_leases_max,
             decrease_retry_ms=decrease_retry_ms, manual_clock_unix_ms=manual_clock_unix_ms,
+            decrease_check_interval_ms=decrease_check_interval_ms,
         )
         if limits_file is not None:
             self.load_limits_file(limits_file)
@@ -303,16 +319,21 @@ class Limiter(_LimiterBase):
     def load_limits_file(self, path: Union[str, "os.PathLike[str]"]) -> int:
         """Applies every limit of a registry file as ``ratelimiterd`` writes it
         (``data/limits.json``); answers how many."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise ArgumentTypeError(f"path must be a str or a path, got {type(path).__name__}", field="path")
         return self._native.load_limits_file(os.fspath(path))
 
     def apply_pending_decreases(self) -> int:
         """Carries out the capacity decreases usage now allows; answers how many.
-        (``ratelimiterd`` does this every second; in process, call it when you lower a limit.)"""
+        The limiter does this by itself every ``decrease_check_interval_ms`` (on
+        a manual clock, on every :meth:`advance_clock_ms`); call it to have a
+        decrease carried out at once."""
         return self._native.apply_pending_decreases()
 
     def advance_clock_ms(self, ms: int) -> None:
-        """Moves the manual clock forward (only with ``manual_clock_unix_ms``)."""
-        self._native.advance_clock_ms(ms)
+        """Moves the manual clock forward (only with ``manual_clock_unix_ms``),
+        then carries out the pending decreases usage now allows."""
+        self._native.advance_clock_ms(_arguments.uint("ms", ms))
 
     async def areserve(
         self, requirements: Pairs, *, lease_id: Optional[str] = None, job_id: Optional[str] = None
@@ -356,8 +377,13 @@ class RemoteLimiter(_LimiterBase):
         retries_max: int = 2,
         retry_wait_ms_max: int = 1_000,
     ) -> None:
+        _arguments.optional_str("token", token)
+        for name, value in (("request_timeout_ms", request_timeout_ms), ("connect_timeout_ms", connect_timeout_ms),
+                            ("retry_wait_ms_max", retry_wait_ms_max)):
+            _arguments.uint(name, value)
+        _arguments.uint("retries_max", retries_max, maximum=2**32 - 1)
         #: The server URLs, in failover order.
-        self.base_urls: Tuple[str, ...] = (base_url,) if isinstance(base_url, str) else tuple(base_url)
+        self.base_urls: Tuple[str, ...] = _arguments.urls("base_url", base_url)
         #: The first of them (the only one for a single server or a load balancer).
         self.base_url = self.base_urls[0] if self.base_urls else ""
         self._native = _native.RemoteLimiter(

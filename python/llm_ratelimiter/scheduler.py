@@ -28,8 +28,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Deque, Dict, Generic, List, Optional, Tuple, TypeVar
 
-from . import _native
+from . import _arguments, _native
 from .errors import (
+    ArgumentTypeError,
     JobNotRunError,
     LimiterUnavailableError,
     QueueFullError,
@@ -137,10 +138,12 @@ class Scheduler:
         queued_jobs_max: int = QUEUED_JOBS_MAX_DEFAULT,
         unknown_retries_max: int = UNKNOWN_RETRIES_MAX_DEFAULT,
     ) -> None:
-        if workers < 1:
-            raise ValueError("workers must be at least 1")
-        if queued_jobs_max < 1:
-            raise ValueError("queued_jobs_max must be at least 1")
+        if not isinstance(limiter, _LimiterBase):
+            raise ArgumentTypeError(
+                f"limiter must be a Limiter or a RemoteLimiter, got {type(limiter).__name__}", field="limiter")
+        _arguments.uint("workers", workers, minimum=1)
+        _arguments.uint("queued_jobs_max", queued_jobs_max, minimum=1)
+        _arguments.uint("unknown_retries_max", unknown_retries_max)
         self._limiter = limiter
         self._queued_jobs_max = queued_jobs_max
         self._unknown_retries_max = unknown_retries_max
@@ -182,6 +185,9 @@ class Scheduler:
         and ``usage(result)`` (default: read the provider's ``usage``) gives the
         tokens Complete reconciles to. Cancelling the returned future cancels
         the job (Complete still runs if it had started)."""
+        _arguments.callable_("run", run)
+        _arguments.callable_("usage", usage)
+        _arguments.optional_str("job_id", job_id)
         if self._closed:
             raise SchedulerClosedError("the scheduler is shut down")
         if self._queued >= self._queued_jobs_max:
@@ -212,6 +218,7 @@ class Scheduler:
         """Stops intake, answers queued jobs with :class:`JobNotRunError`, lets
         running calls finish for ``timeout_s``, then cancels them (Complete still
         runs). Answers what did not run or was cut short."""
+        _arguments.seconds("timeout_s", timeout_s)
         self._closed = True
         not_run: List[str] = []
         for queue in self._queues.values():

@@ -2,7 +2,9 @@
 //! Python thread of the process.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use pyo3::exceptions::PyFileNotFoundError;
 use pyo3::prelude::*;
@@ -14,6 +16,13 @@ use crate::errors;
 use crate::outcome::Reservation;
 use crate::runtime::ready;
 
+/// How often pending capacity decreases are checked on the system clock by
+/// default: every second, as `ratelimiterd`'s `decrease.check_interval_ms`.
+const DECREASE_CHECK_INTERVAL_MS_DEFAULT: u64 = 1_000;
+/// The longest check interval accepted: an hour, as the server's bound on its
+/// decrease settings; a decrease that waits longer keeps its key idle.
+const DECREASE_CHECK_INTERVAL_MS_MAX: u64 = 3_600_000;
+
 /// Limits held in this process (single-binary mode): reserve and complete with
 /// every semantic of the Rust library, thread-safe, the GIL released while Rust works.
 #[pyclass(frozen, module = "llm_ratelimiter._native")]
@@ -22,16 +31,44 @@ pub struct MemoryLimiter {
     backend: Arc<MemoryBackend>,
     /// Set when the limiter runs on a manual clock (tests, simulations).
     manual_clock: Option<Arc<FakeClock>>,
+    /// Dropped with the limiter, which stops its decrease thread at once.
+    _stop_decreases: Option<SyncSender<()>>,
+}
+
+/// Carries out the pending decreases of `backend` every `interval` until the
+/// limiter is dropped (the other end of `stop` goes): what `ratelimiterd`'s
+/// decrease task does, on a thread of its own so it needs no runtime (and
+/// none is left half-alive in a forked child).
+fn spawn_decrease_thread(backend: Weak<MemoryBackend>, interval: Duration) -> Option<SyncSender<()>> {
+    let (stop, stopped) = mpsc::sync_channel::<()>(0);
+    let spawned = std::thread::Builder::new()
+        .name("llmrl-decrease".to_owned())
+        .spawn(move || loop {
+            match stopped.recv_timeout(interval) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+            }
+            let Some(backend) = backend.upgrade() else { return };
+            // A failure only keeps the key conservative; the next tick retries.
+            let _ = ready(backend.apply_pending_decreases());
+        });
+    // Without a thread (the system refused one) decreases wait for
+    // `apply_pending_decreases`, as before: conservative, never unsafe.
+    spawned.ok().map(|_| stop)
 }
 
 #[pymethods]
 impl MemoryLimiter {
     /// A limiter with no limits. `None` keeps the library's default for each
     /// bound; `manual_clock_unix_ms` starts a clock that only
-    /// `advance_clock_ms` moves.
+    /// `advance_clock_ms` moves. Pending decreases are carried out by a
+    /// thread every `decrease_check_interval_ms` (default 1 s; 0: only by
+    /// `apply_pending_decreases`); on a manual clock, on every
+    /// `advance_clock_ms` instead, so time and decreases move together.
     #[new]
     #[pyo3(signature = (*, leases_max=None, settled_leases_max=None, failed_leases_max=None,
-                        decrease_retry_ms=None, manual_clock_unix_ms=None))]
+                        decrease_retry_ms=None, manual_clock_unix_ms=None, decrease_check_interval_ms=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         leases_max: Option<usize>,
@@ -39,7 +76,18 @@ impl MemoryLimiter {
         failed_leases_max: Option<usize>,
         decrease_retry_ms: Option<u64>,
         manual_clock_unix_ms: Option<u64>,
+        decrease_check_interval_ms: Option<u64>,
     ) -> PyResult<Self> {
+        let check_interval_ms = decrease_check_interval_ms.unwrap_or(DECREASE_CHECK_INTERVAL_MS_DEFAULT);
+        if check_interval_ms > DECREASE_CHECK_INTERVAL_MS_MAX {
+            return Err(errors::invalid(
+                py,
+                "decrease_check_interval_ms",
+                format!(
+                    "decrease_check_interval_ms must be 0..={DECREASE_CHECK_INTERVAL_MS_MAX}, got {check_interval_ms}"
+                ),
+            ));
+        }
         let defaults = MemoryConfig::default();
         let config = MemoryConfig {
             leases_max: leases_max.unwrap_or(defaults.leases_max),
@@ -58,7 +106,15 @@ impl MemoryLimiter {
             None => Arc::new(SystemClock::new()),
         };
         let backend = detached(py, move || Arc::new(MemoryBackend::new(clock, config)))?;
-        Ok(Self { backend, manual_clock })
+        let stop_decreases = match (&manual_clock, check_interval_ms) {
+            (None, 1..) => spawn_decrease_thread(Arc::downgrade(&backend), Duration::from_millis(check_interval_ms)),
+            _ => None,
+        };
+        Ok(Self {
+            backend,
+            manual_clock,
+            _stop_decreases: stop_decreases,
+        })
     }
 
     /// Reserves every requirement or none; a denial is a value.
@@ -157,11 +213,16 @@ impl MemoryLimiter {
         Ok(applied.len())
     }
 
-    /// Moves the manual clock forward; an error on a limiter using the system clock.
+    /// Moves the manual clock forward, then carries out the pending decreases
+    /// usage now allows (the system clock's thread does so every interval); an
+    /// error on a limiter using the system clock.
     fn advance_clock_ms(&self, py: Python<'_>, ms: u64) -> PyResult<()> {
         match &self.manual_clock {
             Some(clock) => {
                 clock.advance_ms(ms);
+                let backend = &self.backend;
+                detached(py, || ready(backend.apply_pending_decreases()))?
+                    .map_err(|e| errors::limiter_error(py, e, None))?;
                 Ok(())
             }
             None => Err(errors::invalid(

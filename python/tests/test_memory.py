@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import glob
 import json
+import os
 import threading
+import time
 
 import pytest
 
@@ -178,3 +183,75 @@ def test_threads_never_exceed_a_limit() -> None:
     for t in threads:
         t.join()
     assert peak[0] <= 3 and lim.limit("slots").in_use == 0
+
+
+def _decrease_threads() -> int:
+    """The limiters' decrease threads alive in this process (Linux: /proc)."""
+    names = []
+    for comm in glob.glob("/proc/self/task/*/comm"):
+        with contextlib.suppress(OSError), open(comm) as f:
+            names.append(f.read().strip())
+    return names.count("llmrl-decrease")
+
+
+def _wait_for(condition, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.01)
+
+
+def test_a_decrease_is_carried_out_by_itself_on_the_system_clock() -> None:
+    # Issue 21: as ratelimiterd's decrease task, no manual call needed.
+    lim = Limiter([LimitDefinition.concurrency(CONC, 2, 300)], decrease_check_interval_ms=20)
+    held = lim.reserve([(CONC, 2)])
+    assert lim.define(LimitDefinition.concurrency(CONC, 1, 300)).status == "decreasing"
+    lim.complete(held.lease_id)
+    _wait_for(lambda: lim.limit(CONC).status == "active", "the decrease carried out")
+    assert lim.limit(CONC).definition.capacity == 1
+    assert lim.apply_pending_decreases() == 0
+
+
+def test_on_a_manual_clock_advancing_carries_decreases_out() -> None:
+    lim = limiter()
+    r = lim.reserve([(TPM, 800)])
+    lim.complete(r.lease_id, [(TPM, 800)])
+    assert lim.define(LimitDefinition.rolling(TPM, 500, 60)).status == "decreasing"
+    lim.advance_clock_ms(1_000)
+    assert lim.limit(TPM).status == "decreasing", "800 held still do not fit 500"
+    lim.advance_clock_ms(61_000)
+    report = lim.limit(TPM)
+    assert report.status == "active" and report.definition.capacity == 500
+
+
+def test_without_the_thread_a_decrease_waits_for_the_call() -> None:
+    lim = Limiter([LimitDefinition.concurrency(CONC, 2, 300)], decrease_check_interval_ms=0)
+    held = lim.reserve([(CONC, 2)])
+    lim.define(LimitDefinition.concurrency(CONC, 1, 300))
+    lim.complete(held.lease_id)
+    time.sleep(0.05)
+    assert lim.limit(CONC).status == "decreasing"
+    assert lim.apply_pending_decreases() == 1
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through Linux's /proc")
+def test_a_dropped_limiter_stops_its_decrease_thread() -> None:
+    gc.collect()
+    time.sleep(0.1)  # Threads of limiters collected just now exit meanwhile.
+    before = _decrease_threads()
+    limiters = [Limiter(decrease_check_interval_ms=3_600_000) for _ in range(8)]
+    # A thread names itself once it runs.
+    _wait_for(lambda: _decrease_threads() >= before + 8, "a thread per limiter")
+    del limiters
+    gc.collect()
+    _wait_for(lambda: _decrease_threads() <= before, "the threads stopped")
+
+
+def test_a_bad_decrease_check_interval_raises_typed_errors() -> None:
+    with pytest.raises(InvalidArgumentError) as e:
+        Limiter(decrease_check_interval_ms=3_600_001)
+    assert e.value.field == "decrease_check_interval_ms"
+    for bad in (-1, "1000", 1.5):
+        with pytest.raises((InvalidArgumentError, ArgumentTypeError)) as e:
+            Limiter(decrease_check_interval_ms=bad)  # type: ignore[arg-type]
+        assert e.value.field == "decrease_check_interval_ms"
