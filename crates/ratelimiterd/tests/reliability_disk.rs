@@ -24,8 +24,8 @@ use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN, WAIT_M
 /// The tmpfs's size: room for the registry, a snapshot and the filler's
 /// first writes, small enough to fill in a moment.
 const DISK_BYTES: usize = 1 << 20;
-/// Periodic snapshots, often, so a failed one shows at once.
-const SNAPSHOTS: &str = "memory:\n  snapshot_interval_ms: 100\n";
+/// Periodic snapshots and decrease checks, often, so a failed write shows at once.
+const SNAPSHOTS: &str = "memory:\n  snapshot_interval_ms: 100\ndecrease:\n  check_interval_ms: 100\n";
 /// The rolling limit of the test: a window far longer than the test, so every
 /// grant is still held at the end and over-admission would show in `in_use`.
 const CAPACITY: u64 = 1_000;
@@ -174,7 +174,7 @@ fn check_refused_put(daemon: &Daemon, disk: &Path, why: &str) {
         .collect();
     assert!(leftovers.is_empty(), "half-written files left: {leftovers:?}");
     let registry = ratelimiter::registry::load(&disk.join("limits.json")).expect("the registry reads whole");
-    assert_eq!(registry.len(), 1);
+    assert_eq!(registry.len(), 2);
     MemorySnapshot::read(&disk.join("memory-snapshot.bin")).expect("the last snapshot reads whole");
 }
 
@@ -200,7 +200,20 @@ fn a_full_or_read_only_disk_refuses_puts_keeps_serving_and_recovers() {
         &json!({"key": "tpm", "kind": "rolling", "capacity": CAPACITY, "window_seconds": 3600}),
     );
     assert_eq!(reserve(&daemon, LeaseId::generate(), 100)["allowed"], true);
-    wait_for_snapshot_with(&snapshot, 1);
+    // A concurrency limit lowered while both its units are held: a decrease waits.
+    raw::ok(
+        daemon.addr,
+        "PUT",
+        "/v1/admin/limits",
+        ADMIN_TOKEN,
+        &json!({"key": "inflight", "kind": "concurrency", "capacity": 2, "timeout_seconds": 3600}),
+    );
+    let held = LeaseId::generate();
+    let body = json!({"lease_id": held.to_string(), "requirements": [{"key": "inflight", "amount": 2}]});
+    raw::ok(daemon.addr, "POST", "/v1/reserve", CLIENT_TOKEN, &body);
+    let lowered = json!({"key": "inflight", "kind": "concurrency", "capacity": 1, "timeout_seconds": 3600});
+    assert_eq!(put(&daemon, &lowered).json()["status"], "decreasing");
+    wait_for_snapshot_with(&snapshot, 2);
 
     // Full: PUTs refused with the reason, reserves served to the capacity exactly.
     let filler = tmpfs.fill();
@@ -216,7 +229,19 @@ fn a_full_or_read_only_disk_refuses_puts_keeps_serving_and_recovers() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(metric(&daemon, "ratelimiterd_registry_persist_failures_total"), 2.0);
+    // The decrease is carried out while the disk is full: applied, its write retried.
+    let body = json!({"lease_id": held.to_string(), "actuals": []});
+    raw::ok(daemon.addr, "POST", "/v1/complete", CLIENT_TOKEN, &body);
+    while limit(&daemon, "inflight").json()["status"] != "active" {
+        assert!(Instant::now() < deadline, "the decrease was not carried out");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    while metric(&daemon, "ratelimiterd_registry_persist_failures_total") < 3.0 {
+        assert!(Instant::now() < deadline, "the decrease's failed write was not counted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let logs = daemon.logs().join("\n");
+    assert!(logs.contains("could not persist a carried-out decrease"), "{logs}");
     assert!(logs.contains("the registry file could not be written"), "{logs}");
     assert!(logs.contains("memory snapshot not saved"), "{logs}");
 
@@ -230,6 +255,21 @@ fn a_full_or_read_only_disk_refuses_puts_keeps_serving_and_recovers() {
         &json!({"key": "rpm", "kind": "rolling", "capacity": 50, "window_seconds": 60}),
     );
     let recovered = wait_for_snapshot_with(&snapshot, 46);
+    // The carried-out decrease reached the file too, on a later check.
+    let registry = disk.join("limits.json");
+    let decreased = |path: &Path| {
+        ratelimiter::registry::load(path)
+            .unwrap()
+            .iter()
+            .any(|s| s.definition().key().as_str() == "inflight" && s.definition().capacity() == 1)
+    };
+    while !decreased(&registry) {
+        assert!(
+            Instant::now() < deadline + WAIT_MAX,
+            "the decrease never reached the registry"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     eprintln!("full disk: {granted_full} reserves answered while full; snapshot saved again {recovered:?} after space returned");
 
     // Read-only: the same, with its own reason.
@@ -256,6 +296,12 @@ fn a_full_or_read_only_disk_refuses_puts_keeps_serving_and_recovers() {
     let daemon = Daemon::start_with(&config).expect("restart after the disk faults");
     let tpm = limit(&daemon, "tpm").json();
     assert_eq!(tpm["in_use"], CAPACITY, "{tpm}");
+    let inflight = limit(&daemon, "inflight").json();
+    assert_eq!(
+        (&inflight["capacity"], &inflight["status"]),
+        (&json!(1), &json!("active")),
+        "{inflight}"
+    );
     assert_eq!(limit(&daemon, "rpm").status, 200);
     assert_eq!(limit(&daemon, "rpm2").status, 200);
     assert_eq!(reserve(&daemon, LeaseId::generate(), 1)["allowed"], false);

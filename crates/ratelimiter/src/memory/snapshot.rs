@@ -274,9 +274,11 @@ impl MemorySnapshot {
         let Some(elapsed_ms) = now.ms_since(&then) else {
             return 0;
         };
-        // The real elapsed time rounds down, so a step rounds up: holds end
-        // at most a millisecond late, never early.
-        let wall_ms = i128::from(now_unix_ms) - i128::from(self.taken_at_unix_ms);
+        // Both wall readings are whole milliseconds rounded down, so their
+        // difference may be up to 1 ms short, and the real elapsed time rounds
+        // down too: the step is rounded up (1 ms added), so holds end at most
+        // 2 ms late, never early.
+        let wall_ms = i128::from(now_unix_ms) - i128::from(self.taken_at_unix_ms) + 1;
         i64::try_from(wall_ms - i128::from(elapsed_ms)).unwrap_or(0)
     }
 
