@@ -96,9 +96,10 @@ impl MemoryBackend {
     /// its memory: periodic snapshots reuse one, so the copy under the lock
     /// writes to pages already in memory (BENCHMARKS.md, "Memory snapshots").
     pub fn snapshot_into(&self, snapshot: &mut MemorySnapshot) {
-        let now_unix_ms = self.clock.now_unix_ms();
+        let now_unix_micros = self.clock.now_unix_micros();
         let now_boot = self.clock.boot_instant();
-        self.state.run(|state| snapshot.copy_from(state, now_unix_ms, now_boot));
+        self.state
+            .run(|state| snapshot.copy_from(state, now_unix_micros, now_boot));
     }
 
     /// Puts `snapshot` back, as of the clock's now: define the limits first
@@ -108,8 +109,9 @@ impl MemoryBackend {
     /// A wall-clock step since the snapshot (same boot) moves its instants
     /// first, so holds end after the real time they were granted for.
     pub fn restore(&self, snapshot: &MemorySnapshot) -> Result<RestoreReport, SnapshotError> {
-        let now_unix_ms = self.clock.now_unix_ms();
-        let clock_step_ms = snapshot.clock_step_ms(now_unix_ms, self.clock.boot_instant());
+        let now_unix_micros = self.clock.now_unix_micros();
+        let now_unix_ms = now_unix_micros / 1_000;
+        let clock_step_ms = snapshot.clock_step_ms(now_unix_micros, self.clock.boot_instant());
         let shifted;
         let snapshot = if clock_step_ms == 0 {
             snapshot

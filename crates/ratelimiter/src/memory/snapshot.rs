@@ -17,7 +17,7 @@
 //! ```text
 //! magic "RLMEMSNP" | version u32 | body length u64 | body | SHA-256 of all before it
 //! body: taken_at u64, fingerprint_seed u64,
-//!       (version 2) boot id u128 (0: unknown), taken at since boot µs u64,
+//!       (version 2) boot id u128 (0: unknown), taken at since boot µs u64, taken at Unix µs u64,
 //!       limits u32 × (key length u16, key, kind u8, debt u64,
 //!                     (version 2) streak denials u32, streak updated_at u64,
 //!                     holds u32 × (expires_at u64, units u64)),
@@ -123,6 +123,9 @@ pub struct MemorySnapshot {
     taken_at_unix_ms: u64,
     /// The boot clock at `taken_at_unix_ms`, when known.
     taken_at_boot: Option<BootInstant>,
+    /// `taken_at_unix_ms` to the microsecond, so a restore measures a clock
+    /// step exactly (version 1 files: the milliseconds).
+    taken_at_unix_micros: u64,
     /// The key of settled leases' fingerprints, so a restore computes the same.
     fingerprint_seed: u64,
     /// Every limit, at the writer's index.
@@ -143,6 +146,7 @@ impl PartialEq for MemorySnapshot {
         let lease = |(id, lease): &(u128, LiveLease)| (*id, lease.reserved_at_unix_ms, lease.holds().to_vec());
         self.taken_at_unix_ms == other.taken_at_unix_ms
             && self.taken_at_boot == other.taken_at_boot
+            && self.taken_at_unix_micros == other.taken_at_unix_micros
             && self.fingerprint_seed == other.fingerprint_seed
             && self.limits == other.limits
             && self
@@ -197,6 +201,7 @@ impl MemorySnapshot {
         Self {
             taken_at_unix_ms: 0,
             taken_at_boot: None,
+            taken_at_unix_micros: 0,
             fingerprint_seed: 0,
             limits: Vec::new(),
             leases: Vec::new(),
@@ -210,9 +215,11 @@ impl MemorySnapshot {
     /// caller's lock is held for as short as a copy takes (a fresh copy also
     /// faults in every page of its vectors under the lock). Holds that ended
     /// are left out.
-    pub(super) fn copy_from(&mut self, state: &MemoryState, now_unix_ms: u64, now_boot: Option<BootInstant>) {
+    pub(super) fn copy_from(&mut self, state: &MemoryState, now_unix_micros: u64, now_boot: Option<BootInstant>) {
+        let now_unix_ms = now_unix_micros / 1_000;
         self.taken_at_unix_ms = now_unix_ms;
         self.taken_at_boot = now_boot;
+        self.taken_at_unix_micros = now_unix_micros;
         self.fingerprint_seed = state.fingerprint_seed;
         self.limits.truncate(state.limits.len());
         for (i, limit) in state.limits.iter().enumerate() {
@@ -267,23 +274,27 @@ impl MemorySnapshot {
     /// `now_boot` stepped since this snapshot was taken: its wall time minus
     /// the snapshot's, less the real time that passed. 0 when the boot clock
     /// cannot tell (another boot, a version 1 file, no boot clock).
-    pub fn clock_step_ms(&self, now_unix_ms: u64, now_boot: Option<BootInstant>) -> i64 {
+    pub fn clock_step_ms(&self, now_unix_micros: u64, now_boot: Option<BootInstant>) -> i64 {
         let (Some(then), Some(now)) = (self.taken_at_boot, now_boot) else {
             return 0;
         };
-        let Some(elapsed_ms) = now.ms_since(&then) else {
+        if then.boot_id != now.boot_id || now.since_boot_micros < then.since_boot_micros {
             return 0;
-        };
-        // Both wall readings are whole milliseconds rounded down, so their
-        // difference may be up to 1 ms short, and the real elapsed time rounds
-        // down too: the step is rounded up (1 ms added), so holds end at most
-        // 2 ms late, never early.
-        let wall_ms = i128::from(now_unix_ms) - i128::from(self.taken_at_unix_ms) + 1;
-        i64::try_from(wall_ms - i128::from(elapsed_ms)).unwrap_or(0)
+        }
+        let elapsed_micros = i128::from(now.since_boot_micros - then.since_boot_micros);
+        let wall_micros = i128::from(now_unix_micros) - i128::from(self.taken_at_unix_micros);
+        // Rounded up to whole milliseconds: holds end at most 1 ms late, never
+        // early. Without a step the readings agree to a few µs: 0 or 1 ms.
+        let step_micros = wall_micros - elapsed_micros;
+        let step_ms = step_micros.div_euclid(1_000) + i128::from(step_micros.rem_euclid(1_000) != 0);
+        i64::try_from(step_ms).unwrap_or(0)
     }
 
     /// A copy with every instant moved by `step_ms`, into the timeline of a
-    /// process whose wall clock is that far from the writer's.
+    /// process whose wall clock is that far from the writer's: the ends of
+    /// holds, and the times retention and streaks count from. Grant times
+    /// (`reserved_at_unix_ms`) stay as they were answered, so a replay after
+    /// the restart is answered the same.
     pub fn shifted(&self, step_ms: i64) -> MemorySnapshot {
         let at = |instant: u64| instant.saturating_add_signed(step_ms);
         let mut shifted = self.clone();
@@ -305,11 +316,10 @@ impl MemorySnapshot {
                     ..*hold
                 })
                 .collect();
-            *lease = LiveLease::new(at(lease.reserved_at_unix_ms), &holds);
+            *lease = LiveLease::new(lease.reserved_at_unix_ms, &holds);
         }
         for group in &mut shifted.settled {
             group.settled_at_unix_ms = at(group.settled_at_unix_ms);
-            group.entries.iter_mut().for_each(|entry| entry[2] = at(entry[2]));
         }
         shifted
             .failed
@@ -440,6 +450,7 @@ impl MemorySnapshot {
         let boot = self.taken_at_boot.map_or((0, 0), |b| (b.boot_id, b.since_boot_micros));
         out.extend_from_slice(&boot.0.to_le_bytes());
         put_u64(&mut out, boot.1);
+        put_u64(&mut out, self.taken_at_unix_micros);
         put_len(&mut out, self.limits.len());
         for limit in &self.limits {
             let key = limit.key.as_str().as_bytes();
@@ -526,15 +537,16 @@ impl MemorySnapshot {
     fn read_body(r: &mut Reader, version: u32) -> Result<Self, String> {
         let taken_at_unix_ms = r.u64()?;
         let fingerprint_seed = r.u64()?;
-        let taken_at_boot = if version >= 2 {
+        let (taken_at_boot, taken_at_unix_micros) = if version >= 2 {
             let boot_id = r.u128()?;
             let since_boot_micros = r.u64()?;
-            (boot_id != 0).then_some(BootInstant {
+            let boot = (boot_id != 0).then_some(BootInstant {
                 boot_id,
                 since_boot_micros,
-            })
+            });
+            (boot, r.u64()?)
         } else {
-            None
+            (None, taken_at_unix_ms.saturating_mul(1_000))
         };
         let limit_bytes_min = if version >= 2 {
             2 + 1 + 1 + 8 + 12 + 4
@@ -555,6 +567,7 @@ impl MemorySnapshot {
         let snapshot = Self {
             taken_at_unix_ms,
             taken_at_boot,
+            taken_at_unix_micros,
             fingerprint_seed,
             limits,
             leases,
@@ -778,9 +791,9 @@ mod tests {
         let body_start = HEADER_BYTES;
         let boot_at = body_start + 16;
         // limits count u32, key length u16, key, kind u8, debt u64: the streak follows.
-        let streak_at = boot_at + 24 + 4 + 2 + key_bytes + 1 + 8;
+        let streak_at = boot_at + 32 + 4 + 2 + key_bytes + 1 + 8;
         let mut v1 = v2[..boot_at].to_vec();
-        v1.extend_from_slice(&v2[boot_at + 24..streak_at]);
+        v1.extend_from_slice(&v2[boot_at + 32..streak_at]);
         v1.extend_from_slice(&v2[streak_at + 12..v2.len() - CHECKSUM_BYTES]);
         v1[8..12].copy_from_slice(&1u32.to_le_bytes());
         let body_bytes = (v1.len() - HEADER_BYTES) as u64;
@@ -799,6 +812,7 @@ mod tests {
                 boot_id: 9,
                 since_boot_micros: 5,
             }),
+            taken_at_unix_micros: 1_000_321,
             fingerprint_seed: 42,
             limits: vec![LimitSnapshot {
                 key: key.clone(),
@@ -826,6 +840,7 @@ mod tests {
         let v1 = MemorySnapshot::decode(&as_version_1(&v2, key.as_str().len())).unwrap();
         let expected = MemorySnapshot {
             taken_at_boot: None,
+            taken_at_unix_micros: 1_000_000,
             limits: vec![LimitSnapshot {
                 streak: Streak::default(),
                 ..snapshot.limits[0].clone()
