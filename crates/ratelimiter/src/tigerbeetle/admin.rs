@@ -242,6 +242,13 @@ impl TigerBeetleBackend {
     /// Carries out every pending decrease of the fleet that usage allows, each
     /// exactly once whichever servers run this, and records it in the log.
     pub(super) async fn apply_decreases(&self) -> Result<Vec<LimitState>, LimiterError> {
+        // Nothing to do while no key is decreasing as far as this server
+        // knows, and nothing is sent: an idle server's check costs the cluster
+        // nothing. A decrease started elsewhere reaches this view by the
+        // periodic read of the log.
+        if !self.any_decreasing() {
+            return Ok(Vec::new());
+        }
         let _admin = self.admin.lock().await;
         // Act on the fleet's latest states, not on what this server read a
         // refresh ago: a decrease superseded meanwhile is not carried out.
@@ -293,7 +300,17 @@ impl TigerBeetleBackend {
         Ok(reports)
     }
 
+    /// Answers at once while a session is stalled (a request unanswered for
+    /// [`super::pool::STALL_MS`]); otherwise looks up the operator account,
+    /// waiting at most [`HEALTH_TIMEOUT_MS`]. Either way the answer is the
+    /// truth within 2 s of a change.
     pub(super) async fn check_health(&self) -> Result<(), LimiterError> {
+        if self.pool.stalled() {
+            tracing::debug!("health: a TigerBeetle session is stalled");
+            return Err(LimiterError::Unavailable {
+                retry_after_ms: super::backend::UNAVAILABLE_RETRY_MS,
+            });
+        }
         let timeout = Duration::from_millis(HEALTH_TIMEOUT_MS).min(self.timeout);
         let slot = tokio::time::timeout(timeout, self.pool.slot())
             .await
