@@ -73,6 +73,8 @@ pub struct TigerBeetleBackend {
     /// Set by a read that found records, cleared by the periodic task, which
     /// then reads fast again (docs/tigerbeetle-backend.md, "Shared definitions").
     pub(super) log_moved: std::sync::atomic::AtomicBool,
+    /// True once the definition log's and claims' accounts are known to exist.
+    pub(super) log_accounts_ready: std::sync::atomic::AtomicBool,
     /// True once the lease-marker accounts are known to exist.
     pub(super) lease_accounts_ready: std::sync::atomic::AtomicBool,
     /// Completes whose lease this server remembered (a metric).
@@ -137,6 +139,7 @@ impl TigerBeetleBackend {
             last_refresh_unix_ms: AtomicU64::new(0),
             refresh_failures: AtomicU64::new(0),
             log_moved: std::sync::atomic::AtomicBool::new(false),
+            log_accounts_ready: std::sync::atomic::AtomicBool::new(false),
             lease_accounts_ready: std::sync::atomic::AtomicBool::new(false),
             completes_from_cache: AtomicU64::new(0),
             completes_from_cluster: AtomicU64::new(0),

@@ -14,6 +14,18 @@ use crate::{LimitKey, LimitState, LimiterError};
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::definition_log::{self, RecordKind, Versioned, LEDGER_DEFINITIONS, QUERY_TRANSFERS_MAX};
 
+/// What became of a claimed record.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Claimed {
+    /// It is in the log (written now, or by an earlier attempt or another
+    /// server writing the very same record).
+    Written,
+    /// Another record follows the same version: the writer's view was stale.
+    Superseded,
+    /// A transfer of its capacity change failed with this code; nothing was written.
+    Refused(tb::error::CreateTransferErrorKind),
+}
+
 /// How often every server reads the log while definitions change: a
 /// definition made on any server is served by every other within this.
 pub const DEFINITIONS_REFRESH_INTERVAL_MS: u64 = 200;
@@ -106,16 +118,27 @@ impl TigerBeetleBackend {
         })
     }
 
-    /// Appends a record of `state` to the log and reads it back, so this
-    /// server serves it as soon as the caller is answered. `exists` (a retry,
-    /// or another server writing the same decrease) is success.
-    pub(super) async fn write_record(
+    /// Appends a claimed record of `state` following `previous_version`, with
+    /// `moves` in the same chain ([`definition_log::encode_claimed`]), and
+    /// reads the log back, so this server serves it as soon as the caller is
+    /// answered. `exists` on the claim (a retry, or another server writing the
+    /// same decrease) is success.
+    pub(super) async fn write_claimed(
         &self,
         state: &LimitState,
         kind: RecordKind,
         previous_version: u64,
-    ) -> Result<(), LimiterError> {
-        let chain = definition_log::encode(state, kind, previous_version);
+        moves: Vec<tb::Transfer>,
+    ) -> Result<Claimed, LimiterError> {
+        if !self.log_accounts_ready.load(Ordering::Acquire) {
+            // A claim refused for a missing account would burn its id for
+            // ever (a cluster written by an older version has no claim
+            // accounts): they are created first, once per process.
+            self.create_accounts_checked(definition_log::log_accounts(), "definition log")
+                .await?;
+            self.log_accounts_ready.store(true, Ordering::Release);
+        }
+        let chain = definition_log::encode_claimed(state, kind, previous_version, moves);
         let slot = self.admin_slot().await?;
         let failures = self
             .pool
@@ -125,14 +148,24 @@ impl TigerBeetleBackend {
             .await
             .map_err(|e| unavailable(&e, "write definition"))?;
         use tb::error::CreateTransferErrorKind as Kind;
-        let unexpected = failures
-            .iter()
-            .find(|f| !matches!(f.kind(), Kind::Exists | Kind::LinkedEventFailed));
-        if let Some(f) = unexpected {
-            tracing::error!(key = %state.definition().key(), code = ?f.kind(), "writing a definition record failed");
-            return Err(LimiterError::Backend(format!("definition record: {:?}", f.kind())));
+        let claim = failures.iter().find(|f| f.index == 0).map(|f| f.kind());
+        let claimed = match claim {
+            None | Some(Kind::Exists) => Claimed::Written,
+            Some(Kind::ExistsWithDifferentUserData128) => Claimed::Superseded,
+            Some(_) => match (failures.iter()).find(|f| !matches!(f.kind(), Kind::LinkedEventFailed)) {
+                // A capacity change of the chain failed (they follow the claim).
+                Some(f) if f.index > 0 && !matches!(f.kind(), Kind::Exists) => Claimed::Refused(f.kind()),
+                other => {
+                    let code = other.map(|f| f.kind());
+                    tracing::error!(key = %state.definition().key(), ?code, "writing a definition record failed");
+                    return Err(LimiterError::Backend(format!("definition record: {code:?}")));
+                }
+            },
+        };
+        if matches!(claimed, Claimed::Written) {
+            self.refresh_definitions().await?;
         }
-        self.refresh_definitions().await
+        Ok(claimed)
     }
 
     /// The state of `key` and its version, if this server knows it.
