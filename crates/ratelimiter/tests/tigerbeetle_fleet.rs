@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use ratelimiter::testkit::{self, Harness};
-use ratelimiter::tigerbeetle::{SubmitMode, TigerBeetleBackend};
+use ratelimiter::tigerbeetle::{client as tb, SubmitMode, TigerBeetleBackend};
 use ratelimiter::{
     Backend, CompleteRequest, Denial, LeaseId, LimitDefinition, LimitKey, LimitReport, LimitState, Limiter,
     LimiterError, Requirement, ReserveOutcome, ReserveRequest, SystemClock,
@@ -231,4 +231,100 @@ async fn a_lease_denied_on_one_server_stays_denied_on_another() {
         ReserveOutcome::Denied(Denial::LeaseAlreadyFailed),
         "another server of the fleet"
     );
+}
+
+/// Issue 21, item 3: racing definitions. Each of many keys is decreasing
+/// (100 to 10) when one server raises it again (to 100..=200) while two others
+/// carry out pending decreases: the decrease and the new PUT race. In the end
+/// every server serves one definition per key, the one of the last PUT, and
+/// the cluster's account holds exactly its capacity: none lost (below), none
+/// idle (above). A decrease carried out by a server that had not seen the
+/// newer PUT used to take the difference away from the new capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_definitions_end_in_one_definition_whose_capacity_the_cluster_holds() {
+    const KEYS: usize = 24;
+    let clock = Arc::new(SystemClock::new());
+    let mut servers = Vec::new();
+    for _ in 0..4 {
+        servers.push(Arc::new(backend_with(SubmitMode::Batching, clock.clone()).await));
+    }
+    let run = LeaseId::generate();
+    let keys: Vec<LimitKey> = (0..KEYS)
+        .map(|i| LimitKey::new(format!("fleet:race:{run}:{i}")).unwrap())
+        .collect();
+    let definition = |key: &LimitKey, capacity| LimitDefinition::rolling(key.clone(), capacity, 60).unwrap();
+    for key in &keys {
+        servers[0].apply_definition(&definition(key, 100)).await.unwrap();
+        servers[0].apply_definition(&definition(key, 10)).await.unwrap();
+    }
+    for server in &servers {
+        server.refresh_definitions().await.unwrap();
+    }
+    let mut rng = StdRng::seed_from_u64(seed());
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut wanted = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let capacity = rng.gen_range(100..=200);
+        wanted.push(capacity);
+        let (writer, raise) = (servers[2 + i % 2].clone(), definition(key, capacity));
+        let pause = Duration::from_micros(rng.gen_range(0..3_000));
+        tasks.spawn(async move {
+            tokio::time::sleep(pause).await;
+            writer.apply_definition(&raise).await.map(|_| ())
+        });
+    }
+    for decreaser in &servers[..2] {
+        let decreaser = decreaser.clone();
+        tasks.spawn(async move {
+            for _ in 0..4 {
+                decreaser.apply_pending_decreases().await?;
+            }
+            Ok(())
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.unwrap().unwrap();
+    }
+    // Whatever is still pending (nothing is reserved) is carried out now.
+    for server in &servers {
+        server.apply_pending_decreases().await.unwrap();
+    }
+    let client = tb::Client::new(0, tigerbeetle_common::cluster().address()).unwrap();
+    let accounts = (keys.iter())
+        .map(ratelimiter::tigerbeetle::ids::resource_account_id)
+        .collect::<Vec<_>>();
+    let accounts = client.lookup_accounts(accounts).await.unwrap();
+    for server in &servers {
+        server.refresh_definitions().await.unwrap();
+    }
+    for (i, key) in keys.iter().enumerate() {
+        let mut states = Vec::new();
+        for server in &servers {
+            states.push(server.limit_report(key).await.unwrap().unwrap().state);
+        }
+        assert!(states.iter().all(|s| s == &states[0]), "{key}: {states:?}");
+        let state = &states[0];
+        assert_eq!(
+            (state.status(), state.definition().capacity()),
+            (ratelimiter::LimitStatus::Active, wanted[i]),
+            "{key}"
+        );
+        let account = accounts.iter().find(|a| a.id() == accounts_id(key)).unwrap();
+        let held = account.credits_posted() - account.debits_posted();
+        assert_eq!(held, u128::from(wanted[i]), "{key}: the account against the definition");
+    }
+    // The whole capacity is reservable through any server, and no more.
+    let reserve = |amount| {
+        let requirements = vec![Requirement {
+            key: keys[0].clone(),
+            amount,
+        }];
+        ReserveRequest::new(LeaseId::generate(), None, requirements).unwrap()
+    };
+    assert!(servers[1].reserve(&reserve(wanted[0])).await.unwrap().is_allowed());
+    assert!(!servers[2].reserve(&reserve(1)).await.unwrap().is_allowed());
+}
+
+fn accounts_id(key: &LimitKey) -> u128 {
+    ratelimiter::tigerbeetle::ids::resource_account_id(key)
 }

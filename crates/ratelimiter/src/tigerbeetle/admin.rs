@@ -14,7 +14,8 @@ use crate::{DefinitionError, LimitDefinition, LimitKey, LimitReport, LimitState,
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend, HEALTH_TIMEOUT_MS, LIMITS_MAX};
-use super::definition_log::RecordKind;
+use super::definition_log::{self, RecordKind, Versioned};
+use super::definitions::Claimed;
 use super::ids;
 use super::pool::PoolError;
 
@@ -24,9 +25,11 @@ use tb::error::CreateTransferErrorKind as Kind;
 /// Accounts looked up per request on the admin path: small enough for the
 /// request size of a `--development` cluster.
 pub const LOOKUP_CHUNK_ACCOUNTS: usize = 128;
-/// How often a funding transfer is recomputed when another server moved the same
-/// balance at the same moment, before giving up.
-pub const FUND_ATTEMPTS_MAX: u32 = 4;
+/// How often a definition is written again when another record of its key
+/// came first (the writer reads the log and computes anew each time), before
+/// the PUT answers `409` (retry): each lost attempt is another writer's win,
+/// so the fleet as a whole always progresses.
+pub const WRITE_ATTEMPTS_MAX: u32 = 16;
 /// The most attempts of one decrease: each failed attempt is a race lost to a
 /// reservation between the balance read and the transfer, rare at the
 /// decrease task's pace; past this the key stays decreasing and it is logged.
@@ -61,64 +64,65 @@ impl Balance {
 }
 
 impl TigerBeetleBackend {
-    /// Defines a limit for the whole fleet: its accounts first, then a record
-    /// of the definition as requested in the cluster's log, then the account
-    /// funded to the capacity of the state the log now holds
-    /// (docs/tigerbeetle-backend.md, "Shared definitions").
+    /// Defines a limit for the whole fleet: its accounts first, then one
+    /// claimed record of the definition as requested, linked with the funding
+    /// its state needs (docs/tigerbeetle-backend.md, "Shared definitions").
+    /// When another record of the key came first, the server reads the log
+    /// again and computes anew, up to [`WRITE_ATTEMPTS_MAX`] times.
     pub(super) async fn apply_limit_state(&self, state: &LimitState) -> Result<(), LimiterError> {
         let _admin = self.admin.lock().await;
         let definition = state.definition();
         let key = definition.key();
-        let current = self.versioned(key);
-        match &current {
+        if self.versioned(key).is_none() && self.definitions.read().expect("definitions lock").len() >= LIMITS_MAX {
+            return Err(decision::limits_full(LIMITS_MAX));
+        }
+        self.check_kind(definition)?;
+        self.create_accounts(definition).await?;
+        let requested = LimitState::active(match state.status() {
+            LimitStatus::Active => definition.clone(),
+            LimitStatus::Decreasing => definition.with_capacity(state.pending_decrease_to())?,
+        });
+        for _ in 0..WRITE_ATTEMPTS_MAX {
+            // The state this record follows must be the fleet's latest.
+            self.refresh_definitions().await?;
+            self.check_kind(definition)?;
+            let current = self.versioned(key);
+            let next =
+                LimitState::after_definition(current.as_ref().map(|c| &c.state), requested.definition().clone())?;
+            let previous_version = current.map_or(0, |c| c.version);
+            let record_id = definition_log::encode(&requested, RecordKind::Put, previous_version)[0].id();
+            let balance = self.resource_balance(key).await?;
+            let moves = funding(key, &next, balance, previous_version, record_id);
+            match self
+                .write_claimed(&requested, RecordKind::Put, previous_version, moves)
+                .await?
+            {
+                Claimed::Written => return Ok(()),
+                Claimed::Superseded => continue,
+                Claimed::Refused(kind) => {
+                    tracing::error!(%key, code = ?kind, "funding a definition failed");
+                    return Err(LimiterError::Backend(format!("fund transfer: {kind:?}")));
+                }
+            }
+        }
+        Err(LimiterError::Conflict(format!(
+            "limit {key}: changed concurrently, retry"
+        )))
+    }
+
+    /// A definition of another kind than the key's state in force is refused.
+    fn check_kind(&self, definition: &LimitDefinition) -> Result<(), LimiterError> {
+        match self.versioned(definition.key()) {
             Some(existing) if existing.state.definition().kind() != definition.kind() => {
-                return Err(DefinitionError::KindChange {
-                    key: key.clone(),
+                Err(DefinitionError::KindChange {
+                    key: definition.key().clone(),
                     existing: existing.state.definition().kind(),
                     requested: definition.kind(),
                 }
-                .into());
+                .into())
             }
-            Some(_) => {}
-            None if self.definitions.read().expect("definitions lock").len() >= LIMITS_MAX => {
-                return Err(decision::limits_full(LIMITS_MAX));
-            }
-            None => {}
+            _ => Ok(()),
         }
-        self.create_accounts(definition).await?;
-        let requested = match state.status() {
-            LimitStatus::Active => definition.clone(),
-            LimitStatus::Decreasing => definition.with_capacity(state.pending_decrease_to())?,
-        };
-        let previous_version = current.map_or(0, |c| c.version);
-        self.write_record(&LimitState::active(requested), RecordKind::Put, previous_version)
-            .await?;
-        let latest = self.state_of(key).ok_or_else(|| {
-            LimiterError::Conflict(format!("limit {key}: a concurrent definition of another kind won"))
-        })?;
-        self.fund_for(&latest).await
-    }
-
-    /// Funds the resource account up to what `state` needs: its capacity when
-    /// active, its target when decreasing (the periodic task moves what lies
-    /// above the target once usage allows). Never takes capacity away: only a
-    /// decrease, carried out once, does.
-    async fn fund_for(&self, state: &LimitState) -> Result<(), LimiterError> {
-        let key = state.definition().key();
-        let wanted = match state.status() {
-            LimitStatus::Active => state.definition().capacity(),
-            LimitStatus::Decreasing => state.pending_decrease_to(),
-        };
-        let balance = self.resource_balance(key).await?;
-        if balance.capacity() < u128::from(wanted) {
-            self.fund(key, balance, u128::from(wanted)).await?;
-        } else if state.status() == LimitStatus::Active && balance.capacity() > u128::from(wanted) {
-            // More than an active state says: a cluster written by an older
-            // version or by hand. Reported, not corrected behind the operator's back.
-            tracing::warn!(%key, capacity = wanted, funded = %balance.capacity(),
-                "the resource account holds more than the limit's capacity; define a lower capacity to decrease it");
-        }
-        Ok(())
     }
 
     /// Creates accounts; existing ones are fine.
@@ -163,88 +167,87 @@ impl TigerBeetleBackend {
         self.create_accounts_checked(accounts, "limit").await
     }
 
-    /// Raises the resource account of `key` from `balance` to `wanted`,
-    /// re-reading when another writer moved it concurrently.
-    async fn fund(&self, key: &LimitKey, mut balance: Balance, wanted: u128) -> Result<(), LimiterError> {
-        for _ in 0..FUND_ATTEMPTS_MAX {
-            if balance.capacity() >= wanted {
-                return Ok(());
-            }
-            let transfer = tb::Transfer::new(ids::fund_transfer_id(
-                key,
-                balance.credits_posted,
-                balance.debits_posted,
-            ))
-            .with_debit_account_id(ids::operator_account_id())
-            .with_credit_account_id(ids::resource_account_id(key))
-            .with_amount(wanted - balance.capacity())
-            .with_ledger(ids::LEDGER_LIMITS)
-            .with_code(ids::CODE_FUND);
-            match self.admin_transfer(transfer).await? {
-                None | Some(Kind::Exists) => return Ok(()),
-                Some(Kind::ExistsWithDifferentAmount) => balance = self.resource_balance(key).await?,
-                Some(kind) => {
-                    tracing::error!(key = %key, code = ?kind, "funding failed");
-                    return Err(LimiterError::Backend(format!("fund transfer: {kind:?}")));
-                }
-            }
-        }
-        Err(LimiterError::Conflict(format!(
-            "limit {key}: capacity changed concurrently, retry"
-        )))
-    }
-
-    /// Carries out the decrease of a state of version `version` to `target` if
-    /// usage allows: true once the account holds at most the target, whoever
-    /// moved it.
+    /// Carries out the decrease of `versioned` (a decreasing state) if usage
+    /// allows: the transfer of what lies above the target and the
+    /// `DecreaseApplied` record in one claimed chain, so that a decrease
+    /// superseded by a newer record is never carried out. True once the
+    /// record is in the log, whoever wrote it.
     ///
     /// Exactly once across a fleet: attempt `k` of a decrease has the id
     /// `xfer:decrease:<key>:<version>:<k>`, and attempt `k + 1` is only sent
     /// once attempt `k` is known to have failed (`id_already_failed`), which a
-    /// failed id stays for ever. So at most one attempt ever posts, and a
-    /// server that finds `exists` knows another one carried it out.
-    async fn carry_out_decrease(&self, key: &LimitKey, version: u64, target: u128) -> Result<bool, LimiterError> {
+    /// failed id stays for ever; the claim lets one chain follow the version.
+    async fn carry_out_decrease(&self, versioned: &Versioned) -> Result<bool, LimiterError> {
+        let (state, version) = (&versioned.state, versioned.version);
+        let key = state.definition().key();
+        let target = u128::from(state.pending_decrease_to());
+        let next = state.with_decrease_applied();
         let balance = self.resource_balance(key).await?;
-        if balance.capacity() < target {
-            // A cluster formatted anew: fund the target, which applies the decrease.
-            self.fund(key, balance, target).await?;
-            return Ok(true);
-        }
-        if balance.capacity() == target {
-            return Ok(true);
+        if balance.capacity() <= target {
+            // Already at the target, or a cluster formatted anew below it,
+            // which the record's chain funds.
+            let record_id = definition_log::encode(&next, RecordKind::DecreaseApplied, version)[0].id();
+            let moves = funding(key, &next, balance, version, record_id);
+            let written = self.decrease_written(key, &next, version, moves).await?;
+            return Ok(written == Some(true));
         }
         let delta = balance.capacity() - target;
         if balance.available() < delta {
             return Ok(false);
         }
         for attempt in 0..DECREASE_ATTEMPTS_MAX {
-            let transfer = tb::Transfer::new(ids::decrease_transfer_id(key, version, attempt))
+            let defund = tb::Transfer::new(ids::decrease_transfer_id(key, version, attempt))
                 .with_debit_account_id(ids::resource_account_id(key))
                 .with_credit_account_id(ids::operator_account_id())
                 .with_amount(delta)
                 .with_ledger(ids::LEDGER_LIMITS)
                 .with_code(ids::CODE_DEFUND);
-            match self.admin_transfer(transfer).await? {
-                None | Some(Kind::Exists | Kind::ExistsWithDifferentAmount) => return Ok(true),
-                Some(Kind::IdAlreadyFailed) => continue,
-                // Usage grew between the read and the transfer: not yet.
-                Some(Kind::ExceedsCredits) => return Ok(false),
-                Some(kind) => {
-                    tracing::error!(key = %key, code = ?kind, "decrease transfer failed");
-                    return Err(LimiterError::Backend(format!("decrease transfer: {kind:?}")));
-                }
+            if let Some(done) = self.decrease_written(key, &next, version, vec![defund]).await? {
+                return Ok(done);
             }
         }
         tracing::error!(%key, attempts = DECREASE_ATTEMPTS_MAX, "decrease attempts exhausted; the key stays decreasing");
         Ok(false)
     }
 
+    /// Writes the `DecreaseApplied` record of `next` with `moves`: `Some(true)`
+    /// when it is in the log, `Some(false)` when not now (usage grew between
+    /// the read and the transfer, or a newer record superseded the decrease),
+    /// `None` when this attempt's id had failed before (try the next one).
+    async fn decrease_written(
+        &self,
+        key: &LimitKey,
+        next: &LimitState,
+        version: u64,
+        moves: Vec<tb::Transfer>,
+    ) -> Result<Option<bool>, LimiterError> {
+        match self
+            .write_claimed(next, RecordKind::DecreaseApplied, version, moves)
+            .await?
+        {
+            Claimed::Written => Ok(Some(true)),
+            Claimed::Superseded | Claimed::Refused(Kind::ExceedsCredits) => Ok(Some(false)),
+            Claimed::Refused(Kind::IdAlreadyFailed) => Ok(None),
+            Claimed::Refused(kind) => {
+                tracing::error!(%key, code = ?kind, "decrease transfer failed");
+                Err(LimiterError::Backend(format!("decrease transfer: {kind:?}")))
+            }
+        }
+    }
+
     /// Carries out every pending decrease of the fleet that usage allows, each
     /// exactly once whichever servers run this, and records it in the log.
     pub(super) async fn apply_decreases(&self) -> Result<Vec<LimitState>, LimiterError> {
+        // Nothing to do while no key is decreasing as far as this server
+        // knows, and nothing is sent: an idle server's check costs the cluster
+        // nothing. A decrease started elsewhere reaches this view by the
+        // periodic read of the log.
+        if !self.any_decreasing() {
+            return Ok(Vec::new());
+        }
         let _admin = self.admin.lock().await;
-        // Act on the fleet's latest states, not on what this server read a
-        // refresh ago: a decrease superseded meanwhile is not carried out.
+        // Act on the fleet's latest states: a decrease superseded meanwhile
+        // would only lose its claim, but need not be tried.
         self.refresh_definitions().await?;
         let decreasing: Vec<_> = self
             .all_states()
@@ -253,15 +256,11 @@ impl TigerBeetleBackend {
             .collect();
         let mut applied = Vec::new();
         for versioned in decreasing {
-            let state = &versioned.state;
-            let key = state.definition().key();
-            let target = u128::from(state.pending_decrease_to());
-            if !self.carry_out_decrease(key, versioned.version, target).await? {
+            if !self.carry_out_decrease(&versioned).await? {
                 continue;
             }
-            let next = state.with_decrease_applied();
-            self.write_record(&next, RecordKind::DecreaseApplied, versioned.version)
-                .await?;
+            let next = versioned.state.with_decrease_applied();
+            let key = next.definition().key();
             if self.state_of(key).as_ref() == Some(&next) {
                 tracing::info!(key = %key, capacity = next.definition().capacity(), "decrease applied");
                 applied.push(next);
@@ -293,7 +292,17 @@ impl TigerBeetleBackend {
         Ok(reports)
     }
 
+    /// Answers at once while a session is stalled (a request unanswered for
+    /// [`super::pool::STALL_MS`]); otherwise looks up the operator account,
+    /// waiting at most [`HEALTH_TIMEOUT_MS`]. Either way the answer is the
+    /// truth within 2 s of a change.
     pub(super) async fn check_health(&self) -> Result<(), LimiterError> {
+        if self.pool.stalled() {
+            tracing::debug!("health: a TigerBeetle session is stalled");
+            return Err(LimiterError::Unavailable {
+                retry_after_ms: super::backend::UNAVAILABLE_RETRY_MS,
+            });
+        }
         let timeout = Duration::from_millis(HEALTH_TIMEOUT_MS).min(self.timeout);
         let slot = tokio::time::timeout(timeout, self.pool.slot())
             .await
@@ -332,19 +341,6 @@ impl TigerBeetleBackend {
             .collect())
     }
 
-    /// Sends one posted admin transfer; `None` when it succeeded.
-    async fn admin_transfer(&self, transfer: tb::Transfer) -> Result<Option<Kind>, LimiterError> {
-        let slot = self.admin_slot().await?;
-        let failures = self
-            .pool
-            .run(slot, self.timeout, move |client| {
-                super::submitter::create_transfers(client, vec![transfer])
-            })
-            .await
-            .map_err(|e| unavailable(&e, "admin transfer"))?;
-        Ok(failures.first().map(|f| f.kind()))
-    }
-
     /// A pool slot for the rare paths (admin, the lookup of a retried lease): it
     /// waits (bounded) rather than failing at once, since these calls should not
     /// lose to a burst, and with one session the submitter holds the only slot
@@ -354,6 +350,33 @@ impl TigerBeetleBackend {
             .await
             .map_err(|_| unavailable(&PoolError::Busy, "admin"))
     }
+}
+
+/// The funding transfer that brings the resource account of `key` from
+/// `balance` to what `state` needs (its capacity when active, its target when
+/// decreasing: a decrease never funds beyond it), or none. Its id derives from
+/// the record it goes with, so a retried chain sends the very same transfer.
+/// An account above an active capacity (written by hand, or by an older
+/// version) is reported, not corrected behind the operator's back.
+fn funding(key: &LimitKey, state: &LimitState, balance: Balance, version: u64, record_id: u128) -> Vec<tb::Transfer> {
+    let wanted = u128::from(match state.status() {
+        LimitStatus::Active => state.definition().capacity(),
+        LimitStatus::Decreasing => state.pending_decrease_to(),
+    });
+    if balance.capacity() > wanted && state.status() == LimitStatus::Active {
+        tracing::warn!(%key, capacity = %wanted, funded = %balance.capacity(),
+            "the resource account holds more than the limit's capacity; define a lower capacity to decrease it");
+    }
+    if balance.capacity() >= wanted {
+        return Vec::new();
+    }
+    let id = crate::id128(&format!("xfer:fund:{key}:{version}:{record_id:032x}"));
+    vec![tb::Transfer::new(id)
+        .with_debit_account_id(ids::operator_account_id())
+        .with_credit_account_id(ids::resource_account_id(key))
+        .with_amount(wanted - balance.capacity())
+        .with_ledger(ids::LEDGER_LIMITS)
+        .with_code(ids::CODE_FUND)]
 }
 
 fn saturate(value: u128) -> u64 {

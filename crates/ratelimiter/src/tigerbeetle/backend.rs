@@ -33,8 +33,9 @@ pub const LIMITS_MAX: usize = 100_000;
 /// keeps retrying one lease id; beyond it TigerBeetle's own `id_already_failed`
 /// still answers most retries.
 pub const DENIED_LEASES_MAX: usize = 1_000_000;
-/// How long a health check waits for the cluster.
-pub const HEALTH_TIMEOUT_MS: u64 = 2_000;
+/// How long a health check waits for the cluster: with the watchdog's
+/// [`super::pool::STALL_MS`], a balancer hears of an outage within 2 s.
+pub const HEALTH_TIMEOUT_MS: u64 = 1_000;
 
 /// What the backend needs besides the cluster settings.
 #[derive(Debug)]
@@ -69,6 +70,11 @@ pub struct TigerBeetleBackend {
     pub(super) last_refresh_unix_ms: AtomicU64,
     /// Reads of the log that failed (a metric).
     pub(super) refresh_failures: AtomicU64,
+    /// Set by a read that found records, cleared by the periodic task, which
+    /// then reads fast again (docs/tigerbeetle-backend.md, "Shared definitions").
+    pub(super) log_moved: std::sync::atomic::AtomicBool,
+    /// True once the definition log's and claims' accounts are known to exist.
+    pub(super) log_accounts_ready: std::sync::atomic::AtomicBool,
     /// True once the lease-marker accounts are known to exist.
     pub(super) lease_accounts_ready: std::sync::atomic::AtomicBool,
     /// Completes whose lease this server remembered (a metric).
@@ -121,6 +127,8 @@ impl TigerBeetleBackend {
         };
         let pool = Arc::new(ClientPool::open(config, slots).map_err(|e| LimiterError::Backend(e.to_string()))?);
         let submitter = Submitter::start(Arc::clone(&pool), config, shutdown);
+        // Replaces stalled sessions once the cluster answers again; ends with the pool.
+        pool.start_watchdog();
         Ok(Self {
             pool,
             submitter,
@@ -130,6 +138,8 @@ impl TigerBeetleBackend {
             refresh_done: AtomicU64::new(0),
             last_refresh_unix_ms: AtomicU64::new(0),
             refresh_failures: AtomicU64::new(0),
+            log_moved: std::sync::atomic::AtomicBool::new(false),
+            log_accounts_ready: std::sync::atomic::AtomicBool::new(false),
             lease_accounts_ready: std::sync::atomic::AtomicBool::new(false),
             completes_from_cache: AtomicU64::new(0),
             completes_from_cluster: AtomicU64::new(0),
@@ -173,6 +183,10 @@ impl TigerBeetleBackend {
             queue_depth: self.submitter.queue_depth() as u64,
             slots_busy: self.pool.slots_busy() as u64,
             sessions_renewed: self.pool.sessions_renewed(),
+            sessions_replaced: self.pool.sessions_replaced(),
+            session_probes: self.pool.probes(),
+            requests: self.pool.requests(),
+            definitions_reads: load(&self.refresh_started),
             leases_cached: self.leases.len() as u64,
             lease_cache_evictions: self.leases.evicted(),
             denied_leases: self.denied.len() as u64,

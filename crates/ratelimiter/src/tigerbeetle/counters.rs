@@ -27,6 +27,14 @@ pub struct TigerBeetleCounters {
     pub slots_busy: u64,
     /// Sessions reopened after the cluster evicted them.
     pub sessions_renewed: u64,
+    /// Sessions replaced after a stall, once a fresh session was answered.
+    pub sessions_replaced: u64,
+    /// Probe sessions opened while a session was stalled.
+    pub session_probes: u64,
+    /// Requests sent to the cluster on the sessions, of every kind.
+    pub requests: u64,
+    /// Reads of the definition log (each one request, or more for a long log).
+    pub definitions_reads: u64,
     /// Leases whose metadata is kept now.
     pub leases_cached: u64,
     /// Leases forgotten to respect `lease_cache_max`: not reconciled at Complete.
@@ -58,7 +66,7 @@ pub struct TigerBeetleCounters {
 /// counters; `_total` names are counters, the rest gauges.
 type MetricLine = (&'static str, &'static str, fn(&TigerBeetleCounters) -> u64);
 
-const METRIC_LINES: [MetricLine; 23] = [
+const METRIC_LINES: [MetricLine; 27] = [
     (
         "tigerbeetle_overage_dropped_units_total",
         "Units used above reservations and dropped (overage: none).",
@@ -118,6 +126,26 @@ const METRIC_LINES: [MetricLine; 23] = [
         "tigerbeetle_sessions_renewed_total",
         "Client sessions reopened after the cluster evicted them.",
         |c| c.sessions_renewed,
+    ),
+    (
+        "tigerbeetle_sessions_replaced_total",
+        "Client sessions replaced after a request stayed unanswered while a fresh session was answered.",
+        |c| c.sessions_replaced,
+    ),
+    (
+        "tigerbeetle_session_probes_total",
+        "Fresh sessions opened to learn whether the cluster answers while a session was stalled.",
+        |c| c.session_probes,
+    ),
+    (
+        "tigerbeetle_requests_total",
+        "Requests sent to the cluster on the client sessions: batches, reads, health checks (probes not included).",
+        |c| c.requests,
+    ),
+    (
+        "tigerbeetle_definitions_reads_total",
+        "Reads of the definition log up to date (periodic, on an unknown key, after a write).",
+        |c| c.definitions_reads,
     ),
     (
         "tigerbeetle_leases_cached",

@@ -35,6 +35,13 @@ const PAYLOAD_BYTES_PER_TRANSFER: usize = 28;
 /// Transfers read per query: the reply of 128-byte transfers stays under the
 /// 32 KiB messages of a `--development` replica.
 pub const QUERY_TRANSFERS_MAX: u32 = 240;
+/// The ledger of successor claims, apart from the log's so that readers of
+/// the log never meet them.
+pub const LEDGER_CLAIMS: u32 = 4;
+/// The code of a successor claim.
+pub const CODE_CLAIM: u16 = 17;
+/// The account code of the two claim accounts.
+pub const ACCOUNT_CODE_CLAIMS: u16 = 6;
 
 /// What a record does to the key's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,12 +85,59 @@ pub fn log_credit_account_id() -> u128 {
     id128("acct:definitions:credit")
 }
 
-/// The two log accounts: unconstrained, since records move no amount.
+/// The two log accounts and the two claim accounts: unconstrained, since
+/// records and claims move no amount. They must exist before a claim is
+/// sent: a claim refused for a missing account would burn its id for ever.
 pub fn log_accounts() -> Vec<tb::Account> {
-    [log_debit_account_id(), log_credit_account_id()]
+    let log = [log_debit_account_id(), log_credit_account_id()]
         .into_iter()
-        .map(|id| tb::Account::new(id, LEDGER_DEFINITIONS, ACCOUNT_CODE_LOG))
-        .collect()
+        .map(|id| tb::Account::new(id, LEDGER_DEFINITIONS, ACCOUNT_CODE_LOG));
+    let claims = [
+        id128("acct:definitions:claims:debit"),
+        id128("acct:definitions:claims:credit"),
+    ]
+    .into_iter()
+    .map(|id| tb::Account::new(id, LEDGER_CLAIMS, ACCOUNT_CODE_CLAIMS));
+    log.chain(claims).collect()
+}
+
+/// The claim that a record follows the state of `key` at `previous_version`
+/// (0: the key's first record): its id depends on the key and that version
+/// alone, so at most one record ever follows a version, and a writer that
+/// finds the claim taken by another record (`exists_with_different_user_data_128`)
+/// knows its view is stale. `user_data_128` is the id of the record's header,
+/// so a retry of the very same record finds `exists`.
+pub fn successor_claim(key: &LimitKey, previous_version: u64, record_id: u128) -> tb::Transfer {
+    tb::Transfer::new(id128(&format!("xfer:definition:next:{key}:{previous_version}")))
+        .with_debit_account_id(id128("acct:definitions:claims:debit"))
+        .with_credit_account_id(id128("acct:definitions:claims:credit"))
+        .with_amount(0)
+        .with_ledger(LEDGER_CLAIMS)
+        .with_code(CODE_CLAIM)
+        .with_user_data_128(record_id)
+}
+
+/// A record of `state` with its successor claim first and `moves` (the
+/// capacity it funds or defunds) after it, all linked before the record: the
+/// record, its claim and its capacity change are committed together or not at
+/// all. Readers of the log meet only the record, whole, its last transfer
+/// unlinked.
+pub fn encode_claimed(
+    state: &LimitState,
+    kind: RecordKind,
+    previous_version: u64,
+    moves: Vec<tb::Transfer>,
+) -> Vec<tb::Transfer> {
+    let record = encode(state, kind, previous_version);
+    let claim = successor_claim(state.definition().key(), previous_version, record[0].id());
+    let mut chain = Vec::with_capacity(record.len() + moves.len() + 1);
+    chain.push(claim);
+    chain.extend(moves);
+    for transfer in &mut chain {
+        transfer.set_flags(transfer.flags() | tb::transfer::Flags::LINKED);
+    }
+    chain.extend(record);
+    chain
 }
 
 /// The id carried by every record of `key` (`user_data_128` of its header), for audits.
@@ -341,6 +395,27 @@ mod tests {
         assert_eq!(ids(&a), ids(&encode(&state(10, ""), RecordKind::Put, 5)));
         assert_ne!(a[0].id(), encode(&state(10, ""), RecordKind::Put, 6)[0].id());
         assert_ne!(a[0].id(), encode(&state(11, ""), RecordKind::Put, 5)[0].id());
+    }
+
+    #[test]
+    fn a_claimed_record_is_one_chain_that_readers_of_the_log_see_whole() {
+        let key = LimitKey::new("k:tpm").unwrap();
+        let fund = tb::Transfer::new(7).with_amount(3).with_ledger(1).with_code(2);
+        let chain = encode_claimed(&state(10, ""), RecordKind::Put, 5, vec![fund]);
+        let record = encode(&state(10, ""), RecordKind::Put, 5);
+        assert_eq!(chain[0].id(), successor_claim(&key, 5, record[0].id()).id());
+        assert_eq!(chain[0].user_data_128(), record[0].id());
+        assert_eq!((chain[0].ledger(), chain[1].id()), (LEDGER_CLAIMS, 7));
+        let ids = |chain: &[tb::Transfer]| chain.iter().map(|t| t.id()).collect::<Vec<_>>();
+        assert_eq!(ids(&chain[2..]), ids(&record));
+        assert!(chain[..chain.len() - 1]
+            .iter()
+            .all(|t| t.flags().contains(tb::transfer::Flags::LINKED)));
+        assert!(!chain.last().unwrap().flags().contains(tb::transfer::Flags::LINKED));
+        // Another record after the same version claims the same id with other data.
+        let other = encode_claimed(&state(11, ""), RecordKind::Put, 5, Vec::new());
+        assert_eq!(other[0].id(), chain[0].id());
+        assert_ne!(other[0].user_data_128(), chain[0].user_data_128());
     }
 
     #[test]

@@ -8,16 +8,35 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tigerbeetle_unofficial as tb;
-use tokio::time::MissedTickBehavior;
 
 use crate::{LimitKey, LimitState, LimiterError};
 
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::definition_log::{self, RecordKind, Versioned, LEDGER_DEFINITIONS, QUERY_TRANSFERS_MAX};
 
-/// How often every server reads the log: a definition made on any server is
-/// served by every other within this, well inside the one second promised.
+/// What became of a claimed record.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Claimed {
+    /// It is in the log (written now, or by an earlier attempt or another
+    /// server writing the very same record).
+    Written,
+    /// Another record follows the same version: the writer's view was stale.
+    Superseded,
+    /// A transfer of its capacity change failed with this code; nothing was written.
+    Refused(tb::error::CreateTransferErrorKind),
+}
+
+/// How often every server reads the log while definitions change: a
+/// definition made on any server is served by every other within this.
 pub const DEFINITIONS_REFRESH_INTERVAL_MS: u64 = 200;
+/// The longest pause between two periodic reads while nothing changes. Each
+/// periodic read that finds nothing new doubles the pause (200, 400, 800 ms);
+/// a read that finds a record (periodic, for an unknown key, or after a
+/// write) brings it back to [`DEFINITIONS_REFRESH_INTERVAL_MS`]. An idle
+/// server thus sends 1.25 reads a second instead of 5, and a change made after
+/// a quiet spell is still served by every server within 800 ms plus a round
+/// trip (the fleet test asserts under 1 s).
+pub const DEFINITIONS_REFRESH_IDLE_MAX_MS: u64 = 800;
 /// The most query pages one refresh reads before yielding: a server joining a
 /// cluster with a long history catches up over several refreshes rather than
 /// holding a session for seconds.
@@ -62,6 +81,10 @@ impl TigerBeetleBackend {
                 })
                 .await
                 .map_err(|e| unavailable(&e, "read definitions"))?;
+            if !page.is_empty() {
+                // Something was written: the periodic reads come fast again.
+                self.log_moved.store(true, Ordering::Release);
+            }
             let applied = self.definitions.write().expect("definitions lock").consume(&page);
             if applied > 0 {
                 tracing::debug!(applied, "definition records applied");
@@ -74,35 +97,48 @@ impl TigerBeetleBackend {
     }
 
     /// Starts the task that refreshes the definitions every
-    /// [`DEFINITIONS_REFRESH_INTERVAL_MS`]; it ends when the backend is dropped.
+    /// [`DEFINITIONS_REFRESH_INTERVAL_MS`] while they change, backing off to
+    /// [`DEFINITIONS_REFRESH_IDLE_MAX_MS`] while they do not; it ends when the
+    /// backend is dropped.
     pub fn start_definitions_refresh(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let backend: Weak<Self> = Arc::downgrade(self);
         tokio::spawn(async move {
-            let interval = Duration::from_millis(DEFINITIONS_REFRESH_INTERVAL_MS);
-            let mut ticks = tokio::time::interval(interval);
-            ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            let mut pause_ms = DEFINITIONS_REFRESH_INTERVAL_MS;
             loop {
-                ticks.tick().await;
+                tokio::time::sleep(Duration::from_millis(pause_ms)).await;
                 let Some(backend) = backend.upgrade() else {
                     return;
                 };
                 if let Err(e) = backend.refresh_definitions().await {
                     tracing::warn!(error = %e, "reading the definitions failed; will retry");
                 }
+                let moved = backend.log_moved.swap(false, Ordering::AcqRel);
+                pause_ms = next_refresh_pause_ms(pause_ms, moved);
             }
         })
     }
 
-    /// Appends a record of `state` to the log and reads it back, so this
-    /// server serves it as soon as the caller is answered. `exists` (a retry,
-    /// or another server writing the same decrease) is success.
-    pub(super) async fn write_record(
+    /// Appends a claimed record of `state` following `previous_version`, with
+    /// `moves` in the same chain ([`definition_log::encode_claimed`]), and
+    /// reads the log back, so this server serves it as soon as the caller is
+    /// answered. `exists` on the claim (a retry, or another server writing the
+    /// same decrease) is success.
+    pub(super) async fn write_claimed(
         &self,
         state: &LimitState,
         kind: RecordKind,
         previous_version: u64,
-    ) -> Result<(), LimiterError> {
-        let chain = definition_log::encode(state, kind, previous_version);
+        moves: Vec<tb::Transfer>,
+    ) -> Result<Claimed, LimiterError> {
+        if !self.log_accounts_ready.load(Ordering::Acquire) {
+            // A claim refused for a missing account would burn its id for
+            // ever (a cluster written by an older version has no claim
+            // accounts): they are created first, once per process.
+            self.create_accounts_checked(definition_log::log_accounts(), "definition log")
+                .await?;
+            self.log_accounts_ready.store(true, Ordering::Release);
+        }
+        let chain = definition_log::encode_claimed(state, kind, previous_version, moves);
         let slot = self.admin_slot().await?;
         let failures = self
             .pool
@@ -112,14 +148,24 @@ impl TigerBeetleBackend {
             .await
             .map_err(|e| unavailable(&e, "write definition"))?;
         use tb::error::CreateTransferErrorKind as Kind;
-        let unexpected = failures
-            .iter()
-            .find(|f| !matches!(f.kind(), Kind::Exists | Kind::LinkedEventFailed));
-        if let Some(f) = unexpected {
-            tracing::error!(key = %state.definition().key(), code = ?f.kind(), "writing a definition record failed");
-            return Err(LimiterError::Backend(format!("definition record: {:?}", f.kind())));
+        let claim = failures.iter().find(|f| f.index == 0).map(|f| f.kind());
+        let claimed = match claim {
+            None | Some(Kind::Exists) => Claimed::Written,
+            Some(Kind::ExistsWithDifferentUserData128) => Claimed::Superseded,
+            Some(_) => match (failures.iter()).find(|f| !matches!(f.kind(), Kind::LinkedEventFailed)) {
+                // A capacity change of the chain failed (they follow the claim).
+                Some(f) if f.index > 0 && !matches!(f.kind(), Kind::Exists) => Claimed::Refused(f.kind()),
+                other => {
+                    let code = other.map(|f| f.kind());
+                    tracing::error!(key = %state.definition().key(), ?code, "writing a definition record failed");
+                    return Err(LimiterError::Backend(format!("definition record: {code:?}")));
+                }
+            },
+        };
+        if matches!(claimed, Claimed::Written) {
+            self.refresh_definitions().await?;
         }
-        self.refresh_definitions().await
+        Ok(claimed)
     }
 
     /// The state of `key` and its version, if this server knows it.
@@ -140,6 +186,12 @@ impl TigerBeetleBackend {
         }
         self.refresh_definitions().await?;
         Ok(self.state_of(key))
+    }
+
+    /// True when some key is decreasing as far as this server knows.
+    pub(super) fn any_decreasing(&self) -> bool {
+        (self.definitions.read().expect("definitions lock").states())
+            .any(|v| v.state.status() == crate::LimitStatus::Decreasing)
     }
 
     /// Every state, ordered by key.
@@ -170,5 +222,32 @@ impl TigerBeetleBackend {
         }
         self.refresh_definitions().await?;
         Ok(known(self))
+    }
+}
+
+/// The pause before the next periodic read of the log: the shortest after a
+/// read that found records, otherwise twice the last one, up to the idle bound.
+pub fn next_refresh_pause_ms(last_ms: u64, log_moved: bool) -> u64 {
+    if log_moved {
+        DEFINITIONS_REFRESH_INTERVAL_MS
+    } else {
+        last_ms.saturating_mul(2).min(DEFINITIONS_REFRESH_IDLE_MAX_MS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_back_off_while_the_log_is_quiet_and_come_fast_when_it_moves() {
+        let mut pause = DEFINITIONS_REFRESH_INTERVAL_MS;
+        let mut pauses = Vec::new();
+        for _ in 0..4 {
+            pause = next_refresh_pause_ms(pause, false);
+            pauses.push(pause);
+        }
+        assert_eq!(pauses, [400, 800, 800, 800]);
+        assert_eq!(next_refresh_pause_ms(pause, true), DEFINITIONS_REFRESH_INTERVAL_MS);
     }
 }
