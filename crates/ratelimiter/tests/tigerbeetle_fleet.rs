@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use ratelimiter::testkit::{self, Harness};
 use ratelimiter::tigerbeetle::{client as tb, SubmitMode, TigerBeetleBackend};
 use ratelimiter::{
-    Backend, CompleteRequest, Denial, LeaseId, LimitDefinition, LimitKey, LimitReport, LimitState, Limiter,
+    Actual, Backend, CompleteRequest, Denial, LeaseId, LimitDefinition, LimitKey, LimitReport, LimitState, Limiter,
     LimiterError, Requirement, ReserveOutcome, ReserveRequest, SystemClock,
 };
 use tigerbeetle_common::backend_with;
@@ -327,4 +327,189 @@ async fn racing_definitions_end_in_one_definition_whose_capacity_the_cluster_hol
 
 fn accounts_id(key: &LimitKey) -> u128 {
     ratelimiter::tigerbeetle::ids::resource_account_id(key)
+}
+
+/// The same, when the denied lease's full key is not its first: the first
+/// reservation's id is not burnt then, so the denied marker written there is
+/// what refuses the lease elsewhere; and a standing denial on another server
+/// (an amount above capacity, decided before anything is sent) still comes
+/// after the lease's denial (precedence rows 3 and 4), for both shapes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_denied_at_any_index_stays_denied_on_another_server() {
+    let clock = Arc::new(SystemClock::new());
+    let a = backend_with(SubmitMode::Batching, clock.clone()).await;
+    let b = backend_with(SubmitMode::Batching, clock).await;
+    let key = |name: &str| LimitKey::new(format!("fleet:denied-at:{}:{name}", LeaseId::generate())).unwrap();
+    let (full, open, other) = (key("full"), key("open"), key("other"));
+    for k in [&full, &open, &other] {
+        a.apply_definition(&LimitDefinition::rolling(k.clone(), 1, 60).unwrap())
+            .await
+            .unwrap();
+    }
+    b.refresh_definitions().await.unwrap();
+    let request = |lease, keys: &[(&LimitKey, u64)]| {
+        let requirements = (keys.iter())
+            .map(|(key, amount)| Requirement {
+                key: (*key).clone(),
+                amount: *amount,
+            })
+            .collect();
+        ReserveRequest::new(lease, None, requirements).unwrap()
+    };
+    let fill = a.reserve(&request(LeaseId::generate(), &[(&full, 1)])).await.unwrap();
+    assert!(matches!(fill, ReserveOutcome::Allowed { .. }), "{fill:?}");
+    for shape in [vec![(&open, 1), (&full, 1)], vec![(&full, 1), (&open, 1)]] {
+        let burnt = LeaseId::generate();
+        let denied = a.reserve(&request(burnt, &shape)).await.unwrap();
+        assert!(
+            matches!(denied, ReserveOutcome::Denied(Denial::InsufficientCapacity { .. })),
+            "{denied:?}"
+        );
+        assert_eq!(
+            b.reserve(&request(burnt, &[(&other, 5)])).await.unwrap(),
+            ReserveOutcome::Denied(Denial::LeaseAlreadyFailed),
+            "a standing denial on another server, {shape:?}"
+        );
+        assert_eq!(
+            b.reserve(&request(burnt, &[(&other, 1)])).await.unwrap(),
+            ReserveOutcome::Denied(Denial::LeaseAlreadyFailed),
+            "another key on another server, {shape:?}"
+        );
+    }
+    let report = b.limit_report(&other).await.unwrap().unwrap();
+    assert_eq!(report.in_use, 0, "nothing of a denied lease was reserved");
+}
+
+/// Issue 21 item 2: Complete is idempotent across a fleet. The first
+/// Complete of a lease decides its reconciliation on every server; a later
+/// Complete with other actuals, on the same or another server, whether that
+/// server holds the lease in its cache or reads it from the cluster, is
+/// answered `ok` and changes nothing. Both orders: the reserving server first
+/// (with actuals equal to the reservation, which once wrote nothing), and
+/// another server first (the reserving one's cache still has the lease open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_complete_of_a_lease_decides_on_every_server() {
+    let clock = Arc::new(SystemClock::new());
+    let a = backend_with(SubmitMode::Batching, clock.clone()).await;
+    let b = backend_with(SubmitMode::Batching, clock).await;
+    let key = LimitKey::new(format!("fleet:complete-once:{}", LeaseId::generate())).unwrap();
+    a.apply_definition(&LimitDefinition::rolling(key.clone(), 10_000, 60).unwrap())
+        .await
+        .unwrap();
+    b.refresh_definitions().await.unwrap();
+    let in_use = || async { a.limit_report(&key).await.unwrap().unwrap().in_use };
+    let complete = |lease, actual| {
+        let actuals = vec![Actual {
+            key: key.clone(),
+            actual_amount: actual,
+        }];
+        CompleteRequest::new(lease, None, actuals).unwrap()
+    };
+    let reserve = |lease| {
+        let requirements = vec![Requirement {
+            key: key.clone(),
+            amount: 1_000,
+        }];
+        ReserveRequest::new(lease, None, requirements).unwrap()
+    };
+
+    // The reserving server first, actuals equal to the reservation.
+    let first = LeaseId::generate();
+    assert!(matches!(
+        a.reserve(&reserve(first)).await.unwrap(),
+        ReserveOutcome::Allowed { .. }
+    ));
+    a.complete(&complete(first, 1_000)).await.unwrap();
+    assert_eq!(in_use().await, 1_000);
+    b.complete(&complete(first, 10)).await.unwrap();
+    b.complete(&complete(first, 5_000)).await.unwrap();
+    a.complete(&complete(first, 0)).await.unwrap();
+    assert_eq!(in_use().await, 1_000, "later Completes changed nothing");
+
+    // Another server first: the reserving server's cache still has the lease open.
+    let second = LeaseId::generate();
+    assert!(matches!(
+        a.reserve(&reserve(second)).await.unwrap(),
+        ReserveOutcome::Allowed { .. }
+    ));
+    b.complete(&complete(second, 300)).await.unwrap();
+    assert_eq!(in_use().await, 1_300);
+    a.complete(&complete(second, 1_000)).await.unwrap();
+    a.complete(&complete(second, 2_000)).await.unwrap();
+    b.complete(&complete(second, 300)).await.unwrap();
+    assert_eq!(in_use().await, 1_300, "the first Complete (300) stands everywhere");
+    let counters = (a.counters(), b.counters());
+    assert_eq!(counters.0.overage_debt_units + counters.1.overage_debt_units, 0);
+}
+
+/// Issue 20 item 2: Completes of many leases this server does not hold, at
+/// once, each read back from the cluster (batched lookups by id) and each
+/// reconciled exactly: the key's usage is the sum of the actuals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_completes_of_foreign_leases_at_once_are_each_reconciled() {
+    let clock = Arc::new(SystemClock::new());
+    let a = backend_with(SubmitMode::Batching, clock.clone()).await;
+    let b = Arc::new(backend_with(SubmitMode::Batching, clock).await);
+    let keys: Vec<LimitKey> = (0..6)
+        .map(|i| LimitKey::new(format!("fleet:foreign:{}:{i}", LeaseId::generate())).unwrap())
+        .collect();
+    for k in &keys {
+        a.apply_definition(&LimitDefinition::rolling(k.clone(), 1_000_000, 60).unwrap())
+            .await
+            .unwrap();
+    }
+    b.refresh_definitions().await.unwrap();
+    // Leases of 1 to 6 requirements: some fit the first lookup, some need a second.
+    let mut leases = Vec::new();
+    for i in 0..48usize {
+        let lease = LeaseId::generate();
+        let held = &keys[..1 + i % keys.len()];
+        let requirements = (held.iter())
+            .map(|k| Requirement {
+                key: k.clone(),
+                amount: 100,
+            })
+            .collect();
+        let request = ReserveRequest::new(lease, None, requirements).unwrap();
+        assert!(matches!(
+            a.reserve(&request).await.unwrap(),
+            ReserveOutcome::Allowed { .. }
+        ));
+        leases.push((lease, held.to_vec(), (i % 7) as u64 * 10));
+    }
+    let tasks: Vec<_> = (leases.iter().cloned())
+        .map(|(lease, held, actual)| {
+            let b = Arc::clone(&b);
+            tokio::spawn(async move {
+                let actuals = (held.iter())
+                    .map(|k| Actual {
+                        key: k.clone(),
+                        actual_amount: actual,
+                    })
+                    .collect();
+                b.complete(&CompleteRequest::new(lease, None, actuals).unwrap()).await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    for (i, k) in keys.iter().enumerate() {
+        let expected: u64 = (leases.iter())
+            .filter(|(_, held, _)| held.len() > i)
+            .map(|(_, _, actual)| actual)
+            .sum();
+        assert_eq!(a.limit_report(k).await.unwrap().unwrap().in_use, expected, "key {i}");
+    }
+    let counters = b.counters();
+    assert_eq!(counters.completes_from_cluster, leases.len() as u64);
+    // Started together, the lookups share requests: the first goes out
+    // alone, the rest queue behind it and leave together (a cluster round
+    // trip is milliseconds; spawning 48 tasks, microseconds).
+    assert!(
+        counters.lease_lookup_requests < counters.lease_lookups,
+        "{} lookups took {} requests",
+        counters.lease_lookups,
+        counters.lease_lookup_requests
+    );
 }

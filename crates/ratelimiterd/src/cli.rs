@@ -48,7 +48,7 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
     addresses: [\"127.0.0.1:3000\"]
     sessions: 1                        # one batch out at a time: fewer, larger commits
     max_batch_events: 8000
-    flush_interval_micros: 0           # send what is queued as soon as the session is free
+    flush_interval_micros: 0           # 0: wait for a batch to fill only when that pays (adaptive)
     submit_mode: batching              # or direct
     request_timeout_ms: 5000           # TigerBeetle answer unknown after this: 503
     queue_depth_max: 65536             # submitter queue; full answers 503 at once

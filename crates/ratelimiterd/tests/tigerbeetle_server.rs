@@ -230,15 +230,18 @@ fn the_backends_own_counters_are_in_metrics() {
     let text = text.as_str().expect("Prometheus text").to_owned();
     assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_overage_dropped_units_total"), 3);
     assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_overage_debt_units_total"), 3);
-    // The hot path sent three work items: the reserve chain (the lease's marker
-    // and 2 reservations), the two overage reservations (2), the debt (1); the
+    // The hot path sent four work items: the reserve chain (2 reservations,
+    // the first at the lease's marker id), then the Complete's chain in
+    // rounds, each dropping what cannot be written: the completion record
+    // and the two overage reservations (3), the record and the owed one (2,
+    // the other dropped: overage none), the record and its debt (2). The
     // admin path is not counted.
-    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_items_total"), 3);
-    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_transfers_total"), 6);
+    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_items_total"), 4);
+    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_transfers_total"), 9);
     assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_batch_transfers_max"), 3);
     let batches = metric(&text, "ratelimiterd_tigerbeetle_batches_total");
-    assert!((1..=3).contains(&batches), "{batches} batches");
-    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_queue_wait_seconds_count"), 3);
+    assert!((1..=4).contains(&batches), "{batches} batches");
+    assert_eq!(metric(&text, "ratelimiterd_tigerbeetle_queue_wait_seconds_count"), 4);
     assert_eq!(
         metric(&text, "ratelimiterd_tigerbeetle_request_duration_seconds_count"),
         batches

@@ -75,6 +75,7 @@ pub async fn run_all(harness: &dyn Harness) {
     exceeds_capacity(harness).await;
     unknown_key(harness).await;
     complete_is_idempotent(harness).await;
+    first_complete_decides(harness).await;
     complete_rejects_bad_actuals(harness).await;
     reserve_precedence(harness).await;
     overage_after_the_window(harness).await;

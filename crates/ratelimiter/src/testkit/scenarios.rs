@@ -297,6 +297,29 @@ pub async fn complete_is_idempotent(h: &dyn Harness) {
         .await;
 }
 
+/// The first Complete of a lease decides its reconciliation, even one that
+/// changes nothing (no actuals, or actuals equal to the reservation): a later
+/// Complete with other actuals is answered ok and changes nothing (issue 21,
+/// item 2; on a fleet, whichever server each Complete reaches).
+pub async fn first_complete_decides(h: &dyn Harness) {
+    let f = Fixture::new(h).await;
+    let tpm = f.rolling("tpm", 100, 3).await;
+    let (kept, outcome) = f.reserve_new(&[(&tpm, 8)]).await;
+    assert_allowed("lease", &outcome);
+    f.complete(kept, &[(&tpm, 8)]).await;
+    f.assert_in_use("kept as reserved", &[(&tpm, 8)]).await;
+    f.complete(kept, &[(&tpm, 2)]).await;
+    f.complete(kept, &[(&tpm, 50)]).await;
+    f.assert_in_use("later completes changed nothing", &[(&tpm, 8)]).await;
+    let (silent, outcome) = f.reserve_new(&[(&tpm, 8)]).await;
+    assert_allowed("second lease", &outcome);
+    f.complete(silent, &[]).await;
+    f.complete(silent, &[(&tpm, 0)]).await;
+    f.complete(silent, &[(&tpm, 30)]).await;
+    f.assert_in_use("a Complete without actuals decided too", &[(&tpm, 16)])
+        .await;
+}
+
 /// An actual for a key the lease did not reserve, or for a concurrency key, is
 /// an invalid request that changes nothing.
 pub async fn complete_rejects_bad_actuals(h: &dyn Harness) {

@@ -19,6 +19,7 @@ use super::counters::TigerBeetleCounters;
 use super::definition_log::DefinitionView;
 use super::denied_leases::DeniedLeases;
 use super::lease_cache::LeaseCache;
+use super::lease_lookup::LeaseLookups;
 use super::pool::{ClientPool, PoolError};
 use super::submitter::{Submitter, SubmitterStats};
 
@@ -58,6 +59,8 @@ pub struct BackendOptions {
 pub struct TigerBeetleBackend {
     pub(super) pool: Arc<ClientPool>,
     pub(super) submitter: Submitter,
+    /// Batches the lookups of leases this server does not hold.
+    pub(super) lookups: LeaseLookups,
     /// The state of every defined limit, as read from the cluster's log.
     pub(super) definitions: RwLock<DefinitionView>,
     /// Serializes reads of the log.
@@ -129,9 +132,11 @@ impl TigerBeetleBackend {
         let submitter = Submitter::start(Arc::clone(&pool), config, shutdown);
         // Replaces stalled sessions once the cluster answers again; ends with the pool.
         pool.start_watchdog();
+        let lookups = LeaseLookups::start(Arc::clone(&pool));
         Ok(Self {
             pool,
             submitter,
+            lookups,
             definitions: RwLock::new(DefinitionView::default()),
             refresh_gate: tokio::sync::Mutex::new(()),
             refresh_started: AtomicU64::new(0),
@@ -173,6 +178,7 @@ impl TigerBeetleBackend {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let now = self.clock.now_unix_ms();
         let view = self.definitions.read().expect("definitions lock");
+        let (lease_lookups, lease_lookup_requests) = self.lookups.counts();
         TigerBeetleCounters {
             overage_dropped_units: load(&self.overage_dropped_units),
             overage_debt_units: load(&self.overage_debt_units),
@@ -193,6 +199,8 @@ impl TigerBeetleBackend {
             denied_lease_evictions: self.denied.evicted(),
             completes_from_cache: load(&self.completes_from_cache),
             completes_from_cluster: load(&self.completes_from_cluster),
+            lease_lookups,
+            lease_lookup_requests,
             definitions: view.len() as u64,
             definitions_newest_age_ms: match view.newest_version() {
                 0 => 0,

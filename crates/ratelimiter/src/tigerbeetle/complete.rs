@@ -2,9 +2,13 @@
 //! void concurrency holds, shrink rolling reservations to the actual usage for the rest
 //! of their window, and reserve (or record as debt) usage beyond the reservation.
 //!
-//! Every transfer has a deterministic id, so a retried Complete finds `exists`
-//! and changes nothing. Voids of reservations that expired, were voided before
-//! or never existed (an unknown reserve outcome) count as released.
+//! A Complete is one linked chain, all or nothing, opened by the lease's
+//! completion record (an id derived from the lease alone, a digest of the
+//! actuals): the first Complete of a lease decides its reconciliation on every
+//! server, and a later one, a retry or other actuals on any server, meets the
+//! record and changes nothing. Voids of reservations that expired, were voided
+//! before or never existed (an unknown reserve outcome) count as released: they
+//! are dropped from the chain, which is sent again.
 
 use crate::decision::{self, OverageFallback, Reconcile};
 use crate::{CompleteRequest, LeaseId, LimiterError};
@@ -13,6 +17,7 @@ use tigerbeetle_unofficial as tb;
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::ids;
 use super::lease_cache::{HeldRequirement, LeaseRecord};
+use super::reserve::is_different_existing;
 use super::submitter::Failure;
 
 use tb::error::CreateTransferErrorKind as Kind;
@@ -20,12 +25,41 @@ use tb::error::CreateTransferErrorKind as Kind;
 /// Why a transfer of a Complete was sent, to read its result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Purpose {
+    /// The lease's completion record, which opens the chain.
+    Record,
     /// Releases a reservation.
     Void,
     /// Re-reserves the actual amount after a void.
     Shrink,
     /// Reserves usage beyond the reservation; `usize` is the held requirement.
     Overage(usize),
+    /// Records usage beyond the reservation as debt; `usize` is the held
+    /// requirement, `u64` the units.
+    Debt(usize, u64),
+}
+
+/// The most rounds of one Complete: each round after the first drops or
+/// replaces one transfer that cannot be written (a reservation that expired,
+/// an overage that does not fit), so a chain of at most 1 + 2 × 32 transfers
+/// settles within as many rounds.
+const COMPLETE_ROUNDS_MAX: usize = 2 * 32 + 2;
+
+/// What one round of a Complete's chain came to.
+enum Round {
+    /// The chain was written: this Complete decided the lease.
+    Written,
+    /// The lease's Complete was decided before (this one's retry, or another
+    /// Complete of the lease on any server): nothing changed.
+    Decided,
+    /// Send again, with the chain adjusted.
+    Again,
+}
+
+/// A Complete's transfers, why each is sent, and the overage units dropped.
+struct CompleteChain {
+    transfers: Vec<tb::Transfer>,
+    purposes: Vec<Purpose>,
+    dropped_units: u64,
 }
 
 impl TigerBeetleBackend {
@@ -39,17 +73,28 @@ impl TigerBeetleBackend {
             return Ok(());
         }
         check_actuals(lease, request, &record)?;
+        self.ensure_lease_marker_accounts().await?;
         let now = self.clock.now_unix_ms();
-        let (transfers, purposes, mut overages) = complete_transfers(lease, request, &record, now);
-        if !transfers.is_empty() {
+        let mut chain = self.complete_chain(lease, request, &record, now);
+        let mut written = false;
+        for _ in 0..COMPLETE_ROUNDS_MAX {
             let failures = self
                 .submitter
-                .submit(transfers)
+                .submit(linked(&chain.transfers))
                 .await
                 .map_err(|e| unavailable(&e, "complete"))?;
-            overages.extend(complete_failures(lease, &record, &purposes, &failures)?);
+            match self.complete_round(lease, &record, &mut chain, &failures)? {
+                Round::Written => {
+                    written = true;
+                    break;
+                }
+                Round::Decided => break,
+                Round::Again => {}
+            }
         }
-        self.record_overages(lease, &record, request, &overages).await?;
+        if written {
+            self.count_overages(lease, &chain);
+        }
         record.completed = true;
         record.held = Vec::new();
         self.leases.update(lease, record);
@@ -71,74 +116,173 @@ impl TigerBeetleBackend {
         Ok(found.record())
     }
 
-    /// Records as debt, or drops and counts, the overage that could not be
-    /// reserved (`overages` indexes `record.held`).
-    async fn record_overages(
+    /// The chain of one Complete: its completion record (a digest of the
+    /// actuals), then the transfers of the shared reconcile plan, with the
+    /// overages that cannot be reserved (their window is over) recorded as
+    /// debt or dropped.
+    fn complete_chain(
+        &self,
+        lease: LeaseId,
+        request: &CompleteRequest,
+        record: &LeaseRecord,
+        now: u64,
+    ) -> CompleteChain {
+        let digest = ids::actuals_digest(request.actuals().iter().map(|a| (&a.key, a.actual_amount)));
+        let (mut transfers, mut purposes, unreservable) = complete_transfers(lease, request, record, now);
+        transfers.insert(0, ids::completion_record(lease, digest));
+        purposes.insert(0, Purpose::Record);
+        let mut chain = CompleteChain {
+            transfers,
+            purposes,
+            dropped_units: 0,
+        };
+        for i in unreservable {
+            let units = overage_units(request, &record.held[i]);
+            self.overage_to_debt(lease, record, &mut chain, None, i, units);
+        }
+        chain
+    }
+
+    /// Reads one round's answer: the chain was written, the lease was
+    /// decided before, or one transfer that cannot be written is dropped or
+    /// replaced for the next round (the chain is all or nothing, so nothing
+    /// of this round was written).
+    fn complete_round(
         &self,
         lease: LeaseId,
         record: &LeaseRecord,
-        request: &CompleteRequest,
-        overages: &[usize],
-    ) -> Result<(), LimiterError> {
-        let mut debts = Vec::new();
-        let mut debt_units = Vec::new();
-        for held in overages.iter().map(|i| &record.held[*i]) {
-            let actual = request
-                .actuals()
-                .iter()
-                .find(|a| a.key == held.key)
-                .expect("overage has an actual");
-            let diff = actual.actual_amount - held.amount;
-            let fallback = self.state_of(&held.key).map_or(OverageFallback::Dropped, |s| {
-                decision::overage_fallback(s.definition().overage())
+        chain: &mut CompleteChain,
+        failures: &[Failure],
+    ) -> Result<Round, LimiterError> {
+        let Some(failure) = failures.iter().find(|f| !matches!(f.kind(), Kind::LinkedEventFailed)) else {
+            return Ok(if failures.is_empty() {
+                Round::Written
+            } else {
+                Round::Again
             });
-            if fallback == OverageFallback::Dropped {
-                tracing::info!(lease = %lease, key = %held.key, units = diff, "overage dropped (overage: none)");
-                self.overage_dropped_units
-                    .fetch_add(diff, std::sync::atomic::Ordering::Relaxed);
-                continue;
+        };
+        let (index, kind) = (failure.index, failure.kind());
+        let released = matches!(
+            kind,
+            Kind::PendingTransferExpired | Kind::PendingTransferAlreadyVoided | Kind::PendingTransferNotFound
+        );
+        match chain.purposes[index] {
+            // This Complete's own record (a retry whose first answer was
+            // lost), or another Complete's, with other actuals or another
+            // chain (other flags): decided.
+            Purpose::Record if matches!(kind, Kind::Exists) || is_different_existing(kind) => Ok(Round::Decided),
+            // Written by an earlier version's Complete of the lease, which
+            // wrote no record: decided too.
+            Purpose::Void | Purpose::Shrink | Purpose::Overage(_) | Purpose::Debt(..)
+                if matches!(kind, Kind::Exists) || written_elsewhere(kind) =>
+            {
+                Ok(Round::Decided)
             }
-            debt_units.push(diff);
-            debts.push(
-                tb::Transfer::new(ids::debt_transfer_id(lease, &held.key))
-                    .with_debit_account_id(ids::debt_account_id(&held.key))
-                    .with_credit_account_id(ids::operator_account_id())
-                    .with_amount(u128::from(diff))
-                    .with_ledger(ids::LEDGER_LIMITS)
-                    .with_code(ids::CODE_DEBT)
-                    .with_user_data_128(lease.to_u128()),
-            );
-        }
-        if debts.is_empty() {
-            return Ok(());
-        }
-        let failures = self
-            .submitter
-            .submit(debts)
-            .await
-            .map_err(|e| unavailable(&e, "debt"))?;
-        match failures
-            .iter()
-            .find(|f| !matches!(f.kind(), Kind::Exists) && !written_elsewhere(f.kind()))
-        {
-            None => {
-                // A debt that exists already was recorded, and counted, by an
-                // earlier attempt of this Complete, or by another Complete of the
-                // lease on another server.
-                let recorded: u64 = (debt_units.iter().enumerate())
-                    .filter(|(i, _)| !failures.iter().any(|f| f.index == *i))
-                    .map(|(_, units)| units)
-                    .sum();
-                self.overage_debt_units
-                    .fetch_add(recorded, std::sync::atomic::Ordering::Relaxed);
-                Ok(())
+            Purpose::Void if released => {
+                chain.remove(index);
+                Ok(Round::Again)
             }
-            Some(f) => {
-                tracing::error!(lease = %lease, code = ?f.kind(), "recording debt failed");
-                Err(LimiterError::Backend(format!("debt transfer failed: {:?}", f.kind())))
+            // The shrunk reservation is not needed for safety: what it
+            // re-reserves was just freed, so it only fails when the void did
+            // not free it.
+            Purpose::Shrink if matches!(kind, Kind::ExceedsCredits | Kind::IdAlreadyFailed) => {
+                tracing::debug!(lease = %lease, code = ?kind, "shrunk reservation not created");
+                chain.remove(index);
+                Ok(Round::Again)
+            }
+            Purpose::Overage(i) if matches!(kind, Kind::ExceedsCredits | Kind::IdAlreadyFailed) => {
+                let units = u64::try_from(chain.transfers[index].amount()).expect("an overage fits u64");
+                self.overage_to_debt(lease, record, chain, Some(index), i, units);
+                Ok(Round::Again)
+            }
+            purpose => {
+                tracing::error!(lease = %lease, code = ?kind, purpose = ?purpose, held = record.held.len(),
+                    "unexpected TigerBeetle result in complete");
+                Err(LimiterError::Backend(format!("complete transfer failed: {kind:?}")))
             }
         }
     }
+
+    /// Handles an overage of `units` on `record.held[i]` that could not be
+    /// reserved, per the limit's `overage`: a debt transfer in the chain (in
+    /// place of the re-reserve at `replace`, if any), or dropped.
+    fn overage_to_debt(
+        &self,
+        lease: LeaseId,
+        record: &LeaseRecord,
+        chain: &mut CompleteChain,
+        replace: Option<usize>,
+        i: usize,
+        units: u64,
+    ) {
+        let held = &record.held[i];
+        if let Some(index) = replace {
+            chain.remove(index);
+        }
+        let fallback = self.state_of(&held.key).map_or(OverageFallback::Dropped, |s| {
+            decision::overage_fallback(s.definition().overage())
+        });
+        if fallback == OverageFallback::Dropped {
+            chain.dropped_units += units;
+            return;
+        }
+        chain.transfers.push(
+            tb::Transfer::new(ids::debt_transfer_id(lease, &held.key))
+                .with_debit_account_id(ids::debt_account_id(&held.key))
+                .with_credit_account_id(ids::operator_account_id())
+                .with_amount(u128::from(units))
+                .with_ledger(ids::LEDGER_LIMITS)
+                .with_code(ids::CODE_DEBT)
+                .with_user_data_128(lease.to_u128()),
+        );
+        chain.purposes.push(Purpose::Debt(i, units));
+    }
+
+    /// Counts what a written chain dropped and recorded as debt.
+    fn count_overages(&self, lease: LeaseId, chain: &CompleteChain) {
+        if chain.dropped_units > 0 {
+            tracing::info!(lease = %lease, units = chain.dropped_units, "overage dropped (overage: none)");
+            self.overage_dropped_units
+                .fetch_add(chain.dropped_units, std::sync::atomic::Ordering::Relaxed);
+        }
+        let debt: u64 = (chain.purposes.iter())
+            .map(|p| match p {
+                Purpose::Debt(_, units) => *units,
+                _ => 0,
+            })
+            .sum();
+        self.overage_debt_units
+            .fetch_add(debt, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl CompleteChain {
+    fn remove(&mut self, index: usize) {
+        self.transfers.remove(index);
+        self.purposes.remove(index);
+    }
+}
+
+/// `transfers` as one linked chain: all or nothing.
+fn linked(transfers: &[tb::Transfer]) -> Vec<tb::Transfer> {
+    let last = transfers.len() - 1;
+    (transfers.iter().enumerate())
+        .map(|(i, t)| {
+            let mut t = *t;
+            let mut flags = t.flags();
+            flags.set(tb::transfer::Flags::LINKED, i < last);
+            t.set_flags(flags);
+            t
+        })
+        .collect()
+}
+
+/// The units by which the actual of `held` exceeds its reservation.
+fn overage_units(request: &CompleteRequest, held: &HeldRequirement) -> u64 {
+    let actual = (request.actuals().iter())
+        .find(|a| a.key == held.key)
+        .expect("an overage has an actual");
+    actual.actual_amount - held.amount
 }
 
 /// Every actual must name a rolling key the lease reserved
@@ -199,53 +343,10 @@ fn complete_transfers(
     (transfers, purposes, unreservable)
 }
 
-/// Reads the results of a Complete's transfers; returns the overages that could
-/// not be reserved (indexes into `record.held`).
-fn complete_failures(
-    lease: LeaseId,
-    record: &LeaseRecord,
-    purposes: &[Purpose],
-    failures: &[Failure],
-) -> Result<Vec<usize>, LimiterError> {
-    let mut overages = Vec::new();
-    for failure in failures {
-        let purpose = purposes[failure.index];
-        let kind = failure.kind();
-        let released = matches!(
-            kind,
-            Kind::Exists
-                | Kind::PendingTransferExpired
-                | Kind::PendingTransferAlreadyVoided
-                | Kind::PendingTransferNotFound
-        );
-        match purpose {
-            Purpose::Void if released => {}
-            // The shrunk reservation is not needed for safety: what it re-reserves
-            // was just freed. It can only fail when the void did not free it, or
-            // when another Complete of the lease (on another server, whose own
-            // cache still had the lease open) wrote its own first.
-            Purpose::Shrink
-                if matches!(kind, Kind::Exists | Kind::ExceedsCredits | Kind::IdAlreadyFailed)
-                    || written_elsewhere(kind) =>
-            {
-                tracing::debug!(lease = %lease, code = ?kind, "shrunk reservation not created");
-            }
-            Purpose::Overage(_) if matches!(kind, Kind::Exists) || written_elsewhere(kind) => {}
-            Purpose::Overage(i) if matches!(kind, Kind::ExceedsCredits | Kind::IdAlreadyFailed) => overages.push(i),
-            _ => {
-                tracing::error!(lease = %lease, code = ?kind, purpose = ?purpose, held = record.held.len(),
-                    "unexpected TigerBeetle result in complete");
-                return Err(LimiterError::Backend(format!("complete transfer failed: {kind:?}")));
-            }
-        }
-    }
-    Ok(overages)
-}
-
 /// True for a transfer of this lease's Complete that exists with another
-/// amount or timeout: another Complete of the same lease, with other actuals,
-/// got there first (a caller that completed twice through two servers). The
-/// first one's reconciliation stands; this one changes nothing more.
+/// amount or timeout: a Complete of an earlier version, which wrote no
+/// completion record, with other actuals, got there first. Its
+/// reconciliation stands; this one changes nothing more.
 fn written_elsewhere(kind: Kind) -> bool {
     matches!(kind, Kind::ExistsWithDifferentAmount | Kind::ExistsWithDifferentTimeout)
 }
@@ -253,7 +354,7 @@ fn written_elsewhere(kind: Kind) -> bool {
 /// Voids the reservation of `held` by its deterministic id.
 fn void(lease: LeaseId, held: &HeldRequirement) -> tb::Transfer {
     tb::Transfer::new(ids::void_transfer_id(lease, &held.key))
-        .with_pending_id(ids::reserve_transfer_id(lease, &held.key))
+        .with_pending_id(held.reservation_id)
         .with_flags(tb::transfer::Flags::VOID_PENDING_TRANSFER)
         .with_user_data_128(lease.to_u128())
 }

@@ -63,9 +63,10 @@ pub struct ConfigFields {
     #[serde(rename = "max_batch_events", alias = "batch_events_max")]
     pub batch_events_max: u32,
     /// How long the submitter waits to fill a batch once it holds one work item
-    /// and a session is free. 0 (the default) sends whatever is queued at once:
-    /// under load the queue fills while the previous batch is out anyway, and an
-    /// idle server should not add a timer tick to every request.
+    /// and a session is free. 0 (the default) is adaptive: it waits only while
+    /// items arrive more often than half the cluster's round trip (at most
+    /// 2 ms), so an idle or saturated server sends at once and a fleet
+    /// server's share of a load still leaves in full batches.
     pub flush_interval_micros: u64,
     /// The submit mode: `batching` (the backend's submitter) or `direct`.
     pub submit_mode: SubmitMode,

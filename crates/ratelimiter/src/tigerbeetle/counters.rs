@@ -48,6 +48,12 @@ pub struct TigerBeetleCounters {
     /// Completes whose lease was read back from the cluster (reserved on
     /// another server, or forgotten here).
     pub completes_from_cluster: u64,
+    /// Leases looked up by id in the cluster (Completes of leases this server
+    /// does not hold, reserves that met an existing chain).
+    pub lease_lookups: u64,
+    /// `lookup_transfers` requests those lookups took: lookups of one moment
+    /// share one request.
+    pub lease_lookup_requests: u64,
     /// Keys defined in the fleet, as this server knows them.
     pub definitions: u64,
     /// How old the newest definition record this server has applied is, in
@@ -66,7 +72,7 @@ pub struct TigerBeetleCounters {
 /// counters; `_total` names are counters, the rest gauges.
 type MetricLine = (&'static str, &'static str, fn(&TigerBeetleCounters) -> u64);
 
-const METRIC_LINES: [MetricLine; 27] = [
+const METRIC_LINES: [MetricLine; 29] = [
     (
         "tigerbeetle_overage_dropped_units_total",
         "Units used above reservations and dropped (overage: none).",
@@ -96,6 +102,16 @@ const METRIC_LINES: [MetricLine; 27] = [
         "tigerbeetle_batch_transfers_max",
         "The most transfers sent in one request since the start.",
         |c| c.batches.largest_batch,
+    ),
+    (
+        "tigerbeetle_lease_lookups_total",
+        "Leases looked up by id in the cluster (a Complete of a lease this server does not hold).",
+        |c| c.lease_lookups,
+    ),
+    (
+        "tigerbeetle_lease_lookup_requests_total",
+        "lookup_transfers requests those lookups took (lookups of one moment share one).",
+        |c| c.lease_lookup_requests,
     ),
     (
         "tigerbeetle_queue_full_total",

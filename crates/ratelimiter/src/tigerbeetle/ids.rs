@@ -24,15 +24,21 @@ pub const CODE_DEFUND: u16 = 3;
 /// The code of posted transfers that record overage as debt.
 pub const CODE_DEBT: u16 = 4;
 
-/// The ledger of lease markers: one zero-amount transfer per lease, the first
-/// of its reserve chain, so that a lease id's fate (granted or denied) is known
-/// to the whole cluster, whichever keys a later request names.
+/// The ledger of lease records: the denied marker of a lease and its
+/// completion record, zero-amount transfers at ids derived from the lease id
+/// alone, so that a lease id's fate (denied, completed and how) is known to the
+/// whole cluster, whichever keys a later request names.
 pub const LEDGER_LEASES: u32 = 3;
-/// The code of the marker of a granted lease (written inside its chain).
+/// The code of the zero-amount marker that opened the reserve chains of
+/// earlier versions (a granted lease); chains now open with their first
+/// reservation at the marker's id ([`reservation_id`]).
 pub const CODE_LEASE_GRANTED: u16 = 32;
-/// The code of the marker of a denied lease (written after the denial): a
-/// later chain's marker then meets `exists_with_different_code`.
+/// The code of the marker of a denied lease (written after the denial) at
+/// the lease's first reservation id: a later chain of the lease then meets
+/// `exists_with_different_*` at its first transfer.
 pub const CODE_LEASE_DENIED: u16 = 33;
+/// The code of a lease's completion record ([`completion_record`]).
+pub const CODE_LEASE_COMPLETED: u16 = 34;
 /// The account code of the two lease-marker accounts.
 pub const ACCOUNT_CODE_LEASES: u16 = 5;
 
@@ -64,21 +70,70 @@ pub fn reserve_transfer_id(lease: LeaseId, key: &LimitKey) -> u128 {
     id128(&format!("xfer:reserve:{lease}:{key}"))
 }
 
-/// The id of the marker of `lease`: `xfer:lease:<lease_id>`.
+/// The id of the marker of `lease`: `xfer:lease:<lease_id>`, which is also
+/// the id of the lease's first reservation ([`reservation_id`]).
 pub fn lease_marker_id(lease: LeaseId) -> u128 {
     id128(&format!("xfer:lease:{lease}"))
 }
 
-/// The marker of `lease`, granted or denied (`code`), carrying the lease like
-/// its reservations. Nothing else in it varies: every granted marker of a lease
-/// is the same transfer, so any difference a chain meets is a denied marker.
-pub fn lease_marker(lease: LeaseId, code: u16) -> tb::Transfer {
-    tb::Transfer::new(lease_marker_id(lease))
+/// The id of the pending transfer that holds the `index`-th requirement (in
+/// request order) of `lease`: the first is `xfer:lease:<lease_id>`, the lease
+/// marker's id, so the reservation itself marks the lease (a denied marker at
+/// that id fails every later chain of the lease, whichever keys it names);
+/// the others are `xfer:hold:<lease_id>:<index>`. Derived from the lease id
+/// alone, so any server looks a lease's reservations up by id, many leases in
+/// one request ([`super::lease_lookup`]).
+pub fn reservation_id(lease: LeaseId, index: usize) -> u128 {
+    match index {
+        0 => lease_marker_id(lease),
+        i => id128(&format!("xfer:hold:{lease}:{i}")),
+    }
+}
+
+/// The id of the completion record of `lease`: `xfer:complete:<lease_id>`.
+pub fn completion_id(lease: LeaseId) -> u128 {
+    id128(&format!("xfer:complete:{lease}"))
+}
+
+/// The completion record of `lease`: a zero-amount transfer that opens the
+/// linked chain of its first Complete, carrying a digest of that Complete's
+/// actuals ([`actuals_digest`]) in `user_data_64`. The chain is all or
+/// nothing, so the record exists exactly when that reconciliation was written;
+/// a later Complete of the lease with other actuals, on any server, meets
+/// `exists_with_different_user_data_64` and changes nothing.
+pub fn completion_record(lease: LeaseId, digest: u64) -> tb::Transfer {
+    tb::Transfer::new(completion_id(lease))
         .with_debit_account_id(id128("acct:leases:debit"))
         .with_credit_account_id(id128("acct:leases:credit"))
         .with_amount(0)
         .with_ledger(LEDGER_LEASES)
-        .with_code(code)
+        .with_code(CODE_LEASE_COMPLETED)
+        .with_user_data_128(lease.to_u128())
+        .with_user_data_64(digest)
+}
+
+/// A digest of a Complete's actuals, independent of their order and stable
+/// across builds (SHA-256, like every id): two Completes of a lease are the
+/// same Complete exactly when their digests are equal. Never 0, so a digest
+/// is told apart from an unset field.
+pub fn actuals_digest<'a>(actuals: impl Iterator<Item = (&'a LimitKey, u64)>) -> u64 {
+    let mut sorted: Vec<(&LimitKey, u64)> = actuals.collect();
+    sorted.sort_unstable();
+    let label: String = sorted.iter().map(|(k, a)| format!("{k}={a};")).collect();
+    (id128(&format!("actuals:{label}")) as u64).max(1)
+}
+
+/// The denied marker of `lease` at `id` (its first reservation id, or its
+/// completion id when the first reservation's id is burnt): a zero-amount
+/// transfer that no reservation can equal, carrying the lease like its
+/// reservations.
+pub fn denied_marker(lease: LeaseId, id: u128) -> tb::Transfer {
+    tb::Transfer::new(id)
+        .with_debit_account_id(id128("acct:leases:debit"))
+        .with_credit_account_id(id128("acct:leases:credit"))
+        .with_amount(0)
+        .with_ledger(LEDGER_LEASES)
+        .with_code(CODE_LEASE_DENIED)
         .with_user_data_128(lease.to_u128())
 }
 
@@ -174,6 +229,25 @@ mod tests {
             0x5d3c6e5c7ffc849315cfc5f4cb10615e
         );
         assert_eq!(debt_account_id(&k), id128(&format!("acct:debt:{k}")));
+    }
+
+    #[test]
+    fn reservations_are_named_by_the_lease_and_their_index_only() {
+        let lease = LeaseId::parse(LEASE).unwrap();
+        assert_eq!(reservation_id(lease, 0), lease_marker_id(lease));
+        assert_eq!(reservation_id(lease, 1), id128(&format!("xfer:hold:{LEASE}:1")));
+        assert_ne!(reservation_id(lease, 1), reservation_id(lease, 2));
+        assert_eq!(completion_id(lease), id128(&format!("xfer:complete:{LEASE}")));
+    }
+
+    #[test]
+    fn actuals_digests_ignore_order_only() {
+        let (a, b) = (key("a"), key("b"));
+        let ab = actuals_digest([(&a, 1), (&b, 2)].into_iter());
+        assert_eq!(ab, actuals_digest([(&b, 2), (&a, 1)].into_iter()));
+        assert_ne!(ab, actuals_digest([(&a, 1), (&b, 3)].into_iter()));
+        assert_ne!(ab, actuals_digest([(&a, 1)].into_iter()));
+        assert_ne!(actuals_digest(std::iter::empty()), 0);
     }
 
     #[test]

@@ -24,6 +24,10 @@ pub struct HeldRequirement {
     /// or hold timeout), so the reconciled reservation ends when the original
     /// one would have.
     pub timeout_seconds: u64,
+    /// The id of its pending transfer, which a void names: derived from the
+    /// lease and the requirement's index ([`super::ids::reservation_id`]), or,
+    /// for a lease reserved by an earlier version, from the lease and the key.
+    pub reservation_id: u128,
 }
 
 /// A fingerprint of a set of (key, amount) requirements, independent of their
@@ -132,6 +136,7 @@ mod tests {
                 amount: 1,
                 kind: LimitKind::Rolling,
                 timeout_seconds: 60,
+                reservation_id: 1,
             }],
             fingerprint: 0,
             confirmed: true,

@@ -1,19 +1,165 @@
 //! A lease read back from the cluster (docs/tigerbeetle-backend.md, "Complete on
-//! any server"): every transfer of a lease carries its id in `user_data_128`,
-//! so any server finds what the lease reserved and whether it was completed,
-//! whichever server reserved it and whether that server still remembers it.
+//! any server"): a lease's reservations, its denied marker and its completion
+//! record sit at ids derived from the lease id alone, so any server finds what
+//! the lease reserved and whether it was completed or denied, whichever server
+//! reserved it and whether that server still remembers it.
+//!
+//! Lookups are batched like the submitter's writes: the lookups of one moment,
+//! from many requests, leave as one `lookup_transfers` of all their ids on a
+//! free session, and while the session is busy the next batch fills. Leases
+//! reserved by earlier versions (their chain opened with a zero-amount marker
+//! and named reservations by key) are found by `query_transfers` on the
+//! lease's `user_data_128` instead.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tigerbeetle_unofficial as tb;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::{LeaseId, LimitKind, LimiterError};
 
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::ids;
 use super::lease_cache::{fingerprint, HeldRequirement, LeaseRecord};
+use super::pool::{ClientPool, PoolError};
 
 /// The most transfers one lease has: a reserve, a void, a re-reserve and a
 /// debt per requirement, at most 32 requirements.
 pub const LEASE_TRANSFERS_MAX: u32 = 4 * 32;
+
+/// The most requirements of one lease (the request's own bound).
+const REQUIREMENTS_MAX: usize = 32;
+
+/// How many reservations a first lookup fetches besides the first: leases of
+/// up to this many + 1 requirements (an LLM call's requests, tokens and
+/// concurrency) are read in one round trip; larger ones take a second.
+const SPECULATIVE_HOLDS: usize = 3;
+
+/// The most ids of one `lookup_transfers`: TigerBeetle's 8,189 events per
+/// request, rounded down.
+const LOOKUP_IDS_MAX: usize = 8_000;
+
+/// The most lookups queued for the batcher; beyond it a lookup is answered
+/// `Busy` (503) at once.
+const LOOKUP_QUEUE_MAX: usize = 4_096;
+
+/// One lookup on its way through the batcher.
+struct Lookup {
+    ids: Vec<u128>,
+    reply: oneshot::Sender<Result<Vec<tb::Transfer>, PoolError>>,
+}
+
+/// Batches `lookup_transfers` from many requests into few cluster requests.
+#[derive(Debug)]
+pub struct LeaseLookups {
+    queue: mpsc::Sender<Lookup>,
+    /// `lookup_transfers` requests sent: with [`Self::lookups`], how well
+    /// lookups of one moment share a request.
+    requests: Arc<AtomicU64>,
+    /// Lookups asked for.
+    lookups: AtomicU64,
+}
+
+impl std::fmt::Debug for Lookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lookup").field("ids", &self.ids.len()).finish()
+    }
+}
+
+impl LeaseLookups {
+    /// Starts the batcher on `pool`; its task ends when this is dropped.
+    pub fn start(pool: Arc<ClientPool>) -> Self {
+        let (queue, rx) = mpsc::channel(LOOKUP_QUEUE_MAX);
+        let requests = Arc::new(AtomicU64::new(0));
+        tokio::spawn(run_lookups(pool, rx, Arc::clone(&requests)));
+        Self {
+            queue,
+            requests,
+            lookups: AtomicU64::new(0),
+        }
+    }
+
+    /// Lookups asked for, and `lookup_transfers` requests sent for them.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.lookups.load(Ordering::Relaxed),
+            self.requests.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The transfers found at `ids` (those that exist, in no order), waiting
+    /// at most `timeout`.
+    pub async fn lookup(&self, ids: Vec<u128>, timeout: Duration) -> Result<Vec<tb::Transfer>, PoolError> {
+        assert!(!ids.is_empty() && ids.len() <= LOOKUP_IDS_MAX, "lookup size");
+        let (reply, answer) = oneshot::channel();
+        self.lookups.fetch_add(1, Ordering::Relaxed);
+        self.queue.try_send(Lookup { ids, reply }).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => PoolError::Busy,
+            mpsc::error::TrySendError::Closed(_) => PoolError::Client("the lookup batcher has stopped".to_owned()),
+        })?;
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(PoolError::Client("the lookup batcher dropped a lookup".to_owned())),
+            Err(_) => Err(PoolError::Timeout(timeout)),
+        }
+    }
+}
+
+/// The batcher's task: takes the first lookup, waits for a free session
+/// (lookups queue up meanwhile), then sends everything queued as one request.
+async fn run_lookups(pool: Arc<ClientPool>, mut queue: mpsc::Receiver<Lookup>, requests: Arc<AtomicU64>) {
+    let mut carry: Option<Lookup> = None;
+    loop {
+        let first = match carry.take() {
+            Some(lookup) => lookup,
+            None => match queue.recv().await {
+                Some(lookup) => lookup,
+                None => return,
+            },
+        };
+        let slot = pool.slot().await;
+        let mut batch = vec![first];
+        let mut ids = batch[0].ids.len();
+        while let Ok(lookup) = queue.try_recv() {
+            if ids + lookup.ids.len() > LOOKUP_IDS_MAX {
+                carry = Some(lookup);
+                break;
+            }
+            ids += lookup.ids.len();
+            batch.push(lookup);
+        }
+        batch.retain(|l| !l.reply.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
+        requests.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(send_lookups(Arc::clone(&pool), slot, batch));
+    }
+}
+
+/// Sends one batch of lookups and answers each with the transfers at its ids.
+async fn send_lookups(pool: Arc<ClientPool>, slot: super::pool::Slot, batch: Vec<Lookup>) {
+    let ids: Vec<u128> = batch.iter().flat_map(|l| l.ids.iter().copied()).collect();
+    let result = pool
+        .execute(slot, move |client| async move { client.lookup_transfers(ids).await })
+        .await;
+    let found: HashMap<u128, tb::Transfer> = match result {
+        Ok(found) => found.into_iter().map(|t| (t.id(), t)).collect(),
+        Err(e) => {
+            for lookup in batch {
+                let _ = lookup.reply.send(Err(e.clone()));
+            }
+            return;
+        }
+    };
+    for lookup in batch {
+        let own = lookup.ids.iter().filter_map(|id| found.get(id).copied()).collect();
+        let _ = lookup.reply.send(Ok(own));
+    }
+}
 
 /// What the cluster holds of one lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,8 +195,92 @@ impl ClusterLease {
 }
 
 impl TigerBeetleBackend {
-    /// Reads the lease's transfers back from the cluster.
+    /// Reads the lease back from the cluster by id: its first reservation
+    /// (or denied marker), its completion record and its next reservations in
+    /// one batched lookup, the rest of a large lease in a second.
     pub(super) async fn cluster_lease(&self, lease: LeaseId) -> Result<ClusterLease, LimiterError> {
+        let first_ids: Vec<u128> = [ids::lease_marker_id(lease), ids::completion_id(lease)]
+            .into_iter()
+            .chain((1..=SPECULATIVE_HOLDS).map(|i| ids::reservation_id(lease, i)))
+            .collect();
+        let mut found = self.lookup_ids(first_ids).await?;
+        let mut lease_found = ClusterLease {
+            held: Vec::new(),
+            reserved_at_unix_ms: 0,
+            completed: false,
+            denied: false,
+        };
+        let completion = found.get(&ids::completion_id(lease)).copied();
+        lease_found.denied = completion.is_some_and(|c| c.code() == ids::CODE_LEASE_DENIED);
+        lease_found.completed = completion.is_some_and(|c| c.code() == ids::CODE_LEASE_COMPLETED);
+        let Some(first) = found.get(&ids::lease_marker_id(lease)).copied() else {
+            return Ok(lease_found);
+        };
+        if first.ledger() == ids::LEDGER_LEASES {
+            return match first.code() {
+                ids::CODE_LEASE_DENIED => Ok(ClusterLease {
+                    denied: true,
+                    ..lease_found
+                }),
+                // A chain of an earlier version, which opened with a marker.
+                _ => self.legacy_cluster_lease(lease).await,
+            };
+        }
+        let count = (first.user_data_32() as usize).clamp(1, REQUIREMENTS_MAX);
+        if count > SPECULATIVE_HOLDS + 1 {
+            let rest = (SPECULATIVE_HOLDS + 1..count)
+                .map(|i| ids::reservation_id(lease, i))
+                .collect();
+            found.extend(self.lookup_ids(rest).await?);
+        }
+        lease_found.reserved_at_unix_ms = first.user_data_64();
+        for i in 0..count {
+            let Some(transfer) = found.get(&ids::reservation_id(lease, i)) else {
+                // A chain is committed whole: a missing reservation is a bug
+                // or a cluster that lost data; nothing is reconciled then.
+                tracing::error!(%lease, index = i, count, "a reservation of the lease is missing");
+                return Err(LimiterError::Backend("a lease's reservation is missing".to_owned()));
+            };
+            let Some(held) = self.held_of(transfer).await? else {
+                continue;
+            };
+            lease_found.held.push(held);
+        }
+        Ok(lease_found)
+    }
+
+    /// Looks `ids` up in the batcher; the transfers found, by id.
+    async fn lookup_ids(&self, ids: Vec<u128>) -> Result<HashMap<u128, tb::Transfer>, LimiterError> {
+        let transfers = self
+            .lookups
+            .lookup(ids, self.timeout)
+            .await
+            .map_err(|e| unavailable(&e, "lease lookup"))?;
+        Ok(transfers.into_iter().map(|t| (t.id(), t)).collect())
+    }
+
+    /// The requirement a reservation transfer holds; `None` for an account
+    /// that is no limit this server can find.
+    async fn held_of(&self, transfer: &tb::Transfer) -> Result<Option<HeldRequirement>, LimiterError> {
+        let Some(key) = self.key_of_account(transfer.debit_account_id()).await? else {
+            return Ok(None);
+        };
+        let kind = self
+            .state_of(&key)
+            .map_or(LimitKind::Rolling, |s| s.definition().kind());
+        Ok(Some(HeldRequirement {
+            key,
+            amount: u64::try_from(transfer.amount()).unwrap_or(u64::MAX),
+            kind,
+            timeout_seconds: u64::from(transfer.timeout()),
+            reservation_id: transfer.id(),
+        }))
+    }
+
+    /// Reads a lease of an earlier version's chain (a zero-amount marker,
+    /// then reservations named by key) by `query_transfers` on its
+    /// `user_data_128`.
+    async fn legacy_cluster_lease(&self, lease: LeaseId) -> Result<ClusterLease, LimiterError> {
         let filter = tb::QueryFilter::new(LEASE_TRANSFERS_MAX).with_user_data_128(lease.to_u128());
         let slot = self.admin_slot().await?;
         let transfers = self
@@ -70,10 +300,10 @@ impl TigerBeetleBackend {
             .iter()
             .filter(|t| t.flags().contains(tb::transfer::Flags::PENDING))
         {
-            let Some(key) = self.key_of_account(transfer.debit_account_id()).await? else {
+            let Some(held) = self.held_of(transfer).await? else {
                 continue;
             };
-            if transfer.id() != ids::reserve_transfer_id(lease, &key) {
+            if transfer.id() != ids::reserve_transfer_id(lease, &held.key) {
                 continue;
             }
             if found.held.is_empty() {
@@ -82,28 +312,18 @@ impl TigerBeetleBackend {
                     at => at,
                 };
             }
-            let kind = self
-                .state_of(&key)
-                .map_or(LimitKind::Rolling, |s| s.definition().kind());
-            found.held.push(HeldRequirement {
-                key,
-                amount: u64::try_from(transfer.amount()).unwrap_or(u64::MAX),
-                kind,
-                timeout_seconds: u64::from(transfer.timeout()),
-            });
+            found.held.push(held);
         }
-        found.denied = transfers
-            .iter()
-            .any(|t| t.id() == ids::lease_marker_id(lease) && t.code() == ids::CODE_LEASE_DENIED);
         found.completed = transfers.iter().any(|t| {
-            found.held.iter().any(|h| {
-                let written = [
-                    ids::void_transfer_id(lease, &h.key),
-                    ids::rereserve_transfer_id(lease, &h.key),
-                    ids::debt_transfer_id(lease, &h.key),
-                ];
-                written.contains(&t.id())
-            })
+            t.id() == ids::completion_id(lease)
+                || found.held.iter().any(|h| {
+                    let written = [
+                        ids::void_transfer_id(lease, &h.key),
+                        ids::rereserve_transfer_id(lease, &h.key),
+                        ids::debt_transfer_id(lease, &h.key),
+                    ];
+                    written.contains(&t.id())
+                })
         });
         Ok(found)
     }

@@ -95,11 +95,13 @@ impl TigerBeetleBackend {
             .requirements()
             .iter()
             .zip(&definitions)
-            .map(|(r, s)| HeldRequirement {
+            .enumerate()
+            .map(|(i, (r, s))| HeldRequirement {
                 key: r.key.clone(),
                 amount: r.amount,
                 kind: s.definition().kind(),
                 timeout_seconds: u64::from(timeout_seconds(s, self.window_margin_ms)),
+                reservation_id: ids::reservation_id(lease, i),
             })
             .collect();
         let record = LeaseRecord {
@@ -155,13 +157,9 @@ impl TigerBeetleBackend {
             self.retry.on_allowed(keys(), now);
             return Ok(ReserveOutcome::Allowed { reserved_at_unix_ms });
         }
-        // A denied marker (the lease was denied on some server: every granted
-        // marker of a lease is the same transfer, so any difference at index 0
-        // is one), or a reservation id that failed before: denied for good.
-        let denied_before = |f: &Failure| {
-            matches!(f.kind(), Kind::IdAlreadyFailed) || (f.index == 0 && is_different_existing(f.kind()))
-        };
-        if failures.iter().any(denied_before) {
+        // A reservation id that failed before: the lease was denied, by some
+        // server (ids derive from the lease and the index alone).
+        if failures.iter().any(|f| matches!(f.kind(), Kind::IdAlreadyFailed)) {
             self.leases.remove(lease);
             self.denied.insert(lease);
             return Ok(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed));
@@ -169,9 +167,9 @@ impl TigerBeetleBackend {
         if let Some(failure) = failures.iter().find(|f| matches!(f.kind(), Kind::ExceedsCredits)) {
             self.leases.remove(lease);
             self.denied.insert(lease);
-            self.mark_denied(lease).await;
-            // Index 0 is the lease's marker; the reservations follow in request order.
-            let key = &request.requirements()[failure.index - 1].key;
+            self.mark_denied(lease, failure.index).await;
+            // The reservations are in request order.
+            let key = &request.requirements()[failure.index].key;
             // Limits are never removed, so a key just sent is still defined.
             let definition = self
                 .state_of(key)
@@ -184,9 +182,11 @@ impl TigerBeetleBackend {
                 retry_after_ms,
             }));
         }
-        // The chain exists: a retry. Its time (another server's, or an attempt
-        // this server forgot) or its timeouts (a window changed since) may
-        // differ; whether it is the same lease is read back.
+        // The chain, or a transfer at one of its ids, exists: a retry whose
+        // first answer was lost (here or on another server; its time or its
+        // timeouts may differ), the same lease id with other requirements or
+        // in another order, or a lease denied elsewhere (its denied marker at
+        // the first id). Which one is read back from the cluster.
         let existing = |kind| {
             matches!(
                 kind,
@@ -194,14 +194,10 @@ impl TigerBeetleBackend {
                     | Kind::LinkedEventFailed
                     | Kind::ExistsWithDifferentUserData64
                     | Kind::ExistsWithDifferentTimeout
-            )
+            ) || is_different_existing(kind)
         };
         if failures.iter().all(|f| existing(f.kind())) {
             return self.reserve_existing(request).await;
-        }
-        if let Some(f) = failures.iter().find(|f| is_different_existing(f.kind())) {
-            tracing::warn!(lease = %lease, code = ?f.kind(), "lease id reused with other requirements");
-            return Err(decision::lease_reused(lease));
         }
         self.leases.remove(lease);
         let codes: Vec<String> = failures.iter().map(|f| format!("{}:{:?}", f.index, f.kind())).collect();
@@ -238,7 +234,7 @@ impl TigerBeetleBackend {
     /// Creates the lease-marker accounts once per process: every definition
     /// creates them too, but a cluster whose limits were defined by an older
     /// version has none.
-    async fn ensure_lease_marker_accounts(&self) -> Result<(), LimiterError> {
+    pub(super) async fn ensure_lease_marker_accounts(&self) -> Result<(), LimiterError> {
         if self.lease_accounts_ready.load(std::sync::atomic::Ordering::Acquire) {
             return Ok(());
         }
@@ -249,17 +245,26 @@ impl TigerBeetleBackend {
         Ok(())
     }
 
-    /// Writes the denied marker of `lease`, so that every server answers
-    /// `lease_already_failed` to it whatever keys it names. Best effort: when
-    /// it cannot be written, this server still remembers the denial, and
-    /// TigerBeetle the failed reservation's id.
-    async fn mark_denied(&self, lease: LeaseId) {
-        let marker = ids::lease_marker(lease, ids::CODE_LEASE_DENIED);
+    /// Writes the denied marker of `lease` (the reservation at `failed` was
+    /// refused), so that every server answers `lease_already_failed` to it
+    /// whatever keys it names: at the lease's first reservation id, which
+    /// every later chain of the lease opens with, or, when the first
+    /// reservation is the one refused (its id is burnt: every later chain
+    /// fails there already), at its completion id, where a lookup finds it.
+    /// Best effort: when it cannot be written, this server still remembers
+    /// the denial, and TigerBeetle the failed reservation's id.
+    async fn mark_denied(&self, lease: LeaseId, failed: usize) {
+        let id = match failed {
+            0 => ids::completion_id(lease),
+            _ => ids::lease_marker_id(lease),
+        };
+        let marker = ids::denied_marker(lease, id);
         match self.submitter.submit(vec![marker]).await {
             Ok(failures) => match failures.first().map(|f| f.kind()) {
                 // Written before, or a grant of the same lease id won the race
                 // (a caller that changed its requirements): nothing to add.
-                None | Some(Kind::Exists | Kind::ExistsWithDifferentFlags) => {}
+                None | Some(Kind::Exists) => {}
+                Some(kind) if is_different_existing(kind) => {}
                 Some(kind) => tracing::warn!(%lease, code = ?kind, "the denied marker was not written"),
             },
             Err(e) => tracing::warn!(%lease, error = %e, "the denied marker was not written"),
@@ -267,13 +272,19 @@ impl TigerBeetleBackend {
     }
 
     /// The chain, or part of it, exists already: a retry of a lease whose first
-    /// answer was lost, here or on another server. Granted with the original
-    /// time if the lease reserved exactly these requirements (read back from
-    /// the cluster), a conflict otherwise.
+    /// answer was lost, here or on another server. Denied for good if the
+    /// lease was denied; granted with the original time if the lease reserved
+    /// exactly these requirements (read back from the cluster), a conflict
+    /// otherwise.
     async fn reserve_existing(&self, request: &ReserveRequest) -> Result<ReserveOutcome, LimiterError> {
         let lease = request.lease_id();
-        let found = self.cluster_lease(lease).await?.record();
-        match found.map(|record| (self.replay(request, &record), record)) {
+        let found = self.cluster_lease(lease).await?;
+        if found.denied {
+            self.leases.remove(lease);
+            self.denied.insert(lease);
+            return Ok(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed));
+        }
+        match found.record().map(|record| (self.replay(request, &record), record)) {
             Some((Ok(outcome), record)) => {
                 self.leases.update(lease, record);
                 Ok(outcome)
@@ -291,7 +302,7 @@ impl TigerBeetleBackend {
 }
 
 /// Result codes that mean "a transfer with this id exists with other fields".
-fn is_different_existing(kind: Kind) -> bool {
+pub(super) fn is_different_existing(kind: Kind) -> bool {
     matches!(
         kind,
         Kind::ExistsWithDifferentFlags
@@ -340,34 +351,40 @@ fn reserve_chain(
 /// `lease`, exactly as the backend sends it: benchmarks send it straight with
 /// the client library to compare against the backend.
 ///
-/// The chain opens with the lease's marker ([`ids::lease_marker`]): a lease
-/// denied on any server has a denied marker, which fails the chain
-/// (`exists_with_different_code`) whatever keys it names.
+/// The `i`-th reservation's id derives from the lease and `i` alone
+/// ([`ids::reservation_id`]); the first one's is the lease marker's, so a
+/// lease denied on any server (its denied marker there, or that id burnt)
+/// fails the chain whatever keys it names, at no extra transfer. The first
+/// carries the number of reservations in `user_data_32`, so a lookup by id
+/// knows which others to fetch.
 pub fn lease_chain<'a>(
     lease: LeaseId,
     reserved_at_unix_ms: u64,
     holds: impl ExactSizeIterator<Item = (&'a LimitKey, u64, u32)>,
 ) -> Vec<tb::Transfer> {
     assert!(holds.len() >= 1, "a lease holds at least one requirement");
+    let count = u32::try_from(holds.len()).expect("requirements are bounded");
     let last = holds.len() - 1;
-    let marker = ids::lease_marker(lease, ids::CODE_LEASE_GRANTED).with_flags(tb::transfer::Flags::LINKED);
-    let reservations = holds.enumerate().map(|(i, (key, amount, timeout_seconds))| {
-        let mut flags = tb::transfer::Flags::PENDING;
-        if i < last {
-            flags |= tb::transfer::Flags::LINKED;
-        }
-        tb::Transfer::new(ids::reserve_transfer_id(lease, key))
-            .with_debit_account_id(ids::resource_account_id(key))
-            .with_credit_account_id(ids::operator_account_id())
-            .with_amount(u128::from(amount))
-            .with_ledger(ids::LEDGER_LIMITS)
-            .with_code(ids::CODE_LIMIT)
-            .with_flags(flags)
-            .with_timeout(timeout_seconds)
-            .with_user_data_128(lease.to_u128())
-            .with_user_data_64(reserved_at_unix_ms)
-    });
-    std::iter::once(marker).chain(reservations).collect()
+    holds
+        .enumerate()
+        .map(|(i, (key, amount, timeout_seconds))| {
+            let mut flags = tb::transfer::Flags::PENDING;
+            if i < last {
+                flags |= tb::transfer::Flags::LINKED;
+            }
+            tb::Transfer::new(ids::reservation_id(lease, i))
+                .with_debit_account_id(ids::resource_account_id(key))
+                .with_credit_account_id(ids::operator_account_id())
+                .with_amount(u128::from(amount))
+                .with_ledger(ids::LEDGER_LIMITS)
+                .with_code(ids::CODE_LIMIT)
+                .with_flags(flags)
+                .with_timeout(timeout_seconds)
+                .with_user_data_128(lease.to_u128())
+                .with_user_data_64(reserved_at_unix_ms)
+                .with_user_data_32(if i == 0 { count } else { 0 })
+        })
+        .collect()
 }
 
 #[cfg(test)]

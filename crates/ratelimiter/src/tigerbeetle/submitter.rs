@@ -4,9 +4,12 @@
 //!
 //! In `batching` mode one dispatcher task concatenates the items queued by many
 //! requests into one `create_transfers` per free session, never splitting an
-//! item, so a chain's `linked` flags stay inside one batch. It sends as soon as a
-//! session is free, after waiting at most the flush interval for more items:
-//! while every session is busy, items pile up and leave as one larger batch.
+//! item, so a chain's `linked` flags stay inside one batch. While every session
+//! is busy, items pile up and leave as one larger batch. Once a session is free
+//! it waits for more only when that pays: when items are arriving faster than
+//! a fraction of the cluster's round trip (a burst, or the load of a fleet
+//! server), for at most that fraction, and never after a lull (see
+//! [`FillPolicy`]); a configured flush interval replaces that with a fixed wait.
 //! In `direct` mode every item is its own request and the client library
 //! coalesces the requests queued on a session. Both bound the work outstanding
 //! and answer `Busy` at once when full.
@@ -39,6 +42,87 @@ impl Failure {
     pub fn kind(&self) -> tb::error::CreateTransferErrorKind {
         self.error.kind()
     }
+}
+
+/// The share of the cluster's round trip a batch may wait to fill, as a
+/// divisor: an item waits at most half a round trip more, while the request
+/// it saves costs the cluster a whole one's fixed work (BENCHMARKS.md,
+/// "Reserve-only over HTTP": 1.4–2.5 ms per request besides the transfers).
+const FILL_WAIT_RTT_DIVISOR: u32 = 2;
+
+/// The longest adaptive wait, whatever the round trip: beyond it the latency
+/// added outweighs the requests saved on any cluster this was measured on.
+const FILL_WAIT_MAX: Duration = Duration::from_millis(2);
+
+/// The weight of a new sample in the moving averages of the gap between
+/// arrivals and of the round trip, as a divisor (1/8: a few dozen items or
+/// batches of memory).
+const EWMA_DIVISOR: u64 = 8;
+
+/// The round trip assumed before any was measured (a local cluster's).
+const RTT_INITIAL: Duration = Duration::from_millis(1);
+
+/// When the dispatcher waits for a batch to fill: from the moving averages
+/// of the gap between arrivals and of the cluster's round trip, or a fixed
+/// flush interval when one is configured.
+#[derive(Debug)]
+struct FillPolicy {
+    /// The configured flush interval; zero means adaptive.
+    fixed: Duration,
+    /// The moving average of the gap between two items' arrivals, in µs.
+    gap_micros: u64,
+    /// When the last item arrived.
+    last_arrival: Option<Instant>,
+    /// The moving average of the round trip, in µs, shared with the tasks
+    /// that send batches.
+    rtt_micros: Arc<AtomicU64>,
+}
+
+impl FillPolicy {
+    fn new(fixed: Duration) -> Self {
+        Self {
+            fixed,
+            gap_micros: u64::MAX / 2,
+            last_arrival: None,
+            rtt_micros: Arc::new(AtomicU64::new(RTT_INITIAL.as_micros() as u64)),
+        }
+    }
+
+    /// Notes the arrival of an item queued at `queued`.
+    fn arrived(&mut self, queued: Instant) {
+        if let Some(last) = self.last_arrival.replace(queued) {
+            let gap = queued.saturating_duration_since(last).as_micros() as u64;
+            self.gap_micros = ewma(self.gap_micros.min(FILL_WAIT_MAX.as_micros() as u64 * 4), gap);
+        }
+    }
+
+    /// How long a batch whose first item was queued at `first` may stay open,
+    /// and how long to wait for each next item before sending what it has: no
+    /// wait at all unless items arrive more often than the batch may wait.
+    fn window(&self, first: Instant) -> (Instant, Duration) {
+        if !self.fixed.is_zero() {
+            return (Instant::now() + self.fixed, self.fixed);
+        }
+        let rtt = Duration::from_micros(self.rtt_micros.load(Ordering::Relaxed));
+        let budget = (rtt / FILL_WAIT_RTT_DIVISOR).min(FILL_WAIT_MAX);
+        let gap = Duration::from_micros(self.gap_micros);
+        if gap >= budget {
+            return (first, Duration::ZERO);
+        }
+        // Two gaps without an arrival: the burst is over, send.
+        (first + budget, gap * 2)
+    }
+}
+
+/// Records a round trip in the moving average `rtt_micros`.
+fn observe_rtt(rtt_micros: &AtomicU64, rtt: Duration) {
+    let old = rtt_micros.load(Ordering::Relaxed);
+    rtt_micros.store(ewma(old, rtt.as_micros() as u64), Ordering::Relaxed);
+}
+
+/// One step of an exponentially weighted moving average.
+fn ewma(average: u64, sample: u64) -> u64 {
+    average - average / EWMA_DIVISOR + sample / EWMA_DIVISOR
 }
 
 /// Counters of what the submitter sent and refused, for `/metrics` and benchmarks.
@@ -161,7 +245,7 @@ impl Submitter {
                     queue: rx,
                     carry: None,
                     batch_events_max,
-                    flush_interval: Duration::from_micros(fields.flush_interval_micros),
+                    fill: FillPolicy::new(Duration::from_micros(fields.flush_interval_micros)),
                     stats: Arc::clone(&stats),
                 };
                 tokio::spawn(dispatcher.run(shutdown));
@@ -279,7 +363,7 @@ struct Dispatcher {
     /// An item that did not fit the previous batch; it opens the next one.
     carry: Option<WorkItem>,
     batch_events_max: usize,
-    flush_interval: Duration,
+    fill: FillPolicy,
     stats: Arc<SubmitterStats>,
 }
 
@@ -321,13 +405,17 @@ impl Dispatcher {
         loop {
             let first = match self.carry.take() {
                 Some(item) => item,
-                None => tokio::select! {
-                    item = self.queue.recv() => match item {
-                        Some(item) => item,
-                        None => return,
-                    },
-                    () = &mut shutdown => return,
-                },
+                None => {
+                    let item = tokio::select! {
+                        item = self.queue.recv() => match item {
+                            Some(item) => item,
+                            None => return,
+                        },
+                        () = &mut shutdown => return,
+                    };
+                    self.fill.arrived(item.queued);
+                    item
+                }
             };
             // Waiting for a session with an item in hand lets the queue fill up
             // behind it: under load, batches grow by themselves.
@@ -344,30 +432,37 @@ impl Dispatcher {
             for item in &batch.items {
                 self.stats.queue_wait.observe(now - item.queued);
             }
-            tokio::spawn(send(Arc::clone(&self.pool), slot, batch, Arc::clone(&self.stats)));
+            let rtt = Arc::clone(&self.fill.rtt_micros);
+            tokio::spawn(send(Arc::clone(&self.pool), slot, batch, Arc::clone(&self.stats), rtt));
         }
     }
 
-    /// Fills a batch starting with `first` from what is queued, waiting up to the
-    /// flush interval for more; an item that does not fit is carried over whole.
+    /// Fills a batch starting with `first` from what is queued, waiting for
+    /// more as long as the [`FillPolicy`] says it pays; an item that does not
+    /// fit is carried over whole.
     async fn gather(&mut self, first: WorkItem) -> Batch {
         let mut batch = Batch {
             transfers: Vec::with_capacity(self.batch_events_max),
             items: Vec::new(),
         };
+        let (deadline, patience) = self.fill.window(first.queued);
         batch.push(first, &self.stats);
-        let deadline = Instant::now() + self.flush_interval;
         loop {
             let item = match self.queue.try_recv() {
                 Ok(item) => item,
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
                 Err(mpsc::error::TryRecvError::Empty) => {
-                    match tokio::time::timeout_at(deadline, self.queue.recv()).await {
+                    let until = deadline.min(Instant::now() + patience);
+                    if patience.is_zero() || until <= Instant::now() {
+                        break;
+                    }
+                    match tokio::time::timeout_at(until, self.queue.recv()).await {
                         Ok(Some(item)) => item,
                         Ok(None) | Err(_) => break,
                     }
                 }
             };
+            self.fill.arrived(item.queued);
             if batch.transfers.len() + item.transfers.len() > self.batch_events_max {
                 self.carry = Some(item);
                 break;
@@ -382,12 +477,16 @@ impl Dispatcher {
 }
 
 /// Sends one batch and answers each of its items with its own failures.
-async fn send(pool: Arc<ClientPool>, slot: Slot, batch: Batch, stats: Arc<SubmitterStats>) {
+async fn send(pool: Arc<ClientPool>, slot: Slot, batch: Batch, stats: Arc<SubmitterStats>, rtt: Arc<AtomicU64>) {
     let Batch { transfers, items } = batch;
     let total = transfers.len();
+    let sent = Instant::now();
     let result = pool
         .execute(slot, move |c| timed_create_transfers(c, transfers, stats))
         .await;
+    if result.is_ok() {
+        observe_rtt(&rtt, sent.elapsed());
+    }
     let failures = match result {
         Ok(failures) => failures,
         Err(e) => {
