@@ -145,7 +145,7 @@ fn usage(problem: &str) -> ! {
         "loadgen: {problem}\nusage: loadgen throughput|memory|reservations [--bin PATH] [--connections N] \
          [--seconds S] [--rounds N] [--limits N] [--reservations N] [--tigerbeetle ADDRESSES] \
          [--submit-mode batching|direct] [--sessions N] [--flush-micros N] [--batch-events N] \
-         [--rate R] [--open-connections N] [--replica-pid PID] [--variants client,direct,batching[:servers=N]] \
+         [--rate R] [--open-connections N] [--replica-pid PID] [--variants client,direct,batching[:servers=N][:bin=PATH]] \
          [--window-seconds N] [--loops closed,open]"
     );
     std::process::exit(2)

@@ -76,7 +76,7 @@ impl TigerBeetleBackend {
         self.ensure_lease_marker_accounts().await?;
         let now = self.clock.now_unix_ms();
         let mut chain = self.complete_chain(lease, request, &record, now);
-        let mut written = false;
+        let mut settled = None;
         for _ in 0..COMPLETE_ROUNDS_MAX {
             let failures = self
                 .submitter
@@ -84,16 +84,20 @@ impl TigerBeetleBackend {
                 .await
                 .map_err(|e| unavailable(&e, "complete"))?;
             match self.complete_round(lease, &record, &mut chain, &failures)? {
-                Round::Written => {
-                    written = true;
+                Round::Again => {}
+                round => {
+                    settled = Some(round);
                     break;
                 }
-                Round::Decided => break,
-                Round::Again => {}
             }
         }
-        if written {
-            self.count_overages(lease, &chain);
+        match settled {
+            Some(Round::Written) => self.count_overages(lease, &chain),
+            Some(_) => {}
+            None => {
+                tracing::error!(lease = %lease, rounds = COMPLETE_ROUNDS_MAX, "complete did not settle");
+                return Err(LimiterError::Backend("complete did not settle".to_owned()));
+            }
         }
         record.completed = true;
         record.held = Vec::new();
@@ -154,12 +158,16 @@ impl TigerBeetleBackend {
         chain: &mut CompleteChain,
         failures: &[Failure],
     ) -> Result<Round, LimiterError> {
+        if failures.is_empty() {
+            return Ok(Round::Written);
+        }
+        // A failed chain names the transfer that failed it; the others read
+        // `linked_event_failed`.
         let Some(failure) = failures.iter().find(|f| !matches!(f.kind(), Kind::LinkedEventFailed)) else {
-            return Ok(if failures.is_empty() {
-                Round::Written
-            } else {
-                Round::Again
-            });
+            tracing::error!(lease = %lease, "a complete chain failed without a cause");
+            return Err(LimiterError::Backend(
+                "complete chain failed without a cause".to_owned(),
+            ));
         };
         let (index, kind) = (failure.index, failure.kind());
         let released = matches!(

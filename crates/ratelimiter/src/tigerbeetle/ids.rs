@@ -49,9 +49,11 @@ pub const ACCOUNT_CODE_RESOURCE: u16 = 2;
 /// The account code of debt accounts.
 pub const ACCOUNT_CODE_DEBT: u16 = 3;
 
-/// The operator account's id: `acct:operator`.
+/// The operator account's id: `acct:operator`. Computed once: every
+/// reservation and re-reservation names it.
 pub fn operator_account_id() -> u128 {
-    id128("acct:operator")
+    static ID: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+    *ID.get_or_init(|| id128("acct:operator"))
 }
 
 /// The resource account's id of `key`: `acct:limit:<key>`.

@@ -73,7 +73,17 @@ impl TigerBeetleBackend {
     /// lease id (TigerBeetle never saw it); otherwise the chain.
     fn plan_reserve(&self, request: &ReserveRequest, now: u64) -> Result<Plan, LimiterError> {
         let lease = request.lease_id();
-        let definitions = self.definitions_of(request)?;
+        // Planned under the view's read lock, so the states are borrowed, not
+        // copied (their strings would be several allocations per requirement).
+        let view = self.definitions.read().expect("definitions lock");
+        let definitions = request
+            .requirements()
+            .iter()
+            .map(|r| match view.get(&r.key) {
+                Some(versioned) => Ok(&versioned.state),
+                None => Err(LimiterError::UnknownKey(r.key.clone())),
+            })
+            .collect::<Result<Vec<&LimitState>, LimiterError>>()?;
         if self.denied.contains(lease) {
             return Ok(Plan::Answer(ReserveOutcome::Denied(Denial::LeaseAlreadyFailed)));
         }
@@ -82,6 +92,7 @@ impl TigerBeetleBackend {
         }
         let requirements = definitions
             .iter()
+            .copied()
             .zip(request.requirements())
             .map(|(s, r)| (s, r.amount));
         if let Some(denial) = decision::standing_denial(requirements, self.decrease_retry_ms) {
@@ -94,7 +105,7 @@ impl TigerBeetleBackend {
         let held = request
             .requirements()
             .iter()
-            .zip(&definitions)
+            .zip(definitions.iter().copied())
             .enumerate()
             .map(|(i, (r, s))| HeldRequirement {
                 key: r.key.clone(),
@@ -112,19 +123,6 @@ impl TigerBeetleBackend {
             completed: false,
         };
         Ok(Plan::Send(chain, record))
-    }
-
-    /// The state of every requirement's limit, or the first unknown key.
-    fn definitions_of(&self, request: &ReserveRequest) -> Result<Vec<LimitState>, LimiterError> {
-        let view = self.definitions.read().expect("definitions lock");
-        request
-            .requirements()
-            .iter()
-            .map(|r| match view.get(&r.key) {
-                Some(versioned) => Ok(versioned.state.clone()),
-                None => Err(LimiterError::UnknownKey(r.key.clone())),
-            })
-            .collect()
     }
 
     /// The answer to a lease that was granted before: granted again with its
@@ -335,7 +333,7 @@ pub(super) fn timeout_seconds(state: &LimitState, default_margin_ms: u64) -> u32
 /// `user_data_64`, so any server answers a replay with it.
 fn reserve_chain(
     request: &ReserveRequest,
-    states: &[LimitState],
+    states: &[&LimitState],
     reserved_at_unix_ms: u64,
     default_margin_ms: u64,
 ) -> Vec<tb::Transfer> {

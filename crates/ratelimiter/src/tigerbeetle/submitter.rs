@@ -511,3 +511,55 @@ async fn send(pool: Arc<ClientPool>, slot: Slot, batch: Batch, stats: Arc<Submit
         let _ = item.reply.send(Ok(failures));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A policy whose round trip is `rtt` and whose items arrived `gap` apart.
+    fn policy(fixed: Duration, rtt: Duration, gap: Duration) -> FillPolicy {
+        let policy = FillPolicy::new(fixed);
+        policy.rtt_micros.store(rtt.as_micros() as u64, Ordering::Relaxed);
+        let mut policy = policy;
+        let start = Instant::now();
+        for i in 0..64 {
+            policy.arrived(start + gap * i);
+        }
+        policy
+    }
+
+    #[test]
+    fn a_batch_waits_only_while_items_arrive_faster_than_half_a_round_trip() {
+        let first = Instant::now();
+        let rtt = Duration::from_millis(1);
+        let (deadline, patience) = policy(Duration::ZERO, rtt, Duration::from_micros(50)).window(first);
+        assert_eq!(
+            deadline,
+            first + rtt / 2,
+            "at most half a round trip after the first item"
+        );
+        // The moving average is in whole µs: about two gaps of 50 µs.
+        assert!(
+            (Duration::from_micros(100)..=Duration::from_micros(120)).contains(&patience),
+            "two gaps without an arrival end it: {patience:?}"
+        );
+        let (_, patience) = policy(Duration::ZERO, rtt, Duration::from_micros(600)).window(first);
+        assert_eq!(patience, Duration::ZERO, "a light load sends at once");
+        let (deadline, _) = policy(Duration::ZERO, Duration::from_millis(40), Duration::from_micros(50)).window(first);
+        assert_eq!(deadline, first + FILL_WAIT_MAX, "never longer than the cap");
+    }
+
+    #[test]
+    fn a_configured_flush_interval_replaces_the_adaptive_wait() {
+        let fixed = Duration::from_micros(300);
+        let slow = policy(fixed, Duration::from_millis(1), Duration::from_secs(1));
+        let (_, patience) = slow.window(Instant::now());
+        assert_eq!(patience, fixed, "waits even at a light load");
+    }
+
+    #[test]
+    fn a_server_that_saw_no_arrivals_yet_sends_at_once() {
+        let policy = FillPolicy::new(Duration::ZERO);
+        assert_eq!(policy.window(Instant::now()).1, Duration::ZERO);
+    }
+}

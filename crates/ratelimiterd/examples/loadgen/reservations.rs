@@ -79,8 +79,10 @@ enum Kind {
 }
 
 /// One way of reserving and its settings:
-/// `kind[:sessions=N][:flush=MICROS][:events=N][:servers=N]`, e.g.
-/// `batching:sessions=1:flush=1000`; unset settings come from the flags.
+/// `kind[:sessions=N][:flush=MICROS][:events=N][:servers=N][:bin=PATH]`, e.g.
+/// `batching:sessions=1:flush=1000`; unset settings come from the flags. `bin`
+/// runs that variant's servers from another build, to compare two builds in
+/// one run.
 #[derive(Debug, Clone)]
 struct Variant {
     label: String,
@@ -90,6 +92,8 @@ struct Variant {
     batch_events: Option<u32>,
     /// Servers of the variant, one fleet on the same cluster (server variants).
     servers: usize,
+    /// The server binary, when not `--bin`'s.
+    bin: Option<std::path::PathBuf>,
 }
 
 /// The most servers a variant may start: each holds client sessions of the
@@ -113,9 +117,14 @@ impl Variant {
             flush_micros: options.flush_micros,
             batch_events: options.batch_events,
             servers: 1,
+            bin: None,
         };
         for setting in parts {
             let (name, value) = setting.split_once('=').unwrap_or((setting, ""));
+            if name == "bin" && kind != Kind::Client {
+                variant.bin = Some(std::path::PathBuf::from(value));
+                continue;
+            }
             let Ok(value) = value.parse::<u64>() else {
                 super::usage(&format!("{spec}: {setting} is not name=number"));
             };
@@ -149,6 +158,7 @@ impl Variant {
             sessions: self.sessions,
             flush_micros: self.flush_micros,
             batch_events: self.batch_events,
+            bin: self.bin.clone().unwrap_or_else(|| options.bin.clone()),
             ..options.clone()
         })
     }
