@@ -156,7 +156,7 @@ pub async fn start_gateway(
     state.set_gateway_metrics(gateway.metrics().clone());
     let addr = crate::config::parse_listen_addr(&section.listen_addr).expect("validated at load");
     let listener = connections::listen(addr).map_err(|source| ServerError::Io { addr, source })?;
-    tracing::info!(addr = %listener.local_addr().unwrap_or(addr), "gateway listening");
+    tracing::info!(gateway_addr = %listener.local_addr().unwrap_or(addr), "gateway serving");
     let router = gateway::router(std::sync::Arc::new(gateway));
     Ok(tokio::spawn(connections::serve(
         listener,
