@@ -183,7 +183,16 @@ pub fn config(provider: SocketAddr, max_wait_ms: u64) -> GatewayConfig {
 
 /// A gateway on `backend`, its limits defined, served on a free loopback port.
 pub async fn start_gateway(config: &GatewayConfig, backend: Arc<dyn Backend>) -> SocketAddr {
+    start_gateway_with_metrics(config, backend).await.0
+}
+
+/// [`start_gateway`], with the gateway's metrics.
+pub async fn start_gateway_with_metrics(
+    config: &GatewayConfig,
+    backend: Arc<dyn Backend>,
+) -> (SocketAddr, Arc<gateway::metrics::GatewayMetrics>) {
     let gateway = Gateway::new(config, backend.clone()).unwrap();
+    let metrics = gateway.metrics().clone();
     for definition in gateway.definitions() {
         backend.apply_definition(definition).await.unwrap();
     }
@@ -191,7 +200,7 @@ pub async fn start_gateway(config: &GatewayConfig, backend: Arc<dyn Backend>) ->
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
+    (addr, metrics)
 }
 
 /// A memory backend on the system clock.
