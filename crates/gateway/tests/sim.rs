@@ -35,7 +35,7 @@ async fn start_sim(ms_per_output_token: u64) -> SocketAddr {
 fn sim_config(sim: SocketAddr, concurrency: u64, max_wait_ms: u64) -> gateway::GatewayConfig {
     std::env::set_var("GATEWAY_SIM_ACME_KEY", TENANT_KEY);
     let yaml = format!(
-        "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n  - {{name: simclaude, kind: anthropic, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: gpt-4o-mini, upstream: sim, rpm: 10000, tpm: 10000000, concurrency: {concurrency}, max_output_tokens_default: 64, max_wait_ms: {max_wait_ms}}}\n  - {{name: text-embedding-3-small, upstream: sim, tpm: 1000000, max_output_tokens_default: 1}}\n  - {{name: claude-sonnet-4-5, upstream: simclaude, input_tpm: 1000000, output_tpm: 1000000, concurrency: 16, max_output_tokens_default: 64}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_SIM_ACME_KEY, daily_tokens: 100000000}}\n"
+        "listen_addr: \"127.0.0.1:0\"\nupstream_timeout_ms: 1000\nupstreams:\n  - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n  - {{name: simclaude, kind: anthropic, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: gpt-4o-mini, upstream: sim, rpm: 10000, tpm: 10000000, concurrency: {concurrency}, max_output_tokens_default: 64, max_wait_ms: {max_wait_ms}}}\n  - {{name: text-embedding-3-small, upstream: sim, tpm: 1000000, max_output_tokens_default: 1}}\n  - {{name: claude-sonnet-4-5, upstream: simclaude, input_tpm: 1000000, output_tpm: 1000000, concurrency: 16, max_output_tokens_default: 64}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_SIM_ACME_KEY, daily_tokens: 100000000}}\n"
     );
     serde_yaml::from_str(&yaml).unwrap()
 }
@@ -184,4 +184,74 @@ async fn sixty_four_concurrent_streams_never_exceed_the_concurrency_limit() {
         "the provider saw {peak} calls at once: {stats}"
     );
     eventually_in_use(&backend, "global:llm:sim:gpt-4o-mini:concurrency", 0).await;
+}
+
+async fn arm_fault(sim: SocketAddr, fault: Value) {
+    let response = client()
+        .request(
+            hyper::Request::post(format!("http://{sim}/sim/faults"))
+                .header("content-type", "application/json")
+                .body(http_body_util::Full::new(bytes::Bytes::from(fault.to_string())))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+}
+
+#[tokio::test]
+async fn upstream_failures_are_answered_in_the_providers_shape_and_free_the_slot() {
+    let sim = start_sim(1).await;
+    let backend = memory_backend();
+    let gateway = start_gateway(&sim_config(sim, 8, 0), backend.clone()).await;
+    let client = client();
+    let concurrency = "global:llm:sim:gpt-4o-mini:concurrency";
+    let tpm = "global:llm:sim:gpt-4o-mini:tpm";
+    let chat = |stream: bool| {
+        json!({"model": "gpt-4o-mini", "max_tokens": 20, "sim_output_tokens": 20, "stream": stream,
+            "messages": [{"role": "user", "content": "Hello"}]})
+    };
+    // A hung upstream: a 504 after the upstream timeout; the tokens stay reserved.
+    arm_fault(sim, json!({"mode": "hang", "count": 1})).await;
+    let (status, _, body) = post(&client, gateway, "/v1/chat/completions", chat(false)).await;
+    assert_eq!(status, 504, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["type"],
+        "server_error"
+    );
+    eventually_in_use(&backend, concurrency, 0).await;
+    let kept = in_use(&backend, tpm).await;
+    assert!(kept >= 20, "prompt and output bound kept: {kept}");
+    // A 500 from the provider is passed through; the tokens stay reserved.
+    arm_fault(sim, json!({"mode": "status", "status": 500, "count": 1})).await;
+    let (status, _, _) = post(&client, gateway, "/v1/chat/completions", chat(false)).await;
+    assert_eq!(status, 500);
+    eventually_in_use(&backend, concurrency, 0).await;
+    assert_eq!(in_use(&backend, tpm).await, 2 * kept);
+    // A stream cut mid-way: the client's stream fails too, the slot is freed.
+    arm_fault(sim, json!({"mode": "drop", "after_events": 2, "count": 1})).await;
+    let bearer = format!("Bearer {TENANT_KEY}");
+    let response = post_raw(
+        &client,
+        gateway,
+        "/v1/chat/completions",
+        chat(true).to_string(),
+        &[("authorization", &bearer)],
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.into_body().collect().await.is_err(),
+        "the cut reaches the client"
+    );
+    eventually_in_use(&backend, concurrency, 0).await;
+    assert_eq!(in_use(&backend, tpm).await, 3 * kept);
+    // Anthropic's shape for its own endpoint.
+    arm_fault(sim, json!({"mode": "hang", "count": 1})).await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]});
+    let headers = [("x-api-key", TENANT_KEY), ("anthropic-version", "2023-06-01")];
+    let response = post_raw(&client, gateway, "/v1/messages", body.to_string(), &headers).await;
+    assert_eq!(response.status(), 504);
+    let error: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(error["error"]["type"], "timeout_error", "{error}");
 }
