@@ -58,7 +58,9 @@ pub struct ModelQueue {
 impl ModelQueue {
     /// Whether calls are waiting: a new call then queues behind them.
     pub fn is_busy(&self) -> bool {
-        self.state.lock().expect("queue lock").len > 0
+        let state = self.state.lock().expect("queue lock");
+        // `pumping` covers the waiter the pump holds while it reserves for it.
+        state.len > 0 || state.pumping
     }
 
     /// Wakes the pump: capacity was just freed on this server.
@@ -227,5 +229,93 @@ pub async fn release_unused(limiter: &Arc<dyn Limiter>, lease_id: LeaseId, reque
         if let Err(e) = limiter.complete(&complete).await {
             tracing::warn!(%lease_id, error = %e, "gateway: releasing an unused lease failed; its holds end by window or timeout");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratelimiter::{Backend, LimitDefinition, LimitKey, MemoryBackend, MemoryConfig, SystemClock};
+
+    fn slot() -> LimitKey {
+        LimitKey::new("global:llm:test:m:concurrency").unwrap()
+    }
+
+    #[tokio::test]
+    async fn tenants_take_turns_and_a_call_gets_its_lease() {
+        let backend = Arc::new(MemoryBackend::new(
+            Arc::new(SystemClock::new()),
+            MemoryConfig::default(),
+        ));
+        backend
+            .apply_definition(&LimitDefinition::concurrency(slot(), 1, 60).unwrap())
+            .await
+            .unwrap();
+        let limiter: Arc<dyn Limiter> = backend.clone();
+        // The slot is taken: every call below has to wait.
+        let holder = LeaseId::generate();
+        let need = vec![Requirement { key: slot(), amount: 1 }];
+        let request = ReserveRequest::new(holder, None, need.clone()).unwrap();
+        assert!(limiter.reserve(&request).await.unwrap().is_allowed());
+        let queue = Arc::new(ModelQueue::default());
+        // Tenant 0 queues three calls before tenant 1 queues one.
+        let mut waiting = Vec::new();
+        for tenant in [0, 0, 0, 1] {
+            waiting.push((tenant, queue.enqueue(&limiter, tenant, need.clone()).unwrap()));
+        }
+        assert!(queue.is_busy());
+        let mut order = Vec::new();
+        let mut held = holder;
+        for _ in 0..4 {
+            limiter
+                .complete(&CompleteRequest::new(held, None, Vec::new()).unwrap())
+                .await
+                .unwrap();
+            queue.capacity_freed();
+            // Exactly one waiter gets the slot; find it.
+            let (index, lease) = loop {
+                let mut granted = None;
+                for (i, (_, receiver)) in waiting.iter_mut().enumerate() {
+                    if let Ok(result) = receiver.try_recv() {
+                        granted = Some((i, result.unwrap()));
+                        break;
+                    }
+                }
+                if let Some(found) = granted {
+                    break found;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            };
+            order.push(waiting.remove(index).0);
+            held = lease;
+        }
+        // Round robin: tenant 1's one call goes second, not after tenant 0's three.
+        assert_eq!(order, vec![0, 1, 0, 0]);
+        assert!(!queue.is_busy());
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_left_is_skipped_and_a_full_queue_refuses() {
+        let backend = Arc::new(MemoryBackend::new(
+            Arc::new(SystemClock::new()),
+            MemoryConfig::default(),
+        ));
+        backend
+            .apply_definition(&LimitDefinition::concurrency(slot(), 1, 60).unwrap())
+            .await
+            .unwrap();
+        let limiter: Arc<dyn Limiter> = backend.clone();
+        let need = vec![Requirement { key: slot(), amount: 1 }];
+        let queue = Arc::new(ModelQueue::default());
+        let left = queue.enqueue(&limiter, 0, need.clone()).unwrap();
+        drop(left);
+        let stays = queue.enqueue(&limiter, 1, need.clone()).unwrap();
+        let lease = stays.await.unwrap().unwrap();
+        let report = backend.limit_report(&slot()).await.unwrap().unwrap();
+        assert_eq!(report.in_use, 1, "only the waiter still there holds the slot: {lease}");
+        for _ in 0..WAITERS_MAX {
+            std::mem::forget(queue.enqueue(&limiter, 2, need.clone()).unwrap());
+        }
+        assert!(matches!(queue.enqueue(&limiter, 3, need), Err(Refusal::QueueFull)));
     }
 }

@@ -355,3 +355,43 @@ async fn models_lists_the_configured_models() {
     assert_eq!(ids[0], "gpt-4o-mini");
     assert!(ids.contains(&"claude-test"));
 }
+
+#[tokio::test]
+async fn a_spent_daily_budget_is_a_429_the_sdks_do_not_retry() {
+    let (provider, state) = start_provider().await;
+    let backend = memory_backend();
+    let gateway = start_gateway(&config(provider, 0), backend.clone()).await;
+    let client = client();
+    let bearer = format!("Bearer {TINY_TENANT_KEY}");
+    let auth = [("authorization", bearer.as_str())];
+    let request = |model: &str| {
+        json!({"model": model, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 250, "stream": true})
+            .to_string()
+    };
+    // The first call holds about 265 of the tenant's 300 tokens while it streams.
+    let open = post_raw(
+        &client,
+        gateway,
+        "/v1/chat/completions",
+        request("gpt-4o-mini-slow"),
+        &auth,
+    )
+    .await;
+    assert_eq!(open.status(), 200);
+    let second = post_raw(&client, gateway, "/v1/chat/completions", request("gpt-4o-mini"), &auth).await;
+    assert_eq!(second.status(), 429);
+    assert_eq!(second.headers()["x-should-retry"], "false");
+    let body: Value = serde_json::from_slice(&second.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
+    state.gate.add_permits(1);
+    open.into_body().collect().await.unwrap();
+    // Reconciled to the provider's usage, the budget has room again.
+    eventually_in_use(
+        &backend,
+        "tenant:tiny:llm:daily_tokens",
+        OPENAI_USAGE.0 + OPENAI_USAGE.1,
+    )
+    .await;
+    let third = post_raw(&client, gateway, "/v1/chat/completions", request("gpt-4o-mini"), &auth).await;
+    assert_eq!(third.status(), 200);
+}

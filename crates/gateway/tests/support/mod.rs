@@ -30,6 +30,8 @@ pub const OPENAI_USAGE: (u64, u64) = (11, 7);
 pub const ANTHROPIC_USAGE: (u64, u64, u64, u64) = (20, 5, 100, 9);
 /// The tenant key the tests present.
 pub const TENANT_KEY: &str = "gateway-test-key-acme-0123456789";
+/// The key of a tenant with a daily budget of 300 tokens.
+pub const TINY_TENANT_KEY: &str = "gateway-test-key-tiny-0123456789";
 
 /// The provider's state: a gate that slow streams wait on, and what it saw.
 pub struct Provider {
@@ -167,13 +169,14 @@ pub async fn start_provider() -> (SocketAddr, Arc<Provider>) {
 pub fn config(provider: SocketAddr, max_wait_ms: u64) -> GatewayConfig {
     std::env::set_var("GATEWAY_TEST_ACME_KEY", TENANT_KEY);
     std::env::set_var("GATEWAY_TEST_ANTHROPIC_KEY", "upstream-anthropic-key");
+    std::env::set_var("GATEWAY_TEST_TINY_KEY", TINY_TENANT_KEY);
     let model = |name: &str| {
         format!(
             "  - {{name: {name}, upstream: openai, rpm: 3, tpm: 10000, concurrency: 1, max_output_tokens_default: 100, max_wait_ms: {max_wait_ms}}}\n"
         )
     };
     let yaml = format!(
-        "listen_addr: \"127.0.0.1:0\"\nbody_bytes_max: 4096\nupstreams:\n  - {{name: openai, kind: openai, base_url: \"http://{provider}\"}}\n  - {{name: anthropic, kind: anthropic, base_url: \"http://{provider}\", api_key_env: GATEWAY_TEST_ANTHROPIC_KEY}}\n  - {{name: nowhere, kind: openai, base_url: \"http://127.0.0.1:9\"}}\nmodels:\n{}{}{}  - {{name: claude-test, upstream: anthropic, input_tpm: 5000, output_tpm: 2000, concurrency: 4, max_output_tokens_default: 100}}\n  - {{name: gpt-4o-gone, upstream: nowhere, tpm: 10000, concurrency: 1, max_output_tokens_default: 100}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_TEST_ACME_KEY, daily_tokens: 1000000}}\n",
+        "listen_addr: \"127.0.0.1:0\"\nbody_bytes_max: 4096\nupstreams:\n  - {{name: openai, kind: openai, base_url: \"http://{provider}\"}}\n  - {{name: anthropic, kind: anthropic, base_url: \"http://{provider}\", api_key_env: GATEWAY_TEST_ANTHROPIC_KEY}}\n  - {{name: nowhere, kind: openai, base_url: \"http://127.0.0.1:9\"}}\nmodels:\n{}{}{}  - {{name: claude-test, upstream: anthropic, input_tpm: 5000, output_tpm: 2000, concurrency: 4, max_output_tokens_default: 100}}\n  - {{name: gpt-4o-gone, upstream: nowhere, tpm: 10000, concurrency: 1, max_output_tokens_default: 100}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_TEST_ACME_KEY, daily_tokens: 1000000}}\n  - {{name: tiny, api_key_env: GATEWAY_TEST_TINY_KEY, daily_tokens: 300}}\n",
         model("gpt-4o-mini"),
         model("gpt-4o-mini-slow"),
         model("gpt-4o-mini-429"),
@@ -183,7 +186,16 @@ pub fn config(provider: SocketAddr, max_wait_ms: u64) -> GatewayConfig {
 
 /// A gateway on `backend`, its limits defined, served on a free loopback port.
 pub async fn start_gateway(config: &GatewayConfig, backend: Arc<dyn Backend>) -> SocketAddr {
+    start_gateway_with_metrics(config, backend).await.0
+}
+
+/// [`start_gateway`], with the gateway's metrics.
+pub async fn start_gateway_with_metrics(
+    config: &GatewayConfig,
+    backend: Arc<dyn Backend>,
+) -> (SocketAddr, Arc<gateway::metrics::GatewayMetrics>) {
     let gateway = Gateway::new(config, backend.clone()).unwrap();
+    let metrics = gateway.metrics().clone();
     for definition in gateway.definitions() {
         backend.apply_definition(definition).await.unwrap();
     }
@@ -191,7 +203,7 @@ pub async fn start_gateway(config: &GatewayConfig, backend: Arc<dyn Backend>) ->
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
+    (addr, metrics)
 }
 
 /// A memory backend on the system clock.
