@@ -102,15 +102,18 @@ impl Gateway {
                 .position(|u| u.config.name == model.upstream)
                 .expect("validated");
             let kind = upstreams[upstream].config.kind;
+            let counter = Counter {
+                encoding: model.encoding.unwrap_or_else(|| default_encoding(kind, &model.name)),
+                image_tokens: model.image_tokens.unwrap_or(IMAGE_TOKENS_DEFAULT),
+            };
+            // The vocabulary loads on first use: at startup, not on a client's first call.
+            counter.text("warm");
             let entry = ModelEntry {
                 config: model.clone(),
                 upstream,
                 kind,
                 keys: ModelKeys::new(&model.upstream, model),
-                counter: Counter {
-                    encoding: model.encoding.unwrap_or_else(|| default_encoding(kind, &model.name)),
-                    image_tokens: model.image_tokens.unwrap_or(IMAGE_TOKENS_DEFAULT),
-                },
+                counter,
                 queue: Arc::new(ModelQueue::default()),
                 metrics: metrics.model(&model.name),
                 warned_above_provider: AtomicBool::new(false),

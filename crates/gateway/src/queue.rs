@@ -241,6 +241,20 @@ mod tests {
         LimitKey::new("global:llm:test:m:concurrency").unwrap()
     }
 
+    /// A memory backend with one slot, and the requirement of one call.
+    async fn one_slot() -> (Arc<MemoryBackend>, Arc<dyn Limiter>, Vec<Requirement>) {
+        let backend = Arc::new(MemoryBackend::new(
+            Arc::new(SystemClock::new()),
+            MemoryConfig::default(),
+        ));
+        backend
+            .apply_definition(&LimitDefinition::concurrency(slot(), 1, 60).unwrap())
+            .await
+            .unwrap();
+        let limiter: Arc<dyn Limiter> = backend.clone();
+        (backend, limiter, vec![Requirement { key: slot(), amount: 1 }])
+    }
+
     #[tokio::test]
     async fn tenants_take_turns_and_a_call_gets_its_lease() {
         let backend = Arc::new(MemoryBackend::new(

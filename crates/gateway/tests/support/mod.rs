@@ -275,3 +275,41 @@ pub async fn post(
     let bytes = body.collect().await.unwrap().to_bytes();
     (parts.status, parts.headers, String::from_utf8(bytes.to_vec()).unwrap())
 }
+
+/// A provider, a memory backend and a gateway in front of them, with a client.
+pub struct Setup {
+    /// The provider's state.
+    pub provider: Arc<Provider>,
+    /// The backend the gateway reserves on.
+    pub backend: Arc<dyn Backend>,
+    /// The gateway's address.
+    pub gateway: SocketAddr,
+    /// A client.
+    pub client: HttpClient,
+}
+
+/// [`Setup`] with the models' `max_wait_ms`.
+pub async fn setup(max_wait_ms: u64) -> Setup {
+    let (addr, provider) = start_provider().await;
+    let backend = memory_backend();
+    let gateway = start_gateway(&config(addr, max_wait_ms), backend.clone()).await;
+    Setup {
+        provider,
+        backend,
+        gateway,
+        client: client(),
+    }
+}
+
+/// Opens a call with the tenant's bearer key; its body is left to the caller.
+pub async fn open(client: &HttpClient, gateway: SocketAddr, body: &Value) -> hyper::Response<hyper::body::Incoming> {
+    let bearer = format!("Bearer {TENANT_KEY}");
+    post_raw(
+        client,
+        gateway,
+        "/v1/chat/completions",
+        body.to_string(),
+        &[("authorization", &bearer)],
+    )
+    .await
+}
