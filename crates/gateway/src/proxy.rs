@@ -87,6 +87,16 @@ impl Gateway {
     /// The gateway of a validated `config` on `backend`; reads the upstream and
     /// tenant keys from the environment (an unset variable is an error).
     pub fn new(config: &GatewayConfig, backend: Arc<dyn Backend>) -> Result<Self, String> {
+        let client = UpstreamClient::new(Duration::from_millis(config.upstream_timeout_ms));
+        Self::with_client(config, backend, client)
+    }
+
+    /// [`Gateway::new`] with its own upstream client (one that trusts a private CA).
+    pub fn with_client(
+        config: &GatewayConfig,
+        backend: Arc<dyn Backend>,
+        client: UpstreamClient,
+    ) -> Result<Self, String> {
         config.validate().map_err(|e| e.to_string())?;
         let upstreams = config
             .upstreams
@@ -151,7 +161,7 @@ impl Gateway {
             upstreams,
             tenants,
             tenant_keys,
-            client: UpstreamClient::new(Duration::from_millis(config.upstream_timeout_ms)),
+            client,
             metrics,
             body_bytes_max: config.body_bytes_max,
             definitions: limits::definitions(config),

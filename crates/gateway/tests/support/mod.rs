@@ -151,13 +151,18 @@ async fn messages(State(provider): State<Arc<Provider>>, headers: HeaderMap, Jso
     ])
 }
 
+/// The provider's routes.
+pub fn provider_router(provider: Arc<Provider>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", routing::post(chat))
+        .route("/v1/messages", routing::post(messages))
+        .with_state(provider)
+}
+
 /// Starts the provider on a free loopback port.
 pub async fn start_provider() -> (SocketAddr, Arc<Provider>) {
     let provider = Arc::new(Provider::default());
-    let app = Router::new()
-        .route("/v1/chat/completions", routing::post(chat))
-        .route("/v1/messages", routing::post(messages))
-        .with_state(provider.clone());
+    let app = provider_router(provider.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -194,7 +199,14 @@ pub async fn start_gateway_with_metrics(
     config: &GatewayConfig,
     backend: Arc<dyn Backend>,
 ) -> (SocketAddr, Arc<gateway::metrics::GatewayMetrics>) {
-    let gateway = Gateway::new(config, backend.clone()).unwrap();
+    serve_gateway(Gateway::new(config, backend.clone()).unwrap(), backend).await
+}
+
+/// Defines `gateway`'s limits on `backend` and serves it on a free loopback port.
+pub async fn serve_gateway(
+    gateway: Gateway,
+    backend: Arc<dyn Backend>,
+) -> (SocketAddr, Arc<gateway::metrics::GatewayMetrics>) {
     let metrics = gateway.metrics().clone();
     for definition in gateway.definitions() {
         backend.apply_definition(definition).await.unwrap();
