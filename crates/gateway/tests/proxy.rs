@@ -208,8 +208,11 @@ async fn a_provider_429_is_passed_through_and_cools_the_model_down() {
     // The rest of the minute's requests are held by the cooldown, on the backend.
     eventually_in_use(&backend, rpm, 3).await;
     eventually_in_use(&backend, "global:llm:openai:gpt-4o-mini-429:tpm", 0).await;
-    let (status, _, _) = post(&client, gateway, "/v1/chat/completions", chat("gpt-4o-mini-429", false)).await;
+    let (status, headers, _) = post(&client, gateway, "/v1/chat/completions", chat("gpt-4o-mini-429", false)).await;
     assert_eq!(status, 429);
+    // The gateway's own 429 hints the provider's time, not the end of the rpm window.
+    let hint: u64 = headers["retry-after-ms"].to_str().unwrap().parse().unwrap();
+    assert!((1..=800).contains(&hint), "{hint}");
     // After the provider's hint, the hold is given back (the first call stays counted).
     eventually_in_use(&backend, rpm, 1).await;
 }
