@@ -16,3 +16,4 @@ cargo check --workspace --all-targets
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo test --workspace --all-features
 scripts/python-test.sh
+scripts/gateway-test.sh

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::Router;
 use ratelimiter::Clock;
 use serde::{Deserialize, Serialize};
@@ -135,6 +136,12 @@ impl ProviderServer {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        // Each event of a stream leaves when it is written, as a provider's does:
+        // without TCP_NODELAY, Nagle's algorithm holds a token's event until the
+        // client acknowledges the previous one (up to its delayed-ACK time, 40 ms).
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         axum::serve(listener, self.router())
             .with_graceful_shutdown(shutdown)
             .await

@@ -30,7 +30,7 @@ pub const MODELS_DEFAULT: [&str; 6] = [
     "gpt-4o-mini",
     "gpt-4o",
     "text-embedding-3-small",
-    "claude-3-5-haiku-latest",
+    "claude-haiku-4-5",
     "claude-sonnet-4-5",
 ];
 /// The most models a simulator serves: the catalogue is scanned on every call.

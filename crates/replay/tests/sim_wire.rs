@@ -318,7 +318,7 @@ async fn responses_report_usage_in_the_object_and_in_response_completed() {
 #[tokio::test]
 async fn anthropic_messages_stream_start_deltas_cumulative_usage_and_stop() {
     let sim = start(limits(4, 0)).await;
-    let body = json!({"model": "claude-3-5-haiku-latest", "max_tokens": 50, "sim_output_tokens": 3, "system": "abcd",
+    let body = json!({"model": "claude-haiku-4-5", "max_tokens": 50, "sim_output_tokens": 3, "system": "abcd",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "abcdefgh"}]}]});
     let answer = sim.post("/v1/messages", body.clone()).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
@@ -357,7 +357,7 @@ async fn anthropic_messages_stream_start_deltas_cumulative_usage_and_stop() {
     let count = sim
         .post(
             "/v1/messages/count_tokens",
-            json!({"model": "claude-3-5-haiku-latest", "system": "abcd", "messages": body["messages"]}),
+            json!({"model": "claude-haiku-4-5", "system": "abcd", "messages": body["messages"]}),
         )
         .await;
     assert_eq!(count.json(), json!({"input_tokens": 3}));
@@ -366,7 +366,7 @@ async fn anthropic_messages_stream_start_deltas_cumulative_usage_and_stop() {
     let missing = sim
         .post(
             "/v1/messages",
-            json!({"model": "claude-3-5-haiku-latest", "messages": body["messages"]}),
+            json!({"model": "claude-haiku-4-5", "messages": body["messages"]}),
         )
         .await;
     assert_eq!(missing.status, 400);

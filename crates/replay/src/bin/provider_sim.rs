@@ -38,7 +38,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "actual")]
     accounting: Accounting,
     /// The models served, comma-separated; others get a 404 (default: sim-model,
-    /// gpt-4o-mini, gpt-4o, text-embedding-3-small, claude-3-5-haiku-latest, claude-sonnet-4-5).
+    /// gpt-4o-mini, gpt-4o, text-embedding-3-small, claude-haiku-4-5, claude-sonnet-4-5).
     #[arg(long, value_delimiter = ',')]
     models: Vec<String>,
     /// The environment variable holding the key callers must send (`Authorization:
@@ -69,7 +69,9 @@ async fn main() {
             std::process::exit(1);
         }
     };
-    eprintln!("provider-sim: serving on http://{}", args.listen);
+    // The bound address, so a caller passing port 0 learns the port.
+    let bound = listener.local_addr().map_or(args.listen.clone(), |a| a.to_string());
+    eprintln!("provider-sim: serving on http://{bound}");
     let models = if args.models.is_empty() {
         MODELS_DEFAULT.iter().map(|m| (*m).to_owned()).collect()
     } else {
