@@ -227,7 +227,9 @@ async fn the_gateway_serves_beside_the_limiter_api_on_the_same_backend() {
     );
     // The provider's remaining capacity, from its rate-limit headers.
     assert!(
-        metrics.body.contains("ratelimiterd_gateway_provider_remaining_requests{model=\"gpt-4o-mini\"}"),
+        metrics
+            .body
+            .contains("ratelimiterd_gateway_provider_remaining_requests{model=\"gpt-4o-mini\"}"),
         "{}",
         metrics.body
     );
