@@ -68,8 +68,6 @@ def test_a_provider_429_is_passed_through_and_cools_the_model_down(gw: Gateway) 
     assert wait_until_served(gw) - started >= RETRY_AFTER_MS / 1000
 
 
-@pytest.mark.xfail(strict=True, reason="gateway bug: during a cooldown the gateway's 429 hints the rpm window's end "
-                   "(about 60 s), not the provider's retry-after (docs: cooled down until the provider's retry-after)")
 def test_the_cooldowns_429_hints_no_longer_than_the_provider(gw: Gateway) -> None:
     gw.require_gateway()
     provider_429(gw)

@@ -219,10 +219,14 @@ impl GatewayConfig {
             if !names.insert(upstream.name.as_str()) {
                 return Err(invalid(format!("upstreams[{i}].name"), "appears twice"));
             }
-            if !upstream.base_url.starts_with("http://") {
+            let rest = upstream
+                .base_url
+                .strip_prefix("https://")
+                .or_else(|| upstream.base_url.strip_prefix("http://"));
+            if rest.is_none_or(|host| host.is_empty()) || upstream.base_url.parse::<axum::http::Uri>().is_err() {
                 return Err(invalid(
                     format!("upstreams[{i}].base_url"),
-                    "must start with http:// (this build has no TLS client; docs/gateway.md, \"Upstreams\")",
+                    "must be an http:// or https:// URL",
                 ));
             }
         }
@@ -376,6 +380,10 @@ tenants:
         assert_eq!(config.validate().unwrap_err().entry, "models[2].name");
         let mut config = parse(EXAMPLE);
         config.upstreams[0].base_url = "https://api.openai.com".into();
-        assert_eq!(config.validate().unwrap_err().entry, "upstreams[0].base_url");
+        config.validate().unwrap();
+        for bad in ["ftp://host", "https://", "api.openai.com", "http://bad host"] {
+            config.upstreams[0].base_url = bad.into();
+            assert_eq!(config.validate().unwrap_err().entry, "upstreams[0].base_url", "{bad}");
+        }
     }
 }

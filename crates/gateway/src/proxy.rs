@@ -48,6 +48,7 @@ pub struct ModelEntry {
     queue: Arc<ModelQueue>,
     metrics: Arc<ModelMetrics>,
     warned_above_provider: AtomicBool,
+    cooldown: cooldown::Cooldown,
 }
 
 struct TenantEntry {
@@ -87,6 +88,16 @@ impl Gateway {
     /// The gateway of a validated `config` on `backend`; reads the upstream and
     /// tenant keys from the environment (an unset variable is an error).
     pub fn new(config: &GatewayConfig, backend: Arc<dyn Backend>) -> Result<Self, String> {
+        let client = UpstreamClient::new(Duration::from_millis(config.upstream_timeout_ms));
+        Self::with_client(config, backend, client)
+    }
+
+    /// [`Gateway::new`] with its own upstream client (one that trusts a private CA).
+    pub fn with_client(
+        config: &GatewayConfig,
+        backend: Arc<dyn Backend>,
+        client: UpstreamClient,
+    ) -> Result<Self, String> {
         config.validate().map_err(|e| e.to_string())?;
         let upstreams = config
             .upstreams
@@ -102,18 +113,22 @@ impl Gateway {
                 .position(|u| u.config.name == model.upstream)
                 .expect("validated");
             let kind = upstreams[upstream].config.kind;
+            let counter = Counter {
+                encoding: model.encoding.unwrap_or_else(|| default_encoding(kind, &model.name)),
+                image_tokens: model.image_tokens.unwrap_or(IMAGE_TOKENS_DEFAULT),
+            };
+            // The vocabulary loads on first use: at startup, not on a client's first call.
+            counter.text("warm");
             let entry = ModelEntry {
                 config: model.clone(),
                 upstream,
                 kind,
                 keys: ModelKeys::new(&model.upstream, model),
-                counter: Counter {
-                    encoding: model.encoding.unwrap_or_else(|| default_encoding(kind, &model.name)),
-                    image_tokens: model.image_tokens.unwrap_or(IMAGE_TOKENS_DEFAULT),
-                },
+                counter,
                 queue: Arc::new(ModelQueue::default()),
                 metrics: metrics.model(&model.name),
                 warned_above_provider: AtomicBool::new(false),
+                cooldown: cooldown::Cooldown::default(),
             };
             models.insert(model.name.clone(), Arc::new(entry));
         }
@@ -148,7 +163,7 @@ impl Gateway {
             upstreams,
             tenants,
             tenant_keys,
-            client: UpstreamClient::new(Duration::from_millis(config.upstream_timeout_ms)),
+            client,
             metrics,
             body_bytes_max: config.body_bytes_max,
             definitions: limits::definitions(config),
@@ -385,7 +400,7 @@ async fn admit(
             Ok(ReserveOutcome::Denied(denial)) => {
                 if denial.is_permanent() || is_budget(&denial) || model.config.max_wait_ms == 0 {
                     let budget = is_budget(&denial);
-                    return Err(refuse(gateway, denial, budget, call, counters).await);
+                    return Err(refuse(gateway, model, denial, budget, call, counters).await);
                 }
             }
             Err(e) => return Err(backend_error(e)),
@@ -409,7 +424,7 @@ async fn admit(
                 retry_after_ms: crate::queue::PUMP_SLEEP_MAX_MS,
             });
             let budget = is_budget(&denial);
-            return Err(refuse(gateway, denial, budget, call, counters).await);
+            return Err(refuse(gateway, model, denial, budget, call, counters).await);
         }
     };
     let outcome = tokio::time::timeout(Duration::from_millis(model.config.max_wait_ms), receiver).await;
@@ -418,7 +433,7 @@ async fn admit(
         Ok(Ok(Ok(lease_id))) => Ok(Some(lease_id)),
         Ok(Ok(Err(Refusal::Denied(denial)))) => {
             let budget = is_budget(&denial);
-            Err(refuse(gateway, denial, budget, call, counters).await)
+            Err(refuse(gateway, model, denial, budget, call, counters).await)
         }
         Ok(Ok(Err(Refusal::Backend(e)))) => Err(backend_error(e)),
         Ok(Ok(Err(Refusal::QueueFull))) | Ok(Err(_)) => {
@@ -430,13 +445,20 @@ async fn admit(
                 retry_after_ms: crate::queue::PUMP_SLEEP_MAX_MS,
             });
             let budget = is_budget(&denial);
-            Err(refuse(gateway, denial, budget, call, counters).await)
+            Err(refuse(gateway, model, denial, budget, call, counters).await)
         }
     }
 }
 
 /// The answer to a denial: 400 when the call can never fit, else a 429.
-async fn refuse(gateway: &Gateway, denial: Denial, budget: bool, call: &Call, counters: &CallCounters) -> GatewayError {
+async fn refuse(
+    gateway: &Gateway,
+    model: &ModelEntry,
+    denial: Denial,
+    budget: bool,
+    call: &Call,
+    counters: &CallCounters,
+) -> GatewayError {
     if denial.is_permanent() {
         return GatewayError::invalid(format!(
             "This request can never be admitted: it needs {} input and {} output tokens, more than the whole \
@@ -447,7 +469,10 @@ async fn refuse(gateway: &Gateway, denial: Denial, budget: bool, call: &Call, co
         ));
     }
     counters.denied.fetch_add(1, Ordering::Relaxed);
-    rate_limited(gateway, &denial, budget).await
+    // During this server's cooldown of the model, the provider's own time is the hint.
+    let cooling = cooldown::key(&model.keys).is_some_and(|k| denial_key(&denial) == Some(k.as_str()));
+    let cap_ms = if cooling { model.cooldown.left_ms() } else { None };
+    rate_limited(gateway, &denial, budget, cap_ms).await
 }
 
 fn backend_error(error: ratelimiter::LimiterError) -> GatewayError {
@@ -459,8 +484,8 @@ fn backend_error(error: ratelimiter::LimiterError) -> GatewayError {
 }
 
 /// A 429 with the retry hints both SDKs read and the binding limit's figures.
-async fn rate_limited(gateway: &Gateway, denial: &Denial, budget: bool) -> GatewayError {
-    let retry_after_ms = denial.retry_after_ms().max(1);
+async fn rate_limited(gateway: &Gateway, denial: &Denial, budget: bool, cap_ms: Option<u64>) -> GatewayError {
+    let retry_after_ms = denial.retry_after_ms().min(cap_ms.unwrap_or(u64::MAX)).max(1);
     let key = denial_key(denial).unwrap_or("");
     let message = if budget {
         format!("The tenant's daily token budget ({key}) is spent; it frees as the day's calls age out.")
@@ -566,7 +591,7 @@ async fn forward(
     lease.log.status = parts.status.as_u16();
     if parts.status == StatusCode::TOO_MANY_REQUESTS {
         lease.counters.provider_429.fetch_add(1, Ordering::Relaxed);
-        cooldown::start(gateway.backend.clone(), &model.keys, &parts.headers);
+        cooldown::start(gateway.backend.clone(), &model.keys, &parts.headers, &model.cooldown);
     }
     if parts.status.is_client_error() {
         // The provider refused the call before any work (docs/gateway.md, "Reconciling").

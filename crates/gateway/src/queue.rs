@@ -241,8 +241,8 @@ mod tests {
         LimitKey::new("global:llm:test:m:concurrency").unwrap()
     }
 
-    #[tokio::test]
-    async fn tenants_take_turns_and_a_call_gets_its_lease() {
+    /// A memory backend with one slot, and the requirement of one call.
+    async fn one_slot() -> (Arc<MemoryBackend>, Arc<dyn Limiter>, Vec<Requirement>) {
         let backend = Arc::new(MemoryBackend::new(
             Arc::new(SystemClock::new()),
             MemoryConfig::default(),
@@ -252,9 +252,14 @@ mod tests {
             .await
             .unwrap();
         let limiter: Arc<dyn Limiter> = backend.clone();
+        (backend, limiter, vec![Requirement { key: slot(), amount: 1 }])
+    }
+
+    #[tokio::test]
+    async fn tenants_take_turns_and_a_call_gets_its_lease() {
+        let (_backend, limiter, need) = one_slot().await;
         // The slot is taken: every call below has to wait.
         let holder = LeaseId::generate();
-        let need = vec![Requirement { key: slot(), amount: 1 }];
         let request = ReserveRequest::new(holder, None, need.clone()).unwrap();
         assert!(limiter.reserve(&request).await.unwrap().is_allowed());
         let queue = Arc::new(ModelQueue::default());
@@ -296,16 +301,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiter_that_left_is_skipped_and_a_full_queue_refuses() {
-        let backend = Arc::new(MemoryBackend::new(
-            Arc::new(SystemClock::new()),
-            MemoryConfig::default(),
-        ));
-        backend
-            .apply_definition(&LimitDefinition::concurrency(slot(), 1, 60).unwrap())
-            .await
-            .unwrap();
-        let limiter: Arc<dyn Limiter> = backend.clone();
-        let need = vec![Requirement { key: slot(), amount: 1 }];
+        let (backend, limiter, need) = one_slot().await;
         let queue = Arc::new(ModelQueue::default());
         let left = queue.enqueue(&limiter, 0, need.clone()).unwrap();
         drop(left);

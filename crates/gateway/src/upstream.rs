@@ -3,7 +3,7 @@
 //! hyper's pooled HTTP/1.1 client: already in the workspace (the library's
 //! `HttpClient` and the simulator use it), no extra layer between the socket and
 //! the frames the gateway forwards, and the fastest of the candidates (reqwest
-//! wraps this same client). This build speaks plain HTTP only.
+//! wraps this same client), with rustls for `https://` upstreams.
 
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -100,15 +101,37 @@ impl Upstream {
 /// The pooled client shared by every upstream.
 #[derive(Clone)]
 pub struct UpstreamClient {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     timeout: Duration,
 }
 
 impl UpstreamClient {
-    /// A client whose calls give up after `timeout` without an answer.
+    /// A client whose calls give up after `timeout` without an answer; `https://`
+    /// upstreams are verified against Mozilla's roots (webpki-roots).
     pub fn new(timeout: Duration) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
+        let roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        Self::with_roots(timeout, roots)
+    }
+
+    /// A client that trusts `roots` only: a private CA, or a test's certificate.
+    pub fn with_roots(timeout: Duration, roots: rustls::RootCertStore) -> Self {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        // The TLS connector does the scheme check itself.
+        http.enforce_http(false);
+        let tls =
+            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default protocol versions")
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(POOL_IDLE_PER_HOST)
             .pool_idle_timeout(Duration::from_millis(POOL_IDLE_TIMEOUT_MS))

@@ -21,10 +21,12 @@ fn chat(model: &str, stream: bool) -> Value {
 
 #[tokio::test]
 async fn a_chat_call_is_reconciled_to_the_providers_usage() {
-    let (provider, _) = start_provider().await;
-    let backend = memory_backend();
-    let gateway = start_gateway(&config(provider, 0), backend.clone()).await;
-    let client = client();
+    let Setup {
+        provider: _,
+        backend,
+        gateway,
+        client,
+    } = setup(0).await;
     let (status, _, body) = post(&client, gateway, "/v1/chat/completions", chat("gpt-4o-mini", false)).await;
     assert_eq!(status, 200, "{body}");
     let total = OPENAI_USAGE.0 + OPENAI_USAGE.1;
@@ -36,10 +38,12 @@ async fn a_chat_call_is_reconciled_to_the_providers_usage() {
 
 #[tokio::test]
 async fn a_stream_passes_through_and_the_usage_chunk_asked_for_by_the_gateway_is_dropped() {
-    let (provider, state) = start_provider().await;
-    let backend = memory_backend();
-    let gateway = start_gateway(&config(provider, 0), backend.clone()).await;
-    let client = client();
+    let Setup {
+        provider: state,
+        backend,
+        gateway,
+        client,
+    } = setup(0).await;
     let (status, headers, body) = post(&client, gateway, "/v1/chat/completions", chat("gpt-4o-mini", true)).await;
     assert_eq!(status, 200);
     assert_eq!(headers["content-type"], "text/event-stream");
@@ -63,10 +67,12 @@ async fn a_stream_passes_through_and_the_usage_chunk_asked_for_by_the_gateway_is
 
 #[tokio::test]
 async fn anthropic_usage_splits_input_and_output_and_takes_the_last_delta() {
-    let (provider, _) = start_provider().await;
-    let backend = memory_backend();
-    let gateway = start_gateway(&config(provider, 0), backend.clone()).await;
-    let client = client();
+    let Setup {
+        provider: _,
+        backend,
+        gateway,
+        client,
+    } = setup(0).await;
     let (input, creation, _, output) = ANTHROPIC_USAGE;
     for stream in [false, true] {
         let body = json!({"model": "claude-test", "max_tokens": 64, "stream": stream,
@@ -93,19 +99,13 @@ async fn anthropic_usage_splits_input_and_output_and_takes_the_last_delta() {
 
 #[tokio::test]
 async fn concurrency_is_never_exceeded_and_a_denial_is_a_429_in_the_providers_shape() {
-    let (provider, state) = start_provider().await;
-    let backend = memory_backend();
-    let gateway = start_gateway(&config(provider, 0), backend.clone()).await;
-    let client = client();
-    let bearer = format!("Bearer {TENANT_KEY}");
-    let slow = post_raw(
-        &client,
+    let Setup {
+        provider: state,
+        backend,
         gateway,
-        "/v1/chat/completions",
-        chat("gpt-4o-mini-slow", true).to_string(),
-        &[("authorization", &bearer)],
-    )
-    .await;
+        client,
+    } = setup(0).await;
+    let slow = open(&client, gateway, &chat("gpt-4o-mini-slow", true)).await;
     assert_eq!(slow.status(), 200);
     // The same model's only slot is held by the open stream.
     let slow_concurrency = "global:llm:openai:gpt-4o-mini-slow:concurrency";
@@ -133,19 +133,13 @@ async fn concurrency_is_never_exceeded_and_a_denial_is_a_429_in_the_providers_sh
 
 #[tokio::test]
 async fn a_denied_call_waits_its_turn_up_to_max_wait() {
-    let (provider, state) = start_provider().await;
-    let backend = memory_backend();
-    let gateway = start_gateway(&config(provider, 30_000), backend.clone()).await;
-    let client = client();
-    let bearer = format!("Bearer {TENANT_KEY}");
-    let slow = post_raw(
-        &client,
+    let Setup {
+        provider: state,
+        backend,
         gateway,
-        "/v1/chat/completions",
-        chat("gpt-4o-mini-slow", true).to_string(),
-        &[("authorization", &bearer)],
-    )
-    .await;
+        client,
+    } = setup(30_000).await;
+    let slow = open(&client, gateway, &chat("gpt-4o-mini-slow", true)).await;
     let waiting = tokio::spawn({
         let client = client.clone();
         async move {
@@ -164,14 +158,17 @@ async fn a_denied_call_waits_its_turn_up_to_max_wait() {
     slow.into_body().collect().await.unwrap();
     let (status, _, body) = waiting.await.unwrap();
     assert_eq!(status, 200, "{body}");
+    eventually_in_use(&backend, "global:llm:openai:gpt-4o-mini-slow:concurrency", 0).await;
 }
 
 #[tokio::test]
 async fn a_client_that_leaves_mid_stream_frees_its_slot_and_keeps_its_tokens() {
-    let (provider, _) = start_provider().await;
-    let backend = memory_backend();
-    let gateway = start_gateway(&config(provider, 0), backend.clone()).await;
-    let client = client();
+    let Setup {
+        provider: _,
+        backend,
+        gateway,
+        client,
+    } = setup(0).await;
     let bearer = format!("Bearer {TENANT_KEY}");
     let request = chat("gpt-4o-mini-slow", true);
     let mut response = post_raw(
@@ -197,10 +194,12 @@ async fn a_client_that_leaves_mid_stream_frees_its_slot_and_keeps_its_tokens() {
 
 #[tokio::test]
 async fn a_provider_429_is_passed_through_and_cools_the_model_down() {
-    let (provider, _) = start_provider().await;
-    let backend = memory_backend();
-    let gateway = start_gateway(&config(provider, 0), backend.clone()).await;
-    let client = client();
+    let Setup {
+        provider: _,
+        backend,
+        gateway,
+        client,
+    } = setup(0).await;
     let (status, headers, body) = post(&client, gateway, "/v1/chat/completions", chat("gpt-4o-mini-429", false)).await;
     assert_eq!(status, 429);
     assert_eq!(headers["retry-after-ms"], "800");
@@ -209,8 +208,11 @@ async fn a_provider_429_is_passed_through_and_cools_the_model_down() {
     // The rest of the minute's requests are held by the cooldown, on the backend.
     eventually_in_use(&backend, rpm, 3).await;
     eventually_in_use(&backend, "global:llm:openai:gpt-4o-mini-429:tpm", 0).await;
-    let (status, _, _) = post(&client, gateway, "/v1/chat/completions", chat("gpt-4o-mini-429", false)).await;
+    let (status, headers, _) = post(&client, gateway, "/v1/chat/completions", chat("gpt-4o-mini-429", false)).await;
     assert_eq!(status, 429);
+    // The gateway's own 429 hints the provider's time, not the end of the rpm window.
+    let hint: u64 = headers["retry-after-ms"].to_str().unwrap().parse().unwrap();
+    assert!((1..=800).contains(&hint), "{hint}");
     // After the provider's hint, the hold is given back (the first call stays counted).
     eventually_in_use(&backend, rpm, 1).await;
 }
@@ -230,10 +232,12 @@ async fn an_unreachable_upstream_is_a_502_that_releases_everything_but_the_reque
 
 #[tokio::test]
 async fn bad_input_is_answered_before_anything_is_reserved() {
-    let (provider, state) = start_provider().await;
-    let backend = memory_backend();
-    let gateway = start_gateway(&config(provider, 0), backend.clone()).await;
-    let client = client();
+    let Setup {
+        provider: state,
+        backend,
+        gateway,
+        client,
+    } = setup(0).await;
     let bearer = format!("Bearer {TENANT_KEY}");
     let auth = [("authorization", bearer.as_str())];
     /// Path, body, headers, expected status, a word the answer must hold.
@@ -358,10 +362,12 @@ async fn models_lists_the_configured_models() {
 
 #[tokio::test]
 async fn a_spent_daily_budget_is_a_429_the_sdks_do_not_retry() {
-    let (provider, state) = start_provider().await;
-    let backend = memory_backend();
-    let gateway = start_gateway(&config(provider, 0), backend.clone()).await;
-    let client = client();
+    let Setup {
+        provider: state,
+        backend,
+        gateway,
+        client,
+    } = setup(0).await;
     let bearer = format!("Bearer {TINY_TENANT_KEY}");
     let auth = [("authorization", bearer.as_str())];
     let request = |model: &str| {

@@ -225,6 +225,14 @@ async fn the_gateway_serves_beside_the_limiter_api_on_the_same_backend() {
         "{}",
         metrics.body
     );
+    // The provider's remaining capacity, from its rate-limit headers.
+    assert!(
+        metrics
+            .body
+            .contains("ratelimiterd_gateway_provider_remaining_requests{model=\"gpt-4o-mini\"}"),
+        "{}",
+        metrics.body
+    );
     // A change through the admin API applies to the gateway's next call.
     let bearer = format!("Bearer {ADMIN_TOKEN}");
     let put = send(

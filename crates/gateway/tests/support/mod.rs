@@ -151,13 +151,18 @@ async fn messages(State(provider): State<Arc<Provider>>, headers: HeaderMap, Jso
     ])
 }
 
+/// The provider's routes.
+pub fn provider_router(provider: Arc<Provider>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", routing::post(chat))
+        .route("/v1/messages", routing::post(messages))
+        .with_state(provider)
+}
+
 /// Starts the provider on a free loopback port.
 pub async fn start_provider() -> (SocketAddr, Arc<Provider>) {
     let provider = Arc::new(Provider::default());
-    let app = Router::new()
-        .route("/v1/chat/completions", routing::post(chat))
-        .route("/v1/messages", routing::post(messages))
-        .with_state(provider.clone());
+    let app = provider_router(provider.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -194,7 +199,14 @@ pub async fn start_gateway_with_metrics(
     config: &GatewayConfig,
     backend: Arc<dyn Backend>,
 ) -> (SocketAddr, Arc<gateway::metrics::GatewayMetrics>) {
-    let gateway = Gateway::new(config, backend.clone()).unwrap();
+    serve_gateway(Gateway::new(config, backend.clone()).unwrap(), backend).await
+}
+
+/// Defines `gateway`'s limits on `backend` and serves it on a free loopback port.
+pub async fn serve_gateway(
+    gateway: Gateway,
+    backend: Arc<dyn Backend>,
+) -> (SocketAddr, Arc<gateway::metrics::GatewayMetrics>) {
     let metrics = gateway.metrics().clone();
     for definition in gateway.definitions() {
         backend.apply_definition(definition).await.unwrap();
@@ -274,4 +286,42 @@ pub async fn post(
     let (parts, body) = response.into_parts();
     let bytes = body.collect().await.unwrap().to_bytes();
     (parts.status, parts.headers, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+/// A provider, a memory backend and a gateway in front of them, with a client.
+pub struct Setup {
+    /// The provider's state.
+    pub provider: Arc<Provider>,
+    /// The backend the gateway reserves on.
+    pub backend: Arc<dyn Backend>,
+    /// The gateway's address.
+    pub gateway: SocketAddr,
+    /// A client.
+    pub client: HttpClient,
+}
+
+/// [`Setup`] with the models' `max_wait_ms`.
+pub async fn setup(max_wait_ms: u64) -> Setup {
+    let (addr, provider) = start_provider().await;
+    let backend = memory_backend();
+    let gateway = start_gateway(&config(addr, max_wait_ms), backend.clone()).await;
+    Setup {
+        provider,
+        backend,
+        gateway,
+        client: client(),
+    }
+}
+
+/// Opens a call with the tenant's bearer key; its body is left to the caller.
+pub async fn open(client: &HttpClient, gateway: SocketAddr, body: &Value) -> hyper::Response<hyper::body::Incoming> {
+    let bearer = format!("Bearer {TENANT_KEY}");
+    post_raw(
+        client,
+        gateway,
+        "/v1/chat/completions",
+        body.to_string(),
+        &[("authorization", &bearer)],
+    )
+    .await
 }
