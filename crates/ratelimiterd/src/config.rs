@@ -103,6 +103,9 @@ pub struct Config {
     pub memory: MemorySection,
     /// Log output.
     pub log: LogConfig,
+    /// The OpenAI/Anthropic gateway on a listener of its own (docs/gateway.md);
+    /// absent: no gateway.
+    pub gateway: Option<gateway::GatewayConfig>,
 }
 
 /// Which backend holds the limits.
@@ -415,6 +418,12 @@ impl Config {
             .map_err(|m| invalid("memory.snapshot_interval_ms", format!("0 (off) or {m}")))?;
         }
         self.validate_tigerbeetle(path)?;
+        if let Some(gateway) = &self.gateway {
+            parse_listen_addr(&gateway.listen_addr).map_err(|m| invalid("gateway.listen_addr", m))?;
+            gateway
+                .validate()
+                .map_err(|e| invalid(&format!("gateway.{}", e.entry), e.message))?;
+        }
         self.log
             .level
             .parse::<tracing_subscriber::EnvFilter>()

@@ -34,7 +34,7 @@ async fn post(addr: &str, body: &str) -> (u16, String, String) {
 
 fn chat(prompt_bytes: usize, max_tokens: u64, output: u64) -> String {
     format!(
-        r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}],"max_tokens":{max_tokens},"sim_output_tokens":{output}}}"#,
+        r#"{{"model":"sim-model","messages":[{{"role":"user","content":"{}"}}],"max_tokens":{max_tokens},"sim_output_tokens":{output}}}"#,
         "x".repeat(prompt_bytes)
     )
 }
@@ -94,7 +94,7 @@ async fn bad_requests_get_400_and_change_nothing() {
     let (addr, provider) = start(limits(100, 1_000, Accounting::Actual)).await;
     for body in [
         "not json".to_owned(),
-        r#"{"model":"m","messages":[]}"#.to_owned(),
+        r#"{"model":"sim-model","messages":[]}"#.to_owned(),
         chat(4, 0, 1),
         chat(4, 200_000, 1),
         chat(8_000, 10, 1),
