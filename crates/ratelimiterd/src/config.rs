@@ -581,6 +581,31 @@ mod tests {
     }
 
     #[test]
+    fn the_gateway_section_is_checked_with_the_rest() {
+        let section = "gateway:\n  listen_addr: \"127.0.0.1:8081\"\n  upstreams:\n    - {name: openai, kind: openai, base_url: \"https://api.openai.com\"}\n  models:\n    - {name: gpt-4o-mini, upstream: openai, rpm: 500, tpm: 200000, max_output_tokens_default: 4096}\n";
+        let config = parse(section).unwrap();
+        assert_eq!(config.gateway.unwrap().models[0].rpm, Some(500));
+        assert!(parse("").unwrap().gateway.is_none());
+        let cases = [
+            (section.replace("127.0.0.1:8081", "nowhere"), "gateway.listen_addr"),
+            (
+                section.replace("upstream: openai", "upstream: other"),
+                "gateway.models[0].upstream",
+            ),
+            (section.replace("rpm: 500", "rpm: 0"), "gateway.models[0].rpm"),
+        ];
+        for (text, entry) in cases {
+            let message = parse(&text).unwrap_err();
+            assert!(
+                message.starts_with(&format!("config /etc/rl.yaml: {entry}: ")),
+                "{message}"
+            );
+        }
+        let misspelt = parse(&section.replace("rpm: 500", "rmp: 500")).unwrap_err();
+        assert!(misspelt.contains("rmp"), "{misspelt}");
+    }
+
+    #[test]
     fn tigerbeetle_needs_the_cargo_feature() {
         let result = parse("server:\n  backend: tigerbeetle\n");
         if cfg!(feature = "tigerbeetle") {
