@@ -10,6 +10,7 @@
 
 pub mod cli;
 pub mod definitions;
+pub mod enforcement;
 pub mod outcome;
 pub mod plot;
 pub mod prompt;
@@ -20,6 +21,7 @@ pub mod record;
 pub mod replayer;
 pub mod run;
 pub mod server_process;
+pub mod sim_profile;
 pub mod strategy;
 pub mod summary;
 pub mod trace;

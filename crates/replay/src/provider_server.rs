@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use crate::prompt;
 use crate::provider::{count_tokens, Admission, Ledger, LedgerCounts, ProviderLimits, Remaining, Ticket, Verdict};
 use crate::provider_client::ADMITTED_HEADER;
+use crate::sim_profile::{CallShape, LimitState, ProfileName, SimProfile};
 
 /// The largest request body, in bytes: two million prompt tokens of four bytes.
 pub const BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
@@ -96,6 +97,18 @@ impl ProviderServer {
         *self.ledger.lock().expect("ledger lock").limits()
     }
 
+    /// Enforces the limits as `profile`'s provider does from now on, with an
+    /// empty ledger (call it before serving).
+    pub fn set_profile(&self, profile: SimProfile) {
+        let mut ledger = self.ledger.lock().expect("ledger lock");
+        *ledger = Ledger::with_profile(*ledger.limits(), profile, self.clock.now_unix_ms());
+    }
+
+    /// The profile enforced.
+    pub fn profile(&self) -> SimProfile {
+        *self.ledger.lock().expect("ledger lock").profile()
+    }
+
     /// The routes: the chat endpoint and `GET /sim/stats`.
     pub fn router(self: &Arc<Self>) -> Router {
         Router::new()
@@ -170,14 +183,20 @@ async fn chat(State(provider): State<Arc<ProviderServer>>, body: Bytes) -> Respo
         Err(message) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", message),
     };
     let limits = provider.limits();
-    let charge = limits.accounting.charge(prompt_tokens, max_tokens, output_tokens);
+    let call = CallShape {
+        prompt_tokens,
+        max_tokens,
+        output_tokens,
+        best_of: 1,
+        ..CallShape::default()
+    };
     let busy_ms = limits.ms_per_output_token * output_tokens;
     let now_ms = provider.clock.now_unix_ms();
-    let verdict = provider
-        .ledger
-        .lock()
-        .expect("ledger lock")
-        .admit(now_ms, charge, busy_ms);
+    let (verdict, states, profile) = {
+        let mut ledger = provider.ledger.lock().expect("ledger lock");
+        let verdict = ledger.admit_call(now_ms, &call, busy_ms);
+        (verdict, ledger.limit_states(now_ms), *ledger.profile())
+    };
     let (slot, remaining) = match verdict {
         Verdict::Admitted { ticket, remaining } => {
             let slot = Slot {
@@ -190,7 +209,19 @@ async fn chat(State(provider): State<Arc<ProviderServer>>, body: Bytes) -> Respo
             limit,
             retry_after_ms,
             remaining,
-        } => return throttled(&limits, limit, retry_after_ms, remaining),
+        } => {
+            let mut response = throttled(&limits, limit, retry_after_ms, remaining);
+            profile_throttled(
+                &mut response,
+                &profile,
+                &request.model,
+                limit,
+                &states,
+                retry_after_ms,
+                now_ms,
+            );
+            return response;
+        }
         Verdict::TooLarge { charge } => {
             let message = format!(
                 "request too large: {charge} tokens charged, the limit is {} per window",
@@ -215,8 +246,51 @@ async fn chat(State(provider): State<Arc<ProviderServer>>, body: Bytes) -> Respo
     });
     let mut response = Json(body).into_response();
     limit_headers(response.headers_mut(), &limits, remaining);
+    put_headers(response.headers_mut(), profile.headers(now_ms, &states));
     (response.headers_mut()).insert(ADMITTED_HEADER, HeaderValue::from(now_ms));
     response
+}
+
+/// Adds `headers` (the profile's names), replacing any of the same name.
+fn put_headers(target: &mut HeaderMap, headers: Vec<(String, String)>) {
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+            target.insert(name, value);
+        }
+    }
+}
+
+/// Turns a 429 into the profile's provider's: its body and headers.
+fn profile_throttled(
+    response: &mut Response,
+    profile: &SimProfile,
+    model: &str,
+    limit: crate::provider::LimitKind,
+    states: &[LimitState],
+    retry_after_ms: u64,
+    now_ms: u64,
+) {
+    use crate::provider::LimitKind;
+    if profile.name == ProfileName::Sliding || limit == LimitKind::Concurrency {
+        return;
+    }
+    let refused = (states.iter())
+        .filter(|s| s.dimension.is_requests() == (limit == LimitKind::Requests))
+        .find(|s| s.remaining == 0)
+        .or_else(|| {
+            states
+                .iter()
+                .find(|s| s.dimension.is_requests() == (limit == LimitKind::Requests))
+        })
+        .copied()
+        .expect("a profile keeps a limit of each kind");
+    let (extra, body) = profile.throttled(model, &refused, retry_after_ms);
+    let headers = response.headers_mut().clone();
+    *response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+    *response.headers_mut() = headers;
+    response.headers_mut().remove(axum::http::header::CONTENT_LENGTH);
+    put_headers(response.headers_mut(), profile.headers(now_ms, states));
+    put_headers(response.headers_mut(), extra);
 }
 
 fn throttled(

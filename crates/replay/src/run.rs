@@ -130,6 +130,7 @@ pub async fn run(args: &Args) -> Result<Summary, String> {
     let trace = load_trace(args)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let provider = ProviderServer::new(limits, Arc::clone(&clock));
+    provider.set_profile(args.sim_profile(&limits)?);
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| format!("provider bind: {e}"))?;

@@ -7,6 +7,7 @@ use clap::Parser;
 use ratelimiter::SystemClock;
 use replay::provider::{Accounting, ProviderLimits};
 use replay::provider_server::ProviderServer;
+use replay::sim_profile::{ProfileName, SimProfile};
 
 /// Serves an OpenAI-style `POST /v1/chat/completions` that enforces RPM, TPM and
 /// concurrency limits over a rolling window, and `GET /sim/stats`.
@@ -34,6 +35,19 @@ struct Args {
     /// How tokens are charged.
     #[arg(long, value_enum, default_value = "actual")]
     accounting: Accounting,
+    /// How the limits are enforced: a sliding log, or as a provider documents it
+    /// (docs/provider-profiles.md).
+    #[arg(long, value_enum, default_value = "sliding")]
+    profile: ProfileName,
+    /// `openai`, `azure`: the period per-minute limits are quantized to, in ms.
+    #[arg(long)]
+    quantum_ms: Option<u64>,
+    /// `anthropic`: output tokens per minute.
+    #[arg(long)]
+    output_tpm: Option<u64>,
+    /// `gemini`: requests per day.
+    #[arg(long)]
+    rpd: Option<u64>,
 }
 
 #[tokio::main]
@@ -59,7 +73,19 @@ async fn main() {
         }
     };
     eprintln!("provider-sim: serving on http://{}", args.listen);
+    let defaults = SimProfile::with_defaults(args.profile, &limits);
+    let profile = SimProfile {
+        quantum_ms: args.quantum_ms.unwrap_or(defaults.quantum_ms),
+        output_tpm: args.output_tpm.unwrap_or(defaults.output_tpm),
+        requests_per_day: args.rpd.unwrap_or(defaults.requests_per_day),
+        ..defaults
+    };
+    if !(1..=60_000).contains(&profile.quantum_ms) || profile.output_tpm == 0 || profile.requests_per_day == 0 {
+        eprintln!("provider-sim: --quantum-ms must be 1..=60000, --output-tpm and --rpd at least 1");
+        std::process::exit(2);
+    }
     let provider = ProviderServer::new(limits, Arc::new(SystemClock::new()));
+    provider.set_profile(profile);
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
