@@ -168,6 +168,7 @@ pub struct LlmProfile {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProfileRules {
     provider: Provider,
+    model: String,
     requests: LimitKey,
     tokens: LimitKey,
     output_tokens: Option<LimitKey>,
@@ -220,6 +221,7 @@ pub fn llm_profile(provider: &str, model: &str, published: &Published) -> Result
     let (requests, tokens) = (key("rpm")?, key("tpm")?);
     let mut rules = ProfileRules {
         provider,
+        model: model.to_owned(),
         requests: requests.clone(),
         tokens: tokens.clone(),
         output_tokens: None,
@@ -317,6 +319,17 @@ impl ProfileRules {
     /// The provider.
     pub fn provider(&self) -> Provider {
         self.provider
+    }
+
+    /// The model.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// Whether these are the rules of `provider`'s `model` (the scheduler picks a
+    /// job's rules by its provider and model).
+    pub fn applies_to(&self, provider: &str, model: &str) -> bool {
+        self.provider.as_str() == provider && self.model == model
     }
 
     /// The prompt tokens the provider counts at admission: OpenAI and Azure
