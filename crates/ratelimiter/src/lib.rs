@@ -79,6 +79,7 @@ pub mod local;
 pub mod memory;
 pub mod metrics;
 pub mod profile;
+pub mod provider_headers;
 pub mod recent_ids;
 pub mod registry;
 pub mod retry;

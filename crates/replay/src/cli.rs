@@ -88,6 +88,12 @@ pub struct Args {
     /// WINDOW_MARGIN_MS_DEFAULT in process, `defaults.window_margin_ms` in ratelimiterd).
     #[arg(long)]
     pub limiter_window_margin_ms: Option<u64>,
+    /// Our strategies: take the limits and the reservation rules from the library's profile of
+    /// `--provider-profile` (`ratelimiter::profile::llm_profile`) fed the provider's published
+    /// numbers (`--provider-rpm`, `--provider-tpm`, and the profile's own), instead of one rolling
+    /// limit per provider limit over its window.
+    #[arg(long)]
+    pub limiter_profile: bool,
     /// Scheduler workers per client process (our strategies); default: the provider's concurrency.
     #[arg(long)]
     pub workers: Option<usize>,

@@ -256,13 +256,12 @@ impl Ledger {
             };
         }
         self.sequence += 1;
-        let mut tokens = 0;
-        for (i, (dimension, meter)) in self.meters.iter_mut().enumerate() {
+        for (i, (_, meter)) in self.meters.iter_mut().enumerate() {
             meter.take(self.sequence, now_ms, held[i]);
-            if !dimension.is_requests() {
-                tokens += held[i];
-            }
         }
+        // The report compares admissions with `tpm`: the charge on that limit (the
+        // first token limit; Anthropic's input tokens).
+        let tokens = held[self.tokens_index()];
         let admission = Admission {
             at_unix_ms: now_ms,
             charged_tokens: tokens,
@@ -335,11 +334,12 @@ impl Ledger {
             self.in_flight.remove(&ticket.ends_at_ms);
         }
         self.in_flight_count -= 1;
-        for (i, (dimension, meter)) in self.meters.iter_mut().enumerate() {
+        let tokens_index = self.tokens_index();
+        for (i, (_, meter)) in self.meters.iter_mut().enumerate() {
             let (from, to) = (ticket.held[i], ticket.settled[i]);
             if from != to {
                 meter.settle(ticket.sequence, ticket.admitted_ms, from, to);
-                if !dimension.is_requests() {
+                if i == tokens_index {
                     self.counts.charged_tokens = (self.counts.charged_tokens + to).saturating_sub(from);
                 }
             }
@@ -374,6 +374,13 @@ impl Ledger {
     /// Calls in flight now.
     pub fn in_flight(&self) -> u64 {
         self.in_flight_count
+    }
+
+    /// Where the limit `tpm` sets is among the meters: the first token limit.
+    fn tokens_index(&self) -> usize {
+        (self.meters.iter())
+            .position(|(d, _)| !d.is_requests())
+            .expect("every profile keeps a token limit")
     }
 
     fn remaining(&self) -> Remaining {
