@@ -70,7 +70,10 @@ impl MeterSpec {
                 window_ms, period_ms, ..
             } => {
                 assert!((1..=PERIOD_MS_MAX).contains(&window_ms) && (1..=PERIOD_MS_MAX).contains(&period_ms));
-                State::Period { index: 0, used: 0 }
+                State::Period {
+                    index: i64::MIN,
+                    used: 0,
+                }
             }
         };
         Meter {
@@ -150,7 +153,7 @@ impl Meter {
                 },
             ) => {
                 let current = period_index(now_ms, period_ms, offset_ms);
-                if current != *index {
+                if current > *index {
                     *index = current;
                     *used = 0;
                 }

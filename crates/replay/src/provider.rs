@@ -162,6 +162,9 @@ pub struct Ledger {
     profile: SimProfile,
     meters: Vec<(Dimension, Meter)>,
     sequence: u64,
+    /// The latest time seen: handlers read the clock before they take the ledger's
+    /// lock, so calls can arrive with times out of order; the ledger never goes back.
+    latest_ms: u64,
     in_flight: BTreeMap<u64, u64>,
     in_flight_count: u64,
     log: Vec<Admission>,
@@ -187,6 +190,7 @@ impl Ledger {
             profile,
             meters,
             sequence: 0,
+            latest_ms: now_ms,
             in_flight: BTreeMap::new(),
             in_flight_count: 0,
             log: Vec::new(),
@@ -348,6 +352,7 @@ impl Ledger {
 
     /// Every limit's state at `now_ms`, for the provider's headers.
     pub fn limit_states(&mut self, now_ms: u64) -> Vec<LimitState> {
+        let now_ms = self.now(now_ms);
         (self.meters.iter_mut())
             .map(|(dimension, meter)| {
                 meter.advance(now_ms);
@@ -374,6 +379,12 @@ impl Ledger {
     /// Calls in flight now.
     pub fn in_flight(&self) -> u64 {
         self.in_flight_count
+    }
+
+    /// `now_ms`, or the latest time seen when that is later.
+    fn now(&mut self, now_ms: u64) -> u64 {
+        self.latest_ms = self.latest_ms.max(now_ms);
+        self.latest_ms
     }
 
     /// Where the limit `tpm` sets is among the meters: the first token limit.
@@ -581,6 +592,24 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_call_stamped_before_the_last_does_not_take_the_ledger_back() {
+        // A handler reads the clock before it takes the ledger's lock: a call stamped
+        // 999 may come after one stamped 1,000, and must not reopen the past second.
+        let limits = limits(600, 1_000_000, 1_000);
+        let profile = SimProfile::with_defaults(ProfileName::Openai, &limits);
+        let mut ledger = Ledger::with_profile(limits, profile, 0);
+        admitted_all(&mut ledger, 10, 1_000);
+        for at in [999, 1_000] {
+            assert!(matches!(
+                ledger.admit_call(at, &shape(10, 10, 1), 0),
+                Verdict::Throttled { .. }
+            ));
+        }
+        let admissions: Vec<u64> = ledger.admissions().iter().map(|a| a.at_unix_ms).collect();
+        assert!(admissions.windows(2).all(|w| w[0] <= w[1]));
     }
 
     fn admitted_all(ledger: &mut Ledger, n: u64, now_ms: u64) {
