@@ -80,11 +80,30 @@ impl ServeOptions {
 
 /// Builds the server's state from `config`: the backend, the registry, every
 /// persisted state applied to the backend, then (memory backend) the live
-/// state of the last snapshot. On TigerBeetle the cluster keeps the
+/// state of the last snapshot, then the definitions of the `profiles:` entries. On TigerBeetle the cluster keeps the
 /// definitions: the registry file is not used, except that limits of a file
 /// written by a server of the same data directory before are moved into the
 /// cluster once.
 pub async fn start(config: &Config) -> Result<AppState, ServerError> {
+    let state = restore(config).await?;
+    for entry in &config.profiles {
+        let profile = entry.profile().expect("profiles are validated at load");
+        for definition in profile.definitions {
+            state
+                .admin()
+                .define(definition)
+                .await
+                .map_err(|e| ServerError::Restore {
+                    path: config.registry.path.clone(),
+                    message: format!("profile {}/{}: {e}", entry.provider, entry.model),
+                })?;
+        }
+    }
+    Ok(state)
+}
+
+/// [`start`] before the `profiles:` entries are defined.
+async fn restore(config: &Config) -> Result<AppState, ServerError> {
     let backend = backend::build(config).await.map_err(ServerError::Backend)?;
     let restore_error = |e: ratelimiter::admin::AdminError| ServerError::Restore {
         path: config.registry.path.clone(),

@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 
 use crate::provider::{Admission, Ledger, LedgerCounts, ProviderLimits, Remaining, Ticket};
 use crate::sim_control::{self, SimControl};
+use crate::sim_profile::SimProfile;
 use crate::{sim_anthropic, sim_openai};
 
 /// The largest request body, in bytes: two million prompt tokens of four bytes.
@@ -109,6 +110,18 @@ impl ProviderServer {
     /// The limits enforced.
     pub fn limits(&self) -> ProviderLimits {
         *self.ledger.lock().expect("ledger lock").limits()
+    }
+
+    /// Enforces the limits as `profile`'s provider does from now on, with an
+    /// empty ledger (call it before serving).
+    pub fn set_profile(&self, profile: SimProfile) {
+        let mut ledger = self.ledger.lock().expect("ledger lock");
+        *ledger = Ledger::with_profile(*ledger.limits(), profile, self.clock.now_unix_ms());
+    }
+
+    /// The profile enforced.
+    pub fn profile(&self) -> SimProfile {
+        *self.ledger.lock().expect("ledger lock").profile()
     }
 
     /// The routes: the OpenAI and Anthropic endpoints (docs/provider-sim.md) and the

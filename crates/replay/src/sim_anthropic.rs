@@ -35,8 +35,8 @@ use crate::prompt;
 use crate::provider::{ProviderLimits, Remaining};
 use crate::provider_server::{ProviderServer, MESSAGES_MAX};
 use crate::sim_control::{
-    admit, dropped_body, error, fault_response, full_reset_ms, output_bound, output_words, prompt_tokens, refused,
-    rfc3339, sse_event, sse_response, Content, FaultMode, SseStream, Wire,
+    admit, dropped_body, error, fault_response, full_reset_ms, output_bound, output_words, prompt_tokens,
+    put_profile_headers, refused, rfc3339, sse_event, sse_response, Content, FaultMode, SseStream, Wire,
 };
 
 /// The body of `POST /v1/messages` and `POST /v1/messages/count_tokens`.
@@ -140,7 +140,7 @@ pub async fn messages(
     let output = request.sim_output_tokens.unwrap_or(bound).min(bound);
     let limits = provider.limits();
     let now_ms = provider.clock.now_unix_ms();
-    let admitted = match admit(&provider, prompt, bound, output) {
+    let admitted = match admit(&provider, &request.model, prompt, bound, output) {
         Ok(admitted) => admitted,
         Err(refusal) => {
             let remaining = refusal.remaining().unwrap_or(Remaining { requests: 0, tokens: 0 });
@@ -148,7 +148,8 @@ pub async fn messages(
             return refused(Wire::Anthropic, refusal, limits.tpm, headers(&limits, remaining, reset));
         }
     };
-    let headers = headers(&limits, admitted.remaining, admitted.now_ms + limits.window_ms);
+    let mut headers = headers(&limits, admitted.remaining, admitted.now_ms + limits.window_ms);
+    put_profile_headers(&mut headers, &admitted.profile_headers);
     let stop_reason = if output == bound { "max_tokens" } else { "end_turn" };
     let id = format!("msg_sim{}", admitted.now_ms);
     if !request.stream {

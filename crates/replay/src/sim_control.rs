@@ -21,6 +21,7 @@ use serde::Deserialize;
 
 use crate::provider::{count_tokens, LimitKind, Remaining, Verdict};
 use crate::provider_server::{ProviderServer, Slot, MAX_TOKENS_DEFAULT, MAX_TOKENS_MAX};
+use crate::sim_profile::{CallShape, LimitState, ProfileName};
 
 /// The models the simulator serves when none are configured: the replay's model and
 /// the names the gateway's tests and examples use. Any other name gets a 404, as a
@@ -281,44 +282,92 @@ pub struct Admitted {
     pub remaining: Remaining,
     /// The admission instant, Unix ms.
     pub now_ms: u64,
+    /// The enforced provider profile's rate-limit headers (none for the sliding log).
+    pub profile_headers: Vec<(String, String)>,
 }
 
 /// Why the ledger refused a call.
 pub enum Refused {
-    /// 429: the limit, the hint, what is left.
-    Throttled(LimitKind, u64, Remaining),
+    /// 429: the limit, the hint, what is left, and the profile's own answer (its
+    /// headers and body) when a provider profile is enforced.
+    Throttled(LimitKind, u64, Remaining, Option<ProfileAnswer>),
     /// 400: the charge exceeds the whole token limit.
     TooLarge(u64),
+}
+
+/// A provider profile's rate-limit headers and, on a 429, its body
+/// (docs/provider-profiles.md): what the simulated provider answers in place of
+/// the sliding log's generic ones.
+pub struct ProfileAnswer {
+    /// Headers in the provider's names; they replace any of the same name.
+    pub headers: Vec<(String, String)>,
+    /// The 429 body in the provider's shape (`Null` on an admission).
+    pub body: serde_json::Value,
 }
 
 impl Refused {
     /// What is left of the rolling limits, for the rate-limit headers of a 429.
     pub fn remaining(&self) -> Option<Remaining> {
         match self {
-            Refused::Throttled(_, _, remaining) => Some(*remaining),
+            Refused::Throttled(_, _, remaining, _) => Some(*remaining),
             Refused::TooLarge(_) => None,
         }
     }
 }
 
+/// Adds a profile's `headers`, replacing any of the same name.
+pub fn put_profile_headers(target: &mut HeaderMap, headers: &[(String, String)]) {
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) {
+            target.insert(name, value);
+        }
+    }
+}
+
+/// The limit a profile's 429 names: the refused kind's exhausted limit, else its first.
+fn refused_state(states: &[LimitState], limit: LimitKind) -> Option<LimitState> {
+    let of_kind = |s: &&LimitState| s.dimension.is_requests() == (limit == LimitKind::Requests);
+    let mut candidates = states.iter().filter(of_kind);
+    let first = candidates.clone().next().copied();
+    candidates.find(|s| s.remaining == 0).copied().or(first)
+}
+
 /// Admits a call of `prompt_tokens` bounded by `max_tokens` that writes
-/// `output_tokens`, charged by the provider's accounting and busy for the model's
-/// time per output token.
+/// `output_tokens`, charged as the enforced profile's provider charges it (the
+/// sliding log: by the provider's accounting) and busy for the model's time per
+/// output token.
 pub fn admit(
     provider: &Arc<ProviderServer>,
+    model: &str,
     prompt_tokens: u64,
     max_tokens: u64,
     output_tokens: u64,
 ) -> Result<Admitted, Refused> {
     let limits = provider.limits();
-    let charge = limits.accounting.charge(prompt_tokens, max_tokens, output_tokens);
+    let call = CallShape {
+        prompt_tokens,
+        max_tokens,
+        output_tokens,
+        best_of: 1,
+        ..CallShape::default()
+    };
     let busy_ms = limits.ms_per_output_token * output_tokens;
     let now_ms = provider.clock.now_unix_ms();
-    let verdict = provider
-        .ledger
-        .lock()
-        .expect("ledger lock")
-        .admit(now_ms, charge, busy_ms);
+    let (verdict, states, profile) = {
+        let mut ledger = provider.ledger.lock().expect("ledger lock");
+        let verdict = ledger.admit_call(now_ms, &call, busy_ms);
+        (verdict, ledger.limit_states(now_ms), *ledger.profile())
+    };
+    // The sliding log keeps the generic headers; a provider profile answers in its own.
+    let profiled = profile.name != ProfileName::Sliding;
+    let profile_headers = if profiled {
+        profile.headers(now_ms, &states)
+    } else {
+        Vec::new()
+    };
     match verdict {
         Verdict::Admitted { ticket, remaining } => Ok(Admitted {
             slot: Slot {
@@ -327,12 +376,23 @@ pub fn admit(
             },
             remaining,
             now_ms,
+            profile_headers,
         }),
         Verdict::Throttled {
             limit,
             retry_after_ms,
             remaining,
-        } => Err(Refused::Throttled(limit, retry_after_ms, remaining)),
+        } => {
+            let answer = (profiled && limit != LimitKind::Concurrency)
+                .then(|| refused_state(&states, limit))
+                .flatten()
+                .map(|state| {
+                    let (mut headers, body) = profile.throttled(model, &state, retry_after_ms);
+                    headers.splice(0..0, profile_headers);
+                    ProfileAnswer { headers, body }
+                });
+            Err(Refused::Throttled(limit, retry_after_ms, remaining, answer))
+        }
         Verdict::TooLarge { charge } => Err(Refused::TooLarge(charge)),
     }
 }
@@ -585,7 +645,14 @@ pub async fn disarm_fault(State(provider): State<Arc<ProviderServer>>) -> Status
 /// provider's rate-limit headers) and, on 429, the retry hints.
 pub fn refused(wire: Wire, refusal: Refused, limit_tpm: u64, mut headers: HeaderMap) -> Response {
     let mut response = match refusal {
-        Refused::Throttled(limit, retry_after_ms, _) => {
+        Refused::Throttled(_, retry_after_ms, _, Some(answer)) => {
+            let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(answer.body)).into_response();
+            retry_headers(&mut headers, retry_after_ms);
+            response.headers_mut().extend(headers.drain());
+            put_profile_headers(response.headers_mut(), &answer.headers);
+            return response;
+        }
+        Refused::Throttled(limit, retry_after_ms, _, None) => {
             let mut response = error(
                 wire,
                 StatusCode::TOO_MANY_REQUESTS,

@@ -40,7 +40,8 @@ use crate::provider_client::ADMITTED_HEADER;
 use crate::provider_server::{self, ProviderServer, Usage};
 use crate::sim_control::{
     admit, dropped_body, error, fault_response, full_reset_ms, openai_duration, output_bound, output_words,
-    prompt_tokens, refused, sse_event, sse_response, Admitted, Content, FaultMode, SseStream, Wire,
+    prompt_tokens, put_profile_headers, refused, sse_event, sse_response, Admitted, Content, FaultMode, SseStream,
+    Wire,
 };
 
 /// The most inputs of one embeddings call, as OpenAI documents ("any array must be
@@ -102,15 +103,17 @@ fn bad_request(message: String) -> Response {
 /// Admits a call or answers the ledger's refusal with OpenAI's headers.
 fn admit_openai(
     provider: &Arc<ProviderServer>,
+    model: &str,
     prompt: u64,
     bound: u64,
     output: u64,
 ) -> Result<(Admitted, HeaderMap), Box<Response>> {
     let limits = provider.limits();
     let now_ms = provider.clock.now_unix_ms();
-    match admit(provider, prompt, bound, output) {
+    match admit(provider, model, prompt, bound, output) {
         Ok(admitted) => {
-            let headers = headers(&limits, admitted.remaining, limits.window_ms);
+            let mut headers = headers(&limits, admitted.remaining, limits.window_ms);
+            put_profile_headers(&mut headers, &admitted.profile_headers);
             Ok((admitted, headers))
         }
         Err(refusal) => {
@@ -160,7 +163,7 @@ pub async fn chat_completions(
         .flat_map(Content::texts);
     let prompt = prompt_tokens(texts);
     let output = request.sim_output_tokens.unwrap_or(bound).min(bound);
-    let (admitted, headers) = match admit_openai(&provider, prompt, bound, output) {
+    let (admitted, headers) = match admit_openai(&provider, &request.model, prompt, bound, output) {
         Ok(admitted) => admitted,
         Err(response) => return *response,
     };
@@ -321,7 +324,7 @@ pub async fn embeddings(
     }
     let _busy = provider.control.busy();
     let prompt: u64 = counts.iter().sum();
-    let (admitted, headers) = match admit_openai(&provider, prompt, 1, 0) {
+    let (admitted, headers) = match admit_openai(&provider, &request.model, prompt, 1, 0) {
         Ok(admitted) => admitted,
         Err(response) => return *response,
     };
@@ -416,7 +419,7 @@ pub async fn responses(
     let busy = provider.control.busy();
     let prompt = prompt_tokens(texts);
     let output = request.sim_output_tokens.unwrap_or(bound).min(bound);
-    let (admitted, headers) = match admit_openai(&provider, prompt, bound, output) {
+    let (admitted, headers) = match admit_openai(&provider, &request.model, prompt, bound, output) {
         Ok(admitted) => admitted,
         Err(response) => return *response,
     };

@@ -8,6 +8,7 @@ use ratelimiter::SystemClock;
 use replay::provider::{Accounting, ProviderLimits};
 use replay::provider_server::ProviderServer;
 use replay::sim_control::{SimControl, MODELS_DEFAULT, MODELS_MAX};
+use replay::sim_profile::{ProfileName, SimProfile};
 
 /// Serves OpenAI's and Anthropic's endpoints (chat completions, embeddings,
 /// responses, models; messages, count_tokens), streaming included, enforcing RPM,
@@ -45,6 +46,19 @@ struct Args {
     /// Bearer` or `x-api-key`); no key is required without it.
     #[arg(long)]
     api_key_env: Option<String>,
+    /// How the limits are enforced: a sliding log, or as a provider documents it
+    /// (docs/provider-profiles.md).
+    #[arg(long, value_enum, default_value = "sliding")]
+    profile: ProfileName,
+    /// `openai`, `azure`: the period per-minute limits are quantized to, in ms.
+    #[arg(long)]
+    quantum_ms: Option<u64>,
+    /// `anthropic`: output tokens per minute.
+    #[arg(long)]
+    output_tpm: Option<u64>,
+    /// `gemini`: requests per day.
+    #[arg(long)]
+    rpd: Option<u64>,
 }
 
 #[tokio::main]
@@ -90,7 +104,19 @@ async fn main() {
         }
     };
     let control = SimControl::new(models, api_key);
+    let defaults = SimProfile::with_defaults(args.profile, &limits);
+    let profile = SimProfile {
+        quantum_ms: args.quantum_ms.unwrap_or(defaults.quantum_ms),
+        output_tpm: args.output_tpm.unwrap_or(defaults.output_tpm),
+        requests_per_day: args.rpd.unwrap_or(defaults.requests_per_day),
+        ..defaults
+    };
+    if !(1..=60_000).contains(&profile.quantum_ms) || profile.output_tpm == 0 || profile.requests_per_day == 0 {
+        eprintln!("provider-sim: --quantum-ms must be 1..=60000, --output-tpm and --rpd at least 1");
+        std::process::exit(2);
+    }
     let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), control);
+    provider.set_profile(profile);
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
