@@ -143,6 +143,10 @@ pub struct ModelConfig {
     /// fetching it; default [`crate::tokens::IMAGE_TOKENS_DEFAULT`].
     #[serde(default)]
     pub image_tokens: Option<u64>,
+    /// Whether Anthropic's cache reads count on this model's input limit: they do
+    /// for the older models Anthropic marks so (docs/gateway.md, "Reconciling").
+    #[serde(default)]
+    pub count_cache_reads: bool,
     /// The provider profile (the provider's documented limit rules for this model,
     /// issue 19), stored as given; the gateway itself does not read it yet.
     #[serde(default)]

@@ -61,6 +61,8 @@ pub struct CallLease {
     pub counters: Arc<CallCounters>,
     /// How the lease completes; `KeepReserved` until the call says better.
     pub settle: Settle,
+    /// Whether cache reads count on the input limit (the model's `count_cache_reads`).
+    pub count_cache_reads: bool,
     /// What the log line says.
     pub log: CallLog,
     /// When the call arrived.
@@ -70,11 +72,15 @@ pub struct CallLease {
 impl Drop for CallLease {
     fn drop(&mut self) {
         let used = match self.settle {
+            Settle::Usage(usage) if self.count_cache_reads => Some(Usage {
+                input_tokens: usage.input_tokens.saturating_add(usage.cache_read_tokens),
+                ..usage
+            }),
             Settle::Usage(usage) => Some(usage),
             Settle::Refused => Some(Usage::default()),
             Settle::KeepReserved => None,
         };
-        if let Settle::Usage(usage) = self.settle {
+        if let (Settle::Usage(_), Some(usage)) = (self.settle, used) {
             self.counters.tokens_used.fetch_add(usage.total(), Ordering::Relaxed);
         }
         let log = &self.log;

@@ -172,6 +172,7 @@ mod tests {
             max_wait_ms: 0,
             encoding: None,
             image_tokens: None,
+            count_cache_reads: false,
             profile: None,
         }
     }

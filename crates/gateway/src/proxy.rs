@@ -359,6 +359,7 @@ async fn serve(
         queue: model.queue.clone(),
         counters,
         settle: Settle::KeepReserved,
+        count_cache_reads: model.config.count_cache_reads,
         log: CallLog {
             endpoint: endpoint.label(),
             model: model.config.name.clone(),

@@ -95,6 +95,25 @@ async fn anthropic_usage_splits_input_and_output_and_takes_the_last_delta() {
     )
     .await;
     eventually_in_use(&backend, "global:llm:anthropic:claude-test:output_tpm", 2 * output).await;
+    // A model whose cache reads count on its input limit (count_cache_reads).
+    let body = json!({"model": "claude-old", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}]});
+    let response = post_raw(
+        &client,
+        gateway,
+        "/v1/messages",
+        body.to_string(),
+        &[("x-api-key", TENANT_KEY)],
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    response.into_body().collect().await.unwrap();
+    let (_, _, read, _) = ANTHROPIC_USAGE;
+    eventually_in_use(
+        &backend,
+        "global:llm:anthropic:claude-old:input_tpm",
+        input + creation + read,
+    )
+    .await;
 }
 
 #[tokio::test]
