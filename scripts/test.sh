@@ -20,3 +20,4 @@ cargo check --workspace --all-targets
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo test --workspace --all-features
 scripts/python-test.sh
+scripts/gateway-test.sh

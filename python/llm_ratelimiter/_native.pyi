@@ -21,6 +21,21 @@ def llm_actuals(
 ) -> List[Tuple[str, int]]:
     """The token limits reconciled to ``used_tokens``."""
 
+def llm_profile(provider: str, model: str, published_json: str) -> str:
+    """The definitions of a provider's profile for ``model``, as a JSON array."""
+
+def profile_requirements(
+    provider: str, model: str, published_json: str, prompt: str, max_tokens: int, *,
+    prompt_tokens: Optional[int] = None,
+) -> List[Tuple[str, int]]:
+    """What one call reserves under the profile."""
+
+def profile_actuals(
+    provider: str, model: str, published_json: str, prompt: str, max_tokens: int, used_tokens: int, *,
+    prompt_tokens: Optional[int] = None,
+) -> List[Tuple[str, int]]:
+    """What one call that used ``used_tokens`` completes with under the profile."""
+
 class Denial:
     """Why a reservation was not granted."""
 

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import threading
 import time
 from typing import Any, AsyncIterator, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -21,8 +22,10 @@ __all__ = ["Limiter", "RemoteLimiter", "Lease", "LlmLease", "Pairs"]
 #: ``(key, amount)`` pairs: :class:`Requirement` / :class:`Actual` or plain tuples.
 Pairs = Sequence[Tuple[str, int]]
 
-#: How long the context managers wait for a grant by default, in seconds.
-WAIT_TIMEOUT_S_DEFAULT = 60.0
+#: How long the context managers wait for a grant by default, in seconds: two
+#: minutes, so that a full per-minute window's hint (60 s plus its margin, about
+#: 60.25 s) is waited out rather than raised at once.
+WAIT_TIMEOUT_S_DEFAULT = 120.0
 #: Attempts at Complete when the limiter is unreachable: Complete is idempotent,
 #: and a hold that is never completed still ends at its timeout.
 COMPLETE_ATTEMPTS_MAX = 3
@@ -63,10 +66,73 @@ class LlmLease(Lease):
         return tokens
 
 
+class _Frees:
+    """Wakes the waits of one limiter as soon as capacity frees in this process (a
+    Complete, which releases holds and reconciles down; a definition, which may raise
+    a limit), and knows whether anything granted here is still held (then something
+    may free before a denial's hint)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self.epoch = 0
+        self._held: set = set()
+        self._events: List[Tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+
+    def granted(self, lease_id: str) -> None:
+        with self._lock:
+            self._held.add(lease_id)
+
+    def freed(self, lease_id: Optional[str]) -> None:
+        with self._lock:
+            if lease_id is not None:
+                self._held.discard(lease_id)
+            self.epoch += 1
+            self._lock.notify_all()
+            for loop, event in self._events:
+                loop.call_soon_threadsafe(event.set)
+
+    def holding(self) -> bool:
+        with self._lock:
+            return bool(self._held)
+
+    def wait(self, epoch: int, timeout_s: float) -> None:
+        """Sleeps up to ``timeout_s``, ending early once the epoch moved past ``epoch``."""
+        with self._lock:
+            self._lock.wait_for(lambda: self.epoch != epoch, max(timeout_s, 0.0))
+
+    async def await_(self, epoch: int, timeout_s: float) -> None:
+        """:meth:`wait` for asyncio, without blocking the loop."""
+        event = asyncio.Event()
+        entry = (asyncio.get_running_loop(), event)
+        with self._lock:
+            if self.epoch != epoch:
+                return
+            self._events.append(entry)
+        try:
+            await asyncio.wait_for(event.wait(), max(timeout_s, 0.0))
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                self._events.remove(entry)
+
+
+#: Creates a limiter's :class:`_Frees` once, whichever thread asks first.
+_FREES_LOCK = threading.Lock()
+
+
 class _LimiterBase:
     """What both limiters share: the interface around the native calls."""
 
     _native: Any
+
+    @property
+    def _frees(self) -> _Frees:
+        frees = self.__dict__.get("_frees_state")
+        if frees is None:
+            with _FREES_LOCK:
+                frees = self.__dict__.setdefault("_frees_state", _Frees())
+        return frees
 
     # Reserve and complete -------------------------------------------------
 
@@ -76,13 +142,17 @@ class _LimiterBase:
         """Reserves every requirement or none. A denial is returned, not raised;
         retry a denial with a **new** lease id (the default). Raises
         :class:`LimiterUnavailableError` (with the lease id) when the outcome is unknown."""
-        return self._native.reserve(requirements, lease_id=lease_id, job_id=job_id)
+        reservation = self._native.reserve(requirements, lease_id=lease_id, job_id=job_id)
+        if reservation.allowed:
+            self._frees.granted(reservation.lease_id)
+        return reservation
 
     def complete(self, lease_id: str, actuals: Optional[Pairs] = None, *, job_id: Optional[str] = None) -> None:
         """Releases the lease's concurrency holds and reconciles its rolling
         limits to ``actuals``. Idempotent: completing twice or completing an
         unknown lease does nothing."""
         self._native.complete(lease_id, actuals, job_id=job_id)
+        self._frees.freed(lease_id)
 
     async def areserve(
         self, requirements: Pairs, *, lease_id: Optional[str] = None, job_id: Optional[str] = None
@@ -100,7 +170,9 @@ class _LimiterBase:
 
     def define(self, definition: DefinitionLike) -> LimitReport:
         """Defines (or redefines) a limit; a lower capacity starts a decrease."""
-        return LimitReport.from_json(self._native.define(definition_json(definition)))
+        report = LimitReport.from_json(self._native.define(definition_json(definition)))
+        self._frees.freed(None)
+        return report
 
     def define_many(self, definitions: Iterable[DefinitionLike]) -> List[LimitReport]:
         """Defines each limit in turn."""
@@ -120,14 +192,18 @@ class _LimiterBase:
     def reserve_wait(
         self, requirements: Pairs, *, timeout_s: float = WAIT_TIMEOUT_S_DEFAULT, job_id: Optional[str] = None
     ) -> Reservation:
-        """Reserves, sleeping out each "not now" denial's hint with a new lease id
-        per attempt, until granted or ``timeout_s``. An unknown outcome is retried
-        with the same lease id. Raises :class:`ReservationDeniedError` when the
-        requirements can never fit and :class:`ReservationTimeoutError` when a hint
-        reaches past the deadline."""
+        """Reserves, waiting while denied with a new lease id per attempt, until granted
+        or ``timeout_s``. A wait ends at the denial's hint, or as soon as capacity frees
+        in this process (a Complete or a definition on this limiter), whichever is first.
+        A hint past the deadline raises at once only when nothing granted by this limiter
+        is still held (then nothing can free sooner); otherwise the wait lasts until the
+        deadline, woken by frees. An unknown outcome is retried with the same lease id.
+        Raises :class:`ReservationDeniedError` when the requirements can never fit and
+        :class:`ReservationTimeoutError` at the deadline."""
         deadline = time.monotonic() + _arguments.seconds("timeout_s", timeout_s)
         lease_id: Optional[str] = None
         while True:
+            epoch = self._frees.epoch
             try:
                 reservation = self.reserve(requirements, lease_id=lease_id, job_id=job_id)
             except LimiterUnavailableError as error:
@@ -138,8 +214,7 @@ class _LimiterBase:
             if reservation.allowed:
                 return reservation
             lease_id = None
-            wait_ms = _wait_ms(reservation.denial, deadline)
-            time.sleep(wait_ms / 1000)
+            self._frees.wait(epoch, _wait_s(reservation.denial, deadline, self._frees.holding()))
 
     async def areserve_wait(
         self, requirements: Pairs, *, timeout_s: float = WAIT_TIMEOUT_S_DEFAULT, job_id: Optional[str] = None
@@ -148,6 +223,7 @@ class _LimiterBase:
         deadline = time.monotonic() + _arguments.seconds("timeout_s", timeout_s)
         lease_id: Optional[str] = None
         while True:
+            epoch = self._frees.epoch
             try:
                 reservation = await self.areserve(requirements, lease_id=lease_id, job_id=job_id)
             except LimiterUnavailableError as error:
@@ -158,7 +234,7 @@ class _LimiterBase:
             if reservation.allowed:
                 return reservation
             lease_id = None
-            await asyncio.sleep(_wait_ms(reservation.denial, deadline) / 1000)
+            await self._frees.await_(epoch, _wait_s(reservation.denial, deadline, self._frees.holding()))
 
     @contextlib.contextmanager
     def reservation(
@@ -251,13 +327,19 @@ async def _run_to_end(work: Any) -> None:
         raise
 
 
-def _wait_ms(denial: Optional[Denial], deadline: float) -> int:
-    """How long to sleep after a denial, or the exception that ends the wait."""
+def _wait_s(denial: Optional[Denial], deadline: float, holding: bool) -> float:
+    """How long to wait after a denial (a free may end it sooner), or the exception
+    that ends the wait: the requirements never fit, the deadline passed, or the hint
+    reaches past it while nothing held in this process can free sooner."""
     assert denial is not None
     if denial.reason == "exceeds_capacity":
         raise ReservationDeniedError(f"can never be granted: {denial.error_code}", denial=denial)
-    _sleep_or_raise(deadline, denial.retry_after_ms, denial, None)
-    return denial.retry_after_ms
+    left_s = deadline - time.monotonic()
+    if left_s <= 0 or (not holding and denial.retry_after_ms / 1000 > left_s):
+        raise ReservationTimeoutError(
+            f"no grant before the deadline (next try in {denial.retry_after_ms} ms)", denial=denial
+        )
+    return min(denial.retry_after_ms / 1000, left_s)
 
 
 def _sleep_or_raise(
@@ -339,13 +421,14 @@ class Limiter(_LimiterBase):
         self, requirements: Pairs, *, lease_id: Optional[str] = None, job_id: Optional[str] = None
     ) -> Reservation:
         """:meth:`reserve` for asyncio (it never waits, so it runs inline)."""
-        return self._native.reserve(requirements, lease_id=lease_id, job_id=job_id)
+        return self.reserve(requirements, lease_id=lease_id, job_id=job_id)
 
     async def acomplete(
         self, lease_id: str, actuals: Optional[Pairs] = None, *, job_id: Optional[str] = None
     ) -> None:
         """:meth:`complete` for asyncio (it never waits, so it runs inline)."""
         self._native.complete(lease_id, actuals, job_id=job_id)
+        self._frees.freed(lease_id)
 
 
 class RemoteLimiter(_LimiterBase):
@@ -397,7 +480,10 @@ class RemoteLimiter(_LimiterBase):
         """:meth:`reserve` for asyncio."""
         future, callback = _future_and_callback()
         self._native.reserve_async(requirements, callback, lease_id=lease_id, job_id=job_id)
-        return await future
+        reservation = await future
+        if reservation.allowed:
+            self._frees.granted(reservation.lease_id)
+        return reservation
 
     async def acomplete(
         self, lease_id: str, actuals: Optional[Pairs] = None, *, job_id: Optional[str] = None
@@ -406,6 +492,7 @@ class RemoteLimiter(_LimiterBase):
         future, callback = _future_and_callback()
         self._native.complete_async(lease_id, callback, actuals, job_id=job_id)
         await future
+        self._frees.freed(lease_id)
 
     async def adefine(self, definition: DefinitionLike) -> LimitReport:
         """:meth:`define` for asyncio (in a worker thread: admin calls are rare)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, List, Literal, Mapping, NamedTuple, Optional, Union
+from typing import Any, Dict, List, Literal, Mapping, NamedTuple, Optional, Tuple, Union
 
 from . import _native
 
@@ -130,18 +130,58 @@ class LimitReport:
         )
 
 
+#: The provider profiles :func:`llm_limits` defined in this process, by (provider, model):
+#: the published limits as JSON. :class:`~llm_ratelimiter.LlmCall` of that provider and model
+#: reserves and completes by the profile's rules.
+_PROFILES: Dict[Tuple[str, str], str] = {}
+
+
+def profile_of(provider: str, model: str) -> Optional[str]:
+    """The published limits of ``provider``'s ``model`` when :func:`llm_limits` defined its
+    profile in this process, as JSON; else ``None``."""
+    return _PROFILES.get((provider, model))
+
+
 def llm_limits(
     provider: str,
     model: str,
     *,
-    rpm: int,
-    tpm: int,
-    concurrency: int,
+    rpm: Optional[int] = None,
+    tpm: Optional[int] = None,
+    concurrency: Optional[int] = None,
     window_seconds: int = WINDOW_SECONDS_PER_MINUTE_LIMIT,
     timeout_seconds: int = CONCURRENCY_TIMEOUT_SECONDS_DEFAULT,
+    profile: bool = False,
+    input_tpm: Optional[int] = None,
+    output_tpm: Optional[int] = None,
+    rpd: Optional[int] = None,
+    largest_request_tokens: Optional[int] = None,
 ) -> List[LimitDefinition]:
-    """The three limits of one model: requests and tokens per window and calls
-    in flight, keyed as :func:`LlmCall.requirements` reserves them."""
+    """The limits of one model, keyed as :func:`LlmCall.requirements` reserves them.
+
+    Without ``profile``: requests and tokens per window (``rpm``, ``tpm``) and calls in
+    flight (``concurrency``). With ``profile=True``, ``provider`` is ``"openai"``,
+    ``"azure"``, ``"anthropic"``, ``"gemini"`` or ``"bedrock"`` and the numbers are the
+    ones it publishes (Anthropic: ``rpm``, ``input_tpm``, ``output_tpm``; Gemini may add
+    ``rpd``; Azure's ``rpm`` defaults to 6 per 1,000 ``tpm``); the definitions are the
+    library's profile, which stays inside the provider's enforcement (OpenAI's
+    per-second quantization, Anthropic's separate input and output limits: the
+    repository's docs/provider-profiles.md), and from then on every ``LlmCall`` of that
+    provider and model in this process reserves and completes by the profile's rules."""
+    if profile:
+        published = {
+            "rpm": rpm, "tpm": tpm, "input_tpm": input_tpm, "output_tpm": output_tpm, "rpd": rpd,
+            "concurrency": concurrency, "largest_request_tokens": largest_request_tokens,
+        }
+        text = json.dumps({name: value for name, value in published.items() if value is not None})
+        definitions = [LimitDefinition(**fields) for fields in json.loads(_native.llm_profile(provider, model, text))]
+        _PROFILES[(provider, model)] = text
+        return definitions
+    for name, value in (("rpm", rpm), ("tpm", tpm), ("concurrency", concurrency)):
+        if value is None:
+            from .errors import ArgumentTypeError
+
+            raise ArgumentTypeError(f"{name} is required without profile=True", field=name)
     keys = [key for key, _ in _native.llm_requirements(provider, model, "any", "", 1)]
     rpm_key, tpm_key, concurrency_key = keys
     return [

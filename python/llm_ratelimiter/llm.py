@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Mapping, Optional, Protocol, Union
 
 from . import _native
 from .errors import ArgumentTypeError, InvalidArgumentError
-from .limits import Actual, Requirement
+from .limits import Actual, Requirement, profile_of
 
 __all__ = ["LlmCall", "Tokenizer", "usage_tokens"]
 
@@ -88,6 +88,12 @@ class LlmCall:
             self.provider, self.model, self.tenant_id, self.prompt, self.max_tokens,
             prompt_tokens=self.prompt_tokens, daily_budget=self.daily_budget,
         )
+        published = profile_of(self.provider, self.model)
+        if published is not None:
+            # The profile's rules, and the tenant's budget (the helper's last pair) when asked for.
+            pairs = _native.profile_requirements(
+                self.provider, self.model, published, self.prompt, self.max_tokens, prompt_tokens=self.prompt_tokens,
+            ) + (pairs[-1:] if self.daily_budget else [])
         return [Requirement(key, amount) for key, amount in pairs]
 
     @property
@@ -101,6 +107,12 @@ class LlmCall:
         pairs = _native.llm_actuals(
             self.provider, self.model, self.tenant_id, used_tokens, daily_budget=self.daily_budget
         )
+        published = profile_of(self.provider, self.model)
+        if published is not None:
+            pairs = _native.profile_actuals(
+                self.provider, self.model, published, self.prompt, self.max_tokens, used_tokens,
+                prompt_tokens=self.prompt_tokens,
+            ) + (pairs[-1:] if self.daily_budget else [])
         return [Actual(key, amount) for key, amount in pairs]
 
 

@@ -12,6 +12,7 @@ mod errors;
 mod llm;
 mod memory;
 mod outcome;
+mod profile;
 mod remote;
 mod runtime;
 
@@ -27,6 +28,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(llm::llm_requirements, m)?)?;
     m.add_function(wrap_pyfunction!(llm::llm_actuals, m)?)?;
     m.add_function(wrap_pyfunction!(convert::new_lease_id, m)?)?;
+    m.add_function(wrap_pyfunction!(profile::llm_profile, m)?)?;
+    m.add_function(wrap_pyfunction!(profile::profile_requirements, m)?)?;
+    m.add_function(wrap_pyfunction!(profile::profile_actuals, m)?)?;
     m.add("REQUIREMENTS_MAX", ratelimiter::wire::REQUIREMENTS_MAX)?;
     Ok(())
 }

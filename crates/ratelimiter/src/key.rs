@@ -77,6 +77,13 @@ impl LimitKey {
         Self::llm_global(provider, model, "concurrency")
     }
 
+    /// `global:llm:<provider>:<model>:<dimension>`: another limit of one model, such
+    /// as a provider profile's `itpm`, `otpm` or `rpd` (`crate::profile`).
+    pub fn llm_dimension(provider: &str, model: &str, dimension: &str) -> Result<Self, KeyError> {
+        check_component(dimension)?;
+        Self::llm_global(provider, model, dimension)
+    }
+
     /// `tenant:<tenant_id>:llm:daily_tokens`: one tenant's token budget.
     pub fn tenant_daily_tokens(tenant_id: &str) -> Result<Self, KeyError> {
         check_component(tenant_id)?;

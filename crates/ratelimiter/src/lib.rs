@@ -78,6 +78,8 @@ pub mod llm;
 pub mod local;
 pub mod memory;
 pub mod metrics;
+pub mod profile;
+pub mod provider_headers;
 pub mod recent_ids;
 pub mod registry;
 pub mod retry;

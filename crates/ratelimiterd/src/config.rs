@@ -103,6 +103,34 @@ pub struct Config {
     pub memory: MemorySection,
     /// Log output.
     pub log: LogConfig,
+    /// The OpenAI/Anthropic gateway on a listener of its own (docs/gateway.md);
+    /// absent: no gateway.
+    pub gateway: Option<gateway::GatewayConfig>,
+    /// Provider profiles (docs/provider-profiles.md): each entry's published limits
+    /// become the definitions of its provider's profile, applied at startup.
+    pub profiles: Vec<ProfileEntry>,
+}
+
+/// The most `profiles:` entries: one per model a deployment calls is a few dozen.
+pub const PROFILES_MAX: usize = 256;
+
+/// One `profiles:` entry: a provider's published limits for one model.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileEntry {
+    /// `openai`, `azure`, `anthropic`, `gemini` or `bedrock`.
+    pub provider: String,
+    /// The model, as in the keys (`global:llm:<provider>:<model>:...`).
+    pub model: String,
+    /// The numbers the provider publishes (`rpm`, `tpm`, `input_tpm`, `output_tpm`, `rpd`, ...).
+    pub limits: ratelimiter::profile::Published,
+}
+
+impl ProfileEntry {
+    /// The profile's definitions and rules.
+    pub fn profile(&self) -> Result<ratelimiter::profile::LlmProfile, ratelimiter::profile::ProfileError> {
+        ratelimiter::profile::llm_profile(&self.provider, &self.model, &self.limits)
+    }
 }
 
 /// Which backend holds the limits.
@@ -415,6 +443,20 @@ impl Config {
             .map_err(|m| invalid("memory.snapshot_interval_ms", format!("0 (off) or {m}")))?;
         }
         self.validate_tigerbeetle(path)?;
+        if let Some(gateway) = &self.gateway {
+            parse_listen_addr(&gateway.listen_addr).map_err(|m| invalid("gateway.listen_addr", m))?;
+            gateway
+                .validate()
+                .map_err(|e| invalid(&format!("gateway.{}", e.entry), e.message))?;
+        }
+        if self.profiles.len() > PROFILES_MAX {
+            return Err(invalid("profiles", format!("at most {PROFILES_MAX} entries")));
+        }
+        for (i, entry) in self.profiles.iter().enumerate() {
+            entry
+                .profile()
+                .map_err(|e| invalid(&format!("profiles[{i}]"), e.to_string()))?;
+        }
         self.log
             .level
             .parse::<tracing_subscriber::EnvFilter>()
@@ -572,6 +614,31 @@ mod tests {
     }
 
     #[test]
+    fn the_gateway_section_is_checked_with_the_rest() {
+        let section = "gateway:\n  listen_addr: \"127.0.0.1:8081\"\n  upstreams:\n    - {name: openai, kind: openai, base_url: \"https://api.openai.com\"}\n  models:\n    - {name: gpt-4o-mini, upstream: openai, rpm: 500, tpm: 200000, max_output_tokens_default: 4096}\n";
+        let config = parse(section).unwrap();
+        assert_eq!(config.gateway.unwrap().models[0].rpm, Some(500));
+        assert!(parse("").unwrap().gateway.is_none());
+        let cases = [
+            (section.replace("127.0.0.1:8081", "nowhere"), "gateway.listen_addr"),
+            (
+                section.replace("upstream: openai", "upstream: other"),
+                "gateway.models[0].upstream",
+            ),
+            (section.replace("rpm: 500", "rpm: 0"), "gateway.models[0].rpm"),
+        ];
+        for (text, entry) in cases {
+            let message = parse(&text).unwrap_err();
+            assert!(
+                message.starts_with(&format!("config /etc/rl.yaml: {entry}: ")),
+                "{message}"
+            );
+        }
+        let misspelt = parse(&section.replace("rpm: 500", "rmp: 500")).unwrap_err();
+        assert!(misspelt.contains("rmp"), "{misspelt}");
+    }
+
+    #[test]
     fn tigerbeetle_needs_the_cargo_feature() {
         let result = parse("server:\n  backend: tigerbeetle\n");
         if cfg!(feature = "tigerbeetle") {
@@ -579,5 +646,37 @@ mod tests {
         } else {
             assert!(result.unwrap_err().contains("--features tigerbeetle"));
         }
+    }
+
+    #[test]
+    fn profiles_expand_into_their_providers_definitions_and_bad_ones_are_named() {
+        let config = parse(
+            "profiles:\n  - provider: openai\n    model: gpt-4o\n    limits: {rpm: 600, tpm: 30000000}\n  \
+             - provider: anthropic\n    model: claude-sonnet\n    limits: {rpm: 4000, input_tpm: 2000000, output_tpm: 400000}\n",
+        )
+        .unwrap();
+        let keys: Vec<(String, u64, u64)> = (config.profiles.iter())
+            .flat_map(|entry| entry.profile().unwrap().definitions)
+            .map(|d| (d.key().as_str().to_owned(), d.capacity(), d.window_seconds()))
+            .collect();
+        let expected: Vec<(String, u64, u64)> = [
+            ("global:llm:openai:gpt-4o:rpm", 10, 1),
+            ("global:llm:openai:gpt-4o:tpm", 500_000, 1),
+            ("global:llm:anthropic:claude-sonnet:rpm", 4_000, 60),
+            ("global:llm:anthropic:claude-sonnet:itpm", 2_000_000, 60),
+            ("global:llm:anthropic:claude-sonnet:otpm", 400_000, 60),
+        ]
+        .iter()
+        .map(|&(k, c, w)| (k.to_owned(), c, w))
+        .collect();
+        assert_eq!(keys, expected);
+        let message = parse("profiles:\n  - provider: anthropic\n    model: m\n    limits: {rpm: 5}\n").unwrap_err();
+        assert!(
+            message.contains("profiles[0]") && message.contains("input_tpm"),
+            "{message}"
+        );
+        let message =
+            parse("profiles:\n  - provider: openai\n    model: m\n    limits: {rpm: 5, tmp: 1}\n").unwrap_err();
+        assert!(message.contains("tmp"), "{message}");
     }
 }

@@ -38,6 +38,10 @@ pub enum ServerError {
     /// and what the operator can do).
     #[error("{0}")]
     Snapshot(String),
+    /// The gateway could not start (a key missing from the environment, a limit
+    /// the backend refused).
+    #[error("gateway: {0}")]
+    Gateway(String),
     /// The listen address could not be bound, or serving failed.
     #[error("listen {addr}: {source}")]
     Io {
@@ -76,11 +80,30 @@ impl ServeOptions {
 
 /// Builds the server's state from `config`: the backend, the registry, every
 /// persisted state applied to the backend, then (memory backend) the live
-/// state of the last snapshot. On TigerBeetle the cluster keeps the
+/// state of the last snapshot, then the definitions of the `profiles:` entries. On TigerBeetle the cluster keeps the
 /// definitions: the registry file is not used, except that limits of a file
 /// written by a server of the same data directory before are moved into the
 /// cluster once.
 pub async fn start(config: &Config) -> Result<AppState, ServerError> {
+    let state = restore(config).await?;
+    for entry in &config.profiles {
+        let profile = entry.profile().expect("profiles are validated at load");
+        for definition in profile.definitions {
+            state
+                .admin()
+                .define(definition)
+                .await
+                .map_err(|e| ServerError::Restore {
+                    path: config.registry.path.clone(),
+                    message: format!("profile {}/{}: {e}", entry.provider, entry.model),
+                })?;
+        }
+    }
+    Ok(state)
+}
+
+/// [`start`] before the `profiles:` entries are defined.
+async fn restore(config: &Config) -> Result<AppState, ServerError> {
     let backend = backend::build(config).await.map_err(ServerError::Backend)?;
     let restore_error = |e: ratelimiter::admin::AdminError| ServerError::Restore {
         path: config.registry.path.clone(),
@@ -112,14 +135,55 @@ pub async fn start(config: &Config) -> Result<AppState, ServerError> {
     Ok(state)
 }
 
-/// Runs the server of `config` until `shutdown` completes.
+/// Runs the server of `config` until `shutdown` completes; with a `gateway:`
+/// section, the gateway too, on its own listener, on the same backend.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
     let state = start(&config).await?;
     let addr = config.listen_addr();
     let listener = connections::listen(addr).map_err(|source| ServerError::Io { addr, source })?;
-    serve(listener, state, ServeOptions::from_config(&config), shutdown)
+    let options = ServeOptions::from_config(&config);
+    let shutdown = Shutdown::new(shutdown);
+    let gateway = match &config.gateway {
+        Some(section) => Some(start_gateway(section, &state, options, shutdown.clone()).await?),
+        None => None,
+    };
+    let result = serve(listener, state, options, shutdown.wait())
         .await
-        .map_err(|source| ServerError::Io { addr, source })
+        .map_err(|source| ServerError::Io { addr, source });
+    if let Some(gateway) = gateway {
+        let _ = gateway.await;
+    }
+    result
+}
+
+/// Defines the gateway's limits in the registry (where the admin API shows and
+/// changes them), binds its listener and serves it until `shutdown`.
+pub async fn start_gateway(
+    section: &gateway::GatewayConfig,
+    state: &AppState,
+    options: ServeOptions,
+    shutdown: Shutdown,
+) -> Result<tokio::task::JoinHandle<()>, ServerError> {
+    let gateway = gateway::Gateway::new(section, state.backend().clone()).map_err(ServerError::Gateway)?;
+    for definition in gateway.definitions() {
+        state
+            .admin()
+            .define(definition.clone())
+            .await
+            .map_err(|e| ServerError::Gateway(format!("defining {}: {e}", definition.key())))?;
+    }
+    state.set_gateway_metrics(gateway.metrics().clone());
+    let addr = crate::config::parse_listen_addr(&section.listen_addr).expect("validated at load");
+    let listener = connections::listen(addr).map_err(|source| ServerError::Io { addr, source })?;
+    tracing::info!(gateway_addr = %listener.local_addr().unwrap_or(addr), "gateway serving");
+    let router = gateway::router(std::sync::Arc::new(gateway));
+    Ok(tokio::spawn(connections::serve(
+        listener,
+        router,
+        options.connections_max,
+        shutdown,
+        options.shutdown_grace,
+    )))
 }
 
 /// The stop's snapshot, once no request runs any more: it holds every grant.

@@ -33,6 +33,7 @@ struct Shared {
     body_bytes_max: usize,
     request_timeout: Duration,
     echo_route: bool,
+    gateway_metrics: std::sync::OnceLock<Arc<gateway::metrics::GatewayMetrics>>,
 }
 
 impl AppState {
@@ -53,6 +54,7 @@ impl AppState {
                 body_bytes_max: server.body_bytes_max,
                 request_timeout: Duration::from_millis(server.request_timeout_ms),
                 echo_route: server.echo_route,
+                gateway_metrics: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -92,6 +94,15 @@ impl AppState {
     /// How long a request may take.
     pub fn request_timeout(&self) -> Duration {
         self.shared.request_timeout
+    }
+    /// The gateway's metrics, once a gateway runs beside this server: `/metrics`
+    /// renders them with the server's own.
+    pub fn gateway_metrics(&self) -> Option<&Arc<gateway::metrics::GatewayMetrics>> {
+        self.shared.gateway_metrics.get()
+    }
+    /// Attaches the gateway's metrics (once; a second call is ignored).
+    pub fn set_gateway_metrics(&self, metrics: Arc<gateway::metrics::GatewayMetrics>) {
+        let _ = self.shared.gateway_metrics.set(metrics);
     }
     /// Whether `POST /v1/echo` is served.
     pub fn echo_route(&self) -> bool {

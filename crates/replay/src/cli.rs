@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 
 use crate::provider::{Accounting, ProviderLimits};
+use crate::sim_profile::{ProfileName, SimProfile};
 use crate::strategy::StrategyKind;
 use crate::trace::TraceFormat;
 
@@ -48,6 +49,20 @@ pub struct Args {
     /// How the provider charges tokens.
     #[arg(long, value_enum, default_value = "actual")]
     pub provider_accounting: Accounting,
+    /// How the provider enforces its limits: a sliding log per limit (`sliding`), or as
+    /// a provider documents it (docs/provider-profiles.md).
+    #[arg(long, value_enum, default_value = "sliding")]
+    pub provider_profile: ProfileName,
+    /// `openai`, `azure`: the period per-minute limits are quantized to, in ms
+    /// (default: 1000 for OpenAI, 10000 for Azure).
+    #[arg(long)]
+    pub provider_quantum_ms: Option<u64>,
+    /// `anthropic`: output tokens per minute (default: a fifth of `--provider-tpm`).
+    #[arg(long)]
+    pub provider_output_tpm: Option<u64>,
+    /// `gemini`: requests per day (default: a day of `--provider-rpm`).
+    #[arg(long)]
+    pub provider_rpd: Option<u64>,
     /// Writes the run's summary here as JSON.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
@@ -73,6 +88,12 @@ pub struct Args {
     /// WINDOW_MARGIN_MS_DEFAULT in process, `defaults.window_margin_ms` in ratelimiterd).
     #[arg(long)]
     pub limiter_window_margin_ms: Option<u64>,
+    /// Our strategies: take the limits and the reservation rules from the library's profile of
+    /// `--provider-profile` (`ratelimiter::profile::llm_profile`) fed the provider's published
+    /// numbers (`--provider-rpm`, `--provider-tpm`, and the profile's own), instead of one rolling
+    /// limit per provider limit over its window.
+    #[arg(long)]
+    pub limiter_profile: bool,
     /// Scheduler workers per client process (our strategies); default: the provider's concurrency.
     #[arg(long)]
     pub workers: Option<usize>,
@@ -166,6 +187,27 @@ impl Args {
             ms_per_output_token: self.provider_ms_per_output_token,
             accounting: self.provider_accounting,
         })
+    }
+
+    /// The provider's profile, checked.
+    pub fn sim_profile(&self, limits: &ProviderLimits) -> Result<SimProfile, String> {
+        let defaults = SimProfile::with_defaults(self.provider_profile, limits);
+        let profile = SimProfile {
+            quantum_ms: self.provider_quantum_ms.unwrap_or(defaults.quantum_ms),
+            output_tpm: self.provider_output_tpm.unwrap_or(defaults.output_tpm),
+            requests_per_day: self.provider_rpd.unwrap_or(defaults.requests_per_day),
+            ..defaults
+        };
+        if !(1..=crate::sim_profile::MINUTE_MS).contains(&profile.quantum_ms) {
+            return Err(format!(
+                "--provider-quantum-ms must be 1..={}",
+                crate::sim_profile::MINUTE_MS
+            ));
+        }
+        if profile.output_tpm == 0 || profile.requests_per_day == 0 {
+            return Err("--provider-output-tpm and --provider-rpd must be at least 1".to_owned());
+        }
+        Ok(profile)
     }
 
     /// Scheduler workers per process.

@@ -10,6 +10,7 @@
 
 pub mod cli;
 pub mod definitions;
+pub mod enforcement;
 pub mod outcome;
 pub mod plot;
 pub mod prompt;
@@ -20,6 +21,10 @@ pub mod record;
 pub mod replayer;
 pub mod run;
 pub mod server_process;
+pub mod sim_anthropic;
+pub mod sim_control;
+pub mod sim_openai;
+pub mod sim_profile;
 pub mod strategy;
 pub mod summary;
 pub mod trace;

@@ -1,8 +1,12 @@
-//! The simulated provider's rate-limit ledger: requests and tokens per rolling
-//! window and calls in flight, enforced the way a provider enforces them, with the
-//! hints a provider sends back. The HTTP face is in [`crate::provider_server`].
+//! The simulated provider's rate-limit ledger: requests and tokens per window
+//! and calls in flight, enforced the way a provider enforces them (a sliding log by
+//! default, or a provider's profile: [`crate::sim_profile`]), with the hints a
+//! provider sends back. The HTTP face is in [`crate::provider_server`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
+
+use crate::enforcement::Meter;
+use crate::sim_profile::{CallShape, Dimension, LimitState, ProfileName, SimProfile};
 
 /// The provider's own token count: one token per 4 bytes of text, rounded up, as
 /// English text averages under OpenAI's tokenizers.
@@ -105,10 +109,19 @@ pub enum Verdict {
     },
 }
 
-/// An admitted call's claim on a concurrency slot.
+/// The most limits a profile keeps besides concurrency (Gemini: requests,
+/// tokens and requests per day; Anthropic: requests, input and output tokens).
+pub const METERS_MAX: usize = 3;
+
+/// An admitted call's claim on a concurrency slot, with what it holds on each
+/// limit and what the provider settles it to when it ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket {
     ends_at_ms: u64,
+    sequence: u64,
+    admitted_ms: u64,
+    held: [u64; METERS_MAX],
+    settled: [u64; METERS_MAX],
 }
 
 /// One admitted request, for the run's report.
@@ -139,14 +152,19 @@ pub struct LedgerCounts {
     pub charged_tokens: u64,
 }
 
-/// Rolling-window and concurrency accounting. A sliding log: each admission
-/// counts for exactly `window_ms` after it, so no window of that length ever
-/// holds more than the limits.
+/// The provider's accounting: one [`Meter`] per limit, enforced as the
+/// provider's profile says ([`SimProfile`]; [`Ledger::new`] keeps a sliding log
+/// per limit: each admission counts for exactly `window_ms` after it, so no window
+/// of that length ever holds more than the limits), and the calls in flight.
 #[derive(Debug)]
 pub struct Ledger {
     limits: ProviderLimits,
-    window: VecDeque<Admission>,
-    tokens_in_window: u64,
+    profile: SimProfile,
+    meters: Vec<(Dimension, Meter)>,
+    sequence: u64,
+    /// The latest time seen: handlers read the clock before they take the ledger's
+    /// lock, so calls can arrive with times out of order; the ledger never goes back.
+    latest_ms: u64,
     in_flight: BTreeMap<u64, u64>,
     in_flight_count: u64,
     log: Vec<Admission>,
@@ -154,13 +172,25 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// An empty ledger enforcing `limits`.
+    /// An empty ledger enforcing `limits` with a sliding log per limit.
     pub fn new(limits: ProviderLimits) -> Self {
+        Self::with_profile(limits, SimProfile::with_defaults(ProfileName::Sliding, &limits), 0)
+    }
+
+    /// An empty ledger enforcing `limits` as `profile`'s provider does, from
+    /// `now_ms` (where a token bucket starts full).
+    pub fn with_profile(limits: ProviderLimits, profile: SimProfile, now_ms: u64) -> Self {
         assert!(limits.rpm >= 1 && limits.tpm >= 1 && limits.concurrency >= 1 && limits.window_ms >= 1);
+        let meters: Vec<(Dimension, Meter)> = (profile.meters(&limits).into_iter())
+            .map(|(dimension, capacity, spec)| (dimension, spec.build(capacity, now_ms)))
+            .collect();
+        assert!(meters.len() <= METERS_MAX);
         Self {
             limits,
-            window: VecDeque::new(),
-            tokens_in_window: 0,
+            profile,
+            meters,
+            sequence: 0,
+            latest_ms: now_ms,
             in_flight: BTreeMap::new(),
             in_flight_count: 0,
             log: Vec::new(),
@@ -173,61 +203,131 @@ impl Ledger {
         &self.limits
     }
 
+    /// The profile enforced.
+    pub fn profile(&self) -> &SimProfile {
+        &self.profile
+    }
+
     /// Admits a request charged `charge` tokens that will be busy for `busy_ms`,
-    /// or says which limit refuses it and when it would fit.
+    /// or says which limit refuses it and when it would fit. The charge goes to the
+    /// profile's first token limit; [`Ledger::admit_call`] charges each limit as the
+    /// provider does.
     pub fn admit(&mut self, now_ms: u64, charge: u64, busy_ms: u64) -> Verdict {
-        if charge > self.limits.tpm {
-            self.counts.too_large += 1;
-            return Verdict::TooLarge { charge };
+        let mut charges = [0; METERS_MAX];
+        let mut tokens_charged = false;
+        for (slot, (dimension, _)) in charges.iter_mut().zip(&self.meters) {
+            if dimension.is_requests() {
+                *slot = 1;
+            } else if !tokens_charged {
+                (*slot, tokens_charged) = (charge, true);
+            }
         }
-        self.expire(now_ms);
-        let refusal = if self.window.len() as u64 >= self.limits.rpm {
-            Some((
-                LimitKind::Requests,
-                self.window[0].at_unix_ms + self.limits.window_ms - now_ms,
-            ))
-        } else if self.tokens_in_window + charge > self.limits.tpm {
-            Some((LimitKind::Tokens, self.tokens_fit_in_ms(now_ms, charge)))
-        } else if self.in_flight_count >= self.limits.concurrency {
-            let (&first_end, _) = self.in_flight.first_key_value().expect("slots are held");
-            Some((LimitKind::Concurrency, first_end.saturating_sub(now_ms)))
-        } else {
-            None
-        };
-        if let Some((limit, retry_after_ms)) = refusal {
-            self.counts.throttled += 1;
-            *match limit {
-                LimitKind::Requests => &mut self.counts.throttled_requests,
-                LimitKind::Tokens => &mut self.counts.throttled_tokens,
-                LimitKind::Concurrency => &mut self.counts.throttled_concurrency,
-            } += 1;
+        self.admit_charges(now_ms, charges, charges, busy_ms)
+    }
+
+    /// Admits `call` as the profile's provider counts it: each limit charged what
+    /// the provider charges at admission, settled to its final charge when the
+    /// call's ticket is released.
+    pub fn admit_call(&mut self, now_ms: u64, call: &CallShape, busy_ms: u64) -> Verdict {
+        let (mut held, mut settled) = ([0; METERS_MAX], [0; METERS_MAX]);
+        for (i, (dimension, _)) in self.meters.iter().enumerate() {
+            held[i] = self.profile.admission_charge(self.limits.accounting, *dimension, call);
+            settled[i] = self.profile.final_charge(self.limits.accounting, *dimension, call);
+        }
+        self.admit_charges(now_ms, held, settled, busy_ms)
+    }
+
+    fn admit_charges(
+        &mut self,
+        now_ms: u64,
+        held: [u64; METERS_MAX],
+        settled: [u64; METERS_MAX],
+        busy_ms: u64,
+    ) -> Verdict {
+        for (i, (_, meter)) in self.meters.iter().enumerate() {
+            if held[i] > meter.quota() {
+                self.counts.too_large += 1;
+                return Verdict::TooLarge { charge: held[i] };
+            }
+        }
+        self.meters.iter_mut().for_each(|(_, meter)| meter.advance(now_ms));
+        if let Some((limit, retry_after_ms)) = self.refusal(now_ms, &held) {
+            self.count_refusal(now_ms, limit);
             return Verdict::Throttled {
                 limit,
                 retry_after_ms: retry_after_ms.max(1),
                 remaining: self.remaining(),
             };
         }
+        self.sequence += 1;
+        for (i, (_, meter)) in self.meters.iter_mut().enumerate() {
+            meter.take(self.sequence, now_ms, held[i]);
+        }
+        // The report compares admissions with `tpm`: the charge on that limit (the
+        // first token limit; Anthropic's input tokens).
+        let tokens = held[self.tokens_index()];
         let admission = Admission {
             at_unix_ms: now_ms,
-            charged_tokens: charge,
+            charged_tokens: tokens,
         };
-        self.window.push_back(admission);
-        self.tokens_in_window += charge;
         if self.log.len() < ADMISSIONS_LOG_MAX {
             self.log.push(admission);
         }
         self.counts.admitted += 1;
-        self.counts.charged_tokens += charge;
+        self.counts.charged_tokens += tokens;
         let ends_at_ms = now_ms + busy_ms;
         *self.in_flight.entry(ends_at_ms).or_default() += 1;
         self.in_flight_count += 1;
         Verdict::Admitted {
-            ticket: Ticket { ends_at_ms },
+            ticket: Ticket {
+                ends_at_ms,
+                sequence: self.sequence,
+                admitted_ms: now_ms,
+                held,
+                settled,
+            },
             remaining: self.remaining(),
         }
     }
 
-    /// Frees the concurrency slot of a finished (or abandoned) call.
+    /// The first limit that refuses `held` now, with the ms until it would fit.
+    fn refusal(&self, now_ms: u64, held: &[u64; METERS_MAX]) -> Option<(LimitKind, u64)> {
+        for (i, (dimension, meter)) in self.meters.iter().enumerate() {
+            if let Err(wait_ms) = meter.check(now_ms, held[i]) {
+                let kind = if dimension.is_requests() {
+                    LimitKind::Requests
+                } else {
+                    LimitKind::Tokens
+                };
+                return Some((kind, wait_ms.expect("quotas were checked first")));
+            }
+        }
+        if self.in_flight_count >= self.limits.concurrency {
+            let (&first_end, _) = self.in_flight.first_key_value().expect("slots are held");
+            return Some((LimitKind::Concurrency, first_end.saturating_sub(now_ms)));
+        }
+        None
+    }
+
+    fn count_refusal(&mut self, now_ms: u64, limit: LimitKind) {
+        self.counts.throttled += 1;
+        *match limit {
+            LimitKind::Requests => &mut self.counts.throttled_requests,
+            LimitKind::Tokens => &mut self.counts.throttled_tokens,
+            LimitKind::Concurrency => &mut self.counts.throttled_concurrency,
+        } += 1;
+        if self.profile.counts_refused() {
+            self.sequence += 1;
+            for (dimension, meter) in &mut self.meters {
+                if dimension.is_requests() {
+                    meter.take(self.sequence, now_ms, 1);
+                }
+            }
+        }
+    }
+
+    /// Frees the concurrency slot of a finished (or abandoned) call, and settles
+    /// each limit to what the provider finally charges for it.
     pub fn release(&mut self, ticket: Ticket) {
         let held = self
             .in_flight
@@ -238,9 +338,35 @@ impl Ledger {
             self.in_flight.remove(&ticket.ends_at_ms);
         }
         self.in_flight_count -= 1;
+        let tokens_index = self.tokens_index();
+        for (i, (_, meter)) in self.meters.iter_mut().enumerate() {
+            let (from, to) = (ticket.held[i], ticket.settled[i]);
+            if from != to {
+                meter.settle(ticket.sequence, ticket.admitted_ms, from, to);
+                if i == tokens_index {
+                    self.counts.charged_tokens = (self.counts.charged_tokens + to).saturating_sub(from);
+                }
+            }
+        }
     }
 
-    /// Every admission so far, in order.
+    /// Every limit's state at `now_ms`, for the provider's headers.
+    pub fn limit_states(&mut self, now_ms: u64) -> Vec<LimitState> {
+        let now_ms = self.now(now_ms);
+        (self.meters.iter_mut())
+            .map(|(dimension, meter)| {
+                meter.advance(now_ms);
+                LimitState {
+                    dimension: *dimension,
+                    limit: meter.capacity(),
+                    remaining: meter.remaining(),
+                    reset_ms: meter.reset_ms(now_ms),
+                }
+            })
+            .collect()
+    }
+
+    /// Every admission so far, in order, with its admission charge.
     pub fn admissions(&self) -> &[Admission] {
         &self.log
     }
@@ -255,33 +381,29 @@ impl Ledger {
         self.in_flight_count
     }
 
+    /// `now_ms`, or the latest time seen when that is later.
+    fn now(&mut self, now_ms: u64) -> u64 {
+        self.latest_ms = self.latest_ms.max(now_ms);
+        self.latest_ms
+    }
+
+    /// Where the limit `tpm` sets is among the meters: the first token limit.
+    fn tokens_index(&self) -> usize {
+        (self.meters.iter())
+            .position(|(d, _)| !d.is_requests())
+            .expect("every profile keeps a token limit")
+    }
+
     fn remaining(&self) -> Remaining {
+        let left = |requests: bool| {
+            (self.meters.iter())
+                .find(|(d, _)| d.is_requests() == requests)
+                .map_or(0, |(_, meter)| meter.remaining())
+        };
         Remaining {
-            requests: self.limits.rpm.saturating_sub(self.window.len() as u64),
-            tokens: self.limits.tpm.saturating_sub(self.tokens_in_window),
+            requests: left(true),
+            tokens: left(false),
         }
-    }
-
-    fn expire(&mut self, now_ms: u64) {
-        while let Some(oldest) = self.window.front() {
-            if oldest.at_unix_ms + self.limits.window_ms > now_ms {
-                break;
-            }
-            self.tokens_in_window -= oldest.charged_tokens;
-            self.window.pop_front();
-        }
-    }
-
-    /// The time until enough admissions expire for `charge` more tokens to fit.
-    fn tokens_fit_in_ms(&self, now_ms: u64, charge: u64) -> u64 {
-        let mut in_window = self.tokens_in_window;
-        for admission in &self.window {
-            in_window -= admission.charged_tokens;
-            if in_window + charge <= self.limits.tpm {
-                return admission.at_unix_ms + self.limits.window_ms - now_ms;
-            }
-        }
-        unreachable!("a charge within the limit fits once the window is empty")
     }
 }
 
@@ -427,5 +549,125 @@ mod tests {
         assert_eq!(ledger.admissions().len(), 1);
         assert_eq!(ledger.in_flight(), 1);
         assert_eq!(ledger.counts().charged_tokens, 10);
+    }
+
+    fn shape(prompt_tokens: u64, max_tokens: u64, output_tokens: u64) -> CallShape {
+        CallShape {
+            prompt_tokens,
+            max_tokens,
+            output_tokens,
+            best_of: 1,
+            ..CallShape::default()
+        }
+    }
+
+    #[test]
+    fn openai_refuses_a_burst_into_one_second_and_counts_the_refused() {
+        let limits = limits(600, 1_000_000, 1_000);
+        let profile = SimProfile::with_defaults(ProfileName::Openai, &limits);
+        let mut ledger = Ledger::with_profile(limits, profile, 0);
+        let admitted_count = (0..600)
+            .filter(|&i| matches!(ledger.admit_call(i, &shape(10, 10, 1), 0), Verdict::Admitted { .. }))
+            .count();
+        assert_eq!(admitted_count, 10, "600 RPM quantized to 1 s admits 10 a second");
+        admitted(ledger.admit_call(1_000, &shape(10, 10, 1), 0));
+        // A request refused for tokens still counts against the requests of its second.
+        let mut ledger = Ledger::with_profile(limits, profile, 0);
+        admitted_all(&mut ledger, 5, 0);
+        for _ in 0..5 {
+            let big = shape(15_600, 1_000, 1);
+            assert!(matches!(
+                ledger.admit_call(1, &big, 0),
+                Verdict::Throttled {
+                    limit: LimitKind::Tokens,
+                    ..
+                }
+            ));
+        }
+        assert!(matches!(
+            ledger.admit_call(2, &shape(10, 10, 1), 0),
+            Verdict::Throttled {
+                limit: LimitKind::Requests,
+                retry_after_ms: 998,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_call_stamped_before_the_last_does_not_take_the_ledger_back() {
+        // A handler reads the clock before it takes the ledger's lock: a call stamped
+        // 999 may come after one stamped 1,000, and must not reopen the past second.
+        let limits = limits(600, 1_000_000, 1_000);
+        let profile = SimProfile::with_defaults(ProfileName::Openai, &limits);
+        let mut ledger = Ledger::with_profile(limits, profile, 0);
+        admitted_all(&mut ledger, 10, 1_000);
+        for at in [999, 1_000] {
+            assert!(matches!(
+                ledger.admit_call(at, &shape(10, 10, 1), 0),
+                Verdict::Throttled { .. }
+            ));
+        }
+        let admissions: Vec<u64> = ledger.admissions().iter().map(|a| a.at_unix_ms).collect();
+        assert!(admissions.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    fn admitted_all(ledger: &mut Ledger, n: u64, now_ms: u64) {
+        for _ in 0..n {
+            admitted(ledger.admit_call(now_ms, &shape(10, 10, 1), 0));
+        }
+    }
+
+    #[test]
+    fn anthropic_holds_max_tokens_on_output_and_settles_to_the_output() {
+        let limits = limits(1_000, 10_000, 10);
+        let profile = SimProfile {
+            output_tpm: 1_000,
+            ..SimProfile::with_defaults(ProfileName::Anthropic, &limits)
+        };
+        let mut ledger = Ledger::with_profile(limits, profile, 0);
+        let call = CallShape {
+            cache_read_tokens: 9_000,
+            ..shape(10_000, 800, 100)
+        };
+        let ticket = admitted(ledger.admit_call(0, &call, 0));
+        let states = ledger.limit_states(0);
+        assert_eq!(
+            states.iter().map(|s| (s.dimension, s.remaining)).collect::<Vec<_>>(),
+            [
+                (Dimension::Requests, 999),
+                (Dimension::InputTokens, 9_000),
+                (Dimension::OutputTokens, 200)
+            ],
+            "cache reads are not input; max_tokens is held on output"
+        );
+        assert!(matches!(ledger.admit_call(0, &call, 0), Verdict::Throttled { .. }));
+        ledger.release(ticket);
+        assert_eq!(
+            ledger.limit_states(0)[2].remaining,
+            900,
+            "the output estimate is adjusted to the output"
+        );
+        admitted(ledger.admit_call(0, &call, 0));
+    }
+
+    #[test]
+    fn bedrock_settles_output_at_five_times_its_count() {
+        let limits = limits(1_000, 10_000, 10);
+        let profile = SimProfile::with_defaults(ProfileName::Bedrock, &limits);
+        let mut ledger = Ledger::with_profile(limits, profile, 0);
+        let ticket = admitted(ledger.admit_call(0, &shape(1_000, 4_000, 1_000), 0));
+        assert_eq!(
+            ledger.limit_states(0)[1].remaining,
+            5_000,
+            "input plus max_tokens at admission"
+        );
+        ledger.release(ticket);
+        assert_eq!(
+            ledger.limit_states(0)[1].remaining,
+            4_000,
+            "input plus 5x output at the end"
+        );
+        assert_eq!(ledger.counts().charged_tokens, 6_000);
     }
 }

@@ -1,24 +1,26 @@
-//! The simulated provider's HTTP face: an OpenAI-style `POST /v1/chat/completions`
-//! on loopback that enforces [`Ledger`] limits, answers 429 with `retry-after` and
-//! `x-ratelimit-*` headers, and takes a time that grows with the output tokens.
+//! The simulated provider's HTTP face on loopback: the provider, its [`Ledger`] and
+//! its routes. The wire formats are [`crate::sim_openai`] and
+//! [`crate::sim_anthropic`]; the control routes and what they share,
+//! [`crate::sim_control`]. Every call is admitted by the ledger, answered 429 with
+//! `retry-after` and rate-limit headers when refused, and takes a time that grows
+//! with the output tokens.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderMap, HeaderValue};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::serve::ListenerExt;
+use axum::Router;
 use ratelimiter::Clock;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
-use crate::prompt;
-use crate::provider::{count_tokens, Admission, Ledger, LedgerCounts, ProviderLimits, Remaining, Ticket, Verdict};
-use crate::provider_client::ADMITTED_HEADER;
+use crate::provider::{Admission, Ledger, LedgerCounts, ProviderLimits, Remaining, Ticket};
+use crate::sim_control::{self, SimControl};
+use crate::sim_profile::SimProfile;
+use crate::{sim_anthropic, sim_openai};
 
 /// The largest request body, in bytes: two million prompt tokens of four bytes.
 pub const BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
@@ -68,17 +70,31 @@ pub struct Usage {
 /// The provider with its ledger, shared by every connection.
 #[derive(Debug)]
 pub struct ProviderServer {
-    ledger: Mutex<Ledger>,
-    clock: Arc<dyn Clock>,
+    pub(crate) ledger: Mutex<Ledger>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// The models, key, fault switch and call counts of the wire formats.
+    pub(crate) control: Arc<SimControl>,
 }
 
 impl ProviderServer {
     /// A provider enforcing `limits`, reading time from `clock`.
     pub fn new(limits: ProviderLimits, clock: Arc<dyn Clock>) -> Arc<Self> {
+        Self::with_control(limits, clock, SimControl::default())
+    }
+
+    /// A provider enforcing `limits` that serves the models of `control` (and
+    /// requires its key).
+    pub fn with_control(limits: ProviderLimits, clock: Arc<dyn Clock>, control: SimControl) -> Arc<Self> {
         Arc::new(Self {
             ledger: Mutex::new(Ledger::new(limits)),
             clock,
+            control: Arc::new(control),
         })
+    }
+
+    /// The most model calls served at once since the start or the last reset.
+    pub fn in_flight_max(&self) -> u64 {
+        self.control.in_flight_max()
     }
 
     /// Every admission so far.
@@ -96,11 +112,33 @@ impl ProviderServer {
         *self.ledger.lock().expect("ledger lock").limits()
     }
 
-    /// The routes: the chat endpoint and `GET /sim/stats`.
+    /// Enforces the limits as `profile`'s provider does from now on, with an
+    /// empty ledger (call it before serving).
+    pub fn set_profile(&self, profile: SimProfile) {
+        let mut ledger = self.ledger.lock().expect("ledger lock");
+        *ledger = Ledger::with_profile(*ledger.limits(), profile, self.clock.now_unix_ms());
+    }
+
+    /// The profile enforced.
+    pub fn profile(&self) -> SimProfile {
+        *self.ledger.lock().expect("ledger lock").profile()
+    }
+
+    /// The routes: the OpenAI and Anthropic endpoints (docs/provider-sim.md) and the
+    /// simulator's control routes.
     pub fn router(self: &Arc<Self>) -> Router {
         Router::new()
-            .route("/v1/chat/completions", post(chat))
-            .route("/sim/stats", get(stats))
+            .route("/v1/chat/completions", post(sim_openai::chat_completions))
+            .route("/v1/embeddings", post(sim_openai::embeddings))
+            .route("/v1/responses", post(sim_openai::responses))
+            .route("/v1/models", get(sim_openai::models))
+            .route("/v1/messages", post(sim_anthropic::messages))
+            .route("/v1/messages/count_tokens", post(sim_anthropic::count_tokens))
+            .route("/sim/stats", get(sim_control::stats).delete(sim_control::reset_stats))
+            .route(
+                "/sim/faults",
+                post(sim_control::arm_fault).delete(sim_control::disarm_fault),
+            )
             .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
             .with_state(Arc::clone(self))
     }
@@ -111,6 +149,12 @@ impl ProviderServer {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        // Each event of a stream leaves when it is written, as a provider's does:
+        // without TCP_NODELAY, Nagle's algorithm holds a token's event until the
+        // client acknowledges the previous one (up to its delayed-ACK time, 40 ms).
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         axum::serve(listener, self.router())
             .with_graceful_shutdown(shutdown)
             .await
@@ -119,9 +163,9 @@ impl ProviderServer {
 
 /// Releases the concurrency slot when the call ends, also when the client hangs
 /// up mid-call and the handler is dropped.
-struct Slot {
-    provider: Arc<ProviderServer>,
-    ticket: Ticket,
+pub struct Slot {
+    pub(crate) provider: Arc<ProviderServer>,
+    pub(crate) ticket: Ticket,
 }
 
 impl Drop for Slot {
@@ -130,17 +174,7 @@ impl Drop for Slot {
     }
 }
 
-async fn stats(State(provider): State<Arc<ProviderServer>>) -> Json<serde_json::Value> {
-    let ledger = provider.ledger.lock().expect("ledger lock");
-    Json(serde_json::json!({ "counts": ledger.counts(), "in_flight": ledger.in_flight() }))
-}
-
-fn error(status: StatusCode, kind: &str, message: String) -> Response {
-    let body = serde_json::json!({ "error": { "message": message, "type": kind, "code": null } });
-    (status, Json(body)).into_response()
-}
-
-fn limit_headers(headers: &mut HeaderMap, limits: &ProviderLimits, remaining: Remaining) {
+pub(crate) fn limit_headers(headers: &mut HeaderMap, limits: &ProviderLimits, remaining: Remaining) {
     let mut put = |name: &'static str, value: u64| {
         headers.insert(name, HeaderValue::from(value));
     };
@@ -148,96 +182,4 @@ fn limit_headers(headers: &mut HeaderMap, limits: &ProviderLimits, remaining: Re
     put("x-ratelimit-limit-tokens", limits.tpm);
     put("x-ratelimit-remaining-requests", remaining.requests);
     put("x-ratelimit-remaining-tokens", remaining.tokens);
-}
-
-fn parse(body: &[u8]) -> Result<(ChatRequest, u64, u64, u64), String> {
-    let request: ChatRequest = serde_json::from_slice(body).map_err(|e| format!("bad request body: {e}"))?;
-    if request.messages.is_empty() || request.messages.len() > MESSAGES_MAX {
-        return Err(format!("messages must hold 1..={MESSAGES_MAX} entries"));
-    }
-    let max_tokens = request.max_tokens.unwrap_or(MAX_TOKENS_DEFAULT);
-    if !(1..=MAX_TOKENS_MAX).contains(&max_tokens) {
-        return Err(format!("max_tokens must be 1..={MAX_TOKENS_MAX}, got {max_tokens}"));
-    }
-    let prompt_tokens = request.messages.iter().map(|m| count_tokens(&m.content)).sum();
-    let output_tokens = request.sim_output_tokens.unwrap_or(max_tokens).min(max_tokens);
-    Ok((request, prompt_tokens, max_tokens, output_tokens))
-}
-
-async fn chat(State(provider): State<Arc<ProviderServer>>, body: Bytes) -> Response {
-    let (request, prompt_tokens, max_tokens, output_tokens) = match parse(&body) {
-        Ok(parsed) => parsed,
-        Err(message) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", message),
-    };
-    let limits = provider.limits();
-    let charge = limits.accounting.charge(prompt_tokens, max_tokens, output_tokens);
-    let busy_ms = limits.ms_per_output_token * output_tokens;
-    let now_ms = provider.clock.now_unix_ms();
-    let verdict = provider
-        .ledger
-        .lock()
-        .expect("ledger lock")
-        .admit(now_ms, charge, busy_ms);
-    let (slot, remaining) = match verdict {
-        Verdict::Admitted { ticket, remaining } => {
-            let slot = Slot {
-                provider: Arc::clone(&provider),
-                ticket,
-            };
-            (slot, remaining)
-        }
-        Verdict::Throttled {
-            limit,
-            retry_after_ms,
-            remaining,
-        } => return throttled(&limits, limit, retry_after_ms, remaining),
-        Verdict::TooLarge { charge } => {
-            let message = format!(
-                "request too large: {charge} tokens charged, the limit is {} per window",
-                limits.tpm
-            );
-            return error(StatusCode::BAD_REQUEST, "tokens", message);
-        }
-    };
-    tokio::time::sleep(Duration::from_millis(busy_ms)).await;
-    drop(slot);
-    let body = serde_json::json!({
-        "id": format!("chatcmpl-sim-{now_ms}"),
-        "object": "chat.completion",
-        "created": now_ms / 1000,
-        "model": request.model,
-        "choices": [{
-            "index": 0,
-            "message": { "role": "assistant", "content": prompt::synthesize(output_tokens) },
-            "finish_reason": if output_tokens == max_tokens { "length" } else { "stop" },
-        }],
-        "usage": Usage { prompt_tokens, completion_tokens: output_tokens, total_tokens: prompt_tokens + output_tokens },
-    });
-    let mut response = Json(body).into_response();
-    limit_headers(response.headers_mut(), &limits, remaining);
-    (response.headers_mut()).insert(ADMITTED_HEADER, HeaderValue::from(now_ms));
-    response
-}
-
-fn throttled(
-    limits: &ProviderLimits,
-    limit: crate::provider::LimitKind,
-    retry_after_ms: u64,
-    remaining: Remaining,
-) -> Response {
-    let kind = serde_json::to_value(limit).expect("serializes");
-    let message = format!(
-        "rate limit reached for {}; retry after {retry_after_ms} ms",
-        kind.as_str().unwrap_or("")
-    );
-    let mut response = error(
-        StatusCode::TOO_MANY_REQUESTS,
-        kind.as_str().unwrap_or("requests"),
-        message,
-    );
-    let headers = response.headers_mut();
-    headers.insert("retry-after", HeaderValue::from(retry_after_ms.div_ceil(1000)));
-    headers.insert("retry-after-ms", HeaderValue::from(retry_after_ms));
-    limit_headers(headers, limits, remaining);
-    response
 }

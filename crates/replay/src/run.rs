@@ -13,11 +13,13 @@ use crate::cli::Args;
 use crate::definitions::limiter_definitions;
 use crate::outcome::RequestOutcome;
 use crate::plot;
+use crate::provider::ProviderLimits;
 use crate::provider_client::ProviderClient;
 use crate::provider_server::ProviderServer;
 use crate::record::SavedRun;
 use crate::replayer::{self, Plan};
 use crate::server_process::{self, define_limits, locate_binary, ServerProcess};
+use crate::sim_profile::ProfileName;
 use crate::strategy::none::NoLimiter;
 use crate::strategy::scheduled::Scheduled;
 use crate::strategy::server_multi::{self as server_multi, ChildRun};
@@ -25,6 +27,7 @@ use crate::strategy::token_bucket::TokenBucket;
 use crate::strategy::{self, Caller, StrategyKind};
 use crate::summary::{self, RunRecord, Summary};
 use crate::trace::Trace;
+use ratelimiter::profile::{llm_profile, LlmProfile, Published};
 
 /// The provider name in limit keys and requests.
 pub const PROVIDER: &str = "sim";
@@ -76,7 +79,13 @@ async fn prepare(args: &Args, trace: &Trace, provider_url: &str, clock: &Arc<dyn
         Arc::clone(clock),
         limits.accounting,
     );
-    let definitions = limiter_definitions(&limits, args.limiter_window_margin_ms)?;
+    let (definitions, rules) = match args.limiter_profile {
+        false => (limiter_definitions(&limits, args.limiter_window_margin_ms)?, None),
+        true => {
+            let profile = library_profile(args, &limits)?;
+            (profile.definitions, Some(profile.rules))
+        }
+    };
     let jobs = trace.records().len();
     let (strategy, server_url, server): (Option<Arc<dyn strategy::Strategy>>, _, _) = match args.strategy {
         StrategyKind::None => (Some(Arc::new(NoLimiter::new(caller))), None, None),
@@ -86,7 +95,7 @@ async fn prepare(args: &Args, trace: &Trace, provider_url: &str, clock: &Arc<dyn
             for definition in &definitions {
                 backend.apply_definition(definition).await.map_err(|e| e.to_string())?;
             }
-            let scheduled = Scheduled::new(caller, backend, args.workers(), jobs, args.prompt_estimate)?;
+            let scheduled = Scheduled::with_rules(caller, backend, args.workers(), jobs, args.prompt_estimate, rules)?;
             (Some(Arc::new(scheduled)), None, None)
         }
         StrategyKind::Server | StrategyKind::ServerMulti => {
@@ -104,12 +113,13 @@ async fn prepare(args: &Args, trace: &Trace, provider_url: &str, clock: &Arc<dyn
             define_limits(&url, &definitions).await?;
             let strategy: Option<Arc<dyn strategy::Strategy>> = if args.strategy == StrategyKind::Server {
                 let client = Arc::new(server_process::client(&url)?);
-                Some(Arc::new(Scheduled::new(
+                Some(Arc::new(Scheduled::with_rules(
                     caller,
                     client,
                     args.workers(),
                     jobs,
                     args.prompt_estimate,
+                    rules,
                 )?))
             } else {
                 None
@@ -124,12 +134,35 @@ async fn prepare(args: &Args, trace: &Trace, provider_url: &str, clock: &Arc<dyn
     })
 }
 
+/// The library's profile of the provider's profile, fed the numbers the provider
+/// publishes (as a user enters them: nothing tuned).
+pub fn library_profile(args: &Args, limits: &ProviderLimits) -> Result<LlmProfile, String> {
+    let sim = args.sim_profile(limits)?;
+    if args.strategy == StrategyKind::ServerMulti {
+        return Err("--limiter-profile: server-multi children do not take a profile".to_owned());
+    }
+    let name = serde_json::to_value(sim.name).expect("serializes");
+    let name = name.as_str().expect("a name");
+    let anthropic = sim.name == ProfileName::Anthropic;
+    let published = Published {
+        rpm: Some(limits.rpm),
+        tpm: (!anthropic).then_some(limits.tpm),
+        input_tpm: anthropic.then_some(limits.tpm),
+        output_tpm: anthropic.then_some(sim.output_tpm),
+        rpd: (sim.name == ProfileName::Gemini).then_some(sim.requests_per_day),
+        concurrency: Some(limits.concurrency),
+        ..Published::default()
+    };
+    llm_profile(name, MODEL, &published).map_err(|e| format!("--limiter-profile: {e}"))
+}
+
 /// Runs the replay `args` describe and returns its summary.
 pub async fn run(args: &Args) -> Result<Summary, String> {
     let limits = args.provider_limits()?;
     let trace = load_trace(args)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let provider = ProviderServer::new(limits, Arc::clone(&clock));
+    provider.set_profile(args.sim_profile(&limits)?);
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| format!("provider bind: {e}"))?;

@@ -34,7 +34,7 @@ async fn post(addr: &str, body: &str) -> (u16, String, String) {
 
 fn chat(prompt_bytes: usize, max_tokens: u64, output: u64) -> String {
     format!(
-        r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}],"max_tokens":{max_tokens},"sim_output_tokens":{output}}}"#,
+        r#"{{"model":"sim-model","messages":[{{"role":"user","content":"{}"}}],"max_tokens":{max_tokens},"sim_output_tokens":{output}}}"#,
         "x".repeat(prompt_bytes)
     )
 }
@@ -94,7 +94,7 @@ async fn bad_requests_get_400_and_change_nothing() {
     let (addr, provider) = start(limits(100, 1_000, Accounting::Actual)).await;
     for body in [
         "not json".to_owned(),
-        r#"{"model":"m","messages":[]}"#.to_owned(),
+        r#"{"model":"sim-model","messages":[]}"#.to_owned(),
         chat(4, 0, 1),
         chat(4, 200_000, 1),
         chat(8_000, 10, 1),
@@ -105,4 +105,46 @@ async fn bad_requests_get_400_and_change_nothing() {
     }
     assert_eq!(provider.counts().admitted, 0);
     assert_eq!(provider.counts().charged_tokens, 0);
+}
+
+#[tokio::test]
+async fn profiles_answer_with_their_providers_headers_and_bodies() {
+    use replay::sim_profile::{ProfileName, SimProfile};
+    // Anthropic: 120 RPM in a bucket; 1,000 output tokens a minute held from max_tokens.
+    let (addr, provider) = start(limits(120, 100_000, Accounting::Actual)).await;
+    let profile = SimProfile {
+        output_tpm: 1_000,
+        ..SimProfile::with_defaults(ProfileName::Anthropic, &provider.limits())
+    };
+    provider.set_profile(profile);
+    let (status, head, body) = post(&addr, &chat(40, 600, 5)).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        head.contains("anthropic-ratelimit-input-tokens-remaining: 99990\r\n"),
+        "{head}"
+    );
+    assert!(
+        head.contains("anthropic-ratelimit-output-tokens-remaining: 400\r\n"),
+        "{head}"
+    );
+    assert!(head.contains("anthropic-ratelimit-requests-reset: "), "{head}");
+    // The first call ended with 5 output tokens: 995 are left, not the 999 asked.
+    let (status, head, body) = post(&addr, &chat(40, 999, 5)).await;
+    assert_eq!(status, 429, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["error"]["type"], "rate_limit_error");
+    assert!(head.contains("retry-after: "), "{head}");
+
+    // OpenAI: 600 RPM quantized to a second admits 10 of a burst of 20.
+    let (addr, provider) = start(limits(600, 1_000_000, Accounting::Actual)).await;
+    provider.set_profile(SimProfile::with_defaults(ProfileName::Openai, &provider.limits()));
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        statuses.push(post(&addr, &chat(4, 10, 1)).await.0);
+    }
+    let admitted = statuses.iter().filter(|&&s| s == 200).count();
+    // The burst may straddle a second's boundary: at most two seconds' shares.
+    assert!((10..=20).contains(&admitted) && statuses.contains(&429), "{statuses:?}");
+    assert!(provider.counts().throttled >= 1);
 }

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::profile::ProfileRules;
+
 /// The most workers one scheduler runs: each is a task holding at most one call
 /// in flight, and providers cap concurrency far below this.
 pub const WORKERS_MAX: usize = 4_096;
@@ -45,6 +47,9 @@ pub struct SchedulerConfig {
     complete_attempts_max: u32,
     call_timeout_ms: u64,
     fallback_retry_ms: u64,
+    /// Provider profiles' rules: a job of their provider and model reserves and
+    /// completes by them instead of the LLM helper's (crate::profile).
+    profiles: Vec<ProfileRules>,
 }
 
 impl SchedulerConfig {
@@ -63,8 +68,14 @@ impl SchedulerConfig {
                 complete_attempts_max: 5,
                 call_timeout_ms: 30_000,
                 fallback_retry_ms: 250,
+                profiles: Vec::new(),
             },
         }
+    }
+
+    /// The profile rules of `provider`'s `model`, when one was given.
+    pub fn profile_rules(&self, provider: &str, model: &str) -> Option<&ProfileRules> {
+        self.profiles.iter().rev().find(|r| r.applies_to(provider, model))
     }
 
     /// Tasks that reserve, execute and complete jobs; at most this many calls are in flight.
@@ -125,6 +136,14 @@ pub struct SchedulerConfigBuilder {
 }
 
 impl SchedulerConfigBuilder {
+    /// Jobs of `rules`' provider and model reserve and complete by them
+    /// ([`crate::profile::llm_profile`]); a later entry for the same model replaces it.
+    pub fn profile(mut self, rules: ProfileRules) -> Self {
+        (self.config.profiles).retain(|r| !r.applies_to(rules.provider().as_str(), rules.model()));
+        self.config.profiles.push(rules);
+        self
+    }
+
     /// See [`SchedulerConfig::jobs_max`].
     pub fn jobs_max(mut self, value: usize) -> Self {
         self.config.jobs_max = value;

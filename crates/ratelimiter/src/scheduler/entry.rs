@@ -4,8 +4,10 @@
 use tokio::sync::oneshot;
 
 use crate::id::LeaseId;
+use crate::key::{KeyError, LimitKey};
 use crate::llm::{build_llm_actuals, build_llm_requirements};
-use crate::wire::{CompleteRequest, Requirement, ReserveRequest, JOB_ID_BYTES_MAX};
+use crate::profile::{ProfileCall, ProfileRules};
+use crate::wire::{Actual, CompleteRequest, Requirement, ReserveRequest, JOB_ID_BYTES_MAX};
 
 use super::error::SubmitErrorKind;
 use super::handle::JobHandle;
@@ -37,8 +39,8 @@ pub(super) struct Entry {
 impl Entry {
     /// Checks that `spec` makes a valid reserve and complete, and returns what
     /// every attempt reserves.
-    pub fn check(spec: &JobSpec) -> Result<Vec<Requirement>, SubmitErrorKind> {
-        check(spec).map_err(SubmitErrorKind::InvalidJob)
+    pub fn check(spec: &JobSpec, rules: Option<&ProfileRules>) -> Result<Vec<Requirement>, SubmitErrorKind> {
+        check(spec, rules).map_err(SubmitErrorKind::InvalidJob)
     }
 
     /// The entry and handle of `job`, whose `requirements` came from [`Entry::check`].
@@ -69,27 +71,136 @@ impl Entry {
 /// The complete request for `spec`'s lease: its token limits reconciled to
 /// `actual_tokens`, or left at the reserved upper bound when `actual_tokens` is
 /// `None` (what the call used is unknown).
-pub(super) fn complete_request(spec: &JobSpec, lease_id: LeaseId, actual_tokens: Option<u64>) -> CompleteRequest {
+pub(super) fn complete_request(
+    spec: &JobSpec,
+    rules: Option<&ProfileRules>,
+    lease_id: LeaseId,
+    actual_tokens: Option<u64>,
+) -> CompleteRequest {
     let actuals = match actual_tokens {
-        Some(tokens) => build_llm_actuals(&spec.llm_call(), tokens).expect("keys were validated at submit"),
+        Some(tokens) => actuals(spec, rules, tokens).expect("keys were validated at submit"),
         None => Vec::new(),
     };
     CompleteRequest::new(lease_id, Some(spec.job_id.clone()), actuals).expect("actuals were validated at submit")
 }
 
+/// The call as a provider profile sizes it.
+fn profile_call(spec: &JobSpec) -> ProfileCall<'_> {
+    ProfileCall {
+        prompt: &spec.prompt,
+        prompt_tokens: spec.prompt_tokens,
+        cache_read_tokens: 0,
+        max_output_tokens: spec.max_output_tokens,
+        best_of: 1,
+    }
+}
+
+/// What `spec` reserves: by its profile's rules when it has one (plus the
+/// tenant's daily budget when asked for), else the LLM helper's requirements.
+fn requirements(spec: &JobSpec, rules: Option<&ProfileRules>) -> Result<Vec<Requirement>, KeyError> {
+    let call = spec.llm_call();
+    let helper = build_llm_requirements(&call)?;
+    let Some(rules) = rules else {
+        return Ok(helper);
+    };
+    let daily = LimitKey::tenant_daily_tokens(&spec.tenant_id).ok();
+    let mut requirements = rules.requirements(&profile_call(spec));
+    requirements.extend(helper.into_iter().filter(|r| Some(&r.key) == daily.as_ref()));
+    Ok(requirements)
+}
+
+/// What `spec` completes with after using `tokens`.
+fn actuals(spec: &JobSpec, rules: Option<&ProfileRules>, tokens: u64) -> Result<Vec<Actual>, KeyError> {
+    let call = spec.llm_call();
+    let helper = build_llm_actuals(&call, tokens)?;
+    let Some(rules) = rules else {
+        return Ok(helper);
+    };
+    let daily = LimitKey::tenant_daily_tokens(&spec.tenant_id).ok();
+    let mut actuals = rules.actuals_from_total(&profile_call(spec), tokens);
+    actuals.extend(helper.into_iter().filter(|a| Some(&a.key) == daily.as_ref()));
+    Ok(actuals)
+}
+
 /// Checks that `spec` makes a valid reserve and complete, and returns its requirements.
-fn check(spec: &JobSpec) -> Result<Vec<Requirement>, String> {
+fn check(spec: &JobSpec, rules: Option<&ProfileRules>) -> Result<Vec<Requirement>, String> {
     if spec.job_id.is_empty() || spec.job_id.len() > JOB_ID_BYTES_MAX {
         return Err(format!(
             "job_id must be 1..={JOB_ID_BYTES_MAX} bytes, got {}",
             spec.job_id.len()
         ));
     }
-    let call = spec.llm_call();
-    let requirements = build_llm_requirements(&call).map_err(|e| e.to_string())?;
-    let actuals = build_llm_actuals(&call, 0).map_err(|e| e.to_string())?;
+    let requirements = requirements(spec, rules).map_err(|e| e.to_string())?;
+    let actuals = actuals(spec, rules, 0).map_err(|e| e.to_string())?;
     let probe = LeaseId::from_u128(1);
     ReserveRequest::new(probe, Some(spec.job_id.clone()), requirements.clone()).map_err(|e| e.to_string())?;
     CompleteRequest::new(probe, Some(spec.job_id.clone()), actuals).map_err(|e| e.to_string())?;
     Ok(requirements)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{llm_profile, Published};
+
+    fn spec(want_daily_budget: bool) -> JobSpec {
+        JobSpec {
+            job_id: "j".to_owned(),
+            tenant_id: "t".to_owned(),
+            provider: "anthropic".to_owned(),
+            model: "claude".to_owned(),
+            prompt: "x".repeat(400),
+            max_output_tokens: 300,
+            prompt_tokens: Some(100),
+            want_daily_budget,
+        }
+    }
+
+    fn pairs<T>(items: &[T], f: impl Fn(&T) -> (&str, u64)) -> Vec<(String, u64)> {
+        items.iter().map(f).map(|(k, a)| (k.to_owned(), a)).collect()
+    }
+
+    #[test]
+    fn a_job_with_a_profile_reserves_and_completes_by_its_rules() {
+        let profile = llm_profile(
+            "anthropic",
+            "claude",
+            &Published {
+                rpm: Some(50),
+                input_tpm: Some(30_000),
+                output_tpm: Some(8_000),
+                ..Published::default()
+            },
+        )
+        .unwrap();
+        let rules = Some(&profile.rules);
+        let reserved = check(&spec(true), rules).unwrap();
+        assert_eq!(
+            pairs(&reserved, |r| (r.key.as_str(), r.amount)),
+            pairs(
+                &[
+                    ("global:llm:anthropic:claude:rpm", 1),
+                    ("global:llm:anthropic:claude:itpm", 100),
+                    ("global:llm:anthropic:claude:otpm", 300),
+                    ("tenant:t:llm:daily_tokens", 400),
+                ],
+                |&(k, a)| (k, a)
+            )
+        );
+        let request = complete_request(&spec(true), rules, LeaseId::from_u128(7), Some(160));
+        assert_eq!(
+            pairs(request.actuals(), |a| (a.key.as_str(), a.actual_amount)),
+            pairs(
+                &[
+                    ("global:llm:anthropic:claude:itpm", 100),
+                    ("global:llm:anthropic:claude:otpm", 60),
+                    ("tenant:t:llm:daily_tokens", 160),
+                ],
+                |&(k, a)| (k, a)
+            )
+        );
+        // Without rules the LLM helper's keys are reserved, as before.
+        let helper = check(&spec(false), None).unwrap();
+        assert_eq!(helper[1].key.as_str(), "global:llm:anthropic:claude:tpm");
+    }
 }

@@ -125,7 +125,8 @@ impl Scheduler {
     /// Queues `job`. The handle resolves to its result. A refused job is handed
     /// back inside the error, untouched.
     pub fn submit(&self, job: Job) -> Result<JobHandle, SubmitError> {
-        let requirements = match Entry::check(job.spec()) {
+        let rules = (self.shared.config).profile_rules(&job.spec().provider, &job.spec().model);
+        let requirements = match Entry::check(job.spec(), rules) {
             Ok(requirements) => requirements,
             Err(kind) => return Err(SubmitError::new(kind, job)),
         };

@@ -178,7 +178,8 @@ async fn reserve(shared: &Shared, entry: &mut Entry) -> Reserved {
 /// under it: one Complete with 0 tokens, which is a no-op if the reserve never
 /// landed. If it fails, the reservation expires on its own.
 pub(super) async fn release_unknown(shared: &Shared, spec: &JobSpec, lease_id: LeaseId) {
-    let request = complete_request(spec, lease_id, Some(0));
+    let rules = shared.config.profile_rules(&spec.provider, &spec.model);
+    let request = complete_request(spec, rules, lease_id, Some(0));
     if let Err(error) = limiter_call(shared, "complete", shared.limiter.complete(&request)).await {
         tracing::warn!(job_id = %spec.job_id, %lease_id, %error, "release of an unknown lease failed");
     }
@@ -251,7 +252,8 @@ async fn complete(
     lease_id: LeaseId,
     actual_tokens: Option<u64>,
 ) -> Result<(), LimiterError> {
-    let request = complete_request(spec, lease_id, actual_tokens);
+    let rules = shared.config.profile_rules(&spec.provider, &spec.model);
+    let request = complete_request(spec, rules, lease_id, actual_tokens);
     let attempts_max = shared.config.complete_attempts_max();
     let mut attempt = 1;
     loop {

@@ -7,9 +7,13 @@ use clap::Parser;
 use ratelimiter::SystemClock;
 use replay::provider::{Accounting, ProviderLimits};
 use replay::provider_server::ProviderServer;
+use replay::sim_control::{SimControl, MODELS_DEFAULT, MODELS_MAX};
+use replay::sim_profile::{ProfileName, SimProfile};
 
-/// Serves an OpenAI-style `POST /v1/chat/completions` that enforces RPM, TPM and
-/// concurrency limits over a rolling window, and `GET /sim/stats`.
+/// Serves OpenAI's and Anthropic's endpoints (chat completions, embeddings,
+/// responses, models; messages, count_tokens), streaming included, enforcing RPM,
+/// TPM and concurrency limits over a rolling window; and `GET /sim/stats`,
+/// `POST /sim/faults` (docs/provider-sim.md).
 #[derive(Debug, Parser)]
 #[command(name = "provider-sim", version)]
 struct Args {
@@ -34,6 +38,27 @@ struct Args {
     /// How tokens are charged.
     #[arg(long, value_enum, default_value = "actual")]
     accounting: Accounting,
+    /// The models served, comma-separated; others get a 404 (default: sim-model,
+    /// gpt-4o-mini, gpt-4o, text-embedding-3-small, claude-haiku-4-5, claude-sonnet-4-5).
+    #[arg(long, value_delimiter = ',')]
+    models: Vec<String>,
+    /// The environment variable holding the key callers must send (`Authorization:
+    /// Bearer` or `x-api-key`); no key is required without it.
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// How the limits are enforced: a sliding log, or as a provider documents it
+    /// (docs/provider-profiles.md).
+    #[arg(long, value_enum, default_value = "sliding")]
+    profile: ProfileName,
+    /// `openai`, `azure`: the period per-minute limits are quantized to, in ms.
+    #[arg(long)]
+    quantum_ms: Option<u64>,
+    /// `anthropic`: output tokens per minute.
+    #[arg(long)]
+    output_tpm: Option<u64>,
+    /// `gemini`: requests per day.
+    #[arg(long)]
+    rpd: Option<u64>,
 }
 
 #[tokio::main]
@@ -58,8 +83,40 @@ async fn main() {
             std::process::exit(1);
         }
     };
-    eprintln!("provider-sim: serving on http://{}", args.listen);
-    let provider = ProviderServer::new(limits, Arc::new(SystemClock::new()));
+    // The bound address, so a caller passing port 0 learns the port.
+    let bound = listener.local_addr().map_or(args.listen.clone(), |a| a.to_string());
+    eprintln!("provider-sim: serving on http://{bound}");
+    let models = if args.models.is_empty() {
+        MODELS_DEFAULT.iter().map(|m| (*m).to_owned()).collect()
+    } else {
+        args.models
+    };
+    if models.len() > MODELS_MAX || models.iter().any(String::is_empty) {
+        eprintln!("provider-sim: --models takes 1..={MODELS_MAX} non-empty names");
+        std::process::exit(2);
+    }
+    let api_key = match args.api_key_env.map(|name| std::env::var(&name).map_err(|_| name)) {
+        None => None,
+        Some(Ok(key)) => Some(key),
+        Some(Err(name)) => {
+            eprintln!("provider-sim: --api-key-env names {name}, which is not set");
+            std::process::exit(2);
+        }
+    };
+    let control = SimControl::new(models, api_key);
+    let defaults = SimProfile::with_defaults(args.profile, &limits);
+    let profile = SimProfile {
+        quantum_ms: args.quantum_ms.unwrap_or(defaults.quantum_ms),
+        output_tpm: args.output_tpm.unwrap_or(defaults.output_tpm),
+        requests_per_day: args.rpd.unwrap_or(defaults.requests_per_day),
+        ..defaults
+    };
+    if !(1..=60_000).contains(&profile.quantum_ms) || profile.output_tpm == 0 || profile.requests_per_day == 0 {
+        eprintln!("provider-sim: --quantum-ms must be 1..=60000, --output-tpm and --rpd at least 1");
+        std::process::exit(2);
+    }
+    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), control);
+    provider.set_profile(profile);
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };

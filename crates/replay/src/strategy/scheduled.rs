@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use ratelimiter::profile::ProfileRules;
 use ratelimiter::scheduler::{Job, JobSpec};
 use ratelimiter::scheduler::{JobError, Scheduler, SchedulerConfig};
 use ratelimiter::Limiter;
@@ -45,6 +46,8 @@ pub fn counted_tokens(accounting: Accounting, usage: &Usage, max_tokens: u64) ->
 /// Requests as scheduler jobs over a limiter.
 pub struct Scheduled {
     caller: Caller,
+    /// The provider named in each job: a profile's provider when one is used.
+    provider: String,
     estimate: PromptEstimate,
     scheduler: Scheduler,
     grants: Arc<GrantLog>,
@@ -68,16 +71,33 @@ impl Scheduled {
         jobs: usize,
         estimate: PromptEstimate,
     ) -> Result<Self, String> {
+        Self::with_rules(caller, limiter, workers, jobs, estimate, None)
+    }
+
+    /// [`Scheduled::new`] whose jobs reserve and complete by a provider profile's
+    /// `rules` (`replay --limiter-profile`), named after its provider.
+    pub fn with_rules(
+        caller: Caller,
+        limiter: Arc<dyn Limiter>,
+        workers: usize,
+        jobs: usize,
+        estimate: PromptEstimate,
+        rules: Option<ProfileRules>,
+    ) -> Result<Self, String> {
         let jobs = jobs.clamp(1, ratelimiter::scheduler::JOBS_LIMIT_MAX);
-        let config = SchedulerConfig::builder(workers)
+        let provider = rules.as_ref().map_or(PROVIDER, |r| r.provider().as_str()).to_owned();
+        let mut builder = SchedulerConfig::builder(workers)
             .jobs_max(jobs)
             .queue_jobs_max(jobs)
-            .tenant_jobs_max(jobs)
-            .build()
-            .map_err(|e| e.to_string())?;
+            .tenant_jobs_max(jobs);
+        if let Some(rules) = rules {
+            builder = builder.profile(rules);
+        }
+        let config = builder.build().map_err(|e| e.to_string())?;
         let grants = Arc::new(GrantLog::new(limiter));
         Ok(Self {
             caller,
+            provider,
             estimate,
             scheduler: Scheduler::with_config(Arc::clone(&grants) as Arc<dyn Limiter>, config),
             grants,
@@ -99,7 +119,7 @@ impl Scheduled {
         let spec = JobSpec {
             job_id: format!("r{}-a{}", request.index, outcome.attempts),
             tenant_id: TENANT.to_owned(),
-            provider: PROVIDER.to_owned(),
+            provider: self.provider.clone(),
             model: MODEL.to_owned(),
             prompt,
             max_output_tokens: request.max_tokens,

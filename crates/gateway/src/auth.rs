@@ -1,0 +1,77 @@
+//! Tenants by gateway key (docs/gateway.md, "Tenants"): the key each SDK sends
+//! (`Authorization: Bearer` for OpenAI's, `x-api-key` for Anthropic's) is compared
+//! with every tenant's in constant time, and is never logged.
+
+use axum::http::HeaderMap;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// One tenant's key, kept as its SHA-256: comparing digests takes the same time
+/// whatever the lengths, and the key itself is not kept in memory dumps.
+#[derive(Clone)]
+pub struct TenantKey {
+    digest: [u8; 32],
+}
+
+impl std::fmt::Debug for TenantKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TenantKey(<redacted>)")
+    }
+}
+
+impl TenantKey {
+    /// Keeps `key`'s digest.
+    pub fn new(key: &str) -> Self {
+        Self {
+            digest: Sha256::digest(key.as_bytes()).into(),
+        }
+    }
+}
+
+/// The key a request presents: `x-api-key`, else `Authorization: Bearer <key>`.
+pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(key) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
+        return Some(key.trim());
+    }
+    let value = headers.get("authorization")?.to_str().ok()?;
+    let (scheme, key) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
+}
+
+/// The index of the tenant whose key is `presented`: every key is compared, in
+/// constant time, so the answer's timing tells nothing about which came close.
+pub fn find_tenant(keys: &[TenantKey], presented: &str) -> Option<usize> {
+    let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+    let mut found = None;
+    for (i, key) in keys.iter().enumerate() {
+        if bool::from(key.digest.ct_eq(&digest)) {
+            found = Some(i);
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn either_header_names_the_tenant() {
+        let keys = [
+            TenantKey::new("key-of-acme-0123456789"),
+            TenantKey::new("key-of-beta-0123456789"),
+        ];
+        let mut headers = HeaderMap::new();
+        assert_eq!(presented_key(&headers), None);
+        headers.insert(
+            "authorization",
+            HeaderValue::from_static("Bearer key-of-beta-0123456789"),
+        );
+        assert_eq!(find_tenant(&keys, presented_key(&headers).unwrap()), Some(1));
+        headers.insert("x-api-key", HeaderValue::from_static("key-of-acme-0123456789"));
+        assert_eq!(find_tenant(&keys, presented_key(&headers).unwrap()), Some(0));
+        assert_eq!(find_tenant(&keys, "key-of-acme-012345678"), None);
+        assert_eq!(format!("{:?}", keys[0]), "TenantKey(<redacted>)");
+    }
+}

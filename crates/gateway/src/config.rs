@@ -1,0 +1,393 @@
+//! The `gateway:` section of the server's YAML (docs/gateway.md, "Configuration"):
+//! upstreams, the models they serve with their limits, and the tenants that may call.
+//!
+//! Unknown keys are errors, like everywhere in the server's configuration: a
+//! misspelt limit must not silently fall back to "unlimited".
+
+use std::collections::HashSet;
+
+use ratelimiter::LimitKey;
+use serde::Deserialize;
+
+/// The default largest request body: prompts with a few images inlined as base64.
+pub const BODY_BYTES_MAX_DEFAULT: usize = 8 * 1024 * 1024;
+/// The largest body limit that may be configured: bodies are buffered to be counted.
+pub const BODY_BYTES_MAX_LIMIT: usize = 64 * 1024 * 1024;
+/// The default time an upstream call may take, first byte to last: long generations
+/// of reasoning models run for minutes.
+pub const UPSTREAM_TIMEOUT_MS_DEFAULT: u64 = 600_000;
+/// The longest upstream timeout that may be configured: one hour.
+pub const UPSTREAM_TIMEOUT_MS_LIMIT: u64 = 3_600_000;
+/// The longest a request may wait in a model's queue: the SDKs give up on retry
+/// hints over 60 s (Anthropic) and 120 s (OpenAI), so longer waits help nobody.
+pub const MAX_WAIT_MS_LIMIT: u64 = 120_000;
+/// The window of `rpm`, `tpm`, `input_tpm` and `output_tpm`: both providers state
+/// these limits per minute.
+pub const MINUTE_WINDOW_SECONDS: u64 = 60;
+/// The window of a tenant's `daily_tokens`.
+pub const DAY_WINDOW_SECONDS: u64 = 86_400;
+/// The most models, upstreams or tenants: each tenant key is compared on every call.
+pub const ENTRIES_MAX: usize = 1_024;
+/// The shortest gateway key accepted: shorter ones are guessable.
+pub const TENANT_KEY_BYTES_MIN: usize = 16;
+
+/// The `gateway:` section.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// `host:port` of the gateway's own listener, beside the limiter API's.
+    pub listen_addr: String,
+    /// The largest request body; larger ones are answered 413 in the provider's shape.
+    #[serde(default = "body_bytes_max_default")]
+    pub body_bytes_max: usize,
+    /// The longest an upstream call may take; past it the client gets a 504.
+    #[serde(default = "upstream_timeout_ms_default")]
+    pub upstream_timeout_ms: u64,
+    /// The providers calls are forwarded to.
+    pub upstreams: Vec<UpstreamConfig>,
+    /// The models served, each on one upstream, with its limits.
+    pub models: Vec<ModelConfig>,
+    /// Who may call; empty means anyone may, without a key.
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+}
+
+fn body_bytes_max_default() -> usize {
+    BODY_BYTES_MAX_DEFAULT
+}
+
+fn upstream_timeout_ms_default() -> u64 {
+    UPSTREAM_TIMEOUT_MS_DEFAULT
+}
+
+/// The wire format an upstream speaks.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamKind {
+    /// api.openai.com.
+    Openai,
+    /// api.anthropic.com.
+    Anthropic,
+    /// Any server of the OpenAI wire format (vLLM, Ollama, ...).
+    OpenaiCompatible,
+}
+
+impl UpstreamKind {
+    /// True for the formats of OpenAI's API.
+    pub fn is_openai(self) -> bool {
+        matches!(self, UpstreamKind::Openai | UpstreamKind::OpenaiCompatible)
+    }
+}
+
+/// One `upstreams:` entry.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// The provider part of the limit keys (`global:llm:<name>:<model>:rpm`).
+    pub name: String,
+    /// The wire format.
+    pub kind: UpstreamKind,
+    /// Everything before `/v1/...`, e.g. `http://127.0.0.1:9000`.
+    pub base_url: String,
+    /// The environment variable holding the upstream's key; never the key itself,
+    /// so configuration files can be shared. `None`: no key is sent (local servers).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+/// The tokenizer used to count a model's prompts.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    /// GPT-4o, GPT-4.1, GPT-5, o-series.
+    O200kBase,
+    /// GPT-4, GPT-3.5, text-embedding-3.
+    Cl100kBase,
+    /// One token per UTF-8 byte: an upper bound for every BPE tokenizer, for models
+    /// whose tokenizer is not public (Claude) or not embedded (open models).
+    Bytes,
+}
+
+/// One `models:` entry.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// The model name clients send, forwarded unchanged.
+    pub name: String,
+    /// The `upstreams:` entry serving it.
+    pub upstream: String,
+    /// Requests per minute.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// Tokens per minute, prompt and output together (OpenAI).
+    #[serde(default)]
+    pub tpm: Option<u64>,
+    /// Input tokens per minute (Anthropic's ITPM).
+    #[serde(default)]
+    pub input_tpm: Option<u64>,
+    /// Output tokens per minute (Anthropic's OTPM).
+    #[serde(default)]
+    pub output_tpm: Option<u64>,
+    /// Calls in flight.
+    #[serde(default)]
+    pub concurrency: Option<u64>,
+    /// The output bound reserved when a request names none.
+    pub max_output_tokens_default: u64,
+    /// How long a denied request may wait in the model's queue; 0 answers 429 at once.
+    #[serde(default)]
+    pub max_wait_ms: u64,
+    /// The prompt tokenizer; default by model name (docs/gateway.md, "Counting").
+    #[serde(default)]
+    pub encoding: Option<Encoding>,
+    /// Tokens reserved per image part whose size the gateway cannot know without
+    /// fetching it; default [`crate::tokens::IMAGE_TOKENS_DEFAULT`].
+    #[serde(default)]
+    pub image_tokens: Option<u64>,
+    /// Whether Anthropic's cache reads count on this model's input limit: they do
+    /// for the older models Anthropic marks so (docs/gateway.md, "Reconciling").
+    #[serde(default)]
+    pub count_cache_reads: bool,
+    /// The provider profile (the provider's documented limit rules for this model,
+    /// issue 19), stored as given; the gateway itself does not read it yet.
+    #[serde(default)]
+    pub profile: Option<String>,
+}
+
+/// One `tenants:` entry.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// The tenant part of the limit keys (`tenant:<name>:llm:daily_tokens`).
+    pub name: String,
+    /// The environment variable holding the tenant's gateway key.
+    pub api_key_env: String,
+    /// Tokens per rolling day.
+    #[serde(default)]
+    pub daily_tokens: Option<u64>,
+    /// Requests per minute, over every model.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// Calls in flight, over every model.
+    #[serde(default)]
+    pub concurrency: Option<u64>,
+}
+
+/// Why the `gateway:` section cannot be used; the message names the entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("gateway.{entry}: {message}")]
+pub struct GatewayConfigError {
+    /// The entry, such as `models[2].upstream`.
+    pub entry: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn invalid(entry: impl Into<String>, message: impl Into<String>) -> GatewayConfigError {
+    GatewayConfigError {
+        entry: entry.into(),
+        message: message.into(),
+    }
+}
+
+impl GatewayConfig {
+    /// Checks every rule a parse cannot: ranges, references, unique names, and that
+    /// every limit key the section implies is a valid key.
+    pub fn validate(&self) -> Result<(), GatewayConfigError> {
+        if self.body_bytes_max == 0 || self.body_bytes_max > BODY_BYTES_MAX_LIMIT {
+            return Err(invalid("body_bytes_max", format!("must be 1..={BODY_BYTES_MAX_LIMIT}")));
+        }
+        if self.upstream_timeout_ms == 0 || self.upstream_timeout_ms > UPSTREAM_TIMEOUT_MS_LIMIT {
+            return Err(invalid(
+                "upstream_timeout_ms",
+                format!("must be 1..={UPSTREAM_TIMEOUT_MS_LIMIT}"),
+            ));
+        }
+        for (what, len) in [
+            ("upstreams", self.upstreams.len()),
+            ("models", self.models.len()),
+            ("tenants", self.tenants.len()),
+        ] {
+            if len > ENTRIES_MAX {
+                return Err(invalid(what, format!("at most {ENTRIES_MAX} entries")));
+            }
+        }
+        self.validate_upstreams()?;
+        self.validate_models()?;
+        self.validate_tenants()
+    }
+
+    fn validate_upstreams(&self) -> Result<(), GatewayConfigError> {
+        let mut names = HashSet::new();
+        for (i, upstream) in self.upstreams.iter().enumerate() {
+            check_name(&format!("upstreams[{i}].name"), &upstream.name)?;
+            if !names.insert(upstream.name.as_str()) {
+                return Err(invalid(format!("upstreams[{i}].name"), "appears twice"));
+            }
+            let rest = upstream
+                .base_url
+                .strip_prefix("https://")
+                .or_else(|| upstream.base_url.strip_prefix("http://"));
+            if rest.is_none_or(|host| host.is_empty()) || upstream.base_url.parse::<axum::http::Uri>().is_err() {
+                return Err(invalid(
+                    format!("upstreams[{i}].base_url"),
+                    "must be an http:// or https:// URL",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_models(&self) -> Result<(), GatewayConfigError> {
+        let mut names = HashSet::new();
+        for (i, model) in self.models.iter().enumerate() {
+            let entry = |field: &str| format!("models[{i}].{field}");
+            check_name(&entry("name"), &model.name)?;
+            if !names.insert(model.name.as_str()) {
+                return Err(invalid(entry("name"), "appears twice"));
+            }
+            let Some(upstream) = self.upstreams.iter().find(|u| u.name == model.upstream) else {
+                return Err(invalid(
+                    entry("upstream"),
+                    format!("no upstream named {:?}", model.upstream),
+                ));
+            };
+            for (field, value) in [
+                ("rpm", model.rpm),
+                ("tpm", model.tpm),
+                ("input_tpm", model.input_tpm),
+                ("output_tpm", model.output_tpm),
+                ("concurrency", model.concurrency),
+                ("image_tokens", model.image_tokens),
+            ] {
+                if value == Some(0) {
+                    return Err(invalid(entry(field), "must be at least 1 (leave it out for no limit)"));
+                }
+            }
+            if model.tpm.is_some() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
+                return Err(invalid(entry("tpm"), "give tpm, or input_tpm and output_tpm, not both"));
+            }
+            if upstream.kind.is_openai() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
+                return Err(invalid(entry("input_tpm"), "OpenAI models have one tpm"));
+            }
+            if model.max_output_tokens_default == 0 {
+                return Err(invalid(entry("max_output_tokens_default"), "must be at least 1"));
+            }
+            if model.max_wait_ms > MAX_WAIT_MS_LIMIT {
+                return Err(invalid(
+                    entry("max_wait_ms"),
+                    format!("must be 0..={MAX_WAIT_MS_LIMIT}"),
+                ));
+            }
+            LimitKey::llm_rpm(&upstream.name, &model.name).map_err(|e| invalid(entry("name"), e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn validate_tenants(&self) -> Result<(), GatewayConfigError> {
+        let mut names = HashSet::new();
+        for (i, tenant) in self.tenants.iter().enumerate() {
+            let entry = |field: &str| format!("tenants[{i}].{field}");
+            check_name(&entry("name"), &tenant.name)?;
+            if !names.insert(tenant.name.as_str()) {
+                return Err(invalid(entry("name"), "appears twice"));
+            }
+            for (field, value) in [
+                ("daily_tokens", tenant.daily_tokens),
+                ("rpm", tenant.rpm),
+                ("concurrency", tenant.concurrency),
+            ] {
+                if value == Some(0) {
+                    return Err(invalid(entry(field), "must be at least 1 (leave it out for no limit)"));
+                }
+            }
+            LimitKey::tenant_daily_tokens(&tenant.name).map_err(|e| invalid(entry("name"), e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+fn check_name(entry: &str, name: &str) -> Result<(), GatewayConfigError> {
+    if name.is_empty() || name.contains(':') {
+        return Err(invalid(entry, "must be non-empty and must not contain ':'"));
+    }
+    LimitKey::new(name)
+        .map(|_| ())
+        .map_err(|e| invalid(entry, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) const EXAMPLE: &str = r#"
+listen_addr: "127.0.0.1:8081"
+upstreams:
+  - name: openai
+    kind: openai
+    base_url: "http://127.0.0.1:9000"
+    api_key_env: OPENAI_API_KEY
+  - name: anthropic
+    kind: anthropic
+    base_url: "http://127.0.0.1:9000"
+models:
+  - name: gpt-4o-mini
+    upstream: openai
+    rpm: 500
+    tpm: 200000
+    concurrency: 50
+    max_output_tokens_default: 4096
+    max_wait_ms: 0
+  - name: claude-sonnet-4
+    upstream: anthropic
+    input_tpm: 30000
+    output_tpm: 8000
+    max_output_tokens_default: 1024
+    profile: anthropic-tier-1
+tenants:
+  - name: acme
+    api_key_env: ACME_GATEWAY_KEY
+    daily_tokens: 1000000
+"#;
+
+    fn parse(text: &str) -> GatewayConfig {
+        serde_yaml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn the_issue_example_is_valid() {
+        let config = parse(EXAMPLE);
+        config.validate().unwrap();
+        assert_eq!(config.models[1].profile.as_deref(), Some("anthropic-tier-1"));
+        assert_eq!(config.body_bytes_max, BODY_BYTES_MAX_DEFAULT);
+    }
+
+    #[test]
+    fn bad_entries_are_named() {
+        let mut config = parse(EXAMPLE);
+        config.models[0].upstream = "nope".into();
+        assert_eq!(config.validate().unwrap_err().entry, "models[0].upstream");
+        let mut config = parse(EXAMPLE);
+        config.models[0].rpm = Some(0);
+        assert_eq!(config.validate().unwrap_err().entry, "models[0].rpm");
+        let mut config = parse(EXAMPLE);
+        config.models[1].tpm = Some(5);
+        assert_eq!(config.validate().unwrap_err().entry, "models[1].tpm");
+        let mut config = parse(EXAMPLE);
+        config.models[0].input_tpm = Some(5);
+        config.models[0].tpm = None;
+        assert_eq!(config.validate().unwrap_err().entry, "models[0].input_tpm");
+        let mut config = parse(EXAMPLE);
+        config.tenants[0].name = "a:b".into();
+        assert_eq!(config.validate().unwrap_err().entry, "tenants[0].name");
+        let mut config = parse(EXAMPLE);
+        config.models.push(config.models[0].clone());
+        assert_eq!(config.validate().unwrap_err().entry, "models[2].name");
+        let mut config = parse(EXAMPLE);
+        config.upstreams[0].base_url = "https://api.openai.com".into();
+        config.validate().unwrap();
+        for bad in ["ftp://host", "https://", "api.openai.com", "http://bad host"] {
+            config.upstreams[0].base_url = bad.into();
+            assert_eq!(config.validate().unwrap_err().entry, "upstreams[0].base_url", "{bad}");
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! One admitted call's lease, completed exactly once, when the call ends however
+//! it ends (docs/gateway.md, "Reconciling"): the guard's `Drop` is the only place
+//! that completes, so an answer sent, a stream finished, an upstream failure and
+//! a client that disconnects mid-stream all complete once and only once.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ratelimiter::{Actual, CompleteRequest, LeaseId, Limiter};
+
+use crate::limits::{actuals, ModelKeys, TenantKeys};
+use crate::metrics::CallCounters;
+use crate::queue::ModelQueue;
+use crate::usage::Usage;
+
+/// How the call's tokens are reconciled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// The provider's usage: every token limit reconciled to it.
+    Usage(Usage),
+    /// The provider refused the call before doing any work (a 4xx, a 429, or no
+    /// connection): tokens back to 0; the request stays counted on rpm.
+    Refused,
+    /// Unknown (a client gone mid-stream, an upstream failure or timeout after
+    /// the request was sent): the whole reservation is kept until its window ends,
+    /// never less than the provider can have counted.
+    KeepReserved,
+}
+
+/// What the call's log line says besides the lease.
+#[derive(Debug, Clone)]
+pub struct CallLog {
+    /// The endpoint's label.
+    pub endpoint: &'static str,
+    /// The model.
+    pub model: String,
+    /// The tenant, or `_none`.
+    pub tenant: String,
+    /// Tokens reserved for input and output.
+    pub reserved: (u64, u64),
+    /// The status the client got.
+    pub status: u16,
+    /// Whether the answer was streamed.
+    pub stream: bool,
+}
+
+/// The guard of one granted lease (or of a call with no limits to reserve).
+pub struct CallLease {
+    /// The limiter the lease was granted on.
+    pub limiter: Arc<dyn Limiter>,
+    /// `None`: the call reserved nothing (no limit applies).
+    pub lease_id: Option<LeaseId>,
+    /// The model's keys.
+    pub model_keys: ModelKeys,
+    /// The tenant's keys.
+    pub tenant_keys: Option<TenantKeys>,
+    /// The model's queue, woken when the lease ends.
+    pub queue: Arc<ModelQueue>,
+    /// The (model, tenant) counters.
+    pub counters: Arc<CallCounters>,
+    /// How the lease completes; `KeepReserved` until the call says better.
+    pub settle: Settle,
+    /// Whether cache reads count on the input limit (the model's `count_cache_reads`).
+    pub count_cache_reads: bool,
+    /// What the log line says.
+    pub log: CallLog,
+    /// When the call arrived.
+    pub started: Instant,
+}
+
+impl Drop for CallLease {
+    fn drop(&mut self) {
+        let used = match self.settle {
+            Settle::Usage(usage) if self.count_cache_reads => Some(Usage {
+                input_tokens: usage.input_tokens.saturating_add(usage.cache_read_tokens),
+                ..usage
+            }),
+            Settle::Usage(usage) => Some(usage),
+            Settle::Refused => Some(Usage::default()),
+            Settle::KeepReserved => None,
+        };
+        if let (Settle::Usage(_), Some(usage)) = (self.settle, used) {
+            self.counters.tokens_used.fetch_add(usage.total(), Ordering::Relaxed);
+        }
+        let log = &self.log;
+        tracing::info!(
+            lease_id = %self.lease_id.map(|l| l.to_string()).unwrap_or_default(),
+            endpoint = log.endpoint, model = %log.model, tenant = %log.tenant, status = log.status,
+            stream = log.stream, reserved_input = log.reserved.0, reserved_output = log.reserved.1,
+            used_input = used.map(|u| u.input_tokens), used_output = used.map(|u| u.output_tokens),
+            cache_read = used.map(|u| u.cache_read_tokens), settle = ?self.settle,
+            elapsed_ms = self.started.elapsed().as_millis() as u64,
+            "gateway call"
+        );
+        let Some(lease_id) = self.lease_id else {
+            return;
+        };
+        let actuals: Vec<Actual> = used.map_or_else(Vec::new, |usage| {
+            actuals(&self.model_keys, self.tenant_keys.as_ref(), &usage)
+        });
+        let Ok(request) = CompleteRequest::new(lease_id, None, actuals) else {
+            tracing::error!(%lease_id, "gateway: a complete request could not be built");
+            return;
+        };
+        let limiter = self.limiter.clone();
+        let queue = self.queue.clone();
+        let complete = async move {
+            if let Err(e) = limiter.complete(&request).await {
+                tracing::warn!(%lease_id, error = %e, "gateway: complete failed; the holds end by window or timeout");
+            }
+            queue.capacity_freed();
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(complete);
+            }
+            Err(_) => {
+                tracing::warn!(%lease_id, "gateway: no runtime to complete on; the holds end by window or timeout")
+            }
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! The gateway (issue 18; docs/gateway.md): ratelimiterd speaks the OpenAI and
+//! Anthropic APIs on a listener of its own. Every call is counted before it is
+//! sent, reserved all or nothing through the `ratelimiter` library (so it holds
+//! on the memory backend, on TigerBeetle and across a fleet), forwarded with its
+//! stream untouched, and completed once with the provider's reported usage.
+//!
+//! One module per provider wire format ([`openai`], [`anthropic`]), token
+//! counting ([`tokens`]), usage extraction ([`usage`], [`sse`]), and the proxy
+//! service ([`proxy`]). The library does not learn about HTTP providers.
+
+#![warn(missing_docs)]
+
+pub mod anthropic;
+pub mod auth;
+pub mod call;
+pub mod config;
+pub mod cooldown;
+pub mod error;
+pub mod lease;
+pub mod limits;
+pub mod metrics;
+pub mod openai;
+pub mod proxy;
+pub mod queue;
+pub mod sse;
+pub mod tokens;
+pub mod upstream;
+pub mod usage;
+
+pub use config::GatewayConfig;
+pub use proxy::{router, Gateway};

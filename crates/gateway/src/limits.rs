@@ -1,0 +1,221 @@
+//! The limits the configuration implies, as ordinary registry definitions, and
+//! what one call reserves and completes on them (docs/gateway.md, "Limits").
+
+use ratelimiter::{Actual, LimitDefinition, LimitKey, Requirement};
+
+use crate::config::{GatewayConfig, ModelConfig, TenantConfig, DAY_WINDOW_SECONDS, MINUTE_WINDOW_SECONDS};
+use crate::usage::Usage;
+
+/// Seconds beyond the upstream timeout before a concurrency hold of a crashed
+/// server ends by itself: a call in flight always ends (and releases) first.
+pub const CONCURRENCY_TIMEOUT_MARGIN_SECONDS: u64 = 60;
+
+/// One model's keys; `None` where the configuration sets no limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelKeys {
+    /// `global:llm:<upstream>:<model>:rpm`.
+    pub rpm: Option<LimitKey>,
+    /// `...:tpm`: prompt and output together.
+    pub tpm: Option<LimitKey>,
+    /// `...:input_tpm` (Anthropic's ITPM).
+    pub input_tpm: Option<LimitKey>,
+    /// `...:output_tpm` (Anthropic's OTPM).
+    pub output_tpm: Option<LimitKey>,
+    /// `...:concurrency`.
+    pub concurrency: Option<LimitKey>,
+}
+
+/// One tenant's keys; `None` where the configuration sets no limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantKeys {
+    /// `tenant:<name>:llm:daily_tokens`.
+    pub daily_tokens: Option<LimitKey>,
+    /// `tenant:<name>:llm:rpm`.
+    pub rpm: Option<LimitKey>,
+    /// `tenant:<name>:llm:concurrency`.
+    pub concurrency: Option<LimitKey>,
+}
+
+fn key(text: String) -> LimitKey {
+    LimitKey::new(text).expect("names were validated with the configuration")
+}
+
+impl ModelKeys {
+    /// The keys of `model` on `upstream`.
+    pub fn new(upstream: &str, model: &ModelConfig) -> Self {
+        let global = |dimension: &str| key(format!("global:llm:{upstream}:{}:{dimension}", model.name));
+        Self {
+            rpm: model.rpm.map(|_| global("rpm")),
+            tpm: model.tpm.map(|_| global("tpm")),
+            input_tpm: model.input_tpm.map(|_| global("input_tpm")),
+            output_tpm: model.output_tpm.map(|_| global("output_tpm")),
+            concurrency: model.concurrency.map(|_| global("concurrency")),
+        }
+    }
+}
+
+impl TenantKeys {
+    /// The keys of `tenant`.
+    pub fn new(tenant: &TenantConfig) -> Self {
+        let own = |dimension: &str| key(format!("tenant:{}:llm:{dimension}", tenant.name));
+        Self {
+            daily_tokens: tenant.daily_tokens.map(|_| own("daily_tokens")),
+            rpm: tenant.rpm.map(|_| own("rpm")),
+            concurrency: tenant.concurrency.map(|_| own("concurrency")),
+        }
+    }
+}
+
+/// Every definition the configuration implies, for the registry.
+pub fn definitions(config: &GatewayConfig) -> Vec<LimitDefinition> {
+    let hold_seconds = config.upstream_timeout_ms.div_ceil(1000) + CONCURRENCY_TIMEOUT_MARGIN_SECONDS;
+    let rolling = |key: &LimitKey, capacity: u64, window: u64| {
+        LimitDefinition::rolling(key.clone(), capacity, window).expect("validated capacities")
+    };
+    let concurrency = |key: &LimitKey, capacity: u64| {
+        LimitDefinition::concurrency(key.clone(), capacity, hold_seconds).expect("validated capacities")
+    };
+    let mut out = Vec::new();
+    for model in &config.models {
+        let keys = ModelKeys::new(&model.upstream, model);
+        let pairs = [
+            (&keys.rpm, model.rpm),
+            (&keys.tpm, model.tpm),
+            (&keys.input_tpm, model.input_tpm),
+        ];
+        for (key, capacity) in pairs.into_iter().chain([(&keys.output_tpm, model.output_tpm)]) {
+            if let (Some(key), Some(capacity)) = (key, capacity) {
+                out.push(rolling(key, capacity, MINUTE_WINDOW_SECONDS));
+            }
+        }
+        if let (Some(key), Some(capacity)) = (&keys.concurrency, model.concurrency) {
+            out.push(concurrency(key, capacity));
+        }
+    }
+    for tenant in &config.tenants {
+        let keys = TenantKeys::new(tenant);
+        if let (Some(key), Some(capacity)) = (&keys.daily_tokens, tenant.daily_tokens) {
+            out.push(rolling(key, capacity, DAY_WINDOW_SECONDS));
+        }
+        if let (Some(key), Some(capacity)) = (&keys.rpm, tenant.rpm) {
+            out.push(rolling(key, capacity, MINUTE_WINDOW_SECONDS));
+        }
+        if let (Some(key), Some(capacity)) = (&keys.concurrency, tenant.concurrency) {
+            out.push(concurrency(key, capacity));
+        }
+    }
+    out
+}
+
+/// What one call reserves, all or nothing: one request, its token bound on every
+/// token limit (input and output apart where the model limits them apart), one
+/// slot, and the same on the tenant's keys.
+pub fn requirements(model: &ModelKeys, tenant: Option<&TenantKeys>, input: u64, output: u64) -> Vec<Requirement> {
+    let total = input.saturating_add(output).max(1);
+    let mut out = Vec::with_capacity(8);
+    let mut push = |key: &Option<LimitKey>, amount: u64| {
+        if let Some(key) = key {
+            out.push(Requirement {
+                key: key.clone(),
+                amount: amount.max(1),
+            });
+        }
+    };
+    push(&model.rpm, 1);
+    push(&model.tpm, total);
+    push(&model.input_tpm, input);
+    push(&model.output_tpm, output);
+    push(&model.concurrency, 1);
+    if let Some(tenant) = tenant {
+        push(&tenant.daily_tokens, total);
+        push(&tenant.rpm, 1);
+        push(&tenant.concurrency, 1);
+    }
+    out
+}
+
+/// What a call with `usage` completes with: every token limit reconciled to the
+/// provider's count. rpm is not reconciled (one request is one request).
+pub fn actuals(model: &ModelKeys, tenant: Option<&TenantKeys>, usage: &Usage) -> Vec<Actual> {
+    let mut out = Vec::with_capacity(4);
+    let mut push = |key: &Option<LimitKey>, actual_amount: u64| {
+        if let Some(key) = key {
+            out.push(Actual {
+                key: key.clone(),
+                actual_amount,
+            });
+        }
+    };
+    push(&model.tpm, usage.total());
+    push(&model.input_tpm, usage.input_tokens);
+    push(&model.output_tpm, usage.output_tokens);
+    if let Some(tenant) = tenant {
+        push(&tenant.daily_tokens, usage.total());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model() -> ModelConfig {
+        ModelConfig {
+            name: "claude".into(),
+            upstream: "anthropic".into(),
+            rpm: Some(50),
+            tpm: None,
+            input_tpm: Some(30_000),
+            output_tpm: Some(8_000),
+            concurrency: Some(5),
+            max_output_tokens_default: 100,
+            max_wait_ms: 0,
+            encoding: None,
+            image_tokens: None,
+            count_cache_reads: false,
+            profile: None,
+        }
+    }
+
+    #[test]
+    fn requirements_and_actuals_split_input_and_output() {
+        let keys = ModelKeys::new("anthropic", &model());
+        let tenant = TenantKeys::new(&TenantConfig {
+            name: "acme".into(),
+            api_key_env: "K".into(),
+            daily_tokens: Some(1000),
+            rpm: None,
+            concurrency: Some(2),
+        });
+        let reqs = requirements(&keys, Some(&tenant), 120, 0);
+        let got: Vec<(&str, u64)> = reqs.iter().map(|r| (r.key.as_str(), r.amount)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("global:llm:anthropic:claude:rpm", 1),
+                ("global:llm:anthropic:claude:input_tpm", 120),
+                ("global:llm:anthropic:claude:output_tpm", 1),
+                ("global:llm:anthropic:claude:concurrency", 1),
+                ("tenant:acme:llm:daily_tokens", 120),
+                ("tenant:acme:llm:concurrency", 1),
+            ]
+        );
+        let usage = Usage {
+            input_tokens: 30,
+            output_tokens: 7,
+            cache_read_tokens: 100,
+        };
+        let got: Vec<(String, u64)> = actuals(&keys, Some(&tenant), &usage)
+            .into_iter()
+            .map(|a| (a.key.to_string(), a.actual_amount))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("global:llm:anthropic:claude:input_tpm".to_owned(), 30),
+                ("global:llm:anthropic:claude:output_tpm".to_owned(), 7),
+                ("tenant:acme:llm:daily_tokens".to_owned(), 37),
+            ]
+        );
+    }
+}

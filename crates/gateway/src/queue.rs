@@ -1,0 +1,317 @@
+//! The fair wait queue of one model (docs/gateway.md, "Waiting"): a denied call
+//! waits its turn, tenants take turns round robin, and each model has its own
+//! queue and its own pump, so a saturated model never holds up another.
+//!
+//! The pump is the scheduler's idea (`ratelimiter::scheduler`) cut to what a
+//! proxy needs: the waiting call is a client connection, not a job to run, so
+//! the pump only reserves for the waiter at the head of the turn and hands it
+//! the lease; the handler then calls the upstream itself.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ratelimiter::Requirement;
+use ratelimiter::{Actual, CompleteRequest, Denial, LeaseId, Limiter, LimiterError, ReserveOutcome, ReserveRequest};
+use tokio::sync::{oneshot, Notify};
+
+/// The most calls waiting on one model; more are answered 429 at once, so a
+/// stampede cannot grow memory without bound.
+pub const WAITERS_MAX: usize = 10_000;
+/// The longest the pump sleeps before it tries again without being woken: a
+/// completion on another server of a fleet frees capacity without waking us.
+pub const PUMP_SLEEP_MAX_MS: u64 = 100;
+
+/// Why a call was not admitted.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The limits said no (last answer, with its binding key).
+    Denied(Denial),
+    /// The queue is full.
+    QueueFull,
+    /// The backend failed.
+    Backend(LimiterError),
+}
+
+struct Waiter {
+    requirements: Vec<Requirement>,
+    reply: oneshot::Sender<Result<LeaseId, Refusal>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Tenants with waiters, in turn order.
+    order: VecDeque<usize>,
+    waiting: HashMap<usize, VecDeque<Waiter>>,
+    len: usize,
+    pumping: bool,
+    last_denial: Option<Denial>,
+}
+
+/// One model's queue.
+#[derive(Default)]
+pub struct ModelQueue {
+    state: Mutex<State>,
+    wake: Notify,
+}
+
+impl ModelQueue {
+    /// Whether calls are waiting: a new call then queues behind them.
+    pub fn is_busy(&self) -> bool {
+        let state = self.state.lock().expect("queue lock");
+        // `pumping` covers the waiter the pump holds while it reserves for it.
+        state.len > 0 || state.pumping
+    }
+
+    /// Wakes the pump: capacity was just freed on this server.
+    pub fn capacity_freed(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The last denial the pump saw, for the headers of a 429 after the wait.
+    pub fn last_denial(&self) -> Option<Denial> {
+        self.state.lock().expect("queue lock").last_denial.clone()
+    }
+
+    /// Queues a call of `tenant` (an index; tenants without a key share one) and
+    /// returns the channel its lease comes on.
+    pub fn enqueue(
+        self: &Arc<Self>,
+        limiter: &Arc<dyn Limiter>,
+        tenant: usize,
+        requirements: Vec<Requirement>,
+    ) -> Result<oneshot::Receiver<Result<LeaseId, Refusal>>, Refusal> {
+        let (reply, receiver) = oneshot::channel();
+        let mut state = self.state.lock().expect("queue lock");
+        if state.len >= WAITERS_MAX {
+            return Err(Refusal::QueueFull);
+        }
+        let queue = state.waiting.entry(tenant).or_default();
+        if queue.is_empty() {
+            state.order.push_back(tenant);
+        }
+        let queue = state.waiting.get_mut(&tenant).expect("just inserted");
+        queue.push_back(Waiter { requirements, reply });
+        state.len += 1;
+        if !state.pumping {
+            state.pumping = true;
+            tokio::spawn(pump(self.clone(), limiter.clone()));
+        }
+        Ok(receiver)
+    }
+
+    /// The next live waiter in turn order, or `None` (and the pump stops).
+    fn next(&self) -> Option<(usize, Waiter)> {
+        let mut guard = self.state.lock().expect("queue lock");
+        let state: &mut State = &mut guard;
+        while let Some(tenant) = state.order.pop_front() {
+            let queue = state.waiting.get_mut(&tenant).expect("ordered tenants wait");
+            let mut found = None;
+            while let Some(waiter) = queue.pop_front() {
+                if !waiter.reply.is_closed() {
+                    found = Some(waiter);
+                    break;
+                }
+                state.len -= 1;
+            }
+            let queue = state.waiting.get_mut(&tenant).expect("ordered tenants wait");
+            if let Some(waiter) = found {
+                state.len -= 1;
+                if queue.is_empty() {
+                    state.waiting.remove(&tenant);
+                } else {
+                    state.order.push_back(tenant);
+                }
+                return Some((tenant, waiter));
+            }
+            state.waiting.remove(&tenant);
+        }
+        state.pumping = false;
+        None
+    }
+
+    /// Puts a denied waiter back at the head of its tenant's line. `rotate`: the
+    /// tenant's own limit denied it, so the other tenants go first.
+    fn put_back(&self, tenant: usize, waiter: Waiter, denial: Denial, rotate: bool) {
+        let mut guard = self.state.lock().expect("queue lock");
+        let state: &mut State = &mut guard;
+        state.last_denial = Some(denial);
+        state.len += 1;
+        let queue = state.waiting.entry(tenant).or_default();
+        let was_empty = queue.is_empty();
+        queue.push_front(waiter);
+        if was_empty {
+            if rotate {
+                state.order.push_back(tenant);
+            } else {
+                state.order.push_front(tenant);
+            }
+        } else if !rotate {
+            // Its turn was taken by `next`: give it back.
+            if let Some(pos) = state.order.iter().position(|t| *t == tenant) {
+                state.order.remove(pos);
+            }
+            state.order.push_front(tenant);
+        }
+    }
+}
+
+/// Reserves for the waiters in turn until none is left.
+async fn pump(queue: Arc<ModelQueue>, limiter: Arc<dyn Limiter>) {
+    let mut tenant_denials_in_a_row = 0usize;
+    while let Some((tenant, waiter)) = queue.next() {
+        let lease_id = LeaseId::generate();
+        let request = match ReserveRequest::new(lease_id, None, waiter.requirements.clone()) {
+            Ok(request) => request,
+            Err(e) => {
+                let _ = waiter
+                    .reply
+                    .send(Err(Refusal::Backend(LimiterError::InvalidRequest(e.0))));
+                continue;
+            }
+        };
+        match limiter.reserve(&request).await {
+            Ok(ReserveOutcome::Allowed { .. }) => {
+                tenant_denials_in_a_row = 0;
+                if waiter.reply.send(Ok(lease_id)).is_err() {
+                    // The client left between the grant and the hand-over: nothing
+                    // was sent upstream, so everything is given back.
+                    release_unused(&limiter, lease_id, &request).await;
+                }
+            }
+            Ok(ReserveOutcome::Denied(denial)) if denial.is_permanent() => {
+                let _ = waiter.reply.send(Err(Refusal::Denied(denial)));
+            }
+            Ok(ReserveOutcome::Denied(denial)) => {
+                let tenant_bound = denial_key(&denial).is_some_and(|k| k.starts_with("tenant:"));
+                let retry_after_ms = denial.retry_after_ms();
+                queue.put_back(tenant, waiter, denial, tenant_bound);
+                tenant_denials_in_a_row = if tenant_bound { tenant_denials_in_a_row + 1 } else { 0 };
+                let tenants = queue.state.lock().expect("queue lock").order.len();
+                if !tenant_bound || tenant_denials_in_a_row >= tenants {
+                    tenant_denials_in_a_row = 0;
+                    let sleep_ms = retry_after_ms.clamp(1, PUMP_SLEEP_MAX_MS);
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
+                        () = queue.wake.notified() => {}
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = waiter.reply.send(Err(Refusal::Backend(e)));
+            }
+        }
+    }
+}
+
+/// The key a denial names, if any.
+pub fn denial_key(denial: &Denial) -> Option<&str> {
+    match denial {
+        Denial::InsufficientCapacity { key, .. }
+        | Denial::LimitDecreasing { key, .. }
+        | Denial::ExceedsCapacity { key } => Some(key.as_str()),
+        Denial::LeaseAlreadyFailed => None,
+    }
+}
+
+/// Completes a lease whose call never reached the upstream: every rolling limit to 0.
+pub async fn release_unused(limiter: &Arc<dyn Limiter>, lease_id: LeaseId, request: &ReserveRequest) {
+    let actuals = request
+        .requirements()
+        .iter()
+        .filter(|r| !r.key.as_str().ends_with(":concurrency"))
+        .map(|r| Actual {
+            key: r.key.clone(),
+            actual_amount: 0,
+        })
+        .collect();
+    if let Ok(complete) = CompleteRequest::new(lease_id, None, actuals) {
+        if let Err(e) = limiter.complete(&complete).await {
+            tracing::warn!(%lease_id, error = %e, "gateway: releasing an unused lease failed; its holds end by window or timeout");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratelimiter::{Backend, LimitDefinition, LimitKey, MemoryBackend, MemoryConfig, SystemClock};
+
+    fn slot() -> LimitKey {
+        LimitKey::new("global:llm:test:m:concurrency").unwrap()
+    }
+
+    /// A memory backend with one slot, and the requirement of one call.
+    async fn one_slot() -> (Arc<MemoryBackend>, Arc<dyn Limiter>, Vec<Requirement>) {
+        let backend = Arc::new(MemoryBackend::new(
+            Arc::new(SystemClock::new()),
+            MemoryConfig::default(),
+        ));
+        backend
+            .apply_definition(&LimitDefinition::concurrency(slot(), 1, 60).unwrap())
+            .await
+            .unwrap();
+        let limiter: Arc<dyn Limiter> = backend.clone();
+        (backend, limiter, vec![Requirement { key: slot(), amount: 1 }])
+    }
+
+    #[tokio::test]
+    async fn tenants_take_turns_and_a_call_gets_its_lease() {
+        let (_backend, limiter, need) = one_slot().await;
+        // The slot is taken: every call below has to wait.
+        let holder = LeaseId::generate();
+        let request = ReserveRequest::new(holder, None, need.clone()).unwrap();
+        assert!(limiter.reserve(&request).await.unwrap().is_allowed());
+        let queue = Arc::new(ModelQueue::default());
+        // Tenant 0 queues three calls before tenant 1 queues one.
+        let mut waiting = Vec::new();
+        for tenant in [0, 0, 0, 1] {
+            waiting.push((tenant, queue.enqueue(&limiter, tenant, need.clone()).unwrap()));
+        }
+        assert!(queue.is_busy());
+        let mut order = Vec::new();
+        let mut held = holder;
+        for _ in 0..4 {
+            limiter
+                .complete(&CompleteRequest::new(held, None, Vec::new()).unwrap())
+                .await
+                .unwrap();
+            queue.capacity_freed();
+            // Exactly one waiter gets the slot; find it.
+            let (index, lease) = loop {
+                let mut granted = None;
+                for (i, (_, receiver)) in waiting.iter_mut().enumerate() {
+                    if let Ok(result) = receiver.try_recv() {
+                        granted = Some((i, result.unwrap()));
+                        break;
+                    }
+                }
+                if let Some(found) = granted {
+                    break found;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            };
+            order.push(waiting.remove(index).0);
+            held = lease;
+        }
+        // Round robin: tenant 1's one call goes second, not after tenant 0's three.
+        assert_eq!(order, vec![0, 1, 0, 0]);
+        assert!(!queue.is_busy());
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_left_is_skipped_and_a_full_queue_refuses() {
+        let (backend, limiter, need) = one_slot().await;
+        let queue = Arc::new(ModelQueue::default());
+        let left = queue.enqueue(&limiter, 0, need.clone()).unwrap();
+        drop(left);
+        let stays = queue.enqueue(&limiter, 1, need.clone()).unwrap();
+        let lease = stays.await.unwrap().unwrap();
+        let report = backend.limit_report(&slot()).await.unwrap().unwrap();
+        assert_eq!(report.in_use, 1, "only the waiter still there holds the slot: {lease}");
+        for _ in 0..WAITERS_MAX {
+            std::mem::forget(queue.enqueue(&limiter, 2, need.clone()).unwrap());
+        }
+        assert!(matches!(queue.enqueue(&limiter, 3, need), Err(Refusal::QueueFull)));
+    }
+}

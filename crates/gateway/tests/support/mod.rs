@@ -1,0 +1,327 @@
+//! A provider for the gateway's tests (OpenAI chat and Anthropic messages, with
+//! usage and streams), a gateway in front of it on a real socket, and a client.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing;
+use axum::{Json, Router};
+use bytes::Bytes;
+use gateway::{Gateway, GatewayConfig};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use ratelimiter::{Backend, LimitKey, MemoryBackend, MemoryConfig, SystemClock};
+use serde_json::{json, Value};
+use tokio::sync::Semaphore;
+
+/// What the provider reports for every OpenAI chat call.
+pub const OPENAI_USAGE: (u64, u64) = (11, 7);
+/// What the provider reports for every Anthropic call: input, cache creation,
+/// cache read, output.
+pub const ANTHROPIC_USAGE: (u64, u64, u64, u64) = (20, 5, 100, 9);
+/// The tenant key the tests present.
+pub const TENANT_KEY: &str = "gateway-test-key-acme-0123456789";
+/// The key of a tenant with a daily budget of 300 tokens.
+pub const TINY_TENANT_KEY: &str = "gateway-test-key-tiny-0123456789";
+
+/// The provider's state: a gate that slow streams wait on, and what it saw.
+pub struct Provider {
+    /// Permits that let a `-slow` model's stream finish.
+    pub gate: Semaphore,
+    /// Calls received.
+    pub calls: AtomicU64,
+    /// The last request body received.
+    pub last_body: std::sync::Mutex<Option<Value>>,
+}
+
+impl Default for Provider {
+    fn default() -> Self {
+        Self {
+            gate: Semaphore::new(0),
+            calls: AtomicU64::new(0),
+            last_body: std::sync::Mutex::new(None),
+        }
+    }
+}
+
+fn sse(events: Vec<String>) -> Response {
+    let mut response = Response::new(Body::from(events.concat()));
+    response
+        .headers_mut()
+        .insert("content-type", "text/event-stream".parse().unwrap());
+    response
+}
+
+async fn chat(State(provider): State<Arc<Provider>>, Json(body): Json<Value>) -> Response {
+    provider.calls.fetch_add(1, Ordering::SeqCst);
+    *provider.last_body.lock().unwrap() = Some(body.clone());
+    let model = body["model"].as_str().unwrap_or("").to_owned();
+    if model.ends_with("-429") {
+        let mut response = (
+            StatusCode::TOO_MANY_REQUESTS,
+            Json(json!({"error": {"message": "Rate limit reached", "type": "requests", "param": null, "code": "rate_limit_exceeded"}})),
+        )
+            .into_response();
+        response.headers_mut().insert("retry-after-ms", "800".parse().unwrap());
+        response
+            .headers_mut()
+            .insert("x-ratelimit-limit-requests", "3".parse().unwrap());
+        return response;
+    }
+    let (prompt, completion) = OPENAI_USAGE;
+    let usage = json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
+    if body["stream"] != json!(true) {
+        return Json(json!({"id": "c1", "object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": usage}))
+        .into_response();
+    }
+    let chunk = |content: &str| {
+        format!(
+            "data: {}\n\n",
+            json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": content}}], "usage": null})
+        )
+    };
+    let mut tail = vec![chunk(" there")];
+    if body["stream_options"]["include_usage"] == json!(true) {
+        tail.push(format!(
+            "data: {}\n\n",
+            json!({"object": "chat.completion.chunk", "choices": [], "usage": usage})
+        ));
+    }
+    tail.push("data: [DONE]\n\n".to_owned());
+    if !model.ends_with("-slow") {
+        let mut events = vec![chunk("hi")];
+        events.extend(tail);
+        return sse(events);
+    }
+    // A slow stream: the first chunk now, the rest once the test opens the gate.
+    let first = futures_util::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(chunk("hi"))) });
+    let rest = futures_util::stream::once(async move {
+        provider.gate.acquire().await.unwrap().forget();
+        Ok::<_, std::io::Error>(Bytes::from(tail.concat()))
+    });
+    let mut response = Response::new(Body::from_stream(futures_util::StreamExt::chain(first, rest)));
+    response
+        .headers_mut()
+        .insert("content-type", "text/event-stream".parse().unwrap());
+    response
+}
+
+async fn messages(State(provider): State<Arc<Provider>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    provider.calls.fetch_add(1, Ordering::SeqCst);
+    assert_eq!(headers["x-api-key"], "upstream-anthropic-key");
+    let (input, creation, read, output) = ANTHROPIC_USAGE;
+    if body["stream"] != json!(true) {
+        return Json(json!({"id": "m1", "type": "message", "role": "assistant",
+            "content": [{"type": "text", "text": "hi"}],
+            "usage": {"input_tokens": input, "cache_creation_input_tokens": creation,
+                      "cache_read_input_tokens": read, "output_tokens": output}}))
+        .into_response();
+    }
+    let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    sse(vec![
+        event(
+            "message_start",
+            json!({"type": "message_start", "message": {"usage": {"input_tokens": input,
+            "cache_creation_input_tokens": creation, "cache_read_input_tokens": read, "output_tokens": 1}}}),
+        ),
+        event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "delta": {"type": "text_delta", "text": "hi"}}),
+        ),
+        event(
+            "message_delta",
+            json!({"type": "message_delta", "usage": {"output_tokens": output - 3}}),
+        ),
+        event(
+            "message_delta",
+            json!({"type": "message_delta", "usage": {"output_tokens": output}}),
+        ),
+        event("message_stop", json!({"type": "message_stop"})),
+    ])
+}
+
+/// The provider's routes.
+pub fn provider_router(provider: Arc<Provider>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", routing::post(chat))
+        .route("/v1/messages", routing::post(messages))
+        .with_state(provider)
+}
+
+/// Starts the provider on a free loopback port.
+pub async fn start_provider() -> (SocketAddr, Arc<Provider>) {
+    let provider = Arc::new(Provider::default());
+    let app = provider_router(provider.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, provider)
+}
+
+/// A gateway configuration in front of `provider`: `gpt-4o-mini` (and its `-slow`
+/// and `-429` twins) with concurrency 1, and `claude-test` with split token limits.
+pub fn config(provider: SocketAddr, max_wait_ms: u64) -> GatewayConfig {
+    std::env::set_var("GATEWAY_TEST_ACME_KEY", TENANT_KEY);
+    std::env::set_var("GATEWAY_TEST_ANTHROPIC_KEY", "upstream-anthropic-key");
+    std::env::set_var("GATEWAY_TEST_TINY_KEY", TINY_TENANT_KEY);
+    let model = |name: &str| {
+        format!(
+            "  - {{name: {name}, upstream: openai, rpm: 3, tpm: 10000, concurrency: 1, max_output_tokens_default: 100, max_wait_ms: {max_wait_ms}}}\n"
+        )
+    };
+    let yaml = format!(
+        "listen_addr: \"127.0.0.1:0\"\nbody_bytes_max: 4096\nupstreams:\n  - {{name: openai, kind: openai, base_url: \"http://{provider}\"}}\n  - {{name: anthropic, kind: anthropic, base_url: \"http://{provider}\", api_key_env: GATEWAY_TEST_ANTHROPIC_KEY}}\n  - {{name: nowhere, kind: openai, base_url: \"http://127.0.0.1:9\"}}\nmodels:\n{}{}{}  - {{name: claude-test, upstream: anthropic, input_tpm: 5000, output_tpm: 2000, concurrency: 4, max_output_tokens_default: 100}}\n  - {{name: claude-old, upstream: anthropic, input_tpm: 5000, output_tpm: 2000, max_output_tokens_default: 100, count_cache_reads: true}}\n  - {{name: gpt-4o-gone, upstream: nowhere, tpm: 10000, concurrency: 1, max_output_tokens_default: 100}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_TEST_ACME_KEY, daily_tokens: 1000000}}\n  - {{name: tiny, api_key_env: GATEWAY_TEST_TINY_KEY, daily_tokens: 300}}\n",
+        model("gpt-4o-mini"),
+        model("gpt-4o-mini-slow"),
+        model("gpt-4o-mini-429"),
+    );
+    serde_yaml::from_str(&yaml).unwrap()
+}
+
+/// A gateway on `backend`, its limits defined, served on a free loopback port.
+pub async fn start_gateway(config: &GatewayConfig, backend: Arc<dyn Backend>) -> SocketAddr {
+    start_gateway_with_metrics(config, backend).await.0
+}
+
+/// [`start_gateway`], with the gateway's metrics.
+pub async fn start_gateway_with_metrics(
+    config: &GatewayConfig,
+    backend: Arc<dyn Backend>,
+) -> (SocketAddr, Arc<gateway::metrics::GatewayMetrics>) {
+    serve_gateway(Gateway::new(config, backend.clone()).unwrap(), backend).await
+}
+
+/// Defines `gateway`'s limits on `backend` and serves it on a free loopback port.
+pub async fn serve_gateway(
+    gateway: Gateway,
+    backend: Arc<dyn Backend>,
+) -> (SocketAddr, Arc<gateway::metrics::GatewayMetrics>) {
+    let metrics = gateway.metrics().clone();
+    for definition in gateway.definitions() {
+        backend.apply_definition(definition).await.unwrap();
+    }
+    let app = gateway::router(Arc::new(gateway));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, metrics)
+}
+
+/// A memory backend on the system clock.
+pub fn memory_backend() -> Arc<dyn Backend> {
+    Arc::new(MemoryBackend::new(
+        Arc::new(SystemClock::new()),
+        MemoryConfig::default(),
+    ))
+}
+
+/// Units held on `key` now.
+pub async fn in_use(backend: &Arc<dyn Backend>, key: &str) -> u64 {
+    backend
+        .limit_report(&LimitKey::new(key).unwrap())
+        .await
+        .unwrap()
+        .unwrap()
+        .in_use
+}
+
+/// Waits (bounded) until `key` holds `expected`: completes run in the background.
+pub async fn eventually_in_use(backend: &Arc<dyn Backend>, key: &str, expected: u64) {
+    for _ in 0..200 {
+        if in_use(backend, key).await == expected {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(in_use(backend, key).await, expected, "{key}");
+}
+
+/// A plain HTTP client.
+pub type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+/// A new client.
+pub fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// POSTs `body` to `path` with the tenant's key in `key_header`.
+pub async fn post_raw(
+    client: &HttpClient,
+    gateway: SocketAddr,
+    path: &str,
+    body: impl Into<Bytes>,
+    headers: &[(&str, &str)],
+) -> hyper::Response<hyper::body::Incoming> {
+    let mut request =
+        hyper::Request::post(format!("http://{gateway}{path}")).header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    client
+        .request(request.body(Full::new(body.into())).unwrap())
+        .await
+        .unwrap()
+}
+
+/// POSTs JSON with the OpenAI SDK's bearer key; answers status, headers and body text.
+pub async fn post(
+    client: &HttpClient,
+    gateway: SocketAddr,
+    path: &str,
+    body: Value,
+) -> (StatusCode, HeaderMap, String) {
+    let bearer = format!("Bearer {TENANT_KEY}");
+    let response = post_raw(client, gateway, path, body.to_string(), &[("authorization", &bearer)]).await;
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    (parts.status, parts.headers, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+/// A provider, a memory backend and a gateway in front of them, with a client.
+pub struct Setup {
+    /// The provider's state.
+    pub provider: Arc<Provider>,
+    /// The backend the gateway reserves on.
+    pub backend: Arc<dyn Backend>,
+    /// The gateway's address.
+    pub gateway: SocketAddr,
+    /// A client.
+    pub client: HttpClient,
+}
+
+/// [`Setup`] with the models' `max_wait_ms`.
+pub async fn setup(max_wait_ms: u64) -> Setup {
+    let (addr, provider) = start_provider().await;
+    let backend = memory_backend();
+    let gateway = start_gateway(&config(addr, max_wait_ms), backend.clone()).await;
+    Setup {
+        provider,
+        backend,
+        gateway,
+        client: client(),
+    }
+}
+
+/// Opens a call with the tenant's bearer key; its body is left to the caller.
+pub async fn open(client: &HttpClient, gateway: SocketAddr, body: &Value) -> hyper::Response<hyper::body::Incoming> {
+    let bearer = format!("Bearer {TENANT_KEY}");
+    post_raw(
+        client,
+        gateway,
+        "/v1/chat/completions",
+        body.to_string(),
+        &[("authorization", &bearer)],
+    )
+    .await
+}

@@ -1,0 +1,306 @@
+//! The gateway served by the real `ratelimiterd` binary, in front of the provider
+//! simulator (`replay::provider_server`): its limits are ordinary registry
+//! definitions the admin API shows and changes, its calls are reconciled to the
+//! simulator's usage, its metrics are in `/metrics`; and, with TigerBeetle, two
+//! servers on one cluster are gateways that share one limit.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use ratelimiter::SystemClock;
+use replay::provider::{Accounting, ProviderLimits};
+use replay::provider_server::ProviderServer;
+use replay::sim_control::SimControl;
+use serde_json::{json, Value};
+use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, WAIT_MAX};
+
+/// The tenant's gateway key (from the environment, as the configuration says).
+const TENANT_KEY: &str = "gateway-fleet-test-key-0123456789";
+/// How often a poll asks again.
+const POLL: Duration = Duration::from_millis(20);
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// The simulator on a free loopback port; `ms_per_output_token` paces streams.
+async fn start_sim(concurrency: u64, ms_per_output_token: u64) -> (SocketAddr, Arc<ProviderServer>) {
+    let limits = ProviderLimits {
+        rpm: 10_000,
+        tpm: 10_000_000,
+        window_ms: 60_000,
+        concurrency,
+        ms_per_output_token,
+        accounting: Accounting::Actual,
+    };
+    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
+    (addr, provider)
+}
+
+/// The `gateway:` section in front of the simulator at `sim`.
+fn gateway_section(sim: SocketAddr, concurrency: u64) -> String {
+    std::env::set_var("GATEWAY_FLEET_TEST_KEY", TENANT_KEY);
+    format!(
+        "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n    - {{name: simanthropic, kind: anthropic, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, tpm: 1000000, concurrency: {concurrency}, max_output_tokens_default: 256}}\n    - {{name: claude-sonnet-4-5, upstream: simanthropic, rpm: 1000, input_tpm: 100000, output_tpm: 100000, concurrency: 8, max_output_tokens_default: 256}}\n  tenants:\n    - {{name: acme, api_key_env: GATEWAY_FLEET_TEST_KEY, daily_tokens: 1000000}}\n"
+    )
+}
+
+/// The gateway's address, from the server's `gateway serving gateway_addr=...` line.
+fn gateway_addr(daemon: &Daemon) -> SocketAddr {
+    daemon
+        .logs()
+        .iter()
+        .find_map(|line| {
+            line.split("gateway_addr=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .expect("the gateway logs its address before the server listens")
+}
+
+struct Answer {
+    status: u16,
+    headers: hyper::HeaderMap,
+    body: String,
+}
+
+async fn send(
+    client: &HttpClient,
+    method: hyper::Method,
+    url: String,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> Answer {
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+    let response = client.request(request.body(Full::new(body)).unwrap()).await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+async fn chat(client: &HttpClient, gateway: SocketAddr, body: Value) -> Answer {
+    let bearer = format!("Bearer {TENANT_KEY}");
+    let url = format!("http://{gateway}/v1/chat/completions");
+    send(
+        client,
+        hyper::Method::POST,
+        url,
+        &[("authorization", &bearer)],
+        Some(body),
+    )
+    .await
+}
+
+async fn admin_report(client: &HttpClient, server: SocketAddr, key: &str) -> Value {
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let url = format!("http://{server}/v1/admin/limits/{key}");
+    let answer = send(client, hyper::Method::GET, url, &[("authorization", &bearer)], None).await;
+    assert_eq!(answer.status, 200, "{key}: {}", answer.body);
+    serde_json::from_str(&answer.body).unwrap()
+}
+
+/// Polls (bounded) until `key` holds `expected` on `server`.
+async fn eventually_in_use(client: &HttpClient, server: SocketAddr, key: &str, expected: u64) {
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        let report = admin_report(client, server, key).await;
+        if report["in_use"] == json!(expected) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{key}: {report} never held {expected}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn usage_total(answer: &Answer) -> u64 {
+    let body: Value = serde_json::from_str(&answer.body).unwrap();
+    body["usage"]["total_tokens"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no usage in {body}"))
+}
+
+fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+#[tokio::test]
+async fn the_gateway_serves_beside_the_limiter_api_on_the_same_backend() {
+    let (sim, _) = start_sim(64, 0).await;
+    let dir = temp_dir("gateway-memory");
+    let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &gateway_section(sim, 4));
+    let gateway = gateway_addr(&daemon);
+    let client = client();
+    let tpm = "global:llm:sim:gpt-4o-mini:tpm";
+    // The configuration's limits are ordinary definitions.
+    let report = admin_report(&client, daemon.addr, tpm).await;
+    assert_eq!(report["capacity"], 1_000_000, "{report}");
+    let body =
+        json!({"model": "gpt-4o-mini", "max_tokens": 30, "messages": [{"role": "user", "content": "Hello there"}]});
+    let first = chat(&client, gateway, body.clone()).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    // The provider's rate-limit headers are passed through.
+    assert!(
+        first.headers.contains_key("x-ratelimit-remaining-requests"),
+        "{:?}",
+        first.headers
+    );
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let second = chat(&client, gateway, streamed).await;
+    assert_eq!(second.status, 200, "{}", second.body);
+    let usage_line = second
+        .body
+        .split("\n\n")
+        .find(|e| e.contains("\"total_tokens\""))
+        .expect("usage chunk");
+    let streamed_usage: Value = serde_json::from_str(usage_line.trim_start_matches("data: ")).unwrap();
+    let total = usage_total(&first) + streamed_usage["usage"]["total_tokens"].as_u64().unwrap();
+    // Reconciled to the simulator's usage, to the token, on the model and the tenant.
+    eventually_in_use(&client, daemon.addr, tpm, total).await;
+    eventually_in_use(&client, daemon.addr, "tenant:acme:llm:daily_tokens", total).await;
+    eventually_in_use(&client, daemon.addr, "global:llm:sim:gpt-4o-mini:concurrency", 0).await;
+    // Anthropic, streamed: input and output on their own limits.
+    let anthropic = send(
+        &client,
+        hyper::Method::POST,
+        format!("http://{gateway}/v1/messages"),
+        &[("x-api-key", TENANT_KEY), ("anthropic-version", "2023-06-01")],
+        Some(json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "stream": true,
+            "messages": [{"role": "user", "content": "Hello there, Claude"}]})),
+    )
+    .await;
+    assert_eq!(anthropic.status, 200, "{}", anthropic.body);
+    let start = anthropic
+        .body
+        .split("\n\n")
+        .find(|e| e.contains("message_start"))
+        .unwrap();
+    let start: Value = serde_json::from_str(start.split("data: ").nth(1).unwrap()).unwrap();
+    let input = start["message"]["usage"]["input_tokens"].as_u64().unwrap();
+    eventually_in_use(
+        &client,
+        daemon.addr,
+        "global:llm:simanthropic:claude-sonnet-4-5:input_tpm",
+        input,
+    )
+    .await;
+    // The server's metrics include the gateway's.
+    let metrics = send(
+        &client,
+        hyper::Method::GET,
+        format!("http://{}/metrics", daemon.addr),
+        &[],
+        None,
+    )
+    .await;
+    assert!(
+        metrics
+            .body
+            .contains("ratelimiterd_gateway_admitted_total{model=\"gpt-4o-mini\",tenant=\"acme\"} 2"),
+        "{}",
+        metrics.body
+    );
+    // The provider's remaining capacity, from its rate-limit headers.
+    assert!(
+        metrics
+            .body
+            .contains("ratelimiterd_gateway_provider_remaining_requests{model=\"gpt-4o-mini\"}"),
+        "{}",
+        metrics.body
+    );
+    // A change through the admin API applies to the gateway's next call.
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let put = send(
+        &client,
+        hyper::Method::PUT,
+        format!("http://{}/v1/admin/limits", daemon.addr),
+        &[("authorization", &bearer)],
+        Some(
+            json!({"key": "global:llm:sim:gpt-4o-mini:rpm", "kind": "rolling", "capacity": 2000, "window_seconds": 60}),
+        ),
+    )
+    .await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    let report = admin_report(&client, daemon.addr, "global:llm:sim:gpt-4o-mini:rpm").await;
+    assert_eq!(report["capacity"], 2000);
+}
+
+#[cfg(feature = "tigerbeetle")]
+mod fleet {
+    use super::*;
+    use ratelimiter::tigerbeetle::LocalCluster;
+
+    #[tokio::test]
+    async fn two_servers_on_one_cluster_are_gateways_that_share_one_limit() {
+        let cluster = LocalCluster::start().expect("starting a local TigerBeetle");
+        // 25 ms per output token: a stream of 4,000 tokens outlasts the test, so
+        // the slot it holds is held for as long as the test needs, however slow
+        // the machine; the client then leaves to end it.
+        let (sim, _) = start_sim(64, 25).await;
+        let backend = BackendConfig::TigerBeetle {
+            addresses: cluster.address(),
+            settings: "  sessions: 2\n  request_timeout_ms: 2000\n",
+        };
+        let (dir_a, dir_b) = (temp_dir("gateway-fleet-a"), temp_dir("gateway-fleet-b"));
+        let a = Daemon::start_on(&dir_a, backend, "", &gateway_section(sim, 1));
+        let b = Daemon::start_on(&dir_b, backend, "", &gateway_section(sim, 1));
+        let (gateway_a, gateway_b) = (gateway_addr(&a), gateway_addr(&b));
+        let client = client();
+        let concurrency = "global:llm:sim:gpt-4o-mini:concurrency";
+        let tpm = "global:llm:sim:gpt-4o-mini:tpm";
+        let long = json!({"model": "gpt-4o-mini", "max_tokens": 4000, "sim_output_tokens": 4000, "stream": true,
+            "messages": [{"role": "user", "content": "Tell me a long story"}]});
+        let bearer = format!("Bearer {TENANT_KEY}");
+        let request = hyper::Request::post(format!("http://{gateway_a}/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .header("authorization", &bearer)
+            .body(Full::new(Bytes::from(long.to_string())))
+            .unwrap();
+        let mut open = client.request(request).await.unwrap();
+        assert_eq!(open.status(), 200);
+        open.body_mut().frame().await.unwrap().unwrap();
+        // A holds the model's one slot: B refuses, since the limit is the cluster's.
+        eventually_in_use(&client, b.addr, concurrency, 1).await;
+        let short = json!({"model": "gpt-4o-mini", "max_tokens": 5, "sim_output_tokens": 5,
+            "messages": [{"role": "user", "content": "Hi"}]});
+        let refused = chat(&client, gateway_b, short.clone()).await;
+        assert_eq!(refused.status, 429, "{}", refused.body);
+        assert_eq!(refused.headers["x-ratelimit-limit-concurrency"], "1");
+        let reserved_by_a = admin_report(&client, b.addr, tpm).await["in_use"].as_u64().unwrap();
+        assert!(reserved_by_a >= 4000, "{reserved_by_a}");
+        // The client leaves mid-stream: A frees the slot at once and keeps the tokens.
+        drop(open);
+        eventually_in_use(&client, b.addr, concurrency, 0).await;
+        let admitted = chat(&client, gateway_b, short).await;
+        assert_eq!(admitted.status, 200, "{}", admitted.body);
+        // Seen from either server: A's reservation kept, B's call reconciled.
+        let total = reserved_by_a + usage_total(&admitted);
+        eventually_in_use(&client, a.addr, tpm, total).await;
+        eventually_in_use(&client, a.addr, "tenant:acme:llm:daily_tokens", total).await;
+    }
+}
