@@ -306,6 +306,17 @@ mod tests {
             .map(|a| a.actual_amount)
             .collect();
         assert_eq!(amounts, [100, 7], "input and output reconciled apart");
+        let config = GatewayConfig {
+            listen_addr: "127.0.0.1:0".into(),
+            body_bytes_max: 1,
+            upstream_timeout_ms: 600_000,
+            upstreams: Vec::new(),
+            models: vec![anthropic],
+            tenants: Vec::new(),
+        };
+        let held = definitions(&config).pop().unwrap();
+        assert_eq!(held.key().as_str(), "global:llm:claude-eu:claude:concurrency");
+        assert_eq!(held.timeout_seconds(), 660, "a hold outlives the upstream timeout");
         // OpenAI's profile: a one-second request share; the reservation is kept whole.
         let openai = ModelConfig {
             profile: Some("openai".into()),
