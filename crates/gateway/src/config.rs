@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 
+use ratelimiter::profile::{llm_profile_keyed, LlmProfile, ProfileError, Published};
 use ratelimiter::LimitKey;
 use serde::Deserialize;
 
@@ -147,10 +148,47 @@ pub struct ModelConfig {
     /// for the older models Anthropic marks so (docs/gateway.md, "Reconciling").
     #[serde(default)]
     pub count_cache_reads: bool,
-    /// The provider profile (the provider's documented limit rules for this model,
-    /// issue 19), stored as given; the gateway itself does not read it yet.
+    /// The provider profile (`openai`, `azure`, `anthropic`, `gemini`, `bedrock`;
+    /// issue 19, docs/provider-profiles.md): the model's definitions and what a call
+    /// reserves and reconciles to follow that provider's documented enforcement,
+    /// built by `ratelimiter::profile::llm_profile_keyed` from the numbers above.
+    /// `None`: the gateway's own per-minute limits (docs/gateway.md, "Limits").
     #[serde(default)]
     pub profile: Option<String>,
+    /// Gemini's requests per day (with `profile: gemini` only).
+    #[serde(default)]
+    pub rpd: Option<u64>,
+    /// The largest request sent to the model, prompt plus output bound, in tokens:
+    /// a quantizing profile's token sub-window is sized to hold it (with a profile only).
+    #[serde(default)]
+    pub largest_request_tokens: Option<u64>,
+    /// The period, in seconds, the provider quantizes to when it differs from its
+    /// documented example (`openai`, `azure` profiles only).
+    #[serde(default)]
+    pub quantum_seconds: Option<u64>,
+}
+
+impl ModelConfig {
+    /// The numbers a profile is built from: the entry's published limits.
+    pub fn published(&self) -> Published {
+        Published {
+            rpm: self.rpm,
+            tpm: self.tpm,
+            input_tpm: self.input_tpm,
+            output_tpm: self.output_tpm,
+            rpd: self.rpd,
+            concurrency: self.concurrency,
+            largest_request_tokens: self.largest_request_tokens,
+            quantum_seconds: self.quantum_seconds,
+        }
+    }
+
+    /// The model's provider profile, keyed by the name of `upstream` (the keys stay
+    /// `global:llm:<upstream>:<model>:...`); `None` without `profile`.
+    pub fn llm_profile(&self, upstream: &str) -> Option<Result<LlmProfile, ProfileError>> {
+        let provider = self.profile.as_deref()?;
+        Some(llm_profile_keyed(provider, upstream, &self.name, &self.published()))
+    }
 }
 
 /// One `tenants:` entry.
@@ -279,8 +317,34 @@ impl GatewayConfig {
                 ));
             }
             LimitKey::llm_rpm(&upstream.name, &model.name).map_err(|e| invalid(entry("name"), e.to_string()))?;
+            Self::validate_profile(model, &upstream.name, &entry)?;
         }
         Ok(())
+    }
+
+    /// A profile must name a known provider and have the numbers it needs; the
+    /// profile's own fields are errors without one.
+    fn validate_profile(
+        model: &ModelConfig,
+        upstream: &str,
+        entry: &dyn Fn(&str) -> String,
+    ) -> Result<(), GatewayConfigError> {
+        match model.llm_profile(upstream) {
+            Some(Err(e)) => Err(invalid(entry("profile"), e.to_string())),
+            Some(Ok(_)) => Ok(()),
+            None => {
+                for (field, value) in [
+                    ("rpd", model.rpd),
+                    ("largest_request_tokens", model.largest_request_tokens),
+                    ("quantum_seconds", model.quantum_seconds),
+                ] {
+                    if value.is_some() {
+                        return Err(invalid(entry(field), "is a profile's number: give a profile too"));
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 
     fn validate_tenants(&self) -> Result<(), GatewayConfigError> {
@@ -341,8 +405,9 @@ models:
     upstream: anthropic
     input_tpm: 30000
     output_tpm: 8000
+    rpm: 50
     max_output_tokens_default: 1024
-    profile: anthropic-tier-1
+    profile: anthropic
 tenants:
   - name: acme
     api_key_env: ACME_GATEWAY_KEY
@@ -357,7 +422,7 @@ tenants:
     fn the_issue_example_is_valid() {
         let config = parse(EXAMPLE);
         config.validate().unwrap();
-        assert_eq!(config.models[1].profile.as_deref(), Some("anthropic-tier-1"));
+        assert_eq!(config.models[1].profile.as_deref(), Some("anthropic"));
         assert_eq!(config.body_bytes_max, BODY_BYTES_MAX_DEFAULT);
     }
 
@@ -389,5 +454,36 @@ tenants:
             config.upstreams[0].base_url = bad.into();
             assert_eq!(config.validate().unwrap_err().entry, "upstreams[0].base_url", "{bad}");
         }
+    }
+
+    #[test]
+    fn a_profile_is_validated_with_the_entry_named() {
+        let mut config = parse(EXAMPLE);
+        config.models[0].profile = Some("openai".into());
+        config.validate().unwrap();
+        let profile = config.models[0].llm_profile("openai").unwrap().unwrap();
+        assert_eq!(
+            profile.definitions[0].key().as_str(),
+            "global:llm:openai:gpt-4o-mini:rpm",
+            "keyed by the upstream's name"
+        );
+        config.models[0].profile = Some("mistral".into());
+        let error = config.validate().unwrap_err();
+        assert_eq!(error.entry, "models[0].profile");
+        assert!(error.message.contains("mistral"), "{error}");
+        // Anthropic's profile needs its rpm.
+        let mut config = parse(EXAMPLE);
+        config.models[1].rpm = None;
+        let error = config.validate().unwrap_err();
+        assert_eq!(error.entry, "models[1].profile");
+        assert!(error.message.contains("rpm"), "{error}");
+        // A profile's own numbers need a profile.
+        let mut config = parse(EXAMPLE);
+        config.models[0].quantum_seconds = Some(2);
+        assert_eq!(config.validate().unwrap_err().entry, "models[0].quantum_seconds");
+        config.models[0].profile = Some("openai".into());
+        config.validate().unwrap();
+        config.models[0].quantum_seconds = Some(61);
+        assert_eq!(config.validate().unwrap_err().entry, "models[0].profile");
     }
 }

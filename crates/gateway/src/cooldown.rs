@@ -52,11 +52,18 @@ pub fn key(keys: &ModelKeys) -> Option<&ratelimiter::LimitKey> {
     keys.rpm.as_ref().or(keys.concurrency.as_ref())
 }
 
-/// The provider's retry hint: `retry-after-ms`, else `retry-after` in seconds.
+/// The provider's retry hint: `retry-after-ms`, else `retry-after` in seconds, as
+/// the library reads them ([`ratelimiter::provider_headers::read_headers`]).
 pub fn retry_after_ms(headers: &HeaderMap) -> Option<u64> {
-    let read = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok();
-    let ms = read("retry-after-ms").or_else(|| read("retry-after").map(|s| s * 1000.0))?;
-    (ms.is_finite() && ms >= 0.0).then(|| ms.ceil() as u64)
+    provider_headers(headers).retry_after_ms
+}
+
+/// A response's rate-limit headers, read by the library.
+pub fn provider_headers(headers: &HeaderMap) -> ratelimiter::provider_headers::ProviderHeaders {
+    let pairs = headers
+        .iter()
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)));
+    ratelimiter::provider_headers::read_headers(pairs)
 }
 
 /// Holds the free part of the model's rpm (else concurrency) limit for the

@@ -97,7 +97,7 @@ impl Drop for CallLease {
             return;
         };
         let actuals: Vec<Actual> = used.map_or_else(Vec::new, |usage| {
-            actuals(&self.model_keys, self.tenant_keys.as_ref(), &usage)
+            actuals(&self.model_keys, self.tenant_keys.as_ref(), self.log.reserved, &usage)
         });
         let Ok(request) = CompleteRequest::new(lease_id, None, actuals) else {
             tracing::error!(%lease_id, "gateway: a complete request could not be built");

@@ -1,7 +1,8 @@
 //! The limits the configuration implies, as ordinary registry definitions, and
 //! what one call reserves and completes on them (docs/gateway.md, "Limits").
 
-use ratelimiter::{Actual, LimitDefinition, LimitKey, Requirement};
+use ratelimiter::profile::{ProfileCall, ProfileRules, ProviderUsage};
+use ratelimiter::{Actual, LimitDefinition, LimitKey, LimitKind, Requirement};
 
 use crate::config::{GatewayConfig, ModelConfig, TenantConfig, DAY_WINDOW_SECONDS, MINUTE_WINDOW_SECONDS};
 use crate::usage::Usage;
@@ -23,6 +24,10 @@ pub struct ModelKeys {
     pub output_tpm: Option<LimitKey>,
     /// `...:concurrency`.
     pub concurrency: Option<LimitKey>,
+    /// A model with a `profile`: its provider's rules choose the reservation and
+    /// reconciliation on the profile's keys (`rpm` and `concurrency` above are the
+    /// profile's; the token keys above are `None`).
+    pub profile: Option<ProfileRules>,
 }
 
 /// One tenant's keys; `None` where the configuration sets no limit.
@@ -43,6 +48,17 @@ fn key(text: String) -> LimitKey {
 impl ModelKeys {
     /// The keys of `model` on `upstream`.
     pub fn new(upstream: &str, model: &ModelConfig) -> Self {
+        if let Some(profile) = model.llm_profile(upstream) {
+            let rules = profile.expect("profiles were validated with the configuration").rules;
+            return Self {
+                rpm: Some(rules.requests_key().clone()),
+                tpm: None,
+                input_tpm: None,
+                output_tpm: None,
+                concurrency: rules.concurrency_key().cloned(),
+                profile: Some(rules),
+            };
+        }
         let global = |dimension: &str| key(format!("global:llm:{upstream}:{}:{dimension}", model.name));
         Self {
             rpm: model.rpm.map(|_| global("rpm")),
@@ -50,7 +66,21 @@ impl ModelKeys {
             input_tpm: model.input_tpm.map(|_| global("input_tpm")),
             output_tpm: model.output_tpm.map(|_| global("output_tpm")),
             concurrency: model.concurrency.map(|_| global("concurrency")),
+            profile: None,
         }
+    }
+}
+
+/// A call as a profile sizes it: the gateway's exact count of the prompt (the
+/// rules that estimate from characters never reserve less than it) and the output
+/// bound times the choices.
+fn profile_call(input: u64, output: u64) -> ProfileCall<'static> {
+    ProfileCall {
+        prompt: "",
+        prompt_tokens: Some(input),
+        cache_read_tokens: 0,
+        max_output_tokens: output,
+        best_of: 1,
     }
 }
 
@@ -77,6 +107,15 @@ pub fn definitions(config: &GatewayConfig) -> Vec<LimitDefinition> {
     };
     let mut out = Vec::new();
     for model in &config.models {
+        if let Some(profile) = model.llm_profile(&model.upstream) {
+            // The profile's definitions, its concurrency holds outliving the upstream timeout.
+            let profile = profile.expect("profiles were validated with the configuration");
+            out.extend(profile.definitions.into_iter().map(|d| match d.kind() {
+                LimitKind::Concurrency => concurrency(d.key(), d.capacity()),
+                LimitKind::Rolling => d,
+            }));
+            continue;
+        }
         let keys = ModelKeys::new(&model.upstream, model);
         let pairs = [
             (&keys.rpm, model.rpm),
@@ -112,7 +151,11 @@ pub fn definitions(config: &GatewayConfig) -> Vec<LimitDefinition> {
 /// slot, and the same on the tenant's keys.
 pub fn requirements(model: &ModelKeys, tenant: Option<&TenantKeys>, input: u64, output: u64) -> Vec<Requirement> {
     let total = input.saturating_add(output).max(1);
-    let mut out = Vec::with_capacity(8);
+    // A profile's requirements on the model's keys; else the gateway's own, below.
+    let mut out = (model.profile.as_ref()).map_or_else(
+        || Vec::with_capacity(8),
+        |rules| rules.requirements(&profile_call(input, output)),
+    );
     let mut push = |key: &Option<LimitKey>, amount: u64| {
         if let Some(key) = key {
             out.push(Requirement {
@@ -121,11 +164,13 @@ pub fn requirements(model: &ModelKeys, tenant: Option<&TenantKeys>, input: u64, 
             });
         }
     };
-    push(&model.rpm, 1);
-    push(&model.tpm, total);
-    push(&model.input_tpm, input);
-    push(&model.output_tpm, output);
-    push(&model.concurrency, 1);
+    if model.profile.is_none() {
+        push(&model.rpm, 1);
+        push(&model.tpm, total);
+        push(&model.input_tpm, input);
+        push(&model.output_tpm, output);
+        push(&model.concurrency, 1);
+    }
     if let Some(tenant) = tenant {
         push(&tenant.daily_tokens, total);
         push(&tenant.rpm, 1);
@@ -134,10 +179,19 @@ pub fn requirements(model: &ModelKeys, tenant: Option<&TenantKeys>, input: u64, 
     out
 }
 
-/// What a call with `usage` completes with: every token limit reconciled to the
-/// provider's count. rpm is not reconciled (one request is one request).
-pub fn actuals(model: &ModelKeys, tenant: Option<&TenantKeys>, usage: &Usage) -> Vec<Actual> {
+/// What a call that reserved `reserved` (input, output) and used `usage` completes
+/// with: every token limit reconciled to the provider's count, or, for a model with
+/// a profile, to what that provider charges (OpenAI keeps its admission estimate).
+/// rpm is not reconciled (one request is one request).
+pub fn actuals(model: &ModelKeys, tenant: Option<&TenantKeys>, reserved: (u64, u64), usage: &Usage) -> Vec<Actual> {
     let mut out = Vec::with_capacity(4);
+    if let Some(rules) = &model.profile {
+        let used = ProviderUsage {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+        };
+        out.extend(rules.actuals(&profile_call(reserved.0, reserved.1), &used));
+    }
     let mut push = |key: &Option<LimitKey>, actual_amount: u64| {
         if let Some(key) = key {
             out.push(Actual {
@@ -174,6 +228,9 @@ mod tests {
             image_tokens: None,
             count_cache_reads: false,
             profile: None,
+            rpd: None,
+            largest_request_tokens: None,
+            quantum_seconds: None,
         }
     }
 
@@ -205,7 +262,7 @@ mod tests {
             output_tokens: 7,
             cache_read_tokens: 100,
         };
-        let got: Vec<(String, u64)> = actuals(&keys, Some(&tenant), &usage)
+        let got: Vec<(String, u64)> = actuals(&keys, Some(&tenant), (120, 0), &usage)
             .into_iter()
             .map(|a| (a.key.to_string(), a.actual_amount))
             .collect();
@@ -217,5 +274,81 @@ mod tests {
                 ("tenant:acme:llm:daily_tokens".to_owned(), 37),
             ]
         );
+    }
+
+    #[test]
+    fn a_profiled_model_reserves_and_reconciles_by_its_providers_rules() {
+        // Anthropic's profile: rpm, itpm and otpm, keyed by the upstream's name.
+        let anthropic = ModelConfig {
+            profile: Some("anthropic".into()),
+            upstream: "claude-eu".into(),
+            ..model()
+        };
+        let keys = ModelKeys::new("claude-eu", &anthropic);
+        let got: Vec<(String, u64)> = requirements(&keys, None, 120, 64)
+            .iter()
+            .map(|r| (r.key.to_string(), r.amount))
+            .collect();
+        let expected = [
+            ("global:llm:claude-eu:claude:rpm", 1),
+            ("global:llm:claude-eu:claude:itpm", 120),
+            ("global:llm:claude-eu:claude:otpm", 64),
+            ("global:llm:claude-eu:claude:concurrency", 1),
+        ];
+        assert_eq!(got, expected.map(|(k, a)| (k.to_owned(), a)));
+        let usage = Usage {
+            input_tokens: 100,
+            output_tokens: 7,
+            cache_read_tokens: 0,
+        };
+        let amounts: Vec<u64> = actuals(&keys, None, (120, 64), &usage)
+            .iter()
+            .map(|a| a.actual_amount)
+            .collect();
+        assert_eq!(amounts, [100, 7], "input and output reconciled apart");
+        let config = GatewayConfig {
+            listen_addr: "127.0.0.1:0".into(),
+            body_bytes_max: 1,
+            upstream_timeout_ms: 600_000,
+            upstreams: Vec::new(),
+            models: vec![anthropic],
+            tenants: Vec::new(),
+        };
+        let held = definitions(&config).pop().unwrap();
+        assert_eq!(held.key().as_str(), "global:llm:claude-eu:claude:concurrency");
+        assert_eq!(held.timeout_seconds(), 660, "a hold outlives the upstream timeout");
+        // OpenAI's profile: a one-second request share; the reservation is kept whole.
+        let openai = ModelConfig {
+            profile: Some("openai".into()),
+            upstream: "oai".into(),
+            rpm: Some(600),
+            tpm: Some(1_000_000),
+            input_tpm: None,
+            output_tpm: None,
+            concurrency: None,
+            ..model()
+        };
+        let keys = ModelKeys::new("oai", &openai);
+        let reqs = requirements(&keys, None, 120, 64);
+        let got: Vec<(&str, u64)> = reqs.iter().map(|r| (r.key.as_str(), r.amount)).collect();
+        assert_eq!(
+            got,
+            [("global:llm:oai:claude:rpm", 1), ("global:llm:oai:claude:tpm", 184)]
+        );
+        let kept = actuals(&keys, None, (120, 64), &usage);
+        assert_eq!(kept[0].actual_amount, 184, "OpenAI keeps its admission count");
+        let config = GatewayConfig {
+            listen_addr: "127.0.0.1:0".into(),
+            body_bytes_max: 1,
+            upstream_timeout_ms: 600_000,
+            upstreams: Vec::new(),
+            models: vec![openai],
+            tenants: Vec::new(),
+        };
+        let shapes: Vec<(String, u64, u64)> = definitions(&config)
+            .iter()
+            .map(|d| (d.key().to_string(), d.capacity(), d.window_seconds()))
+            .collect();
+        assert_eq!(shapes[0], ("global:llm:oai:claude:rpm".to_owned(), 10, 1));
     }
 }

@@ -49,6 +49,8 @@ pub struct ModelEntry {
     metrics: Arc<ModelMetrics>,
     warned_above_provider: AtomicBool,
     cooldown: cooldown::Cooldown,
+    /// The model's own definitions, compared with the provider's headers.
+    definitions: Vec<LimitDefinition>,
 }
 
 struct TenantEntry {
@@ -106,6 +108,7 @@ impl Gateway {
             .map(Upstream::new)
             .collect::<Result<Vec<_>, _>>()?;
         let metrics = Arc::new(GatewayMetrics::default());
+        let definitions = limits::definitions(config);
         let mut models = HashMap::new();
         for model in &config.models {
             let upstream = upstreams
@@ -129,6 +132,14 @@ impl Gateway {
                 metrics: metrics.model(&model.name),
                 warned_above_provider: AtomicBool::new(false),
                 cooldown: cooldown::Cooldown::default(),
+                definitions: (definitions.iter())
+                    .filter(|d| {
+                        d.key()
+                            .as_str()
+                            .starts_with(&format!("global:llm:{}:{}:", model.upstream, model.name))
+                    })
+                    .cloned()
+                    .collect(),
             };
             models.insert(model.name.clone(), Arc::new(entry));
         }
@@ -166,7 +177,7 @@ impl Gateway {
             client,
             metrics,
             body_bytes_max: config.body_bytes_max,
-            definitions: limits::definitions(config),
+            definitions,
         })
     }
 
@@ -623,45 +634,40 @@ async fn forward(
     Ok(answer(parts.status, &parts.headers, Body::from(bytes)))
 }
 
-/// Reads the provider's rate-limit headers into the model's gauges, and warns once
-/// when the configured limit is above the provider's.
+/// Reads the provider's rate-limit headers (by the library's
+/// `ratelimiter::provider_headers`) into the model's gauges, and warns once when the
+/// configured limit is above the provider's.
 fn observe_provider_limits(model: &ModelEntry, headers: &HeaderMap) {
-    let read = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
+    let read = cooldown::provider_headers(headers);
+    let dimension = |name: &str| read.limits.iter().find(|l| l.dimension == name);
+    let requests = dimension("rpm");
+    let tokens = match model.kind {
+        UpstreamKind::Anthropic => dimension("itpm"),
+        _ => dimension("tpm"),
     };
-    let names = match model.kind {
-        UpstreamKind::Anthropic => [
-            "anthropic-ratelimit-requests-limit",
-            "anthropic-ratelimit-requests-remaining",
-            "anthropic-ratelimit-input-tokens-limit",
-            "anthropic-ratelimit-input-tokens-remaining",
-        ],
-        _ => [
-            "x-ratelimit-limit-requests",
-            "x-ratelimit-remaining-requests",
-            "x-ratelimit-limit-tokens",
-            "x-ratelimit-remaining-tokens",
-        ],
-    };
-    let [limit_requests, remaining_requests, limit_tokens, remaining_tokens] = names.map(read);
-    if let Some(value) = remaining_requests {
+    if let Some(value) = requests.and_then(|l| l.remaining) {
         model
             .metrics
             .provider_remaining_requests
             .store(value.saturating_add(1), Ordering::Relaxed);
     }
-    if let Some(value) = remaining_tokens {
+    if let Some(value) = tokens.and_then(|l| l.remaining) {
         model
             .metrics
             .provider_remaining_tokens
             .store(value.saturating_add(1), Ordering::Relaxed);
     }
+    let (limit_requests, limit_tokens) = (requests.and_then(|l| l.limit), tokens.and_then(|l| l.limit));
     let configured_tokens = model.config.tpm.or(model.config.input_tpm);
-    let above = matches!((model.config.rpm, limit_requests), (Some(ours), Some(theirs)) if ours > theirs)
-        || matches!((configured_tokens, limit_tokens), (Some(ours), Some(theirs)) if ours > theirs);
+    let above = if model.keys.profile.is_some() {
+        // A profile's sub-windows are compared per minute by the library.
+        let upstream = &model.config.upstream;
+        !ratelimiter::provider_headers::below_configured(&read, upstream, &model.config.name, &model.definitions)
+            .is_empty()
+    } else {
+        matches!((model.config.rpm, limit_requests), (Some(ours), Some(theirs)) if ours > theirs)
+            || matches!((configured_tokens, limit_tokens), (Some(ours), Some(theirs)) if ours > theirs)
+    };
     if above && !model.warned_above_provider.swap(true, Ordering::Relaxed) {
         tracing::warn!(model = %model.config.name, ?limit_requests, ?limit_tokens,
             configured_rpm = ?model.config.rpm, configured_tokens = ?configured_tokens,

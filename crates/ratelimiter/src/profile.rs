@@ -168,6 +168,7 @@ pub struct LlmProfile {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProfileRules {
     provider: Provider,
+    key_provider: String,
     model: String,
     requests: LimitKey,
     tokens: LimitKey,
@@ -202,10 +203,24 @@ pub struct ProviderUsage {
 }
 
 /// The profile of `provider` (`openai`, `azure`, `anthropic`, `gemini`, `bedrock`)
-/// for `model` from its published limits.
+/// for `model` from its published limits, keyed `global:llm:<provider>:<model>:...`.
 pub fn llm_profile(provider: &str, model: &str, published: &Published) -> Result<LlmProfile, ProfileError> {
+    llm_profile_keyed(provider, provider, model, published)
+}
+
+/// [`llm_profile`] with `key_provider` as the provider part of the keys
+/// (`global:llm:<key_provider>:<model>:...`): the gateway keys a model by the name of
+/// the upstream serving it, and the profile only chooses the rules (two Azure
+/// deployments, or an OpenAI-compatible server run with OpenAI's rules, each keep
+/// their own limits).
+pub fn llm_profile_keyed(
+    provider: &str,
+    key_provider: &str,
+    model: &str,
+    published: &Published,
+) -> Result<LlmProfile, ProfileError> {
     let provider: Provider = provider.parse()?;
-    let key = |dimension: &str| LimitKey::llm_dimension(provider.as_str(), model, dimension);
+    let key = |dimension: &str| LimitKey::llm_dimension(key_provider, model, dimension);
     let need = |value: Option<u64>, name: &str| match value {
         Some(v) if v >= 1 => Ok(v),
         Some(_) => Err(ProfileError::Invalid(format!("{name} must be at least 1"))),
@@ -221,6 +236,7 @@ pub fn llm_profile(provider: &str, model: &str, published: &Published) -> Result
     let (requests, tokens) = (key("rpm")?, key("tpm")?);
     let mut rules = ProfileRules {
         provider,
+        key_provider: key_provider.to_owned(),
         model: model.to_owned(),
         requests: requests.clone(),
         tokens: tokens.clone(),
@@ -321,15 +337,31 @@ impl ProfileRules {
         self.provider
     }
 
+    /// The provider part of the keys: the provider's name, unless built by
+    /// [`llm_profile_keyed`].
+    pub fn key_provider(&self) -> &str {
+        &self.key_provider
+    }
+
     /// The model.
     pub fn model(&self) -> &str {
         &self.model
     }
 
-    /// Whether these are the rules of `provider`'s `model` (the scheduler picks a
-    /// job's rules by its provider and model).
+    /// The request limit's key (the key a caller holds to pause the model).
+    pub fn requests_key(&self) -> &LimitKey {
+        &self.requests
+    }
+
+    /// The concurrency limit's key, when calls in flight are limited.
+    pub fn concurrency_key(&self) -> Option<&LimitKey> {
+        self.concurrency.as_ref()
+    }
+
+    /// Whether these are the rules of the keys of `provider`'s `model` (the
+    /// scheduler picks a job's rules by the provider and model of its keys).
     pub fn applies_to(&self, provider: &str, model: &str) -> bool {
-        self.provider.as_str() == provider && self.model == model
+        self.key_provider == provider && self.model == model
     }
 
     /// The prompt tokens the provider counts at admission: OpenAI and Azure

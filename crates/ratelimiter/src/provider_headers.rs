@@ -77,8 +77,13 @@ pub fn read_headers<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>) -
             .find(|(n, _)| n == name)
             .and_then(|(_, v)| v.parse::<u64>().ok())
     };
+    // Retry hints may be fractional ("retry-after-ms: 150.5"); rounded up, never shorter.
+    let hint = |name: &str, scale: f64| {
+        let value = headers.iter().find(|(n, _)| n == name)?.1.parse::<f64>().ok()? * scale;
+        (value.is_finite() && value >= 0.0).then(|| value.ceil() as u64)
+    };
     let mut read = ProviderHeaders {
-        retry_after_ms: number("retry-after-ms").or_else(|| number("retry-after").map(|s| s.saturating_mul(1_000))),
+        retry_after_ms: hint("retry-after-ms", 1.0).or_else(|| hint("retry-after", 1_000.0)),
         ..ProviderHeaders::default()
     };
     for (dimension, limit, remaining) in NAMES {
@@ -179,6 +184,7 @@ mod tests {
             ("retry-after", "2"),
         ]);
         assert_eq!(anthropic.retry_after_ms, Some(1_500));
+        assert_eq!(read_headers([("retry-after-ms", "150.5")]).retry_after_ms, Some(151));
         assert_eq!(anthropic.limits[0].dimension, "otpm");
     }
 }

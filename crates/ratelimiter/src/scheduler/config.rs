@@ -139,7 +139,7 @@ impl SchedulerConfigBuilder {
     /// Jobs of `rules`' provider and model reserve and complete by them
     /// ([`crate::profile::llm_profile`]); a later entry for the same model replaces it.
     pub fn profile(mut self, rules: ProfileRules) -> Self {
-        (self.config.profiles).retain(|r| !r.applies_to(rules.provider().as_str(), rules.model()));
+        (self.config.profiles).retain(|r| !r.applies_to(rules.key_provider(), rules.model()));
         self.config.profiles.push(rules);
         self
     }

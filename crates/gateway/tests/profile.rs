@@ -1,0 +1,80 @@
+//! A model with `profile: openai` in front of the provider simulator enforcing
+//! OpenAI's quantized limits (`ProviderServer::set_profile`, in process): a burst
+//! the same model without a profile pushes into one quantized second, and meets
+//! the provider's 429s, is spread by the profile's one-second sub-window and meets none.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use ratelimiter::SystemClock;
+use replay::provider::{Accounting, ProviderLimits};
+use replay::provider_server::ProviderServer;
+use replay::sim_control::SimControl;
+use replay::sim_profile::{ProfileName, SimProfile};
+use serde_json::json;
+use support::*;
+
+/// The published requests per minute: OpenAI enforces them as 10 a second.
+const RPM: u64 = 600;
+/// The burst: two quantized seconds' worth.
+const BURST: usize = 20;
+
+async fn start_openai_sim() -> (SocketAddr, Arc<ProviderServer>) {
+    let limits = ProviderLimits {
+        rpm: RPM,
+        tpm: 10_000_000,
+        window_ms: 60_000,
+        concurrency: 1_000,
+        ms_per_output_token: 0,
+        accounting: Accounting::Openai,
+    };
+    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
+    provider.set_profile(SimProfile::with_defaults(ProfileName::Openai, &limits));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
+    (addr, provider)
+}
+
+fn config(sim: SocketAddr, profile: &str) -> gateway::GatewayConfig {
+    let yaml = format!(
+        "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: gpt-4o-mini, upstream: sim, rpm: {RPM}, tpm: 10000000, max_output_tokens_default: 16, max_wait_ms: 30000{profile}}}\n"
+    );
+    serde_yaml::from_str(&yaml).unwrap()
+}
+
+/// Sends the burst at once; returns the statuses the clients got and the
+/// provider's 429s.
+async fn burst(profile: &str) -> (Vec<u16>, u64) {
+    let (sim, provider) = start_openai_sim().await;
+    let gateway = start_gateway(&config(sim, profile), memory_backend()).await;
+    let client = client();
+    let calls: Vec<_> = (0..BURST)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let request = json!({"model": "gpt-4o-mini", "max_tokens": 16, "sim_output_tokens": 4,
+                    "messages": [{"role": "user", "content": format!("call {i}")}]});
+                post(&client, gateway, "/v1/chat/completions", request).await.0
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for call in calls {
+        statuses.push(call.await.unwrap().as_u16());
+    }
+    (statuses, provider.counts().throttled)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_profiled_model_meets_no_quantized_429_where_an_unprofiled_one_does() {
+    // Without a profile, 600 RPM admits the whole burst in the first second.
+    let (_, throttled) = burst("").await;
+    assert!(throttled >= 1, "the unprofiled burst should meet OpenAI's quantization");
+    // With the profile, 10 a second: every call admitted, none refused upstream.
+    let (statuses, throttled) = burst(", profile: openai").await;
+    assert_eq!(throttled, 0, "provider 429s: {statuses:?}");
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+}
