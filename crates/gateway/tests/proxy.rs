@@ -36,6 +36,29 @@ async fn a_chat_call_is_reconciled_to_the_providers_usage() {
     assert_eq!(in_use(&backend, CONCURRENCY).await, 0);
 }
 
+/// Azure OpenAI's v1 API is an OpenAI-compatible upstream whose base URL ends in
+/// `/openai` (docs/gateway.md, "Upstreams"): the gateway sends the OpenAI path
+/// under it, and the model is the deployment's name.
+#[tokio::test]
+async fn an_azure_style_base_path_is_kept_and_the_call_reconciled() {
+    let (addr, provider) = start_provider().await;
+    std::env::set_var("GATEWAY_TEST_ACME_KEY", TENANT_KEY);
+    let yaml = format!(
+        "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: azure, kind: openai-compatible, base_url: \"http://{addr}/openai\"}}\nmodels:\n  - {{name: my-deployment, upstream: azure, rpm: 10, tpm: 10000, max_output_tokens_default: 100}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_TEST_ACME_KEY}}\n"
+    );
+    let backend = memory_backend();
+    let gateway = start_gateway(&serde_yaml::from_str(&yaml).unwrap(), backend.clone()).await;
+    let (status, _, body) = post(&client(), gateway, "/v1/chat/completions", chat("my-deployment", false)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(provider.azure_calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    eventually_in_use(
+        &backend,
+        "global:llm:azure:my-deployment:tpm",
+        OPENAI_USAGE.0 + OPENAI_USAGE.1,
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_stream_passes_through_and_the_usage_chunk_asked_for_by_the_gateway_is_dropped() {
     let Setup {

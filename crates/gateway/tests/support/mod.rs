@@ -39,6 +39,8 @@ pub struct Provider {
     pub gate: Semaphore,
     /// Calls received.
     pub calls: AtomicU64,
+    /// Of them, calls received under Azure's `/openai` base path.
+    pub azure_calls: AtomicU64,
     /// The last request body received.
     pub last_body: std::sync::Mutex<Option<Value>>,
 }
@@ -48,6 +50,7 @@ impl Default for Provider {
         Self {
             gate: Semaphore::new(0),
             calls: AtomicU64::new(0),
+            azure_calls: AtomicU64::new(0),
             last_body: std::sync::Mutex::new(None),
         }
     }
@@ -151,10 +154,18 @@ async fn messages(State(provider): State<Arc<Provider>>, headers: HeaderMap, Jso
     ])
 }
 
+/// Chat completions under Azure OpenAI's v1 base path, counted apart.
+async fn azure_chat(state: State<Arc<Provider>>, body: Json<Value>) -> Response {
+    state.azure_calls.fetch_add(1, Ordering::SeqCst);
+    chat(state, body).await
+}
+
 /// The provider's routes.
 pub fn provider_router(provider: Arc<Provider>) -> Router {
     Router::new()
         .route("/v1/chat/completions", routing::post(chat))
+        // Azure OpenAI's v1 API: the OpenAI paths under the resource's `/openai`.
+        .route("/openai/v1/chat/completions", routing::post(azure_chat))
         .route("/v1/messages", routing::post(messages))
         .with_state(provider)
 }
