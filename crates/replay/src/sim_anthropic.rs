@@ -35,8 +35,8 @@ use crate::prompt;
 use crate::provider::{ProviderLimits, Remaining};
 use crate::provider_server::{ProviderServer, MESSAGES_MAX};
 use crate::sim_control::{
-    admit, dropped_body, error, fault_response, full_reset_ms, output_bound, output_words, prompt_tokens,
-    put_profile_headers, refused, rfc3339, sse_event, sse_response, Content, FaultMode, SseStream, Wire,
+    admit, error, full_reset_ms, output_bound, output_words, play_fault, prompt_tokens, put_profile_headers, refused,
+    rfc3339, sse_event, sse_response, Content, SseStream, Wire,
 };
 
 /// The body of `POST /v1/messages` and `POST /v1/messages/count_tokens`.
@@ -123,18 +123,17 @@ pub async fn messages(
         Ok(bound) => bound,
         Err(message) => return bad_request(message),
     };
-    let fault = match provider
-        .control
-        .check(Wire::Anthropic, &request_headers, &request.model)
+    let drop_after = match play_fault(
+        &provider,
+        Wire::Anthropic,
+        &request_headers,
+        &request.model,
+        request.stream,
+    )
+    .await
     {
-        Ok(fault) => fault,
+        Ok(drop_after) => drop_after,
         Err(response) => return *response,
-    };
-    let drop_after = match fault {
-        Some(FaultMode::Drop { after_events }) if request.stream => Some(after_events),
-        Some(FaultMode::Drop { .. }) => return Response::new(dropped_body(Vec::new())),
-        Some(mode) => return fault_response(Wire::Anthropic, mode).await.expect("not a drop"),
-        None => None,
     };
     let busy = provider.control.busy();
     let output = request.sim_output_tokens.unwrap_or(bound).min(bound);

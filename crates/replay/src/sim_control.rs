@@ -228,6 +228,37 @@ pub async fn fault_response(wire: Wire, mode: FaultMode) -> Option<Response> {
     }
 }
 
+/// Checks the call ([`SimControl::check`]) and plays the armed fault, if any:
+/// `Ok(Some(n))` cuts a stream after `n` events, `Ok(None)` serves the call as
+/// usual, `Err` is the answer to send instead (a status, a hang, or a call that
+/// is not streamed cut before its body).
+pub async fn play_fault(
+    provider: &ProviderServer,
+    wire: Wire,
+    headers: &HeaderMap,
+    model: &str,
+    stream: bool,
+) -> Result<Option<u64>, Box<Response>> {
+    match provider.control.check(wire, headers, model)? {
+        Some(FaultMode::Drop { after_events }) if stream => Ok(Some(after_events)),
+        Some(FaultMode::Drop { .. }) => Err(Box::new(dropped(wire))),
+        Some(mode) => Err(Box::new(fault_response(wire, mode).await.expect("not a drop"))),
+        None => Ok(None),
+    }
+}
+
+/// A call that is not streamed, cut before its body (the fault `drop`); OpenAI's
+/// answers carry their JSON content type first.
+fn dropped(wire: Wire) -> Response {
+    let mut response = Response::new(dropped_body(Vec::new()));
+    if wire == Wire::Openai {
+        response
+            .headers_mut()
+            .insert("content-type", HeaderValue::from_static("application/json"));
+    }
+    response
+}
+
 /// The body that cuts the connection after `chunks` (the fault `drop`).
 pub fn dropped_body(chunks: Vec<Bytes>) -> Body {
     let cut = std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "simulated drop");

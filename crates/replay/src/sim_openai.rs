@@ -39,9 +39,8 @@ use crate::provider::{ProviderLimits, Remaining};
 use crate::provider_client::ADMITTED_HEADER;
 use crate::provider_server::{self, ProviderServer, Usage};
 use crate::sim_control::{
-    admit, dropped_body, error, fault_response, full_reset_ms, openai_duration, output_bound, output_words,
-    prompt_tokens, put_profile_headers, refused, sse_event, sse_response, Admitted, Content, FaultMode, SseStream,
-    Wire,
+    admit, error, full_reset_ms, openai_duration, output_bound, output_words, play_fault, prompt_tokens,
+    put_profile_headers, refused, sse_event, sse_response, Admitted, Content, SseStream, Wire,
 };
 
 /// The most inputs of one embeddings call, as OpenAI documents ("any array must be
@@ -135,15 +134,17 @@ pub async fn chat_completions(
         Ok(request) => request,
         Err(e) => return bad_request(format!("bad request body: {e}")),
     };
-    let fault = match provider.control.check(Wire::Openai, &request_headers, &request.model) {
-        Ok(fault) => fault,
+    let drop_after = match play_fault(
+        &provider,
+        Wire::Openai,
+        &request_headers,
+        &request.model,
+        request.stream,
+    )
+    .await
+    {
+        Ok(drop_after) => drop_after,
         Err(response) => return *response,
-    };
-    let drop_after = match fault {
-        Some(FaultMode::Drop { after_events }) if request.stream => Some(after_events),
-        Some(FaultMode::Drop { .. }) => return dropped(),
-        Some(mode) => return fault_response(Wire::Openai, mode).await.expect("not a drop"),
-        None => None,
     };
     let busy = provider.control.busy();
     if request.messages.is_empty() || request.messages.len() > provider_server::MESSAGES_MAX {
@@ -197,15 +198,6 @@ pub async fn chat_completions(
         guards: (admitted.slot, busy),
     };
     sse_response(stream, headers)
-}
-
-/// A non-streaming call cut before its body (the fault `drop`).
-fn dropped() -> Response {
-    let mut response = Response::new(dropped_body(Vec::new()));
-    response
-        .headers_mut()
-        .insert("content-type", HeaderValue::from_static("application/json"));
-    response
 }
 
 /// The chunks of a streamed chat completion: the role, one chunk per token, the
@@ -313,14 +305,8 @@ pub async fn embeddings(
     if !(1..=EMBEDDING_DIMENSIONS_MAX).contains(&dimensions) {
         return bad_request(format!("dimensions must be 1..={EMBEDDING_DIMENSIONS_MAX}"));
     }
-    let fault = match provider.control.check(Wire::Openai, &request_headers, &request.model) {
-        Ok(fault) => fault,
-        Err(response) => return *response,
-    };
-    match fault {
-        Some(FaultMode::Drop { .. }) => return dropped(),
-        Some(mode) => return fault_response(Wire::Openai, mode).await.expect("not a drop"),
-        None => {}
+    if let Err(response) = play_fault(&provider, Wire::Openai, &request_headers, &request.model, false).await {
+        return *response;
     }
     let _busy = provider.control.busy();
     let prompt: u64 = counts.iter().sum();
@@ -406,15 +392,17 @@ pub async fn responses(
             texts.extend(items.iter().filter_map(|i| i.content.as_ref()).flat_map(Content::texts))
         }
     }
-    let fault = match provider.control.check(Wire::Openai, &request_headers, &request.model) {
-        Ok(fault) => fault,
+    let drop_after = match play_fault(
+        &provider,
+        Wire::Openai,
+        &request_headers,
+        &request.model,
+        request.stream,
+    )
+    .await
+    {
+        Ok(drop_after) => drop_after,
         Err(response) => return *response,
-    };
-    let drop_after = match fault {
-        Some(FaultMode::Drop { after_events }) if request.stream => Some(after_events),
-        Some(FaultMode::Drop { .. }) => return dropped(),
-        Some(mode) => return fault_response(Wire::Openai, mode).await.expect("not a drop"),
-        None => None,
     };
     let busy = provider.control.busy();
     let prompt = prompt_tokens(texts);
