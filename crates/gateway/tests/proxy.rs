@@ -259,6 +259,34 @@ async fn a_provider_429_is_passed_through_and_cools_the_model_down() {
     eventually_in_use(&backend, rpm, 1).await;
 }
 
+/// Issue 19, item 4: the pause is on the shared backend and lasts the provider's
+/// time, so another server of a fleet, which has no cooldown of its own and answers
+/// the backend's hint, hints the provider's 800 ms, not the end of the rpm minute.
+#[tokio::test]
+async fn a_provider_429_pauses_the_model_on_the_backend_for_the_providers_time() {
+    let Setup {
+        provider: _,
+        backend,
+        gateway,
+        client,
+    } = setup(0).await;
+    let (status, _, _) = post(&client, gateway, "/v1/chat/completions", chat("gpt-4o-mini-429", false)).await;
+    assert_eq!(status, 429);
+    let rpm = "global:llm:openai:gpt-4o-mini-429:rpm";
+    eventually_in_use(&backend, rpm, 3).await;
+    let requirement = ratelimiter::Requirement {
+        key: ratelimiter::LimitKey::new(rpm).unwrap(),
+        amount: 1,
+    };
+    let request = ratelimiter::ReserveRequest::new(ratelimiter::LeaseId::generate(), None, vec![requirement]).unwrap();
+    let denial = match backend.reserve(&request).await.unwrap() {
+        ratelimiter::ReserveOutcome::Denied(denial) => denial,
+        allowed => panic!("another server's call during the pause: {allowed:?}"),
+    };
+    // The provider's 800 ms plus at most the backend's 50 ms of jitter.
+    assert!((1..=850).contains(&denial.retry_after_ms()), "{denial:?}");
+}
+
 #[tokio::test]
 async fn an_unreachable_upstream_is_a_502_that_releases_everything_but_the_request() {
     let (provider, _) = start_provider().await;
