@@ -5,6 +5,8 @@
 //! so that a limit configured above the provider's is reported instead of met as 429s.
 
 use crate::definition::LimitDefinition;
+use crate::error::LimiterError;
+use crate::limiter::Backend;
 
 /// The most headers read from one response: a provider sends a dozen.
 pub const HEADERS_MAX: usize = 256;
@@ -278,6 +280,22 @@ pub fn below_configured(
     mismatches
 }
 
+/// The limits of `provider`'s `model` defined on `backend` above what a response's
+/// `headers` report: [`below_configured`] over the backend's own definitions, so
+/// a caller holding only the limiter learns which limits the provider refuses first.
+pub async fn limits_above_provider<'a>(
+    backend: &dyn Backend,
+    provider: &str,
+    model: &str,
+    headers: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<Vec<LimitMismatch>, LimiterError> {
+    let read = read_headers(headers);
+    let definitions: Vec<LimitDefinition> = (backend.limit_reports().await?.into_iter())
+        .map(|report| report.state.definition().clone())
+        .collect();
+    Ok(below_configured(&read, provider, model, &definitions))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,5 +404,36 @@ mod tests {
         let hinted = read_headers_at([("x-ratelimit-reset-requests", "2s"), ("retry-after", "3")], 0);
         assert_eq!(hinted.wait_ms(), Some(3_000), "the retry hint wins");
         assert_eq!(read_headers_at([], 0).wait_ms(), None);
+    }
+
+    #[tokio::test]
+    async fn a_backend_reports_its_limits_above_the_providers() {
+        use crate::clock::SystemClock;
+        use crate::memory::{MemoryBackend, MemoryConfig};
+        let backend = MemoryBackend::new(std::sync::Arc::new(SystemClock::new()), MemoryConfig::default());
+        for (dimension, capacity) in [("rpm", 600), ("tpm", 30_000)] {
+            let key = LimitKey::llm_dimension("openai", "gpt-4o", dimension).unwrap();
+            let definition = LimitDefinition::rolling(key, capacity, 60).unwrap();
+            backend.apply_definition(&definition).await.unwrap();
+        }
+        let headers = [
+            ("x-ratelimit-limit-requests", "500"),
+            ("x-ratelimit-limit-tokens", "30000"),
+        ];
+        let above = limits_above_provider(&backend, "openai", "gpt-4o", headers)
+            .await
+            .unwrap();
+        assert_eq!(
+            above,
+            [LimitMismatch {
+                key: "global:llm:openai:gpt-4o:rpm".to_owned(),
+                configured_per_minute: 600,
+                provider_limit: 500
+            }]
+        );
+        assert!(limits_above_provider(&backend, "openai", "gpt-4o-mini", headers)
+            .await
+            .unwrap()
+            .is_empty());
     }
 }
