@@ -466,7 +466,7 @@ mod tests {
         let (backend, rpm, _) = backend().await;
         let paused = Pause::new(1_000)
             .unwrap()
-            .hold(backend.clone(), &[rpm.clone()])
+            .hold(backend.clone(), std::slice::from_ref(&rpm))
             .await
             .unwrap();
         assert_eq!(in_use(&backend, &rpm).await, 1_000);
