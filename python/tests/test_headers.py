@@ -4,6 +4,7 @@ against ratelimiterd; and llm_limits using a provider's profile by default."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -21,6 +22,7 @@ from llm_ratelimiter import (
     Limiter,
     ProviderLimit,
     RemoteLimiter,
+    Scheduler,
     llm_limits,
     read_provider_headers,
 )
@@ -139,6 +141,24 @@ def test_bad_pause_arguments_change_nothing() -> None:
         with pytest.raises(error):
             limiter.pause_model("openai", "gpt-4o-headers", **kwargs)
     assert limiter.limit(RPM).in_use == 0 and limiter.paused_s("openai", "gpt-4o-headers") == 0
+
+
+def test_the_scheduler_waits_a_pause_out() -> None:
+    async def main() -> None:
+        limiter = Limiter(llm_limits("openai", "sched-headers", rpm=600, tpm=100_000))
+        limiter.pause_model("openai", "sched-headers", duration_s=0.3)
+        started = time.monotonic()
+
+        async def provider_call() -> int:
+            return 4
+
+        async with Scheduler(limiter, workers=2) as scheduler:
+            result = await scheduler.submit(provider_call, provider="openai", model="sched-headers",
+                                            tenant_id="acme", prompt="Hi", max_tokens=5, prompt_tokens=1)
+        assert result.used_tokens == 4
+        assert time.monotonic() - started >= 0.25, "the job ran after the pause, not before"
+
+    asyncio.run(main())
 
 
 def test_a_remote_pause_holds_for_every_client_of_the_server(server_url: str) -> None:
