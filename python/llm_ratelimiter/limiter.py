@@ -41,6 +41,10 @@ WAIT_TIMEOUT_S_DEFAULT = 120.0
 COMPLETE_ATTEMPTS_MAX = 3
 #: The longest pause of a model after a provider's 429, in ms (the library's bound).
 PAUSE_MS_MAX: int = _native.PAUSE_MS_MAX
+#: How often a running pause holds again what freed, in seconds (the library's
+#: ``REHOLD_INTERVAL_MS``): a new pause ending less than this after the running one is
+#: not started.
+REHOLD_INTERVAL_S = 0.1
 #: Where :meth:`observe_response` warns of limits configured above the provider's.
 _LOG = logging.getLogger("llm_ratelimiter")
 
@@ -144,6 +148,14 @@ class _Pauses:
         with self._lock:
             until = time.monotonic() + duration_s
             self._until[(provider, model)] = max(until, self._until.get((provider, model), 0.0))
+
+    def covers(self, provider: str, model: str, duration_s: float) -> bool:
+        """Whether the pause running ends no more than a re-hold interval before one of
+        ``duration_s`` from now would: the burst of 429s of the calls in flight when the
+        provider's limit ran out then makes one pause, not one per call."""
+        with self._lock:
+            running = self._until.get((provider, model), 0.0)
+        return time.monotonic() + duration_s < running + REHOLD_INTERVAL_S
 
     def left_s(self, provider: str, model: str) -> float:
         with self._lock:
@@ -265,8 +277,9 @@ class _LimiterBase:
         (``retry-after-ms``, ``retry-after``, the limits' resets; 1 s when they name
         none), at most ten minutes. The hold is in the limiter, so on a
         :class:`RemoteLimiter` every client of the server is paused too; capacity
-        freed meanwhile is held again every 100 ms, and the hold ends by itself.
-        Answers the pause in seconds."""
+        freed meanwhile is held again every 100 ms, and the hold ends by itself. A
+        pause of the model already running until then (or less than 100 ms before) is
+        left to cover it: no second pause starts. Answers the pause in seconds."""
         _arguments_str("provider", provider)
         _arguments_str("model", model)
         if duration_s is not None:
@@ -278,8 +291,9 @@ class _LimiterBase:
             duration_ms = read_provider_headers(headers).pause_ms
         else:
             raise ArgumentTypeError("pause_model needs duration_s or headers", field="duration_s")
-        self._native.pause(self._model_keys(provider, model), duration_ms)
-        self._pauses.start(provider, model, duration_ms / 1000)
+        if not self._pauses.covers(provider, model, duration_ms / 1000):
+            self._native.pause(self._model_keys(provider, model), duration_ms)
+            self._pauses.start(provider, model, duration_ms / 1000)
         return duration_ms / 1000
 
     def paused_s(self, provider: str, model: str) -> float:

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderMap;
-use ratelimiter::pause::Pause;
+use ratelimiter::pause::{Pause, REHOLD_INTERVAL_MS};
 use ratelimiter::Backend;
 
 use crate::limits::ModelKeys;
@@ -39,8 +39,13 @@ impl Cooldown {
         (left > 0).then_some(left)
     }
 
-    fn extend_to(&self, until_unix_ms: u64) {
-        self.until_unix_ms.fetch_max(until_unix_ms, Ordering::Relaxed);
+    /// Makes the cooldown last until `until_unix_ms` at least; true when that is a
+    /// re-hold interval or more past the pause already running, so that a new pause is
+    /// worth starting. The burst of 429s of the calls in flight when the provider's
+    /// limit ran out then starts one pause, not one per call.
+    fn extend_to(&self, until_unix_ms: u64) -> bool {
+        let before = self.until_unix_ms.fetch_max(until_unix_ms, Ordering::Relaxed);
+        until_unix_ms >= before.saturating_add(REHOLD_INTERVAL_MS)
     }
 }
 
@@ -72,7 +77,9 @@ pub fn start(backend: Arc<dyn Backend>, keys: &ModelKeys, headers: &HeaderMap, c
     };
     let pause = Pause::after_429(&provider_headers(headers));
     let hold_ms = pause.duration_ms();
-    cooldown.extend_to(now_unix_ms().saturating_add(hold_ms));
+    if !cooldown.extend_to(now_unix_ms().saturating_add(hold_ms)) {
+        return;
+    }
     tokio::spawn(async move {
         match pause.hold(backend, std::slice::from_ref(&key)).await {
             Ok(paused) => {
@@ -93,10 +100,15 @@ mod tests {
     fn a_cooldown_counts_down_and_only_grows() {
         let cooldown = Cooldown::default();
         assert_eq!(cooldown.left_ms(), None);
-        cooldown.extend_to(now_unix_ms() + 5_000);
-        cooldown.extend_to(now_unix_ms() + 1_000);
+        assert!(cooldown.extend_to(now_unix_ms() + 5_000), "the first pause starts");
+        assert!(!cooldown.extend_to(now_unix_ms() + 1_000), "one ending sooner does not");
+        assert!(
+            !cooldown.extend_to(now_unix_ms() + 5_010),
+            "nor one ending a few ms later"
+        );
         let left = cooldown.left_ms().unwrap();
-        assert!(left > 1_000 && left <= 5_000, "{left}");
+        assert!(left > 1_000 && left <= 5_010, "{left}");
+        assert!(cooldown.extend_to(now_unix_ms() + 60_000), "one ending much later does");
     }
 
     #[test]
