@@ -280,17 +280,22 @@ impl Paused {
     }
 
     /// Re-holds freed capacity every [`REHOLD_INTERVAL_MS`] until the pause ends,
-    /// then releases its leases. A failed re-hold is logged and tried again: the
-    /// holds already made stand until their end either way.
+    /// then releases its leases. A failed re-hold is tried again (logged once, not
+    /// every 100 ms): the holds already made stand until their end either way.
     pub async fn run(mut self) {
+        let mut warned = false;
         loop {
             let left_ms = self.left_ms();
             if left_ms == 0 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(left_ms.min(REHOLD_INTERVAL_MS))).await;
-            if let Err(error) = self.rehold().await {
-                tracing::warn!(%error, "pause: freed capacity was not held again");
+            match self.rehold().await {
+                Err(error) if !warned => {
+                    warned = true;
+                    tracing::warn!(%error, "pause: freed capacity was not held again; retrying every 100 ms");
+                }
+                _ => {}
             }
         }
         self.release().await;
