@@ -39,6 +39,9 @@ pub const CODE_LEASE_GRANTED: u16 = 32;
 pub const CODE_LEASE_DENIED: u16 = 33;
 /// The code of a lease's completion record ([`completion_record`]).
 pub const CODE_LEASE_COMPLETED: u16 = 34;
+/// The code of a cluster-clock probe ([`clock_probe`]): a zero-amount
+/// transfer written only to read the cluster's time back from its timestamp.
+pub const CODE_CLOCK_PROBE: u16 = 35;
 /// The account code of the two lease-marker accounts.
 pub const ACCOUNT_CODE_LEASES: u16 = 5;
 
@@ -137,6 +140,25 @@ pub fn denied_marker(lease: LeaseId, id: u128) -> tb::Transfer {
         .with_ledger(LEDGER_LEASES)
         .with_code(CODE_LEASE_DENIED)
         .with_user_data_128(lease.to_u128())
+}
+
+/// A probe of the cluster's clock at `id` (`xfer:clock:<random>`): a
+/// zero-amount transfer between the lease-marker accounts, which moves
+/// nothing and is written once a minute at most per server
+/// ([`super::cluster_clock`]); its timestamp is the cluster's time.
+pub fn clock_probe(id: u128) -> tb::Transfer {
+    tb::Transfer::new(id)
+        .with_debit_account_id(id128("acct:leases:debit"))
+        .with_credit_account_id(id128("acct:leases:credit"))
+        .with_amount(0)
+        .with_ledger(LEDGER_LEASES)
+        .with_code(CODE_CLOCK_PROBE)
+}
+
+/// The id of a new clock probe: `xfer:clock:<a fresh ULID>`, never the id
+/// of an earlier probe or of any lease's transfer.
+pub fn clock_probe_id() -> u128 {
+    id128(&format!("xfer:clock:{}", LeaseId::generate()))
 }
 
 /// The two accounts of lease markers: unconstrained, markers move no amount.

@@ -14,6 +14,8 @@
 
 #[cfg(feature = "tigerbeetle")]
 pub mod backend;
+#[cfg(feature = "tigerbeetle")]
+pub mod cluster_clock;
 pub mod config;
 #[cfg(feature = "tigerbeetle")]
 pub mod definition_log;
