@@ -57,6 +57,14 @@ fn faketime_lib() -> Result<PathBuf, String> {
     }
 }
 
+/// libfaketime's library, or `None` after saying why `what` is skipped
+/// without it.
+fn faketime_or_skip(what: &str) -> Option<PathBuf> {
+    faketime_lib()
+        .map_err(|reason| eprintln!("SKIPPED {what}: {reason}"))
+        .ok()
+}
+
 /// A server whose wall clock is offset by what `offset_file` says.
 struct SteppedServer {
     daemon: Daemon,
@@ -222,12 +230,8 @@ fn assert_never_over_capacity(grants: &Grants) {
 /// clock steps forward an hour, then back two; a concurrency limit full at
 /// the forward step.
 fn steps_while_running(backend: BackendConfig, label: &str) {
-    let lib = match faketime_lib() {
-        Ok(lib) => lib,
-        Err(reason) => {
-            eprintln!("SKIPPED clock steps on {label}: {reason}");
-            return;
-        }
+    let Some(lib) = faketime_or_skip(&format!("clock steps on {label}")) else {
+        return;
     };
     let dir = temp_dir(&format!("clock-{label}"));
     let config = support::write_config_on(&dir, backend, "", "");
@@ -307,12 +311,8 @@ fn restored_clock_step_ms(daemon: &Daemon) -> i64 {
 /// hour late (capacity idle).
 #[test]
 fn a_clock_step_across_a_restart_moves_no_hold_end_on_the_memory_backend() {
-    let lib = match faketime_lib() {
-        Ok(lib) => lib,
-        Err(reason) => {
-            eprintln!("SKIPPED clock steps across a restart: {reason}");
-            return;
-        }
+    let Some(lib) = faketime_or_skip("clock steps across a restart") else {
+        return;
     };
     let dir = temp_dir("clock-restart");
     let config = support::write_config_on(&dir, BackendConfig::Memory, "", "memory:\n  snapshot_interval_ms: 0\n");
@@ -390,12 +390,8 @@ fn metric(daemon: &Daemon, name: &str) -> u64 {
 #[cfg(feature = "tigerbeetle")]
 #[test]
 fn an_overage_completed_after_a_restart_across_a_clock_step_is_held_for_the_rest_of_the_window() {
-    let lib = match faketime_lib() {
-        Ok(lib) => lib,
-        Err(reason) => {
-            eprintln!("SKIPPED an overage across a clock step: {reason}");
-            return;
-        }
+    let Some(lib) = faketime_or_skip("an overage across a clock step") else {
+        return;
     };
     let cluster = ratelimiter::tigerbeetle::LocalCluster::start().expect("a local TigerBeetle replica");
     let backend = BackendConfig::TigerBeetle {

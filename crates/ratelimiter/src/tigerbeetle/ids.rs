@@ -107,14 +107,21 @@ pub fn completion_id(lease: LeaseId) -> u128 {
 /// a later Complete of the lease with other actuals, on any server, meets
 /// `exists_with_different_user_data_64` and changes nothing.
 pub fn completion_record(lease: LeaseId, digest: u64) -> tb::Transfer {
-    tb::Transfer::new(completion_id(lease))
+    lease_ledger_record(completion_id(lease), CODE_LEASE_COMPLETED)
+        .with_user_data_128(lease.to_u128())
+        .with_user_data_64(digest)
+}
+
+/// A record of the leases' ledger at `id` with `code`: a zero-amount
+/// transfer between the two lease-marker accounts, which moves nothing and
+/// exists only to be found (by id, or for its time stamp).
+fn lease_ledger_record(id: u128, code: u16) -> tb::Transfer {
+    tb::Transfer::new(id)
         .with_debit_account_id(id128("acct:leases:debit"))
         .with_credit_account_id(id128("acct:leases:credit"))
         .with_amount(0)
         .with_ledger(LEDGER_LEASES)
-        .with_code(CODE_LEASE_COMPLETED)
-        .with_user_data_128(lease.to_u128())
-        .with_user_data_64(digest)
+        .with_code(code)
 }
 
 /// A digest of a Complete's actuals, independent of their order and stable
@@ -133,13 +140,7 @@ pub fn actuals_digest<'a>(actuals: impl Iterator<Item = (&'a LimitKey, u64)>) ->
 /// transfer that no reservation can equal, carrying the lease like its
 /// reservations.
 pub fn denied_marker(lease: LeaseId, id: u128) -> tb::Transfer {
-    tb::Transfer::new(id)
-        .with_debit_account_id(id128("acct:leases:debit"))
-        .with_credit_account_id(id128("acct:leases:credit"))
-        .with_amount(0)
-        .with_ledger(LEDGER_LEASES)
-        .with_code(CODE_LEASE_DENIED)
-        .with_user_data_128(lease.to_u128())
+    lease_ledger_record(id, CODE_LEASE_DENIED).with_user_data_128(lease.to_u128())
 }
 
 /// A probe of the cluster's clock at `id` (`xfer:clock:<random>`): a
@@ -147,12 +148,7 @@ pub fn denied_marker(lease: LeaseId, id: u128) -> tb::Transfer {
 /// nothing and is written once a minute at most per server
 /// ([`super::cluster_clock`]); its timestamp is the cluster's time.
 pub fn clock_probe(id: u128) -> tb::Transfer {
-    tb::Transfer::new(id)
-        .with_debit_account_id(id128("acct:leases:debit"))
-        .with_credit_account_id(id128("acct:leases:credit"))
-        .with_amount(0)
-        .with_ledger(LEDGER_LEASES)
-        .with_code(CODE_CLOCK_PROBE)
+    lease_ledger_record(id, CODE_CLOCK_PROBE)
 }
 
 /// The id of a new clock probe: `xfer:clock:<a fresh ULID>`, never the id
