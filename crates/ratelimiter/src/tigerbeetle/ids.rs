@@ -271,6 +271,21 @@ mod tests {
     }
 
     #[test]
+    fn clock_probes_move_nothing_on_the_leases_ledger_at_fresh_ids() {
+        let probe = clock_probe(clock_probe_id());
+        assert_eq!(
+            (probe.amount(), probe.ledger(), probe.code()),
+            (0, LEDGER_LEASES, CODE_CLOCK_PROBE)
+        );
+        assert_ne!(clock_probe_id(), clock_probe_id());
+        let codes = [CODE_LEASE_GRANTED, CODE_LEASE_DENIED, CODE_LEASE_COMPLETED];
+        assert!(
+            !codes.contains(&CODE_CLOCK_PROBE),
+            "a probe is never read as a lease record"
+        );
+    }
+
+    #[test]
     fn funding_ids_differ_by_history_and_attempt() {
         let k = key("k");
         assert_ne!(fund_transfer_id(&k, 10, 0), fund_transfer_id(&k, 10, 5));
