@@ -3,7 +3,8 @@
 //! window's elapsed time with, instead of two servers' wall clocks.
 //!
 //! The cluster stamps every transfer it writes with its own time, in ns, and
-//! times every hold from that stamp. The stamp of a transfer this process
+//! times every hold from that stamp (its physical time, kept within a bounded
+//! skew of the replicas' clocks: <https://docs.tigerbeetle.com/coding/time/>). The stamp of a transfer this process
 //! wrote is a time the cluster had reached when the write was answered, so it
 //! is a lower bound of the cluster's "now" from then on; between readings the
 //! bound moves with this process's monotonic clock, discounted by
@@ -32,13 +33,13 @@ use super::ids;
 /// (about 100 ppm at worst) and twice the most NTP ever slews (500 ppm).
 pub const DRIFT_PPM: u64 = 1_000;
 
-/// The most parts per million, to apply [`DRIFT_PPM`].
+/// Parts per million in a whole, to apply [`DRIFT_PPM`].
 const PPM: u64 = 1_000_000;
 
 /// How old a reading may grow before a Complete that needs the cluster's time
 /// probes again: over a minute the drift discount costs at most 60 ms of
-/// extra hold, and a probe a minute (two small requests) costs the cluster
-/// nothing measurable.
+/// extra hold, and a probe a minute (two small requests) is nothing beside
+/// the thousands of requests a second a busy server sends.
 pub const READING_AGE_MAX: Duration = Duration::from_secs(60);
 
 /// One time stamp of the cluster and when this process had it.
