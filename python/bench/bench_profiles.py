@@ -65,7 +65,7 @@ def run(sim: str, shape: str, profiled: bool, seconds: float) -> Dict[str, float
         provider = "openai" if shape == "sliding" else shape
         model = f"bench-{shape}-{int(profiled)}"
         if not profiled:
-            limits = llm_limits(provider, model, rpm=RPM, tpm=TPM, concurrency=WORKERS)
+            limits = llm_limits(provider, model, rpm=RPM, tpm=TPM, concurrency=WORKERS, profile=False)
         elif shape == "anthropic":
             limits = llm_limits(provider, model, rpm=RPM, input_tpm=TPM, output_tpm=TPM, profile=True)
         else:

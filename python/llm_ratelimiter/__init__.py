@@ -22,12 +22,15 @@ from .errors import (
     SchedulerClosedError,
     UnknownLimitKeyError,
 )
-from .limiter import Lease, Limiter, LlmLease, RemoteLimiter
-from .limits import Actual, LimitDefinition, LimitReport, Requirement, llm_limits
+from .headers import LimitMismatch, ProviderHeaders, ProviderLimit, read_provider_headers
+from .limiter import PAUSE_MS_MAX, Lease, Limiter, LlmLease, RemoteLimiter
+from .limits import PROFILE_PROVIDERS, Actual, LimitDefinition, LimitReport, Requirement, llm_limits
 from .llm import LlmCall, usage_tokens
 from .scheduler import JobResult, Scheduler, ShutdownReport
 
 __all__ = [
+    "PAUSE_MS_MAX",
+    "PROFILE_PROVIDERS",
     "REQUIREMENTS_MAX",
     "Actual",
     "ArgumentTypeError",
@@ -40,11 +43,14 @@ __all__ = [
     "Lease",
     "LimitConflictError",
     "LimitDefinition",
+    "LimitMismatch",
     "LimitReport",
     "Limiter",
     "LimiterUnavailableError",
     "LlmCall",
     "LlmLease",
+    "ProviderHeaders",
+    "ProviderLimit",
     "QueueFullError",
     "RateLimiterError",
     "RemoteLimiter",
@@ -58,5 +64,6 @@ __all__ = [
     "UnknownLimitKeyError",
     "llm_limits",
     "new_lease_id",
+    "read_provider_headers",
     "usage_tokens",
 ]

@@ -6,6 +6,7 @@ _Pairs = Sequence[Tuple[str, int]]
 _Callback = Callable[[Any, Optional[BaseException]], None]
 
 REQUIREMENTS_MAX: int
+PAUSE_MS_MAX: int
 
 def new_lease_id() -> str:
     """A fresh lease id (a ULID)."""
@@ -35,6 +36,12 @@ def profile_actuals(
     prompt_tokens: Optional[int] = None,
 ) -> List[Tuple[str, int]]:
     """What one call that used ``used_tokens`` completes with under the profile."""
+
+def read_provider_headers(headers: List[Tuple[str, str]]) -> str:
+    """A response's rate-limit headers as the library reads them, as JSON."""
+
+def limits_above_provider(headers: List[Tuple[str, str]], provider: str, model: str, definitions_json: str) -> str:
+    """The definitions configured above the provider's limits, as a JSON array."""
 
 class Denial:
     """Why a reservation was not granted."""
@@ -86,6 +93,7 @@ class MemoryLimiter:
     def limit(self, key: str) -> Optional[str]: ...
     def apply_pending_decreases(self) -> int: ...
     def advance_clock_ms(self, ms: int) -> None: ...
+    def pause(self, keys: List[str], duration_ms: int) -> None: ...
 
 class RemoteLimiter:
     """The library's HTTP client to ratelimiterd."""
@@ -105,3 +113,4 @@ class RemoteLimiter:
     def define(self, definition_json: str) -> str: ...
     def limits(self) -> str: ...
     def limit(self, key: str) -> Optional[str]: ...
+    def pause(self, keys: List[str], duration_ms: int) -> None: ...

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import math
 import os
 import threading
 import time
@@ -13,7 +15,15 @@ from typing import Any, AsyncIterator, Iterable, Iterator, List, Optional, Seque
 
 from . import _arguments, _native
 from ._native import Denial, Reservation
-from .errors import ArgumentTypeError, LimiterUnavailableError, ReservationDeniedError, ReservationTimeoutError
+from .errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    LimiterUnavailableError,
+    RateLimiterError,
+    ReservationDeniedError,
+    ReservationTimeoutError,
+)
+from .headers import HeadersLike, LimitMismatch, header_pairs, mismatches_from_json, read_provider_headers
 from .limits import DefinitionLike, LimitReport, definition_json
 from .llm import LlmCall, Tokenizer, usage_tokens
 
@@ -29,6 +39,10 @@ WAIT_TIMEOUT_S_DEFAULT = 120.0
 #: Attempts at Complete when the limiter is unreachable: Complete is idempotent,
 #: and a hold that is never completed still ends at its timeout.
 COMPLETE_ATTEMPTS_MAX = 3
+#: The longest pause of a model after a provider's 429, in ms (the library's bound).
+PAUSE_MS_MAX: int = _native.PAUSE_MS_MAX
+#: Where :meth:`observe_response` warns of limits configured above the provider's.
+_LOG = logging.getLogger("llm_ratelimiter")
 
 
 class Lease:
@@ -117,7 +131,41 @@ class _Frees:
                 self._events.remove(entry)
 
 
-#: Creates a limiter's :class:`_Frees` once, whichever thread asks first.
+class _Pauses:
+    """The models this limiter paused after a provider's 429, and when each pause ends
+    (``time.monotonic()``), so that a wait for a paused model lasts past it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._until: dict = {}
+        self.warned: set = set()
+
+    def start(self, provider: str, model: str, duration_s: float) -> None:
+        with self._lock:
+            until = time.monotonic() + duration_s
+            self._until[(provider, model)] = max(until, self._until.get((provider, model), 0.0))
+
+    def left_s(self, provider: str, model: str) -> float:
+        with self._lock:
+            return max(self._until.get((provider, model), 0.0) - time.monotonic(), 0.0)
+
+    def end_of(self, key: Optional[str]) -> Optional[float]:
+        """When the pause of the model ``key`` belongs to ends, if one runs."""
+        if key is None:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            ends = [until for (provider, model), until in self._until.items()
+                    if until > now and key.startswith(_model_prefix(provider, model))]
+        return max(ends, default=None)
+
+
+def _model_prefix(provider: str, model: str) -> str:
+    """The start of every key of ``provider``'s ``model``."""
+    return f"global:llm:{provider}:{model}:"
+
+
+#: Creates a limiter's :class:`_Frees` and :class:`_Pauses` once, whichever thread asks first.
 _FREES_LOCK = threading.Lock()
 
 
@@ -133,6 +181,14 @@ class _LimiterBase:
             with _FREES_LOCK:
                 frees = self.__dict__.setdefault("_frees_state", _Frees())
         return frees
+
+    @property
+    def _pauses(self) -> _Pauses:
+        pauses = self.__dict__.get("_pauses_state")
+        if pauses is None:
+            with _FREES_LOCK:
+                pauses = self.__dict__.setdefault("_pauses_state", _Pauses())
+        return pauses
 
     # Reserve and complete -------------------------------------------------
 
@@ -187,6 +243,88 @@ class _LimiterBase:
         text = self._native.limit(key)
         return None if text is None else LimitReport.from_json(text)
 
+    # Learning from the provider's headers ----------------------------------
+
+    def limits_above_provider(self, provider: str, model: str, headers: HeadersLike) -> List[LimitMismatch]:
+        """The limits of ``provider``'s ``model`` defined above what the provider's
+        response ``headers`` report (compared per minute): each is a limit the provider
+        refuses before this limiter does. Reads this limiter's definitions (a
+        :class:`RemoteLimiter` needs the admin token for that)."""
+        prefix = _model_prefix(_arguments_str("provider", provider), _arguments_str("model", model))
+        definitions = [json.loads(definition_json(r.definition)) for r in self.limits()
+                       if r.definition.key.startswith(prefix)]
+        text = _native.limits_above_provider(header_pairs(headers), provider, model, json.dumps(definitions))
+        return mismatches_from_json(text)
+
+    def pause_model(
+        self, provider: str, model: str, *, duration_s: Optional[float] = None,
+        headers: Optional[HeadersLike] = None,
+    ) -> float:
+        """Pauses ``provider``'s ``model`` after its 429: holds the free capacity of the
+        model's keys for ``duration_s``, else the time the 429's ``headers`` ask for
+        (``retry-after-ms``, ``retry-after``, the limits' resets; 1 s when they name
+        none), at most ten minutes. The hold is in the limiter, so on a
+        :class:`RemoteLimiter` every client of the server is paused too; capacity
+        freed meanwhile is held again every 100 ms, and the hold ends by itself.
+        Answers the pause in seconds."""
+        _arguments_str("provider", provider)
+        _arguments_str("model", model)
+        if duration_s is not None:
+            duration_ms = math.ceil(_arguments.seconds("duration_s", duration_s) * 1000)
+            if not 1 <= duration_ms <= PAUSE_MS_MAX:
+                raise InvalidArgumentError(f"duration_s must be 0.001..={PAUSE_MS_MAX // 1000} s, got {duration_s}",
+                                           field="duration_s")
+        elif headers is not None:
+            duration_ms = read_provider_headers(headers).pause_ms
+        else:
+            raise ArgumentTypeError("pause_model needs duration_s or headers", field="duration_s")
+        self._native.pause(self._model_keys(provider, model), duration_ms)
+        self._pauses.start(provider, model, duration_ms / 1000)
+        return duration_ms / 1000
+
+    def paused_s(self, provider: str, model: str) -> float:
+        """Seconds left of this limiter's pause of ``provider``'s ``model``; 0 when none runs."""
+        return self._pauses.left_s(provider, model)
+
+    def observe_response(
+        self, provider: str, model: str, status: int, headers: HeadersLike
+    ) -> List[LimitMismatch]:
+        """Learns from one response of ``provider``'s ``model``: answers the limits
+        configured above the provider's (logged once per model as a warning), and
+        after a 429 pauses the model until the provider's reset (:meth:`pause_model`).
+        Call it with every response's status and headers."""
+        _arguments.uint("status", status, maximum=999)
+        try:
+            mismatches = self.limits_above_provider(provider, model, headers)
+        except RateLimiterError as error:
+            if isinstance(error, ArgumentTypeError):
+                raise
+            mismatches = []  # The definitions cannot be read here (no admin token).
+        if mismatches and (provider, model) not in self._pauses.warned:
+            self._pauses.warned.add((provider, model))
+            _LOG.warning("the configured limits of %s %s are above the provider's: %s; expect provider 429s",
+                         provider, model, mismatches)
+        if status == 429:
+            self.pause_model(provider, model, headers=headers)
+        return mismatches
+
+    def _model_keys(self, provider: str, model: str) -> List[str]:
+        """The keys a pause of the model holds: every defined key of the model, or,
+        where the definitions cannot be read (a client without the admin token), its
+        ``rpm`` key, which every call of the model reserves."""
+        prefix = _model_prefix(provider, model)
+        try:
+            keys = [r.definition.key for r in self.limits() if r.definition.key.startswith(prefix)]
+        except RateLimiterError:
+            keys = []
+        return keys or [prefix + "rpm"]
+
+    def _deadline_after_pause(self, denial: Optional[Denial], deadline: float, timeout_s: float) -> float:
+        """A wait denied by this limiter's pause of a model counts its timeout from the
+        pause's end: a pause is the provider's time, not the caller's."""
+        end = self._pauses.end_of(denial.key if denial is not None else None)
+        return deadline if end is None else max(deadline, end + timeout_s)
+
     # Waiting for a grant ---------------------------------------------------
 
     def reserve_wait(
@@ -200,7 +338,8 @@ class _LimiterBase:
         deadline, woken by frees. An unknown outcome is retried with the same lease id.
         Raises :class:`ReservationDeniedError` when the requirements can never fit and
         :class:`ReservationTimeoutError` at the deadline."""
-        deadline = time.monotonic() + _arguments.seconds("timeout_s", timeout_s)
+        timeout_s = _arguments.seconds("timeout_s", timeout_s)
+        deadline = time.monotonic() + timeout_s
         lease_id: Optional[str] = None
         while True:
             epoch = self._frees.epoch
@@ -214,13 +353,15 @@ class _LimiterBase:
             if reservation.allowed:
                 return reservation
             lease_id = None
+            deadline = self._deadline_after_pause(reservation.denial, deadline, timeout_s)
             self._frees.wait(epoch, _wait_s(reservation.denial, deadline, self._frees.holding()))
 
     async def areserve_wait(
         self, requirements: Pairs, *, timeout_s: float = WAIT_TIMEOUT_S_DEFAULT, job_id: Optional[str] = None
     ) -> Reservation:
         """:meth:`reserve_wait` for asyncio: waits without blocking the loop."""
-        deadline = time.monotonic() + _arguments.seconds("timeout_s", timeout_s)
+        timeout_s = _arguments.seconds("timeout_s", timeout_s)
+        deadline = time.monotonic() + timeout_s
         lease_id: Optional[str] = None
         while True:
             epoch = self._frees.epoch
@@ -234,6 +375,7 @@ class _LimiterBase:
             if reservation.allowed:
                 return reservation
             lease_id = None
+            deadline = self._deadline_after_pause(reservation.denial, deadline, timeout_s)
             await self._frees.await_(epoch, _wait_s(reservation.denial, deadline, self._frees.holding()))
 
     @contextlib.contextmanager
@@ -314,6 +456,13 @@ class _LimiterBase:
                     await asyncio.sleep(error.retry_after_ms / 1000)
 
         await _run_to_end(complete())
+
+
+def _arguments_str(name: str, value: Any) -> str:
+    """A ``str`` argument (a provider or model name)."""
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{name} must be a str, got {type(value).__name__}", field=name)
+    return value
 
 
 async def _run_to_end(work: Any) -> None:

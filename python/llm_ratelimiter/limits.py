@@ -130,6 +130,9 @@ class LimitReport:
         )
 
 
+#: The providers whose profile :func:`llm_limits` uses by default (docs/provider-profiles.md).
+PROFILE_PROVIDERS = frozenset({"openai", "azure", "anthropic", "gemini", "bedrock"})
+
 #: The provider profiles :func:`llm_limits` defined in this process, by (provider, model):
 #: the published limits as JSON. :class:`~llm_ratelimiter.LlmCall` of that provider and model
 #: reserves and completes by the profile's rules.
@@ -151,7 +154,7 @@ def llm_limits(
     concurrency: Optional[int] = None,
     window_seconds: int = WINDOW_SECONDS_PER_MINUTE_LIMIT,
     timeout_seconds: int = CONCURRENCY_TIMEOUT_SECONDS_DEFAULT,
-    profile: bool = False,
+    profile: Optional[bool] = None,
     input_tpm: Optional[int] = None,
     output_tpm: Optional[int] = None,
     rpd: Optional[int] = None,
@@ -159,15 +162,21 @@ def llm_limits(
 ) -> List[LimitDefinition]:
     """The limits of one model, keyed as :func:`LlmCall.requirements` reserves them.
 
-    Without ``profile``: requests and tokens per window (``rpm``, ``tpm``) and calls in
-    flight (``concurrency``). With ``profile=True``, ``provider`` is ``"openai"``,
-    ``"azure"``, ``"anthropic"``, ``"gemini"`` or ``"bedrock"`` and the numbers are the
-    ones it publishes (Anthropic: ``rpm``, ``input_tpm``, ``output_tpm``; Gemini may add
+    By default a provider with a profile (``"openai"``, ``"azure"``, ``"anthropic"``,
+    ``"gemini"``, ``"bedrock"``: :data:`PROFILE_PROVIDERS`) gets its profile, since the
+    numbers it publishes, enforced as plain minute windows, meet its 429s; any other
+    provider gets plain windows. ``profile=False``: requests and tokens per window
+    (``rpm``, ``tpm``) and calls in flight (``concurrency``), all three required.
+    ``profile=True`` asks for the profile (an unknown provider is an
+    :class:`InvalidArgumentError`). With a profile the numbers are the ones the provider
+    publishes (Anthropic: ``rpm``, ``input_tpm``, ``output_tpm``; Gemini may add
     ``rpd``; Azure's ``rpm`` defaults to 6 per 1,000 ``tpm``); the definitions are the
     library's profile, which stays inside the provider's enforcement (OpenAI's
     per-second quantization, Anthropic's separate input and output limits: the
     repository's docs/provider-profiles.md), and from then on every ``LlmCall`` of that
     provider and model in this process reserves and completes by the profile's rules."""
+    if profile is None:
+        profile = provider in PROFILE_PROVIDERS
     if profile:
         published = {
             "rpm": rpm, "tpm": tpm, "input_tpm": input_tpm, "output_tpm": output_tpm, "rpd": rpd,
@@ -181,7 +190,9 @@ def llm_limits(
         if value is None:
             from .errors import ArgumentTypeError
 
-            raise ArgumentTypeError(f"{name} is required without profile=True", field=name)
+            raise ArgumentTypeError(f"{name} is required without a profile", field=name)
+    # Plain windows replace a profile this model had: the latest definitions decide.
+    _PROFILES.pop((provider, model), None)
     keys = [key for key, _ in _native.llm_requirements(provider, model, "any", "", 1)]
     rpm_key, tpm_key, concurrency_key = keys
     return [

@@ -9,6 +9,7 @@
 
 mod convert;
 mod errors;
+mod headers;
 mod llm;
 mod memory;
 mod outcome;
@@ -31,6 +32,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(profile::llm_profile, m)?)?;
     m.add_function(wrap_pyfunction!(profile::profile_requirements, m)?)?;
     m.add_function(wrap_pyfunction!(profile::profile_actuals, m)?)?;
+    m.add_function(wrap_pyfunction!(headers::read_provider_headers, m)?)?;
+    m.add_function(wrap_pyfunction!(headers::limits_above_provider, m)?)?;
     m.add("REQUIREMENTS_MAX", ratelimiter::wire::REQUIREMENTS_MAX)?;
+    m.add("PAUSE_MS_MAX", ratelimiter::pause::PAUSE_MS_MAX)?;
     Ok(())
 }

@@ -14,7 +14,7 @@ use ratelimiter::{Backend, Clock, FakeClock, LimitDefinition, Limiter, MemoryBac
 use crate::convert::{self, detached};
 use crate::errors;
 use crate::outcome::Reservation;
-use crate::runtime::ready;
+use crate::runtime::{ready, shared};
 
 /// How often pending capacity decreases are checked on the system clock by
 /// default: every second, as `ratelimiterd`'s `decrease.check_interval_ms`.
@@ -211,6 +211,15 @@ impl MemoryLimiter {
         let applied = detached(py, || ready(backend.apply_pending_decreases()))?
             .map_err(|e| errors::limiter_error(py, e, None))?;
         Ok(applied.len())
+    }
+
+    /// Pauses `keys` for `duration_ms` (a provider's 429): holds their free capacity
+    /// until then, re-holding what frees meanwhile, in the background.
+    fn pause(&self, py: Python<'_>, keys: Vec<Bound<'_, PyAny>>, duration_ms: u64) -> PyResult<()> {
+        let (pause, keys) = crate::headers::pause_of(py, &keys, duration_ms)?;
+        let backend: Arc<dyn Backend> = self.backend.clone();
+        let held = detached(py, move || shared().block_on(pause.hold(backend, &keys)))?;
+        crate::headers::run_in_background(py, held)
     }
 
     /// Moves the manual clock forward, then carries out the pending decreases

@@ -93,6 +93,16 @@ impl RemoteLimiter {
             .map_err(|e| errors::limiter_error(py, e, Some(lease)))
     }
 
+    /// Pauses `keys` for `duration_ms` (a provider's 429) on the server, for every
+    /// client of it: holds their free capacity, found by probing, until then,
+    /// re-holding what frees meanwhile, in the background.
+    fn pause(&self, py: Python<'_>, keys: Vec<Bound<'_, PyAny>>, duration_ms: u64) -> PyResult<()> {
+        let (pause, keys) = crate::headers::pause_of(py, &keys, duration_ms)?;
+        let limiter: std::sync::Arc<dyn Limiter> = std::sync::Arc::new(self.client.clone());
+        let held = detached(py, move || shared().block_on(pause.hold_with(limiter, &keys)))?;
+        crate::headers::run_in_background(py, held)
+    }
+
     /// Starts a reserve and returns at once; `callback(reservation, error)` is
     /// called from a runtime thread with exactly one of the two set.
     #[pyo3(signature = (requirements, callback, *, lease_id=None, job_id=None))]

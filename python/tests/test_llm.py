@@ -80,7 +80,7 @@ def test_usage_shapes() -> None:
 
 
 def test_a_call_to_the_provider_is_reconciled_to_its_usage(provider_url: str) -> None:
-    limiter = Limiter(llm_limits("openai", "gpt-4o", rpm=100, tpm=10_000, concurrency=4))
+    limiter = Limiter(llm_limits("openai", "gpt-4o", rpm=100, tpm=10_000, concurrency=4, profile=False))
     prompt = "Summarise the design in one line"
     with limiter.llm_call("openai", "gpt-4o", "acme", prompt, 200, tokenizer=WordTokenizer()) as lease:
         assert limiter.limit("global:llm:openai:gpt-4o:tpm").in_use == 6 + 200

@@ -30,7 +30,7 @@ START_MS = 1_700_000_000_000
 
 
 def limiter(**kwargs: int) -> Limiter:
-    return Limiter(llm_limits("openai", "gpt-4o", rpm=100, tpm=1_000, concurrency=2), manual_clock_unix_ms=START_MS,
+    return Limiter(llm_limits("openai", "gpt-4o", rpm=100, tpm=1_000, concurrency=2, profile=False), manual_clock_unix_ms=START_MS,
                    **kwargs)
 
 
@@ -150,7 +150,7 @@ def test_bad_input_names_the_field() -> None:
 def test_limits_file_as_ratelimiterd_writes_it(tmp_path) -> None:
     path = tmp_path / "limits.json"
     entries = [dict(json.loads(d.to_json()), status="active", pending_decrease_to=0)
-               for d in llm_limits("openai", "gpt-4o", rpm=5, tpm=50, concurrency=1)]
+               for d in llm_limits("openai", "gpt-4o", rpm=5, tpm=50, concurrency=1, profile=False)]
     path.write_text(json.dumps(entries))
     lim = Limiter(limits_file=path)
     assert [r.definition.key for r in lim.limits()] == sorted([CONC, RPM, TPM])

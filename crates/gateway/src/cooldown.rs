@@ -1,24 +1,21 @@
 //! Provider 429s cool the model down on every server of a fleet (docs/gateway.md,
-//! "Provider 429s"): the gateway reserves what is left of the model's rpm (or
-//! concurrency) limit on the shared backend, and gives it back when the
-//! provider's `retry-after` ends. Every server's calls to the model are then
-//! denied by the backend itself, with its own retry hint, until then; if this
-//! server dies meanwhile, the hold ends with its window or timeout.
+//! "Provider 429s"): a [`ratelimiter::pause::Pause`] holds what is left of the
+//! model's rpm (or concurrency) limit on the shared backend for the provider's time
+//! (`retry-after-ms`, `retry-after`, else its limits' resets), with `hold_ms`, so
+//! every server's calls to the model are denied by the backend itself, with a hint
+//! no later than that time (exact on the memory backend; TigerBeetle's hints are a
+//! backoff of at most 1 s), capacity freed meanwhile is held again every 100 ms,
+//! and the hold ends by itself then, even if this server dies meanwhile.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderMap;
-use ratelimiter::{Actual, Backend, CompleteRequest, LeaseId, LimitKind, Requirement, ReserveOutcome, ReserveRequest};
+use ratelimiter::pause::Pause;
+use ratelimiter::Backend;
 
 use crate::limits::ModelKeys;
-
-/// The longest cooldown: the provider's windows are a minute, and the hold on
-/// the rpm key ends with its one-minute window anyway.
-pub const COOLDOWN_MS_MAX: u64 = 60_000;
-/// The cooldown when the provider's 429 names no time.
-pub const COOLDOWN_MS_DEFAULT: u64 = 1_000;
 
 /// When this server's last cooldown of a model ends. The hold on the backend
 /// denies with the hint of the held key (the end of its one-minute window); the
@@ -66,43 +63,23 @@ pub fn provider_headers(headers: &HeaderMap) -> ratelimiter::provider_headers::P
     ratelimiter::provider_headers::read_headers(pairs)
 }
 
-/// Holds the free part of the model's rpm (else concurrency) limit for the
-/// provider's retry hint, then gives it back. Runs in the background.
+/// Pauses the model's rpm (else concurrency) key for the provider's time: holds its
+/// free part on the backend, re-holds what frees meanwhile, and gives it back at the
+/// end. Runs in the background.
 pub fn start(backend: Arc<dyn Backend>, keys: &ModelKeys, headers: &HeaderMap, cooldown: &Cooldown) {
     let Some(key) = key(keys).cloned() else {
         return;
     };
-    let hold_ms = retry_after_ms(headers)
-        .unwrap_or(COOLDOWN_MS_DEFAULT)
-        .clamp(1, COOLDOWN_MS_MAX);
+    let pause = Pause::after_429(&provider_headers(headers));
+    let hold_ms = pause.duration_ms();
     cooldown.extend_to(now_unix_ms().saturating_add(hold_ms));
     tokio::spawn(async move {
-        let Ok(Some(report)) = backend.limit_report(&key).await else {
-            return;
-        };
-        let free = report.state.definition().capacity().saturating_sub(report.in_use);
-        if free == 0 {
-            return;
-        }
-        let lease_id = LeaseId::generate();
-        let requirement = Requirement {
-            key: key.clone(),
-            amount: free,
-        };
-        let Ok(request) = ReserveRequest::new(lease_id, Some("gateway-cooldown".into()), vec![requirement]) else {
-            return;
-        };
-        if !matches!(backend.reserve(&request).await, Ok(ReserveOutcome::Allowed { .. })) {
-            return;
-        }
-        tracing::warn!(%key, hold_ms, "gateway: the provider answered 429; the model is cooled down");
-        tokio::time::sleep(Duration::from_millis(hold_ms)).await;
-        let actuals = match report.state.definition().kind() {
-            LimitKind::Rolling => vec![Actual { key, actual_amount: 0 }],
-            LimitKind::Concurrency => Vec::new(),
-        };
-        if let Ok(complete) = CompleteRequest::new(lease_id, None, actuals) {
-            let _ = backend.complete(&complete).await;
+        match pause.hold(backend, std::slice::from_ref(&key)).await {
+            Ok(paused) => {
+                tracing::warn!(%key, hold_ms, "gateway: the provider answered 429; the model is paused");
+                paused.run().await;
+            }
+            Err(error) => tracing::warn!(%key, %error, "gateway: the provider answered 429; the pause failed"),
         }
     });
 }

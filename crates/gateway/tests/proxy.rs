@@ -234,21 +234,36 @@ async fn a_client_that_leaves_mid_stream_frees_its_slot_and_keeps_its_tokens() {
     );
 }
 
+const RPM_429: &str = "global:llm:openai:gpt-4o-mini-429:rpm";
+
+/// A gateway whose first call of `gpt-4o-mini-429` the provider refused with its 429
+/// (`retry-after-ms: 800`), once the pause holds the rest of the model's rpm.
+async fn after_a_provider_429() -> (Setup, axum::http::HeaderMap, String) {
+    let setup = setup(0).await;
+    let (status, headers, body) = post(
+        &setup.client,
+        setup.gateway,
+        "/v1/chat/completions",
+        chat("gpt-4o-mini-429", false),
+    )
+    .await;
+    assert_eq!(status, 429);
+    // The rest of the minute's requests are held by the pause, on the backend.
+    eventually_in_use(&setup.backend, RPM_429, 3).await;
+    (setup, headers, body)
+}
+
 #[tokio::test]
 async fn a_provider_429_is_passed_through_and_cools_the_model_down() {
+    let (setup, headers, body) = after_a_provider_429().await;
     let Setup {
-        provider: _,
         backend,
         gateway,
         client,
-    } = setup(0).await;
-    let (status, headers, body) = post(&client, gateway, "/v1/chat/completions", chat("gpt-4o-mini-429", false)).await;
-    assert_eq!(status, 429);
+        ..
+    } = setup;
     assert_eq!(headers["retry-after-ms"], "800");
     assert!(body.contains("Rate limit reached"));
-    let rpm = "global:llm:openai:gpt-4o-mini-429:rpm";
-    // The rest of the minute's requests are held by the cooldown, on the backend.
-    eventually_in_use(&backend, rpm, 3).await;
     eventually_in_use(&backend, "global:llm:openai:gpt-4o-mini-429:tpm", 0).await;
     let (status, headers, _) = post(&client, gateway, "/v1/chat/completions", chat("gpt-4o-mini-429", false)).await;
     assert_eq!(status, 429);
@@ -256,7 +271,26 @@ async fn a_provider_429_is_passed_through_and_cools_the_model_down() {
     let hint: u64 = headers["retry-after-ms"].to_str().unwrap().parse().unwrap();
     assert!((1..=800).contains(&hint), "{hint}");
     // After the provider's hint, the hold is given back (the first call stays counted).
-    eventually_in_use(&backend, rpm, 1).await;
+    eventually_in_use(&backend, RPM_429, 1).await;
+}
+
+/// Issue 19, item 4: the pause is on the shared backend and lasts the provider's
+/// time, so another server of a fleet, which has no cooldown of its own and answers
+/// the backend's hint, hints the provider's 800 ms, not the end of the rpm minute.
+#[tokio::test]
+async fn a_provider_429_pauses_the_model_on_the_backend_for_the_providers_time() {
+    let (setup, _, _) = after_a_provider_429().await;
+    let requirement = ratelimiter::Requirement {
+        key: ratelimiter::LimitKey::new(RPM_429).unwrap(),
+        amount: 1,
+    };
+    let request = ratelimiter::ReserveRequest::new(ratelimiter::LeaseId::generate(), None, vec![requirement]).unwrap();
+    let denial = match setup.backend.reserve(&request).await.unwrap() {
+        ratelimiter::ReserveOutcome::Denied(denial) => denial,
+        allowed => panic!("another server's call during the pause: {allowed:?}"),
+    };
+    // The provider's 800 ms plus at most the backend's 50 ms of jitter.
+    assert!((1..=850).contains(&denial.retry_after_ms()), "{denial:?}");
 }
 
 #[tokio::test]

@@ -78,6 +78,7 @@ pub mod llm;
 pub mod local;
 pub mod memory;
 pub mod metrics;
+pub mod pause;
 pub mod profile;
 pub mod provider_headers;
 pub mod recent_ids;

@@ -15,6 +15,10 @@ pub const REQUIREMENTS_MAX: usize = 32;
 pub const ACTUALS_MAX: usize = REQUIREMENTS_MAX;
 /// The longest `job_id`, in bytes: it is only logged.
 pub const JOB_ID_BYTES_MAX: usize = 128;
+/// The longest `hold_ms` a reserve may ask for: one day. A pause after a provider's
+/// 429 lasts until the provider's reset, at most a day for a daily limit; a longer
+/// hold would outlive every window the limiter keeps and every retry hint.
+pub const HOLD_MS_MAX: u64 = 86_400_000;
 
 /// Why a request is malformed. The message is meant for the caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,6 +60,8 @@ struct ReserveFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     job_id: Option<String>,
     requirements: Vec<Requirement>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hold_ms: Option<u64>,
 }
 
 impl ReserveRequest {
@@ -84,8 +90,19 @@ impl ReserveRequest {
                 lease_id,
                 job_id,
                 requirements,
+                hold_ms: None,
             },
         })
+    }
+
+    /// The request holding its reservation for `hold_ms` (1..=[`HOLD_MS_MAX`])
+    /// instead of each limit's window or timeout: what a pause after a
+    /// provider's 429 asks for, so that the hold ends with the provider's own time
+    /// even if the caller dies. `None` restores the definitions' holds.
+    pub fn with_hold_ms(mut self, hold_ms: Option<u64>) -> Result<Self, RequestError> {
+        check_hold_ms(hold_ms)?;
+        self.fields.hold_ms = hold_ms;
+        Ok(self)
     }
 
     /// The attempt's id.
@@ -100,13 +117,18 @@ impl ReserveRequest {
     pub fn requirements(&self) -> &[Requirement] {
         &self.fields.requirements
     }
+    /// How long the reservation is held, when the caller chose: instead of
+    /// each limit's window (plus margin) or timeout.
+    pub fn hold_ms(&self) -> Option<u64> {
+        self.fields.hold_ms
+    }
 }
 
 impl TryFrom<ReserveFields> for ReserveRequest {
     type Error = RequestError;
 
     fn try_from(f: ReserveFields) -> Result<Self, Self::Error> {
-        Self::new(f.lease_id, f.job_id, f.requirements)
+        Self::new(f.lease_id, f.job_id, f.requirements)?.with_hold_ms(f.hold_ms)
     }
 }
 
@@ -186,6 +208,15 @@ fn check_job_id(job_id: Option<&str>) -> Result<(), RequestError> {
         Some(j) if j.len() > JOB_ID_BYTES_MAX => Err(RequestError(format!(
             "job_id is {} bytes, more than the {JOB_ID_BYTES_MAX} allowed",
             j.len()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn check_hold_ms(hold_ms: Option<u64>) -> Result<(), RequestError> {
+    match hold_ms {
+        Some(ms) if ms == 0 || ms > HOLD_MS_MAX => Err(RequestError(format!(
+            "hold_ms must be 1..={HOLD_MS_MAX} (one day), got {ms}"
         ))),
         _ => Ok(()),
     }
@@ -393,6 +424,28 @@ mod tests {
             r#"{"lease_id":"nope","requirements":[{"key":"a","amount":1}]}"#
         )
         .is_err());
+    }
+
+    #[test]
+    fn hold_ms_is_optional_and_bounded() {
+        let req = |hold: &str| {
+            serde_json::from_str::<ReserveRequest>(&format!(
+                r#"{{"lease_id":"{LEASE}","requirements":[{{"key":"a","amount":1}}]{hold}}}"#
+            ))
+        };
+        assert_eq!(req("").unwrap().hold_ms(), None);
+        let held = req(r#","hold_ms":1500"#).unwrap();
+        assert_eq!(held.hold_ms(), Some(1500));
+        assert_eq!(serde_json::to_value(&held).unwrap()["hold_ms"], 1500);
+        assert!(serde_json::to_value(req("").unwrap()).unwrap().get("hold_ms").is_none());
+        assert_eq!(req(r#","hold_ms":86400000"#).unwrap().hold_ms(), Some(HOLD_MS_MAX));
+        for bad in ["0", "86400001", "-1", "1.5", "\"1\""] {
+            assert!(req(&format!(r#","hold_ms":{bad}"#)).is_err(), "hold_ms {bad}");
+        }
+        let built = req("").unwrap();
+        assert!(built.clone().with_hold_ms(Some(0)).is_err());
+        assert!(built.clone().with_hold_ms(Some(HOLD_MS_MAX + 1)).is_err());
+        assert_eq!(built.with_hold_ms(Some(1)).unwrap().hold_ms(), Some(1));
     }
 
     #[test]

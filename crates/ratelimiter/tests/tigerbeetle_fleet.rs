@@ -513,3 +513,65 @@ async fn many_completes_of_foreign_leases_at_once_are_each_reconciled() {
         counters.lease_lookup_requests
     );
 }
+
+/// Issue 19, item 4: a pause after a provider's 429 made on server A (through the
+/// probing `hold_with`, as a remote caller makes it) holds on server B, which
+/// denies with a hint no later than about the pause's end rather than the
+/// key's minute; and it ends by itself, with nobody releasing it (the process
+/// that made it may be gone), long before the key's window would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_made_on_one_server_holds_on_another_and_ends_by_itself() {
+    const PAUSE_MS: u64 = 1_500;
+    let clock = Arc::new(SystemClock::new());
+    let a = Arc::new(backend_with(SubmitMode::Direct, clock.clone()).await);
+    let b = backend_with(SubmitMode::Direct, clock).await;
+    let rpm = LimitKey::new(format!("fleet:pause:{}:rpm", LeaseId::generate())).unwrap();
+    a.apply_definition(&LimitDefinition::rolling(rpm.clone(), 40, 60).unwrap())
+        .await
+        .unwrap();
+    b.refresh_definitions().await.unwrap();
+    let request = |amount| {
+        let requirements = vec![Requirement {
+            key: rpm.clone(),
+            amount,
+        }];
+        ReserveRequest::new(LeaseId::generate(), None, requirements).unwrap()
+    };
+    assert!(
+        b.reserve(&request(3)).await.unwrap().is_allowed(),
+        "a call before the pause"
+    );
+    let pause = ratelimiter::pause::Pause::new(PAUSE_MS).unwrap();
+    let limiter: Arc<dyn Limiter> = a.clone();
+    let paused = pause.hold_with(limiter, std::slice::from_ref(&rpm)).await.unwrap();
+    assert_eq!(
+        b.limit_report(&rpm).await.unwrap().unwrap().in_use,
+        40,
+        "all of it held"
+    );
+    match b.reserve(&request(1)).await.unwrap() {
+        ReserveOutcome::Denied(Denial::InsufficientCapacity { retry_after_ms, .. }) => {
+            assert!(
+                retry_after_ms <= PAUSE_MS,
+                "B's hint {retry_after_ms} ms, not the minute"
+            );
+        }
+        other => panic!("B during the pause: {other:?}"),
+    }
+    // Nobody releases the pause: its holds time out by themselves, whole
+    // seconds after they were made (2 s for 1.5 s), plus the cluster's lag.
+    drop(paused);
+    let deadline = std::time::Instant::now() + Duration::from_millis(PAUSE_MS + EXPIRY_SLACK_MS);
+    loop {
+        let in_use = b.limit_report(&rpm).await.unwrap().unwrap().in_use;
+        if in_use == 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B still holds {in_use} after the pause"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(b.reserve(&request(37)).await.unwrap().is_allowed(), "B after the pause");
+}

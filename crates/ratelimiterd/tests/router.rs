@@ -151,6 +151,38 @@ async fn reserve_allows_denies_and_is_idempotent() {
     assert_eq!(never["allowed"], false);
 }
 
+/// `hold_ms` (issue 19, item 4: a pause after a provider's 429) holds a
+/// reservation for its own time instead of the window; out of 1..=one day it is
+/// 400 and reserves nothing.
+#[tokio::test]
+async fn hold_ms_holds_for_its_own_time_and_out_of_range_is_400() {
+    let h = harness("hold-ms");
+    h.put_limit(rolling("global:rpm", 2)).await;
+    let held = json!({"lease_id": lease(), "requirements": [{"key": "global:rpm", "amount": 2}], "hold_ms": 1500});
+    let (status, body) = h.post("/v1/reserve", held).await;
+    assert_eq!((status, &body["allowed"]), (StatusCode::OK, &json!(true)), "{body}");
+    let (_, denied) = h.reserve(&lease(), json!([{"key": "global:rpm", "amount": 1}])).await;
+    let hint_ms = denied["retry_after_ms"].as_u64().unwrap();
+    assert!(
+        (1_500..=1_550).contains(&hint_ms),
+        "the hold's end, not the minute's: {denied}"
+    );
+    h.clock.advance_ms(1_500);
+    let (_, report) = h.send(Method::GET, "/v1/admin/limits/global:rpm", None, None).await;
+    assert_eq!(report["in_use"], 0, "the hold ended with its hold_ms");
+    for bad in [json!(0), json!(86_400_001), json!(-1), json!(1.5), json!("1500")] {
+        let body = json!({"lease_id": lease(), "requirements": [{"key": "global:rpm", "amount": 1}], "hold_ms": bad});
+        let (status, answer) = h.post("/v1/reserve", body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(
+            error_code(&answer).starts_with("invalid_request: "),
+            "{body} -> {answer}"
+        );
+    }
+    let (_, report) = h.send(Method::GET, "/v1/admin/limits/global:rpm", None, None).await;
+    assert_eq!(report["in_use"], 0, "nothing was reserved by the bad requests");
+}
+
 #[tokio::test]
 async fn an_unknown_key_is_404_with_the_reserve_shape_and_reserves_nothing() {
     let h = harness("unknown");

@@ -125,11 +125,12 @@ impl MemoryState {
         for &(i, _) in wanted.as_slice() {
             self.limits[i as usize].expire(now_unix_ms);
         }
-        if let Some(denial) = self.shortfall(&wanted, now_unix_ms, granted_unix_ms, jitter) {
+        let hold_ms = request.hold_ms();
+        if let Some(denial) = self.shortfall(&wanted, now_unix_ms, granted_unix_ms, hold_ms, jitter) {
             self.failed.insert(id, now_unix_ms, ());
             return Ok(ReserveOutcome::Denied(denial));
         }
-        self.grant(id, &wanted, now_unix_ms, granted_unix_ms);
+        self.grant(id, &wanted, now_unix_ms, granted_unix_ms, hold_ms);
         Ok(ReserveOutcome::Allowed {
             reserved_at_unix_ms: now_unix_ms,
         })
@@ -190,13 +191,14 @@ impl MemoryState {
         wanted: &Wanted,
         now_unix_ms: u64,
         granted_unix_ms: u64,
+        hold_ms: Option<u64>,
         jitter: &Jitter,
     ) -> Option<Denial> {
         let mut first = None;
         let mut retry_after_ms = 0;
         for &(i, amount) in wanted.as_slice() {
             let limit = &self.limits[i as usize];
-            if limit.fits(amount, limit.hold_until(granted_unix_ms, self.config.window_margin_ms)) {
+            if limit.fits(amount, self.hold_end(limit, granted_unix_ms, hold_ms)) {
                 continue;
             }
             first.get_or_insert(i);
@@ -213,11 +215,21 @@ impl MemoryState {
         Some(Denial::InsufficientCapacity { key, retry_after_ms })
     }
 
-    fn grant(&mut self, id: u128, wanted: &Wanted, now_unix_ms: u64, granted_unix_ms: u64) {
+    /// When a hold of `limit` granted at `granted_unix_ms` ends: after the
+    /// request's own `hold_ms` when it gave one, else the definition's window
+    /// plus margin or timeout.
+    fn hold_end(&self, limit: &Limit, granted_unix_ms: u64, hold_ms: Option<u64>) -> u64 {
+        match hold_ms {
+            Some(hold_ms) => granted_unix_ms + hold_ms,
+            None => limit.hold_until(granted_unix_ms, self.config.window_margin_ms),
+        }
+    }
+
+    fn grant(&mut self, id: u128, wanted: &Wanted, now_unix_ms: u64, granted_unix_ms: u64, hold_ms: Option<u64>) {
         let mut holds = StackVec::<LeaseHold, REQUIREMENTS_MAX>::new();
         for &(i, amount) in wanted.as_slice() {
+            let expires_at_unix_ms = self.hold_end(&self.limits[i as usize], granted_unix_ms, hold_ms);
             let limit = &mut self.limits[i as usize];
-            let expires_at_unix_ms = limit.hold_until(granted_unix_ms, self.config.window_margin_ms);
             limit.hold(expires_at_unix_ms, amount);
             if limit.kind() == LimitKind::Concurrency {
                 limit.streak_mut().record_allow(now_unix_ms);

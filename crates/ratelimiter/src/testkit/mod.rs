@@ -79,4 +79,5 @@ pub async fn run_all(harness: &dyn Harness) {
     complete_rejects_bad_actuals(harness).await;
     reserve_precedence(harness).await;
     overage_after_the_window(harness).await;
+    pause_holds_for_its_own_time(harness).await;
 }

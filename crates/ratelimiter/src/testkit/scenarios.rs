@@ -4,6 +4,7 @@ use crate::definition::{LimitDefinition, LimitStatus, Overage};
 use crate::error::LimiterError;
 use crate::id::LeaseId;
 use crate::key::LimitKey;
+use crate::pause::Pause;
 use crate::wire::{Denial, ReserveOutcome};
 
 use super::{Fixture, Harness};
@@ -429,4 +430,46 @@ pub async fn overage_after_the_window(h: &dyn Harness) {
     f.complete(lease, &[(&debt, 7)]).await;
     let report = f.report(&debt).await;
     assert_eq!((report.in_use, report.debt), (0, 3), "late overage is debt");
+}
+
+/// How long [`pause_holds_for_its_own_time`] pauses: far shorter than its keys'
+/// 10 s window and timeout, so a hold that lasted those would fail it.
+const PAUSE_MS: u64 = 1_500;
+/// How far above the pause's time a denial's hint may be: the backoff cap of
+/// hints that are not exact (TigerBeetle's rolling hints, 1 s) plus jitter.
+const PAUSE_HINT_SLACK_MS: u64 = 1_100;
+
+/// A pause after a provider's 429 (`crate::pause`) holds all the free capacity
+/// of its keys for its own time (`hold_ms`), not the keys' windows or timeouts:
+/// a caller is denied with a hint no later than about its end, capacity freed
+/// meanwhile is held again, and its holds end by themselves when it does.
+pub async fn pause_holds_for_its_own_time(h: &dyn Harness) {
+    let f = Fixture::new(h).await;
+    let rpm = f.rolling("rpm", 5, 10).await;
+    let conc = f.concurrency("conc", 3, 10).await;
+    let (caller, outcome) = f.reserve_new(&[(&rpm, 2), (&conc, 1)]).await;
+    assert_allowed("a call before the pause", &outcome);
+    let pause = Pause::new(PAUSE_MS).expect("a valid pause");
+    let keys = [rpm.clone(), conc.clone()];
+    let mut paused = (pause.hold(f.backend.clone(), &keys).await).unwrap_or_else(|e| panic!("pause: {e}"));
+    f.assert_in_use("the pause holds the rest", &[(&rpm, 5), (&conc, 3)])
+        .await;
+    let (_, outcome) = f.reserve_new(&[(&rpm, 1)]).await;
+    let hint_ms = assert_insufficient("a call during the pause", &outcome, &rpm);
+    assert!(
+        hint_ms <= PAUSE_MS + PAUSE_HINT_SLACK_MS,
+        "the hint {hint_ms} ms is about the pause's {PAUSE_MS} ms, not the 10 s window"
+    );
+    f.complete(caller, &[(&rpm, 0)]).await;
+    f.assert_in_use("the caller's capacity is back", &[(&rpm, 3), (&conc, 2)])
+        .await;
+    let held = paused.rehold().await.unwrap_or_else(|e| panic!("rehold: {e}"));
+    assert_eq!(held, 3, "the freed capacity of both keys is held again");
+    f.assert_in_use("and held", &[(&rpm, 5), (&conc, 3)]).await;
+    f.advance(PAUSE_MS).await;
+    f.wait_for_in_use("the pause is over", &rpm, 0).await;
+    f.wait_for_in_use("the pause is over", &conc, 0).await;
+    paused.release().await;
+    let (_, outcome) = f.reserve_new(&[(&rpm, 5), (&conc, 3)]).await;
+    assert_allowed("a call after the pause", &outcome);
 }

@@ -101,7 +101,8 @@ impl TigerBeetleBackend {
         // A retry of an attempt whose outcome is unknown sends the very same
         // chain, its first reservation time included.
         let reserved_at_unix_ms = self.leases.get(lease).map_or(now, |r| r.reserved_at_unix_ms);
-        let chain = reserve_chain(request, &definitions, reserved_at_unix_ms, self.window_margin_ms);
+        let margin_ms = self.window_margin_ms;
+        let chain = reserve_chain(request, &definitions, reserved_at_unix_ms, margin_ms);
         let held = request
             .requirements()
             .iter()
@@ -111,7 +112,7 @@ impl TigerBeetleBackend {
                 key: r.key.clone(),
                 amount: r.amount,
                 kind: s.definition().kind(),
-                timeout_seconds: u64::from(timeout_seconds(s, self.window_margin_ms)),
+                timeout_seconds: u64::from(lease_timeout_seconds(s, margin_ms, request.hold_ms())),
                 reservation_id: ids::reservation_id(lease, i),
             })
             .collect();
@@ -327,6 +328,17 @@ pub(super) fn timeout_seconds(state: &LimitState, default_margin_ms: u64) -> u32
     u32::try_from(hold_ms.div_ceil(1000)).expect("windows, margins and timeouts are validated to fit u32")
 }
 
+/// The TigerBeetle timeout of one reservation of a request: its own `hold_ms`
+/// rounded up to whole seconds (pending transfers time out in seconds, so such a
+/// hold ends up to 1 s late, never early) when it gave one, else
+/// [`timeout_seconds`].
+pub(super) fn lease_timeout_seconds(state: &LimitState, default_margin_ms: u64, hold_ms: Option<u64>) -> u32 {
+    match hold_ms {
+        Some(hold_ms) => u32::try_from(hold_ms.div_ceil(1000)).expect("hold_ms is at most a day"),
+        None => timeout_seconds(state, default_margin_ms),
+    }
+}
+
 /// The linked chain of pending transfers of one lease: resource → operator per
 /// requirement, timing out with the window plus margin (rolling) or hold
 /// timeout (concurrency). Every transfer carries the lease in `user_data_128`,
@@ -338,11 +350,10 @@ fn reserve_chain(
     reserved_at_unix_ms: u64,
     default_margin_ms: u64,
 ) -> Vec<tb::Transfer> {
-    let holds = request
-        .requirements()
-        .iter()
-        .zip(states)
-        .map(|(r, s)| (&r.key, r.amount, timeout_seconds(s, default_margin_ms)));
+    let holds = request.requirements().iter().zip(states).map(|(r, s)| {
+        let timeout = lease_timeout_seconds(s, default_margin_ms, request.hold_ms());
+        (&r.key, r.amount, timeout)
+    });
     lease_chain(request.lease_id(), reserved_at_unix_ms, holds)
 }
 
@@ -410,6 +421,23 @@ mod tests {
         let own = rolling.with_window_margin_ms(Some(0)).unwrap();
         assert_eq!(timeout_seconds(&state(own), 50), 10, "the definition's margin wins");
         let concurrency = LimitDefinition::concurrency(key, 1, 30).unwrap();
-        assert_eq!(timeout_seconds(&state(concurrency), 50), 30, "timeouts take no margin");
+        assert_eq!(
+            timeout_seconds(&state(concurrency.clone()), 50),
+            30,
+            "timeouts take no margin"
+        );
+        let held = state(concurrency);
+        assert_eq!(
+            lease_timeout_seconds(&held, 50, None),
+            30,
+            "no hold_ms: the definition's"
+        );
+        assert_eq!(
+            lease_timeout_seconds(&held, 50, Some(1)),
+            1,
+            "hold_ms rounds up to a second"
+        );
+        assert_eq!(lease_timeout_seconds(&held, 50, Some(2_001)), 3);
+        assert_eq!(lease_timeout_seconds(&held, 50, Some(crate::wire::HOLD_MS_MAX)), 86_400);
     }
 }
