@@ -41,6 +41,11 @@ pub const OPENAI_QUANTUM_SECONDS: u64 = 1;
 pub const AZURE_QUANTUM_SECONDS: u64 = 1;
 /// Azure's default request limit per 1,000 tokens per minute.
 pub const AZURE_RPM_PER_1000_TPM: u64 = 6;
+/// Characters per token in OpenAI's admission estimate of a prompt: OpenAI (and
+/// Azure) count a request against the token limit at arrival from the prompt's
+/// characters, about four to a token (docs/provider-profiles.md, "OpenAI", with
+/// its source), so a reservation must never be below a quarter of the characters.
+pub const OPENAI_CHARACTERS_PER_TOKEN: u64 = 4;
 /// Bedrock's output burndown for Claude 3.7 and later models.
 pub const BEDROCK_OUTPUT_BURNDOWN: u64 = 5;
 /// The largest request assumed when none is given, in tokens (prompt plus
@@ -369,12 +374,28 @@ impl ProfileRules {
     /// be smaller than their estimate; the others count the prompt (the caller's
     /// count when given, else one token per byte, which never undercounts).
     pub fn prompt_charge(&self, call: &ProfileCall<'_>) -> u64 {
-        let characters = u64::try_from(call.prompt.chars().count()).expect("usize fits u64");
         match self.provider {
-            Provider::Openai | Provider::Azure => characters.div_ceil(4).max(call.prompt_tokens.unwrap_or(0)),
+            Provider::Openai | Provider::Azure => {
+                let characters = u64::try_from(call.prompt.chars().count()).expect("usize fits u64");
+                self.counted_prompt_charge(call.prompt_tokens.unwrap_or(0), characters)
+            }
             _ => call
                 .prompt_tokens
                 .unwrap_or_else(|| crate::llm::estimate_prompt_tokens(call.prompt)),
+        }
+    }
+
+    /// [`ProfileRules::prompt_charge`] for a caller that counted the prompt itself
+    /// (`prompt_tokens`, by the provider's tokenizer) and knows its length in
+    /// characters but holds no single prompt text (the gateway, whose prompt is
+    /// spread over messages): OpenAI and Azure charge at least their estimate of
+    /// [`OPENAI_CHARACTERS_PER_TOKEN`] characters a token, the others the count.
+    pub fn counted_prompt_charge(&self, prompt_tokens: u64, prompt_characters: u64) -> u64 {
+        match self.provider {
+            Provider::Openai | Provider::Azure => {
+                (prompt_characters.div_ceil(OPENAI_CHARACTERS_PER_TOKEN)).max(prompt_tokens)
+            }
+            _ => prompt_tokens,
         }
     }
 
