@@ -290,12 +290,8 @@ mod tests {
         let limiter = limiter(&clock);
         assert!(limiter.reserve(&reserve_request(1, 600)).await.unwrap().is_allowed());
         retry_after(limiter.reserve(&reserve_request(2, 1)).await.unwrap());
-        let state = limiter.state.lock().unwrap();
-        assert!(matches!(
-            state.limits[&key("concurrency")],
-            Limit::Concurrency { held: 1, .. }
-        ));
-        drop(state);
+        let concurrency = limiter.state.lock().unwrap().limits[&key("concurrency")].clone();
+        assert!(matches!(concurrency, Limit::Concurrency { held: 1, .. }));
         let unknown = ReserveRequest::new(
             LeaseId::from_u128(3),
             None,
