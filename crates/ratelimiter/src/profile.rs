@@ -358,6 +358,17 @@ impl ProfileRules {
         &self.requests
     }
 
+    /// Every token limit's key (Anthropic: input and output; the others: one):
+    /// every job of the model reserves each, and a Complete that reconciles a
+    /// call down frees room on each, so a scheduler waiting on any of them must
+    /// be woken by it.
+    pub fn token_keys(&self) -> Vec<LimitKey> {
+        std::iter::once(&self.tokens)
+            .chain(self.output_tokens.as_ref())
+            .cloned()
+            .collect()
+    }
+
     /// The concurrency limit's key, when calls in flight are limited.
     pub fn concurrency_key(&self) -> Option<&LimitKey> {
         self.concurrency.as_ref()
@@ -648,6 +659,17 @@ mod tests {
             actuals.iter().map(|a| a.actual_amount).collect::<Vec<_>>(),
             [1_000, 120]
         );
+        let token_keys: Vec<String> = (profile.rules.token_keys().iter())
+            .map(|k| k.as_str().to_owned())
+            .collect();
+        assert_eq!(
+            token_keys,
+            [
+                "global:llm:anthropic:claude-sonnet-4:itpm",
+                "global:llm:anthropic:claude-sonnet-4:otpm"
+            ],
+            "a Complete frees room on both"
+        );
         let missing = llm_profile("anthropic", "m", &published(50, 30_000)).unwrap_err();
         assert!(missing.to_string().contains("input_tpm"), "{missing}");
     }
@@ -681,6 +703,10 @@ mod tests {
             best_of: 1,
         };
         assert_eq!(bedrock.rules.requirements(&call)[1].amount, 11_000);
+        assert_eq!(
+            bedrock.rules.token_keys(),
+            [LimitKey::llm_tpm("bedrock", "claude").unwrap()]
+        );
         assert_eq!(bedrock.rules.actuals_from_total(&call, 1_300)[0].actual_amount, 2_500);
     }
 
