@@ -8,7 +8,7 @@ use crate::call::{optional_bool, optional_u64, required_array, Call};
 use crate::error::GatewayError;
 use crate::sse;
 use crate::tokens::Counter;
-use crate::usage::{number, EventAction, Usage};
+use crate::usage::{number, EventAction, Usage, UsageFields};
 
 /// The API version sent upstream when the client names none (the one the SDKs send).
 pub const API_VERSION_DEFAULT: &str = "2023-06-01";
@@ -27,6 +27,7 @@ pub fn read_call(object: Map<String, Value>, counter: &Counter, body: Bytes) -> 
     Ok(Call {
         stream,
         input_tokens: counter.anthropic_messages(&Value::Object(object)),
+        prompt_characters: 0,
         output_tokens: max_tokens,
         drop_usage_chunk: false,
         upstream_body: body,
@@ -35,17 +36,17 @@ pub fn read_call(object: Map<String, Value>, counter: &Counter, body: Bytes) -> 
 
 /// Usage from an Anthropic `usage` object: input plus cache creation on the input
 /// side (Anthropic counts both on ITPM), cache reads apart.
-fn usage_of(usage: &Value) -> Usage {
+fn usage_of(usage: &UsageFields) -> Usage {
     Usage {
-        input_tokens: number(usage, "input_tokens").saturating_add(number(usage, "cache_creation_input_tokens")),
-        output_tokens: number(usage, "output_tokens"),
-        cache_read_tokens: number(usage, "cache_read_input_tokens"),
+        input_tokens: usage.input_tokens.saturating_add(usage.cache_creation_input_tokens),
+        output_tokens: usage.output_tokens,
+        cache_read_tokens: usage.cache_read_input_tokens,
     }
 }
 
-/// The usage of a whole (non-stream) answer.
-pub fn usage_of_body(body: &Value) -> Option<Usage> {
-    body.get("usage").filter(|u| u.is_object()).map(usage_of)
+/// The usage of a whole (non-stream) answer, from its JSON bytes.
+pub fn usage_of_body(body: &[u8]) -> Option<Usage> {
+    UsageFields::of_answer(body).map(|fields| usage_of(&fields))
 }
 
 /// Usage from a Messages stream: `message_start` carries the input side,
@@ -73,13 +74,13 @@ impl StreamUsage {
         };
         if is_start {
             if let Some(usage) = value.get("message").and_then(|m| m.get("usage")) {
-                self.usage = Some(usage_of(usage));
+                self.usage = Some(usage_of(&UsageFields::of_value(usage)));
             }
         } else if let Some(delta) = value.get("usage").filter(|u| u.is_object()) {
             let mut usage = self.usage.unwrap_or_default();
             // Cumulative counts: take the latest of each field the event carries.
             if delta.get("input_tokens").is_some() || delta.get("cache_creation_input_tokens").is_some() {
-                let latest = usage_of(delta);
+                let latest = usage_of(&UsageFields::of_value(delta));
                 usage.input_tokens = usage.input_tokens.max(latest.input_tokens);
                 usage.cache_read_tokens = usage.cache_read_tokens.max(latest.cache_read_tokens);
             }
@@ -136,6 +137,6 @@ mod tests {
         );
         assert!(reader.final_seen);
         let body = json!({"usage": {"input_tokens": 3, "output_tokens": 4, "cache_creation_input_tokens": 2}});
-        assert_eq!(usage_of_body(&body).unwrap().input_tokens, 5);
+        assert_eq!(usage_of_body(body.to_string().as_bytes()).unwrap().input_tokens, 5);
     }
 }

@@ -61,6 +61,10 @@ pub struct Call {
     /// The prompt's tokens, counted (OpenAI) or estimated (Claude); reserved on the
     /// input side.
     pub input_tokens: u64,
+    /// The characters of the prompt's text (`tokens::prompt_characters`), times
+    /// the choices like `input_tokens`: OpenAI's and Azure's admission estimate
+    /// is taken from them; 0 for Anthropic, whose rules count tokens only.
+    pub prompt_characters: u64,
     /// The most output tokens: the output bound times the number of choices.
     pub output_tokens: u64,
     /// Whether the stream's usage chunk, asked for by the gateway, is kept from the client.

@@ -3,8 +3,11 @@
 //! that completes, so an answer sent, a stream finished, an upstream failure and
 //! a client that disconnects mid-stream all complete once and only once.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use ratelimiter::{Actual, CompleteRequest, LeaseId, Limiter};
@@ -34,9 +37,9 @@ pub struct CallLog {
     /// The endpoint's label.
     pub endpoint: &'static str,
     /// The model.
-    pub model: String,
+    pub model: Arc<str>,
     /// The tenant, or `_none`.
-    pub tenant: String,
+    pub tenant: Arc<str>,
     /// Tokens reserved for input and output.
     pub reserved: (u64, u64),
     /// The status the client got.
@@ -51,10 +54,10 @@ pub struct CallLease {
     pub limiter: Arc<dyn Limiter>,
     /// `None`: the call reserved nothing (no limit applies).
     pub lease_id: Option<LeaseId>,
-    /// The model's keys.
-    pub model_keys: ModelKeys,
-    /// The tenant's keys.
-    pub tenant_keys: Option<TenantKeys>,
+    /// The model's keys, shared with the model's entry.
+    pub model_keys: Arc<ModelKeys>,
+    /// The tenant's keys, shared with the tenant's entry.
+    pub tenant_keys: Option<Arc<TenantKeys>>,
     /// The model's queue, woken when the lease ends.
     pub queue: Arc<ModelQueue>,
     /// The (model, tenant) counters.
@@ -97,7 +100,7 @@ impl Drop for CallLease {
             return;
         };
         let actuals: Vec<Actual> = used.map_or_else(Vec::new, |usage| {
-            actuals(&self.model_keys, self.tenant_keys.as_ref(), self.log.reserved, &usage)
+            actuals(&self.model_keys, self.tenant_keys.as_deref(), self.log.reserved, &usage)
         });
         let Ok(request) = CompleteRequest::new(lease_id, None, actuals) else {
             tracing::error!(%lease_id, "gateway: a complete request could not be built");
@@ -111,13 +114,29 @@ impl Drop for CallLease {
             }
             queue.capacity_freed();
         };
+        let Some(pending) = run_if_ready(complete) else {
+            return;
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(complete);
+                runtime.spawn(pending);
             }
             Err(_) => {
                 tracing::warn!(%lease_id, "gateway: no runtime to complete on; the holds end by window or timeout")
             }
         }
+    }
+}
+
+/// Polls `future` once: a backend that answers without waiting (the memory
+/// backend's complete takes its lock and returns) finishes here, with no task
+/// spawned for it; a future that has to wait (TigerBeetle's round trip) is
+/// returned, to be spawned, and resumes from where the poll left it.
+pub fn run_if_ready<F: Future<Output = ()>>(future: F) -> Option<Pin<Box<F>>> {
+    let mut future = Box::pin(future);
+    let mut context = Context::from_waker(Waker::noop());
+    match future.as_mut().poll(&mut context) {
+        Poll::Ready(()) => None,
+        Poll::Pending => Some(future),
     }
 }

@@ -2,7 +2,7 @@
 //! what one call reserves and completes on them (docs/gateway.md, "Limits").
 
 use ratelimiter::profile::{ProfileCall, ProfileRules, ProviderUsage};
-use ratelimiter::{Actual, LimitDefinition, LimitKey, LimitKind, Requirement};
+use ratelimiter::{Actual, LimitDefinition, LimitKey, LimitKind, Overage, Requirement};
 
 use crate::config::{GatewayConfig, ModelConfig, TenantConfig, DAY_WINDOW_SECONDS, MINUTE_WINDOW_SECONDS};
 use crate::usage::Usage;
@@ -96,8 +96,38 @@ impl TenantKeys {
     }
 }
 
+/// The dimensions (a key's last part) that count requests: never reconciled
+/// above the one reserved, so they need no overage policy.
+const REQUEST_DIMENSIONS: [&str; 2] = ["rpm", "rpd"];
+
+/// `definition` as the gateway applies it: a token limit records usage above a
+/// full window as debt (`overage: debt`, docs/decisions.md), so a provider's count
+/// above the reservation stays visible to the admin API instead of being dropped.
+fn with_debt(definition: LimitDefinition) -> LimitDefinition {
+    let dimension = definition.key().as_str().rsplit(':').next().unwrap_or("");
+    if definition.kind() == LimitKind::Rolling && !REQUEST_DIMENSIONS.contains(&dimension) {
+        definition.with_overage(Overage::Debt)
+    } else {
+        definition
+    }
+}
+
+/// The prompt tokens a call of `model` reserves: its count, or, under a profile,
+/// what the provider charges at admission (for OpenAI and Azure at least the
+/// character estimate, `ProfileRules::counted_prompt_charge`).
+pub fn prompt_charge(model: &ModelKeys, input_tokens: u64, prompt_characters: u64) -> u64 {
+    model.profile.as_ref().map_or(input_tokens, |rules| {
+        rules.counted_prompt_charge(input_tokens, prompt_characters)
+    })
+}
+
 /// Every definition the configuration implies, for the registry.
 pub fn definitions(config: &GatewayConfig) -> Vec<LimitDefinition> {
+    definitions_as_given(config).into_iter().map(with_debt).collect()
+}
+
+/// [`definitions`] before the gateway's overage policy.
+fn definitions_as_given(config: &GatewayConfig) -> Vec<LimitDefinition> {
     let hold_seconds = config.upstream_timeout_ms.div_ceil(1000) + CONCURRENCY_TIMEOUT_MARGIN_SECONDS;
     let rolling = |key: &LimitKey, capacity: u64, window: u64| {
         LimitDefinition::rolling(key.clone(), capacity, window).expect("validated capacities")

@@ -7,8 +7,8 @@ use serde_json::{Map, Value};
 use crate::call::{optional_bool, optional_u64, required_array, Call, Endpoint};
 use crate::error::GatewayError;
 use crate::sse;
-use crate::tokens::Counter;
-use crate::usage::{number, EventAction, Usage};
+use crate::tokens::{prompt_characters, Counter};
+use crate::usage::{EventAction, Usage, UsageFields};
 
 /// The most choices one chat request may ask for (OpenAI's documented maximum).
 pub const N_MAX: u64 = 128;
@@ -17,12 +17,15 @@ pub const N_MAX: u64 = 128;
 /// relies on, counts the prompt, bounds the output, and asks a stream for usage.
 pub fn read_call(
     endpoint: Endpoint,
-    mut object: Map<String, Value>,
+    object: Map<String, Value>,
     counter: &Counter,
     output_default: u64,
     body: Bytes,
 ) -> Result<Call, GatewayError> {
-    let body_value = |object: &Map<String, Value>| Value::Object(object.clone());
+    // Counted in place: the object moves into a value the counter reads, never copied.
+    let mut request = Value::Object(object);
+    let prompt_characters = prompt_characters(&request);
+    let object = request.as_object().expect("built from an object");
     match endpoint {
         Endpoint::Embeddings => {
             let input = match object.get("input") {
@@ -33,27 +36,28 @@ pub fn read_call(
             Ok(Call {
                 stream: false,
                 input_tokens: counter.openai_embeddings(input),
+                prompt_characters,
                 output_tokens: 0,
                 drop_usage_chunk: false,
                 upstream_body: body,
             })
         }
         Endpoint::ChatCompletions => {
-            let messages = required_array(&object, "messages")?;
+            let messages = required_array(object, "messages")?;
             if messages.is_empty() || !messages.iter().all(|m| m.get("role").is_some_and(Value::is_string)) {
                 return Err(GatewayError::invalid(
                     "messages: must be a non-empty array of objects with a string role.",
                 ));
             }
-            let stream = optional_bool(&object, "stream")?;
-            let n = optional_u64(&object, "n")?.unwrap_or(1);
+            let stream = optional_bool(object, "stream")?;
+            let n = optional_u64(object, "n")?.unwrap_or(1);
             if !(1..=N_MAX).contains(&n) {
                 return Err(GatewayError::invalid(format!("n: must be 1..={N_MAX}.")));
             }
-            let bound = optional_u64(&object, "max_completion_tokens")?
-                .or(optional_u64(&object, "max_tokens")?)
+            let bound = optional_u64(object, "max_completion_tokens")?
+                .or(optional_u64(object, "max_tokens")?)
                 .unwrap_or(output_default);
-            let input_tokens = counter.openai_chat(&body_value(&object));
+            let input_tokens = counter.openai_chat(&request);
             let wants_usage = match object.get("stream_options") {
                 None | Some(Value::Null) => false,
                 Some(Value::Object(options)) => optional_bool(options, "include_usage")?,
@@ -63,13 +67,14 @@ pub fn read_call(
             let upstream_body = if drop_usage_chunk {
                 // The usage chunk is how the gateway learns a stream's usage; the
                 // client did not ask for it, so it is removed on the way back.
+                let object = request.as_object_mut().expect("built from an object");
                 let options = object
                     .entry("stream_options")
                     .or_insert_with(|| Value::Object(Map::new()));
                 if let Value::Object(options) = options {
                     options.insert("include_usage".into(), Value::Bool(true));
                 }
-                Bytes::from(serde_json::to_vec(&object).expect("a JSON object serializes"))
+                Bytes::from(serde_json::to_vec(&request).expect("a JSON object serializes"))
             } else {
                 body
             };
@@ -78,6 +83,7 @@ pub fn read_call(
                 // OpenAI counts the prompt once per request and the output per choice;
                 // the reservation charges the prompt per choice too, which never under-counts.
                 input_tokens: input_tokens.saturating_mul(n),
+                prompt_characters: prompt_characters.saturating_mul(n),
                 output_tokens: bound.saturating_mul(n),
                 drop_usage_chunk,
                 upstream_body,
@@ -88,11 +94,12 @@ pub fn read_call(
                 None | Some(Value::String(_) | Value::Array(_)) => {}
                 Some(_) => return Err(GatewayError::invalid("input: must be a string or an array.")),
             }
-            let stream = optional_bool(&object, "stream")?;
-            let bound = optional_u64(&object, "max_output_tokens")?.unwrap_or(output_default);
+            let stream = optional_bool(object, "stream")?;
+            let bound = optional_u64(object, "max_output_tokens")?.unwrap_or(output_default);
             Ok(Call {
                 stream,
-                input_tokens: counter.openai_responses(&body_value(&object)),
+                input_tokens: counter.openai_responses(&request),
+                prompt_characters,
                 output_tokens: bound,
                 drop_usage_chunk: false,
                 upstream_body: body,
@@ -102,22 +109,21 @@ pub fn read_call(
     }
 }
 
-/// The usage of a whole (non-stream) answer of `endpoint`.
-pub fn usage_of_body(endpoint: Endpoint, body: &Value) -> Option<Usage> {
-    let usage = body.get("usage").filter(|u| u.is_object())?;
-    Some(usage_of(endpoint, usage))
+/// The usage of a whole (non-stream) answer of `endpoint`, from its JSON bytes.
+pub fn usage_of_body(endpoint: Endpoint, body: &[u8]) -> Option<Usage> {
+    UsageFields::of_answer(body).map(|fields| usage_of(endpoint, &fields))
 }
 
-fn usage_of(endpoint: Endpoint, usage: &Value) -> Usage {
+fn usage_of(endpoint: Endpoint, usage: &UsageFields) -> Usage {
     match endpoint {
         Endpoint::Responses => Usage {
-            input_tokens: number(usage, "input_tokens"),
-            output_tokens: number(usage, "output_tokens"),
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
             cache_read_tokens: 0,
         },
         _ => Usage {
-            input_tokens: number(usage, "prompt_tokens"),
-            output_tokens: number(usage, "completion_tokens"),
+            input_tokens: usage.prompt_tokens,
+            output_tokens: usage.completion_tokens,
             cache_read_tokens: 0,
         },
     }
@@ -162,7 +168,7 @@ impl StreamUsage {
         let Some(usage) = usage.filter(|u| u.is_object()) else {
             return EventAction::Forward;
         };
-        self.usage = Some(usage_of(self.endpoint, usage));
+        self.usage = Some(usage_of(self.endpoint, &UsageFields::of_value(usage)));
         let usage_only = value
             .get("choices")
             .and_then(Value::as_array)

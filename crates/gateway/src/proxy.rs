@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -43,8 +43,14 @@ pub struct ModelEntry {
     /// Its upstream (index into the gateway's upstreams).
     upstream: usize,
     kind: UpstreamKind,
-    keys: ModelKeys,
+    /// The name, shared by every call's log line.
+    name: Arc<str>,
+    keys: Arc<ModelKeys>,
     counter: Counter,
+    /// The (model, tenant) counters, indexed by tenant, the last for calls
+    /// without one: found per call by index, not by a label lookup; each made
+    /// (and shown in the metrics) at its pair's first call.
+    counters: Vec<OnceLock<Arc<CallCounters>>>,
     queue: Arc<ModelQueue>,
     metrics: Arc<ModelMetrics>,
     warned_above_provider: AtomicBool,
@@ -54,8 +60,8 @@ pub struct ModelEntry {
 }
 
 struct TenantEntry {
-    name: String,
-    keys: TenantKeys,
+    name: Arc<str>,
+    keys: Arc<TenantKeys>,
 }
 
 /// The gateway: configuration resolved, upstream keys read, the limiter to reserve on.
@@ -67,6 +73,8 @@ pub struct Gateway {
     upstreams: Vec<Upstream>,
     tenants: Vec<TenantEntry>,
     tenant_keys: Vec<TenantKey>,
+    /// The tenant label of calls without one, shared by their log lines.
+    no_tenant: Arc<str>,
     client: UpstreamClient,
     metrics: Arc<GatewayMetrics>,
     body_bytes_max: usize,
@@ -109,40 +117,6 @@ impl Gateway {
             .collect::<Result<Vec<_>, _>>()?;
         let metrics = Arc::new(GatewayMetrics::default());
         let definitions = limits::definitions(config);
-        let mut models = HashMap::new();
-        for model in &config.models {
-            let upstream = upstreams
-                .iter()
-                .position(|u| u.config.name == model.upstream)
-                .expect("validated");
-            let kind = upstreams[upstream].config.kind;
-            let counter = Counter {
-                encoding: model.encoding.unwrap_or_else(|| default_encoding(kind, &model.name)),
-                image_tokens: model.image_tokens.unwrap_or(IMAGE_TOKENS_DEFAULT),
-            };
-            // The vocabulary loads on first use: at startup, not on a client's first call.
-            counter.text("warm");
-            let entry = ModelEntry {
-                config: model.clone(),
-                upstream,
-                kind,
-                keys: ModelKeys::new(&model.upstream, model),
-                counter,
-                queue: Arc::new(ModelQueue::default()),
-                metrics: metrics.model(&model.name),
-                warned_above_provider: AtomicBool::new(false),
-                cooldown: cooldown::Cooldown::default(),
-                definitions: (definitions.iter())
-                    .filter(|d| {
-                        d.key()
-                            .as_str()
-                            .starts_with(&format!("global:llm:{}:{}:", model.upstream, model.name))
-                    })
-                    .cloned()
-                    .collect(),
-            };
-            models.insert(model.name.clone(), Arc::new(entry));
-        }
         let mut tenants = Vec::new();
         let mut tenant_keys = Vec::new();
         for tenant in &config.tenants {
@@ -162,9 +136,49 @@ impl Gateway {
             }
             tenant_keys.push(TenantKey::new(&key));
             tenants.push(TenantEntry {
-                name: tenant.name.clone(),
-                keys: TenantKeys::new(tenant),
+                name: Arc::from(tenant.name.as_str()),
+                keys: Arc::new(TenantKeys::new(tenant)),
             });
+        }
+        let mut models = HashMap::new();
+        for model in &config.models {
+            let upstream = upstreams
+                .iter()
+                .position(|u| u.config.name == model.upstream)
+                .expect("validated");
+            let kind = upstreams[upstream].config.kind;
+            let counter = Counter {
+                encoding: model.encoding.unwrap_or_else(|| default_encoding(kind, &model.name)),
+                image_tokens: model.image_tokens.unwrap_or(IMAGE_TOKENS_DEFAULT),
+            };
+            // The vocabulary loads on first use: at startup, not on a client's first call.
+            counter.text("warm");
+            let entry = ModelEntry {
+                config: model.clone(),
+                upstream,
+                kind,
+                name: Arc::from(model.name.as_str()),
+                keys: Arc::new(ModelKeys::new(&model.upstream, model)),
+                counter,
+                counters: tenants
+                    .iter()
+                    .map(|_| OnceLock::new())
+                    .chain([OnceLock::new()])
+                    .collect(),
+                queue: Arc::new(ModelQueue::default()),
+                metrics: metrics.model(&model.name),
+                warned_above_provider: AtomicBool::new(false),
+                cooldown: cooldown::Cooldown::default(),
+                definitions: (definitions.iter())
+                    .filter(|d| {
+                        d.key()
+                            .as_str()
+                            .starts_with(&format!("global:llm:{}:{}:", model.upstream, model.name))
+                    })
+                    .cloned()
+                    .collect(),
+            };
+            models.insert(model.name.clone(), Arc::new(entry));
         }
         Ok(Self {
             limiter: Arc::new(BackendLimiter(backend.clone())),
@@ -174,6 +188,7 @@ impl Gateway {
             upstreams,
             tenants,
             tenant_keys,
+            no_tenant: Arc::from(NO_TENANT),
             client,
             metrics,
             body_bytes_max: config.body_bytes_max,
@@ -336,9 +351,9 @@ async fn serve(
             .map_err(upstream_error)?;
         let (parts, body) = response.into_parts();
         let body = read_upstream_body(body, gateway.client.timeout()).await?;
-        return Ok(answer(parts.status, &parts.headers, Body::from(body)));
+        return Ok(answer(parts.status, parts.headers, Body::from(body)));
     }
-    let call = match endpoint.format() {
+    let mut call = match endpoint.format() {
         Format::OpenAi => openai::read_call(
             endpoint,
             object,
@@ -348,12 +363,17 @@ async fn serve(
         )?,
         Format::Anthropic => anthropic::read_call(object, &model.counter, bytes)?,
     };
+    call.input_tokens = limits::prompt_charge(&model.keys, call.input_tokens, call.prompt_characters);
     let tenant_entry = tenant.map(|i| &gateway.tenants[i]);
-    let tenant_name = tenant_entry.map_or(NO_TENANT, |t| t.name.as_str());
-    let counters = gateway.metrics.calls(&model.config.name, tenant_name);
+    let slot = &model.counters[tenant.unwrap_or(gateway.tenants.len())];
+    let counters = (slot.get_or_init(|| {
+        let label = tenant_entry.map_or(NO_TENANT, |t| t.name.as_ref());
+        gateway.metrics.calls(&model.config.name, label)
+    }))
+    .clone();
     let requirements = limits::requirements(
         &model.keys,
-        tenant_entry.map(|t| &t.keys),
+        tenant_entry.map(|t| t.keys.as_ref()),
         call.input_tokens,
         call.output_tokens,
     );
@@ -373,8 +393,8 @@ async fn serve(
         count_cache_reads: model.config.count_cache_reads,
         log: CallLog {
             endpoint: endpoint.label(),
-            model: model.config.name.clone(),
-            tenant: tenant_name.to_owned(),
+            model: model.name.clone(),
+            tenant: tenant_entry.map_or_else(|| gateway.no_tenant.clone(), |t| t.name.clone()),
             reserved: (call.input_tokens, call.output_tokens),
             status: 0,
             stream: call.stream,
@@ -548,7 +568,9 @@ fn upstream_error(error: UpstreamError) -> GatewayError {
     }
 }
 
-fn answer(status: StatusCode, upstream_headers: &HeaderMap, body: Body) -> Response {
+/// The client's answer: the upstream's status and headers (moved, not copied;
+/// hop-by-hop ones removed) and `body`.
+fn answer(status: StatusCode, upstream_headers: HeaderMap, body: Body) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = response_headers(upstream_headers);
@@ -557,11 +579,25 @@ fn answer(status: StatusCode, upstream_headers: &HeaderMap, body: Body) -> Respo
 
 async fn read_upstream_body(body: hyper::body::Incoming, timeout: Duration) -> Result<Bytes, GatewayError> {
     let collect = http_body_util::Limited::new(body, RESPONSE_BYTES_MAX).collect();
-    match tokio::time::timeout(timeout, collect).await {
+    match ready_or_timeout(collect, timeout).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) => Err(upstream_error(UpstreamError::Failed(e.to_string()))),
         Err(_) => Err(upstream_error(UpstreamError::Timeout)),
     }
+}
+
+/// `future` bounded by `timeout`, with no timer for a future that is ready when
+/// first polled (a small answer's body arrives with its headers, in the same
+/// read): a timer is armed only for one that has to wait.
+async fn ready_or_timeout<F: std::future::Future>(
+    future: F,
+    timeout: Duration,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    let mut future = std::pin::pin!(future);
+    if let Some(output) = futures_util::FutureExt::now_or_never(future.as_mut()) {
+        return Ok(output);
+    }
+    tokio::time::timeout(timeout, future).await
 }
 
 /// Sends the call upstream and answers the client; the lease completes when the
@@ -616,22 +652,21 @@ async fn forward(
         .is_some_and(|v| v.starts_with("text/event-stream"));
     if parts.status.is_success() && call.stream && is_event_stream {
         let stream = event_stream(body, endpoint, call.drop_usage_chunk, lease, gateway.client.timeout());
-        return Ok(answer(parts.status, &parts.headers, Body::from_stream(stream)));
+        return Ok(answer(parts.status, parts.headers, Body::from_stream(stream)));
     }
     let bytes = read_upstream_body(body, gateway.client.timeout()).await?;
     if parts.status.is_success() {
-        let usage = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| match endpoint.format() {
-                Format::OpenAi => openai::usage_of_body(endpoint, &v),
-                Format::Anthropic => anthropic::usage_of_body(&v),
-            });
+        // Only the usage is read: the rest of the answer passes through unparsed.
+        let usage = match endpoint.format() {
+            Format::OpenAi => openai::usage_of_body(endpoint, &bytes),
+            Format::Anthropic => anthropic::usage_of_body(&bytes),
+        };
         if let Some(usage) = usage {
             lease.settle = Settle::Usage(usage);
         }
     }
     drop(lease);
-    Ok(answer(parts.status, &parts.headers, Body::from(bytes)))
+    Ok(answer(parts.status, parts.headers, Body::from(bytes)))
 }
 
 /// Reads the provider's rate-limit headers (by the library's

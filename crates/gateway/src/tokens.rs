@@ -32,6 +32,14 @@ pub const ANTHROPIC_TOOL_SYSTEM_TOKENS: u64 = 512;
 /// Tokens per Anthropic message beyond its text in the byte estimate: role markers.
 pub const ANTHROPIC_TOKENS_PER_MESSAGE: u64 = 8;
 
+/// Tokens of a chat role in both OpenAI encodings (`system`, `user`,
+/// `assistant`, `developer`, `tool` and `function` are one token each in
+/// o200k_base and cl100k_base; the tests check it against tiktoken): a role is
+/// counted without running the tokenizer, other values of `role` by it.
+pub const CHAT_ROLE_TOKENS: u64 = 1;
+/// The roles of [`CHAT_ROLE_TOKENS`].
+const CHAT_ROLES: [&str; 6] = ["system", "user", "assistant", "developer", "tool", "function"];
+
 /// How one model's prompts are counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counter {
@@ -107,6 +115,16 @@ impl Counter {
         }
     }
 
+    /// A message's `role`: a known role's tokens without the tokenizer.
+    fn role(&self, role: &Value) -> u64 {
+        match role {
+            Value::String(name) if self.encoding != Encoding::Bytes && CHAT_ROLES.contains(&name.as_str()) => {
+                CHAT_ROLE_TOKENS
+            }
+            other => self.json(other),
+        }
+    }
+
     /// OpenAI chat: every message's fields plus the format's overhead, tools and
     /// response format by their JSON text.
     pub fn openai_chat(&self, body: &Value) -> u64 {
@@ -116,6 +134,7 @@ impl Counter {
             for (field, value) in message.as_object().into_iter().flatten() {
                 tokens += match field.as_str() {
                     "content" => self.content(value),
+                    "role" => self.role(value),
                     "name" => self.json(value) + CHAT_TOKENS_PER_NAME,
                     _ => self.json(value),
                 };
@@ -189,6 +208,44 @@ impl Counter {
     }
 }
 
+/// The characters of a request's prompt text, as OpenAI estimates a prompt at
+/// admission (docs/provider-profiles.md, "OpenAI"): every message's `content`
+/// text (a string, or its text parts), a responses request's `instructions`
+/// and `input`, an embeddings request's `input` strings. Images, tools and
+/// other fields are counted by tokens only.
+pub fn prompt_characters(body: &Value) -> u64 {
+    let messages = body.get("messages").and_then(Value::as_array).into_iter().flatten();
+    let contents = messages.filter_map(|m| m.get("content"));
+    let mut characters: u64 = contents.map(text_characters).sum();
+    characters += body.get("instructions").map_or(0, text_characters);
+    characters += match body.get("input") {
+        Some(Value::Array(items)) => (items.iter())
+            .map(|item| {
+                item.get("content")
+                    .map_or_else(|| text_characters(item), text_characters)
+            })
+            .sum(),
+        Some(other) => text_characters(other),
+        None => 0,
+    };
+    characters
+}
+
+/// The characters of a text value: a string, or the text parts of an array.
+fn text_characters(value: &Value) -> u64 {
+    let count = |text: &str| u64::try_from(text.chars().count()).expect("usize fits u64");
+    match value {
+        Value::String(text) => count(text),
+        Value::Array(parts) => (parts.iter())
+            .map(|part| match part {
+                Value::String(text) => count(text),
+                _ => part.get("text").and_then(Value::as_str).map_or(0, count),
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +288,29 @@ mod tests {
                 "{text:?}"
             );
         }
+    }
+
+    #[test]
+    fn standard_roles_are_one_token_in_both_encodings() {
+        let encodings = [tiktoken_rs::o200k_base().unwrap(), tiktoken_rs::cl100k_base().unwrap()];
+        for role in CHAT_ROLES {
+            for encoding in &encodings {
+                assert_eq!(encoding.encode_ordinary(role).len() as u64, CHAT_ROLE_TOKENS, "{role}");
+            }
+        }
+        let c = o200k();
+        assert_eq!(c.role(&json!("user")), CHAT_ROLE_TOKENS);
+        assert_eq!(c.role(&json!("moderator")), c.text("moderator"));
+    }
+
+    #[test]
+    fn prompt_characters_are_the_prompts_text() {
+        let chat = json!({"messages": [{"role": "system", "content": "ab"},
+            {"role": "user", "content": [{"type": "text", "text": "日本"}, {"type": "image_url", "image_url": {"url": "x"}}]}]});
+        assert_eq!(prompt_characters(&chat), 4);
+        let responses = json!({"instructions": "abc", "input": [{"role": "user", "content": "de"}]});
+        assert_eq!(prompt_characters(&responses), 5);
+        assert_eq!(prompt_characters(&json!({"input": ["ab", "c", [1, 2]]})), 3);
     }
 
     #[test]

@@ -36,3 +36,72 @@ pub enum EventAction {
 pub(crate) fn number(value: &Value, field: &str) -> u64 {
     value.get(field).and_then(Value::as_u64).unwrap_or(0)
 }
+
+/// The fields of a provider's `usage` object the gateway reconciles with
+/// (OpenAI's chat and embeddings, OpenAI's responses, Anthropic's), each 0 when
+/// absent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
+pub struct UsageFields {
+    /// OpenAI chat and embeddings: the prompt.
+    pub prompt_tokens: u64,
+    /// OpenAI chat: the output.
+    pub completion_tokens: u64,
+    /// OpenAI responses and Anthropic: the input.
+    pub input_tokens: u64,
+    /// OpenAI responses and Anthropic: the output.
+    pub output_tokens: u64,
+    /// Anthropic: tokens written to the prompt cache.
+    pub cache_creation_input_tokens: u64,
+    /// Anthropic: tokens read from the prompt cache.
+    pub cache_read_input_tokens: u64,
+}
+
+/// A whole answer as far as the gateway reads it: its `usage` only. Every other
+/// field is skipped by the parser without being built (no values, no strings),
+/// which is most of a non-stream answer's bytes.
+#[derive(serde::Deserialize)]
+struct Answer {
+    #[serde(default)]
+    usage: Option<UsageFields>,
+}
+
+impl UsageFields {
+    /// The `usage` of a whole answer's JSON `body`; `None` when the body is not
+    /// JSON, has no `usage` object, or a field is not a non-negative integer (the
+    /// call then keeps its reservation: never less than the provider counted).
+    pub fn of_answer(body: &[u8]) -> Option<Self> {
+        serde_json::from_slice::<Answer>(body).ok()?.usage
+    }
+
+    /// The fields of a `usage` value already parsed (a stream's event).
+    pub fn of_value(usage: &Value) -> Self {
+        Self {
+            prompt_tokens: number(usage, "prompt_tokens"),
+            completion_tokens: number(usage, "completion_tokens"),
+            input_tokens: number(usage, "input_tokens"),
+            output_tokens: number(usage, "output_tokens"),
+            cache_creation_input_tokens: number(usage, "cache_creation_input_tokens"),
+            cache_read_input_tokens: number(usage, "cache_read_input_tokens"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answers_usage_is_read_and_the_rest_skipped() {
+        let body = br#"{"id":"x","choices":[{"message":{"content":"hi","tool_calls":[{"a":[1,2,{"b":null}]}]}}],
+            "usage":{"prompt_tokens":9,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":0}}}"#;
+        let fields = UsageFields::of_answer(body).unwrap();
+        assert_eq!((fields.prompt_tokens, fields.completion_tokens), (9, 4));
+        assert_eq!(UsageFields::of_answer(br#"{"choices":[]}"#), None);
+        assert_eq!(UsageFields::of_answer(br#"{"usage":null}"#), None);
+        assert_eq!(UsageFields::of_answer(br#"{"usage":{"prompt_tokens":"9"}}"#), None);
+        assert_eq!(UsageFields::of_answer(b"not json"), None);
+        let value: Value = serde_json::from_slice(body).unwrap();
+        assert_eq!(UsageFields::of_value(&value["usage"]), fields);
+    }
+}

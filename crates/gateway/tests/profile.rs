@@ -78,3 +78,30 @@ async fn an_openai_profiled_model_meets_no_quantized_429_where_an_unprofiled_one
     assert_eq!(throttled, 0, "provider 429s: {statuses:?}");
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
 }
+
+/// A prompt the tokenizer packs tightly (one repeated letter): few tokens, many
+/// characters, so OpenAI's four-characters estimate is above the exact count.
+const PACKED_PROMPT_CHARACTERS: usize = 4_000;
+
+#[tokio::test]
+async fn an_openai_profiled_model_reserves_at_least_the_character_estimate() {
+    let (sim, _provider) = start_openai_sim().await;
+    // A minute-long quantum: the token window is a minute, so the kept reservation
+    // is still held when the test reads it, however slow the machine.
+    let config = config(sim, ", profile: openai, quantum_seconds: 60");
+    let backend = memory_backend();
+    let gateway = start_gateway(&config, backend.clone()).await;
+    let prompt = "a".repeat(PACKED_PROMPT_CHARACTERS);
+    let max_tokens = 16;
+    let request = json!({"model": "gpt-4o-mini", "max_tokens": max_tokens, "sim_output_tokens": 4,
+        "messages": [{"role": "user", "content": prompt}]});
+    let (status, _, body) = post(&client(), gateway, "/v1/chat/completions", request).await;
+    assert_eq!(status, 200, "{body}");
+    let estimate = (PACKED_PROMPT_CHARACTERS as u64).div_ceil(4);
+    // OpenAI keeps its admission figure: the reservation stays whole after the call.
+    let held = in_use(&backend, "global:llm:sim:gpt-4o-mini:tpm").await;
+    assert!(
+        held >= estimate + max_tokens,
+        "reserved {held}, below OpenAI's character estimate {estimate} + max_tokens {max_tokens}"
+    );
+}

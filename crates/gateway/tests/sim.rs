@@ -255,3 +255,45 @@ async fn upstream_failures_are_answered_in_the_providers_shape_and_free_the_slot
     let error: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(error["error"]["type"], "timeout_error", "{error}");
 }
+
+/// The prompt's characters: the simulator counts a quarter of them (100 tokens),
+/// the o200k tokenizer far fewer (one repeated letter packs tightly).
+const PACKED_PROMPT_CHARACTERS: usize = 400;
+/// A token limit the simulator's count of that prompt alone is above.
+const SMALL_TPM: u64 = 100;
+
+#[tokio::test]
+async fn usage_above_a_full_window_is_recorded_as_debt() {
+    let sim = start_sim(0).await;
+    let yaml = format!(
+        "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: gpt-4o-mini, upstream: sim, tpm: {SMALL_TPM}, max_output_tokens_default: 8}}\n"
+    );
+    let backend = memory_backend();
+    let gateway = start_gateway(&serde_yaml::from_str(&yaml).unwrap(), backend.clone()).await;
+    let request = json!({"model": "gpt-4o-mini", "max_tokens": 8, "sim_output_tokens": 8,
+        "messages": [{"role": "user", "content": "a".repeat(PACKED_PROMPT_CHARACTERS)}]});
+    let (status, _, body) = post(&client(), gateway, "/v1/chat/completions", request).await;
+    assert_eq!(status, 200, "{body}");
+    let usage = &serde_json::from_str::<Value>(&body).unwrap()["usage"];
+    let used = usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap();
+    assert!(used > SMALL_TPM, "the provider's count {used} must be above the window");
+    // The reservation fit; the provider's count did not: what is above the full
+    // window is recorded as debt, not dropped.
+    let key = ratelimiter::LimitKey::new("global:llm:sim:gpt-4o-mini:tpm").unwrap();
+    let mut report = backend.limit_report(&key).await.unwrap().unwrap();
+    for _ in 0..200 {
+        if report.debt > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        report = backend.limit_report(&key).await.unwrap().unwrap();
+    }
+    assert_eq!(
+        report.in_use + report.debt,
+        used,
+        "in use {} + debt {}",
+        report.in_use,
+        report.debt
+    );
+    assert!(report.debt > 0, "nothing recorded above the window: {report:?}");
+}

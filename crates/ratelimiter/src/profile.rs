@@ -41,6 +41,11 @@ pub const OPENAI_QUANTUM_SECONDS: u64 = 1;
 pub const AZURE_QUANTUM_SECONDS: u64 = 1;
 /// Azure's default request limit per 1,000 tokens per minute.
 pub const AZURE_RPM_PER_1000_TPM: u64 = 6;
+/// Characters per token in OpenAI's admission estimate of a prompt: OpenAI (and
+/// Azure) count a request against the token limit at arrival from the prompt's
+/// characters, about four to a token (docs/provider-profiles.md, "OpenAI", with
+/// its source), so a reservation must never be below a quarter of the characters.
+pub const OPENAI_CHARACTERS_PER_TOKEN: u64 = 4;
 /// Bedrock's output burndown for Claude 3.7 and later models.
 pub const BEDROCK_OUTPUT_BURNDOWN: u64 = 5;
 /// The largest request assumed when none is given, in tokens (prompt plus
@@ -353,6 +358,17 @@ impl ProfileRules {
         &self.requests
     }
 
+    /// Every token limit's key (Anthropic: input and output; the others: one):
+    /// every job of the model reserves each, and a Complete that reconciles a
+    /// call down frees room on each, so a scheduler waiting on any of them must
+    /// be woken by it.
+    pub fn token_keys(&self) -> Vec<LimitKey> {
+        std::iter::once(&self.tokens)
+            .chain(self.output_tokens.as_ref())
+            .cloned()
+            .collect()
+    }
+
     /// The concurrency limit's key, when calls in flight are limited.
     pub fn concurrency_key(&self) -> Option<&LimitKey> {
         self.concurrency.as_ref()
@@ -369,12 +385,28 @@ impl ProfileRules {
     /// be smaller than their estimate; the others count the prompt (the caller's
     /// count when given, else one token per byte, which never undercounts).
     pub fn prompt_charge(&self, call: &ProfileCall<'_>) -> u64 {
-        let characters = u64::try_from(call.prompt.chars().count()).expect("usize fits u64");
         match self.provider {
-            Provider::Openai | Provider::Azure => characters.div_ceil(4).max(call.prompt_tokens.unwrap_or(0)),
+            Provider::Openai | Provider::Azure => {
+                let characters = u64::try_from(call.prompt.chars().count()).expect("usize fits u64");
+                self.counted_prompt_charge(call.prompt_tokens.unwrap_or(0), characters)
+            }
             _ => call
                 .prompt_tokens
                 .unwrap_or_else(|| crate::llm::estimate_prompt_tokens(call.prompt)),
+        }
+    }
+
+    /// [`ProfileRules::prompt_charge`] for a caller that counted the prompt itself
+    /// (`prompt_tokens`, by the provider's tokenizer) and knows its length in
+    /// characters but holds no single prompt text (the gateway, whose prompt is
+    /// spread over messages): OpenAI and Azure charge at least their estimate of
+    /// [`OPENAI_CHARACTERS_PER_TOKEN`] characters a token, the others the count.
+    pub fn counted_prompt_charge(&self, prompt_tokens: u64, prompt_characters: u64) -> u64 {
+        match self.provider {
+            Provider::Openai | Provider::Azure => {
+                (prompt_characters.div_ceil(OPENAI_CHARACTERS_PER_TOKEN)).max(prompt_tokens)
+            }
+            _ => prompt_tokens,
         }
     }
 
@@ -627,6 +659,17 @@ mod tests {
             actuals.iter().map(|a| a.actual_amount).collect::<Vec<_>>(),
             [1_000, 120]
         );
+        let token_keys: Vec<String> = (profile.rules.token_keys().iter())
+            .map(|k| k.as_str().to_owned())
+            .collect();
+        assert_eq!(
+            token_keys,
+            [
+                "global:llm:anthropic:claude-sonnet-4:itpm",
+                "global:llm:anthropic:claude-sonnet-4:otpm"
+            ],
+            "a Complete frees room on both"
+        );
         let missing = llm_profile("anthropic", "m", &published(50, 30_000)).unwrap_err();
         assert!(missing.to_string().contains("input_tpm"), "{missing}");
     }
@@ -660,6 +703,10 @@ mod tests {
             best_of: 1,
         };
         assert_eq!(bedrock.rules.requirements(&call)[1].amount, 11_000);
+        assert_eq!(
+            bedrock.rules.token_keys(),
+            [LimitKey::llm_tpm("bedrock", "claude").unwrap()]
+        );
         assert_eq!(bedrock.rules.actuals_from_total(&call, 1_300)[0].actual_amount, 2_500);
     }
 

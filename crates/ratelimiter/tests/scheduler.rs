@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratelimiter::profile::{llm_profile, Published};
 use ratelimiter::scheduler::{ExecuteError, Job, JobError, Scheduler, SchedulerConfig, ShutdownError, SubmitErrorKind};
 use ratelimiter::{Denial, LimitKey, LimiterError, ReserveOutcome};
 use scheduler_support::{allowed, sleeping_job, spec, Recorder, Scripted};
@@ -620,14 +621,22 @@ async fn a_limiter_that_panics_costs_neither_the_job_nor_the_worker() {
 /// Job 1 runs for 100 ms; job 2 is denied on `denied_key` with a 10 s hint while
 /// job 1 runs. Returns when job 2 was reserved again, in ms from the start.
 async fn retry_time_after_own_complete(denied_key: &str, job1_tokens: u64) -> u128 {
+    retry_time_after_own_complete_of(openai, config(2).build().unwrap(), denied_key, job1_tokens).await
+}
+
+/// [`retry_time_after_own_complete`] for the jobs `job` makes, under `config`.
+async fn retry_time_after_own_complete_of(
+    job: fn(&str) -> ratelimiter::scheduler::JobSpec,
+    config: SchedulerConfig,
+    denied_key: &str,
+    job1_tokens: u64,
+) -> u128 {
     let limiter = Scripted::new(vec![allowed(), not_now(denied_key, 10_000)], vec![]);
     let recorder = Recorder::new(limiter);
-    let scheduler = Scheduler::with_config(recorder.clone(), config(2).build().unwrap());
+    let scheduler = Scheduler::with_config(recorder.clone(), config);
     let start = Instant::now();
-    let job1 = scheduler
-        .submit(sleeping_job(openai("job-1"), 100, job1_tokens))
-        .unwrap();
-    let job2 = scheduler.submit(sleeping_job(openai("job-2"), 100, 5)).unwrap();
+    let job1 = scheduler.submit(sleeping_job(job("job-1"), 100, job1_tokens)).unwrap();
+    let job2 = scheduler.submit(sleeping_job(job("job-2"), 100, 5)).unwrap();
     job1.await.unwrap();
     job2.await.unwrap();
     let reserves = recorder.reserves_of("job-2");
@@ -649,6 +658,36 @@ async fn completing_a_lease_resumes_a_queue_waiting_for_what_it_freed() {
         10_000
     );
     assert_eq!(retry_time_after_own_complete(TPM, 100).await, 10_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn completing_a_lease_resumes_a_queue_waiting_on_its_profiles_token_keys() {
+    // Anthropic's profile reserves input (`itpm`) and output (`otpm`) tokens instead of
+    // `tpm`: a queue waiting on either is woken when job 1 reconciles its 90-token
+    // output reservation down, as it is on `tpm` without a profile.
+    let published = Published {
+        rpm: Some(50),
+        input_tpm: Some(30_000),
+        output_tpm: Some(8_000),
+        ..Published::default()
+    };
+    let rules = llm_profile("anthropic", "claude", &published).unwrap().rules;
+    let anthropic = |job_id: &str| spec(job_id, "tenant_a", "anthropic", "claude");
+    for dimension in ["itpm", "otpm"] {
+        let config = config(2).profile(rules.clone()).build().unwrap();
+        let denied_key = format!("global:llm:anthropic:claude:{dimension}");
+        assert_eq!(
+            retry_time_after_own_complete_of(anthropic, config, &denied_key, 5).await,
+            100,
+            "{dimension}"
+        );
+    }
+    // Requests per minute are still not freed by a Complete.
+    let config = config(2).profile(rules).build().unwrap();
+    assert_eq!(
+        retry_time_after_own_complete_of(anthropic, config, "global:llm:anthropic:claude:rpm", 5).await,
+        10_000
+    );
 }
 
 /// A limiter whose reserves take 1 ms to answer (decided on arrival), as over

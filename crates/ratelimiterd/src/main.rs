@@ -5,6 +5,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use ratelimiterd::cli::{self, Cli, Command};
 
+/// mimalloc: per-thread heaps for the allocations every request makes on every
+/// worker (BENCHMARKS.md, "The gateway's CPU per call: profile and cuts").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

@@ -9,7 +9,8 @@
 //!
 //! On the memory backend the step comes while the server runs and across a
 //! restart (the snapshot); on TigerBeetle while the server runs (the cluster
-//! keeps the holds and times them). libfaketime comes from
+//! keeps the holds and times them), and across a restart for a Complete with
+//! usage above its reservation (timed by the cluster's clock). libfaketime comes from
 //! `scripts/tigerbeetle.sh faketime-lib`, which `scripts/test.sh` runs; without
 //! it the tests say why they skipped and pass.
 
@@ -54,6 +55,14 @@ fn faketime_lib() -> Result<PathBuf, String> {
             path.display()
         ))
     }
+}
+
+/// libfaketime's library, or `None` after saying why `what` is skipped
+/// without it.
+fn faketime_or_skip(what: &str) -> Option<PathBuf> {
+    faketime_lib()
+        .map_err(|reason| eprintln!("SKIPPED {what}: {reason}"))
+        .ok()
 }
 
 /// A server whose wall clock is offset by what `offset_file` says.
@@ -221,12 +230,8 @@ fn assert_never_over_capacity(grants: &Grants) {
 /// clock steps forward an hour, then back two; a concurrency limit full at
 /// the forward step.
 fn steps_while_running(backend: BackendConfig, label: &str) {
-    let lib = match faketime_lib() {
-        Ok(lib) => lib,
-        Err(reason) => {
-            eprintln!("SKIPPED clock steps on {label}: {reason}");
-            return;
-        }
+    let Some(lib) = faketime_or_skip(&format!("clock steps on {label}")) else {
+        return;
     };
     let dir = temp_dir(&format!("clock-{label}"));
     let config = support::write_config_on(&dir, backend, "", "");
@@ -306,12 +311,8 @@ fn restored_clock_step_ms(daemon: &Daemon) -> i64 {
 /// hour late (capacity idle).
 #[test]
 fn a_clock_step_across_a_restart_moves_no_hold_end_on_the_memory_backend() {
-    let lib = match faketime_lib() {
-        Ok(lib) => lib,
-        Err(reason) => {
-            eprintln!("SKIPPED clock steps across a restart: {reason}");
-            return;
-        }
+    let Some(lib) = faketime_or_skip("clock steps across a restart") else {
+        return;
     };
     let dir = temp_dir("clock-restart");
     let config = support::write_config_on(&dir, BackendConfig::Memory, "", "memory:\n  snapshot_interval_ms: 0\n");
@@ -366,4 +367,61 @@ fn the_tigerbeetle_backend_over_admits_nothing_and_strands_nothing_when_the_cloc
         settings,
     };
     steps_while_running(backend, "tigerbeetle");
+}
+
+/// The value of the unlabelled counter `name` in `daemon`'s `/metrics`.
+#[cfg(feature = "tigerbeetle")]
+fn metric(daemon: &Daemon, name: &str) -> u64 {
+    let text = request(daemon.addr, "GET", "/metrics", None, b"").text();
+    let line = (text.lines())
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A lease reserved before a restart and completed after it, the wall clock
+/// stepped an hour forward meanwhile, with usage above the reservation: the
+/// restarted server does not have the lease and reads it back from the
+/// cluster, and times what is left of the window on the cluster's clock. The
+/// overage is held for the rest of the window, so the capacity is used up;
+/// measured on the two processes' wall clocks, the window looked an hour over
+/// and the overage was dropped (a further reserve was granted: over-admission
+/// against the provider's window).
+#[cfg(feature = "tigerbeetle")]
+#[test]
+fn an_overage_completed_after_a_restart_across_a_clock_step_is_held_for_the_rest_of_the_window() {
+    let Some(lib) = faketime_or_skip("an overage across a clock step") else {
+        return;
+    };
+    let cluster = ratelimiter::tigerbeetle::LocalCluster::start().expect("a local TigerBeetle replica");
+    let backend = BackendConfig::TigerBeetle {
+        addresses: cluster.address(),
+        settings: "  sessions: 2\n  max_batch_events: 200\n",
+    };
+    let dir = temp_dir("clock-overage");
+    let config = support::write_config_on(&dir, backend, "", "");
+    let mut server = SteppedServer::start(&config, &lib, 0);
+    let key = format!("clock{:x}:tpm", rand::random::<u32>());
+    put(
+        &server.daemon,
+        json!({"key": key, "kind": "rolling", "capacity": 100, "window_seconds": 600, "window_margin_ms": 0}),
+    );
+    let lease = LeaseId::generate();
+    assert!(allowed(&reserve(&server.daemon, lease, &key, 10), &key));
+    assert!(server.daemon.terminate().success());
+
+    server = SteppedServer::start(&config, &lib, STEP_MS);
+    let body = json!({"lease_id": lease.to_string(), "actuals": [{"key": key, "actual_amount": 100}]});
+    raw::ok(server.daemon.addr, "POST", "/v1/complete", CLIENT_TOKEN, &body);
+    assert_eq!(limit(&server.daemon, &key)["in_use"], 100, "the overage was not held");
+    let further = reserve(&server.daemon, LeaseId::generate(), &key, 1);
+    assert!(!allowed(&further, &key), "over-admitted after the step: {further}");
+    assert_eq!(
+        metric(&server.daemon, "ratelimiterd_tigerbeetle_completes_from_cluster_total"),
+        1
+    );
+    assert_eq!(
+        metric(&server.daemon, "ratelimiterd_tigerbeetle_cluster_clock_probes_total"),
+        1
+    );
 }

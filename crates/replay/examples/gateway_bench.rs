@@ -7,16 +7,23 @@
 //!   scheduled start, so a stall is not hidden by the calls that wait behind it):
 //!   non-streaming chat completions, p50 and p99 of each path and their difference;
 //! - time to first token of streamed chat completions (first content chunk);
-//! - the highest rate each path serves (closed loop), and their ratio.
+//! - the highest rate each path serves (closed loop), and their ratio;
+//! - the CPU each process spends per call (load generator, simulator, gateway),
+//!   from `/proc/<pid>/stat` before and after each non-streamed phase: what a call
+//!   costs the machine, which the closed loop's ratio is the inverse of.
+//!
+//! `--baseline-bin DIR` runs a second `ratelimiterd` (another build, e.g. main's)
+//! as a third path in the same rounds, so a change is measured against its base
+//! under the same noise; `--snapshots off` turns the servers' memory snapshots off.
 //!
 //! ```sh
 //! cargo build --release -p ratelimiterd --bin ratelimiterd -p replay --bin provider-sim --example gateway_bench
-//! target/release/examples/gateway_bench --bin-dir target/release
+//! target/release/examples/gateway_bench --bin-dir target/release [--baseline-bin /path/to/old/release]
 //! ```
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,10 +48,15 @@ const STREAM_MODEL: &str = "gpt-4o";
 const STREAM_MS_PER_TOKEN: u64 = 1;
 /// Output tokens of a streamed call: enough events to be a stream.
 const STREAM_TOKENS: u64 = 16;
+/// Clock ticks per second of `/proc/<pid>/stat`'s CPU times when `getconf`
+/// cannot say: Linux's USER_HZ, 100 on every common build.
+const CLOCK_TICKS_PER_SECOND_DEFAULT: u64 = 100;
 
 #[derive(Debug, Clone)]
 struct Options {
     bin_dir: PathBuf,
+    baseline_bin: Option<PathBuf>,
+    snapshots: bool,
     rate: f64,
     seconds: f64,
     rounds: usize,
@@ -55,6 +67,8 @@ struct Options {
 fn parse_options() -> Options {
     let mut options = Options {
         bin_dir: PathBuf::from("target/release"),
+        baseline_bin: None,
+        snapshots: true,
         rate: 1_000.0,
         seconds: 5.0,
         rounds: 3,
@@ -71,6 +85,14 @@ fn parse_options() -> Options {
         };
         match flag.as_str() {
             "--bin-dir" => options.bin_dir = PathBuf::from(&value),
+            "--baseline-bin" => options.baseline_bin = Some(PathBuf::from(&value)),
+            "--snapshots" => {
+                options.snapshots = match value.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => usage("--snapshots: on or off"),
+                }
+            }
             "--rate" => options.rate = number(),
             "--seconds" => options.seconds = number(),
             "--rounds" => options.rounds = number() as usize,
@@ -93,7 +115,7 @@ fn parse_options() -> Options {
 fn usage(problem: &str) -> ! {
     eprintln!("gateway_bench: {problem}");
     eprintln!(
-        "usage: gateway_bench [--bin-dir DIR] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]"
+        "usage: gateway_bench [--bin-dir DIR] [--baseline-bin DIR] [--snapshots on|off] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]"
     );
     std::process::exit(2);
 }
@@ -106,6 +128,58 @@ impl Drop for Process {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+impl Process {
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+/// The CPU time (user + system) process `pid` has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) may hold spaces: count fields after its ')'.
+    let after_name = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    field(11) + field(12)
+}
+
+fn clock_ticks_per_second() -> u64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(CLOCK_TICKS_PER_SECOND_DEFAULT)
+}
+
+/// The processes whose CPU a phase measures: the load generator (this process),
+/// the simulator and, on a gateway path, the server.
+#[derive(Clone, Copy)]
+struct Pids {
+    generator: u32,
+    simulator: u32,
+    server: Option<u32>,
+}
+
+impl Pids {
+    fn ticks(&self) -> [u64; 3] {
+        [
+            cpu_ticks(self.generator),
+            cpu_ticks(self.simulator),
+            self.server.map_or(0, cpu_ticks),
+        ]
+    }
+}
+
+/// CPU per call, in µs, of each process of `pids` between two readings.
+fn cpu_per_call_us(before: [u64; 3], after: [u64; 3], calls: u64, hz: u64) -> [u64; 3] {
+    let per_call = |i: usize| (after[i] - before[i]) * 1_000_000 / hz / calls.max(1);
+    [per_call(0), per_call(1), per_call(2)]
 }
 
 fn free_port() -> u16 {
@@ -149,10 +223,20 @@ fn start_sim(options: &Options, ms_per_token: u64) -> (Process, SocketAddr) {
 
 /// ratelimiterd, memory backend, with a gateway whose model has limits far above the
 /// load: every call is reserved and reconciled, none is refused.
-fn start_gateway(options: &Options, sims: [SocketAddr; 2], directory: &std::path::Path) -> (Process, SocketAddr) {
+/// A started server: its process, its gateway's address and its API's (for `/metrics`).
+struct Server {
+    process: Process,
+    gateway: SocketAddr,
+    api: SocketAddr,
+}
+
+fn start_gateway(options: &Options, bin_dir: &Path, sims: [SocketAddr; 2], directory: &Path) -> Server {
+    std::fs::create_dir_all(directory).expect("a temporary directory");
     let (api_port, gateway_port) = (free_port(), free_port());
+    // 0 turns the periodic snapshots off; 1,000 ms is the server's default.
+    let snapshot_interval_ms = if options.snapshots { 1_000 } else { 0 };
     let mut config = format!(
-        "server:\n  listen_addr: \"127.0.0.1:{api_port}\"\nregistry:\n  path: \"{}\"\nlog:\n  level: warn\ngateway:\n  listen_addr: \"127.0.0.1:{gateway_port}\"\n  upstreams:\n",
+        "server:\n  listen_addr: \"127.0.0.1:{api_port}\"\nregistry:\n  path: \"{}\"\nmemory:\n  snapshot_interval_ms: {snapshot_interval_ms}\nlog:\n  level: warn\ngateway:\n  listen_addr: \"127.0.0.1:{gateway_port}\"\n  upstreams:\n",
         directory.join("limits.json").display()
     );
     for (name, sim) in ["fast", "paced"].iter().zip(sims) {
@@ -166,7 +250,7 @@ fn start_gateway(options: &Options, sims: [SocketAddr; 2], directory: &std::path
     }
     let path = directory.join("ratelimiterd.yaml");
     std::fs::write(&path, config).expect("the config is written");
-    let mut child = Command::new(options.bin_dir.join("ratelimiterd"))
+    let mut child = Command::new(bin_dir.join("ratelimiterd"))
         .arg("--config")
         .arg(&path)
         .stdout(Stdio::null())
@@ -178,7 +262,54 @@ fn start_gateway(options: &Options, sims: [SocketAddr; 2], directory: &std::path
     std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
     let addr: SocketAddr = format!("127.0.0.1:{gateway_port}").parse().expect("an address");
     wait_listening(addr);
-    (Process(child), addr)
+    Server {
+        process: Process(child),
+        gateway: addr,
+        api: format!("127.0.0.1:{api_port}").parse().expect("an address"),
+    }
+}
+
+/// The snapshot pauses a server saw (the copy under the backend's lock that
+/// reserves and completes wait for): count, total and the bucket of the longest,
+/// from its `/metrics`.
+async fn snapshot_pauses(api: SocketAddr) -> String {
+    let mut sender = connect(api).await;
+    let request = Request::builder()
+        .uri("/metrics")
+        .header("host", api.to_string())
+        .body(Full::new(Bytes::new()))
+        .expect("a request");
+    let Ok(response) = sender.send_request(request).await else {
+        return "no metrics".to_owned();
+    };
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&body);
+    let name = "ratelimiterd_memory_snapshot_pause_seconds";
+    let value = |suffix: &str| {
+        (text.lines())
+            .find(|l| l.starts_with(&format!("{name}_{suffix} ")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (count, sum) = (value("count"), value("sum"));
+    // The first bucket holding every pause bounds the longest.
+    let longest = (text.lines())
+        .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
+        .find(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) == Some(count))
+        .and_then(|l| l.split("le=\"").nth(1))
+        .and_then(|l| l.split('"').next())
+        .unwrap_or("?")
+        .to_owned();
+    format!(
+        "{count} snapshot pauses, mean {:.2} ms, longest <= {longest} s",
+        if count > 0.0 { sum * 1000.0 / count } else { 0.0 }
+    )
 }
 
 /// One keep-alive HTTP/1.1 connection.
@@ -271,8 +402,9 @@ async fn open_loop(addr: SocketAddr, rate: f64, seconds: f64, connections: usize
     samples
 }
 
-/// Closed loop: `connections` callers back to back for `seconds`; calls per second.
-async fn closed_loop(addr: SocketAddr, seconds: f64, connections: usize) -> f64 {
+/// Closed loop: `connections` callers back to back for `seconds`; calls per
+/// second, and every call made (those still in flight at the stop included).
+async fn closed_loop(addr: SocketAddr, seconds: f64, connections: usize) -> (f64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let body = chat_body(false);
@@ -295,7 +427,7 @@ async fn closed_loop(addr: SocketAddr, seconds: f64, connections: usize) -> f64 
     for worker in workers {
         worker.await.expect("a worker");
     }
-    counted as f64 / elapsed
+    (counted as f64 / elapsed, done.load(Ordering::Relaxed))
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -338,98 +470,202 @@ fn added_ms(gateway_us: &[u64], direct_us: &[u64]) -> String {
     format!("{:+.3} ms", added[added.len() / 2] as f64 / 1000.0)
 }
 
+/// One path the calls take: straight to the simulators, or through a server.
+struct Route {
+    name: &'static str,
+    addr: SocketAddr,
+    stream_addr: SocketAddr,
+    pids: Pids,
+}
+
+/// A path's figures over the rounds.
+#[derive(Default)]
+struct PathFigures {
+    latency: Figures,
+    ttft: Figures,
+    max_rate: Vec<f64>,
+    /// CPU µs per call of (generator, simulator, server) at the offered rate.
+    cpu_open: Vec<[u64; 3]>,
+    /// The same in the closed loop.
+    cpu_closed: Vec<[u64; 3]>,
+}
+
+/// One round of one path: the open loop, the streams, the closed loop.
+async fn run_round(options: &Options, path: &Route, hz: u64, figures: &mut PathFigures) -> String {
+    let before = path.pids.ticks();
+    let samples = open_loop(path.addr, options.rate, options.seconds, options.connections, false).await;
+    let cpu_open = cpu_per_call_us(before, path.pids.ticks(), samples.len() as u64, hz);
+    figures.latency.add(&samples);
+    let streams = open_loop(
+        path.stream_addr,
+        options.stream_rate,
+        options.seconds,
+        options.connections,
+        true,
+    )
+    .await;
+    figures.ttft.add(&streams);
+    let before = path.pids.ticks();
+    let (rate, calls) = closed_loop(path.addr, options.seconds, options.connections).await;
+    let cpu_closed = cpu_per_call_us(before, path.pids.ticks(), calls, hz);
+    figures.max_rate.push(rate);
+    figures.cpu_open.push(cpu_open);
+    figures.cpu_closed.push(cpu_closed);
+    format!(
+        "{:>8}: latency p50 {} p99 {} | ttft p50 {} p99 {} | max {rate:.0} req/s | CPU µs/call open (gen, sim, server) {cpu_open:?} closed {cpu_closed:?}",
+        path.name,
+        ms(percentile(&samples, 0.5)),
+        ms(percentile(&samples, 0.99)),
+        ms(percentile(&streams, 0.5)),
+        ms(percentile(&streams, 0.99)),
+    )
+}
+
+fn median_f64(values: &[f64]) -> f64 {
+    let mut values = values.to_vec();
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// The median over rounds of each process's CPU per call.
+fn median_cpu(rounds: &[[u64; 3]]) -> [u64; 3] {
+    let column = |i: usize| Figures::median(&rounds.iter().map(|r| r[i]).collect::<Vec<_>>());
+    [column(0), column(1), column(2)]
+}
+
+/// The table of one server path against direct (`reference`), and against
+/// `baseline` when given.
+fn print_summary(options: &Options, direct: &PathFigures, paths: &[(&str, &PathFigures)]) {
+    println!(
+        "| figure | direct | {} |",
+        paths.iter().map(|p| p.0).collect::<Vec<_>>().join(" | ")
+    );
+    println!("| --- | --- |{}", " --- |".repeat(paths.len()));
+    type Pick = fn(&PathFigures) -> &[u64];
+    let rows: [(&str, Pick); 4] = [
+        ("latency p50", |f| &f.latency.p50),
+        ("latency p99", |f| &f.latency.p99),
+        ("ttft p50", |f| &f.ttft.p50),
+        ("ttft p99", |f| &f.ttft.p99),
+    ];
+    for (name, pick) in rows {
+        let cells: Vec<String> = (paths.iter())
+            .map(|(_, f)| format!("{} ({})", ms(Figures::median(pick(f))), added_ms(pick(f), pick(direct))))
+            .collect();
+        println!(
+            "| {name} | {} | {} |",
+            ms(Figures::median(pick(direct))),
+            cells.join(" | ")
+        );
+    }
+    let cells: Vec<String> = (paths.iter())
+        .map(|(_, f)| {
+            let ratios: Vec<f64> = f.max_rate.iter().zip(&direct.max_rate).map(|(g, d)| g / d).collect();
+            format!(
+                "{:.0} req/s (ratio {:.2})",
+                median_f64(&f.max_rate),
+                median_f64(&ratios)
+            )
+        })
+        .collect();
+    println!(
+        "| max rate, {} connections | {:.0} req/s | {} |",
+        options.connections,
+        median_f64(&direct.max_rate),
+        cells.join(" | ")
+    );
+    for (label, pick) in [("open loop", 0), ("closed loop", 1)] {
+        let cpu = |f: &PathFigures| median_cpu(if pick == 0 { &f.cpu_open } else { &f.cpu_closed });
+        let cells: Vec<String> = paths.iter().map(|(_, f)| format!("{:?}", cpu(f))).collect();
+        println!(
+            "| CPU µs per call, {label} (generator, simulator, server) | {:?} | {} |",
+            cpu(direct),
+            cells.join(" | ")
+        );
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let options = parse_options();
     let directory = std::env::temp_dir().join(format!("gateway-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&directory).expect("a temporary directory");
-    let (_sim, sim) = start_sim(&options, 0);
+    let (sim_process, sim) = start_sim(&options, 0);
     let (_paced_sim, paced_sim) = start_sim(&options, STREAM_MS_PER_TOKEN);
-    let (_gateway, gateway) = start_gateway(&options, [sim, paced_sim], &directory);
+    let sims = [sim, paced_sim];
+    let server = start_gateway(&options, &options.bin_dir, sims, &directory.join("new"));
+    let gateway = server.gateway;
+    let baseline =
+        (options.baseline_bin.as_ref()).map(|dir| start_gateway(&options, dir, sims, &directory.join("baseline")));
     println!(
-        "provider-sim {sim} (streams: {paced_sim}, {STREAM_MS_PER_TOKEN} ms per token, {STREAM_TOKENS} tokens), gateway {gateway}; {} rounds of {} s; open loop {} req/s (streams {} req/s) over {} connections",
+        "provider-sim {sim} (streams: {paced_sim}, {STREAM_MS_PER_TOKEN} ms per token, {STREAM_TOKENS} tokens), gateway {gateway}{}; snapshots {}; {} rounds of {} s; open loop {} req/s (streams {} req/s) over {} connections",
+        baseline.as_ref().map_or(String::new(), |b| format!(", baseline {}", b.gateway)),
+        if options.snapshots { "every 1 s" } else { "off" },
         options.rounds, options.seconds, options.rate, options.stream_rate, options.connections
     );
-    // Warm-up: connections, allocators, the tokenizer's tables.
-    for addr in [sim, gateway] {
-        closed_loop(addr, 1.0, options.connections).await;
-    }
+    let pids = |server: Option<&Process>| Pids {
+        generator: std::process::id(),
+        simulator: sim_process.pid(),
+        server: server.map(Process::pid),
+    };
     // Direct calls of each model go to the simulator the gateway forwards that model to.
-    let paths = [("direct", sim, paced_sim), ("gateway", gateway, gateway)];
-    let mut latency = [Figures::default(), Figures::default()];
-    let mut ttft = [Figures::default(), Figures::default()];
-    let mut max_rate = [Vec::new(), Vec::new()];
+    let mut paths = vec![
+        Route {
+            name: "direct",
+            addr: sim,
+            stream_addr: paced_sim,
+            pids: pids(None),
+        },
+        Route {
+            name: "gateway",
+            addr: gateway,
+            stream_addr: gateway,
+            pids: pids(Some(&server.process)),
+        },
+    ];
+    if let Some(base) = &baseline {
+        let pids = pids(Some(&base.process));
+        paths.push(Route {
+            name: "baseline",
+            addr: base.gateway,
+            stream_addr: base.gateway,
+            pids,
+        });
+    }
+    // Warm-up: connections, allocators, the tokenizer's tables.
+    for path in &paths {
+        closed_loop(path.addr, 1.0, options.connections).await;
+    }
+    let hz = clock_ticks_per_second();
+    let mut figures: Vec<PathFigures> = paths.iter().map(|_| PathFigures::default()).collect();
     for round in 0..options.rounds {
-        for (i, (name, addr, stream_addr)) in paths.iter().enumerate() {
-            let samples = open_loop(*addr, options.rate, options.seconds, options.connections, false).await;
-            latency[i].add(&samples);
-            let streams = open_loop(
-                *stream_addr,
-                options.stream_rate,
-                options.seconds,
-                options.connections,
-                true,
-            )
-            .await;
-            ttft[i].add(&streams);
-            let rate = closed_loop(*addr, options.seconds, options.connections).await;
-            max_rate[i].push(rate);
-            println!(
-                "round {round} {name:>7}: latency p50 {} p99 {} | ttft p50 {} p99 {} | max {rate:.0} req/s",
-                ms(percentile(&samples, 0.5)),
-                ms(percentile(&samples, 0.99)),
-                ms(percentile(&streams, 0.5)),
-                ms(percentile(&streams, 0.99)),
-            );
+        // Direct first, then the servers, their order alternating by round.
+        let mut order: Vec<usize> = (1..paths.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in std::iter::once(0).chain(order) {
+            let line = run_round(&options, &paths[i], hz, &mut figures[i]).await;
+            println!("round {round} {line}");
         }
     }
-    let med = |f: &Figures| (Figures::median(&f.p50), Figures::median(&f.p99));
-    let ((d50, d99), (g50, g99)) = (med(&latency[0]), med(&latency[1]));
-    let ((t50, t99), (u50, u99)) = (med(&ttft[0]), med(&ttft[1]));
-    let median_rate = |rates: &[f64]| {
-        let mut rates = rates.to_vec();
-        rates.sort_by(f64::total_cmp);
-        rates[rates.len() / 2]
-    };
-    let (direct_max, gateway_max) = (median_rate(&max_rate[0]), median_rate(&max_rate[1]));
-    println!("\nmedian over {} rounds:", options.rounds);
-    println!("| figure | direct | gateway | added (median of the rounds' differences) |");
-    println!("| --- | --- | --- | --- |");
-    let (l, t) = (&latency, &ttft);
     println!(
-        "| latency p50 at {} req/s | {} | {} | {} |",
-        options.rate,
-        ms(d50),
-        ms(g50),
-        added_ms(&l[1].p50, &l[0].p50)
+        "\nmedian over {} rounds (added: median of the rounds' differences from direct):",
+        options.rounds
     );
-    println!(
-        "| latency p99 at {} req/s | {} | {} | {} |",
-        options.rate,
-        ms(d99),
-        ms(g99),
-        added_ms(&l[1].p99, &l[0].p99)
-    );
-    println!(
-        "| time to first token p50 ({} req/s) | {} | {} | {} |",
-        options.stream_rate,
-        ms(t50),
-        ms(u50),
-        added_ms(&t[1].p50, &t[0].p50)
-    );
-    println!(
-        "| time to first token p99 ({} req/s) | {} | {} | {} |",
-        options.stream_rate,
-        ms(t99),
-        ms(u99),
-        added_ms(&t[1].p99, &t[0].p99)
-    );
-    let mut ratios: Vec<f64> = max_rate[1].iter().zip(&max_rate[0]).map(|(g, d)| g / d).collect();
-    ratios.sort_by(f64::total_cmp);
-    println!(
-        "| max rate, {} connections | {direct_max:.0} req/s | {gateway_max:.0} req/s | ratio {:.2} (median of the rounds' ratios) |",
-        options.connections,
-        ratios[ratios.len() / 2]
-    );
+    let servers: Vec<(&str, &PathFigures)> = paths.iter().zip(&figures).skip(1).map(|(p, f)| (p.name, f)).collect();
+    print_summary(&options, &figures[0], &servers);
+    if servers.len() == 2 {
+        let ratios: Vec<f64> = (figures[1].max_rate.iter())
+            .zip(&figures[2].max_rate)
+            .map(|(n, b)| n / b)
+            .collect();
+        println!(
+            "gateway / baseline max rate, median of the rounds' ratios: {:.2}",
+            median_f64(&ratios)
+        );
+    }
+    for (name, api) in std::iter::once(("gateway", server.api)).chain(baseline.as_ref().map(|b| ("baseline", b.api))) {
+        println!("{name}: {}", snapshot_pauses(api).await);
+    }
     let _ = std::fs::remove_dir_all(&directory);
 }

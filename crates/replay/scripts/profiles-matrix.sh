@@ -9,7 +9,9 @@
 # about 25 s of arrivals that the token limit takes a minute or more to serve, so
 # demand exceeds capacity for a full provider window. TRACES: the traces' directory.
 # SKIP_BUILD=1: use the release binaries already built. SKIP_DONE=1: skip runs whose
-# summary exists.
+# summary exists. STRATEGIES: the strategies to run (default `local server
+# token-bucket`); `local-bucket` is `local` with the replay's token-bucket limiter
+# prototype (`--limiter-kind bucket`).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out="${1:-target/profiles-matrix}"
@@ -39,10 +41,11 @@ for profile in ${profiles[@]}; do
       *-code) tpm=2400000 ;;
       *-conv) tpm=1700000 ;;
     esac
-    for strategy in local server token-bucket; do
+    for strategy in ${STRATEGIES:-local server token-bucket}; do
       name="$profile-$trace-$strategy" limiter=()
       if [ -n "${SKIP_DONE:-}" ] && [ -s "$out/$name.json" ]; then continue; fi
       if [ "$strategy" != token-bucket ]; then limiter=(--limiter-profile); fi
+      if [ "$strategy" = local-bucket ]; then strategy=local limiter+=(--limiter-kind bucket); fi
       echo "== $name $(date +%T)" >&2
       "${CARGO_TARGET_DIR:-target}/release/replay" --trace "$traces/AzureLLMInferenceTrace_$trace.csv" \
         --strategy "$strategy" --provider-profile "$profile" --provider-tpm "$tpm" "${limiter[@]}" "${common[@]}" \

@@ -94,6 +94,11 @@ pub struct Args {
     /// limit per provider limit over its window.
     #[arg(long)]
     pub limiter_profile: bool,
+    /// `local`: the kind of the limiter's rolling limits. `bucket` is a prototype kept in the
+    /// replay (`bucket_limiter.rs`): each rolling definition enforced as a token bucket of its
+    /// capacity refilled over its window, to measure what such a kind would give.
+    #[arg(long, value_enum, default_value = "rolling")]
+    pub limiter_kind: LimiterKind,
     /// Scheduler workers per client process (our strategies); default: the provider's concurrency.
     #[arg(long)]
     pub workers: Option<usize>,
@@ -123,6 +128,15 @@ pub struct Args {
     /// Internal (`server-multi` children): this child's shard, `i/n`.
     #[arg(long, hide = true)]
     pub worker_shard: Option<String>,
+}
+
+/// The kind of the `local` limiter's rolling limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LimiterKind {
+    /// The backends' rolling windows (the memory backend).
+    Rolling,
+    /// The replay's token-bucket prototype ([`crate::bucket_limiter`]).
+    Bucket,
 }
 
 /// How our strategies size a prompt's reservation.
@@ -175,6 +189,11 @@ impl Args {
         }
         if self.workers.is_some_and(|w| !(1..=WORKERS_MAX).contains(&w)) {
             return Err(format!("--workers must be 1..={WORKERS_MAX}"));
+        }
+        if self.limiter_kind == LimiterKind::Bucket && self.strategy != StrategyKind::Local {
+            return Err(
+                "--limiter-kind bucket: only with --strategy local (the prototype is not in the backends)".to_owned(),
+            );
         }
         if self.requests == Some(0) {
             return Err("--requests must be at least 1".to_owned());

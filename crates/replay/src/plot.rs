@@ -1,5 +1,6 @@
-//! The run's picture: tokens the provider admitted in the trailing window, against
-//! its token limit and the demand that arrived, over the run. The font is
+//! The run's picture: tokens the provider charged in the trailing window on its
+//! binding token limit (as it finally charged them, counted from each admission),
+//! against that limit and the demand that arrived, over the run. The font is
 //! compiled in (DejaVu Sans), so a fresh machine without fonts draws it too.
 
 use std::path::Path;
@@ -9,7 +10,7 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 
 use crate::outcome::RequestOutcome;
-use crate::provider::{Admission, ProviderLimits};
+use crate::provider::Admission;
 
 /// Points per window: the curve is sampled this often.
 pub const SAMPLES_PER_WINDOW: u64 = 20;
@@ -23,9 +24,11 @@ const FONT: &str = "sans-serif";
 /// One curve sample: seconds since the start, and tokens in the trailing window.
 pub type Sample = (f64, f64);
 
-/// The trailing-window sums of admitted and offered tokens, sampled over the run.
+/// The trailing-window sums of the tokens admissions charged on token limit
+/// `limit_index` (their settled charge) and of offered tokens, sampled over the run.
 pub fn trailing_window_series(
     admissions: &[Admission],
+    limit_index: usize,
     outcomes: &[RequestOutcome],
     window_ms: u64,
     start_unix_ms: u64,
@@ -33,7 +36,9 @@ pub fn trailing_window_series(
 ) -> (Vec<Sample>, Vec<Sample>) {
     let span_ms = end_unix_ms.saturating_sub(start_unix_ms).max(1);
     let step_ms = (window_ms / SAMPLES_PER_WINDOW).max(span_ms / SAMPLES_MAX).max(1);
-    let mut admitted: Vec<(u64, u64)> = admissions.iter().map(|a| (a.at_unix_ms, a.charged_tokens)).collect();
+    let mut admitted: Vec<(u64, u64)> = (admissions.iter())
+        .map(|a| (a.at_unix_ms, a.settled_tokens[limit_index]))
+        .collect();
     let mut offered: Vec<(u64, u64)> = outcomes.iter().map(|o| (o.arrival_unix_ms, o.offered_tokens)).collect();
     admitted.sort_unstable();
     offered.sort_unstable();
@@ -53,13 +58,25 @@ pub fn trailing_window_series(
     series
 }
 
-/// Draws the run into a PNG at `path`, titled `title`.
+/// The token limit a picture draws: its name in the legend, its capacity and window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlottedLimit<'a> {
+    /// The legend's name of the limit (`tokens`, `output tokens`).
+    pub name: &'a str,
+    /// Its capacity per window.
+    pub capacity: u64,
+    /// The window, in ms.
+    pub window_ms: u64,
+}
+
+/// Draws the run into a PNG at `path`, titled `title`: tokens `admitted` on
+/// `limit` against it, and the `offered` demand when it is in the limit's units.
 pub fn draw(
     path: &Path,
     title: &str,
-    limits: &ProviderLimits,
+    limit: &PlottedLimit<'_>,
     admitted: &[Sample],
-    offered: &[Sample],
+    offered: Option<&[Sample]>,
 ) -> Result<(), String> {
     static FONT_ONCE: Once = Once::new();
     FONT_ONCE.call_once(|| {
@@ -72,10 +89,10 @@ pub fn draw(
     let x_max = admitted.last().map_or(1.0, |s| s.0).max(1.0);
     let peak = admitted
         .iter()
-        .chain(offered)
+        .chain(offered.unwrap_or_default())
         .map(|s| s.1)
-        .fold(limits.tpm as f64, f64::max);
-    let window_s = limits.window_ms as f64 / 1000.0;
+        .fold(limit.capacity as f64, f64::max);
+    let window_s = limit.window_ms as f64 / 1000.0;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, (FONT, 20))
         .margin(12)
@@ -93,12 +110,15 @@ pub fn draw(
         .light_line_style(WHITE)
         .draw()
         .map_err(to_string)?;
-    let capacity = [(0.0, limits.tpm as f64), (x_max, limits.tpm as f64)];
-    let lines: [(&str, Vec<Sample>, RGBColor); 3] = [
-        ("offered demand", offered.to_vec(), RGBColor(170, 170, 170)),
-        ("provider token limit", capacity.to_vec(), RED),
-        ("admitted by the provider", admitted.to_vec(), BLUE),
-    ];
+    let capacity = [(0.0, limit.capacity as f64), (x_max, limit.capacity as f64)];
+    let limit_label = format!("provider limit ({})", limit.name);
+    let admitted_label = format!("charged by the provider ({})", limit.name);
+    let mut lines: Vec<(&str, Vec<Sample>, RGBColor)> = Vec::new();
+    if let Some(offered) = offered {
+        lines.push(("offered demand", offered.to_vec(), RGBColor(170, 170, 170)));
+    }
+    lines.push((&limit_label, capacity.to_vec(), RED));
+    lines.push((&admitted_label, admitted.to_vec(), BLUE));
     for (label, points, color) in lines {
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
@@ -129,21 +149,22 @@ fn format_tokens(value: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::Accounting;
 
     #[test]
     fn trailing_window_sums_only_the_last_window() {
         let admissions = [
             Admission {
                 at_unix_ms: 1_000,
-                charged_tokens: 5,
+                charged_tokens: 50,
+                settled_tokens: [5, 1],
             },
             Admission {
                 at_unix_ms: 1_500,
-                charged_tokens: 7,
+                charged_tokens: 70,
+                settled_tokens: [7, 2],
             },
         ];
-        let (admitted, offered) = trailing_window_series(&admissions, &[], 1_000, 1_000, 3_000);
+        let (admitted, offered) = trailing_window_series(&admissions, 0, &[], 1_000, 1_000, 3_000);
         let at = |x: f64| admitted.iter().find(|s| (s.0 - x).abs() < 1e-9).unwrap().1;
         assert_eq!(at(0.0), 5.0);
         assert_eq!(at(0.5), 12.0);
@@ -152,21 +173,20 @@ mod tests {
         assert_eq!(at(1.5), 0.0);
         assert_eq!(admitted.len(), 41);
         assert!(offered.iter().all(|s| s.1 == 0.0));
+        let (output, _) = trailing_window_series(&admissions, 1, &[], 1_000, 1_000, 3_000);
+        assert_eq!(output[10].1, 3.0, "the second limit's settled charges");
     }
 
     #[test]
     fn draws_a_png() {
-        let limits = ProviderLimits {
-            rpm: 10,
-            tpm: 100,
+        let limit = PlottedLimit {
+            name: "tokens",
+            capacity: 100,
             window_ms: 1_000,
-            concurrency: 1,
-            ms_per_output_token: 0,
-            accounting: Accounting::Actual,
         };
         let admitted: Vec<Sample> = (0..50).map(|i| (i as f64 / 10.0, 90.0)).collect();
         let path = std::env::temp_dir().join(format!("replay-plot-{}.png", std::process::id()));
-        draw(&path, "test", &limits, &admitted, &admitted).unwrap();
+        draw(&path, "test", &limit, &admitted, Some(&admitted)).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
         std::fs::remove_file(&path).unwrap();

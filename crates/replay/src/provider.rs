@@ -124,13 +124,33 @@ pub struct Ticket {
     settled: [u64; METERS_MAX],
 }
 
+/// The most token limits a profile keeps (Anthropic: input and output tokens).
+pub const TOKEN_LIMITS_MAX: usize = 2;
+
 /// One admitted request, for the run's report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Admission {
     /// When it was admitted, Unix ms.
     pub at_unix_ms: u64,
-    /// Tokens charged against the token limit.
+    /// Tokens charged at admission against the first token limit (the one `tpm` sets).
     pub charged_tokens: u64,
+    /// What the provider finally charges the call on each token limit, in the order of
+    /// [`Ledger::token_limits`] (0 past the profile's last): the admission charge as the
+    /// provider settles it when the call ends (Bedrock's input plus 5x output, Anthropic's
+    /// output estimate adjusted to the output), counted from the admission, as the
+    /// provider's own window counts it. Records saved before it existed read as zeros
+    /// and are mended on load ([`crate::record::SavedRun::load`]).
+    #[serde(default)]
+    pub settled_tokens: [u64; TOKEN_LIMITS_MAX],
+}
+
+/// One token limit the provider keeps, for the run's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TokenLimit {
+    /// Which limit.
+    pub dimension: Dimension,
+    /// Its published capacity per window.
+    pub capacity: u64,
 }
 
 /// The provider's counts over the run.
@@ -185,6 +205,7 @@ impl Ledger {
             .map(|(dimension, capacity, spec)| (dimension, spec.build(capacity, now_ms)))
             .collect();
         assert!(meters.len() <= METERS_MAX);
+        assert!(meters.iter().filter(|(d, _)| !d.is_requests()).count() <= TOKEN_LIMITS_MAX);
         Self {
             limits,
             profile,
@@ -263,12 +284,17 @@ impl Ledger {
         for (i, (_, meter)) in self.meters.iter_mut().enumerate() {
             meter.take(self.sequence, now_ms, held[i]);
         }
-        // The report compares admissions with `tpm`: the charge on that limit (the
-        // first token limit; Anthropic's input tokens).
+        // The report compares admissions with every token limit, on what the provider
+        // finally charges (known now: the ticket carries it), and with `tpm` at admission.
         let tokens = held[self.tokens_index()];
+        let mut settled_tokens = [0; TOKEN_LIMITS_MAX];
+        for (slot, i) in settled_tokens.iter_mut().zip(self.token_indices()) {
+            *slot = settled[i];
+        }
         let admission = Admission {
             at_unix_ms: now_ms,
             charged_tokens: tokens,
+            settled_tokens,
         };
         if self.log.len() < ADMISSIONS_LOG_MAX {
             self.log.push(admission);
@@ -389,9 +415,24 @@ impl Ledger {
 
     /// Where the limit `tpm` sets is among the meters: the first token limit.
     fn tokens_index(&self) -> usize {
-        (self.meters.iter())
-            .position(|(d, _)| !d.is_requests())
-            .expect("every profile keeps a token limit")
+        self.token_indices().next().expect("every profile keeps a token limit")
+    }
+
+    /// Where the token limits are among the meters, in order.
+    fn token_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        (self.meters.iter().enumerate())
+            .filter(|(_, (d, _))| !d.is_requests())
+            .map(|(i, _)| i)
+    }
+
+    /// The token limits kept, in the order of [`Admission::settled_tokens`].
+    pub fn token_limits(&self) -> Vec<TokenLimit> {
+        (self.token_indices())
+            .map(|i| TokenLimit {
+                dimension: self.meters[i].0,
+                capacity: self.meters[i].1.capacity(),
+            })
+            .collect()
     }
 
     fn remaining(&self) -> Remaining {
@@ -649,6 +690,22 @@ mod tests {
             "the output estimate is adjusted to the output"
         );
         admitted(ledger.admit_call(0, &call, 0));
+        // The report sees both token limits, each at what the provider finally charges.
+        assert_eq!(
+            ledger.token_limits(),
+            [
+                TokenLimit {
+                    dimension: Dimension::InputTokens,
+                    capacity: 10_000
+                },
+                TokenLimit {
+                    dimension: Dimension::OutputTokens,
+                    capacity: 1_000
+                }
+            ]
+        );
+        let first = ledger.admissions()[0];
+        assert_eq!((first.charged_tokens, first.settled_tokens), (1_000, [1_000, 100]));
     }
 
     #[test]
@@ -669,5 +726,11 @@ mod tests {
             "input plus 5x output at the end"
         );
         assert_eq!(ledger.counts().charged_tokens, 6_000);
+        let admission = ledger.admissions()[0];
+        assert_eq!(
+            (admission.charged_tokens, admission.settled_tokens),
+            (5_000, [6_000, 0]),
+            "held at admission, settled for the report"
+        );
     }
 }

@@ -17,7 +17,7 @@ use ratelimiter::Clock;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
-use crate::provider::{Admission, Ledger, LedgerCounts, ProviderLimits, Remaining, Ticket};
+use crate::provider::{Admission, Ledger, LedgerCounts, ProviderLimits, Remaining, Ticket, TokenLimit};
 use crate::sim_control::{self, SimControl};
 use crate::sim_profile::SimProfile;
 use crate::{sim_anthropic, sim_openai};
@@ -100,6 +100,11 @@ impl ProviderServer {
     /// Every admission so far.
     pub fn admissions(&self) -> Vec<Admission> {
         self.ledger.lock().expect("ledger lock").admissions().to_vec()
+    }
+
+    /// The token limits enforced, in the order of [`Admission::settled_tokens`].
+    pub fn token_limits(&self) -> Vec<TokenLimit> {
+        self.ledger.lock().expect("ledger lock").token_limits()
     }
 
     /// The counts so far.

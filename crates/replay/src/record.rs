@@ -7,7 +7,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::outcome::RequestOutcome;
-use crate::provider::{Admission, LedgerCounts, ProviderLimits};
+use crate::provider::{Admission, LedgerCounts, ProviderLimits, TokenLimit};
+use crate::sim_profile::Dimension;
 use crate::summary::RunRecord;
 
 /// Everything a summary and a plot are made from.
@@ -21,6 +22,10 @@ pub struct SavedRun {
     pub start_unix_ms: u64,
     /// The provider's counts.
     pub counts: LedgerCounts,
+    /// The provider's token limits, in the order of each admission's `settled_tokens`
+    /// (missing from records saved before it existed: then `tpm` alone).
+    #[serde(default)]
+    pub token_limits: Vec<TokenLimit>,
     /// The provider's admissions in time order.
     pub admissions: Vec<Admission>,
     /// Every request's outcome in trace order.
@@ -33,6 +38,7 @@ impl SavedRun {
         RunRecord {
             outcomes: &self.outcomes,
             admissions: &self.admissions,
+            token_limits: &self.token_limits,
             limits: self.limits,
             provider_429: self.counts.throttled,
             provider_429_by_limit: [
@@ -50,10 +56,23 @@ impl SavedRun {
         serde_json::to_writer(std::io::BufWriter::new(file), self).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    /// Reads a record written by [`SavedRun::save`].
+    /// Reads a record written by [`SavedRun::save`]. A record saved before the
+    /// token limits were recorded kept only `tpm` and its admission charges: it reads
+    /// as that one limit, settled at its admission charge.
     pub fn load(path: &Path) -> Result<Self, String> {
         let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        serde_json::from_reader(std::io::BufReader::new(file)).map_err(|e| format!("{}: {e}", path.display()))
+        let mut saved: Self =
+            serde_json::from_reader(std::io::BufReader::new(file)).map_err(|e| format!("{}: {e}", path.display()))?;
+        if saved.token_limits.is_empty() {
+            saved.token_limits = vec![TokenLimit {
+                dimension: Dimension::Tokens,
+                capacity: saved.limits.tpm,
+            }];
+            for admission in &mut saved.admissions {
+                admission.settled_tokens[0] = admission.charged_tokens;
+            }
+        }
+        Ok(saved)
     }
 }
 
@@ -97,9 +116,14 @@ mod tests {
                 charged_tokens: 30,
                 ..Default::default()
             },
+            token_limits: vec![TokenLimit {
+                dimension: Dimension::Tokens,
+                capacity: 100,
+            }],
             admissions: vec![Admission {
                 at_unix_ms: 1_500,
                 charged_tokens: 30,
+                settled_tokens: [30, 0],
             }],
             outcomes: vec![outcome],
         };
@@ -110,6 +134,15 @@ mod tests {
         assert_eq!(loaded, saved);
         assert_eq!(summarize(&loaded.record()), summarize(&saved.record()));
         assert_eq!(summarize(&loaded.record()).provider_429_by_limit, [0, 1, 0]);
+        // A record saved before the token limits were recorded reads as `tpm` alone,
+        // settled at its admission charges.
+        let mut old = serde_json::to_value(&saved).unwrap();
+        old.as_object_mut().unwrap().remove("token_limits");
+        old["admissions"][0].as_object_mut().unwrap().remove("settled_tokens");
+        std::fs::write(&path, old.to_string()).unwrap();
+        let mended = SavedRun::load(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(mended, saved);
         assert!(SavedRun::load(Path::new("/nonexistent.json"))
             .unwrap_err()
             .starts_with("/nonexistent.json: "));

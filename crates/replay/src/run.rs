@@ -5,11 +5,12 @@ use std::io::Write;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use ratelimiter::{Backend, Clock, MemoryBackend, MemoryConfig, SystemClock};
+use ratelimiter::{Backend, Clock, Limiter, MemoryBackend, MemoryConfig, SystemClock};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::cli::Args;
+use crate::bucket_limiter::BucketLimiter;
+use crate::cli::{Args, LimiterKind};
 use crate::definitions::limiter_definitions;
 use crate::outcome::RequestOutcome;
 use crate::plot;
@@ -91,11 +92,17 @@ async fn prepare(args: &Args, trace: &Trace, provider_url: &str, clock: &Arc<dyn
         StrategyKind::None => (Some(Arc::new(NoLimiter::new(caller))), None, None),
         StrategyKind::TokenBucket => (Some(Arc::new(TokenBucket::new(caller, limits))), None, None),
         StrategyKind::Local => {
-            let backend = Arc::new(MemoryBackend::new(Arc::clone(clock), MemoryConfig::default()));
-            for definition in &definitions {
-                backend.apply_definition(definition).await.map_err(|e| e.to_string())?;
-            }
-            let scheduled = Scheduled::with_rules(caller, backend, args.workers(), jobs, args.prompt_estimate, rules)?;
+            let limiter: Arc<dyn Limiter> = match args.limiter_kind {
+                LimiterKind::Rolling => {
+                    let backend = Arc::new(MemoryBackend::new(Arc::clone(clock), MemoryConfig::default()));
+                    for definition in &definitions {
+                        backend.apply_definition(definition).await.map_err(|e| e.to_string())?;
+                    }
+                    backend
+                }
+                LimiterKind::Bucket => Arc::new(BucketLimiter::new(Arc::clone(clock), &definitions)),
+            };
+            let scheduled = Scheduled::with_rules(caller, limiter, args.workers(), jobs, args.prompt_estimate, rules)?;
             (Some(Arc::new(scheduled)), None, None)
         }
         StrategyKind::Server | StrategyKind::ServerMulti => {
@@ -187,6 +194,7 @@ pub async fn run(args: &Args) -> Result<Summary, String> {
         limits,
         start_unix_ms: plan.start_unix_ms,
         counts: provider.counts(),
+        token_limits: provider.token_limits(),
         admissions: provider.admissions(),
         outcomes,
     };
@@ -204,7 +212,15 @@ fn title(args: &Args) -> String {
         .and_then(|t| t.file_stem())
         .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
     let strategy = clap::ValueEnum::to_possible_value(&args.strategy).expect("no skipped values");
-    format!("{name}, strategy {}, speed-up {}", strategy.get_name(), args.speedup)
+    let kind = match args.limiter_kind {
+        LimiterKind::Rolling => "",
+        LimiterKind::Bucket => " (bucket limiter)",
+    };
+    format!(
+        "{name}, strategy {}{kind}, speed-up {}",
+        strategy.get_name(),
+        args.speedup
+    )
 }
 
 /// Summarizes `saved` and writes the reports `args` ask for.
@@ -312,14 +328,26 @@ fn write_reports(args: &Args, record: &RunRecord<'_>, summary: &Summary, title: 
             .map(|o| o.done_unix_ms)
             .max()
             .unwrap_or(record.start_unix_ms);
+        // The binding limit's picture; the demand is drawn when in its units (the
+        // first token limit's: prompt plus output).
+        let index = (record.token_limits.iter())
+            .position(|l| Some(l.dimension) == summary.binding_limit)
+            .unwrap_or(0);
+        let binding = record.token_limits.get(index).ok_or("the run kept no token limit")?;
         let (admitted, offered) = plot::trailing_window_series(
             record.admissions,
+            index,
             record.outcomes,
             record.limits.window_ms,
             record.start_unix_ms,
             end,
         );
-        plot::draw(path, title, &record.limits, &admitted, &offered)?;
+        let limit = plot::PlottedLimit {
+            name: binding.dimension.label(),
+            capacity: binding.capacity,
+            window_ms: record.limits.window_ms,
+        };
+        plot::draw(path, title, &limit, &admitted, (index == 0).then_some(&offered[..]))?;
     }
     Ok(())
 }

@@ -45,7 +45,7 @@ pub enum ProfileName {
 }
 
 /// A limit a profile keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Dimension {
     /// Requests per minute.
@@ -61,6 +61,17 @@ pub enum Dimension {
 }
 
 impl Dimension {
+    /// Its name in the run's report and picture.
+    pub fn label(self) -> &'static str {
+        match self {
+            Dimension::Requests => "requests",
+            Dimension::Tokens => "tokens",
+            Dimension::InputTokens => "input tokens",
+            Dimension::OutputTokens => "output tokens",
+            Dimension::RequestsPerDay => "requests per day",
+        }
+    }
+
     /// Whether it counts requests (else tokens).
     pub fn is_requests(self) -> bool {
         matches!(self, Dimension::Requests | Dimension::RequestsPerDay)

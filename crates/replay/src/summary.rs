@@ -6,13 +6,19 @@
 //! tenth of a window. A window counts as saturated when requests were waiting
 //! throughout it: at every instant some request had arrived and was not yet sent
 //! (queued, or sleeping before a retry), so demand exceeded what was admitted.
-//! The provider never admits more than its limit in any window of its length, so
-//! utilization is at most 1.
+//! Each token limit the provider keeps (Anthropic: input and output) is measured
+//! on what the provider finally charged on it (Bedrock's 5x output burndown,
+//! Anthropic's output estimate adjusted to the output), and the limit the run
+//! used most of is the binding one, whose figure is the run's utilization. A
+//! sliding log never admits more than its limit in any window of its length, so
+//! its utilization is at most 1; a token bucket's full start, or a settlement
+//! above what was held, can take one window past it.
 
 use serde::{Deserialize, Serialize};
 
 use crate::outcome::RequestOutcome;
-use crate::provider::{Admission, ProviderLimits};
+use crate::provider::{Admission, ProviderLimits, TokenLimit, TOKEN_LIMITS_MAX};
+use crate::sim_profile::Dimension;
 
 /// Windows are stepped by this fraction of their length.
 pub const WINDOW_STEPS: u64 = 10;
@@ -30,9 +36,22 @@ pub struct Summary {
     pub provider_429: u64,
     /// Of those, for its request, token and concurrency limits.
     pub provider_429_by_limit: [u64; 3],
-    /// Tokens admitted in saturated windows over what the token limit allowed in
-    /// them; over the whole run when no window was saturated.
+    /// The binding token limit's utilization: tokens the provider finally charged
+    /// on it in saturated windows over what it allowed in them; over the whole run
+    /// when no window was saturated.
     pub utilization: f64,
+    /// The token limit the run used most of (`None` in summaries made before it was
+    /// reported, which measured `tpm` alone).
+    #[serde(default)]
+    pub binding_limit: Option<Dimension>,
+    /// Every token limit of the provider, measured as `utilization` is.
+    #[serde(default)]
+    pub token_limits: Vec<LimitUtilization>,
+    /// The first token limit (the one `tpm` sets) measured on what the provider
+    /// charged at admission instead: above `utilization` where the provider
+    /// settles a call below what it held (Bedrock holds input plus `max_tokens`).
+    #[serde(default)]
+    pub utilization_at_admission: f64,
     /// Requests admitted in saturated windows over what the request limit allowed.
     pub utilization_requests: f64,
     /// Saturated windows measured (positions stepped by a tenth of a window).
@@ -52,6 +71,18 @@ pub struct Summary {
     /// "Window margin"); all 0 when not measured.
     #[serde(default)]
     pub grant_to_admission: GrantToAdmission,
+}
+
+/// One token limit as the run used it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LimitUtilization {
+    /// Which limit.
+    pub limit: Dimension,
+    /// Its capacity per window.
+    pub capacity: u64,
+    /// Tokens the provider finally charged on it in saturated windows over what
+    /// it allowed in them; over the whole run when no window was saturated.
+    pub utilization: f64,
 }
 
 /// The distribution of grant-to-admission times, ms, over the served requests
@@ -94,6 +125,8 @@ pub struct RunRecord<'a> {
     pub outcomes: &'a [RequestOutcome],
     /// The provider's admissions, in time order.
     pub admissions: &'a [Admission],
+    /// The provider's token limits, in the order of each admission's `settled_tokens`.
+    pub token_limits: &'a [TokenLimit],
     /// The provider's limits.
     pub limits: ProviderLimits,
     /// The provider's 429 count.
@@ -130,16 +163,21 @@ pub fn summarize(run: &RunRecord<'_>) -> Summary {
         .map(|o| o.done_unix_ms)
         .max()
         .unwrap_or(run.start_unix_ms);
-    let (utilization, utilization_requests, saturated_windows) = utilization(run);
+    let measured = utilization(run);
+    // The binding limit: the one used most (the first of equals).
+    let binding = (measured.limits.iter()).reduce(|best, l| if l.utilization > best.utilization { l } else { best });
     Summary {
         requests: run.outcomes.len() as u64,
         completed,
         failed: run.outcomes.len() as u64 - completed,
         provider_429: run.provider_429,
         provider_429_by_limit: run.provider_429_by_limit,
-        utilization,
-        utilization_requests,
-        saturated_windows,
+        utilization: binding.map_or(0.0, |l| l.utilization),
+        binding_limit: binding.map(|l| l.limit),
+        token_limits: measured.limits.clone(),
+        utilization_at_admission: measured.at_admission,
+        utilization_requests: measured.requests,
+        saturated_windows: measured.windows,
         queue_delay_ms_p50: percentile(&mut delays, 50.0),
         queue_delay_ms_p99: percentile(&mut delays, 99.0),
         duration_s: end_unix_ms.saturating_sub(run.start_unix_ms) as f64 / 1000.0,
@@ -149,72 +187,123 @@ pub fn summarize(run: &RunRecord<'_>) -> Summary {
     }
 }
 
+/// What [`utilization`] measured.
+struct Measured {
+    /// Every token limit, on the provider's final charges.
+    limits: Vec<LimitUtilization>,
+    /// The first token limit on admission charges.
+    at_admission: f64,
+    /// Requests over what the request limit allowed.
+    requests: f64,
+    /// Saturated windows measured.
+    windows: u64,
+}
+
 /// Token and request utilization over saturated windows, and their count. When
-/// no window is saturated (demand never exceeded capacity) both figures are
+/// no window is saturated (demand never exceeded capacity) the figures are
 /// those of the whole run, from the first arrival to one window past the last
 /// admission (any span holds at most its length plus one window of admissions).
-fn utilization(run: &RunRecord<'_>) -> (f64, f64, u64) {
+fn utilization(run: &RunRecord<'_>) -> Measured {
     let window_ms = run.limits.window_ms;
     let step_ms = (window_ms / WINDOW_STEPS).max(1);
     let admitted = Prefix::new(run.admissions);
     let backlog = Backlog::new(run.outcomes);
     let last_unix_ms = run.admissions.last().map_or(run.start_unix_ms, |a| a.at_unix_ms);
-    let (mut tokens, mut requests, mut windows) = (0u64, 0u64, 0u64);
+    let (mut sums, mut windows) = (Sums::default(), 0u64);
     let mut begin = run.start_unix_ms;
     while begin + window_ms <= last_unix_ms + 1 {
         let end = begin + window_ms;
         if backlog.covers(begin, end) {
-            let (n, t) = admitted.between(begin, end);
-            requests += n;
-            tokens += t;
+            sums = sums.plus(&admitted.between(begin, end));
             windows += 1;
         }
         begin += step_ms;
     }
-    if windows > 0 {
-        let allowed = windows as f64;
-        return (
-            tokens as f64 / (allowed * run.limits.tpm as f64),
-            requests as f64 / (allowed * run.limits.rpm as f64),
-            windows,
-        );
+    let allowed = if windows > 0 {
+        windows as f64
+    } else {
+        sums = admitted.between(run.start_unix_ms, last_unix_ms + 1);
+        (last_unix_ms.saturating_sub(run.start_unix_ms) + window_ms) as f64 / window_ms as f64
+    };
+    let share = |used: u64, capacity: u64| used as f64 / (allowed * capacity as f64);
+    Measured {
+        limits: (run.token_limits.iter().zip(sums.settled))
+            .map(|(limit, used)| LimitUtilization {
+                limit: limit.dimension,
+                capacity: limit.capacity,
+                utilization: share(used, limit.capacity),
+            })
+            .collect(),
+        at_admission: share(sums.at_admission, run.limits.tpm),
+        requests: share(sums.requests, run.limits.rpm),
+        windows,
     }
-    let span_windows = (last_unix_ms.saturating_sub(run.start_unix_ms) + window_ms) as f64 / window_ms as f64;
-    let (n, t) = admitted.between(run.start_unix_ms, last_unix_ms + 1);
-    (
-        t as f64 / (span_windows * run.limits.tpm as f64),
-        n as f64 / (span_windows * run.limits.rpm as f64),
-        0,
-    )
+}
+
+/// Admissions counted over a span, and their tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Sums {
+    /// Admissions.
+    requests: u64,
+    /// Their admission charges on the first token limit.
+    at_admission: u64,
+    /// Their final charges on each token limit.
+    settled: [u64; TOKEN_LIMITS_MAX],
+}
+
+impl Sums {
+    fn of(admission: &Admission) -> Self {
+        Self {
+            requests: 1,
+            at_admission: admission.charged_tokens,
+            settled: admission.settled_tokens,
+        }
+    }
+
+    fn plus(&self, other: &Self) -> Self {
+        self.combine(other, |a, b| a + b)
+    }
+
+    fn minus(&self, other: &Self) -> Self {
+        self.combine(other, |a, b| a - b)
+    }
+
+    fn combine(&self, other: &Self, op: impl Fn(u64, u64) -> u64) -> Self {
+        Self {
+            requests: op(self.requests, other.requests),
+            at_admission: op(self.at_admission, other.at_admission),
+            settled: std::array::from_fn(|i| op(self.settled[i], other.settled[i])),
+        }
+    }
 }
 
 /// Admissions with prefix sums, to count those in a time range by binary search.
 struct Prefix {
     times: Vec<u64>,
-    tokens: Vec<u64>,
+    sums: Vec<Sums>,
 }
 
 impl Prefix {
     fn new(admissions: &[Admission]) -> Self {
         let mut times = Vec::with_capacity(admissions.len());
-        let mut tokens = Vec::with_capacity(admissions.len() + 1);
-        tokens.push(0);
+        let mut sums = Vec::with_capacity(admissions.len() + 1);
+        sums.push(Sums::default());
         for admission in admissions {
             assert!(
                 times.last().is_none_or(|&t| t <= admission.at_unix_ms),
                 "admissions are in time order"
             );
             times.push(admission.at_unix_ms);
-            tokens.push(tokens.last().expect("starts with 0") + admission.charged_tokens);
+            sums.push(sums.last().expect("starts with 0").plus(&Sums::of(admission)));
         }
-        Self { times, tokens }
+        Self { times, sums }
     }
 
     /// Admissions and their tokens in `[begin, end)`.
-    fn between(&self, begin: u64, end: u64) -> (u64, u64) {
+    fn between(&self, begin: u64, end: u64) -> Sums {
         let from = self.times.partition_point(|&t| t < begin);
         let to = self.times.partition_point(|&t| t < end);
-        ((to - from) as u64, self.tokens[to] - self.tokens[from])
+        self.sums[to].minus(&self.sums[from])
     }
 }
 
@@ -262,6 +351,20 @@ mod tests {
             concurrency: 4,
             ms_per_output_token: 0,
             accounting: Accounting::Actual,
+        }
+    }
+
+    const TOKENS: [TokenLimit; 1] = [TokenLimit {
+        dimension: Dimension::Tokens,
+        capacity: 1_000,
+    }];
+
+    /// An admission charged `tokens` on `tpm`, settled at that.
+    fn admission(at_unix_ms: u64, tokens: u64) -> Admission {
+        Admission {
+            at_unix_ms,
+            charged_tokens: tokens,
+            settled_tokens: [tokens, 0],
         }
     }
 
@@ -332,16 +435,11 @@ mod tests {
             .enumerate()
             .map(|(i, &t)| outcome(i, 10_000, t, t + 5, 250))
             .collect();
-        let admissions: Vec<_> = times
-            .iter()
-            .map(|&t| Admission {
-                at_unix_ms: t,
-                charged_tokens: 250,
-            })
-            .collect();
+        let admissions: Vec<_> = times.iter().map(|&t| admission(t, 250)).collect();
         let run = RunRecord {
             outcomes: &outcomes,
             admissions: &admissions,
+            token_limits: &TOKENS,
             limits: limits(),
             provider_429: 3,
             provider_429_by_limit: [3, 0, 0],
@@ -369,23 +467,11 @@ mod tests {
         // One request waits from 0 to 2,000 while only 500 tokens a window are admitted.
         // (The other, never sent, waited 5 ms.)
         let outcomes = vec![outcome(0, 0, 2_000, 2_010, 100), outcome(1, 0, 0, 5, 500)];
-        let admissions = vec![
-            Admission {
-                at_unix_ms: 0,
-                charged_tokens: 500,
-            },
-            Admission {
-                at_unix_ms: 1_000,
-                charged_tokens: 500,
-            },
-            Admission {
-                at_unix_ms: 2_000,
-                charged_tokens: 100,
-            },
-        ];
+        let admissions = vec![admission(0, 500), admission(1_000, 500), admission(2_000, 100)];
         let run = RunRecord {
             outcomes: &outcomes,
             admissions: &admissions,
+            token_limits: &TOKENS,
             limits: limits(),
             provider_429: 0,
             provider_429_by_limit: [0; 3],
@@ -398,6 +484,55 @@ mod tests {
     }
 
     #[test]
+    fn every_token_limit_is_measured_on_its_settled_charge_and_the_most_used_binds() {
+        // One request waits from 0 to 2,000: eleven saturated windows of 1 s, each
+        // holding one admission. Each holds 500 input tokens at admission, settled to
+        // 400 (as Bedrock settles), and 180 output tokens of an output limit of 200.
+        let outcomes = vec![outcome(0, 0, 2_000, 2_010, 100), outcome(1, 0, 0, 5, 500)];
+        let admissions: Vec<Admission> = [0, 1_000, 2_000]
+            .map(|at| Admission {
+                at_unix_ms: at,
+                charged_tokens: 500,
+                settled_tokens: [400, 180],
+            })
+            .to_vec();
+        let token_limits = [
+            TokenLimit {
+                dimension: Dimension::InputTokens,
+                capacity: 1_000,
+            },
+            TokenLimit {
+                dimension: Dimension::OutputTokens,
+                capacity: 200,
+            },
+        ];
+        let run = RunRecord {
+            outcomes: &outcomes,
+            admissions: &admissions,
+            token_limits: &token_limits,
+            limits: limits(),
+            provider_429: 0,
+            provider_429_by_limit: [0; 3],
+            start_unix_ms: 0,
+        };
+        let summary = summarize(&run);
+        assert_eq!(summary.saturated_windows, 11);
+        let measured: Vec<(Dimension, u64, f64)> = (summary.token_limits.iter())
+            .map(|l| (l.limit, l.capacity, (l.utilization * 1e6).round() / 1e6))
+            .collect();
+        assert_eq!(
+            measured,
+            [
+                (Dimension::InputTokens, 1_000, 0.4),
+                (Dimension::OutputTokens, 200, 0.9)
+            ]
+        );
+        assert_eq!(summary.binding_limit, Some(Dimension::OutputTokens));
+        assert!((summary.utilization - 0.9).abs() < 1e-9, "{}", summary.utilization);
+        assert!((summary.utilization_at_admission - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
     fn a_window_is_saturated_only_if_requests_wait_throughout() {
         // Three requests each wait 600 ms, overlapping: waiting from 0 to 1,700
         // without a gap; a fourth waits from 2,000 to 2,900 after a gap.
@@ -407,13 +542,7 @@ mod tests {
             outcome(2, 11_100, 11_700, 11_800, 100),
             outcome(3, 12_000, 12_900, 13_000, 100),
         ];
-        let admissions: Vec<_> = outcomes
-            .iter()
-            .map(|o| Admission {
-                at_unix_ms: o.sent_unix_ms,
-                charged_tokens: 100,
-            })
-            .collect();
+        let admissions: Vec<_> = outcomes.iter().map(|o| admission(o.sent_unix_ms, 100)).collect();
         let backlog = Backlog::new(&outcomes);
         assert_eq!(backlog.intervals, vec![(10_000, 11_700), (12_000, 12_900)]);
         assert!(backlog.covers(10_000, 11_000));
@@ -423,6 +552,7 @@ mod tests {
         let run = RunRecord {
             outcomes: &outcomes,
             admissions: &admissions,
+            token_limits: &TOKENS,
             limits: limits(),
             provider_429: 0,
             provider_429_by_limit: [0; 3],
@@ -443,19 +573,11 @@ mod tests {
                 o
             })
             .collect();
-        let admissions = vec![
-            Admission {
-                at_unix_ms: 0,
-                charged_tokens: 200,
-            },
-            Admission {
-                at_unix_ms: 2_000,
-                charged_tokens: 300,
-            },
-        ];
+        let admissions = vec![admission(0, 200), admission(2_000, 300)];
         let run = RunRecord {
             outcomes: &outcomes,
             admissions: &admissions,
+            token_limits: &TOKENS,
             limits: limits(),
             provider_429: 0,
             provider_429_by_limit: [0; 3],

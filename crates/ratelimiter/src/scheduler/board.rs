@@ -136,9 +136,16 @@ impl Board {
 
     fn create_queue(&mut self, class: (String, String)) -> QueueId {
         let (provider, model) = (&class.0, &class.1);
+        // A profile's jobs reserve its token keys instead of `tpm` (Anthropic: input
+        // and output apart); the queue must know them to pause on a denial of any and
+        // to resume when a Complete frees room on any.
+        let tokens = match self.config.profile_rules(provider, model) {
+            Some(rules) => rules.token_keys(),
+            None => vec![LimitKey::llm_tpm(provider, model).expect("validated at submit")],
+        };
         let shared_keys = SharedKeys {
             rpm: LimitKey::llm_rpm(provider, model).expect("validated at submit"),
-            tpm: LimitKey::llm_tpm(provider, model).expect("validated at submit"),
+            tokens,
             concurrency: LimitKey::llm_concurrency(provider, model).expect("validated at submit"),
         };
         let id = self.next_queue_id;

@@ -16,7 +16,7 @@
 //! Decisions of this scheduler, summed up in docs/client-library.md, "The scheduler":
 //!
 //! - A "not now" denial on a key every job of the queue needs (the model's rpm,
-//!   tpm, concurrency) pauses the whole queue until the hint, so one denial costs
+//!   token limits, concurrency) pauses the whole queue until the hint, so one denial costs
 //!   one reserve, not one per queued job. A denial on a tenant's budget holds only
 //!   the jobs that reserve that budget. When a lease of the queue is completed and
 //!   frees the concurrency (or tokens) the queue waits for, the pause ends at once.

@@ -12,7 +12,7 @@ use super::entry::Entry;
 
 /// The jobs of one (provider, model).
 ///
-/// A denial on a key every job here needs (the model's rpm, tpm or concurrency)
+/// A denial on a key every job here needs (the model's rpm, token limits or concurrency)
 /// pauses the whole queue until the retry time: every other job would be denied
 /// too, and asking again would only load the limiter. A denial on a key only some
 /// jobs need (a tenant's daily budget) gates that key: jobs needing it wait in
@@ -67,15 +67,16 @@ enum Probe {
 pub(super) struct SharedKeys {
     /// Requests per window.
     pub rpm: LimitKey,
-    /// Tokens per window.
-    pub tpm: LimitKey,
+    /// Every token limit per window: `tpm`, or a provider profile's token keys
+    /// (Anthropic's input and output limits, `itpm` and `otpm`).
+    pub tokens: Vec<LimitKey>,
     /// Calls in flight.
     pub concurrency: LimitKey,
 }
 
 impl SharedKeys {
     fn contains(&self, key: &LimitKey) -> bool {
-        [&self.rpm, &self.tpm, &self.concurrency].contains(&key)
+        *key == self.rpm || *key == self.concurrency || self.tokens.contains(key)
     }
 }
 
@@ -252,7 +253,7 @@ impl WorkQueue {
         }
     }
 
-    /// Lets a probe through a pause on the concurrency key, or on the tpm key
+    /// Lets a probe through a pause on the concurrency key, or on a token key
     /// when the lease gave tokens back, since one of this queue's leases was just
     /// completed and freed what the pause waits for. Returns true when a probe
     /// may go now.
@@ -261,7 +262,7 @@ impl WorkQueue {
     /// leave the freed capacity idle.
     pub fn resume_after_complete(&mut self, tokens_returned: bool) -> bool {
         let Some(key) = &self.paused_on else { return false };
-        let freed = *key == self.shared_keys.concurrency || (tokens_returned && *key == self.shared_keys.tpm);
+        let freed = *key == self.shared_keys.concurrency || (tokens_returned && self.shared_keys.tokens.contains(key));
         match self.probe {
             _ if !freed => false,
             Probe::Closed => {

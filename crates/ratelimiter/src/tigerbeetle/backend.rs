@@ -14,6 +14,7 @@ use crate::{
 };
 use async_trait::async_trait;
 
+use super::cluster_clock::ClusterClock;
 use super::config::{SubmitMode, TigerBeetleConfig};
 use super::counters::TigerBeetleCounters;
 use super::definition_log::DefinitionView;
@@ -84,6 +85,9 @@ pub struct TigerBeetleBackend {
     pub(super) completes_from_cache: AtomicU64,
     /// Completes whose lease was read back from the cluster (a metric).
     pub(super) completes_from_cluster: AtomicU64,
+    /// A lower bound of the cluster's time, for Completes of leases reserved
+    /// by another process (docs/tigerbeetle-backend.md, "Clocks").
+    pub(super) cluster_clock: ClusterClock,
     pub(super) leases: LeaseCache,
     pub(super) denied: DeniedLeases,
     pub(super) retry: RetryAdvisor,
@@ -148,6 +152,7 @@ impl TigerBeetleBackend {
             lease_accounts_ready: std::sync::atomic::AtomicBool::new(false),
             completes_from_cache: AtomicU64::new(0),
             completes_from_cluster: AtomicU64::new(0),
+            cluster_clock: ClusterClock::default(),
             leases: LeaseCache::new(fields.lease_cache_max as usize),
             denied: DeniedLeases::new(DENIED_LEASES_MAX),
             retry: options.retry,
@@ -199,6 +204,7 @@ impl TigerBeetleBackend {
             denied_lease_evictions: self.denied.evicted(),
             completes_from_cache: load(&self.completes_from_cache),
             completes_from_cluster: load(&self.completes_from_cluster),
+            cluster_clock_probes: self.cluster_clock.probes(),
             lease_lookups,
             lease_lookup_requests,
             definitions: view.len() as u64,

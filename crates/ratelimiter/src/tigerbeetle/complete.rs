@@ -44,6 +44,9 @@ enum Purpose {
 /// settles within as many rounds.
 const COMPLETE_ROUNDS_MAX: usize = 2 * 32 + 2;
 
+/// Nanoseconds in a millisecond: the cluster's stamps are ns.
+const NANOS_PER_MS: u64 = 1_000_000;
+
 /// What one round of a Complete's chain came to.
 enum Round {
     /// The chain was written: this Complete decided the lease.
@@ -74,8 +77,8 @@ impl TigerBeetleBackend {
         }
         check_actuals(lease, request, &record)?;
         self.ensure_lease_marker_accounts().await?;
-        let now = self.clock.now_unix_ms();
-        let mut chain = self.complete_chain(lease, request, &record, now);
+        let elapsed_ms = self.elapsed_ms(&record).await;
+        let mut chain = self.complete_chain(lease, request, &record, elapsed_ms);
         let mut settled = None;
         for _ in 0..COMPLETE_ROUNDS_MAX {
             let failures = self
@@ -120,6 +123,23 @@ impl TigerBeetleBackend {
         Ok(found.record())
     }
 
+    /// How much of the lease's window has passed, in ms, never more than
+    /// truly passed (docs/tigerbeetle-backend.md, "Clocks"): on this
+    /// process's clock, which no wall-clock step moves, for a lease it
+    /// reserved; on the cluster's, whose stamps time the holds, for a lease
+    /// reserved by another process (another server, or this one before a
+    /// restart). Without the cluster's time, none: the rest of the window is
+    /// then the whole window (idle, never over-admitting).
+    async fn elapsed_ms(&self, record: &LeaseRecord) -> u64 {
+        let Some(reserved_ns) = record.reserved_at_cluster_ns else {
+            return self.clock.now_unix_ms().saturating_sub(record.reserved_at_unix_ms);
+        };
+        match self.cluster_now_ns().await {
+            Some(now_ns) => now_ns.saturating_sub(reserved_ns) / NANOS_PER_MS,
+            None => 0,
+        }
+    }
+
     /// The chain of one Complete: its completion record (a digest of the
     /// actuals), then the transfers of the shared reconcile plan, with the
     /// overages that cannot be reserved (their window is over) recorded as
@@ -129,10 +149,10 @@ impl TigerBeetleBackend {
         lease: LeaseId,
         request: &CompleteRequest,
         record: &LeaseRecord,
-        now: u64,
+        elapsed_ms: u64,
     ) -> CompleteChain {
         let digest = ids::actuals_digest(request.actuals().iter().map(|a| (&a.key, a.actual_amount)));
-        let (mut transfers, mut purposes, unreservable) = complete_transfers(lease, request, record, now);
+        let (mut transfers, mut purposes, unreservable) = complete_transfers(lease, request, record, elapsed_ms);
         transfers.insert(0, ids::completion_record(lease, digest));
         purposes.insert(0, Purpose::Record);
         let mut chain = CompleteChain {
@@ -305,16 +325,17 @@ fn check_actuals(lease: LeaseId, request: &CompleteRequest, record: &LeaseRecord
 
 /// The transfers of one Complete and why each is sent, from the shared
 /// reconcile plan ([`decision::reconcile`]), plus the overages that cannot be
-/// reserved because their window is over (indexes into `record.held`). Not
+/// reserved because their window is over (indexes into `record.held`), with
+/// `elapsed_ms` of the window passed ([`TigerBeetleBackend::elapsed_ms`]). Not
 /// linked: each transfer stands alone, so an expired reservation does not
 /// block the rest.
 fn complete_transfers(
     lease: LeaseId,
     request: &CompleteRequest,
     record: &LeaseRecord,
-    now: u64,
+    elapsed_ms: u64,
 ) -> (Vec<tb::Transfer>, Vec<Purpose>, Vec<usize>) {
-    let elapsed_seconds = now.saturating_sub(record.reserved_at_unix_ms) / 1000;
+    let elapsed_seconds = elapsed_ms / 1000;
     let mut transfers = Vec::new();
     let mut purposes = Vec::new();
     let mut unreservable = Vec::new();

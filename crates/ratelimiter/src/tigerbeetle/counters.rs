@@ -48,6 +48,9 @@ pub struct TigerBeetleCounters {
     /// Completes whose lease was read back from the cluster (reserved on
     /// another server, or forgotten here).
     pub completes_from_cluster: u64,
+    /// Probes of the cluster's clock written (one a minute at most while
+    /// Completes of leases reserved elsewhere come).
+    pub cluster_clock_probes: u64,
     /// Leases looked up by id in the cluster (Completes of leases this server
     /// does not hold, reserves that met an existing chain).
     pub lease_lookups: u64,
@@ -72,7 +75,7 @@ pub struct TigerBeetleCounters {
 /// counters; `_total` names are counters, the rest gauges.
 type MetricLine = (&'static str, &'static str, fn(&TigerBeetleCounters) -> u64);
 
-const METRIC_LINES: [MetricLine; 29] = [
+const METRIC_LINES: [MetricLine; 30] = [
     (
         "tigerbeetle_overage_dropped_units_total",
         "Units used above reservations and dropped (overage: none).",
@@ -192,6 +195,11 @@ const METRIC_LINES: [MetricLine; 29] = [
         "tigerbeetle_completes_from_cluster_total",
         "Completes whose lease was read back from the cluster (reserved on another server, or forgotten here).",
         |c| c.completes_from_cluster,
+    ),
+    (
+        "tigerbeetle_cluster_clock_probes_total",
+        "Probes of the cluster's clock written to time Completes of leases reserved elsewhere (one a minute at most).",
+        |c| c.cluster_clock_probes,
     ),
     (
         "tigerbeetle_definitions",

@@ -39,6 +39,9 @@ pub const CODE_LEASE_GRANTED: u16 = 32;
 pub const CODE_LEASE_DENIED: u16 = 33;
 /// The code of a lease's completion record ([`completion_record`]).
 pub const CODE_LEASE_COMPLETED: u16 = 34;
+/// The code of a cluster-clock probe ([`clock_probe`]): a zero-amount
+/// transfer written only to read the cluster's time back from its timestamp.
+pub const CODE_CLOCK_PROBE: u16 = 35;
 /// The account code of the two lease-marker accounts.
 pub const ACCOUNT_CODE_LEASES: u16 = 5;
 
@@ -104,14 +107,21 @@ pub fn completion_id(lease: LeaseId) -> u128 {
 /// a later Complete of the lease with other actuals, on any server, meets
 /// `exists_with_different_user_data_64` and changes nothing.
 pub fn completion_record(lease: LeaseId, digest: u64) -> tb::Transfer {
-    tb::Transfer::new(completion_id(lease))
+    lease_ledger_record(completion_id(lease), CODE_LEASE_COMPLETED)
+        .with_user_data_128(lease.to_u128())
+        .with_user_data_64(digest)
+}
+
+/// A record of the leases' ledger at `id` with `code`: a zero-amount
+/// transfer between the two lease-marker accounts, which moves nothing and
+/// exists only to be found (by id, or for its time stamp).
+fn lease_ledger_record(id: u128, code: u16) -> tb::Transfer {
+    tb::Transfer::new(id)
         .with_debit_account_id(id128("acct:leases:debit"))
         .with_credit_account_id(id128("acct:leases:credit"))
         .with_amount(0)
         .with_ledger(LEDGER_LEASES)
-        .with_code(CODE_LEASE_COMPLETED)
-        .with_user_data_128(lease.to_u128())
-        .with_user_data_64(digest)
+        .with_code(code)
 }
 
 /// A digest of a Complete's actuals, independent of their order and stable
@@ -130,13 +140,21 @@ pub fn actuals_digest<'a>(actuals: impl Iterator<Item = (&'a LimitKey, u64)>) ->
 /// transfer that no reservation can equal, carrying the lease like its
 /// reservations.
 pub fn denied_marker(lease: LeaseId, id: u128) -> tb::Transfer {
-    tb::Transfer::new(id)
-        .with_debit_account_id(id128("acct:leases:debit"))
-        .with_credit_account_id(id128("acct:leases:credit"))
-        .with_amount(0)
-        .with_ledger(LEDGER_LEASES)
-        .with_code(CODE_LEASE_DENIED)
-        .with_user_data_128(lease.to_u128())
+    lease_ledger_record(id, CODE_LEASE_DENIED).with_user_data_128(lease.to_u128())
+}
+
+/// A probe of the cluster's clock at `id` (`xfer:clock:<random>`): a
+/// zero-amount transfer between the lease-marker accounts, which moves
+/// nothing and is written once a minute at most per server
+/// ([`super::cluster_clock`]); its timestamp is the cluster's time.
+pub fn clock_probe(id: u128) -> tb::Transfer {
+    lease_ledger_record(id, CODE_CLOCK_PROBE)
+}
+
+/// The id of a new clock probe: `xfer:clock:<a fresh ULID>`, never the id
+/// of an earlier probe or of any lease's transfer.
+pub fn clock_probe_id() -> u128 {
+    id128(&format!("xfer:clock:{}", LeaseId::generate()))
 }
 
 /// The two accounts of lease markers: unconstrained, markers move no amount.
@@ -250,6 +268,21 @@ mod tests {
         assert_ne!(ab, actuals_digest([(&a, 1), (&b, 3)].into_iter()));
         assert_ne!(ab, actuals_digest([(&a, 1)].into_iter()));
         assert_ne!(actuals_digest(std::iter::empty()), 0);
+    }
+
+    #[test]
+    fn clock_probes_move_nothing_on_the_leases_ledger_at_fresh_ids() {
+        let probe = clock_probe(clock_probe_id());
+        assert_eq!(
+            (probe.amount(), probe.ledger(), probe.code()),
+            (0, LEDGER_LEASES, CODE_CLOCK_PROBE)
+        );
+        assert_ne!(clock_probe_id(), clock_probe_id());
+        let codes = [CODE_LEASE_GRANTED, CODE_LEASE_DENIED, CODE_LEASE_COMPLETED];
+        assert!(
+            !codes.contains(&CODE_CLOCK_PROBE),
+            "a probe is never read as a lease record"
+        );
     }
 
     #[test]

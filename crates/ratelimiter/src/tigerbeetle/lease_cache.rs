@@ -46,6 +46,12 @@ pub fn fingerprint<'a>(requirements: impl Iterator<Item = (&'a LimitKey, u64)>) 
 pub struct LeaseRecord {
     /// When the reservation was made (or attempted, for an unknown outcome).
     pub reserved_at_unix_ms: u64,
+    /// The cluster's time stamp of the lease's latest reservation, in ns,
+    /// for a lease read back from the cluster (reserved by another process):
+    /// Complete then measures the window's elapsed time on the cluster's
+    /// clock, not against another process's `reserved_at_unix_ms`. `None` for
+    /// a lease this process reserved, timed by its own monotonic clock.
+    pub reserved_at_cluster_ns: Option<u64>,
     /// The requirements in request order; emptied once completed, since only
     /// the fingerprint is needed from then on.
     pub held: Vec<HeldRequirement>,
@@ -131,6 +137,7 @@ mod tests {
     fn record(at: u64) -> LeaseRecord {
         LeaseRecord {
             reserved_at_unix_ms: at,
+            reserved_at_cluster_ns: None,
             held: vec![HeldRequirement {
                 key: LimitKey::new("k").unwrap(),
                 amount: 1,

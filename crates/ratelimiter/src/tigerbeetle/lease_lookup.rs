@@ -170,6 +170,10 @@ pub struct ClusterLease {
     /// The reservation time the reserving server answered (or, for chains
     /// written before it was recorded, the cluster's time of the first one).
     pub reserved_at_unix_ms: u64,
+    /// The cluster's time stamp of the latest reservation, in ns: the
+    /// reservations' timeouts run from their stamps, so a Complete measures
+    /// how much of the window is left from here ([`super::cluster_clock`]).
+    pub reserved_at_cluster_ns: u64,
     /// True when a Complete of the lease already wrote anything.
     pub completed: bool,
     /// True when the lease was denied for capacity on some server (its
@@ -186,6 +190,7 @@ impl ClusterLease {
         }
         Some(LeaseRecord {
             reserved_at_unix_ms: self.reserved_at_unix_ms,
+            reserved_at_cluster_ns: Some(self.reserved_at_cluster_ns),
             fingerprint: fingerprint(self.held.iter().map(|h| (&h.key, h.amount))),
             held: self.held,
             confirmed: true,
@@ -207,6 +212,7 @@ impl TigerBeetleBackend {
         let mut lease_found = ClusterLease {
             held: Vec::new(),
             reserved_at_unix_ms: 0,
+            reserved_at_cluster_ns: 0,
             completed: false,
             denied: false,
         };
@@ -241,6 +247,7 @@ impl TigerBeetleBackend {
                 tracing::error!(%lease, index = i, count, "a reservation of the lease is missing");
                 return Err(LimiterError::Backend("a lease's reservation is missing".to_owned()));
             };
+            lease_found.reserved_at_cluster_ns = lease_found.reserved_at_cluster_ns.max(cluster_ns(transfer));
             let Some(held) = self.held_of(transfer).await? else {
                 continue;
             };
@@ -293,6 +300,7 @@ impl TigerBeetleBackend {
         let mut found = ClusterLease {
             held: Vec::new(),
             reserved_at_unix_ms: 0,
+            reserved_at_cluster_ns: 0,
             completed: false,
             denied: false,
         };
@@ -306,6 +314,7 @@ impl TigerBeetleBackend {
             if transfer.id() != ids::reserve_transfer_id(lease, &held.key) {
                 continue;
             }
+            found.reserved_at_cluster_ns = found.reserved_at_cluster_ns.max(cluster_ns(transfer));
             if found.held.is_empty() {
                 found.reserved_at_unix_ms = match transfer.user_data_64() {
                     0 => unix_ms(transfer),
@@ -331,5 +340,11 @@ impl TigerBeetleBackend {
 
 /// The cluster time of `transfer`, in ms since the epoch.
 fn unix_ms(transfer: &tb::Transfer) -> u64 {
-    transfer.as_raw().timestamp / 1_000_000
+    cluster_ns(transfer) / 1_000_000
+}
+
+/// The cluster time of `transfer`, in ns since the epoch: when the cluster
+/// wrote it.
+fn cluster_ns(transfer: &tb::Transfer) -> u64 {
+    transfer.as_raw().timestamp
 }

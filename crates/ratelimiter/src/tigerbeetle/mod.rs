@@ -10,10 +10,15 @@
 //!   "The submitter").
 //! - [`backend`]: [`TigerBeetleBackend`], the [`crate::Backend`]; its
 //!   reserve, complete and admin paths live in their own files.
+//! - [`cluster_clock`]: a lower bound of the cluster's clock, which times a
+//!   Complete of a lease reserved by another process (docs/tigerbeetle-backend.md,
+//!   "Clocks").
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.
 
 #[cfg(feature = "tigerbeetle")]
 pub mod backend;
+#[cfg(feature = "tigerbeetle")]
+pub mod cluster_clock;
 pub mod config;
 #[cfg(feature = "tigerbeetle")]
 pub mod definition_log;

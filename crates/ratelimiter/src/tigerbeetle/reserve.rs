@@ -118,6 +118,7 @@ impl TigerBeetleBackend {
             .collect();
         let record = LeaseRecord {
             reserved_at_unix_ms,
+            reserved_at_cluster_ns: None,
             held,
             fingerprint: fingerprint(request.requirements().iter().map(|r| (&r.key, r.amount))),
             confirmed: false,
