@@ -140,3 +140,28 @@ pub fn run_if_ready<F: Future<Output = ()>>(future: F) -> Option<Pin<Box<F>>> {
         Poll::Pending => Some(future),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    #[tokio::test]
+    async fn a_ready_future_runs_at_once_and_a_waiting_one_is_handed_back() {
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        assert!(run_if_ready(async move { flag.store(true, Ordering::SeqCst) }).is_none());
+        assert!(ran.load(Ordering::SeqCst), "ran in the poll");
+        let (send, receive) = tokio::sync::oneshot::channel::<()>();
+        let flag = ran.clone();
+        let pending = run_if_ready(async move {
+            let _ = receive.await;
+            flag.store(false, Ordering::SeqCst);
+        })
+        .expect("waits on the channel");
+        let task = tokio::spawn(pending);
+        send.send(()).unwrap();
+        task.await.unwrap();
+        assert!(!ran.load(Ordering::SeqCst), "resumed and finished on its task");
+    }
+}

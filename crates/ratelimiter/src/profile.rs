@@ -580,6 +580,27 @@ mod tests {
     }
 
     #[test]
+    fn a_counted_prompt_is_charged_at_least_openais_character_estimate() {
+        let rules = |provider: &str| {
+            let mut numbers = published(500, 30_000);
+            numbers.input_tpm = Some(30_000);
+            numbers.output_tpm = Some(8_000);
+            llm_profile(provider, "m", &numbers).unwrap().rules
+        };
+        for provider in ["openai", "azure"] {
+            // 400 characters the tokenizer packs into 50 tokens: OpenAI counts 100.
+            assert_eq!(rules(provider).counted_prompt_charge(50, 400), 100, "{provider}");
+            assert_eq!(rules(provider).counted_prompt_charge(150, 400), 150, "{provider}");
+            assert_eq!(rules(provider).counted_prompt_charge(0, 1), 1, "{provider}: rounds up");
+        }
+        assert_eq!(
+            rules("anthropic").counted_prompt_charge(50, 400),
+            50,
+            "counts tokens only"
+        );
+    }
+
+    #[test]
     fn azure_derives_rpm_from_tpm_and_reserves_best_of() {
         // Azure: "6 RPM per 1000 TPM"; 100,000 TPM gives 600 RPM, "10 requests per
         // 1-second period"; tokens are counted per minute.
