@@ -15,6 +15,10 @@
 //! `--baseline-bin DIR` runs a second `ratelimiterd` (another build, e.g. main's)
 //! as a third path in the same rounds, so a change is measured against its base
 //! under the same noise; `--snapshots off` turns the servers' memory snapshots off.
+//! `--server-cpu N` pins the servers to CPU N (with `taskset`); run the bench itself
+//! under `taskset -c M` (its simulators inherit it) to give the gateway a core of its
+//! own, as in a deployment where the gateway does not share cores with its callers and
+//! the provider, so that the latency it adds is its own work, not their contention.
 //!
 //! ```sh
 //! cargo build --release -p ratelimiterd --bin ratelimiterd -p replay --bin provider-sim --example gateway_bench
@@ -57,6 +61,8 @@ struct Options {
     bin_dir: PathBuf,
     baseline_bin: Option<PathBuf>,
     snapshots: bool,
+    /// The CPU the servers are pinned to, if any.
+    server_cpu: Option<usize>,
     rate: f64,
     seconds: f64,
     rounds: usize,
@@ -69,6 +75,7 @@ fn parse_options() -> Options {
         bin_dir: PathBuf::from("target/release"),
         baseline_bin: None,
         snapshots: true,
+        server_cpu: None,
         rate: 1_000.0,
         seconds: 5.0,
         rounds: 3,
@@ -93,6 +100,7 @@ fn parse_options() -> Options {
                     _ => usage("--snapshots: on or off"),
                 }
             }
+            "--server-cpu" => options.server_cpu = Some(number() as usize),
             "--rate" => options.rate = number(),
             "--seconds" => options.seconds = number(),
             "--rounds" => options.rounds = number() as usize,
@@ -115,7 +123,7 @@ fn parse_options() -> Options {
 fn usage(problem: &str) -> ! {
     eprintln!("gateway_bench: {problem}");
     eprintln!(
-        "usage: gateway_bench [--bin-dir DIR] [--baseline-bin DIR] [--snapshots on|off] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]"
+        "usage: gateway_bench [--bin-dir DIR] [--baseline-bin DIR] [--snapshots on|off] [--server-cpu N] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]"
     );
     std::process::exit(2);
 }
@@ -250,7 +258,16 @@ fn start_gateway(options: &Options, bin_dir: &Path, sims: [SocketAddr; 2], direc
     }
     let path = directory.join("ratelimiterd.yaml");
     std::fs::write(&path, config).expect("the config is written");
-    let mut child = Command::new(bin_dir.join("ratelimiterd"))
+    let binary = bin_dir.join("ratelimiterd");
+    let mut command = match options.server_cpu {
+        Some(cpu) => {
+            let mut taskset = Command::new("taskset");
+            taskset.arg("-c").arg(cpu.to_string()).arg(&binary);
+            taskset
+        }
+        None => Command::new(&binary),
+    };
+    let mut child = command
         .arg("--config")
         .arg(&path)
         .stdout(Stdio::null())
@@ -597,9 +614,10 @@ async fn main() {
     let baseline =
         (options.baseline_bin.as_ref()).map(|dir| start_gateway(&options, dir, sims, &directory.join("baseline")));
     println!(
-        "provider-sim {sim} (streams: {paced_sim}, {STREAM_MS_PER_TOKEN} ms per token, {STREAM_TOKENS} tokens), gateway {gateway}{}; snapshots {}; {} rounds of {} s; open loop {} req/s (streams {} req/s) over {} connections",
+        "provider-sim {sim} (streams: {paced_sim}, {STREAM_MS_PER_TOKEN} ms per token, {STREAM_TOKENS} tokens), gateway {gateway}{}; snapshots {}; servers on CPU {}; {} rounds of {} s; open loop {} req/s (streams {} req/s) over {} connections",
         baseline.as_ref().map_or(String::new(), |b| format!(", baseline {}", b.gateway)),
         if options.snapshots { "every 1 s" } else { "off" },
+        options.server_cpu.map_or("any".to_string(), |cpu| cpu.to_string()),
         options.rounds, options.seconds, options.rate, options.stream_rate, options.connections
     );
     let pids = |server: Option<&Process>| Pids {
