@@ -359,6 +359,24 @@ mod tests {
         capacity: 1_000,
     }];
 
+    /// A run of `outcomes` and `admissions` under [`limits`] and no 429.
+    fn record<'a>(
+        outcomes: &'a [RequestOutcome],
+        admissions: &'a [Admission],
+        token_limits: &'a [TokenLimit],
+        start_unix_ms: u64,
+    ) -> RunRecord<'a> {
+        RunRecord {
+            outcomes,
+            admissions,
+            token_limits,
+            limits: limits(),
+            provider_429: 0,
+            provider_429_by_limit: [0; 3],
+            start_unix_ms,
+        }
+    }
+
     /// An admission charged `tokens` on `tpm`, settled at that.
     fn admission(at_unix_ms: u64, tokens: u64) -> Admission {
         Admission {
@@ -437,13 +455,9 @@ mod tests {
             .collect();
         let admissions: Vec<_> = times.iter().map(|&t| admission(t, 250)).collect();
         let run = RunRecord {
-            outcomes: &outcomes,
-            admissions: &admissions,
-            token_limits: &TOKENS,
-            limits: limits(),
             provider_429: 3,
             provider_429_by_limit: [3, 0, 0],
-            start_unix_ms: 10_000,
+            ..record(&outcomes, &admissions, &TOKENS, 10_000)
         };
         let summary = summarize(&run);
         // Windows [0, 1000) and [100, 1100) ... [1000, 2000) wait on requests sent at
@@ -468,15 +482,7 @@ mod tests {
         // (The other, never sent, waited 5 ms.)
         let outcomes = vec![outcome(0, 0, 2_000, 2_010, 100), outcome(1, 0, 0, 5, 500)];
         let admissions = vec![admission(0, 500), admission(1_000, 500), admission(2_000, 100)];
-        let run = RunRecord {
-            outcomes: &outcomes,
-            admissions: &admissions,
-            token_limits: &TOKENS,
-            limits: limits(),
-            provider_429: 0,
-            provider_429_by_limit: [0; 3],
-            start_unix_ms: 0,
-        };
+        let run = record(&outcomes, &admissions, &TOKENS, 0);
         let summary = summarize(&run);
         assert_eq!(summary.saturated_windows, 11);
         assert!((summary.utilization - 0.5).abs() < 1e-9, "{}", summary.utilization);
@@ -506,15 +512,7 @@ mod tests {
                 capacity: 200,
             },
         ];
-        let run = RunRecord {
-            outcomes: &outcomes,
-            admissions: &admissions,
-            token_limits: &token_limits,
-            limits: limits(),
-            provider_429: 0,
-            provider_429_by_limit: [0; 3],
-            start_unix_ms: 0,
-        };
+        let run = record(&outcomes, &admissions, &token_limits, 0);
         let summary = summarize(&run);
         assert_eq!(summary.saturated_windows, 11);
         let measured: Vec<(Dimension, u64, f64)> = (summary.token_limits.iter())
@@ -549,15 +547,7 @@ mod tests {
         assert!(backlog.covers(10_700, 11_700));
         assert!(!backlog.covers(10_800, 11_800));
         assert!(!backlog.covers(11_900, 12_100));
-        let run = RunRecord {
-            outcomes: &outcomes,
-            admissions: &admissions,
-            token_limits: &TOKENS,
-            limits: limits(),
-            provider_429: 0,
-            provider_429_by_limit: [0; 3],
-            start_unix_ms: 10_000,
-        };
+        let run = record(&outcomes, &admissions, &TOKENS, 10_000);
         // Positions 10,000 .. 10,700 (eight) lie inside the first waiting stretch.
         assert_eq!(summarize(&run).saturated_windows, 8);
     }
@@ -574,15 +564,7 @@ mod tests {
             })
             .collect();
         let admissions = vec![admission(0, 200), admission(2_000, 300)];
-        let run = RunRecord {
-            outcomes: &outcomes,
-            admissions: &admissions,
-            token_limits: &TOKENS,
-            limits: limits(),
-            provider_429: 0,
-            provider_429_by_limit: [0; 3],
-            start_unix_ms: 0,
-        };
+        let run = record(&outcomes, &admissions, &TOKENS, 0);
         let summary = summarize(&run);
         assert_eq!(summary.saturated_windows, 0);
         // 500 tokens from 0 to one window past 2,000: three windows of 1,000 allowed.
