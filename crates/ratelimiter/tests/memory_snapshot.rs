@@ -367,3 +367,56 @@ async fn seeded_backend(clock: &FakeClock) -> MemoryBackend {
     backend.apply_state(&tpm).await.unwrap();
     backend
 }
+
+/// A periodic snapshot reuses one `MemorySnapshot` and copies only the settled
+/// leases added since its last copy of a generation (BENCHMARKS.md, "Memory
+/// snapshots"): through appends, count rotations (a memory of 8, so a
+/// generation of 4) and time rotations, every reused copy must say exactly
+/// what a fresh full copy says, on the wire and restored.
+#[tokio::test]
+async fn a_reused_snapshot_copies_what_settled_since_and_says_what_a_fresh_copy_says() {
+    let clock = FakeClock::new(START_UNIX_MS);
+    let config = MemoryConfig {
+        settled_leases_max: 8,
+        ..MemoryConfig::default()
+    };
+    let backend = MemoryBackend::new(Arc::new(clock.clone()), config);
+    let limit = LimitDefinition::rolling(key("rpm"), 1_000_000, 60).unwrap();
+    backend.apply_state(&LimitState::active(limit)).await.unwrap();
+    let mut reused = MemorySnapshot::empty();
+    let mut settled = Vec::new();
+    // Rounds of 0 to 6 settlements: some leave a generation half-filled
+    // between copies, some fill it and rotate, the long pauses rotate by time.
+    for (round, count) in [1, 0, 2, 3, 6, 1, 1, 4, 5, 0, 2, 6, 3].into_iter().enumerate() {
+        for _ in 0..count {
+            let lease = LeaseId::generate();
+            assert!(matches!(
+                reserve(&backend, lease, &[("rpm", 1)]).await,
+                ReserveOutcome::Allowed { .. }
+            ));
+            complete(&backend, lease, &[("rpm", 1)]).await;
+            settled.push(lease);
+            clock.advance_ms(10);
+        }
+        clock.advance_ms(if round % 4 == 3 { 120_000 } else { 1_000 });
+        backend.snapshot_into(&mut reused);
+        let fresh = backend.snapshot();
+        assert_eq!(reused, fresh, "round {round}");
+        assert_eq!(reused.encode(), fresh.encode(), "round {round}");
+    }
+    // Restored from the reused copy, the last generation's leases are still
+    // remembered: a replayed reserve is answered, not granted again.
+    let second = MemoryBackend::new(Arc::new(clock.clone()), config);
+    let limit = LimitDefinition::rolling(key("rpm"), 1_000_000, 60).unwrap();
+    second.apply_state(&LimitState::active(limit)).await.unwrap();
+    let report = second.restore(&through_bytes(&reused)).unwrap();
+    assert!(report.settled_remembered > 0, "{report:?}");
+    let last = *settled.last().unwrap();
+    let held = in_use(&second, "rpm").await;
+    reserve(&second, last, &[("rpm", 1)]).await;
+    assert_eq!(
+        in_use(&second, "rpm").await,
+        held,
+        "a settled lease's replay reserves nothing"
+    );
+}

@@ -3,6 +3,17 @@
 //! "Idempotency": allowed again at the original time, nothing reserved).
 
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The next generation serial: unique in the process, so that a snapshot
+/// reused across backends never mistakes one backend's generation for
+/// another's (0 is never handed out: decoded snapshots carry it).
+static GENERATION_SERIAL_NEXT: AtomicU64 = AtomicU64::new(1);
+
+/// A serial no generation of this process had before.
+fn generation_serial() -> u64 {
+    GENERATION_SERIAL_NEXT.fetch_add(1, Ordering::Relaxed)
+}
 
 /// What a retry of a settled lease's reserve needs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -204,6 +215,18 @@ fn entry_id(entry: &Entry) -> u128 {
     u128::from(entry[0]) | (u128::from(entry[1]) << 64)
 }
 
+/// A generation as a snapshot copies it.
+#[derive(Debug, Clone, Copy)]
+pub struct SettledGeneration<'a> {
+    /// Its leases (id low and high, reserved at, fingerprint), oldest first.
+    pub entries: &'a [[u64; 4]],
+    /// When its last lease settled: each is remembered from then on.
+    pub newest_unix_ms: u64,
+    /// Which filling of the generation this is: the same serial means the
+    /// same leases in the same places, maybe with more appended.
+    pub serial: u64,
+}
+
 /// One generation's leases, in the order they settled.
 #[derive(Debug)]
 struct Generation {
@@ -215,6 +238,10 @@ struct Generation {
     oldest_unix_ms: u64,
     /// When its last lease settled; meaningless while empty.
     newest_unix_ms: u64,
+    /// Changes each time the generation is cleared, and only then: while it
+    /// stays the same, the first `len` entries are the ones a copy saw, plus
+    /// any appended since, so a periodic snapshot copies only the new ones.
+    serial: u64,
 }
 
 impl Generation {
@@ -224,6 +251,7 @@ impl Generation {
             len: 0,
             oldest_unix_ms: 0,
             newest_unix_ms: 0,
+            serial: generation_serial(),
         }
     }
 
@@ -390,6 +418,7 @@ impl SettledLeases {
             self.evicted_total += generation.len as u64;
         }
         generation.len = 0;
+        generation.serial = generation_serial();
         self.index.clear(previous);
         self.current = previous;
     }
@@ -398,11 +427,18 @@ impl SettledLeases {
     /// and high, reserved at, fingerprint) and its newest settlement time: an
     /// upper bound of when each of them settled, so a restore remembers them
     /// at least as long as they would have been here. What a snapshot copies:
-    /// plain arrays, copied as fast as memory moves.
-    pub fn generations_oldest_first(&self) -> [(&[[u64; 4]], u64); 2] {
+    /// plain arrays, copied as fast as memory moves. Each comes with its
+    /// serial, which changes only when the generation is cleared: entries are
+    /// only ever appended in between, so a copy made under the same serial is
+    /// a prefix of them.
+    pub fn generations_oldest_first(&self) -> [SettledGeneration<'_>; 2] {
         [1 - self.current, self.current].map(|side| {
             let generation = &self.generations[side];
-            (&generation.entries[..generation.len], generation.newest_unix_ms)
+            SettledGeneration {
+                entries: &generation.entries[..generation.len],
+                newest_unix_ms: generation.newest_unix_ms,
+                serial: generation.serial,
+            }
         })
     }
 
