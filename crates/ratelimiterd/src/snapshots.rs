@@ -32,6 +32,56 @@ pub fn snapshot_path(registry_path: &Path) -> PathBuf {
 /// process's clock (anchored once, then monotonic) from the wall clock.
 const CLOCK_STEP_WARN_MS: u64 = 1_000;
 
+/// The nice value of a periodic snapshot's encoding and write (Linux: per
+/// thread). They take tens of ms of CPU per second when a million settled
+/// leases are remembered (BENCHMARKS.md, "Memory snapshots"); at nice 10 a
+/// request thread that wants the core preempts them, so on a busy machine the
+/// save takes longer instead of the requests' tail latency growing, and on an
+/// idle one it runs at full speed. The stop's save keeps the caller's priority.
+const WRITER_NICE: libc::c_int = 10;
+
+/// Where a snapshot's encoding and write run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WritePriority {
+    /// On the calling thread, at its priority: the stop's save, and tests.
+    Calling,
+    /// On a thread of its own at [`WRITER_NICE`]: the periodic saves.
+    Lowered,
+}
+
+/// Encodes and writes `snapshot` on a scoped thread whose priority is lowered
+/// first; on the calling thread when no thread can be started.
+fn write_at_lowered_priority(snapshot: &MemorySnapshot, path: &Path) -> Result<usize, SnapshotError> {
+    std::thread::scope(|scope| {
+        let writer = std::thread::Builder::new()
+            .name("snapshot-writer".into())
+            .spawn_scoped(scope, || {
+                lower_thread_priority();
+                snapshot.write_atomic(path)
+            });
+        match writer {
+            Ok(writer) => writer.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(_) => snapshot.write_atomic(path),
+        }
+    })
+}
+
+/// Lowers the calling thread's CPU priority to [`WRITER_NICE`]. On Linux a
+/// nice value belongs to one thread, so the rest of the process keeps its own;
+/// elsewhere it would be the whole process's, so nothing is changed there.
+fn lower_thread_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: setpriority reads only its integer arguments; `who` 0 names
+        // the calling thread on Linux.
+        let result = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, WRITER_NICE) };
+        if result != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(),
+                "the snapshot writer's priority could not be lowered; it runs at the server's");
+        }
+    }
+}
+
 /// Saves and restores one memory backend's snapshot, and counts how it goes.
 pub struct MemorySnapshots {
     /// The backend saved and restored.
@@ -138,11 +188,22 @@ impl MemorySnapshots {
 
     /// Saves a snapshot now, on the calling thread (it blocks on the fsyncs).
     pub fn save(&self) -> Result<(), SnapshotError> {
+        self.save_at(WritePriority::Calling)
+    }
+
+    /// Saves a snapshot now: the copy under the backend's lock on the calling
+    /// thread, at its priority (a copy preempted while it holds the lock would
+    /// hold up every request), the encoding and the write as `priority` says.
+    fn save_at(&self, priority: WritePriority) -> Result<(), SnapshotError> {
         let mut snapshot = self.saving.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let start = Instant::now();
         self.backend.snapshot_into(&mut snapshot);
         self.pause.observe(start.elapsed());
-        match snapshot.write_atomic(&self.path) {
+        let written = match priority {
+            WritePriority::Calling => snapshot.write_atomic(&self.path),
+            WritePriority::Lowered => write_at_lowered_priority(&snapshot, &self.path),
+        };
+        match written {
             Ok(bytes) => {
                 self.duration.observe(start.elapsed());
                 self.last_bytes.store(bytes as u64, Ordering::Relaxed);
@@ -156,10 +217,11 @@ impl MemorySnapshots {
         }
     }
 
-    /// Saves on a blocking thread, so the fsyncs hold up no request; logs a failure.
+    /// Saves on a blocking thread, so the fsyncs hold up no request, with the
+    /// encoding and the write at a lowered CPU priority; logs a failure.
     pub async fn save_in_background(self: &Arc<Self>) -> bool {
         let snapshots = self.clone();
-        match tokio::task::spawn_blocking(move || snapshots.save()).await {
+        match tokio::task::spawn_blocking(move || snapshots.save_at(WritePriority::Lowered)).await {
             Ok(Ok(())) => true,
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "memory snapshot not saved");
