@@ -11,7 +11,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, AsyncIterator, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _arguments, _native
 from ._native import Denial, Reservation
@@ -180,27 +180,31 @@ def _model_prefix(provider: str, model: str) -> str:
 #: Creates a limiter's :class:`_Frees` and :class:`_Pauses` once, whichever thread asks first.
 _FREES_LOCK = threading.Lock()
 
+#: A limiter's lazily made state (:class:`_Frees`, :class:`_Pauses`).
+_State = TypeVar("_State")
+
 
 class _LimiterBase:
     """What both limiters share: the interface around the native calls."""
 
     _native: Any
 
+    def _shared_state(self, name: str, factory: Callable[[], _State]) -> _State:
+        """The limiter's ``name`` state, made by ``factory`` on first use, once
+        whichever thread asks first."""
+        state = self.__dict__.get(name)
+        if state is None:
+            with _FREES_LOCK:
+                state = self.__dict__.setdefault(name, factory())
+        return state
+
     @property
     def _frees(self) -> _Frees:
-        frees = self.__dict__.get("_frees_state")
-        if frees is None:
-            with _FREES_LOCK:
-                frees = self.__dict__.setdefault("_frees_state", _Frees())
-        return frees
+        return self._shared_state("_frees_state", _Frees)
 
     @property
     def _pauses(self) -> _Pauses:
-        pauses = self.__dict__.get("_pauses_state")
-        if pauses is None:
-            with _FREES_LOCK:
-                pauses = self.__dict__.setdefault("_pauses_state", _Pauses())
-        return pauses
+        return self._shared_state("_pauses_state", _Pauses)
 
     # Reserve and complete -------------------------------------------------
 

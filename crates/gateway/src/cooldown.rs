@@ -54,12 +54,6 @@ pub fn key(keys: &ModelKeys) -> Option<&ratelimiter::LimitKey> {
     keys.rpm.as_ref().or(keys.concurrency.as_ref())
 }
 
-/// The provider's retry hint: `retry-after-ms`, else `retry-after` in seconds, as
-/// the library reads them ([`ratelimiter::provider_headers::read_headers`]).
-pub fn retry_after_ms(headers: &HeaderMap) -> Option<u64> {
-    provider_headers(headers).retry_after_ms
-}
-
 /// A response's rate-limit headers, read by the library.
 pub fn provider_headers(headers: &HeaderMap) -> ratelimiter::provider_headers::ProviderHeaders {
     let pairs = headers
@@ -114,6 +108,7 @@ mod tests {
     #[test]
     fn hints_in_ms_win_over_seconds() {
         let mut headers = HeaderMap::new();
+        let retry_after_ms = |headers: &HeaderMap| provider_headers(headers).retry_after_ms;
         assert_eq!(retry_after_ms(&headers), None);
         headers.insert("retry-after", HeaderValue::from_static("2"));
         assert_eq!(retry_after_ms(&headers), Some(2000));

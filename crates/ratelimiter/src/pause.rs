@@ -307,14 +307,13 @@ impl Paused {
     pub async fn release(mut self) {
         for (lease, index) in std::mem::take(&mut self.leases) {
             let (key, kind) = &self.keys[index];
-            let zero = vec![Actual {
-                key: key.clone(),
-                actual_amount: 0,
-            }];
             let actuals = if *kind == Some(LimitKind::Concurrency) {
                 Vec::new()
             } else {
-                zero
+                vec![Actual {
+                    key: key.clone(),
+                    actual_amount: 0,
+                }]
             };
             let Ok(request) = CompleteRequest::new(lease, Some("pause".to_owned()), actuals) else {
                 continue;
