@@ -105,7 +105,7 @@ const REQUEST_DIMENSIONS: [&str; 2] = ["rpm", "rpd"];
 /// above the reservation stays visible to the admin API instead of being dropped.
 fn with_debt(definition: LimitDefinition) -> LimitDefinition {
     let dimension = definition.key().as_str().rsplit(':').next().unwrap_or("");
-    if definition.kind() == LimitKind::Rolling && !REQUEST_DIMENSIONS.contains(&dimension) {
+    if definition.kind() != LimitKind::Concurrency && !REQUEST_DIMENSIONS.contains(&dimension) {
         definition.with_overage(Overage::Debt)
     } else {
         definition
@@ -142,7 +142,7 @@ fn definitions_as_given(config: &GatewayConfig) -> Vec<LimitDefinition> {
             let profile = profile.expect("profiles were validated with the configuration");
             out.extend(profile.definitions.into_iter().map(|d| match d.kind() {
                 LimitKind::Concurrency => concurrency(d.key(), d.capacity()),
-                LimitKind::Rolling => d,
+                LimitKind::Rolling | LimitKind::Bucket => d,
             }));
             continue;
         }

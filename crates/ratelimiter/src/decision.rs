@@ -18,21 +18,22 @@ use crate::wire::Denial;
 
 /// The denial of a request that does not depend on usage, or `None` when usage decides
 /// (docs/decisions.md, "Reserve precedence", rows 5 and 6): first an amount above its
-/// limit's whole capacity (final: `exceeds_capacity`, no retry hint), then a limit
+/// limit's whole capacity, or a bucket's burst under the backend's default margin
+/// `default_margin_ms` (final: `exceeds_capacity`, no retry hint), then a limit
 /// waiting for a decrease (transient: `limit_decreasing` with `decrease_retry_ms`); each
 /// names the first such key in request order. Neither burns the lease id: nothing was
 /// attempted.
 ///
 /// `requirements` yields each requirement's limit state and amount in request
 /// order; it is walked twice, so it must be cheap to clone.
-pub fn standing_denial<'a, I>(requirements: I, decrease_retry_ms: u64) -> Option<Denial>
+pub fn standing_denial<'a, I>(requirements: I, decrease_retry_ms: u64, default_margin_ms: u64) -> Option<Denial>
 where
     I: IntoIterator<Item = (&'a LimitState, u64)>,
     I::IntoIter: Clone,
 {
     let requirements = requirements.into_iter();
     for (state, amount) in requirements.clone() {
-        if amount > state.definition().capacity() {
+        if amount > state.definition().grantable_max(default_margin_ms) {
             let key = state.definition().key().clone();
             return Some(Denial::ExceedsCapacity { key });
         }
@@ -62,8 +63,8 @@ pub fn limits_full(limits_max: usize) -> LimiterError {
 
 /// Checks one actual of a Complete (docs/decisions.md, "Complete", (b)): it must name a
 /// key the lease reserved (`held_kind` is that requirement's kind, `None` when the lease
-/// did not reserve the key), and a rolling one: a concurrency hold is released whole,
-/// whatever is said about it. A backend checks every actual before it changes anything.
+/// did not reserve the key), and a rolling or bucket one: a concurrency hold is released
+/// whole, whatever is said about it. A backend checks every actual before it changes anything.
 pub fn check_actual(lease: LeaseId, key: &LimitKey, held_kind: Option<LimitKind>) -> Result<(), LimiterError> {
     match held_kind {
         None => Err(LimiterError::InvalidRequest(format!(
@@ -72,7 +73,7 @@ pub fn check_actual(lease: LeaseId, key: &LimitKey, held_kind: Option<LimitKind>
         Some(LimitKind::Concurrency) => Err(LimiterError::InvalidRequest(format!(
             "actual for concurrency limit {key}: concurrency is released on complete, not reconciled"
         ))),
-        Some(LimitKind::Rolling) => Ok(()),
+        Some(LimitKind::Rolling | LimitKind::Bucket) => Ok(()),
     }
 }
 
@@ -108,6 +109,11 @@ pub enum Reconcile {
 
 /// The plan for one reserved requirement of `kind` and `reserved` units, given
 /// the caller's `actual` (if any) and whether its window is already over.
+///
+/// A bucket follows the same plan as a rolling window, read for a bucket
+/// (docs/bucket-limits.md): `Shrink` gives the units back to the bucket at once
+/// (up to its burst), `Overage` takes the extra from the bucket if it holds it,
+/// and after the window (the refill time plus margin) a Complete gives nothing back.
 pub fn reconcile(kind: LimitKind, reserved: u64, actual: Option<u64>, window_over: bool) -> Reconcile {
     if kind == LimitKind::Concurrency {
         return Reconcile::Release;
@@ -167,18 +173,34 @@ mod tests {
         let b = LimitState::active(LimitDefinition::rolling(key("b"), 5, 60).unwrap());
         for order in [vec![(&a, 1), (&b, 6)], vec![(&b, 6), (&a, 1)]] {
             assert_eq!(
-                standing_denial(order.iter().copied(), 10_000),
+                standing_denial(order.iter().copied(), 10_000, 50),
                 Some(Denial::ExceedsCapacity { key: key("b") })
             );
         }
         assert_eq!(
-            standing_denial([(&b, 5), (&a, 1)], 10_000),
+            standing_denial([(&b, 5), (&a, 1)], 10_000, 50),
             Some(Denial::LimitDecreasing {
                 key: key("a"),
                 retry_after_ms: 10_000
             })
         );
-        assert_eq!(standing_denial([(&b, 5)], 10_000), None);
+        assert_eq!(standing_denial([(&b, 5)], 10_000, 50), None);
+    }
+
+    #[test]
+    fn a_bucket_refuses_for_ever_what_exceeds_its_burst() {
+        // 6,000 per minute: the burst is 6,000 less 1 s + 240 ms of refill (124).
+        let bucket = LimitState::active(LimitDefinition::bucket(key("b"), 6_000, 60).unwrap());
+        assert_eq!(standing_denial([(&bucket, 5_876)], 10_000, 50), None);
+        assert_eq!(
+            standing_denial([(&bucket, 5_877)], 10_000, 50),
+            Some(Denial::ExceedsCapacity { key: key("b") })
+        );
+        assert_eq!(
+            reconcile(LimitKind::Bucket, 10, Some(4), false),
+            Reconcile::Shrink { release: 6 }
+        );
+        assert!(check_actual(LeaseId::from_u128(1), &key("b"), Some(LimitKind::Bucket)).is_ok());
     }
 
     #[test]

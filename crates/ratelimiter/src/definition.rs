@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bucket::BucketShape;
 use crate::key::LimitKey;
 
 /// The longest rolling window: 31 days, long enough for monthly budgets.
@@ -49,6 +50,10 @@ pub enum LimitKind {
     /// Each reservation holds its amount until Complete, or `timeout_seconds`
     /// as a safety net when the caller crashed (calls in flight).
     Concurrency,
+    /// A token bucket of `capacity` units refilled at `capacity` per
+    /// `window_seconds`: a reservation takes its units at once and they come
+    /// back by refill, as Anthropic enforces its limits (docs/bucket-limits.md).
+    Bucket,
 }
 
 impl std::fmt::Display for LimitKind {
@@ -56,6 +61,7 @@ impl std::fmt::Display for LimitKind {
         f.write_str(match self {
             LimitKind::Rolling => "rolling",
             LimitKind::Concurrency => "concurrency",
+            LimitKind::Bucket => "bucket",
         })
     }
 }
@@ -107,11 +113,12 @@ pub struct LimitDefinition {
 pub struct DefinitionFields {
     /// The key this definition limits.
     pub key: LimitKey,
-    /// Rolling window or concurrency.
+    /// Rolling window, concurrency or token bucket.
     pub kind: LimitKind,
     /// The most units granted at once; at least 1.
     pub capacity: u64,
-    /// Rolling: 1..=2,678,400. Concurrency: 0.
+    /// Rolling: 1..=2,678,400. Bucket: the same range, the time to refill from
+    /// empty to full. Concurrency: 0.
     #[serde(default)]
     pub window_seconds: u64,
     /// Rolling: how long, in ms, a reservation is held beyond `window_seconds`,
@@ -123,7 +130,7 @@ pub struct DefinitionFields {
     /// callers' holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_margin_ms: Option<u64>,
-    /// Concurrency: 1..=86,400. Rolling: 0.
+    /// Concurrency: 1..=86,400. Rolling and bucket: 0.
     #[serde(default)]
     pub timeout_seconds: u64,
     /// A label for humans: "requests", "tokens", "inflight".
@@ -175,6 +182,21 @@ impl LimitDefinition {
         })
     }
 
+    /// A token bucket of `capacity` units refilled at `capacity` per `window_seconds`.
+    pub fn bucket(key: LimitKey, capacity: u64, window_seconds: u64) -> Result<Self, DefinitionError> {
+        Self::new(DefinitionFields {
+            key,
+            kind: LimitKind::Bucket,
+            capacity,
+            window_seconds,
+            window_margin_ms: None,
+            timeout_seconds: 0,
+            unit: String::new(),
+            description: String::new(),
+            overage: Overage::None,
+        })
+    }
+
     /// A copy with another capacity, validated.
     pub fn with_capacity(&self, capacity: u64) -> Result<Self, DefinitionError> {
         Self::new(DefinitionFields {
@@ -205,7 +227,7 @@ impl LimitDefinition {
     pub fn key(&self) -> &LimitKey {
         &self.fields.key
     }
-    /// Rolling or concurrency.
+    /// Rolling, concurrency or bucket.
     pub fn kind(&self) -> LimitKind {
         self.fields.kind
     }
@@ -213,7 +235,7 @@ impl LimitDefinition {
     pub fn capacity(&self) -> u64 {
         self.fields.capacity
     }
-    /// The rolling window (0 for concurrency).
+    /// The rolling window, or a bucket's refill time from empty to full (0 for concurrency).
     pub fn window_seconds(&self) -> u64 {
         self.fields.window_seconds
     }
@@ -229,18 +251,19 @@ impl LimitDefinition {
     /// scale with.
     pub fn hold_ms(&self) -> u64 {
         match self.fields.kind {
-            LimitKind::Rolling => self.fields.window_seconds * 1000,
+            LimitKind::Rolling | LimitKind::Bucket => self.fields.window_seconds * 1000,
             LimitKind::Concurrency => self.fields.timeout_seconds * 1000,
         }
     }
     /// How long one reservation holds at most, in ms: a rolling limit's window
-    /// plus its margin, a concurrency limit's timeout. The margin is the
+    /// plus its margin, a concurrency limit's timeout. For a bucket, the window
+    /// plus its margin is how long a Complete may still give units back. The margin is the
     /// definition's own, else `default_margin_ms` or 1/[`WINDOW_MARGIN_WINDOW_DIVISOR`]
     /// of the window, whichever is longer; a default of 0 turns the default
     /// margin off altogether.
     pub fn hold_with_margin_ms(&self, default_margin_ms: u64) -> u64 {
         match self.fields.kind {
-            LimitKind::Rolling => {
+            LimitKind::Rolling | LimitKind::Bucket => {
                 let proportional = self.hold_ms() / WINDOW_MARGIN_WINDOW_DIVISOR;
                 let default = match default_margin_ms {
                     0 => 0,
@@ -249,6 +272,15 @@ impl LimitDefinition {
                 self.hold_ms() + self.fields.window_margin_ms.unwrap_or(default)
             }
             LimitKind::Concurrency => self.hold_ms(),
+        }
+    }
+    /// The most units one reservation can ever take under a backend whose default
+    /// margin is `default_margin_ms`: the capacity, or a bucket's burst
+    /// ([`crate::bucket::BucketShape::burst`]; 0 when that backend cannot serve it).
+    pub fn grantable_max(&self, default_margin_ms: u64) -> u64 {
+        match self.fields.kind {
+            LimitKind::Rolling | LimitKind::Concurrency => self.fields.capacity,
+            LimitKind::Bucket => BucketShape::new(self, default_margin_ms).map_or(0, |shape| shape.burst()),
         }
     }
     /// The overage policy.
@@ -267,18 +299,21 @@ fn validate_fields(f: &DefinitionFields) -> Result<(), DefinitionError> {
         return invalid(format!("limit {}: capacity must be at least 1", f.key));
     }
     match f.kind {
-        LimitKind::Rolling => {
+        LimitKind::Rolling | LimitKind::Bucket => {
             if !(1..=WINDOW_SECONDS_MAX).contains(&f.window_seconds) {
                 return invalid(format!(
-                    "limit {}: rolling window_seconds must be 1..={WINDOW_SECONDS_MAX}, got {}",
-                    f.key, f.window_seconds
+                    "limit {}: {} window_seconds must be 1..={WINDOW_SECONDS_MAX}, got {}",
+                    f.key, f.kind, f.window_seconds
                 ));
             }
             if f.timeout_seconds != 0 {
-                return invalid(format!("limit {}: rolling limits take timeout_seconds 0", f.key));
+                return invalid(format!("limit {}: {} limits take timeout_seconds 0", f.key, f.kind));
             }
             if let Some(margin) = f.window_margin_ms {
                 check_window_margin_ms(margin, f.window_seconds).map_err(|m| invalid_margin(&f.key, m))?;
+            }
+            if f.kind == LimitKind::Bucket {
+                check_bucket_burst(f)?;
             }
         }
         LimitKind::Concurrency => {
@@ -306,6 +341,27 @@ fn validate_fields(f: &DefinitionFields) -> Result<(), DefinitionError> {
         ));
     }
     Ok(())
+}
+
+/// Checks that a bucket keeps a burst of at least 1 under its own margin, or the
+/// standard default margin when it gives none (a backend configured with a longer
+/// default checks again when it applies the definition).
+fn check_bucket_burst(f: &DefinitionFields) -> Result<(), DefinitionError> {
+    let window_ms = f.window_seconds * 1000;
+    let margin_ms = f
+        .window_margin_ms
+        .unwrap_or_else(|| WINDOW_MARGIN_MS_DEFAULT.max(window_ms / WINDOW_MARGIN_WINDOW_DIVISOR));
+    match BucketShape::from_parts(f.capacity, window_ms, margin_ms) {
+        Some(_) => Ok(()),
+        None => Err(DefinitionError::Invalid(format!(
+            "limit {}: a bucket of capacity {} refilled over {} s keeps no burst after its {margin_ms} ms margin \
+             and {} ms refill slot; raise the capacity or the window",
+            f.key,
+            f.capacity,
+            f.window_seconds,
+            window_ms.div_ceil(crate::bucket::BUCKET_SLOTS_PER_WINDOW)
+        ))),
+    }
 }
 
 /// Checks a window margin against its bounds: at most [`WINDOW_MARGIN_MS_MAX`]

@@ -65,6 +65,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod bucket;
 pub mod clock;
 pub mod decision;
 pub mod definition;

@@ -275,7 +275,7 @@ impl RetryPolicy {
                 let backoff_ms = self.concurrency.backoff_ms(definition.hold_ms(), streak);
                 backoff_ms + jitter.sample_ms(self.concurrency.fields.jitter_ms)
             }
-            LimitKind::Rolling => {
+            LimitKind::Rolling | LimitKind::Bucket => {
                 let backoff_ms = self.rolling.backoff_ms(definition.hold_ms(), streak);
                 backoff_ms + jitter.sample_ms(self.rolling.fields.jitter_ms)
             }
@@ -287,7 +287,7 @@ impl RetryPolicy {
     pub fn jitter_ms(&self, kind: LimitKind) -> u64 {
         match kind {
             LimitKind::Concurrency => self.concurrency.fields.jitter_ms,
-            LimitKind::Rolling => self.rolling.fields.jitter_ms,
+            LimitKind::Rolling | LimitKind::Bucket => self.rolling.fields.jitter_ms,
         }
     }
 }

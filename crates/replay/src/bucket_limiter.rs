@@ -120,7 +120,7 @@ impl BucketLimiter {
         let limits = (definitions.iter())
             .map(|d| {
                 let limit = match d.kind() {
-                    LimitKind::Rolling => Limit::Bucket {
+                    LimitKind::Rolling | LimitKind::Bucket => Limit::Bucket {
                         capacity: d.capacity(),
                         refill_per_ms: d.capacity() as f64 / (d.window_seconds() * 1_000) as f64,
                         level: d.capacity() as f64,

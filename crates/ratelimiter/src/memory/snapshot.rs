@@ -716,6 +716,7 @@ fn kind_byte(kind: LimitKind) -> u8 {
     match kind {
         LimitKind::Rolling => 0,
         LimitKind::Concurrency => 1,
+        LimitKind::Bucket => 2,
     }
 }
 

@@ -181,7 +181,11 @@ impl MemoryState {
             .as_slice()
             .iter()
             .map(|&(i, amount)| (self.limits[i as usize].state(), amount));
-        decision::standing_denial(requirements, self.config.decrease_retry_ms)
+        decision::standing_denial(
+            requirements,
+            self.config.decrease_retry_ms,
+            self.config.window_margin_ms,
+        )
     }
 
     /// `None` when every requirement fits; else the denial naming the first key
@@ -334,6 +338,12 @@ impl MemoryState {
     /// Creates the limit of `state` or replaces its state; holds carry over.
     pub fn apply_state(&mut self, state: &LimitState) -> Result<(), LimiterError> {
         let definition = state.definition();
+        if definition.kind() == LimitKind::Bucket {
+            return Err(LimiterError::InvalidRequest(format!(
+                "limit {}: bucket limits are not served by the memory backend yet",
+                definition.key()
+            )));
+        }
         match self.index.get(definition.key()) {
             Some(&i) => {
                 let limit = &mut self.limits[i as usize];
@@ -423,7 +433,7 @@ impl MemoryState {
 fn hint_ms(policy: &RetryPolicy, limit: &mut Limit, amount: u64, now_unix_ms: u64, jitter: &Jitter) -> u64 {
     let kind = limit.kind();
     let base_ms = match kind {
-        LimitKind::Rolling => limit.exact_wait_ms(now_unix_ms, amount),
+        LimitKind::Rolling | LimitKind::Bucket => limit.exact_wait_ms(now_unix_ms, amount),
         LimitKind::Concurrency => {
             let streak = limit.streak_mut().record_deny(now_unix_ms);
             policy

@@ -77,6 +77,11 @@ impl TigerBeetleBackend {
             return Err(decision::limits_full(LIMITS_MAX));
         }
         self.check_kind(definition)?;
+        if definition.kind() == crate::definition::LimitKind::Bucket {
+            return Err(LimiterError::InvalidRequest(format!(
+                "limit {key}: bucket limits are not served by the TigerBeetle backend yet"
+            )));
+        }
         self.create_accounts(definition).await?;
         let requested = LimitState::active(match state.status() {
             LimitStatus::Active => definition.clone(),

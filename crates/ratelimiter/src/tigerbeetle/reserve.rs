@@ -95,7 +95,7 @@ impl TigerBeetleBackend {
             .copied()
             .zip(request.requirements())
             .map(|(s, r)| (s, r.amount));
-        if let Some(denial) = decision::standing_denial(requirements, self.decrease_retry_ms) {
+        if let Some(denial) = decision::standing_denial(requirements, self.decrease_retry_ms, self.window_margin_ms) {
             return Ok(Plan::Standing(denial));
         }
         // A retry of an attempt whose outcome is unknown sends the very same

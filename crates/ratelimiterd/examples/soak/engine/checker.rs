@@ -167,6 +167,7 @@ fn hold_events(
             None => (end, amount),
             Some(c) => match spec.kind {
                 LimitKind::Concurrency => (c.sent_ms.max(start), 0),
+                LimitKind::Bucket => unreachable!("the soak's workload defines no buckets"),
                 LimitKind::Rolling => match c.actuals.iter().find(|(l, _)| *l == index) {
                     Some(&(_, actual)) => (c.sent_ms.max(start), actual.min(amount)),
                     None => (end, amount),

@@ -88,7 +88,7 @@ const TENANT_CALLS: usize = TENANT_TOKENS + TENANTS;
 
 fn definition(key: &str, kind: LimitKind, capacity: u64, hold_seconds: u64, overage: Overage) -> LimitDefinition {
     let (window_seconds, timeout_seconds) = match kind {
-        LimitKind::Rolling => (hold_seconds, 0),
+        LimitKind::Rolling | LimitKind::Bucket => (hold_seconds, 0),
         LimitKind::Concurrency => (0, hold_seconds),
     };
     LimitDefinition::new(DefinitionFields {
