@@ -10,10 +10,13 @@
 use std::time::Duration;
 
 use crate::decision;
-use crate::{DefinitionError, LimitDefinition, LimitKey, LimitReport, LimitState, LimitStatus, LimiterError, Overage};
+use crate::{
+    DefinitionError, LimitDefinition, LimitKey, LimitKind, LimitReport, LimitState, LimitStatus, LimiterError, Overage,
+};
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend, HEALTH_TIMEOUT_MS, LIMITS_MAX};
+use super::buckets;
 use super::definition_log::{self, RecordKind, Versioned};
 use super::definitions::Claimed;
 use super::ids;
@@ -35,12 +38,16 @@ pub const WRITE_ATTEMPTS_MAX: u32 = 16;
 /// decrease task's pace; past this the key stays decreasing and it is logged.
 pub const DECREASE_ATTEMPTS_MAX: u64 = 64;
 
-/// The posted and pending debits and credits of one account.
+/// The posted and pending debits and credits of one account, and, for a
+/// bucket's resource account, what its taken account holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Balance {
+pub(super) struct Balance {
     credits_posted: u128,
     debits_posted: u128,
     debits_pending: u128,
+    /// The net credit of the key's taken account (a bucket's units taken and
+    /// not yet refilled; 0 for other kinds, which have none).
+    taken: u128,
 }
 
 impl Balance {
@@ -49,17 +56,30 @@ impl Balance {
             credits_posted: account.credits_posted(),
             debits_posted: account.debits_posted(),
             debits_pending: account.debits_pending(),
+            taken: 0,
         }
     }
 
-    /// The capacity a resource account holds: its posted net credit.
-    fn capacity(&self) -> u128 {
+    /// The net credit of an account (a taken account's units).
+    fn net(&self) -> u128 {
         self.credits_posted.saturating_sub(self.debits_posted)
     }
 
-    /// What a new reservation or a defund could take now.
-    fn available(&self) -> u128 {
-        self.capacity().saturating_sub(self.debits_pending)
+    /// The capacity a resource account holds: its posted net credit, plus
+    /// for a bucket what its taken account holds (R + T is the burst).
+    fn capacity(&self) -> u128 {
+        self.net() + self.taken
+    }
+
+    /// What a new reservation or a defund could take now: for a bucket, its level.
+    pub(super) fn available(&self) -> u128 {
+        self.net().saturating_sub(self.debits_pending)
+    }
+
+    /// Units in use: pending reservations, and a bucket's units taken and not
+    /// yet refilled (its burst less its level).
+    fn in_use(&self) -> u128 {
+        self.debits_pending + self.taken
     }
 }
 
@@ -77,11 +97,9 @@ impl TigerBeetleBackend {
             return Err(decision::limits_full(LIMITS_MAX));
         }
         self.check_kind(definition)?;
-        if definition.kind() == crate::definition::LimitKind::Bucket {
-            return Err(LimiterError::InvalidRequest(format!(
-                "limit {key}: bucket limits are not served by the TigerBeetle backend yet"
-            )));
-        }
+        // A bucket whose burst this backend's default margin leaves empty is
+        // refused before anything is written.
+        funded_units(state, self.window_margin_ms)?;
         self.create_accounts(definition).await?;
         let requested = LimitState::active(match state.status() {
             LimitStatus::Active => definition.clone(),
@@ -97,7 +115,7 @@ impl TigerBeetleBackend {
             let previous_version = current.map_or(0, |c| c.version);
             let record_id = definition_log::encode(&requested, RecordKind::Put, previous_version)[0].id();
             let balance = self.resource_balance(key).await?;
-            let moves = funding(key, &next, balance, previous_version, record_id);
+            let moves = funding(key, &next, self.window_margin_ms, balance, previous_version, record_id)?;
             match self
                 .write_claimed(&requested, RecordKind::Put, previous_version, moves)
                 .await?
@@ -167,6 +185,9 @@ impl TigerBeetleBackend {
         if definition.overage() == Overage::Debt {
             accounts.push(ids::debt_account(definition.key()));
         }
+        if definition.kind() == LimitKind::Bucket {
+            accounts.push(ids::taken_account(definition.key()));
+        }
         accounts.extend(super::definition_log::log_accounts());
         accounts.extend(ids::lease_marker_accounts());
         self.create_accounts_checked(accounts, "limit").await
@@ -185,14 +206,17 @@ impl TigerBeetleBackend {
     async fn carry_out_decrease(&self, versioned: &Versioned) -> Result<bool, LimiterError> {
         let (state, version) = (&versioned.state, versioned.version);
         let key = state.definition().key();
-        let target = u128::from(state.pending_decrease_to());
         let next = state.with_decrease_applied();
+        let target = funded_units(&next, self.window_margin_ms)?;
+        // A bucket's level grows only by refills, which only requests post:
+        // post the due ones, or an idle bucket would never allow its decrease.
+        self.post_due_refills(std::iter::once(state)).await;
         let balance = self.resource_balance(key).await?;
         if balance.capacity() <= target {
             // Already at the target, or a cluster formatted anew below it,
             // which the record's chain funds.
             let record_id = definition_log::encode(&next, RecordKind::DecreaseApplied, version)[0].id();
-            let moves = funding(key, &next, balance, version, record_id);
+            let moves = funding(key, &next, self.window_margin_ms, balance, version, record_id)?;
             let written = self.decrease_written(key, &next, version, moves).await?;
             return Ok(written == Some(true));
         }
@@ -274,22 +298,32 @@ impl TigerBeetleBackend {
         Ok(applied)
     }
 
-    /// Reports `states` with `in_use` and `debt` read from their accounts.
+    /// Reports `states` with `in_use` and `debt` read from their accounts; a
+    /// bucket's `in_use` is read after posting its due refills, so it is what
+    /// the bucket lacks of its burst now.
     pub(super) async fn reports_of(&self, states: Vec<LimitState>) -> Result<Vec<LimitReport>, LimiterError> {
+        self.post_due_refills(states.iter()).await;
         let mut reports = Vec::with_capacity(states.len());
-        for chunk in states.chunks(LOOKUP_CHUNK_ACCOUNTS / 2) {
-            let mut accounts = Vec::with_capacity(chunk.len() * 2);
+        for chunk in states.chunks(LOOKUP_CHUNK_ACCOUNTS / 3) {
+            let mut accounts = Vec::with_capacity(chunk.len() * 3);
             for state in chunk {
-                accounts.push(ids::resource_account_id(state.definition().key()));
-                accounts.push(ids::debt_account_id(state.definition().key()));
+                let key = state.definition().key();
+                accounts.extend([
+                    ids::resource_account_id(key),
+                    ids::debt_account_id(key),
+                    ids::taken_account_id(key),
+                ]);
             }
             let balances = self.balances(accounts).await?;
-            for (state, pair) in chunk.iter().zip(balances.chunks(2)) {
-                let resource = pair[0].unwrap_or_default();
-                let debt = pair[1].unwrap_or_default();
+            for (state, found) in chunk.iter().zip(balances.chunks(3)) {
+                let resource = Balance {
+                    taken: found[2].unwrap_or_default().net(),
+                    ..found[0].unwrap_or_default()
+                };
+                let debt = found[1].unwrap_or_default();
                 reports.push(LimitReport {
                     state: state.clone(),
-                    in_use: saturate(resource.debits_pending),
+                    in_use: saturate(resource.in_use()),
                     debt: saturate(debt.debits_posted.saturating_sub(debt.credits_posted)),
                 });
             }
@@ -321,11 +355,15 @@ impl TigerBeetleBackend {
             .map_err(|e| unavailable(&e, "health"))
     }
 
-    /// The balance of the resource account of `key`; an account that does not
-    /// exist (yet) has none.
-    async fn resource_balance(&self, key: &LimitKey) -> Result<Balance, LimiterError> {
-        let balances = self.balances(vec![ids::resource_account_id(key)]).await?;
-        Ok(balances[0].unwrap_or_default())
+    /// The balance of the resource account of `key`, with what its taken
+    /// account holds (a bucket's); an account that does not exist (yet) has none.
+    pub(super) async fn resource_balance(&self, key: &LimitKey) -> Result<Balance, LimiterError> {
+        let accounts = vec![ids::resource_account_id(key), ids::taken_account_id(key)];
+        let balances = self.balances(accounts).await?;
+        Ok(Balance {
+            taken: balances[1].unwrap_or_default().net(),
+            ..balances[0].unwrap_or_default()
+        })
     }
 
     /// The balances of `accounts`, in order; `None` for accounts not found.
@@ -357,31 +395,51 @@ impl TigerBeetleBackend {
     }
 }
 
+/// The units the accounts of `state` hold in all: its capacity when active,
+/// its target when decreasing (a decrease never funds beyond it); for a
+/// bucket, the burst of that capacity under the backend's default margin
+/// `default_margin_ms` (docs/tigerbeetle-backend.md, "Buckets"), an error when
+/// that margin leaves it no burst.
+fn funded_units(state: &LimitState, default_margin_ms: u64) -> Result<u128, LimiterError> {
+    let capacity = match state.status() {
+        LimitStatus::Active => state.definition().capacity(),
+        LimitStatus::Decreasing => state.pending_decrease_to(),
+    };
+    if state.definition().kind() != LimitKind::Bucket {
+        return Ok(u128::from(capacity));
+    }
+    let funded = LimitState::active(state.definition().with_capacity(capacity)?);
+    Ok(u128::from(buckets::shape_of(&funded, default_margin_ms)?.burst()))
+}
+
 /// The funding transfer that brings the resource account of `key` from
-/// `balance` to what `state` needs (its capacity when active, its target when
-/// decreasing: a decrease never funds beyond it), or none. Its id derives from
+/// `balance` to what `state` needs ([`funded_units`]), or none. Its id derives from
 /// the record it goes with, so a retried chain sends the very same transfer.
 /// An account above an active capacity (written by hand, or by an older
 /// version) is reported, not corrected behind the operator's back.
-fn funding(key: &LimitKey, state: &LimitState, balance: Balance, version: u64, record_id: u128) -> Vec<tb::Transfer> {
-    let wanted = u128::from(match state.status() {
-        LimitStatus::Active => state.definition().capacity(),
-        LimitStatus::Decreasing => state.pending_decrease_to(),
-    });
+fn funding(
+    key: &LimitKey,
+    state: &LimitState,
+    default_margin_ms: u64,
+    balance: Balance,
+    version: u64,
+    record_id: u128,
+) -> Result<Vec<tb::Transfer>, LimiterError> {
+    let wanted = funded_units(state, default_margin_ms)?;
     if balance.capacity() > wanted && state.status() == LimitStatus::Active {
         tracing::warn!(%key, capacity = %wanted, funded = %balance.capacity(),
             "the resource account holds more than the limit's capacity; define a lower capacity to decrease it");
     }
     if balance.capacity() >= wanted {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let id = crate::id128(&format!("xfer:fund:{key}:{version}:{record_id:032x}"));
-    vec![tb::Transfer::new(id)
+    Ok(vec![tb::Transfer::new(id)
         .with_debit_account_id(ids::operator_account_id())
         .with_credit_account_id(ids::resource_account_id(key))
         .with_amount(wanted - balance.capacity())
         .with_ledger(ids::LEDGER_LIMITS)
-        .with_code(ids::CODE_FUND)]
+        .with_code(ids::CODE_FUND)])
 }
 
 fn saturate(value: u128) -> u64 {

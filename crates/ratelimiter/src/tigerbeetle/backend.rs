@@ -14,6 +14,7 @@ use crate::{
 };
 use async_trait::async_trait;
 
+use super::buckets::RefillMemory;
 use super::cluster_clock::ClusterClock;
 use super::config::{SubmitMode, TigerBeetleConfig};
 use super::counters::TigerBeetleCounters;
@@ -88,6 +89,9 @@ pub struct TigerBeetleBackend {
     /// A lower bound of the cluster's time, for Completes of leases reserved
     /// by another process (docs/tigerbeetle-backend.md, "Clocks").
     pub(super) cluster_clock: ClusterClock,
+    /// The last refill boundary this process saw posted, per bucket key
+    /// (docs/tigerbeetle-backend.md, "Buckets").
+    pub(super) refills: RefillMemory,
     pub(super) leases: LeaseCache,
     pub(super) denied: DeniedLeases,
     pub(super) retry: RetryAdvisor,
@@ -153,6 +157,7 @@ impl TigerBeetleBackend {
             completes_from_cache: AtomicU64::new(0),
             completes_from_cluster: AtomicU64::new(0),
             cluster_clock: ClusterClock::default(),
+            refills: RefillMemory::default(),
             leases: LeaseCache::new(fields.lease_cache_max as usize),
             denied: DeniedLeases::new(DENIED_LEASES_MAX),
             retry: options.retry,

@@ -1,6 +1,7 @@
 //! Complete (docs/tigerbeetle-backend.md, "Complete"; docs/decisions.md, "Complete"):
 //! void concurrency holds, shrink rolling reservations to the actual usage for the rest
-//! of their window, and reserve (or record as debt) usage beyond the reservation.
+//! of their window, refund a bucket's unused units, and reserve (or take, or record as
+//! debt) usage beyond the reservation.
 //!
 //! A Complete is one linked chain, all or nothing, opened by the lease's
 //! completion record (an id derived from the lease alone, a digest of the
@@ -11,10 +12,11 @@
 //! are dropped from the chain, which is sent again.
 
 use crate::decision::{self, OverageFallback, Reconcile};
-use crate::{CompleteRequest, LeaseId, LimiterError};
+use crate::{CompleteRequest, LeaseId, LimitKind, LimiterError};
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend};
+use super::buckets;
 use super::ids;
 use super::lease_cache::{HeldRequirement, LeaseRecord};
 use super::reserve::is_different_existing;
@@ -31,6 +33,8 @@ enum Purpose {
     Void,
     /// Re-reserves the actual amount after a void.
     Shrink,
+    /// Gives a bucket the units its lease took and did not use.
+    Refund,
     /// Reserves usage beyond the reservation; `usize` is the held requirement.
     Overage(usize),
     /// Records usage beyond the reservation as debt; `usize` is the held
@@ -68,7 +72,7 @@ struct CompleteChain {
 impl TigerBeetleBackend {
     pub(super) async fn complete_lease(&self, request: &CompleteRequest) -> Result<(), LimiterError> {
         let lease = request.lease_id();
-        let Some(mut record) = self.lease_record(lease).await? else {
+        let Some(record) = self.lease_record(lease).await? else {
             // Never granted, or completed already: nothing to reconcile.
             return Ok(());
         };
@@ -77,6 +81,7 @@ impl TigerBeetleBackend {
         }
         check_actuals(lease, request, &record)?;
         self.ensure_lease_marker_accounts().await?;
+        let mut record = self.without_missing_takes(record).await?;
         let elapsed_ms = self.elapsed_ms(&record).await;
         let mut chain = self.complete_chain(lease, request, &record, elapsed_ms);
         let mut settled = None;
@@ -106,6 +111,31 @@ impl TigerBeetleBackend {
         record.held = Vec::new();
         self.leases.update(lease, record);
         Ok(())
+    }
+
+    /// `record` without the bucket requirements whose take is not in the
+    /// cluster, for a lease whose Reserve outcome is unknown: a refund is
+    /// a transfer of its own, not a void that fails when its reservation is
+    /// missing, and a refund without its take would hand out other leases'
+    /// units. One lookup, on that rare path only.
+    async fn without_missing_takes(&self, mut record: LeaseRecord) -> Result<LeaseRecord, LimiterError> {
+        let takes: Vec<u128> = (record.held.iter())
+            .filter(|h| h.kind == LimitKind::Bucket)
+            .map(|h| h.reservation_id)
+            .collect();
+        if record.confirmed || takes.is_empty() {
+            return Ok(record);
+        }
+        let found = (self.lookups.lookup(takes, self.timeout).await).map_err(|e| unavailable(&e, "complete"))?;
+        record.held.retain(|h| {
+            h.kind != LimitKind::Bucket
+                || found.iter().any(|t| {
+                    t.id() == h.reservation_id
+                        && t.debit_account_id() == ids::resource_account_id(&h.key)
+                        && t.credit_account_id() == ids::taken_account_id(&h.key)
+                })
+        });
+        Ok(record)
     }
 
     /// What Complete needs of `lease`: from this server's cache, or read back
@@ -201,7 +231,7 @@ impl TigerBeetleBackend {
             Purpose::Record if matches!(kind, Kind::Exists) || is_different_existing(kind) => Ok(Round::Decided),
             // Written by an earlier version's Complete of the lease, which
             // wrote no record: decided too.
-            Purpose::Void | Purpose::Shrink | Purpose::Overage(_) | Purpose::Debt(..)
+            Purpose::Void | Purpose::Shrink | Purpose::Refund | Purpose::Overage(_) | Purpose::Debt(..)
                 if matches!(kind, Kind::Exists) || written_elsewhere(kind) =>
             {
                 Ok(Round::Decided)
@@ -348,8 +378,19 @@ fn complete_transfers(
         let window_over = elapsed_seconds >= held.timeout_seconds;
         // What is left of the window, rounded up to TigerBeetle's whole seconds.
         let remaining = held.timeout_seconds.saturating_sub(elapsed_seconds).max(1);
+        let bucket = held.kind == LimitKind::Bucket;
         match decision::reconcile(held.kind, held.amount, actual, window_over) {
             Reconcile::Keep => {}
+            // A bucket's unused units go straight back to it; its extra units
+            // are taken from it (docs/tigerbeetle-backend.md, "Buckets").
+            Reconcile::Shrink { release } if bucket => {
+                transfers.push(buckets::refund(lease, &held.key, release));
+                purposes.push(Purpose::Refund);
+            }
+            Reconcile::Overage { extra } if bucket => {
+                transfers.push(buckets::overage_take(lease, &held.key, extra));
+                purposes.push(Purpose::Overage(i));
+            }
             Reconcile::Release => {
                 transfers.push(void(lease, held));
                 purposes.push(Purpose::Void);

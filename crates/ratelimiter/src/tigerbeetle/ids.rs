@@ -23,6 +23,12 @@ pub const CODE_FUND: u16 = 2;
 pub const CODE_DEFUND: u16 = 3;
 /// The code of posted transfers that record overage as debt.
 pub const CODE_DEBT: u16 = 4;
+/// The code of a bucket's refill transfers (taken → resource, one per key and
+/// slot boundary: [`refill_transfer_id`]).
+pub const CODE_REFILL: u16 = 5;
+/// The code of a bucket's refunds (taken → resource, a Complete that used less
+/// than it took: [`refund_transfer_id`]).
+pub const CODE_REFUND: u16 = 6;
 
 /// The ledger of lease records: the denied marker of a lease and its
 /// completion record, zero-amount transfers at ids derived from the lease id
@@ -51,6 +57,8 @@ pub const ACCOUNT_CODE_OPERATOR: u16 = 1;
 pub const ACCOUNT_CODE_RESOURCE: u16 = 2;
 /// The account code of debt accounts.
 pub const ACCOUNT_CODE_DEBT: u16 = 3;
+/// The account code of a bucket's taken account ([`taken_account`]).
+pub const ACCOUNT_CODE_TAKEN: u16 = 4;
 
 /// The operator account's id: `acct:operator`. Computed once: every
 /// reservation and re-reservation names it.
@@ -67,6 +75,28 @@ pub fn resource_account_id(key: &LimitKey) -> u128 {
 /// The debt account's id of `key`: `acct:debt:<key>`.
 pub fn debt_account_id(key: &LimitKey) -> u128 {
     id128(&format!("acct:debt:{key}"))
+}
+
+/// The taken account's id of the bucket `key`: `acct:taken:<key>`. Its
+/// credit balance is what the bucket's reservations took and refills have not
+/// yet given back (docs/tigerbeetle-backend.md, "Buckets").
+pub fn taken_account_id(key: &LimitKey) -> u128 {
+    id128(&format!("acct:taken:{key}"))
+}
+
+/// The id of the refill of the bucket `key` at slot boundary `boundary` of
+/// slots of `slot_ms`: `xfer:refill:<key>:<slot_ms>:<boundary>`. One name per
+/// key and boundary, so any server of a fleet may post it and it counts once;
+/// the slot is part of the name because a new window renumbers the boundaries.
+pub fn refill_transfer_id(key: &LimitKey, slot_ms: u64, boundary: u64) -> u128 {
+    id128(&format!("xfer:refill:{key}:{slot_ms}:{boundary}"))
+}
+
+/// The id of the refund of the bucket `key` for `lease` (a Complete that used
+/// less than the lease took): `xfer:refund:<lease_id>:<key>`, so a retried
+/// Complete refunds once.
+pub fn refund_transfer_id(lease: LeaseId, key: &LimitKey) -> u128 {
+    id128(&format!("xfer:refund:{lease}:{key}"))
 }
 
 /// The id of the pending transfer that reserves `key` for `lease`:
@@ -213,6 +243,13 @@ pub fn resource_account(key: &LimitKey) -> tb::Account {
         .with_flags(tb::account::Flags::DEBITS_MUST_NOT_EXCEED_CREDITS)
 }
 
+/// The taken account of the bucket `key`: unconstrained, since a reservation
+/// credits it and only balancing transfers (refills, refunds) debit it, which
+/// never take it below 0 (docs/tigerbeetle-backend.md, "Buckets").
+pub fn taken_account(key: &LimitKey) -> tb::Account {
+    tb::Account::new(taken_account_id(key), LEDGER_LIMITS, ACCOUNT_CODE_TAKEN)
+}
+
 /// The debt account of `key`: unconstrained, its net debit is the recorded debt.
 pub fn debt_account(key: &LimitKey) -> tb::Account {
     tb::Account::new(debt_account_id(key), LEDGER_LIMITS, ACCOUNT_CODE_DEBT)
@@ -249,6 +286,17 @@ mod tests {
             0x5d3c6e5c7ffc849315cfc5f4cb10615e
         );
         assert_eq!(debt_account_id(&k), id128(&format!("acct:debt:{k}")));
+        assert_eq!(taken_account_id(&k), id128(&format!("acct:taken:{k}")));
+        assert_eq!(
+            refill_transfer_id(&k, 1_000, 42),
+            id128(&format!("xfer:refill:{k}:1000:42"))
+        );
+        assert_ne!(refill_transfer_id(&k, 1_000, 42), refill_transfer_id(&k, 1_000, 43));
+        assert_ne!(refill_transfer_id(&k, 1_000, 42), refill_transfer_id(&k, 2_000, 42));
+        assert_eq!(
+            refund_transfer_id(lower, &k),
+            id128(&format!("xfer:refund:{LEASE}:{k}"))
+        );
     }
 
     #[test]
@@ -302,5 +350,6 @@ mod tests {
             .contains(tb::account::Flags::DEBITS_MUST_NOT_EXCEED_CREDITS));
         assert!(operator_account().flags().is_empty());
         assert!(debt_account(&k).flags().is_empty());
+        assert!(taken_account(&k).flags().is_empty());
     }
 }

@@ -272,14 +272,20 @@ impl TigerBeetleBackend {
         let Some(key) = self.key_of_account(transfer.debit_account_id()).await? else {
             return Ok(None);
         };
-        let kind = self
-            .state_of(&key)
-            .map_or(LimitKind::Rolling, |s| s.definition().kind());
+        let state = self.state_of(&key);
+        let kind = state.as_ref().map_or(LimitKind::Rolling, |s| s.definition().kind());
+        // A bucket's take is posted, without a timeout: its window for refunds
+        // is the definition's (a pause's own `hold_ms` is not recorded; the
+        // window then bounds its refund instead).
+        let timeout_seconds = match (&state, kind) {
+            (Some(state), LimitKind::Bucket) => super::reserve::timeout_seconds(state, self.window_margin_ms),
+            _ => transfer.timeout(),
+        };
         Ok(Some(HeldRequirement {
             key,
             amount: u64::try_from(transfer.amount()).unwrap_or(u64::MAX),
             kind,
-            timeout_seconds: u64::from(transfer.timeout()),
+            timeout_seconds: u64::from(timeout_seconds),
             reservation_id: transfer.id(),
         }))
     }

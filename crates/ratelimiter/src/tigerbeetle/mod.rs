@@ -13,6 +13,8 @@
 //! - [`cluster_clock`]: a lower bound of the cluster's clock, which times a
 //!   Complete of a lease reserved by another process (docs/tigerbeetle-backend.md,
 //!   "Clocks").
+//! - `buckets`: token-bucket limits as accounts and refill transfers
+//!   (docs/tigerbeetle-backend.md, "Buckets").
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.
 
 #[cfg(feature = "tigerbeetle")]
@@ -41,6 +43,8 @@ pub mod submitter;
 
 #[cfg(feature = "tigerbeetle")]
 mod admin;
+#[cfg(feature = "tigerbeetle")]
+mod buckets;
 #[cfg(feature = "tigerbeetle")]
 mod complete;
 #[cfg(feature = "tigerbeetle")]

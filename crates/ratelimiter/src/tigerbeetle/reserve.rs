@@ -5,10 +5,11 @@
 //! over-admitted.
 
 use crate::decision;
-use crate::{Denial, LeaseId, LimitKey, LimitState, LimiterError, ReserveOutcome, ReserveRequest};
+use crate::{Denial, LeaseId, LimitKey, LimitKind, LimitState, LimiterError, ReserveOutcome, ReserveRequest};
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend};
+use super::buckets::{self, Bucket};
 use super::ids;
 use super::lease_cache::{fingerprint, HeldRequirement, LeaseRecord};
 use super::pool::PoolError;
@@ -18,8 +19,9 @@ use tb::error::CreateTransferErrorKind as Kind;
 
 /// What the backend decided before sending anything.
 enum Plan {
-    /// Send this chain; remember this record.
-    Send(Vec<tb::Transfer>, LeaseRecord),
+    /// Send this chain, after the refills due on these buckets (the
+    /// request's bucket requirements); remember this record.
+    Send(Vec<tb::Transfer>, LeaseRecord, Vec<Bucket>),
     /// Answer at once.
     Answer(ReserveOutcome),
     /// A denial that sends nothing, for a lease this server does not know: the lease may
@@ -39,10 +41,10 @@ impl TigerBeetleBackend {
             }
             other => other,
         };
-        let (chain, record) = match plan? {
+        let (chain, record, buckets) = match plan? {
             Plan::Answer(outcome) => return Ok(outcome),
             Plan::Standing(denial) => return self.standing_or_earlier(request, denial).await,
-            Plan::Send(chain, record) => (chain, record),
+            Plan::Send(chain, record, buckets) => (chain, record, buckets),
         };
         let lease = request.lease_id();
         self.ensure_lease_marker_accounts().await?;
@@ -51,7 +53,7 @@ impl TigerBeetleBackend {
         // by id (pessimistic accounting, docs/tigerbeetle-backend.md, "Timeouts and
         // 503").
         self.leases.insert(lease, record.clone());
-        let failures = match self.submitter.submit(chain).await {
+        let failures = match self.submit_with_refills(chain, &buckets).await {
             Ok(failures) => failures,
             Err(e) => {
                 if e == PoolError::Busy {
@@ -64,7 +66,41 @@ impl TigerBeetleBackend {
                 return Err(unavailable(&e, "reserve"));
             }
         };
-        self.reserve_result(request, record, &failures, now).await
+        self.reserve_result(request, record, &failures, now, &buckets).await
+    }
+
+    /// Sends `chain` after the refills due on `buckets`, in one work item when
+    /// they fit (TigerBeetle applies a request's transfers in order, and the
+    /// submitter keeps each item's order within a batch, so the refills come
+    /// first), else the refills on their own first. Returns the chain's
+    /// failures, indexed within the chain.
+    async fn submit_with_refills(
+        &self,
+        chain: Vec<tb::Transfer>,
+        buckets: &[Bucket],
+    ) -> Result<Vec<Failure>, PoolError> {
+        if buckets.is_empty() {
+            return self.submitter.submit(chain).await;
+        }
+        let refills = self.due_refills(buckets).await;
+        if refills.transfers.len() + chain.len() > self.submitter.batch_events_max() {
+            self.post_refills(&refills).await;
+            return self.submitter.submit(chain).await;
+        }
+        let count = refills.transfers.len();
+        let mut item = refills.transfers.clone();
+        item.extend(chain);
+        let failures = self.submitter.submit(item).await?;
+        let (refill_failures, chain_failures): (Vec<Failure>, Vec<Failure>) =
+            failures.into_iter().partition(|f| f.index < count);
+        refills.settle(&self.refills, &refill_failures);
+        Ok(chain_failures
+            .into_iter()
+            .map(|f| Failure {
+                index: f.index - count,
+                ..f
+            })
+            .collect())
     }
 
     /// Checks the request against the definitions: unknown keys are errors; a
@@ -103,6 +139,10 @@ impl TigerBeetleBackend {
         let reserved_at_unix_ms = self.leases.get(lease).map_or(now, |r| r.reserved_at_unix_ms);
         let margin_ms = self.window_margin_ms;
         let chain = reserve_chain(request, &definitions, reserved_at_unix_ms, margin_ms);
+        let buckets = definitions
+            .iter()
+            .filter_map(|s| buckets::bucket_of(s, margin_ms))
+            .collect();
         let held = request
             .requirements()
             .iter()
@@ -124,7 +164,7 @@ impl TigerBeetleBackend {
             confirmed: false,
             completed: false,
         };
-        Ok(Plan::Send(chain, record))
+        Ok(Plan::Send(chain, record, buckets))
     }
 
     /// The answer to a lease that was granted before: granted again with its
@@ -147,6 +187,7 @@ impl TigerBeetleBackend {
         mut record: LeaseRecord,
         failures: &[Failure],
         now: u64,
+        buckets: &[Bucket],
     ) -> Result<ReserveOutcome, LimiterError> {
         let lease = request.lease_id();
         let keys = || request.requirements().iter().map(|r| &r.key);
@@ -169,14 +210,20 @@ impl TigerBeetleBackend {
             self.denied.insert(lease);
             self.mark_denied(lease, failure.index).await;
             // The reservations are in request order.
-            let key = &request.requirements()[failure.index].key;
+            let requirement = &request.requirements()[failure.index];
+            let key = &requirement.key;
+            let bucket = buckets.iter().find(|b| &b.key == key);
+            let retry_after_ms = match bucket {
+                Some(bucket) => self.bucket_hint(bucket, requirement.amount).await,
+                None => None,
+            };
             // Limits are never removed, so a key just sent is still defined.
             let definition = self
                 .state_of(key)
                 .expect("a reserved key is defined")
                 .definition()
                 .clone();
-            let retry_after_ms = self.retry.on_denied([&definition], now);
+            let retry_after_ms = retry_after_ms.unwrap_or_else(|| self.retry.on_denied([&definition], now));
             return Ok(ReserveOutcome::Denied(Denial::InsufficientCapacity {
                 key: key.clone(),
                 retry_after_ms,
@@ -339,9 +386,9 @@ pub(super) fn lease_timeout_seconds(state: &LimitState, default_margin_ms: u64, 
     }
 }
 
-/// The linked chain of pending transfers of one lease: resource → operator per
-/// requirement, timing out with the window plus margin (rolling) or hold
-/// timeout (concurrency). Every transfer carries the lease in `user_data_128`,
+/// The linked chain of one lease: per requirement a pending transfer resource →
+/// operator, timing out with the window plus margin (rolling) or hold timeout
+/// (concurrency), or a posted take resource → taken (bucket). Every transfer carries the lease in `user_data_128`,
 /// so any server finds the lease's transfers, and the reservation time in
 /// `user_data_64`, so any server answers a replay with it.
 fn reserve_chain(
@@ -354,7 +401,13 @@ fn reserve_chain(
         let timeout = lease_timeout_seconds(s, default_margin_ms, request.hold_ms());
         (&r.key, r.amount, timeout)
     });
-    lease_chain(request.lease_id(), reserved_at_unix_ms, holds)
+    let chain = lease_chain(request.lease_id(), reserved_at_unix_ms, holds);
+    (chain.into_iter().zip(request.requirements()).zip(states))
+        .map(|((reservation, r), s)| match s.definition().kind() {
+            LimitKind::Bucket => buckets::as_take(reservation, &r.key),
+            _ => reservation,
+        })
+        .collect()
 }
 
 /// The chain that reserves `holds` (key, amount, timeout in seconds) for

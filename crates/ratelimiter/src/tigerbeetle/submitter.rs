@@ -261,6 +261,12 @@ impl Submitter {
         }
     }
 
+    /// The most transfers of one work item: a caller with more sends them as
+    /// several items, in order.
+    pub fn batch_events_max(&self) -> usize {
+        self.batch_events_max
+    }
+
     /// What was sent so far.
     pub fn stats(&self) -> &SubmitterStats {
         &self.stats
