@@ -67,3 +67,13 @@ async fn batching_backend_passes_the_behaviour_suite() {
 async fn direct_backend_passes_the_behaviour_suite() {
     testkit::run_all(&harness(SubmitMode::Direct).await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batching_backend_passes_the_bucket_scenarios() {
+    testkit::run_bucket(&harness(SubmitMode::Batching).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_backend_passes_the_bucket_scenarios() {
+    testkit::run_bucket(&harness(SubmitMode::Direct).await).await;
+}
