@@ -215,6 +215,51 @@ async fn a_lease_reserved_on_one_server_is_completed_on_another() {
         .unwrap();
 }
 
+/// A bucket defined over HTTP on A is one bucket for the fleet
+/// (docs/tigerbeetle-backend.md, "Buckets"): B reads its kind from the log,
+/// denies what A's burst took with the time to the next refill, and a lease
+/// taken on A and completed on B gives its unused units back to both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_is_one_bucket_for_the_fleet_and_refunds_on_any_server() {
+    let _serial = SERIAL.lock().await;
+    let (dir_a, dir_b) = (temp_dir("fleet-bucket-a"), temp_dir("fleet-bucket-b"));
+    let a = start(&dir_a, NO_DECREASES).await;
+    let b = start(&dir_b, NO_DECREASES).await;
+    let otpm = unique_key(&LeaseId::generate().to_string(), "otpm");
+    // A month's window: its 12.4 h slots pass no boundary during the test.
+    const WINDOW_SECONDS: u64 = 2_678_400;
+    let definition = LimitDefinition::bucket(otpm.clone(), WINDOW_SECONDS, WINDOW_SECONDS)
+        .and_then(|d| d.with_window_margin_ms(Some(0)))
+        .expect("valid definition");
+    a.client(ADMIN_TOKEN).put_limit(&definition).await.unwrap();
+    let shape = ratelimiter::bucket::BucketShape::new(&definition, 0).unwrap();
+    let (lease, outcome) = reserve(&a, &[(&otpm, shape.burst())]).await;
+    assert!(outcome.is_allowed(), "{outcome:?}");
+    let (_, denied) = reserve(&b, &[(&otpm, 1_000)]).await;
+    match denied {
+        ReserveOutcome::Denied(Denial::InsufficientCapacity { retry_after_ms, .. }) => assert!(
+            (1..=shape.slot_ms() + 1_000).contains(&retry_after_ms),
+            "at most until the next boundary: {retry_after_ms} ms"
+        ),
+        other => panic!("the burst is taken on B too: {other:?}"),
+    }
+    assert_eq!(report(&b, &otpm).await.state.definition().kind(), LimitKind::Bucket);
+    b.client(CLIENT_TOKEN)
+        .complete(&complete_request(lease, &[(&otpm, shape.burst() - 5_000)]))
+        .await
+        .expect("complete on B");
+    for server in [&a, &b] {
+        assert_eq!(
+            report(server, &otpm).await.in_use,
+            shape.burst() - 5_000,
+            "on {}",
+            server.url()
+        );
+    }
+    assert!(reserve(&a, &[(&otpm, 5_000)]).await.1.is_allowed(), "the refund");
+    assert!(!reserve(&b, &[(&otpm, 1)]).await.1.is_allowed(), "and no more");
+}
+
 /// A definition made on A reaches B through the cluster's log: a new key is
 /// served by B at once (B reads the log on an unknown key), a new key shows in
 /// B's list and a capacity increase is served by B within [`PROPAGATION_MAX`]
