@@ -10,25 +10,12 @@ use std::sync::Arc;
 
 use ratelimiter::tigerbeetle::SubmitMode;
 use ratelimiter::{
-    Actual, Backend, CompleteRequest, Denial, FakeClock, LeaseId, LimitDefinition, LimitKey, LimitState, LimitStatus,
-    Limiter, LimiterError, Overage, ReserveOutcome, SystemClock,
+    Backend, Denial, FakeClock, LeaseId, LimitDefinition, LimitState, LimitStatus, Limiter, LimiterError, Overage,
+    ReserveOutcome, SystemClock,
 };
-use tigerbeetle_common::{backend, backend_on, backend_with, config_with, reserve, reserve_lease, unique_key};
-
-fn complete(lease: LeaseId, actuals: &[(&LimitKey, u64)]) -> CompleteRequest {
-    let actuals = actuals
-        .iter()
-        .map(|(key, amount)| Actual {
-            key: (*key).clone(),
-            actual_amount: *amount,
-        })
-        .collect();
-    CompleteRequest::new(lease, None, actuals).unwrap()
-}
-
-async fn in_use(backend: &impl Backend, key: &LimitKey) -> u64 {
-    backend.limit_report(key).await.unwrap().unwrap().in_use
-}
+use tigerbeetle_common::{
+    backend, backend_on, backend_with, complete, config_with, in_use, reserve, reserve_lease, unique_key,
+};
 
 fn denial(outcome: ReserveOutcome) -> Denial {
     match outcome {

@@ -17,11 +17,8 @@ use std::time::{Duration, Instant};
 
 use ratelimiter::bucket::BucketShape;
 use ratelimiter::tigerbeetle::TigerBeetleBackend;
-use ratelimiter::{
-    Actual, Backend, CompleteRequest, Denial, LeaseId, LimitDefinition, LimitKey, LimitStatus, Limiter, Overage,
-    ReserveOutcome,
-};
-use tigerbeetle_common::{backend, reserve, reserve_lease, unique_key};
+use ratelimiter::{Backend, Denial, LeaseId, LimitDefinition, LimitKey, LimitStatus, Limiter, Overage, ReserveOutcome};
+use tigerbeetle_common::{backend, complete, in_use, reserve, reserve_lease, unique_key};
 
 /// The test backends' default margin (tigerbeetle_common::options): 0.
 const MARGIN_MS: u64 = 0;
@@ -39,21 +36,6 @@ const SLOW_CAPACITY: u64 = 2_678_400;
 const HAMMER: Duration = Duration::from_millis(1_500);
 /// Each hammering reservation's units.
 const HAMMER_UNITS: u64 = 50;
-
-fn complete(lease: LeaseId, actuals: &[(&LimitKey, u64)]) -> CompleteRequest {
-    let actuals = actuals
-        .iter()
-        .map(|(key, amount)| Actual {
-            key: (*key).clone(),
-            actual_amount: *amount,
-        })
-        .collect();
-    CompleteRequest::new(lease, None, actuals).unwrap()
-}
-
-async fn in_use(backend: &impl Backend, key: &LimitKey) -> u64 {
-    backend.limit_report(key).await.unwrap().unwrap().in_use
-}
 
 /// Defines a bucket of `capacity` per `window_seconds` on `backend`; its shape.
 async fn define(

@@ -10,7 +10,9 @@ use ratelimiter::retry::{Jitter, RetryAdvisor, RetryPolicy};
 use ratelimiter::tigerbeetle::{
     BackendOptions, ConfigFields, LocalCluster, SubmitMode, TigerBeetleBackend, TigerBeetleConfig,
 };
-use ratelimiter::{Backend, Clock, LeaseId, LimitKey, Requirement, ReserveRequest, SystemClock};
+use ratelimiter::{
+    Actual, Backend, Clock, CompleteRequest, LeaseId, LimitKey, Requirement, ReserveRequest, SystemClock,
+};
 
 /// How long a test waits for the cluster to answer its first request.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -92,4 +94,21 @@ pub fn reserve_lease(lease: LeaseId, requirements: &[(&LimitKey, u64)]) -> Reser
         })
         .collect();
     ReserveRequest::new(lease, None, requirements).unwrap()
+}
+
+/// A Complete of `lease` with `actuals`.
+pub fn complete(lease: LeaseId, actuals: &[(&LimitKey, u64)]) -> CompleteRequest {
+    let actuals = actuals
+        .iter()
+        .map(|(key, amount)| Actual {
+            key: (*key).clone(),
+            actual_amount: *amount,
+        })
+        .collect();
+    CompleteRequest::new(lease, None, actuals).unwrap()
+}
+
+/// Units of `key` in use, as `backend` reports them.
+pub async fn in_use(backend: &impl Backend, key: &LimitKey) -> u64 {
+    backend.limit_report(key).await.unwrap().unwrap().in_use
 }
