@@ -14,7 +14,7 @@ use crate::{
 };
 use async_trait::async_trait;
 
-use super::buckets::RefillMemory;
+use super::buckets::{LevelReads, RefillMemory};
 use super::cluster_clock::ClusterClock;
 use super::config::{SubmitMode, TigerBeetleConfig};
 use super::counters::TigerBeetleCounters;
@@ -92,6 +92,9 @@ pub struct TigerBeetleBackend {
     /// The last refill boundary this process saw posted, per bucket key
     /// (docs/tigerbeetle-backend.md, "Buckets").
     pub(super) refills: RefillMemory,
+    /// Bucket levels read for denials' hints, shared for a moment by the
+    /// key's other denials.
+    pub(super) levels: LevelReads,
     pub(super) leases: LeaseCache,
     pub(super) denied: DeniedLeases,
     pub(super) retry: RetryAdvisor,
@@ -158,6 +161,7 @@ impl TigerBeetleBackend {
             completes_from_cluster: AtomicU64::new(0),
             cluster_clock: ClusterClock::default(),
             refills: RefillMemory::default(),
+            levels: LevelReads::default(),
             leases: LeaseCache::new(fields.lease_cache_max as usize),
             denied: DeniedLeases::new(DENIED_LEASES_MAX),
             retry: options.retry,

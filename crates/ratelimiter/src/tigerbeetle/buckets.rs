@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::bucket::BucketShape;
 use crate::{LeaseId, LimitKey, LimitKind, LimitState, LimiterError};
@@ -35,6 +36,14 @@ const NANOS_PER_MS: u64 = 1_000_000;
 
 /// Parts per million in a whole, to stretch a hint by [`DRIFT_PPM`].
 const PPM: u64 = 1_000_000;
+
+/// How long a bucket's level, read for a denial's hint, also answers the
+/// key's other denials: under a storm of denials on one key this bounds the
+/// hint's reads to 100 a second (each denial would otherwise cost a request of
+/// its own besides its chain), while a level at most this old gives a hint off
+/// by no more than the takes and refunds of 10 ms (a take since makes it
+/// early: a retry too soon; a refund makes it late by a fraction of a slot).
+pub const LEVEL_READ_AGE_MAX: Duration = Duration::from_millis(10);
 
 /// One bucket a request names: its key and its shape under the backend's
 /// default margin.
@@ -101,6 +110,29 @@ impl RefillMemory {
         let floor = due.saturating_sub(bucket.shape.boundaries_to_fill()) + 1;
         let known = self.last_posted(bucket).map_or(0, |b| b.saturating_add(1));
         floor.max(known).max(1)
+    }
+}
+
+/// Levels read for denials' hints, per key: when read, the boundary the level
+/// was known refilled through, and the level ([`LEVEL_READ_AGE_MAX`]).
+#[derive(Debug, Default)]
+pub struct LevelReads {
+    reads: Mutex<HashMap<LimitKey, (Instant, u64, u64)>>,
+}
+
+impl LevelReads {
+    /// The level of `key` read at most [`LEVEL_READ_AGE_MAX`] before `now`
+    /// with refills known through `after`, if any.
+    fn fresh(&self, key: &LimitKey, after: u64, now: Instant) -> Option<u64> {
+        let reads = self.reads.lock().expect("level reads lock");
+        let &(read_at, read_after, level) = reads.get(key)?;
+        (read_after == after && now.saturating_duration_since(read_at) <= LEVEL_READ_AGE_MAX).then_some(level)
+    }
+
+    /// Keeps `level`, read at `read_at` with refills known through `after`.
+    fn keep(&self, key: &LimitKey, after: u64, level: u64, read_at: Instant) {
+        let mut reads = self.reads.lock().expect("level reads lock");
+        reads.insert(key.clone(), (read_at, after, level));
     }
 }
 
@@ -280,17 +312,26 @@ impl TigerBeetleBackend {
 
     /// The retry hint of a reservation of `units` refused by `bucket`: the
     /// time until the first boundary whose refill makes them fit
-    /// ([`BucketShape::wait_ms`]), from the level read now and the last
-    /// boundary this process knows posted, on the cluster's clock, stretched
-    /// by the drift. `None` (the caller then gives the rolling backoff's hint)
-    /// when the level, the boundary or the cluster's time is unknown. A refill
-    /// another server posted beyond that boundary makes the hint up to a slot
-    /// early: a retry too soon, never a grant too many.
+    /// ([`BucketShape::wait_ms`]), from the level read now (or at most
+    /// [`LEVEL_READ_AGE_MAX`] ago) and the last boundary this process knows
+    /// posted, on the cluster's clock, stretched by the drift. `None` (the
+    /// caller then gives the rolling backoff's hint) when the level, the
+    /// boundary or the cluster's time is unknown. A refill another server
+    /// posted beyond that boundary makes the hint up to a slot early: a retry
+    /// too soon, never a grant too many.
     pub(super) async fn bucket_hint(&self, bucket: &Bucket, units: u64) -> Option<u64> {
         let after = self.refills.last_posted(bucket)?;
-        let balance = self.resource_balance(&bucket.key).await.ok()?;
-        let now_ms = self.cluster_clock.fresh_bound_ns(std::time::Instant::now())? / NANOS_PER_MS;
-        let level = u64::try_from(balance.available()).unwrap_or(u64::MAX);
+        let level = match self.levels.fresh(&bucket.key, after, Instant::now()) {
+            Some(level) => level,
+            None => {
+                let read_at = Instant::now();
+                let balance = self.resource_balance(&bucket.key).await.ok()?;
+                let level = u64::try_from(balance.available()).unwrap_or(u64::MAX);
+                self.levels.keep(&bucket.key, after, level, read_at);
+                level
+            }
+        };
+        let now_ms = self.cluster_clock.fresh_bound_ns(Instant::now())? / NANOS_PER_MS;
         let wait_ms = bucket.shape.wait_ms(level, after, units, now_ms)?;
         // A denial's hint is never 0, which would read as "never".
         Some(stretched_ms(wait_ms).max(1))
@@ -358,6 +399,18 @@ mod tests {
         }];
         refills.settle(&memory, &exists);
         assert_eq!(memory.last_posted(&b), Some(3_600));
+    }
+
+    #[test]
+    fn a_level_read_answers_for_ten_ms_and_only_at_the_same_boundary() {
+        let reads = LevelReads::default();
+        let key = LimitKey::new("k").unwrap();
+        let read_at = Instant::now();
+        assert_eq!(reads.fresh(&key, 7, read_at), None);
+        reads.keep(&key, 7, 42, read_at);
+        assert_eq!(reads.fresh(&key, 7, read_at + LEVEL_READ_AGE_MAX), Some(42));
+        assert_eq!(reads.fresh(&key, 7, read_at + LEVEL_READ_AGE_MAX * 2), None, "too old");
+        assert_eq!(reads.fresh(&key, 8, read_at), None, "a refill posted since");
     }
 
     #[test]
