@@ -282,3 +282,33 @@ async fn a_decrease_waits_for_the_level_then_takes_the_bursts_difference() {
     backend.apply_definition(&larger).await.unwrap();
     assert!(granted(&backend, &key, shape.burst() - smaller_burst).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_longer_margin_at_the_same_capacity_shrinks_the_burst_at_once() {
+    let backend = backend().await;
+    let key = unique_key("shrink");
+    let tight = LimitDefinition::bucket(key.clone(), SLOW_CAPACITY, SLOW_WINDOW_SECONDS)
+        .unwrap()
+        .with_window_margin_ms(Some(0))
+        .unwrap();
+    backend.apply_definition(&tight).await.unwrap();
+    let burst = BucketShape::new(&tight, MARGIN_MS).unwrap().burst();
+    assert!(granted(&backend, &key, 1_000).await);
+    // A minute's margin at 1 unit a second: the burst falls by 60, the
+    // capacity stays, so the state is active at once.
+    let loose = tight.with_window_margin_ms(Some(60_000)).unwrap();
+    let state = backend.apply_definition(&loose).await.unwrap();
+    assert_eq!(state.status(), LimitStatus::Active);
+    let smaller = BucketShape::new(&loose, MARGIN_MS).unwrap().burst();
+    assert_eq!(burst - smaller, 60);
+    assert_eq!(in_use(&backend, &key).await, 1_000, "the level gave up the difference");
+    assert!(granted(&backend, &key, smaller - 1_000).await);
+    assert!(!granted(&backend, &key, 1).await, "no more than the smaller burst");
+    // An empty bucket gives the difference up from its taken units.
+    let state = backend.apply_definition(&tight).await.unwrap();
+    assert_eq!(state.status(), LimitStatus::Active);
+    assert!(granted(&backend, &key, burst - smaller).await, "the burst's growth");
+    backend.apply_definition(&loose).await.unwrap();
+    assert_eq!(in_use(&backend, &key).await, smaller, "empty, at the smaller burst");
+    assert!(!granted(&backend, &key, 1).await);
+}

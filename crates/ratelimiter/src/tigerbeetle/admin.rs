@@ -121,7 +121,8 @@ impl TigerBeetleBackend {
                 .await?
             {
                 Claimed::Written => return Ok(()),
-                Claimed::Superseded => continue,
+                // A bucket's shrink lost a race to a take or a refill: read again.
+                Claimed::Superseded | Claimed::Refused(Kind::ExceedsCredits) => continue,
                 Claimed::Refused(kind) => {
                     tracing::error!(%key, code = ?kind, "funding a definition failed");
                     return Err(LimiterError::Backend(format!("fund transfer: {kind:?}")));
@@ -416,7 +417,9 @@ fn funded_units(state: &LimitState, default_margin_ms: u64) -> Result<u128, Limi
 /// `balance` to what `state` needs ([`funded_units`]), or none. Its id derives from
 /// the record it goes with, so a retried chain sends the very same transfer.
 /// An account above an active capacity (written by hand, or by an older
-/// version) is reported, not corrected behind the operator's back.
+/// version) is reported, not corrected behind the operator's back; an active
+/// bucket above its burst (a longer margin or a shorter window, at a capacity
+/// that did not fall) gives the difference up at once ([`bucket_shrink`]).
 fn funding(
     key: &LimitKey,
     state: &LimitState,
@@ -426,7 +429,11 @@ fn funding(
     record_id: u128,
 ) -> Result<Vec<tb::Transfer>, LimiterError> {
     let wanted = funded_units(state, default_margin_ms)?;
-    if balance.capacity() > wanted && state.status() == LimitStatus::Active {
+    let active = state.status() == LimitStatus::Active;
+    if balance.capacity() > wanted && active && state.definition().kind() == LimitKind::Bucket {
+        return Ok(bucket_shrink(key, balance, wanted, version, record_id));
+    }
+    if balance.capacity() > wanted && active {
         tracing::warn!(%key, capacity = %wanted, funded = %balance.capacity(),
             "the resource account holds more than the limit's capacity; define a lower capacity to decrease it");
     }
@@ -440,6 +447,37 @@ fn funding(
         .with_amount(wanted - balance.capacity())
         .with_ledger(ids::LEDGER_LIMITS)
         .with_code(ids::CODE_FUND)])
+}
+
+/// The transfers that bring an active bucket funded above `wanted` (its burst
+/// fell while its capacity did not) down to it at once, as the memory backend
+/// does: its level gives up the difference first, its taken units the rest,
+/// so that the level never exceeds the new burst. Both are plain transfers of
+/// amounts read just before: a take or a refill in between makes one exceed
+/// its account's balance (T, like R, refuses to go below 0), the chain fails
+/// whole and the caller reads again. The amounts are in the ids, so that a
+/// retry after such a race sends new ones.
+fn bucket_shrink(key: &LimitKey, balance: Balance, wanted: u128, version: u64, record_id: u128) -> Vec<tb::Transfer> {
+    let excess = balance.capacity() - wanted;
+    let from_level = excess.min(balance.available());
+    let from_taken = excess - from_level;
+    let moves = [
+        (ids::resource_account_id(key), from_level, "level"),
+        (ids::taken_account_id(key), from_taken, "taken"),
+    ];
+    moves
+        .into_iter()
+        .filter(|(_, amount, _)| *amount > 0)
+        .map(|(account, amount, from)| {
+            let label = format!("xfer:shrink:{key}:{version}:{record_id:032x}:{from}:{amount}");
+            tb::Transfer::new(crate::id128(&label))
+                .with_debit_account_id(account)
+                .with_credit_account_id(ids::operator_account_id())
+                .with_amount(amount)
+                .with_ledger(ids::LEDGER_LIMITS)
+                .with_code(ids::CODE_DEFUND)
+        })
+        .collect()
 }
 
 fn saturate(value: u128) -> u64 {

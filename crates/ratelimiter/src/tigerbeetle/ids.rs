@@ -243,11 +243,14 @@ pub fn resource_account(key: &LimitKey) -> tb::Account {
         .with_flags(tb::account::Flags::DEBITS_MUST_NOT_EXCEED_CREDITS)
 }
 
-/// The taken account of the bucket `key`: unconstrained, since a reservation
-/// credits it and only balancing transfers (refills, refunds) debit it, which
-/// never take it below 0 (docs/tigerbeetle-backend.md, "Buckets").
+/// The taken account of the bucket `key`: its debits can never exceed its
+/// credits. Refills and refunds are balancing transfers, which never take it
+/// below 0 anyway; the flag makes the one plain debit, a burst that shrinks at
+/// a steady capacity, fail rather than leave T below 0 (and the level above
+/// the burst) when a refill raced it (docs/tigerbeetle-backend.md, "Buckets").
 pub fn taken_account(key: &LimitKey) -> tb::Account {
     tb::Account::new(taken_account_id(key), LEDGER_LIMITS, ACCOUNT_CODE_TAKEN)
+        .with_flags(tb::account::Flags::DEBITS_MUST_NOT_EXCEED_CREDITS)
 }
 
 /// The debt account of `key`: unconstrained, its net debit is the recorded debt.
@@ -343,13 +346,15 @@ mod tests {
     }
 
     #[test]
-    fn only_resource_accounts_are_constrained() {
+    fn only_resource_and_taken_accounts_are_constrained() {
         let k = key("k");
         assert!(resource_account(&k)
             .flags()
             .contains(tb::account::Flags::DEBITS_MUST_NOT_EXCEED_CREDITS));
         assert!(operator_account().flags().is_empty());
         assert!(debt_account(&k).flags().is_empty());
-        assert!(taken_account(&k).flags().is_empty());
+        assert!(taken_account(&k)
+            .flags()
+            .contains(tb::account::Flags::DEBITS_MUST_NOT_EXCEED_CREDITS));
     }
 }
