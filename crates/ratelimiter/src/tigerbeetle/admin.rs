@@ -3,7 +3,9 @@
 //! balances, and it runs one change at a time.
 //!
 //! Capacity is the resource account's posted balance (credits − debits); units
-//! in use are its pending debits. Every change is computed from the balance read
+//! in use are its pending debits. A bucket's funded total is its burst, held by
+//! its resource account (the level) and its taken account together
+//! (docs/tigerbeetle-backend.md, "Buckets"). Every change is computed from the balance read
 //! just before it, so applying a state is idempotent and correct after a
 //! restart against the same cluster, or against a fresh one.
 
