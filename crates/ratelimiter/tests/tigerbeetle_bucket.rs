@@ -312,3 +312,30 @@ async fn a_longer_margin_at_the_same_capacity_shrinks_the_burst_at_once() {
     assert_eq!(in_use(&backend, &key).await, smaller, "empty, at the smaller burst");
     assert!(!granted(&backend, &key, 1).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_on_a_bucket_refunds_within_its_own_hold_and_not_after() {
+    let backend = backend().await;
+    let key = unique_key("pause");
+    let definition = LimitDefinition::bucket(key.clone(), SLOW_CAPACITY, SLOW_WINDOW_SECONDS).unwrap();
+    backend.apply_definition(&definition).await.unwrap();
+    let pause = |lease| {
+        reserve_lease(lease, &[(&key, 1_000)])
+            .with_hold_ms(Some(1_000))
+            .unwrap()
+    };
+    let released = LeaseId::generate();
+    assert!(backend.reserve(&pause(released)).await.unwrap().is_allowed());
+    backend.complete(&complete(released, &[(&key, 0)])).await.unwrap();
+    assert_eq!(in_use(&backend, &key).await, 0, "released within its hold: refunded");
+    let ended = LeaseId::generate();
+    assert!(backend.reserve(&pause(ended)).await.unwrap().is_allowed());
+    // The hold's 1 s is over (TigerBeetle's whole seconds), the month's window is not.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    backend.complete(&complete(ended, &[(&key, 0)])).await.unwrap();
+    assert_eq!(
+        in_use(&backend, &key).await,
+        1_000,
+        "after its hold: nothing given back"
+    );
+}
