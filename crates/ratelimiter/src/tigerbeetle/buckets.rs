@@ -155,8 +155,13 @@ impl Refills {
                 continue;
             }
             let due = bucket.shape.boundary_at(now_ms);
+            let first = memory.first_unposted(bucket, due);
+            if first > due {
+                // All posted already: the steady state within a slot, at no cost.
+                continue;
+            }
             let start = refills.transfers.len();
-            for boundary in memory.first_unposted(bucket, due)..=due {
+            for boundary in first..=due {
                 let amount = bucket.shape.refill_at(boundary);
                 if amount > 0 {
                     refills.transfers.push(refill(bucket, boundary, amount));
