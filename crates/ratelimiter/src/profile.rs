@@ -284,7 +284,10 @@ pub fn llm_profile_keyed(
                 rules.tokens.clone(),
                 need(published.input_tpm, "input_tpm")?,
             )?);
-            definitions.push(minute_bucket(output.clone(), need(published.output_tpm, "output_tpm")?)?);
+            definitions.push(minute_bucket(
+                output.clone(),
+                need(published.output_tpm, "output_tpm")?,
+            )?);
             rules.output_tokens = Some(output);
         }
         Provider::Gemini | Provider::Bedrock => {
