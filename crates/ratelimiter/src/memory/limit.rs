@@ -1,7 +1,8 @@
 //! One limit's live state in the memory backend: its admin state, held units,
 //! debt and denial streak.
 
-use crate::definition::{LimitKind, LimitReport, LimitState, LimitStatus};
+use crate::bucket::BucketShape;
+use crate::definition::{DefinitionError, LimitKind, LimitReport, LimitState, LimitStatus};
 use crate::retry::Streak;
 
 use super::expiry_queue::ExpiryQueue;
@@ -10,20 +11,75 @@ use super::expiry_queue::ExpiryQueue;
 #[derive(Debug)]
 pub struct Limit {
     state: LimitState,
+    /// Rolling and concurrency holds, by expiry instant; empty for a bucket.
     holds: ExpiryQueue,
+    /// A bucket's level; `None` for the other kinds.
+    bucket: Option<BucketLevel>,
     debt: u64,
     streak: Streak,
 }
 
+/// What a bucket holds (docs/bucket-limits.md): its level as of a slot boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketLevel {
+    /// The shape under the backend's default margin: burst, slots, refills.
+    shape: BucketShape,
+    /// Units in the bucket, at most the burst.
+    level: u64,
+    /// The last slot boundary whose refill `level` includes.
+    boundary: u64,
+}
+
+impl BucketLevel {
+    /// Units in the bucket as of [`BucketLevel::refilled_at_unix_ms`].
+    pub fn level(&self) -> u64 {
+        self.level
+    }
+
+    /// The instant of the last boundary whose refill the level includes: what a
+    /// snapshot saves, so that a restore shifted across a clock step refills from
+    /// the shifted instant.
+    pub fn refilled_at_unix_ms(&self) -> u64 {
+        self.shape.boundary_unix_ms(self.boundary)
+    }
+}
+
 impl Limit {
-    /// A limit in `state` holding nothing.
-    pub fn new(state: LimitState) -> Self {
-        Self {
+    /// A limit in `state` holding nothing (a bucket starts full), shaped under
+    /// the backend's `default_margin_ms`. Errs when a bucket keeps no burst
+    /// under that margin.
+    pub fn new(state: LimitState, default_margin_ms: u64) -> Result<Self, DefinitionError> {
+        let bucket = match state.definition().kind() {
+            LimitKind::Bucket => {
+                let shape = BucketShape::new(state.definition(), default_margin_ms)?;
+                Some(BucketLevel {
+                    shape,
+                    level: shape.burst(),
+                    boundary: 0,
+                })
+            }
+            LimitKind::Rolling | LimitKind::Concurrency => None,
+        };
+        Ok(Self {
             state,
             holds: ExpiryQueue::default(),
+            bucket,
             debt: 0,
             streak: Streak::default(),
-        }
+        })
+    }
+
+    /// The bucket's level, for a snapshot; `None` for the other kinds.
+    pub fn bucket(&self) -> Option<BucketLevel> {
+        self.bucket
+    }
+
+    /// Puts back a bucket's saved `level` as of `refilled_at_unix_ms` (a
+    /// restore): never above the burst, which a changed margin may have lowered.
+    pub fn restore_bucket(&mut self, level: u64, refilled_at_unix_ms: u64) {
+        let bucket = self.bucket.as_mut().expect("only a bucket restores a level");
+        bucket.level = level.min(bucket.shape.burst());
+        bucket.boundary = bucket.shape.boundary_at(refilled_at_unix_ms);
     }
 
     /// The admin state.
@@ -32,10 +88,43 @@ impl Limit {
     }
 
     /// Replaces the admin state; holds, debt and streak carry over. The caller
-    /// checked that the kind is unchanged.
-    pub fn set_state(&mut self, state: LimitState) {
+    /// checked that the kind is unchanged. A bucket whose capacity changes gets
+    /// the new shape; its level grows by the burst's growth, or loses the burst's
+    /// decrease (a decrease is applied once the level holds it,
+    /// [`Limit::has_room_for_decrease`]). Errs, changing nothing, when a bucket
+    /// would keep no burst under `default_margin_ms`.
+    pub fn set_state(&mut self, state: LimitState, default_margin_ms: u64) -> Result<(), DefinitionError> {
         assert_eq!(state.definition().kind(), self.kind(), "a limit's kind never changes");
+        if let Some(bucket) = self.bucket.as_mut() {
+            let shape = BucketShape::new(state.definition(), default_margin_ms)?;
+            let (old, new) = (bucket.shape.burst(), shape.burst());
+            bucket.level = if new >= old {
+                bucket.level.saturating_add(new - old)
+            } else {
+                bucket.level.saturating_sub(old - new)
+            }
+            .min(new);
+            bucket.shape = shape;
+        }
         self.state = state;
+        Ok(())
+    }
+
+    /// True when a pending decrease to the state's target can be applied now:
+    /// the units in use fit the smaller capacity, or a bucket holds the burst's
+    /// decrease. The caller expired or refilled first.
+    pub fn has_room_for_decrease(&self, default_margin_ms: u64) -> bool {
+        let target = self.state.pending_decrease_to();
+        match &self.bucket {
+            Some(bucket) => {
+                let smaller = self.state.definition().with_capacity(target).ok();
+                let burst = smaller
+                    .and_then(|d| BucketShape::new(&d, default_margin_ms).ok())
+                    .map_or(0, |shape| shape.burst());
+                bucket.level >= bucket.shape.burst().saturating_sub(burst)
+            }
+            None => self.capacity().saturating_sub(self.in_use()) >= self.capacity() - target,
+        }
     }
 
     /// Rolling or concurrency.
@@ -59,9 +148,20 @@ impl Limit {
         now_unix_ms + self.state.definition().hold_with_margin_ms(default_margin_ms)
     }
 
-    /// Forgets every hold that ended at or before `now_unix_ms`.
+    /// Forgets every hold that ended at or before `now_unix_ms`; a bucket adds
+    /// the refills of the slot boundaries passed since it last did (an instant
+    /// earlier than that, from a caller that waited for the lock, adds nothing).
     pub fn expire(&mut self, now_unix_ms: u64) {
-        self.holds.expire(now_unix_ms);
+        match self.bucket.as_mut() {
+            Some(bucket) => {
+                let boundary = bucket.shape.boundary_at(now_unix_ms);
+                if boundary > bucket.boundary {
+                    bucket.level = bucket.shape.level_after_refill(bucket.level, bucket.boundary, boundary);
+                    bucket.boundary = boundary;
+                }
+            }
+            None => self.holds.expire(now_unix_ms),
+        }
     }
 
     /// True when `units` more fit now and can be recorded until `expires_at_unix_ms`.
@@ -69,27 +169,50 @@ impl Limit {
     pub fn fits(&self, units: u64, expires_at_unix_ms: u64) -> bool {
         // Compared as free room, not as `in_use + units`: with capacities and
         // amounts near u64::MAX (an actual of u64::MAX, say) the sum would wrap.
-        units <= self.free() && self.holds.can_hold(expires_at_unix_ms)
+        match &self.bucket {
+            Some(bucket) => units <= bucket.level,
+            None => units <= self.free() && self.holds.can_hold(expires_at_unix_ms),
+        }
     }
 
-    /// Units that may still be held: capacity minus usage, never below 0.
+    /// Units that may still be held: capacity minus usage, never below 0; a
+    /// bucket's level.
     fn free(&self) -> u64 {
-        self.capacity().saturating_sub(self.holds.in_use())
+        match &self.bucket {
+            Some(bucket) => bucket.level,
+            None => self.capacity().saturating_sub(self.holds.in_use()),
+        }
     }
 
-    /// Holds `units` until `expires_at_unix_ms`; the caller checked [`Limit::fits`].
+    /// Holds `units` until `expires_at_unix_ms`, or takes them from a bucket; the
+    /// caller checked [`Limit::fits`].
     pub fn hold(&mut self, expires_at_unix_ms: u64, units: u64) {
-        self.holds.hold(expires_at_unix_ms, units);
+        match self.bucket.as_mut() {
+            Some(bucket) => {
+                assert!(units <= bucket.level, "the caller checked that the units fit");
+                bucket.level -= units;
+            }
+            None => self.holds.hold(expires_at_unix_ms, units),
+        }
     }
 
-    /// Gives back `units` of the hold ending at `expires_at_unix_ms` (nothing if it ended).
+    /// Gives back `units` of the hold ending at `expires_at_unix_ms` (nothing if
+    /// it ended); a bucket takes them back at once, up to its burst (the caller
+    /// checked that the hold's window is not over).
     pub fn release(&mut self, expires_at_unix_ms: u64, units: u64) {
-        self.holds.release(expires_at_unix_ms, units);
+        match self.bucket.as_mut() {
+            Some(bucket) => bucket.level = bucket.shape.level_after_refund(bucket.level, units),
+            None => self.holds.release(expires_at_unix_ms, units),
+        }
     }
 
-    /// Units held now, as of the last [`Limit::expire`].
+    /// Units held now, as of the last [`Limit::expire`]; for a bucket, what it
+    /// lacks of its burst.
     pub fn in_use(&self) -> u64 {
-        self.holds.in_use()
+        match &self.bucket {
+            Some(bucket) => bucket.shape.burst() - bucket.level,
+            None => self.holds.in_use(),
+        }
     }
 
     /// Every hold as (expiry instant, units), earliest first, as of the last
@@ -115,8 +238,15 @@ impl Limit {
     }
 
     /// The exact time until `units` fit, from the holds' expiry instants: the
-    /// rolling hint. At least 1 ms, since a denial means not now.
+    /// rolling hint; a bucket's, from its refills. At least 1 ms, since a denial
+    /// means not now.
     pub fn exact_wait_ms(&self, now_unix_ms: u64, units: u64) -> u64 {
+        if let Some(bucket) = &self.bucket {
+            let wait_ms = (bucket.shape)
+                .wait_ms(bucket.level, bucket.boundary, units, now_unix_ms)
+                .expect("the standing denial refused units above the burst");
+            return wait_ms.max(1);
+        }
         let free = self.free();
         let wait_ms = if units > free {
             let must_expire = units - free;
@@ -145,7 +275,7 @@ impl Limit {
     pub fn report(&self) -> LimitReport {
         LimitReport {
             state: self.state.clone(),
-            in_use: self.holds.in_use(),
+            in_use: self.in_use(),
             debt: self.debt,
         }
     }
@@ -159,7 +289,7 @@ mod tests {
 
     fn limit(capacity: u64) -> Limit {
         let definition = LimitDefinition::rolling(LimitKey::new("k").unwrap(), capacity, 60).unwrap();
-        Limit::new(LimitState::active(definition))
+        Limit::new(LimitState::active(definition), 50).unwrap()
     }
 
     #[test]

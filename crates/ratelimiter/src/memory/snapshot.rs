@@ -20,7 +20,8 @@
 //!       (version 2) boot id u128 (0: unknown), taken at since boot µs u64, taken at Unix µs u64,
 //!       limits u32 × (key length u16, key, kind u8, debt u64,
 //!                     (version 2) streak denials u32, streak updated_at u64,
-//!                     holds u32 × (expires_at u64, units u64)),
+//!                     holds u32 × (expires_at u64, units u64),
+//!                     (kind 2, a bucket: no holds, then level u64, refilled_at u64)),
 //!       leases u32 × (id u128, reserved_at u64, holds u8 × (limit u32, amount u64, expires_at u64)),
 //!       settled groups u32 × (settled_at u64, leases u32 × (id u128, reserved_at u64, fingerprint u64)),
 //!       failed u32 × (id u128, failed_at u64)
@@ -100,8 +101,11 @@ struct LimitSnapshot {
     /// backoff and let every waiting client retry at once.
     streak: Streak,
     /// (expires_at_unix_ms, units), earliest first: held units, leased or not
-    /// (evicted leases' and reconciled overage's units are held too).
+    /// (evicted leases' and reconciled overage's units are held too). Empty for a bucket.
     holds: Vec<(u64, u64)>,
+    /// A bucket's (level, instant of the last refill boundary it includes);
+    /// `None` for the other kinds.
+    bucket: Option<(u64, u64)>,
 }
 
 /// Settled leases that share a settlement time (at or after each settled):
@@ -244,6 +248,7 @@ impl MemorySnapshot {
                     debt: 0,
                     streak: Streak::default(),
                     holds: Vec::new(),
+                    bucket: None,
                 });
             }
             let saved = &mut self.limits[i];
@@ -255,6 +260,7 @@ impl MemorySnapshot {
             saved.streak = limit.streak();
             saved.holds.clear();
             saved.holds.extend(limit.holds().filter(|&(at, _)| at > now_unix_ms));
+            saved.bucket = limit.bucket().map(|b| (b.level(), b.refilled_at_unix_ms()));
         }
         self.leases.clear();
         self.leases
@@ -348,6 +354,11 @@ impl MemorySnapshot {
                 .for_each(|(expires_at, _)| *expires_at = at(*expires_at));
             let (denials, updated_unix_ms) = limit.streak.parts();
             limit.streak = Streak::from_parts(denials, at(updated_unix_ms));
+            // A bucket refills from the shifted instant: a forward step does not
+            // refill it at once, a backward one does not starve it.
+            if let Some((_, refilled_at)) = limit.bucket.as_mut() {
+                *refilled_at = at(*refilled_at);
+            }
         }
         for (_, lease) in &mut shifted.leases {
             let holds: Vec<LeaseHold> = lease
@@ -402,6 +413,10 @@ impl MemoryState {
             };
             let limit = &mut self.limits[i as usize];
             limit.expire(now_unix_ms);
+            if let Some((level, refilled_at_unix_ms)) = saved.bucket {
+                limit.restore_bucket(level, refilled_at_unix_ms);
+                report.units_held = report.units_held.saturating_add(limit.in_use());
+            }
             for &(at, units) in saved.holds.iter().filter(|&&(at, _)| at > now_unix_ms) {
                 if limit.can_hold(at) {
                     limit.hold(at, units);
@@ -507,6 +522,10 @@ impl MemorySnapshot {
             for &(at, units) in &limit.holds {
                 put_u64(&mut out, at);
                 put_u64(&mut out, units);
+            }
+            if let Some((level, refilled_at_unix_ms)) = limit.bucket {
+                put_u64(&mut out, level);
+                put_u64(&mut out, refilled_at_unix_ms);
             }
         }
         put_len(&mut out, self.leases.len());
@@ -634,7 +653,9 @@ impl MemorySnapshot {
             .flat_map(|(i, limit)| limit.holds.iter().map(move |&(at, units)| ((i as u32, at), units)))
             .collect();
         for (id, lease) in &self.leases {
-            for hold in lease.holds() {
+            // A bucket keeps a level, not holds: a lease's units on it came back by refill or not.
+            let on_window = |limit: u32| self.limits[limit as usize].kind != LimitKind::Bucket;
+            for hold in lease.holds().iter().filter(|hold| on_window(hold.limit)) {
                 match left.get_mut(&(hold.limit, hold.expires_at_unix_ms)) {
                     Some(units) if *units >= hold.amount => *units -= hold.amount,
                     None if hold.expires_at_unix_ms <= self.taken_at_unix_ms => {}
@@ -727,6 +748,7 @@ fn read_limit(r: &mut Reader, version: u32) -> Result<LimitSnapshot, String> {
     let kind = match r.u8()? {
         0 => LimitKind::Rolling,
         1 => LimitKind::Concurrency,
+        2 => LimitKind::Bucket,
         other => return Err(format!("limit {key}: kind {other}")),
     };
     let debt = r.u64()?;
@@ -739,12 +761,18 @@ fn read_limit(r: &mut Reader, version: u32) -> Result<LimitSnapshot, String> {
     if holds.iter().any(|&(_, units)| units == 0) || holds.windows(2).any(|w| w[0].0 >= w[1].0) {
         return Err(format!("limit {key}: holds empty or out of order"));
     }
+    let bucket = match kind {
+        LimitKind::Bucket if holds.is_empty() => Some((r.u64()?, r.u64()?)),
+        LimitKind::Bucket => return Err(format!("limit {key}: a bucket with holds")),
+        LimitKind::Rolling | LimitKind::Concurrency => None,
+    };
     Ok(LimitSnapshot {
         key,
         kind,
         debt,
         streak,
         holds,
+        bucket,
     })
 }
 
@@ -864,6 +892,7 @@ mod tests {
                 debt: 3,
                 streak: Streak::from_parts(6, 900),
                 holds: vec![(61_000, 10)],
+                bucket: None,
             }],
             leases: vec![(
                 77,

@@ -338,12 +338,7 @@ impl MemoryState {
     /// Creates the limit of `state` or replaces its state; holds carry over.
     pub fn apply_state(&mut self, state: &LimitState) -> Result<(), LimiterError> {
         let definition = state.definition();
-        if definition.kind() == LimitKind::Bucket {
-            return Err(LimiterError::InvalidRequest(format!(
-                "limit {}: bucket limits are not served by the memory backend yet",
-                definition.key()
-            )));
-        }
+        let margin_ms = self.config.window_margin_ms;
         match self.index.get(definition.key()) {
             Some(&i) => {
                 let limit = &mut self.limits[i as usize];
@@ -355,14 +350,14 @@ impl MemoryState {
                     }
                     .into());
                 }
-                limit.set_state(state.clone());
+                limit.set_state(state.clone(), margin_ms)?;
             }
             None => {
                 if self.limits.len() >= LIMITS_MAX {
                     return Err(decision::limits_full(LIMITS_MAX));
                 }
                 let i = LimitIndex::try_from(self.limits.len()).expect("LIMITS_MAX fits u32");
-                self.limits.push(Limit::new(state.clone()));
+                self.limits.push(Limit::new(state.clone(), margin_ms)?);
                 self.fingerprint_tags.push(key_tag(definition.key()));
                 self.index.insert(definition.key().clone(), i);
             }
@@ -396,15 +391,19 @@ impl MemoryState {
     }
 
     /// Applies every decrease whose key now has the room (`capacity - in_use >=
-    /// capacity - target`), returning the new states.
+    /// capacity - target`; a bucket: its level holds the burst's decrease),
+    /// returning the new states.
     pub fn apply_pending_decreases(&mut self, now_unix_ms: u64) -> Vec<LimitState> {
         let mut changed = Vec::new();
+        let margin_ms = self.config.window_margin_ms;
         for limit in self.limits.iter_mut().filter(|l| l.is_decreasing()) {
             limit.expire(now_unix_ms);
-            let delta = limit.capacity() - limit.state().pending_decrease_to();
-            if limit.capacity().saturating_sub(limit.in_use()) >= delta {
-                let next = limit.state().with_decrease_applied();
-                limit.set_state(next.clone());
+            if !limit.has_room_for_decrease(margin_ms) {
+                continue;
+            }
+            let next = limit.state().with_decrease_applied();
+            // A smaller bucket that keeps no burst was refused when it was defined.
+            if limit.set_state(next.clone(), margin_ms).is_ok() {
                 changed.push(next);
             }
         }

@@ -24,6 +24,7 @@
 //! at the instant. Scenarios may also be run one by one, in parallel if the
 //! backend allows, since no two share a key.
 
+mod bucket_scenarios;
 mod fixture;
 mod memory_harness;
 mod scenarios;
@@ -34,6 +35,7 @@ use async_trait::async_trait;
 
 use crate::limiter::Backend;
 
+pub use bucket_scenarios::*;
 pub use fixture::Fixture;
 pub use memory_harness::MemoryHarness;
 pub use scenarios::*;
@@ -80,4 +82,13 @@ pub async fn run_all(harness: &dyn Harness) {
     reserve_precedence(harness).await;
     overage_after_the_window(harness).await;
     pause_holds_for_its_own_time(harness).await;
+}
+
+/// Runs every token-bucket scenario in turn (docs/bucket-limits.md); panics at the
+/// first misbehaviour, naming it.
+pub async fn run_bucket(harness: &dyn Harness) {
+    bucket_burst_then_refill(harness).await;
+    bucket_refund_on_complete(harness).await;
+    bucket_overage(harness).await;
+    bucket_capacity_changes(harness).await;
 }
