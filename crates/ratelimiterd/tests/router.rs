@@ -428,7 +428,10 @@ async fn a_bucket_grants_its_burst_then_denies_with_a_hint_and_a_bad_one_is_400(
     let hint_ms = denied["retry_after_ms"].as_u64().unwrap();
     // 6,000 a minute refills 100 at each 1 s boundary: the next one, 1 s from the fake
     // clock's whole second, fits one unit (the hint adds the retry policy's jitter).
-    assert!((1_000..2_000).contains(&hint_ms), "the next boundary, not the minute: {denied}");
+    assert!(
+        (1_000..2_000).contains(&hint_ms),
+        "the next boundary, not the minute: {denied}"
+    );
     let (_, never) = h.reserve(&lease(), json!([{"key": key, "amount": burst + 1}])).await;
     assert_eq!(error_code(&never), format!("exceeds_capacity:{key}"));
     assert_eq!(never["retry_after_ms"], 0);
