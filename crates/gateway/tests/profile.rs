@@ -124,7 +124,7 @@ async fn an_anthropic_profiled_model_reserves_on_buckets_and_gives_unused_output
     let backend = memory_backend();
     let gateway = start_gateway(&config, backend.clone()).await;
     for dimension in ["rpm", "itpm", "otpm"] {
-        let key = ratelimiter::LimitKey::new(&format!("global:llm:sim:claude-sonnet-4-5:{dimension}")).unwrap();
+        let key = ratelimiter::LimitKey::new(format!("global:llm:sim:claude-sonnet-4-5:{dimension}")).unwrap();
         let report = backend.limit_report(&key).await.unwrap().unwrap();
         assert_eq!(
             report.state.definition().kind(),
