@@ -190,7 +190,7 @@ def llm_limits(
     publishes (Anthropic: ``rpm``, ``input_tpm``, ``output_tpm``; Gemini may add
     ``rpd``; Azure's ``rpm`` defaults to 6 per 1,000 ``tpm``); the definitions are the
     library's profile, which stays inside the provider's enforcement (OpenAI's
-    per-second quantization, Anthropic's separate input and output limits: the
+    per-second quantization, Anthropic's separate input and output limits as token buckets: the
     repository's docs/provider-profiles.md), and from then on every ``LlmCall`` of that
     provider and model in this process reserves and completes by the profile's rules."""
     if profile is None:
