@@ -455,7 +455,12 @@ async fn a_bucket_grants_its_burst_then_denies_with_a_hint_and_a_bad_one_is_400(
         (Some(6_000), Some(60))
     );
     let on_disk = Registry::open(&h.registry_path).unwrap();
-    assert_eq!(on_disk.states().count(), 1);
+    let kinds: Vec<_> = on_disk.states().map(|state| state.definition().kind()).collect();
+    assert_eq!(
+        kinds,
+        [ratelimiter::LimitKind::Bucket],
+        "the registry file keeps the bucket"
+    );
 }
 
 #[tokio::test]
