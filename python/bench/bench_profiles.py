@@ -52,8 +52,11 @@ def allowed(shape: str, seconds: float) -> int:
 
 def run(sim: str, shape: str, profiled: bool, seconds: float) -> Dict[str, float]:
     port = free_port()
+    provider = "openai" if shape == "sliding" else shape
+    model = f"bench-{shape}-{int(profiled)}"
+    # provider-sim answers 404 for a model it does not serve: name the one called.
     args = [sim, "--listen", f"127.0.0.1:{port}", "--rpm", str(RPM), "--tpm", str(TPM), "--concurrency", "1000",
-            "--ms-per-output-token", "0", "--profile", shape, "--output-tpm", str(TPM)]
+            "--ms-per-output-token", "0", "--profile", shape, "--output-tpm", str(TPM), "--models", model]
     process = subprocess.Popen(args, stderr=subprocess.DEVNULL)
     try:
         for _ in range(100):
@@ -62,8 +65,6 @@ def run(sim: str, shape: str, profiled: bool, seconds: float) -> Dict[str, float
                 break
             except OSError:
                 time.sleep(0.05)
-        provider = "openai" if shape == "sliding" else shape
-        model = f"bench-{shape}-{int(profiled)}"
         if not profiled:
             limits = llm_limits(provider, model, rpm=RPM, tpm=TPM, concurrency=WORKERS, profile=False)
         elif shape == "anthropic":
@@ -104,8 +105,8 @@ def run(sim: str, shape: str, profiled: bool, seconds: float) -> Dict[str, float
         for t in threads:
             t.join()
         ceiling = allowed(shape, seconds)
-        return {"admitted": counts["admitted"], "refused": counts["refused"], "allowed": ceiling,
-                "share": counts["admitted"] / ceiling}
+        return {"admitted": counts["admitted"], "refused": counts["refused"], "failed": counts.get("failed", 0),
+                "allowed": ceiling, "share": counts["admitted"] / ceiling}
     finally:
         process.terminate()
         process.wait()
@@ -122,7 +123,8 @@ def main() -> None:
             result = run(args.provider_sim, shape, profiled, args.seconds)
             rows.append((shape, "profile" if profiled else "plain", result))
             print(f"{shape:10} {rows[-1][1]:8} admitted {result['admitted']:5} refused {result['refused']:5} "
-                  f"of {result['allowed']:5} allowed: {100 * result['share']:.1f} %", flush=True)
+                  f"failed {result['failed']:5} of {result['allowed']:5} allowed: {100 * result['share']:.1f} %",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ def llm_actuals(
     """The token limits reconciled to ``used_tokens``."""
 
 def llm_profile(provider: str, model: str, published_json: str) -> str:
-    """The definitions of a provider's profile for ``model``, as a JSON array."""
+    """The definitions of a provider's profile for ``model``, as a JSON array (each
+    ``kind`` ``rolling``, ``concurrency`` or ``bucket``: Anthropic's limits are buckets)."""
 
 def profile_requirements(
     provider: str, model: str, published_json: str, prompt: str, max_tokens: int, *,
@@ -54,7 +55,8 @@ class Denial:
         """The limit that denied; None for lease_already_failed."""
     @property
     def retry_after_ms(self) -> int:
-        """When to retry with a new lease id; 0 when waiting cannot help."""
+        """When to retry with a new lease id; 0 when waiting cannot help (more than a
+        limit's capacity, or than a bucket's burst)."""
     @property
     def is_final(self) -> bool:
         """True when this lease id can never be granted (exceeds_capacity, lease_already_failed)."""

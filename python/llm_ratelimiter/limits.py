@@ -16,8 +16,10 @@ __all__ = ["Requirement", "Actual", "LimitDefinition", "LimitReport", "llm_limit
 
 #: What a limit does with usage above its reservation at Complete.
 Overage = Literal["none", "debt"]
-#: How a limit replenishes.
-LimitKind = Literal["rolling", "concurrency"]
+#: How a limit replenishes: ``rolling`` (each reservation held for the window),
+#: ``concurrency`` (held until Complete) or ``bucket`` (a token bucket refilled over the
+#: window, as Anthropic enforces its limits: the repository's docs/bucket-limits.md).
+LimitKind = Literal["rolling", "concurrency", "bucket"]
 
 #: The provider's per-minute window, as it documents it: the limiter holds each
 #: rolling reservation for the window plus its window margin (by default 50 ms, or 0.4 % of the window when longer),
@@ -44,8 +46,9 @@ class Actual(NamedTuple):
 
 @dataclass(frozen=True)
 class LimitDefinition:
-    """A limit: ``capacity`` units per ``window_seconds`` (rolling) or at once
-    (concurrency, each hold released at Complete or after ``timeout_seconds``)."""
+    """A limit: ``capacity`` units per ``window_seconds`` (rolling), at once
+    (concurrency, each hold released at Complete or after ``timeout_seconds``), or a
+    token bucket of ``capacity`` refilled over ``window_seconds`` (bucket)."""
 
     key: str
     kind: LimitKind
@@ -56,7 +59,8 @@ class LimitDefinition:
     description: str = ""
     overage: Overage = "none"
     #: Rolling: ms each reservation is held beyond ``window_seconds`` (the provider's
-    #: window starts when the call reaches it); ``None``: the limiter's default (50 ms, or 0.4 % of the window when longer).
+    #: window starts when the call reaches it); bucket: the same time, taken out of the
+    #: burst; ``None``: the limiter's default (50 ms, or 0.4 % of the window when longer).
     window_margin_ms: Optional[int] = None
 
     @classmethod
@@ -75,6 +79,19 @@ class LimitDefinition:
         """A concurrency limit: each hold lasts until Complete, or ``timeout_seconds``
         when the caller crashed."""
         return cls(key, "concurrency", capacity, 0, timeout_seconds, unit, description)
+
+    @classmethod
+    def bucket(
+        cls, key: str, capacity: int, window_seconds: int, *, unit: str = "", description: str = "",
+        overage: Overage = "none", window_margin_ms: Optional[int] = None,
+    ) -> "LimitDefinition":
+        """A token bucket, as Anthropic enforces its limits: full at the start, each
+        reservation takes its amount at once, and it refills at ``capacity`` per
+        ``window_seconds``. One reservation takes at most its burst, ``capacity`` less a
+        sixtieth of the window's refill and the margin's (more is denied for ever); a
+        bucket that keeps no burst (such as capacity 1 over 1 s) is an
+        :class:`~llm_ratelimiter.errors.InvalidArgumentError` when defined."""
+        return cls(key, "bucket", capacity, window_seconds, 0, unit, description, overage, window_margin_ms)
 
     def to_json(self) -> str:
         """The admin API's JSON body; ``window_margin_ms`` only when given."""
@@ -107,7 +124,8 @@ class LimitReport:
     status: str
     #: The capacity a decrease is heading to; 0 when none is pending.
     pending_decrease_to: int
-    #: Units held now: live rolling reservations or concurrency holds.
+    #: Units held now: live rolling reservations or concurrency holds; for a bucket, what
+    #: it lacks of its burst (taken and not yet refilled or given back).
     in_use: int
     #: Usage recorded above reservations under ``overage="debt"``.
     debt: int
@@ -172,7 +190,7 @@ def llm_limits(
     publishes (Anthropic: ``rpm``, ``input_tpm``, ``output_tpm``; Gemini may add
     ``rpd``; Azure's ``rpm`` defaults to 6 per 1,000 ``tpm``); the definitions are the
     library's profile, which stays inside the provider's enforcement (OpenAI's
-    per-second quantization, Anthropic's separate input and output limits: the
+    per-second quantization, Anthropic's separate input and output limits as token buckets: the
     repository's docs/provider-profiles.md), and from then on every ``LlmCall`` of that
     provider and model in this process reserves and completes by the profile's rules."""
     if profile is None:

@@ -4,12 +4,15 @@ wake as soon as capacity frees in the process."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
 import pytest
 
-from llm_ratelimiter import Limiter, LimitDefinition, LlmCall, ReservationTimeoutError, llm_limits
+from llm_ratelimiter import (
+    InvalidArgumentError, Limiter, LimitDefinition, LlmCall, ReservationTimeoutError, llm_limits,
+)
 
 
 def test_openai_profile_quantizes_and_reserves_its_estimate() -> None:
@@ -29,16 +32,36 @@ def test_openai_profile_quantizes_and_reserves_its_estimate() -> None:
 def test_anthropic_profile_splits_input_and_output() -> None:
     limits = llm_limits("anthropic", "py-sonnet", rpm=4_000, input_tpm=2_000_000, output_tpm=400_000,
                         concurrency=8, profile=True)
-    assert [d.key.rsplit(":", 1)[1] for d in limits] == ["rpm", "itpm", "otpm", "concurrency"]
+    assert [(d.key.rsplit(":", 1)[1], d.kind) for d in limits] == [
+        ("rpm", "bucket"), ("itpm", "bucket"), ("otpm", "bucket"), ("concurrency", "concurrency")]
     call = LlmCall.create("anthropic", "py-sonnet", "t", "x" * 40, 300, prompt_tokens=10, daily_budget=True)
     assert [(r.key.rsplit(":", 1)[1], r.amount) for r in call.requirements()] == [
         ("rpm", 1), ("itpm", 10), ("otpm", 300), ("concurrency", 1), ("daily_tokens", 310)]
     assert [(a.key.rsplit(":", 1)[1], a.actual_amount) for a in call.actuals(50)] == [
         ("itpm", 10), ("otpm", 40), ("daily_tokens", 50)]
-    limiter = Limiter(limits)
+    # A manual clock: no refill second passes between the call and the report.
+    limiter = Limiter(limits, manual_clock_unix_ms=1_700_000_000_000)
     with limiter.llm_call("anthropic", "py-sonnet", "t", "x" * 40, 300, prompt_tokens=10) as lease:
         lease.record_usage({"input_tokens": 10, "output_tokens": 40})
-    assert limiter.limit("global:llm:anthropic:py-sonnet:otpm").in_use == 40
+    assert limiter.limit("global:llm:anthropic:py-sonnet:otpm").in_use == 40, "taken, 260 given back"
+    limiter.advance_clock_ms(1_000)
+    assert limiter.limit("global:llm:anthropic:py-sonnet:otpm").in_use == 0, "a second's refill is 6,666"
+
+
+def test_a_bucket_definition_grants_its_burst_and_one_without_burst_is_refused() -> None:
+    bucket = LimitDefinition.bucket("py:bucket", 6_000, 60, unit="tokens")
+    assert json.loads(bucket.to_json())["kind"] == "bucket"
+    limiter = Limiter([bucket], manual_clock_unix_ms=1_700_000_000_000)
+    # 6,000 a minute keeps 6,000 less a second's refill and the 240 ms margin's (124).
+    burst = 6_000 - 124
+    lease = limiter.reserve([("py:bucket", burst)])
+    assert limiter.limit("py:bucket").in_use == burst
+    never = limiter.reserve([("py:bucket", burst + 1)])
+    assert not never and never.denial.reason == "exceeds_capacity", "above the burst: denied for ever"
+    limiter.complete(lease.lease_id, [("py:bucket", 100)])
+    assert limiter.limit("py:bucket").in_use == 100, "the unused part comes back at once"
+    with pytest.raises(InvalidArgumentError):
+        Limiter([LimitDefinition.bucket("py:tiny", 1, 1)])
 
 
 def _full_window_limiter() -> Limiter:

@@ -344,7 +344,18 @@ mod tests {
             models: vec![anthropic],
             tenants: Vec::new(),
         };
-        let held = definitions(&config).pop().unwrap();
+        let mut defined = definitions(&config);
+        let held = defined.pop().unwrap();
+        // Anthropic's token buckets are buckets on the gateway's backend too, token ones with debt.
+        let kinds: Vec<(LimitKind, Overage)> = defined.iter().map(|d| (d.kind(), d.overage())).collect();
+        assert_eq!(
+            kinds,
+            [
+                (LimitKind::Bucket, Overage::None),
+                (LimitKind::Bucket, Overage::Debt),
+                (LimitKind::Bucket, Overage::Debt)
+            ]
+        );
         assert_eq!(held.key().as_str(), "global:llm:claude-eu:claude:concurrency");
         assert_eq!(held.timeout_seconds(), 660, "a hold outlives the upstream timeout");
         // OpenAI's profile: a one-second request share; the reservation is kept whole.

@@ -2,6 +2,7 @@
 //! OpenAI's quantized limits (`ProviderServer::set_profile`, in process): a burst
 //! the same model without a profile pushes into one quantized second, and meets
 //! the provider's 429s, is spread by the profile's one-second sub-window and meets none.
+//! A model with `profile: anthropic` reserves on the profile's `bucket` limits.
 
 mod support;
 
@@ -22,6 +23,10 @@ const RPM: u64 = 600;
 const BURST: usize = 20;
 
 async fn start_openai_sim() -> (SocketAddr, Arc<ProviderServer>) {
+    start_sim(ProfileName::Openai).await
+}
+
+async fn start_sim(profile: ProfileName) -> (SocketAddr, Arc<ProviderServer>) {
     let limits = ProviderLimits {
         rpm: RPM,
         tpm: 10_000_000,
@@ -31,7 +36,7 @@ async fn start_openai_sim() -> (SocketAddr, Arc<ProviderServer>) {
         accounting: Accounting::Openai,
     };
     let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
-    provider.set_profile(SimProfile::with_defaults(ProfileName::Openai, &limits));
+    provider.set_profile(SimProfile::with_defaults(profile, &limits));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
@@ -104,4 +109,49 @@ async fn an_openai_profiled_model_reserves_at_least_the_character_estimate() {
         held >= estimate + max_tokens,
         "reserved {held}, below OpenAI's character estimate {estimate} + max_tokens {max_tokens}"
     );
+}
+
+/// Anthropic's profile makes the gateway reserve on buckets (docs/bucket-limits.md):
+/// a call through `/v1/messages` takes `max_tokens` from the `otpm` bucket and its
+/// Complete gives back at once what the answer did not use.
+#[tokio::test]
+async fn an_anthropic_profiled_model_reserves_on_buckets_and_gives_unused_output_back() {
+    let (sim, provider) = start_sim(ProfileName::Anthropic).await;
+    let yaml = format!(
+        "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: sim, kind: anthropic, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: claude-sonnet-4-5, upstream: sim, rpm: {RPM}, input_tpm: 1000000, output_tpm: 200000, max_output_tokens_default: 16, max_wait_ms: 30000, profile: anthropic}}\n"
+    );
+    let config: gateway::GatewayConfig = serde_yaml::from_str(&yaml).unwrap();
+    let backend = memory_backend();
+    let gateway = start_gateway(&config, backend.clone()).await;
+    for dimension in ["rpm", "itpm", "otpm"] {
+        let key = ratelimiter::LimitKey::new(format!("global:llm:sim:claude-sonnet-4-5:{dimension}")).unwrap();
+        let report = backend.limit_report(&key).await.unwrap().unwrap();
+        assert_eq!(
+            report.state.definition().kind(),
+            ratelimiter::LimitKind::Bucket,
+            "{dimension}"
+        );
+    }
+    let (max_tokens, output_tokens) = (1_000, 4);
+    let request = json!({"model": "claude-sonnet-4-5", "max_tokens": max_tokens, "sim_output_tokens": output_tokens,
+        "messages": [{"role": "user", "content": "hello"}]});
+    let response = post_raw(
+        &client(),
+        gateway,
+        "/v1/messages",
+        request.to_string(),
+        &[("x-api-key", TENANT_KEY), ("anthropic-version", "2023-06-01")],
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    // The Complete runs as the answer ends: at most the output stays taken (less once
+    // a refill second has passed), never the unused `max_tokens`.
+    for _ in 0..200 {
+        if in_use(&backend, "global:llm:sim:claude-sonnet-4-5:otpm").await <= output_tokens {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(in_use(&backend, "global:llm:sim:claude-sonnet-4-5:otpm").await <= output_tokens);
+    assert_eq!(provider.counts().throttled, 0);
 }

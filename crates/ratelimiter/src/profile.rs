@@ -14,7 +14,8 @@
 //!   the minute; `max_tokens * best_of` is reserved and kept. Without a published
 //!   RPM, Azure's 6 RPM per 1,000 TPM.
 //! - Anthropic keeps input and output tokens per minute apart, in token buckets:
-//!   separate `itpm` and `otpm` limits; input excludes cache reads; output reserves
+//!   `rpm`, `itpm` and `otpm` are `bucket` limits of the published size refilled over
+//!   a minute (docs/bucket-limits.md); input excludes cache reads; output reserves
 //!   `max_tokens` and is reconciled to the output generated, as Anthropic adjusts it.
 //! - Gemini: requests and input tokens per minute, and requests per day (a rolling
 //!   day: see docs/provider-profiles.md for why no calendar-day limit kind).
@@ -278,9 +279,15 @@ pub fn llm_profile_keyed(
         Provider::Anthropic => {
             let output = key("otpm")?;
             rules.tokens = key("itpm")?;
-            definitions.push(minute(requests, need(published.rpm, "rpm")?)?);
-            definitions.push(minute(rules.tokens.clone(), need(published.input_tpm, "input_tpm")?)?);
-            definitions.push(minute(output.clone(), need(published.output_tpm, "output_tpm")?)?);
+            definitions.push(minute_bucket(requests, need(published.rpm, "rpm")?)?);
+            definitions.push(minute_bucket(
+                rules.tokens.clone(),
+                need(published.input_tpm, "input_tpm")?,
+            )?);
+            definitions.push(minute_bucket(
+                output.clone(),
+                need(published.output_tpm, "output_tpm")?,
+            )?);
             rules.output_tokens = Some(output);
         }
         Provider::Gemini | Provider::Bedrock => {
@@ -313,6 +320,18 @@ pub fn llm_profile_keyed(
 /// A per-minute limit as the provider publishes it.
 fn minute(key: LimitKey, capacity: u64) -> Result<LimitDefinition, ProfileError> {
     Ok(LimitDefinition::rolling(key, capacity, MINUTE_SECONDS)?)
+}
+
+/// A per-minute limit the provider enforces as a token bucket of that size
+/// refilled over the minute: Anthropic "uses the token bucket algorithm ... your
+/// capacity is continuously replenished up to your maximum limit, rather than being
+/// reset at fixed intervals" (<https://docs.anthropic.com/en/api/rate-limits>). A
+/// rolling minute of the same size is never refused either, but it charges a call's
+/// unused `max_tokens` for every instant the call is in flight where the bucket takes
+/// it once, and it gives up the full bucket's head start: it leaves the provider's
+/// capacity idle (docs/bucket-limits.md; BENCHMARKS.md, "Provider profiles").
+fn minute_bucket(key: LimitKey, capacity: u64) -> Result<LimitDefinition, ProfileError> {
+    Ok(LimitDefinition::bucket(key, capacity, MINUTE_SECONDS)?)
 }
 
 /// A per-minute limit of `per_minute` enforced over the shortest sub-window of at
@@ -505,6 +524,7 @@ impl ProfileRules {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::definition::LimitKind;
 
     fn shape(profile: &LlmProfile) -> Vec<(String, u64, u64, Option<u64>)> {
         (profile.definitions.iter())
@@ -517,6 +537,40 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    fn kinds(profile: &LlmProfile) -> Vec<LimitKind> {
+        profile.definitions.iter().map(LimitDefinition::kind).collect()
+    }
+
+    #[test]
+    fn only_anthropic_uses_buckets_the_others_enforce_windows() {
+        let numbers = Published {
+            input_tpm: Some(30_000),
+            output_tpm: Some(8_000),
+            rpd: Some(10_000),
+            ..published(500, 30_000)
+        };
+        for provider in Provider::ALL {
+            let profile = llm_profile(provider.as_str(), "m", &numbers).unwrap();
+            let expected = match provider {
+                Provider::Anthropic => LimitKind::Bucket,
+                _ => LimitKind::Rolling,
+            };
+            assert!(
+                kinds(&profile).iter().all(|kind| *kind == expected),
+                "{provider:?}: {:?}",
+                kinds(&profile)
+            );
+        }
+        // A published figure too small to keep a burst is a clear error, not a limit
+        // that can never grant.
+        let tiny = Published {
+            rpm: Some(1),
+            ..numbers
+        };
+        let refused = llm_profile("anthropic", "m", &tiny).unwrap_err();
+        assert!(refused.to_string().contains("keeps no burst"), "{refused}");
     }
 
     fn published(rpm: u64, tpm: u64) -> Published {
@@ -653,6 +707,16 @@ mod tests {
                 ("global:llm:anthropic:claude-sonnet-4:otpm", 400_000, 60, None),
                 ("global:llm:anthropic:claude-sonnet-4:concurrency", 32, 0, None),
             ])
+        );
+        // Anthropic enforces token buckets: its three published limits are buckets.
+        assert_eq!(
+            kinds(&profile),
+            [
+                LimitKind::Bucket,
+                LimitKind::Bucket,
+                LimitKind::Bucket,
+                LimitKind::Concurrency
+            ]
         );
         let call = ProfileCall {
             prompt: "",

@@ -142,17 +142,19 @@ pub struct PutArgs {
     /// The limit key, 1..=256 bytes of [A-Za-z0-9:_.@/-].
     #[arg(long)]
     pub key: LimitKey,
-    /// rolling (expires after the window) or concurrency (held until complete).
+    /// rolling (expires after the window), concurrency (held until complete) or
+    /// bucket (a token bucket refilled over the window: docs/bucket-limits.md).
     #[arg(long, value_enum)]
     pub kind: KindArg,
     /// The most units granted at once.
     #[arg(long)]
     pub capacity: u64,
-    /// Rolling window, 1..=2678400 seconds (rolling only).
+    /// Rolling window, or a bucket's time to refill from empty to full, 1..=2678400
+    /// seconds (rolling and bucket only).
     #[arg(long, default_value_t = 0)]
     pub window_seconds: u64,
     /// Hold reservations this many ms beyond the window, 0..=60000 and at most the
-    /// window (rolling only); default: the server's `defaults.window_margin_ms`.
+    /// window (rolling and bucket only); default: the server's `defaults.window_margin_ms`.
     #[arg(long)]
     pub window_margin_ms: Option<u64>,
     /// Hold timeout, 1..=86400 seconds (concurrency only).
@@ -176,6 +178,8 @@ pub enum KindArg {
     Rolling,
     /// Concurrency.
     Concurrency,
+    /// Token bucket, as Anthropic enforces its limits (docs/bucket-limits.md).
+    Bucket,
 }
 
 /// `--overage` values.
@@ -244,6 +248,7 @@ impl PutArgs {
             kind: match self.kind {
                 KindArg::Rolling => LimitKind::Rolling,
                 KindArg::Concurrency => LimitKind::Concurrency,
+                KindArg::Bucket => LimitKind::Bucket,
             },
             capacity: self.capacity,
             window_seconds: self.window_seconds,
@@ -366,5 +371,26 @@ mod tests {
         assert_eq!(cli.remote.timeout_ms, 9);
         let cli = parse(&["check-config", "--config", "/etc/rl.yaml"]);
         assert_eq!(cli.config.as_deref(), Some(std::path::Path::new("/etc/rl.yaml")));
+    }
+
+    fn put_definition(args: &[&str]) -> Result<LimitDefinition, String> {
+        let base = ["limits", "put", "--key", "global:llm:anthropic:m:otpm"];
+        let cli = parse(&[&base[..], args].concat());
+        match cli.command {
+            Some(Command::Limits {
+                command: LimitsCommand::Put(put),
+            }) => put.definition(),
+            other => panic!("not a put: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn limits_put_defines_a_bucket_and_refuses_one_without_burst() {
+        let bucket = put_definition(&["--kind", "bucket", "--capacity", "80000", "--window-seconds", "60"]).unwrap();
+        assert_eq!(bucket.kind(), LimitKind::Bucket);
+        assert_eq!((bucket.capacity(), bucket.window_seconds()), (80_000, 60));
+        // Capacity 1 refilled over 1 s keeps no burst: refused before any request is sent.
+        let refused = put_definition(&["--kind", "bucket", "--capacity", "1", "--window-seconds", "1"]).unwrap_err();
+        assert!(refused.contains("keeps no burst"), "{refused}");
     }
 }

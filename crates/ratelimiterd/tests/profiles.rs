@@ -14,26 +14,28 @@ fn profiles_in_the_configuration_are_defined_at_startup() {
     let daemon = Daemon::start(&dir, "", sections);
     let response = raw::request(daemon.addr, "GET", "/v1/admin/limits", Some(ADMIN_TOKEN), b"");
     let reports: Vec<Value> = serde_json::from_value(response.json()).expect("a list of limits");
-    let mut got: Vec<(String, u64, u64)> = (reports.iter())
+    let mut got: Vec<(String, &str, u64, u64)> = (reports.iter())
         .map(|r| {
             let field = |name: &str| r[name].as_u64().unwrap_or(0);
             (
                 r["key"].as_str().unwrap().to_owned(),
+                r["kind"].as_str().unwrap(),
                 field("capacity"),
                 field("window_seconds"),
             )
         })
         .collect();
     got.sort();
-    let expected: Vec<(String, u64, u64)> = [
-        ("global:llm:anthropic:claude-sonnet:itpm", 30_000, 60),
-        ("global:llm:anthropic:claude-sonnet:otpm", 8_000, 60),
-        ("global:llm:anthropic:claude-sonnet:rpm", 50, 60),
-        ("global:llm:openai:gpt-4o-mini:rpm", 8, 1),
-        ("global:llm:openai:gpt-4o-mini:tpm", 16_666, 5),
+    // Anthropic's token buckets are buckets; OpenAI's quanta are rolling sub-windows.
+    let expected: Vec<(String, &str, u64, u64)> = [
+        ("global:llm:anthropic:claude-sonnet:itpm", "bucket", 30_000, 60),
+        ("global:llm:anthropic:claude-sonnet:otpm", "bucket", 8_000, 60),
+        ("global:llm:anthropic:claude-sonnet:rpm", "bucket", 50, 60),
+        ("global:llm:openai:gpt-4o-mini:rpm", "rolling", 8, 1),
+        ("global:llm:openai:gpt-4o-mini:tpm", "rolling", 16_666, 5),
     ]
     .iter()
-    .map(|&(k, c, w)| (k.to_owned(), c, w))
+    .map(|&(k, kind, c, w)| (k.to_owned(), kind, c, w))
     .collect();
     assert_eq!(got, expected);
 }

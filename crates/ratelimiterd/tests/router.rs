@@ -399,6 +399,70 @@ async fn admin_put_get_list_and_errors() {
     assert_eq!(on_disk.states().count(), 2);
 }
 
+/// A `bucket` limit through the admin API and reserve (docs/bucket-limits.md): it
+/// grants its burst at once, denies the next unit with the time of the refill that
+/// fits it, refuses more than the burst for ever, and a definition that keeps no
+/// burst is a 400 that changes nothing.
+#[tokio::test]
+async fn a_bucket_grants_its_burst_then_denies_with_a_hint_and_a_bad_one_is_400() {
+    let h = harness("bucket");
+    let key = "global:llm:anthropic:m:otpm";
+    let bucket = json!({"key": key, "kind": "bucket", "capacity": 6_000, "window_seconds": 60, "unit": "tokens"});
+    let (status, report) = h.put_limit(bucket.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(
+        (report["kind"].as_str(), report["in_use"].as_u64()),
+        (Some("bucket"), Some(0))
+    );
+    let definition: ratelimiter::LimitDefinition = serde_json::from_value(bucket).unwrap();
+    let burst = definition.grantable_max(ratelimiter::WINDOW_MARGIN_MS_DEFAULT);
+    assert!(
+        burst > 0 && burst < 6_000,
+        "a bucket holds less than its capacity: {burst}"
+    );
+
+    let (_, full) = h.reserve(&lease(), json!([{"key": key, "amount": burst}])).await;
+    assert_eq!(full["allowed"], true, "the whole burst at once: {full}");
+    let (_, denied) = h.reserve(&lease(), json!([{"key": key, "amount": 1}])).await;
+    assert_eq!(error_code(&denied), format!("insufficient_capacity:{key}"));
+    let hint_ms = denied["retry_after_ms"].as_u64().unwrap();
+    // 6,000 a minute refills 100 at each 1 s boundary: the next one, 1 s from the fake
+    // clock's whole second, fits one unit (the hint adds the retry policy's jitter).
+    assert!(
+        (1_000..2_000).contains(&hint_ms),
+        "the next boundary, not the minute: {denied}"
+    );
+    let (_, never) = h.reserve(&lease(), json!([{"key": key, "amount": burst + 1}])).await;
+    assert_eq!(error_code(&never), format!("exceeds_capacity:{key}"));
+    assert_eq!(never["retry_after_ms"], 0);
+    h.clock.advance_ms(hint_ms);
+    let (_, refilled) = h.reserve(&lease(), json!([{"key": key, "amount": 1}])).await;
+    assert_eq!(refilled["allowed"], true, "allowed at the hint: {refilled}");
+
+    // Capacity 1 refilled over 1 s keeps no burst: 400, on a new key and on this one.
+    for bad_key in ["global:llm:anthropic:m:new", key] {
+        let bad = json!({"key": bad_key, "kind": "bucket", "capacity": 1, "window_seconds": 1});
+        let (status, body) = h.put_limit(bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(error_code(&body).starts_with("invalid_request: "), "{body}");
+        assert!(error_code(&body).contains("burst"), "{body}");
+    }
+    let (_, list) = h.send(Method::GET, "/v1/admin/limits", None, None).await;
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 1, "nothing defined: {list:?}");
+    assert_eq!(
+        (list[0]["capacity"].as_u64(), list[0]["window_seconds"].as_u64()),
+        (Some(6_000), Some(60))
+    );
+    let on_disk = Registry::open(&h.registry_path).unwrap();
+    let kinds: Vec<_> = on_disk.states().map(|state| state.definition().kind()).collect();
+    assert_eq!(
+        kinds,
+        [ratelimiter::LimitKind::Bucket],
+        "the registry file keeps the bucket"
+    );
+}
+
 #[tokio::test]
 async fn a_decrease_waits_for_usage_then_is_applied_and_persisted() {
     let h = harness("decrease");

@@ -10,8 +10,9 @@
 # demand exceeds capacity for a full provider window. TRACES: the traces' directory.
 # SKIP_BUILD=1: use the release binaries already built. SKIP_DONE=1: skip runs whose
 # summary exists. STRATEGIES: the strategies to run (default `local server
-# token-bucket`); `local-bucket` is `local` with the replay's token-bucket limiter
-# prototype (`--limiter-kind bucket`).
+# token-bucket`); `local-rolling` and `server-rolling` are `local` and `server` with
+# the profile's bucket limits turned into rolling ones of the same size
+# (`--profile-windows rolling`: Anthropic's reference rows).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out="${1:-target/profiles-matrix}"
@@ -47,7 +48,7 @@ for profile in ${profiles[@]}; do
       name="$profile-$trace-$strategy" limiter=()
       if [ -n "${SKIP_DONE:-}" ] && [ -s "$out/$name.json" ]; then continue; fi
       if [ "$strategy" != token-bucket ]; then limiter=(--limiter-profile); fi
-      if [ "$strategy" = local-bucket ]; then strategy=local limiter+=(--limiter-kind bucket); fi
+      case "$strategy" in *-rolling) strategy=${strategy%-rolling} limiter+=(--profile-windows rolling) ;; esac
       echo "== $name $(date +%T)" >&2
       "${CARGO_TARGET_DIR:-target}/release/replay" --trace "$traces/AzureLLMInferenceTrace_$trace.csv" \
         --strategy "$strategy" --provider-profile "$profile" --provider-tpm "$tpm" "${limiter[@]}" "${common[@]}" \

@@ -94,11 +94,12 @@ pub struct Args {
     /// limit per provider limit over its window.
     #[arg(long)]
     pub limiter_profile: bool,
-    /// `local`: the kind of the limiter's rolling limits. `bucket` is a prototype kept in the
-    /// replay (`bucket_limiter.rs`): each rolling definition enforced as a token bucket of its
-    /// capacity refilled over its window, to measure what such a kind would give.
-    #[arg(long, value_enum, default_value = "rolling")]
-    pub limiter_kind: LimiterKind,
+    /// With `--limiter-profile`: `profile` keeps the profile's definitions as the library
+    /// makes them; `rolling` turns each of its `bucket` limits (Anthropic's) into a rolling
+    /// limit of the same capacity, window and margin, the same run's reference for what
+    /// the bucket kind changes (BENCHMARKS.md, "Provider profiles").
+    #[arg(long, value_enum, default_value = "profile")]
+    pub profile_windows: ProfileWindows,
     /// Scheduler workers per client process (our strategies); default: the provider's concurrency.
     #[arg(long)]
     pub workers: Option<usize>,
@@ -130,13 +131,13 @@ pub struct Args {
     pub worker_shard: Option<String>,
 }
 
-/// The kind of the `local` limiter's rolling limits.
+/// Which limit kinds the profile's definitions keep (`--profile-windows`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LimiterKind {
-    /// The backends' rolling windows (the memory backend).
+pub enum ProfileWindows {
+    /// The kinds the library's profile defines.
+    Profile,
+    /// Every bucket limit as a rolling limit of the same capacity and window.
     Rolling,
-    /// The replay's token-bucket prototype ([`crate::bucket_limiter`]).
-    Bucket,
 }
 
 /// How our strategies size a prompt's reservation.
@@ -190,10 +191,8 @@ impl Args {
         if self.workers.is_some_and(|w| !(1..=WORKERS_MAX).contains(&w)) {
             return Err(format!("--workers must be 1..={WORKERS_MAX}"));
         }
-        if self.limiter_kind == LimiterKind::Bucket && self.strategy != StrategyKind::Local {
-            return Err(
-                "--limiter-kind bucket: only with --strategy local (the prototype is not in the backends)".to_owned(),
-            );
+        if self.profile_windows == ProfileWindows::Rolling && !self.limiter_profile {
+            return Err("--profile-windows rolling: only with --limiter-profile".to_owned());
         }
         if self.requests == Some(0) {
             return Err("--requests must be at least 1".to_owned());

@@ -8,7 +8,6 @@
 
 #![warn(missing_docs)]
 
-pub mod bucket_limiter;
 pub mod cli;
 pub mod definitions;
 pub mod enforcement;

@@ -5,12 +5,13 @@ use std::io::Write;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use ratelimiter::{Backend, Clock, Limiter, MemoryBackend, MemoryConfig, SystemClock};
+use ratelimiter::{
+    Backend, Clock, DefinitionFields, LimitDefinition, LimitKind, MemoryBackend, MemoryConfig, SystemClock,
+};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::bucket_limiter::BucketLimiter;
-use crate::cli::{Args, LimiterKind};
+use crate::cli::{Args, ProfileWindows};
 use crate::definitions::limiter_definitions;
 use crate::outcome::RequestOutcome;
 use crate::plot;
@@ -92,17 +93,11 @@ async fn prepare(args: &Args, trace: &Trace, provider_url: &str, clock: &Arc<dyn
         StrategyKind::None => (Some(Arc::new(NoLimiter::new(caller))), None, None),
         StrategyKind::TokenBucket => (Some(Arc::new(TokenBucket::new(caller, limits))), None, None),
         StrategyKind::Local => {
-            let limiter: Arc<dyn Limiter> = match args.limiter_kind {
-                LimiterKind::Rolling => {
-                    let backend = Arc::new(MemoryBackend::new(Arc::clone(clock), MemoryConfig::default()));
-                    for definition in &definitions {
-                        backend.apply_definition(definition).await.map_err(|e| e.to_string())?;
-                    }
-                    backend
-                }
-                LimiterKind::Bucket => Arc::new(BucketLimiter::new(Arc::clone(clock), &definitions)),
-            };
-            let scheduled = Scheduled::with_rules(caller, limiter, args.workers(), jobs, args.prompt_estimate, rules)?;
+            let backend = Arc::new(MemoryBackend::new(Arc::clone(clock), MemoryConfig::default()));
+            for definition in &definitions {
+                backend.apply_definition(definition).await.map_err(|e| e.to_string())?;
+            }
+            let scheduled = Scheduled::with_rules(caller, backend, args.workers(), jobs, args.prompt_estimate, rules)?;
             (Some(Arc::new(scheduled)), None, None)
         }
         StrategyKind::Server | StrategyKind::ServerMulti => {
@@ -160,7 +155,27 @@ pub fn library_profile(args: &Args, limits: &ProviderLimits) -> Result<LlmProfil
         concurrency: Some(limits.concurrency),
         ..Published::default()
     };
-    llm_profile(name, MODEL, &published).map_err(|e| format!("--limiter-profile: {e}"))
+    let mut profile = llm_profile(name, MODEL, &published).map_err(|e| format!("--limiter-profile: {e}"))?;
+    if args.profile_windows == ProfileWindows::Rolling {
+        profile.definitions = (profile.definitions.into_iter())
+            .map(bucket_as_rolling)
+            .collect::<Result<_, _>>()?;
+    }
+    Ok(profile)
+}
+
+/// `definition`, a bucket, as a rolling limit of the same capacity, window,
+/// margin and overage (other kinds unchanged): `--profile-windows rolling`, the
+/// reference a bucket profile is measured against.
+pub fn bucket_as_rolling(definition: LimitDefinition) -> Result<LimitDefinition, String> {
+    if definition.kind() != LimitKind::Bucket {
+        return Ok(definition);
+    }
+    let fields = DefinitionFields {
+        kind: LimitKind::Rolling,
+        ..definition.fields().clone()
+    };
+    LimitDefinition::new(fields).map_err(|e| format!("--profile-windows rolling: {e}"))
 }
 
 /// Runs the replay `args` describe and returns its summary.
@@ -212,9 +227,9 @@ fn title(args: &Args) -> String {
         .and_then(|t| t.file_stem())
         .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
     let strategy = clap::ValueEnum::to_possible_value(&args.strategy).expect("no skipped values");
-    let kind = match args.limiter_kind {
-        LimiterKind::Rolling => "",
-        LimiterKind::Bucket => " (bucket limiter)",
+    let kind = match args.profile_windows {
+        ProfileWindows::Profile => "",
+        ProfileWindows::Rolling => " (profile's buckets as rolling windows)",
     };
     format!(
         "{name}, strategy {}{kind}, speed-up {}",
@@ -366,4 +381,55 @@ pub async fn main(args: Args) -> Result<(), String> {
         serde_json::to_string_pretty(&summary).expect("a summary serializes")
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn anthropic_profile(extra: &[&str]) -> Result<LlmProfile, String> {
+        let base = [
+            "replay",
+            "--trace",
+            "t.csv",
+            "--provider-profile",
+            "anthropic",
+            "--provider-tpm",
+            "850000",
+        ];
+        let args = Args::try_parse_from(base.iter().chain(extra)).map_err(|e| e.to_string())?;
+        let limits = args.provider_limits()?;
+        library_profile(&args, &limits)
+    }
+
+    fn shape(profile: &LlmProfile) -> Vec<(LimitKind, String, u64, u64, Option<u64>)> {
+        (profile.definitions.iter())
+            .map(|d| {
+                let key = d.key().as_str().to_owned();
+                (d.kind(), key, d.capacity(), d.window_seconds(), d.window_margin_ms())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn profile_windows_rolling_turns_only_the_buckets_into_rolling_limits_of_the_same_size() {
+        let buckets = anthropic_profile(&["--limiter-profile"]).unwrap();
+        let rolling = anthropic_profile(&["--limiter-profile", "--profile-windows", "rolling"]).unwrap();
+        let (buckets, rolling) = (shape(&buckets), shape(&rolling));
+        assert_eq!(buckets.len(), rolling.len());
+        assert!(buckets.iter().any(|d| d.0 == LimitKind::Bucket), "{buckets:?}");
+        for (bucket, window) in buckets.iter().zip(&rolling) {
+            let expected = match bucket.0 {
+                LimitKind::Bucket => LimitKind::Rolling,
+                other => other,
+            };
+            assert_eq!(window.0, expected, "{window:?}");
+            let size = |d: &(LimitKind, String, u64, u64, Option<u64>)| (d.1.clone(), d.2, d.3, d.4);
+            assert_eq!(size(bucket), size(window), "same key, capacity, window and margin");
+        }
+        let refused = anthropic_profile(&["--profile-windows", "rolling"]).unwrap_err();
+        assert!(refused.contains("--limiter-profile"), "{refused}");
+    }
 }
