@@ -339,3 +339,34 @@ async fn a_pause_on_a_bucket_refunds_within_its_own_hold_and_not_after() {
         "after its hold: nothing given back"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_on_a_bucket_and_a_rolling_limit_takes_both_or_neither() {
+    let backend = backend().await;
+    let key = unique_key("mixed-bucket");
+    let definition = LimitDefinition::bucket(key.clone(), SLOW_CAPACITY, SLOW_WINDOW_SECONDS).unwrap();
+    backend.apply_definition(&definition).await.unwrap();
+    let burst = BucketShape::new(&definition, MARGIN_MS).unwrap().burst();
+    let rpm = unique_key("mixed-rolling");
+    backend
+        .apply_definition(&LimitDefinition::rolling(rpm.clone(), 2, 60).unwrap())
+        .await
+        .unwrap();
+    assert!(backend
+        .reserve(&reserve(&[(&rpm, 1), (&key, 1_000)]))
+        .await
+        .unwrap()
+        .is_allowed());
+    // The bucket is short: the rolling limit keeps its unit.
+    let short = backend.reserve(&reserve(&[(&rpm, 1), (&key, burst)])).await.unwrap();
+    assert!(
+        matches!(&short, ReserveOutcome::Denied(Denial::InsufficientCapacity { key: denied, .. }) if denied == &key),
+        "{short:?}"
+    );
+    assert_eq!(in_use(&backend, &rpm).await, 1);
+    // The rolling limit is short: the bucket gives nothing.
+    assert!(backend.reserve(&reserve(&[(&rpm, 1)])).await.unwrap().is_allowed());
+    let full = backend.reserve(&reserve(&[(&key, 500), (&rpm, 1)])).await.unwrap();
+    assert!(!full.is_allowed(), "{full:?}");
+    assert_eq!(in_use(&backend, &key).await, 1_000);
+}
