@@ -63,7 +63,12 @@ pub async fn bucket_burst_then_refill(h: &dyn Harness) {
         Denial::ExceedsCapacity { key: otpm.clone() },
     );
     assert_allowed("the burst", &f.reserve_new(&[(&otpm, burst)]).await.1);
-    f.assert_in_use("emptied", &[(&otpm, burst)]).await;
+    // Emptied; a real-time backend may have passed a boundary or two since.
+    let in_use = f.in_use(&otpm).await;
+    assert!(
+        (burst - SLOW_CALL_REFILL..=burst).contains(&in_use),
+        "emptied: in_use {in_use} of a burst of {burst}"
+    );
     let hint_ms = assert_insufficient("empty", &f.reserve_new(&[(&otpm, SLOW_CALL_REFILL)]).await.1, &otpm);
     // 300 units need 1.5 s of refill from empty, less what refilled meanwhile.
     assert!(hint_ms <= 1_500 + 1_000, "hint {hint_ms} ms for 1.5 s of refill");
