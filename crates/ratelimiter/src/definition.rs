@@ -153,44 +153,35 @@ impl LimitDefinition {
 
     /// A rolling limit of `capacity` units per `window_seconds`.
     pub fn rolling(key: LimitKey, capacity: u64, window_seconds: u64) -> Result<Self, DefinitionError> {
-        Self::new(DefinitionFields {
-            key,
-            kind: LimitKind::Rolling,
-            capacity,
-            window_seconds,
-            window_margin_ms: None,
-            timeout_seconds: 0,
-            unit: String::new(),
-            description: String::new(),
-            overage: Overage::None,
-        })
+        Self::plain(key, LimitKind::Rolling, capacity, window_seconds, 0)
     }
 
     /// A concurrency limit of `capacity` units held at once, each hold released
     /// after `timeout_seconds` at the latest.
     pub fn concurrency(key: LimitKey, capacity: u64, timeout_seconds: u64) -> Result<Self, DefinitionError> {
-        Self::new(DefinitionFields {
-            key,
-            kind: LimitKind::Concurrency,
-            capacity,
-            window_seconds: 0,
-            window_margin_ms: None,
-            timeout_seconds,
-            unit: String::new(),
-            description: String::new(),
-            overage: Overage::None,
-        })
+        Self::plain(key, LimitKind::Concurrency, capacity, 0, timeout_seconds)
     }
 
     /// A token bucket of `capacity` units refilled at `capacity` per `window_seconds`.
     pub fn bucket(key: LimitKey, capacity: u64, window_seconds: u64) -> Result<Self, DefinitionError> {
+        Self::plain(key, LimitKind::Bucket, capacity, window_seconds, 0)
+    }
+
+    /// A definition with the default margin, no labels and overage dropped.
+    fn plain(
+        key: LimitKey,
+        kind: LimitKind,
+        capacity: u64,
+        window_seconds: u64,
+        timeout_seconds: u64,
+    ) -> Result<Self, DefinitionError> {
         Self::new(DefinitionFields {
             key,
-            kind: LimitKind::Bucket,
+            kind,
             capacity,
             window_seconds,
             window_margin_ms: None,
-            timeout_seconds: 0,
+            timeout_seconds,
             unit: String::new(),
             description: String::new(),
             overage: Overage::None,
