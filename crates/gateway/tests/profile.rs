@@ -9,38 +9,19 @@ mod support;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use ratelimiter::SystemClock;
-use replay::provider::{Accounting, ProviderLimits};
 use replay::provider_server::ProviderServer;
-use replay::sim_control::SimControl;
-use replay::sim_profile::{ProfileName, SimProfile};
+use replay::sim_profile::ProfileName;
+
 use serde_json::json;
 use support::*;
 
-/// The published requests per minute: OpenAI enforces them as 10 a second.
-const RPM: u64 = 600;
+/// The published requests per minute ([`SIM_RPM`]): OpenAI enforces them as 10 a second.
+const RPM: u64 = SIM_RPM;
 /// The burst: two quantized seconds' worth.
 const BURST: usize = 20;
 
 async fn start_openai_sim() -> (SocketAddr, Arc<ProviderServer>) {
     start_sim(ProfileName::Openai).await
-}
-
-async fn start_sim(profile: ProfileName) -> (SocketAddr, Arc<ProviderServer>) {
-    let limits = ProviderLimits {
-        rpm: RPM,
-        tpm: 10_000_000,
-        window_ms: 60_000,
-        concurrency: 1_000,
-        ms_per_output_token: 0,
-        accounting: Accounting::Openai,
-    };
-    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
-    provider.set_profile(SimProfile::with_defaults(profile, &limits));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
-    (addr, provider)
 }
 
 fn config(sim: SocketAddr, profile: &str) -> gateway::GatewayConfig {
@@ -111,47 +92,10 @@ async fn an_openai_profiled_model_reserves_at_least_the_character_estimate() {
     );
 }
 
-/// Anthropic's profile makes the gateway reserve on buckets (docs/bucket-limits.md):
-/// a call through `/v1/messages` takes `max_tokens` from the `otpm` bucket and its
-/// Complete gives back at once what the answer did not use.
+/// Anthropic's profile makes the gateway reserve on buckets (docs/bucket-limits.md),
+/// on the memory backend ([`anthropic_buckets_give_unused_output_back`]; the same
+/// check on TigerBeetle is in `tigerbeetle.rs`).
 #[tokio::test]
 async fn an_anthropic_profiled_model_reserves_on_buckets_and_gives_unused_output_back() {
-    let (sim, provider) = start_sim(ProfileName::Anthropic).await;
-    let yaml = format!(
-        "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: sim, kind: anthropic, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: claude-sonnet-4-5, upstream: sim, rpm: {RPM}, input_tpm: 1000000, output_tpm: 200000, max_output_tokens_default: 16, max_wait_ms: 30000, profile: anthropic}}\n"
-    );
-    let config: gateway::GatewayConfig = serde_yaml::from_str(&yaml).unwrap();
-    let backend = memory_backend();
-    let gateway = start_gateway(&config, backend.clone()).await;
-    for dimension in ["rpm", "itpm", "otpm"] {
-        let key = ratelimiter::LimitKey::new(format!("global:llm:sim:claude-sonnet-4-5:{dimension}")).unwrap();
-        let report = backend.limit_report(&key).await.unwrap().unwrap();
-        assert_eq!(
-            report.state.definition().kind(),
-            ratelimiter::LimitKind::Bucket,
-            "{dimension}"
-        );
-    }
-    let (max_tokens, output_tokens) = (1_000, 4);
-    let request = json!({"model": "claude-sonnet-4-5", "max_tokens": max_tokens, "sim_output_tokens": output_tokens,
-        "messages": [{"role": "user", "content": "hello"}]});
-    let response = post_raw(
-        &client(),
-        gateway,
-        "/v1/messages",
-        request.to_string(),
-        &[("x-api-key", TENANT_KEY), ("anthropic-version", "2023-06-01")],
-    )
-    .await;
-    assert_eq!(response.status(), 200);
-    // The Complete runs as the answer ends: at most the output stays taken (less once
-    // a refill second has passed), never the unused `max_tokens`.
-    for _ in 0..200 {
-        if in_use(&backend, "global:llm:sim:claude-sonnet-4-5:otpm").await <= output_tokens {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert!(in_use(&backend, "global:llm:sim:claude-sonnet-4-5:otpm").await <= output_tokens);
-    assert_eq!(provider.counts().throttled, 0);
+    anthropic_buckets_give_unused_output_back(memory_backend()).await;
 }

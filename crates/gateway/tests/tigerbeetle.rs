@@ -88,3 +88,12 @@ async fn calls_are_reserved_reconciled_and_released_on_tigerbeetle() {
     assert_eq!(in_use(&backend, tpm).await, reserved);
     state.gate.add_permits(8);
 }
+
+/// An Anthropic-profiled model reserves on the profile's buckets on TigerBeetle too:
+/// the take, the refill and the Complete's refund are transfers on the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_profiled_model_reserves_on_buckets_on_tigerbeetle() {
+    let cluster = LocalCluster::start().expect("starting a local TigerBeetle");
+    let backend = tigerbeetle_backend(&cluster).await;
+    anthropic_buckets_give_unused_output_back(backend).await;
+}

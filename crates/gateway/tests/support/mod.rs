@@ -336,3 +336,79 @@ pub async fn open(client: &HttpClient, gateway: SocketAddr, body: &Value) -> hyp
     )
     .await
 }
+
+/// The published requests per minute of [`start_sim`]'s provider.
+pub const SIM_RPM: u64 = 600;
+
+/// The provider simulator enforcing `profile`'s rules (`ProviderServer::set_profile`),
+/// in process on a real socket.
+pub async fn start_sim(
+    profile: replay::sim_profile::ProfileName,
+) -> (SocketAddr, Arc<replay::provider_server::ProviderServer>) {
+    use replay::provider::{Accounting, ProviderLimits};
+    let limits = ProviderLimits {
+        rpm: SIM_RPM,
+        tpm: 10_000_000,
+        window_ms: 60_000,
+        concurrency: 1_000,
+        ms_per_output_token: 0,
+        accounting: Accounting::Openai,
+    };
+    let provider = replay::provider_server::ProviderServer::with_control(
+        limits,
+        Arc::new(SystemClock::new()),
+        replay::sim_control::SimControl::default(),
+    );
+    provider.set_profile(replay::sim_profile::SimProfile::with_defaults(profile, &limits));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
+    (addr, provider)
+}
+
+/// Anthropic's profile makes the gateway reserve on buckets (docs/bucket-limits.md)
+/// whatever the backend: a call through `/v1/messages` takes `max_tokens` from the
+/// `otpm` bucket and its Complete gives back at once what the answer did not use.
+pub async fn anthropic_buckets_give_unused_output_back(backend: Arc<dyn Backend>) {
+    // 100 output tokens a second of refill: the 2 s this waits at most refill 200,
+    // far from the 996 a Complete must give back.
+    const OUTPUT_TPM: u64 = 6_000;
+    let (sim, provider) = start_sim(replay::sim_profile::ProfileName::Anthropic).await;
+    let yaml = format!(
+        "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: sim, kind: anthropic, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: claude-sonnet-4-5, upstream: sim, rpm: {SIM_RPM}, input_tpm: 1000000, output_tpm: {OUTPUT_TPM}, max_output_tokens_default: 16, max_wait_ms: 30000, profile: anthropic}}\n"
+    );
+    let config: GatewayConfig = serde_yaml::from_str(&yaml).unwrap();
+    let gateway = start_gateway(&config, backend.clone()).await;
+    for dimension in ["rpm", "itpm", "otpm"] {
+        let key = LimitKey::new(format!("global:llm:sim:claude-sonnet-4-5:{dimension}")).unwrap();
+        let report = backend.limit_report(&key).await.unwrap().unwrap();
+        assert_eq!(
+            report.state.definition().kind(),
+            ratelimiter::LimitKind::Bucket,
+            "{dimension}"
+        );
+    }
+    let (max_tokens, output_tokens) = (1_000, 4);
+    let request = json!({"model": "claude-sonnet-4-5", "max_tokens": max_tokens, "sim_output_tokens": output_tokens,
+        "messages": [{"role": "user", "content": "hello"}]});
+    let response = post_raw(
+        &client(),
+        gateway,
+        "/v1/messages",
+        request.to_string(),
+        &[("x-api-key", TENANT_KEY), ("anthropic-version", "2023-06-01")],
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    // The Complete runs as the answer ends: at most the output stays taken (less once
+    // a refill second has passed), never the unused `max_tokens`.
+    let otpm = "global:llm:sim:claude-sonnet-4-5:otpm";
+    for _ in 0..200 {
+        if in_use(&backend, otpm).await <= output_tokens {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(in_use(&backend, otpm).await <= output_tokens);
+    assert_eq!(provider.counts().throttled, 0);
+}
