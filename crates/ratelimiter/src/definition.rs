@@ -336,23 +336,11 @@ fn validate_fields(f: &DefinitionFields) -> Result<(), DefinitionError> {
 
 /// Checks that a bucket keeps a burst of at least 1 under its own margin, or the
 /// standard default margin when it gives none (a backend configured with a longer
-/// default checks again when it applies the definition).
+/// default checks again when it applies the definition): the shape and its error
+/// are [`BucketShape::new`]'s, on the fields as they would be defined.
 fn check_bucket_burst(f: &DefinitionFields) -> Result<(), DefinitionError> {
-    let window_ms = f.window_seconds * 1000;
-    let margin_ms = f
-        .window_margin_ms
-        .unwrap_or_else(|| WINDOW_MARGIN_MS_DEFAULT.max(window_ms / WINDOW_MARGIN_WINDOW_DIVISOR));
-    match BucketShape::from_parts(f.capacity, window_ms, margin_ms) {
-        Some(_) => Ok(()),
-        None => Err(DefinitionError::Invalid(format!(
-            "limit {}: a bucket of capacity {} refilled over {} s keeps no burst after its {margin_ms} ms margin \
-             and {} ms refill slot; raise the capacity or the window",
-            f.key,
-            f.capacity,
-            f.window_seconds,
-            window_ms.div_ceil(crate::bucket::BUCKET_SLOTS_PER_WINDOW)
-        ))),
-    }
+    let definition = LimitDefinition { fields: f.clone() };
+    BucketShape::new(&definition, WINDOW_MARGIN_MS_DEFAULT).map(|_| ())
 }
 
 /// Checks a window margin against its bounds: at most [`WINDOW_MARGIN_MS_MAX`]

@@ -118,9 +118,7 @@ impl Limit {
         match &self.bucket {
             Some(bucket) => {
                 let smaller = self.state.definition().with_capacity(target).ok();
-                let burst = smaller
-                    .and_then(|d| BucketShape::new(&d, default_margin_ms).ok())
-                    .map_or(0, |shape| shape.burst());
+                let burst = smaller.map_or(0, |d| d.grantable_max(default_margin_ms));
                 bucket.level >= bucket.shape.burst().saturating_sub(burst)
             }
             None => self.capacity().saturating_sub(self.in_use()) >= self.capacity() - target,
