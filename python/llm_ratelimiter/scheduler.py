@@ -1,8 +1,10 @@
 """The asyncio scheduler: runs LLM calls as fast as their limits allow.
 
-Jobs wait in one queue per (provider, model); within a queue, each tenant has
-its own line and tenants take turns, and workers take the queues with ready
-work in turn. So neither a saturated model nor one tenant's burst holds up the
+Jobs wait in one queue per (provider, model); within a queue, each class shares
+what frees up by its weight (``classes``, highest first: the class due next is the
+one with the lowest pass, which each of its jobs advances by 1/share), each tenant
+has its own line within a class and tenants take turns, and workers take the
+queues with ready work in turn. So neither a saturated model nor one tenant's burst holds up the
 rest (no head-of-line blocking). The limiting decisions are the limiter's (the
 Rust library); this module only orders Python coroutines around them:
 
@@ -26,11 +28,12 @@ import asyncio
 import collections
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Deque, Dict, Generic, List, Optional, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Deque, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 from . import _arguments, _native
 from .errors import (
     ArgumentTypeError,
+    InvalidArgumentError,
     JobNotRunError,
     LimiterUnavailableError,
     QueueFullError,
@@ -51,6 +54,14 @@ WORKERS_DEFAULT = 16
 QUEUED_JOBS_MAX_DEFAULT = 10_000
 #: Retries of one attempt whose outcome is unknown (same lease id) before the job fails.
 UNKNOWN_RETRIES_MAX_DEFAULT = 5
+#: The most classes a scheduler takes: classes are tiers of importance, scanned at each take.
+CLASSES_MAX = 16
+#: The largest share of a class; 1,000 to 1 already means "one waits for the other".
+CLASS_SHARE_MAX = 1_000
+#: The pass a take of a class with share 1 advances (see the Rust core's scheduler).
+_STRIDE_UNIT = 1 << 40
+#: The one class of a scheduler given no ``classes``.
+DEFAULT_CLASS = "default"
 #: How long shutdown lets running calls finish by default, in seconds.
 SHUTDOWN_TIMEOUT_S_DEFAULT = 10.0
 
@@ -88,37 +99,67 @@ class _Job:
     run: Callable[[], Awaitable[Any]]
     usage: Callable[[Any], int]
     future: "asyncio.Future[JobResult[Any]]"
+    class_index: int = 0
     attempts: int = 0
     task: Optional["asyncio.Task[Any]"] = None
 
 
 @dataclass
 class _ModelQueue:
-    """One (provider, model): a line per tenant, served in turn."""
+    """One (provider, model): a line per (class, tenant); classes by their shares,
+    tenants in turn within a class."""
 
-    lines: "collections.OrderedDict[str, Deque[_Job]]" = field(default_factory=collections.OrderedDict)
+    strides: List[int]
+    lines: "collections.OrderedDict[Tuple[int, str], Deque[_Job]]" = field(default_factory=collections.OrderedDict)
+    passes: List[int] = field(default_factory=list)
     paused_until: float = 0.0
     paused_key: str = ""
     tenant_paused_until: Dict[str, float] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.passes = [0] * len(self.strides)
+
+    def add(self, job: _Job, front: bool) -> None:
+        """Puts ``job`` in its line. A class that had no line rejoins at the lowest
+        pass of those waiting: it cannot bank turns while it had nothing to run."""
+        name = (job.class_index, job.call.tenant_id)
+        waiting = {cls for cls, _ in self.lines}
+        if job.class_index not in waiting and waiting:
+            floor = min(self.passes[cls] for cls in waiting)
+            self.passes[job.class_index] = max(self.passes[job.class_index], floor)
+        line = self.lines.setdefault(name, collections.deque())
+        if front:
+            line.appendleft(job)
+        else:
+            line.append(job)
+
+    def give_back(self, job: _Job) -> None:
+        """A taken job was denied: its class keeps its turn, so turns count grants."""
+        self.passes[job.class_index] = max(0, self.passes[job.class_index] - self.strides[job.class_index])
+
     def next_job(self, now: float) -> Optional[_Job]:
         if self.paused_until > now:
             return None
-        for tenant in list(self.lines):
-            line = self.lines[tenant]
-            if self.tenant_paused_until.get(tenant, 0.0) > now:
-                continue
-            job = line.popleft()
-            if line:
-                self.lines.move_to_end(tenant)
-            else:
-                del self.lines[tenant]
-            return job
-        return None
+        first_in_turn: Dict[int, Tuple[int, str]] = {}
+        for name in self.lines:
+            if self.tenant_paused_until.get(name[1], 0.0) <= now:
+                first_in_turn.setdefault(name[0], name)
+        if not first_in_turn:
+            return None
+        class_index = min(first_in_turn, key=lambda cls: (self.passes[cls], cls))
+        name = first_in_turn[class_index]
+        line = self.lines[name]
+        job = line.popleft()
+        if line:
+            self.lines.move_to_end(name)
+        else:
+            del self.lines[name]
+        self.passes[class_index] += self.strides[class_index]
+        return job
 
     def wake_at(self) -> float:
         """When a paused queue or line may have work again (inf: never by time)."""
-        times = [self.paused_until] + [self.tenant_paused_until.get(t, 0.0) for t in self.lines]
+        times = [self.paused_until] + [self.tenant_paused_until.get(t, 0.0) for _, t in self.lines]
         return min((t for t in times if t > 0), default=float("inf"))
 
 
@@ -137,6 +178,7 @@ class Scheduler:
         workers: int = WORKERS_DEFAULT,
         queued_jobs_max: int = QUEUED_JOBS_MAX_DEFAULT,
         unknown_retries_max: int = UNKNOWN_RETRIES_MAX_DEFAULT,
+        classes: Optional[Sequence[Tuple[str, int]]] = None,
     ) -> None:
         if not isinstance(limiter, _LimiterBase):
             raise ArgumentTypeError(
@@ -144,6 +186,8 @@ class Scheduler:
         _arguments.uint("workers", workers, minimum=1)
         _arguments.uint("queued_jobs_max", queued_jobs_max, minimum=1)
         _arguments.uint("unknown_retries_max", unknown_retries_max)
+        self._classes = _check_classes(classes)
+        self._strides = [_STRIDE_UNIT // share for _, share in self._classes]
         self._limiter = limiter
         self._queued_jobs_max = queued_jobs_max
         self._unknown_retries_max = unknown_retries_max
@@ -180,14 +224,18 @@ class Scheduler:
         daily_budget: bool = False,
         job_id: Optional[str] = None,
         usage: Callable[[T], int] = usage_tokens,
+        job_class: Optional[str] = None,
     ) -> "asyncio.Future[JobResult[T]]":
         """Queues one call: ``run()`` is awaited once its requirements are granted,
         and ``usage(result)`` (default: read the provider's ``usage``) gives the
-        tokens Complete reconciles to. Cancelling the returned future cancels
-        the job (Complete still runs if it had started)."""
+        tokens Complete reconciles to. ``job_class`` names one of the scheduler's
+        ``classes``; without it the job runs in the lowest class. Cancelling the
+        returned future cancels the job (Complete still runs if it had started)."""
         _arguments.callable_("run", run)
         _arguments.callable_("usage", usage)
         _arguments.optional_str("job_id", job_id)
+        _arguments.optional_str("job_class", job_class)
+        class_index = self._class_index(job_class)
         if self._closed:
             raise SchedulerClosedError("the scheduler is shut down")
         if self._queued >= self._queued_jobs_max:
@@ -202,10 +250,11 @@ class Scheduler:
             run=run,
             usage=usage,
             future=asyncio.get_running_loop().create_future(),
+            class_index=class_index,
         )
         job.future.add_done_callback(lambda f, job=job: self._on_future_done(job))
-        queue = self._queues.setdefault((provider, model), _ModelQueue())
-        queue.lines.setdefault(tenant_id, collections.deque()).append(job)
+        queue = self._queues.setdefault((provider, model), _ModelQueue(self._strides))
+        queue.add(job, front=False)
         self._queued += 1
         self._wakeup.set()
         return job.future
@@ -273,13 +322,18 @@ class Scheduler:
                 pass
         return None
 
+    def _class_index(self, job_class: Optional[str]) -> int:
+        if job_class is None:
+            return len(self._classes) - 1
+        for index, (name, _) in enumerate(self._classes):
+            if name == job_class:
+                return index
+        raise InvalidArgumentError(f"job_class {job_class!r} is not one of the scheduler's classes",
+                                   field="job_class")
+
     def _requeue(self, name: Tuple[str, str], job: _Job, front: bool) -> "_ModelQueue":
-        queue = self._queues.setdefault(name, _ModelQueue())
-        line = queue.lines.setdefault(job.call.tenant_id, collections.deque())
-        if front:
-            line.appendleft(job)
-        else:
-            line.append(job)
+        queue = self._queues.setdefault(name, _ModelQueue(self._strides))
+        queue.add(job, front)
         self._queued += 1
         return queue
 
@@ -306,6 +360,7 @@ class Scheduler:
                 job.future.set_exception(JobNotRunError("the scheduler shut down first", job_id=job.job_id))
                 return
             queue = self._requeue(name, job, front=True)
+            queue.give_back(job)
             until = time.monotonic() + denial.retry_after_ms / 1000
             if denial.key is not None and denial.key.startswith("tenant:"):
                 queue.tenant_paused_until[job.call.tenant_id] = until
@@ -361,6 +416,32 @@ class Scheduler:
             if queue is not None and queue.paused_until and not queue.paused_key.endswith(":rpm"):
                 queue.paused_until = 0.0
                 self._wakeup.set()
+
+
+def _check_classes(classes: Any) -> List[Tuple[str, int]]:
+    """The scheduler's classes, highest first: ``(name, share)`` pairs, 1..=16 of
+    them, names unique and non-empty, shares 1..=1000. ``None``: one class."""
+    if classes is None:
+        return [(DEFAULT_CLASS, 1)]
+    if isinstance(classes, (str, bytes)) or not isinstance(classes, Sequence):
+        raise ArgumentTypeError(f"classes must be a sequence of (name, share) pairs, got {type(classes).__name__}",
+                                field="classes")
+    if not 1 <= len(classes) <= CLASSES_MAX:
+        raise InvalidArgumentError(f"classes must list 1..={CLASSES_MAX} classes, got {len(classes)}",
+                                   field="classes")
+    checked: List[Tuple[str, int]] = []
+    for index, pair in enumerate(classes):
+        field_name = f"classes[{index}]"
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise ArgumentTypeError(f"{field_name} must be a (name, share) pair", field=field_name)
+        name, share = pair
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"{field_name}: the name must be a non-empty str", field=field_name)
+        if any(name == seen for seen, _ in checked):
+            raise InvalidArgumentError(f"class {name!r} is declared twice", field=field_name)
+        _arguments.uint(f"{field_name} share", share, minimum=1, maximum=CLASS_SHARE_MAX)
+        checked.append((name, share))
+    return checked
 
 
 def _fail(job: _Job, error: BaseException) -> None:

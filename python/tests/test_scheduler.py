@@ -193,3 +193,72 @@ def test_async_reservation_completes_after_an_exception_and_a_cancellation() -> 
         assert limiter.limit("global:llm:p:a:tpm").in_use == 12 + 7
 
     asyncio.run(main())
+
+
+def test_classes_share_freed_capacity_by_their_shares() -> None:
+    async def main() -> None:
+        limiter = two_models(concurrency_a=1)
+        order: list = []
+
+        def call(name: str):
+            async def run() -> int:
+                order.append(name)
+                await asyncio.sleep(0.001)
+                return 1
+            return run
+
+        classes = [("interactive", 4), ("batch", 1)]
+        async with Scheduler(limiter, workers=1, classes=classes) as s:
+            # Batch first and from more tenants: neither earns it more turns.
+            jobs = [s.submit(call("batch"), **job(tenant_id=f"etl{i % 3}"), job_class="batch") for i in range(60)]
+            jobs += [s.submit(call("interactive"), **job(tenant_id="web"), job_class="interactive")
+                     for _ in range(60)]
+            await asyncio.gather(*jobs)
+        first = order[1:51]  # The first take ran before the interactive jobs were submitted.
+        assert first.count("interactive") == 40, first
+        assert len(order) == 120
+
+    asyncio.run(main())
+
+
+def test_a_job_without_a_class_runs_in_the_lowest_and_an_unknown_class_is_refused() -> None:
+    from llm_ratelimiter import InvalidArgumentError
+
+    async def main() -> None:
+        limiter = two_models(concurrency_a=1)
+        order: list = []
+
+        def call(name: str):
+            async def run() -> int:
+                order.append(name)
+                await asyncio.sleep(0.001)
+                return 1
+            return run
+
+        async with Scheduler(limiter, workers=1, classes=[("interactive", 4), ("batch", 1)]) as s:
+            with pytest.raises(InvalidArgumentError, match="job_class"):
+                s.submit(call("x"), **job(), job_class="urgent")
+            jobs = [s.submit(call("unnamed"), **job(tenant_id="etl")) for _ in range(20)]
+            jobs += [s.submit(call("interactive"), **job(tenant_id="web"), job_class="interactive")
+                     for _ in range(20)]
+            await asyncio.gather(*jobs)
+        assert order[1:11].count("unnamed") <= 3, order
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("classes, message", [
+    ([("a", 0)], "share"),
+    ([("a", 1001)], "share"),
+    ([("a", 1), ("a", 2)], "twice"),
+    ([], "1..=16"),
+    ([("", 1)], "name"),
+])
+def test_bad_classes_are_refused_by_name(classes: list, message: str) -> None:
+    from llm_ratelimiter import InvalidArgumentError
+
+    async def main() -> None:
+        with pytest.raises(InvalidArgumentError, match=message):
+            Scheduler(two_models(), classes=classes)
+
+    asyncio.run(main())

@@ -156,6 +156,7 @@ fn submit_calls(scheduler: &Scheduler, provider: &str, count: usize, done: &Arc<
                 max_output_tokens: 200,
                 prompt_tokens: None,
                 want_daily_budget: false,
+                class: None,
             };
             let done = Arc::clone(done);
             let job = Job::new(spec, move || async move {
@@ -241,6 +242,7 @@ fn overhead_spec(i: usize) -> JobSpec {
         max_output_tokens: 10,
         prompt_tokens: None,
         want_daily_budget: false,
+        class: None,
     }
 }
 

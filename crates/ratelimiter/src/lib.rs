@@ -47,6 +47,8 @@
 //!     // reserves one token per prompt byte, which is safe but four times too much.
 //!     prompt_tokens: Some(8),
 //!     want_daily_budget: false,
+//!     // The work class (docs/client-library.md, "Classes"); `None` is the lowest.
+//!     class: None,
 //! };
 //! let job = Job::new(spec, || async {
 //!     // Call the provider here. Return the tokens it charged: prompt plus output as it

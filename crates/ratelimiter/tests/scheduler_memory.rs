@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ratelimiter::memory::{MemoryBackend, MemoryConfig};
-use ratelimiter::scheduler::{ExecuteError, Job, JobError, JobHandle, Scheduler, SchedulerConfig};
+use ratelimiter::scheduler::{
+    ExecuteError, Job, JobError, JobHandle, Scheduler, SchedulerConfig, SubmitErrorKind, WorkClass,
+};
 use ratelimiter::{Backend, LimitDefinition, LimitKey, TokioClock};
 use scheduler_support::{sleeping_job, spec, Recorder};
 use tokio::time::Instant;
@@ -211,4 +213,150 @@ async fn jobs_that_can_never_run_fail_at_once() {
         Err(JobError::Limiter(ratelimiter::LimiterError::UnknownKey(_)))
     ));
     assert_eq!(Instant::now(), start);
+}
+
+/// Classes `interactive` (share 4) and `batch` (share 1), highest first.
+fn two_classes(workers: usize) -> SchedulerConfig {
+    let classes = vec![
+        WorkClass::new("interactive", 4).unwrap(),
+        WorkClass::new("batch", 1).unwrap(),
+    ];
+    SchedulerConfig::builder(workers)
+        .jitter_seed(11)
+        .classes(classes)
+        .build()
+        .unwrap()
+}
+
+/// A 100 ms job of `tenant` in `class` that records its id when it finishes.
+fn recorded_job(finished: &Arc<Mutex<Vec<String>>>, job_id: String, tenant: &str, class: Option<&str>) -> Job {
+    let finished = finished.clone();
+    let mut job_spec = spec(&job_id, tenant, "openai", "gpt-4o");
+    job_spec.class = class.map(str::to_owned);
+    Job::new(job_spec, move || async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        finished.lock().unwrap().push(job_id);
+        Ok::<u64, ExecuteError>(50)
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn freed_capacity_goes_to_waiting_classes_by_their_shares() {
+    let backend = backend();
+    // One call in flight at a time: every completion frees exactly one call's room.
+    define(&backend, "openai", "gpt-4o", 100_000, 100_000_000, 1).await;
+    let scheduler = Scheduler::with_config(backend.clone(), two_classes(4));
+    let finished = Arc::new(Mutex::new(Vec::new()));
+    // Batch is submitted first, and by more tenants: neither earns it more turns.
+    let mut handles = Vec::new();
+    for i in 0..600 {
+        let tenant = format!("etl_{}", i % 3);
+        let job = recorded_job(&finished, format!("batch-{i}"), &tenant, Some("batch"));
+        handles.push(scheduler.submit(job).unwrap());
+    }
+    for i in 0..600 {
+        let job = recorded_job(&finished, format!("interactive-{i}"), "web", Some("interactive"));
+        handles.push(scheduler.submit(job).unwrap());
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+
+    let finished = finished.lock().unwrap().clone();
+    assert_eq!(finished.len(), 1_200);
+    // While both classes wait, 4 of every 5 grants go to the interactive class.
+    let interactive = finished[..500]
+        .iter()
+        .filter(|id| id.starts_with("interactive-"))
+        .count();
+    assert!(
+        (395..=405).contains(&interactive),
+        "interactive got {interactive} of the first 500"
+    );
+    assert!(in_use(&backend, LimitKey::llm_concurrency("openai", "gpt-4o").unwrap()).await == 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_class_running_alone_takes_all_the_capacity() {
+    let backend = backend();
+    define(&backend, "openai", "gpt-4o", 100_000, 100_000_000, 2).await;
+    let scheduler = Scheduler::with_config(backend.clone(), two_classes(4));
+    let finished = Arc::new(Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let handles: Vec<_> = (0..100)
+        .map(|i| {
+            let job = recorded_job(&finished, format!("batch-{i}"), "etl", Some("batch"));
+            scheduler.submit(job).unwrap()
+        })
+        .collect();
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    // Two calls of 100 ms in flight at all times: 100 jobs in 5 s, as with no classes.
+    let elapsed_ms = (Instant::now() - start).as_millis();
+    assert!(
+        (5_000..5_200).contains(&elapsed_ms),
+        "100 batch jobs alone took {elapsed_ms} ms"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interactive_job_waits_for_one_call_not_for_the_batch_backlog() {
+    let backend = backend();
+    define(&backend, "openai", "gpt-4o", 100_000, 100_000_000, 1).await;
+    let scheduler = Scheduler::with_config(backend.clone(), two_classes(4));
+    let finished = Arc::new(Mutex::new(Vec::new()));
+    let batch: Vec<_> = (0..200)
+        .map(|i| {
+            let tenant = format!("etl_{i}");
+            let job = recorded_job(&finished, format!("batch-{i}"), &tenant, Some("batch"));
+            scheduler.submit(job).unwrap()
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
+    let submitted = Instant::now();
+    let job = recorded_job(&finished, "interactive-0".to_owned(), "web", Some("interactive"));
+    scheduler.submit(job).unwrap().await.unwrap();
+    // It takes the slot the running batch call frees, then runs its own 100 ms.
+    let waited_ms = (Instant::now() - submitted).as_millis();
+    assert!(
+        waited_ms <= 200,
+        "the interactive job finished {waited_ms} ms after submit"
+    );
+    scheduler.shutdown(std::future::ready(())).await.unwrap();
+    drop(batch);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_naming_no_class_runs_in_the_lowest_and_an_unknown_class_is_refused() {
+    let backend = backend();
+    define(&backend, "openai", "gpt-4o", 100_000, 100_000_000, 1).await;
+    let scheduler = Scheduler::with_config(backend.clone(), two_classes(1));
+    let finished = Arc::new(Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for i in 0..50 {
+        let job = recorded_job(&finished, format!("unnamed-{i}"), "etl", None);
+        handles.push(scheduler.submit(job).unwrap());
+    }
+    for i in 0..50 {
+        let job = recorded_job(&finished, format!("interactive-{i}"), "web", Some("interactive"));
+        handles.push(scheduler.submit(job).unwrap());
+    }
+    let refused = scheduler
+        .submit(recorded_job(&finished, "x".to_owned(), "web", Some("urgent")))
+        .unwrap_err();
+    assert_eq!(
+        refused.kind(),
+        &SubmitErrorKind::UnknownClass {
+            class: "urgent".to_owned()
+        }
+    );
+    assert_eq!(refused.job_spec().job_id, "x", "the refused job is handed back");
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    let finished = finished.lock().unwrap();
+    // Unnamed work shares as batch does (1 to 4), not as interactive.
+    let unnamed = finished[..50].iter().filter(|id| id.starts_with("unnamed-")).count();
+    assert!(unnamed <= 12, "unnamed jobs took {unnamed} of the first 50 grants");
 }

@@ -150,7 +150,8 @@ impl Board {
         };
         let id = self.next_queue_id;
         self.next_queue_id += 1;
-        self.queues.insert(id, WorkQueue::new(shared_keys));
+        self.queues
+            .insert(id, WorkQueue::new(shared_keys, self.config.classes()));
         self.classes.insert(class, id);
         id
     }
@@ -252,10 +253,7 @@ impl Board {
     /// Takes back a job whose reserve outcome is unknown; its queue waits until
     /// `until`. A closed board gives the job back.
     pub fn defer(&mut self, taken: Taken, until: Instant) -> Option<Entry> {
-        self.put_back(taken, |queue, entry| {
-            queue.pause(until, None);
-            queue.make_ready(entry);
-        })
+        self.put_back(taken, |queue, entry| queue.defer(entry, until))
     }
 
     fn put_back(&mut self, taken: Taken, put: impl FnOnce(&mut WorkQueue, Entry)) -> Option<Entry> {
@@ -281,10 +279,10 @@ impl Board {
     }
 
     /// Forgets a job whose handle is being answered, and its queue once empty.
-    pub fn retire(&mut self, queue_id: QueueId, tenant_id: &str) {
+    pub fn retire(&mut self, queue_id: QueueId, tenant_id: &str, class: usize) {
         self.jobs -= 1;
         let queue = self.queue(queue_id);
-        queue.retire(tenant_id);
+        queue.retire(tenant_id, class);
         if queue.jobs() == 0 {
             self.queues.remove(&queue_id);
             self.classes.retain(|_, id| *id != queue_id);

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use crate::profile::ProfileRules;
 
+use super::class::{check_classes, WorkClass, DEFAULT_CLASS};
+
 /// The most workers one scheduler runs: each is a task holding at most one call
 /// in flight, and providers cap concurrency far below this.
 pub const WORKERS_MAX: usize = 4_096;
@@ -50,6 +52,8 @@ pub struct SchedulerConfig {
     /// Provider profiles' rules: a job of their provider and model reserves and
     /// completes by them instead of the LLM helper's (crate::profile).
     profiles: Vec<ProfileRules>,
+    /// The work classes, highest first (super::class).
+    classes: Vec<WorkClass>,
 }
 
 impl SchedulerConfig {
@@ -69,6 +73,7 @@ impl SchedulerConfig {
                 call_timeout_ms: 30_000,
                 fallback_retry_ms: 250,
                 profiles: Vec::new(),
+                classes: vec![WorkClass::new(DEFAULT_CLASS, 1).expect("the default class is valid")],
             },
         }
     }
@@ -76,6 +81,21 @@ impl SchedulerConfig {
     /// The profile rules of `provider`'s `model`, when one was given.
     pub fn profile_rules(&self, provider: &str, model: &str) -> Option<&ProfileRules> {
         self.profiles.iter().rev().find(|r| r.applies_to(provider, model))
+    }
+
+    /// The work classes, highest first; one class named `default` unless set.
+    pub fn classes(&self) -> &[WorkClass] {
+        &self.classes
+    }
+
+    /// The index of the class a job naming `class` runs in: the named one, or the
+    /// lowest class for a job that names none, so that work which does not say it is
+    /// urgent never takes an urgent class's turns. `None` for an unknown name.
+    pub fn class_index(&self, class: Option<&str>) -> Option<usize> {
+        match class {
+            None => Some(self.classes.len() - 1),
+            Some(name) => self.classes.iter().position(|c| c.name() == name),
+        }
     }
 
     /// Tasks that reserve, execute and complete jobs; at most this many calls are in flight.
@@ -141,6 +161,14 @@ impl SchedulerConfigBuilder {
     pub fn profile(mut self, rules: ProfileRules) -> Self {
         (self.config.profiles).retain(|r| !r.applies_to(rules.key_provider(), rules.model()));
         self.config.profiles.push(rules);
+        self
+    }
+
+    /// The work classes, highest first (docs/client-library.md, "Classes"): when jobs
+    /// of several classes wait for one model, freed capacity goes to them in
+    /// proportion to their shares. See [`SchedulerConfig::classes`].
+    pub fn classes(mut self, classes: Vec<WorkClass>) -> Self {
+        self.config.classes = classes;
         self
     }
 
@@ -218,6 +246,7 @@ impl SchedulerConfigBuilder {
         )?;
         check_range("call_timeout_ms", c.call_timeout_ms, 1, CALL_TIMEOUT_MS_LIMIT_MAX)?;
         check_range("fallback_retry_ms", c.fallback_retry_ms, 1, FALLBACK_RETRY_MS_LIMIT_MAX)?;
+        check_classes(&c.classes)?;
         Ok(c)
     }
 }

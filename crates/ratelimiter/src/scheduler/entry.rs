@@ -20,6 +20,8 @@ pub(super) struct Entry {
     pub seq: u64,
     /// What the job is.
     pub spec: JobSpec,
+    /// The index of the job's work class in the scheduler's configuration.
+    pub class: usize,
     /// The call, run once a reservation is granted.
     pub execute: ExecuteFn,
     /// What every attempt reserves; built and validated at submit.
@@ -43,14 +45,16 @@ impl Entry {
         check(spec, rules).map_err(SubmitErrorKind::InvalidJob)
     }
 
-    /// The entry and handle of `job`, whose `requirements` came from [`Entry::check`].
-    pub fn new(job: Job, requirements: Vec<Requirement>) -> (Entry, JobHandle) {
+    /// The entry and handle of `job`, whose `requirements` came from [`Entry::check`]
+    /// and whose class is the configuration's class number `class`.
+    pub fn new(job: Job, requirements: Vec<Requirement>, class: usize) -> (Entry, JobHandle) {
         let (spec, execute) = job.into_parts();
         let (responder, receiver) = oneshot::channel();
         let handle = JobHandle::new(spec.job_id.clone(), receiver);
         let entry = Entry {
             seq: 0,
             spec,
+            class,
             execute,
             requirements,
             responder,
@@ -153,6 +157,7 @@ mod tests {
             max_output_tokens: 300,
             prompt_tokens: Some(100),
             want_daily_budget,
+            class: None,
         }
     }
 

@@ -46,6 +46,12 @@ pub enum SubmitErrorKind {
         /// The configured limit.
         queues_max: usize,
     },
+    /// The job names a class the scheduler was not configured with.
+    #[error("unknown class {class:?}")]
+    UnknownClass {
+        /// The class the job named.
+        class: String,
+    },
     /// The scheduler is shutting down and takes no more jobs.
     #[error("scheduler shut down")]
     ShutDown,

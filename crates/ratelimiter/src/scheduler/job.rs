@@ -38,6 +38,10 @@ pub struct JobSpec {
     pub prompt_tokens: Option<u64>,
     /// Whether the tenant's daily token budget is reserved too.
     pub want_daily_budget: bool,
+    /// The work class the job runs in (docs/client-library.md, "Classes"); `None`
+    /// runs it in the lowest class. A name the scheduler was not configured with is
+    /// refused at submit.
+    pub class: Option<String>,
 }
 
 impl JobSpec {

@@ -31,6 +31,7 @@
 //!   and listed as not run.
 
 mod board;
+mod class;
 mod config;
 mod entry;
 mod error;
@@ -53,6 +54,7 @@ use crate::limiter::Limiter;
 use board::{Board, QueueId};
 use entry::Entry;
 
+pub use class::{WorkClass, CLASSES_MAX, CLASS_NAME_BYTES_MAX, CLASS_SHARE_MAX, DEFAULT_CLASS};
 pub use config::{
     ConfigError, SchedulerConfig, SchedulerConfigBuilder, CALL_TIMEOUT_MS_LIMIT_MAX, COMPLETE_ATTEMPTS_LIMIT_MAX,
     FALLBACK_RETRY_MS_LIMIT_MAX, JITTER_MS_LIMIT_MAX, JOBS_LIMIT_MAX, QUEUES_LIMIT_MAX, UNKNOWN_RETRIES_LIMIT_MAX,
@@ -130,11 +132,15 @@ impl Scheduler {
             Ok(requirements) => requirements,
             Err(kind) => return Err(SubmitError::new(kind, job)),
         };
+        let Some(class) = self.shared.config.class_index(job.spec().class.as_deref()) else {
+            let class = job.spec().class.clone().unwrap_or_default();
+            return Err(SubmitError::new(SubmitErrorKind::UnknownClass { class }, job));
+        };
         let mut board = self.shared.board();
         if let Err(kind) = board.check_room(job.spec()) {
             return Err(SubmitError::new(kind, job));
         }
-        let (entry, handle) = Entry::new(job, requirements);
+        let (entry, handle) = Entry::new(job, requirements, class);
         let wake = board.admit(entry, Instant::now());
         drop(board);
         if wake {
@@ -221,7 +227,8 @@ impl Shared {
     /// Forgets a job, then answers its handle, so a caller that submits again on
     /// the answer finds the room freed.
     fn answer(&self, queue: QueueId, spec: &JobSpec, responder: oneshot::Sender<JobResult>, result: JobResult) {
-        self.board().retire(queue, &spec.tenant_id);
+        let class = (self.config.class_index(spec.class.as_deref())).expect("the class was checked at submit");
+        self.board().retire(queue, &spec.tenant_id, class);
         // The caller may have dropped the handle; the job ran all the same.
         let _ = responder.send(result);
     }

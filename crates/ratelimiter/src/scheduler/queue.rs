@@ -1,5 +1,6 @@
-//! One work class's queue: the jobs of one (provider, model), served round-robin
-//! by tenant, with the waits its denials taught it.
+//! One model's queue: the jobs of one (provider, model), served by class in
+//! proportion to the classes' shares and round-robin by tenant within a class, with
+//! the waits its denials taught it.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
@@ -8,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::key::LimitKey;
 
+use super::class::{ClassTurns, WorkClass};
 use super::entry::Entry;
 
 /// The jobs of one (provider, model).
@@ -27,10 +29,14 @@ use super::entry::Entry;
 pub(super) struct WorkQueue {
     /// Keys every job of this queue reserves.
     shared_keys: SharedKeys,
-    /// Jobs per tenant; a lane lives while its tenant has unfinished jobs here.
-    lanes: HashMap<String, Lane>,
-    /// Tenants with ready jobs, in turn order.
-    lane_ring: VecDeque<String>,
+    /// Jobs per (class, tenant); a lane lives while it has unfinished jobs here.
+    lanes: HashMap<(usize, String), Lane>,
+    /// Per class, the tenants with ready jobs in that class, in turn order.
+    lane_rings: Vec<VecDeque<String>>,
+    /// Which class the next take serves (super::class).
+    turns: ClassTurns,
+    /// Unfinished jobs per tenant over every class, for the per-tenant bound.
+    tenant_jobs: HashMap<String, usize>,
     /// Jobs waiting for a gated key, earliest first.
     blocked: BinaryHeap<Reverse<Blocked>>,
     /// Keys that only some jobs need, denied until the given time.
@@ -122,12 +128,14 @@ impl Ord for Blocked {
 }
 
 impl WorkQueue {
-    /// An empty queue whose jobs all reserve `shared_keys`.
-    pub fn new(shared_keys: SharedKeys) -> Self {
+    /// An empty queue whose jobs all reserve `shared_keys`, of the given classes.
+    pub fn new(shared_keys: SharedKeys, classes: &[WorkClass]) -> Self {
         Self {
             shared_keys,
             lanes: HashMap::new(),
-            lane_ring: VecDeque::new(),
+            lane_rings: vec![VecDeque::new(); classes.len()],
+            turns: ClassTurns::new(classes),
+            tenant_jobs: HashMap::new(),
             blocked: BinaryHeap::new(),
             gates: HashMap::new(),
             paused_until: None,
@@ -147,30 +155,43 @@ impl WorkQueue {
 
     /// Unfinished jobs of `tenant_id` in this queue.
     pub fn tenant_jobs(&self, tenant_id: &str) -> usize {
-        self.lanes.get(tenant_id).map_or(0, |lane| lane.jobs)
+        self.tenant_jobs.get(tenant_id).copied().unwrap_or(0)
     }
 
     /// Accepts a new job.
     pub fn admit(&mut self, entry: Entry) {
         self.jobs += 1;
-        self.lanes.entry(entry.spec.tenant_id.clone()).or_default().jobs += 1;
+        *self.tenant_jobs.entry(entry.spec.tenant_id.clone()).or_default() += 1;
+        let lane_key = (entry.class, entry.spec.tenant_id.clone());
+        self.lanes.entry(lane_key).or_default().jobs += 1;
         self.make_ready(entry);
     }
 
     /// Puts an accepted job back among the ready ones, in its submit-order place.
     pub fn make_ready(&mut self, entry: Entry) {
+        let class = entry.class;
         let tenant_id = entry.spec.tenant_id.clone();
-        let lane = self.lanes.get_mut(&tenant_id).expect("an unfinished job's lane exists");
+        let lane = (self.lanes.get_mut(&(class, tenant_id.clone()))).expect("an unfinished job's lane exists");
         if lane.ready.is_empty() {
-            self.lane_ring.push_back(tenant_id);
+            if self.lane_rings[class].is_empty() {
+                let waiting = self.waiting_classes().collect::<Vec<_>>();
+                self.turns.rejoin(class, waiting.into_iter());
+            }
+            self.lane_rings[class].push_back(tenant_id.clone());
         }
+        let lane = (self.lanes.get_mut(&(class, tenant_id))).expect("an unfinished job's lane exists");
         let previous = lane.ready.insert(entry.seq, entry);
         assert!(previous.is_none(), "a job is ready at most once");
     }
 
+    /// The classes with ready jobs.
+    fn waiting_classes(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.lane_rings.len()).filter(|class| !self.lane_rings[*class].is_empty())
+    }
+
     /// True when `take` may return a job at `now`.
     pub fn has_ready(&self, now: Instant) -> bool {
-        (!self.is_paused(now) || self.probe == Probe::Open) && !self.lane_ring.is_empty()
+        (!self.is_paused(now) || self.probe == Probe::Open) && self.waiting_classes().next().is_some()
     }
 
     fn is_paused(&self, now: Instant) -> bool {
@@ -191,16 +212,23 @@ impl WorkQueue {
         Some(probe)
     }
 
+    /// The oldest ready job of the next tenant in turn of the class whose turn it
+    /// is. Jobs needing a gated key are moved to `blocked` on the way.
     fn take_next(&mut self, now: Instant) -> Option<Entry> {
-        while let Some(tenant_id) = self.lane_ring.pop_front() {
-            let lane = self.lanes.get_mut(&tenant_id).expect("a tenant in turn has a lane");
+        while let Some(class) = self.turns.next(self.waiting_classes()) {
+            let ring = &mut self.lane_rings[class];
+            let tenant_id = ring.pop_front().expect("a waiting class has a tenant in turn");
+            let lane = (self.lanes.get_mut(&(class, tenant_id.clone()))).expect("a tenant in turn has a lane");
             let (_, entry) = lane.ready.pop_first().expect("a tenant in turn has a ready job");
             if !lane.ready.is_empty() {
-                self.lane_ring.push_back(tenant_id);
+                ring.push_back(tenant_id);
             }
             match self.gated_until(&entry, now) {
                 Some(not_before) => self.blocked.push(Reverse(Blocked { not_before, entry })),
-                None => return Some(entry),
+                None => {
+                    self.turns.took(class);
+                    return Some(entry);
+                }
             }
         }
         None
@@ -219,6 +247,8 @@ impl WorkQueue {
     /// Records a "not now" denial of `entry` on `key` until `until`, and keeps the
     /// job until then.
     pub fn deny(&mut self, entry: Entry, key: &LimitKey, until: Instant) {
+        // The take got no capacity: its class keeps its turn, so that turns count grants.
+        self.turns.gave_back(entry.class);
         if self.probe == Probe::InFlight(entry.seq) {
             self.probe = if self.freed_during_probe {
                 Probe::Open
@@ -313,13 +343,30 @@ impl WorkQueue {
         }
     }
 
-    /// Forgets a finished job of `tenant_id`.
-    pub fn retire(&mut self, tenant_id: &str) {
-        let lane = self.lanes.get_mut(tenant_id).expect("a finished job's lane exists");
+    /// Puts back a job whose reserve outcome is unknown; the queue waits until
+    /// `until`. Like a denial, the take gives its class's turn back.
+    pub fn defer(&mut self, entry: Entry, until: Instant) {
+        self.turns.gave_back(entry.class);
+        self.pause(until, None);
+        self.make_ready(entry);
+    }
+
+    /// Forgets a finished job of `tenant_id` in class `class`.
+    pub fn retire(&mut self, tenant_id: &str, class: usize) {
+        let lane_key = (class, tenant_id.to_owned());
+        let lane = self.lanes.get_mut(&lane_key).expect("a finished job's lane exists");
         lane.jobs -= 1;
         if lane.jobs == 0 {
             assert!(lane.ready.is_empty(), "a lane without jobs has no ready job");
-            self.lanes.remove(tenant_id);
+            self.lanes.remove(&lane_key);
+        }
+        let tenant_jobs = self
+            .tenant_jobs
+            .get_mut(tenant_id)
+            .expect("a finished job's tenant is counted");
+        *tenant_jobs -= 1;
+        if *tenant_jobs == 0 {
+            self.tenant_jobs.remove(tenant_id);
         }
         self.jobs -= 1;
     }
@@ -330,7 +377,7 @@ impl WorkQueue {
         for lane in self.lanes.values_mut() {
             entries.extend(std::mem::take(&mut lane.ready).into_values());
         }
-        self.lane_ring.clear();
+        self.lane_rings.iter_mut().for_each(VecDeque::clear);
         entries
     }
 }

@@ -188,6 +188,7 @@ pub fn spec(job_id: &str, tenant: &str, provider: &str, model: &str) -> JobSpec 
         max_output_tokens: 90,
         prompt_tokens: None,
         want_daily_budget: false,
+        class: None,
     }
 }
 

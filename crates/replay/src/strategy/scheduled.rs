@@ -125,6 +125,7 @@ impl Scheduled {
             max_output_tokens: request.max_tokens,
             prompt_tokens,
             want_daily_budget: false,
+            class: None,
         };
         let (report, reported) = oneshot::channel();
         let (caller, call_request, mut call_outcome) = (self.caller.clone(), *request, outcome.clone());
