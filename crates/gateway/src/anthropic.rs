@@ -24,18 +24,22 @@ pub fn read_call(object: Map<String, Value>, counter: &Counter, body: Bytes) -> 
         return Err(GatewayError::invalid("max_tokens: Field required."));
     };
     let stream = optional_bool(&object, "stream")?;
+    let tally = counter.anthropic_messages(&Value::Object(object));
     Ok(Call {
         stream,
-        input_tokens: counter.anthropic_messages(&Value::Object(object)),
+        input_tokens: counter.reserve(tally),
         prompt_characters: 0,
         output_tokens: max_tokens,
+        calibration_sample: counter.calibration_sample(tally),
         drop_usage_chunk: false,
         upstream_body: body,
     })
 }
 
 /// Usage from an Anthropic `usage` object: input plus cache creation on the input
-/// side (Anthropic counts both on ITPM), cache reads apart.
+/// side (Anthropic counts both on ITPM), cache reads apart: they are billed
+/// ([`Usage::billed`]) but not counted on ITPM by current models
+/// (<https://docs.anthropic.com/en/api/rate-limits>).
 fn usage_of(usage: &UsageFields) -> Usage {
     Usage {
         input_tokens: usage.input_tokens.saturating_add(usage.cache_creation_input_tokens),
@@ -101,10 +105,7 @@ mod tests {
 
     #[test]
     fn max_tokens_and_messages_are_required() {
-        let counter = Counter {
-            encoding: Encoding::Bytes,
-            image_tokens: 10,
-        };
+        let counter = Counter::new(Encoding::Bytes, crate::model_table::lookup("claude"));
         let read = |body: Value| {
             let bytes = Bytes::from(body.to_string());
             read_call(parse_object(&bytes).unwrap(), &counter, bytes)
@@ -138,5 +139,15 @@ mod tests {
         assert!(reader.final_seen);
         let body = json!({"usage": {"input_tokens": 3, "output_tokens": 4, "cache_creation_input_tokens": 2}});
         assert_eq!(usage_of_body(body.to_string().as_bytes()).unwrap().input_tokens, 5);
+    }
+
+    #[test]
+    fn cache_reads_are_billed_but_not_on_the_input_limit() {
+        // 50 input, 300 cache writes, 5,000 cache reads, 0 output: 5,350 billed,
+        // 350 on ITPM.
+        let body = json!({"usage": {"input_tokens": 50, "cache_creation_input_tokens": 300,
+            "cache_read_input_tokens": 5000, "output_tokens": 0}});
+        let usage = usage_of_body(body.to_string().as_bytes()).unwrap();
+        assert_eq!((usage.input_tokens, usage.billed()), (350, 5_350));
     }
 }

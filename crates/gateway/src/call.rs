@@ -67,6 +67,10 @@ pub struct Call {
     pub prompt_characters: u64,
     /// The most output tokens: the output bound times the number of choices.
     pub output_tokens: u64,
+    /// The byte count of an all-text prompt of a calibrated model
+    /// (`tokens::Counter::calibration_sample`): compared with the provider's
+    /// count when the call ends.
+    pub calibration_sample: Option<u64>,
     /// Whether the stream's usage chunk, asked for by the gateway, is kept from the client.
     pub drop_usage_chunk: bool,
     /// The body sent upstream: the client's, unchanged unless the gateway had to

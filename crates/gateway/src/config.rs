@@ -132,8 +132,11 @@ pub struct ModelConfig {
     /// Calls in flight.
     #[serde(default)]
     pub concurrency: Option<u64>,
-    /// The output bound reserved when a request names none.
-    pub max_output_tokens_default: u64,
+    /// The output bound reserved when a chat or Responses request names none;
+    /// default the model's largest output (`tokens::output_default`). Anthropic
+    /// requests must name theirs and embeddings have none, so neither needs it.
+    #[serde(default)]
+    pub max_output_tokens_default: Option<u64>,
     /// How long a denied request may wait in the model's queue; 0 answers 429 at once.
     #[serde(default)]
     pub max_wait_ms: u64,
@@ -141,9 +144,19 @@ pub struct ModelConfig {
     #[serde(default)]
     pub encoding: Option<Encoding>,
     /// Tokens reserved per image part whose size the gateway cannot know without
-    /// fetching it; default [`crate::tokens::IMAGE_TOKENS_DEFAULT`].
+    /// fetching it (by URL or file id); default the most the model's image rule
+    /// bills (`model_table`).
     #[serde(default)]
     pub image_tokens: Option<u64>,
+    /// Tokens reserved per file, document or audio part the gateway cannot
+    /// count (a file id, a PDF, audio); default the model's context window.
+    #[serde(default)]
+    pub file_tokens: Option<u64>,
+    /// Tokens reserved for the stored context a Responses call continues
+    /// (`previous_response_id`, `conversation`, a stored `prompt`, each
+    /// `item_reference`); default the model's context window.
+    #[serde(default)]
+    pub stored_context_tokens: Option<u64>,
     /// Whether Anthropic's cache reads count on this model's input limit: they do
     /// for the older models Anthropic marks so (docs/gateway.md, "Reconciling").
     #[serde(default)]
@@ -296,6 +309,9 @@ impl GatewayConfig {
                 ("output_tpm", model.output_tpm),
                 ("concurrency", model.concurrency),
                 ("image_tokens", model.image_tokens),
+                ("file_tokens", model.file_tokens),
+                ("stored_context_tokens", model.stored_context_tokens),
+                ("max_output_tokens_default", model.max_output_tokens_default),
             ] {
                 if value == Some(0) {
                     return Err(invalid(entry(field), "must be at least 1 (leave it out for no limit)"));
@@ -306,9 +322,6 @@ impl GatewayConfig {
             }
             if upstream.kind.is_openai() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
                 return Err(invalid(entry("input_tpm"), "OpenAI models have one tpm"));
-            }
-            if model.max_output_tokens_default == 0 {
-                return Err(invalid(entry("max_output_tokens_default"), "must be at least 1"));
             }
             if model.max_wait_ms > MAX_WAIT_MS_LIMIT {
                 return Err(invalid(
@@ -453,6 +466,31 @@ tenants:
         for bad in ["ftp://host", "https://", "api.openai.com", "http://bad host"] {
             config.upstreams[0].base_url = bad.into();
             assert_eq!(config.validate().unwrap_err().entry, "upstreams[0].base_url", "{bad}");
+        }
+    }
+
+    #[test]
+    fn counting_fields_are_optional_and_never_zero() {
+        // An Anthropic model and an embeddings model as the docs show them: no
+        // output default, no counting bound.
+        let text = EXAMPLE.replace("    max_output_tokens_default: 1024\n", "").replace(
+            "tenants:",
+            "  - {name: text-embedding-3-small, upstream: openai, tpm: 1000000}\ntenants:",
+        );
+        let config = parse(&text);
+        config.validate().unwrap();
+        assert_eq!(config.models[1].max_output_tokens_default, None);
+        assert_eq!(config.models[2].max_output_tokens_default, None);
+        for field in [
+            "max_output_tokens_default",
+            "file_tokens",
+            "stored_context_tokens",
+            "image_tokens",
+        ] {
+            let text = EXAMPLE.replace("    max_wait_ms: 0\n", &format!("    max_wait_ms: 0\n    {field}: 0\n"));
+            let text = text.replace("    max_output_tokens_default: 4096\n", "");
+            let error = parse(&text).validate().unwrap_err();
+            assert_eq!(error.entry, format!("models[0].{field}"), "{error}");
         }
     }
 

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use ratelimiter::{Actual, CompleteRequest, LeaseId, Limiter};
 
+use crate::calibration::Calibrator;
 use crate::limits::{actuals, ModelKeys, TenantKeys};
 use crate::metrics::CallCounters;
 use crate::queue::ModelQueue;
@@ -66,6 +67,9 @@ pub struct CallLease {
     pub settle: Settle,
     /// Whether cache reads count on the input limit (the model's `count_cache_reads`).
     pub count_cache_reads: bool,
+    /// The model's calibrator and the call's byte count, for a calibrated
+    /// model's all-text prompt: fed the provider's count when the usage comes.
+    pub calibration: Option<(Arc<Calibrator>, u64)>,
     /// What the log line says.
     pub log: CallLog,
     /// When the call arrived.
@@ -74,9 +78,15 @@ pub struct CallLease {
 
 impl Drop for CallLease {
     fn drop(&mut self) {
+        if let (Settle::Usage(usage), Some((calibrator, bytes))) = (self.settle, &self.calibration) {
+            // The provider's count of the whole prompt, cached parts included.
+            calibrator.observe(*bytes, usage.input_tokens.saturating_add(usage.cache_read_tokens));
+        }
         let used = match self.settle {
+            // The reads move to the input side; counted once on the budget.
             Settle::Usage(usage) if self.count_cache_reads => Some(Usage {
                 input_tokens: usage.input_tokens.saturating_add(usage.cache_read_tokens),
+                cache_read_tokens: 0,
                 ..usage
             }),
             Settle::Usage(usage) => Some(usage),
@@ -84,7 +94,7 @@ impl Drop for CallLease {
             Settle::KeepReserved => None,
         };
         if let (Settle::Usage(_), Some(usage)) = (self.settle, used) {
-            self.counters.tokens_used.fetch_add(usage.total(), Ordering::Relaxed);
+            self.counters.tokens_used.fetch_add(usage.billed(), Ordering::Relaxed);
         }
         let log = &self.log;
         tracing::info!(
@@ -92,7 +102,8 @@ impl Drop for CallLease {
             endpoint = log.endpoint, model = %log.model, tenant = %log.tenant, status = log.status,
             stream = log.stream, reserved_input = log.reserved.0, reserved_output = log.reserved.1,
             used_input = used.map(|u| u.input_tokens), used_output = used.map(|u| u.output_tokens),
-            cache_read = used.map(|u| u.cache_read_tokens), settle = ?self.settle,
+            cache_read = match self.settle { Settle::Usage(u) => Some(u.cache_read_tokens), _ => None },
+            settle = ?self.settle,
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "gateway call"
         );

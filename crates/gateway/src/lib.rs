@@ -5,20 +5,25 @@
 //! stream untouched, and completed once with the provider's reported usage.
 //!
 //! One module per provider wire format ([`openai`], [`anthropic`]), token
-//! counting ([`tokens`]), usage extraction ([`usage`], [`sse`]), and the proxy
+//! counting ([`tokens`], with [`images`] sized by their provider's rule, the
+//! per-model numbers in [`model_table`] and the byte bound calibrated to the
+//! provider's reports in [`calibration`]), usage extraction ([`usage`], [`sse`]), and the proxy
 //! service ([`proxy`]). The library does not learn about HTTP providers.
 
 #![warn(missing_docs)]
 
 pub mod anthropic;
 pub mod auth;
+pub mod calibration;
 pub mod call;
 pub mod config;
 pub mod cooldown;
 pub mod error;
+pub mod images;
 pub mod lease;
 pub mod limits;
 pub mod metrics;
+pub mod model_table;
 pub mod openai;
 pub mod proxy;
 pub mod queue;

@@ -212,7 +212,9 @@ pub fn requirements(model: &ModelKeys, tenant: Option<&TenantKeys>, input: u64, 
 /// What a call that reserved `reserved` (input, output) and used `usage` completes
 /// with: every token limit reconciled to the provider's count, or, for a model with
 /// a profile, to what that provider charges (OpenAI keeps its admission estimate).
-/// rpm is not reconciled (one request is one request).
+/// rpm is not reconciled (one request is one request). A tenant's budget is
+/// reconciled to what is billed ([`Usage::billed`]): cache reads count there,
+/// though not on the model's input limit.
 pub fn actuals(model: &ModelKeys, tenant: Option<&TenantKeys>, reserved: (u64, u64), usage: &Usage) -> Vec<Actual> {
     let mut out = Vec::with_capacity(4);
     if let Some(rules) = &model.profile {
@@ -234,7 +236,8 @@ pub fn actuals(model: &ModelKeys, tenant: Option<&TenantKeys>, reserved: (u64, u
     push(&model.input_tpm, usage.input_tokens);
     push(&model.output_tpm, usage.output_tokens);
     if let Some(tenant) = tenant {
-        push(&tenant.daily_tokens, usage.total());
+        // A budget counts what the provider bills, cache reads included.
+        push(&tenant.daily_tokens, usage.billed());
     }
     out
 }
@@ -252,10 +255,12 @@ mod tests {
             input_tpm: Some(30_000),
             output_tpm: Some(8_000),
             concurrency: Some(5),
-            max_output_tokens_default: 100,
+            max_output_tokens_default: Some(100),
             max_wait_ms: 0,
             encoding: None,
             image_tokens: None,
+            file_tokens: None,
+            stored_context_tokens: None,
             count_cache_reads: false,
             profile: None,
             rpd: None,
@@ -301,7 +306,7 @@ mod tests {
             vec![
                 ("global:llm:anthropic:claude:input_tpm".to_owned(), 30),
                 ("global:llm:anthropic:claude:output_tpm".to_owned(), 7),
-                ("tenant:acme:llm:daily_tokens".to_owned(), 37),
+                ("tenant:acme:llm:daily_tokens".to_owned(), 137),
             ]
         );
     }

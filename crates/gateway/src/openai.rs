@@ -19,9 +19,9 @@ pub fn read_call(
     endpoint: Endpoint,
     object: Map<String, Value>,
     counter: &Counter,
-    output_default: u64,
     body: Bytes,
 ) -> Result<Call, GatewayError> {
+    let output_default = counter.output_default_tokens;
     // Counted in place: the object moves into a value the counter reads, never copied.
     let mut request = Value::Object(object);
     let prompt_characters = prompt_characters(&request);
@@ -38,6 +38,7 @@ pub fn read_call(
                 input_tokens: counter.openai_embeddings(input),
                 prompt_characters,
                 output_tokens: 0,
+                calibration_sample: None,
                 drop_usage_chunk: false,
                 upstream_body: body,
             })
@@ -57,7 +58,7 @@ pub fn read_call(
             let bound = optional_u64(object, "max_completion_tokens")?
                 .or(optional_u64(object, "max_tokens")?)
                 .unwrap_or(output_default);
-            let input_tokens = counter.openai_chat(&request);
+            let tally = counter.openai_chat(&request);
             let wants_usage = match object.get("stream_options") {
                 None | Some(Value::Null) => false,
                 Some(Value::Object(options)) => optional_bool(options, "include_usage")?,
@@ -82,9 +83,10 @@ pub fn read_call(
                 stream,
                 // OpenAI counts the prompt once per request and the output per choice;
                 // the reservation charges the prompt per choice too, which never under-counts.
-                input_tokens: input_tokens.saturating_mul(n),
+                input_tokens: counter.reserve(tally).saturating_mul(n),
                 prompt_characters: prompt_characters.saturating_mul(n),
                 output_tokens: bound.saturating_mul(n),
+                calibration_sample: counter.calibration_sample(tally),
                 drop_usage_chunk,
                 upstream_body,
             })
@@ -96,11 +98,13 @@ pub fn read_call(
             }
             let stream = optional_bool(object, "stream")?;
             let bound = optional_u64(object, "max_output_tokens")?.unwrap_or(output_default);
+            let tally = counter.openai_responses(&request);
             Ok(Call {
                 stream,
-                input_tokens: counter.openai_responses(&request),
+                input_tokens: counter.reserve(tally),
                 prompt_characters,
                 output_tokens: bound,
+                calibration_sample: counter.calibration_sample(tally),
                 drop_usage_chunk: false,
                 upstream_body: body,
             })
@@ -114,6 +118,12 @@ pub fn usage_of_body(endpoint: Endpoint, body: &[u8]) -> Option<Usage> {
     UsageFields::of_answer(body).map(|fields| usage_of(endpoint, &fields))
 }
 
+/// OpenAI's usage: `prompt_tokens` (Responses: `input_tokens`) already holds
+/// the cached part (`prompt_tokens_details.cached_tokens` is a share of it) and
+/// `completion_tokens` (`output_tokens`) the reasoning part
+/// (`completion_tokens_details.reasoning_tokens`), so both are what is billed
+/// and counted on tpm as they stand
+/// (<https://platform.openai.com/docs/api-reference/chat/object>, `usage`).
 fn usage_of(endpoint: Endpoint, usage: &UsageFields) -> Usage {
     match endpoint {
         Endpoint::Responses => Usage {
@@ -192,16 +202,29 @@ mod tests {
     use crate::config::Encoding;
     use serde_json::json;
 
+    #[test]
+    fn usage_holds_cached_and_reasoning_tokens_as_billed() {
+        // Chat: 1,000 prompt tokens of which 800 cached, 300 completion of which
+        // 200 reasoning: 1,300 billed, counted once each.
+        let chat = br#"{"usage":{"prompt_tokens":1000,"completion_tokens":300,"total_tokens":1300,
+            "prompt_tokens_details":{"cached_tokens":800},"completion_tokens_details":{"reasoning_tokens":200}}}"#;
+        let usage = usage_of_body(Endpoint::ChatCompletions, chat).unwrap();
+        assert_eq!((usage.total(), usage.billed()), (1_300, 1_300));
+        let responses = br#"{"usage":{"input_tokens":1000,"output_tokens":300,
+            "input_tokens_details":{"cached_tokens":800},"output_tokens_details":{"reasoning_tokens":200}}}"#;
+        let usage = usage_of_body(Endpoint::Responses, responses).unwrap();
+        assert_eq!((usage.input_tokens, usage.billed()), (1_000, 1_300));
+    }
+
     fn counter() -> Counter {
-        Counter {
-            encoding: Encoding::O200kBase,
-            image_tokens: 100,
-        }
+        let mut counter = Counter::new(Encoding::O200kBase, crate::model_table::lookup("gpt-4o"));
+        counter.output_default_tokens = 4096;
+        counter
     }
 
     fn read(endpoint: Endpoint, body: Value) -> Result<Call, GatewayError> {
         let bytes = Bytes::from(body.to_string());
-        read_call(endpoint, parse_object(&bytes).unwrap(), &counter(), 4096, bytes)
+        read_call(endpoint, parse_object(&bytes).unwrap(), &counter(), bytes)
     }
 
     #[test]
@@ -210,7 +233,7 @@ mod tests {
             "max_tokens": 10, "stream": true});
         let call = read(Endpoint::ChatCompletions, body.clone()).unwrap();
         assert_eq!(call.output_tokens, 20);
-        assert_eq!(call.input_tokens, 2 * counter().openai_chat(&body));
+        assert_eq!(call.input_tokens, 2 * counter().openai_chat(&body).total());
         assert!(call.drop_usage_chunk);
         let sent: Value = serde_json::from_slice(&call.upstream_body).unwrap();
         assert_eq!(sent["stream_options"]["include_usage"], true);

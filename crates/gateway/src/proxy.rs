@@ -26,7 +26,7 @@ use crate::lease::{CallLease, CallLog, Settle};
 use crate::limits::{self, ModelKeys, TenantKeys};
 use crate::metrics::{CallCounters, GatewayMetrics, ModelMetrics, NO_TENANT};
 use crate::queue::{denial_key, ModelQueue, Refusal};
-use crate::tokens::{default_encoding, Counter, IMAGE_TOKENS_DEFAULT};
+use crate::tokens::Counter;
 use crate::upstream::{response_headers, Upstream, UpstreamClient, UpstreamError};
 use crate::usage::{EventAction, Usage};
 use crate::{anthropic, cooldown, openai, sse};
@@ -147,10 +147,7 @@ impl Gateway {
                 .position(|u| u.config.name == model.upstream)
                 .expect("validated");
             let kind = upstreams[upstream].config.kind;
-            let counter = Counter {
-                encoding: model.encoding.unwrap_or_else(|| default_encoding(kind, &model.name)),
-                image_tokens: model.image_tokens.unwrap_or(IMAGE_TOKENS_DEFAULT),
-            };
+            let counter = Counter::for_model(kind, model);
             // The vocabulary loads on first use: at startup, not on a client's first call.
             counter.text("warm");
             let entry = ModelEntry {
@@ -354,13 +351,7 @@ async fn serve(
         return Ok(answer(parts.status, parts.headers, Body::from(body)));
     }
     let mut call = match endpoint.format() {
-        Format::OpenAi => openai::read_call(
-            endpoint,
-            object,
-            &model.counter,
-            model.config.max_output_tokens_default,
-            bytes,
-        )?,
+        Format::OpenAi => openai::read_call(endpoint, object, &model.counter, bytes)?,
         Format::Anthropic => anthropic::read_call(object, &model.counter, bytes)?,
     };
     call.input_tokens = limits::prompt_charge(&model.keys, call.input_tokens, call.prompt_characters);
@@ -391,6 +382,7 @@ async fn serve(
         counters,
         settle: Settle::KeepReserved,
         count_cache_reads: model.config.count_cache_reads,
+        calibration: (model.counter.calibrator.clone()).zip(call.calibration_sample),
         log: CallLog {
             endpoint: endpoint.label(),
             model: model.name.clone(),

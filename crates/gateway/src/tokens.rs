@@ -4,11 +4,21 @@
 //! embedded in the binary by `bpe-openai`, so counting works offline). Models
 //! without a public tokenizer (Claude) and models whose tokenizer is not embedded
 //! are counted at one token per UTF-8 byte: every BPE token is at least one byte,
-//! so the estimate is never below the provider's count.
+//! so the estimate is never below the provider's count; the calibration
+//! ([`crate::calibration`]) then scales it to what the provider reports.
+//! Images, files, documents, audio and stored context are counted by their
+//! provider's rule or a bound of the model ([`crate::model_table`]), never by
+//! the JSON text that refers to them.
+
+use std::ops::{Add, AddAssign};
+use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::config::{Encoding, UpstreamKind};
+use crate::calibration::Calibrator;
+use crate::config::{Encoding, ModelConfig, UpstreamKind};
+use crate::images;
+use crate::model_table::{self, ModelRow};
 
 /// Tokens the chat format adds per message (`<|start|>role ... <|end|>`), as in
 /// OpenAI's cookbook "How to count tokens with tiktoken".
@@ -22,10 +32,9 @@ pub const CHAT_REPLY_PRIMING_TOKENS: u64 = 3;
 /// stay below this, and the JSON text itself (quotes, braces) counts more tokens
 /// than the rendered form: the rule over-counts, never under.
 pub const TOOL_OVERHEAD_TOKENS: u64 = 16;
-/// Tokens reserved per image whose size is unknown: above OpenAI's high-detail
-/// maximum for GPT-4o (85 + 170 x 8 tiles = 1,445) and Anthropic's (an image is
-/// resized to at most about 1.15 megapixels, width x height / 750 ≈ 1,600 tokens).
-pub const IMAGE_TOKENS_DEFAULT: u64 = 1_600;
+/// Tokens per field of a content part of a kind the gateway does not know,
+/// beyond its name and value: the quotes, colon and comma of its JSON text.
+pub const PART_FIELD_OVERHEAD_TOKENS: u64 = 3;
 /// Tokens Anthropic adds to the system prompt when tools are given (its docs list
 /// 313 to 346 for current models); rounded up.
 pub const ANTHROPIC_TOOL_SYSTEM_TOKENS: u64 = 512;
@@ -40,13 +49,75 @@ pub const CHAT_ROLE_TOKENS: u64 = 1;
 /// The roles of [`CHAT_ROLE_TOKENS`].
 const CHAT_ROLES: [&str; 6] = ["system", "user", "assistant", "developer", "tool", "function"];
 
-/// How one model's prompts are counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A prompt's count in two parts: what the tokenizer (or the byte bound)
+/// counted, which calibration may scale, and what a rule counted (images,
+/// files, stored context), which it never does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Tokens of text, by the model's encoding.
+    pub text: u64,
+    /// Tokens of parts counted by a rule or a bound.
+    pub rules: u64,
+}
+
+impl Tally {
+    /// Text tokens only.
+    pub fn text(tokens: u64) -> Self {
+        Self { text: tokens, rules: 0 }
+    }
+
+    /// Rule-counted tokens only.
+    pub fn rule(tokens: u64) -> Self {
+        Self { text: 0, rules: tokens }
+    }
+
+    /// Both parts together.
+    pub fn total(self) -> u64 {
+        self.text.saturating_add(self.rules)
+    }
+}
+
+impl Add for Tally {
+    type Output = Tally;
+    fn add(self, other: Tally) -> Tally {
+        Tally {
+            text: self.text.saturating_add(other.text),
+            rules: self.rules.saturating_add(other.rules),
+        }
+    }
+}
+
+impl AddAssign for Tally {
+    fn add_assign(&mut self, other: Tally) {
+        *self = *self + other;
+    }
+}
+
+impl std::iter::Sum for Tally {
+    fn sum<I: Iterator<Item = Tally>>(iter: I) -> Tally {
+        iter.fold(Tally::default(), Add::add)
+    }
+}
+
+/// How one model's prompts are counted, and the bounds its calls are counted with.
+#[derive(Debug, Clone)]
 pub struct Counter {
     /// The tokenizer.
     pub encoding: Encoding,
-    /// Tokens per image part.
+    /// The model's row of the table: its image rule and context window.
+    pub row: &'static ModelRow,
+    /// Tokens of an image whose size the gateway cannot read (by URL or file
+    /// id); default the rule's maximum.
     pub image_tokens: u64,
+    /// Tokens of a file, document or audio part: default the context window.
+    pub file_tokens: u64,
+    /// Tokens of the stored context a Responses call continues: default the
+    /// context window.
+    pub stored_context_tokens: u64,
+    /// The output bound of a call that names none.
+    pub output_default_tokens: u64,
+    /// The calibration of a byte-counted model; `None` for exact encodings.
+    pub calibrator: Option<Arc<Calibrator>>,
 }
 
 /// The encoding of a model by its name, for models whose configuration names none:
@@ -77,7 +148,61 @@ pub fn default_encoding(kind: UpstreamKind, model: &str) -> Encoding {
     }
 }
 
+/// The output bound of a chat or Responses call without one, for a model whose
+/// configuration names none: the model's largest output (its row of the table;
+/// a model in no row, the table's largest). Anthropic's API requires
+/// `max_tokens` and embeddings have no output, so neither uses it.
+pub fn output_default(model: &ModelConfig) -> u64 {
+    model
+        .max_output_tokens_default
+        .unwrap_or_else(|| model_table::lookup(&model.name).max_output_tokens)
+}
+
 impl Counter {
+    /// The counter of `encoding` with the bounds of `row`, uncalibrated.
+    pub fn new(encoding: Encoding, row: &'static ModelRow) -> Self {
+        Self {
+            encoding,
+            row,
+            image_tokens: row.image.max_tokens(),
+            file_tokens: row.context_window_tokens,
+            stored_context_tokens: row.context_window_tokens,
+            output_default_tokens: row.max_output_tokens,
+            calibrator: None,
+        }
+    }
+
+    /// The counter of a configured model on an upstream of `kind`: its encoding,
+    /// its row, the configuration's bounds where it gives them, and a calibrator
+    /// when it is counted by bytes.
+    pub fn for_model(kind: UpstreamKind, model: &ModelConfig) -> Self {
+        let encoding = model.encoding.unwrap_or_else(|| default_encoding(kind, &model.name));
+        let mut counter = Self::new(encoding, model_table::lookup(&model.name));
+        counter.image_tokens = model.image_tokens.unwrap_or(counter.image_tokens);
+        counter.file_tokens = model.file_tokens.unwrap_or(counter.file_tokens);
+        counter.stored_context_tokens = model.stored_context_tokens.unwrap_or(counter.stored_context_tokens);
+        counter.output_default_tokens = output_default(model);
+        if encoding == Encoding::Bytes {
+            counter.calibrator = Some(Arc::new(Calibrator::default()));
+        }
+        counter
+    }
+
+    /// The tokens reserved for a prompt counted `tally`: the text calibrated
+    /// (byte-counted models), the rules' parts as counted, the whole at most the
+    /// model's context window, which no accepted prompt exceeds.
+    pub fn reserve(&self, tally: Tally) -> u64 {
+        let text = self.calibrator.as_ref().map_or(tally.text, |c| c.apply(tally.text));
+        text.saturating_add(tally.rules).min(self.row.context_window_tokens)
+    }
+
+    /// The byte count a call gives the calibration when the provider reports its
+    /// usage: only an all-text prompt of a calibrated model, whose whole count
+    /// the provider's report is comparable with.
+    pub fn calibration_sample(&self, tally: Tally) -> Option<u64> {
+        (self.calibrator.is_some() && tally.rules == 0).then_some(tally.text)
+    }
+
     /// Tokens of `text` in this counter's encoding.
     pub fn text(&self, text: &str) -> u64 {
         let count = match self.encoding {
@@ -99,19 +224,89 @@ impl Counter {
     }
 
     /// A content field: a string, or an array of parts (text, image, other).
-    pub fn content(&self, content: &Value) -> u64 {
+    pub fn content(&self, content: &Value) -> Tally {
         match content {
             Value::Array(parts) => parts.iter().map(|part| self.part(part)).sum(),
-            other => self.json(other),
+            other => Tally::text(self.json(other)),
         }
     }
 
-    fn part(&self, part: &Value) -> u64 {
+    fn part(&self, part: &Value) -> Tally {
         let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
         match kind {
-            "text" | "input_text" | "output_text" => part.get("text").map_or(0, |t| self.json(t)),
-            "image_url" | "input_image" | "image" => self.image_tokens,
-            _ => self.json(part),
+            "text" | "input_text" | "output_text" => Tally::text(part.get("text").map_or(0, |t| self.json(t))),
+            "image_url" | "input_image" | "image" => Tally::rule(self.image(part)),
+            // OpenAI's chat `file` and `input_audio`, Responses' `input_file`:
+            // bounded per part, whatever their reference's text.
+            "file" | "input_file" | "input_audio" => Tally::rule(self.file_tokens),
+            "document" => self.document(part),
+            _ => self.fields(part),
+        }
+    }
+
+    /// A part of a kind the gateway does not know, field by field: its `content`
+    /// as content (a tool result's images are images), the rest as JSON text.
+    fn fields(&self, part: &Value) -> Tally {
+        let Value::Object(fields) = part else {
+            return Tally::text(self.json(part));
+        };
+        fields
+            .iter()
+            .map(|(name, value)| {
+                let value = match name.as_str() {
+                    "content" => self.content(value),
+                    _ => Tally::text(self.json(value)),
+                };
+                value + Tally::text(self.text(name) + PART_FIELD_OVERHEAD_TOKENS)
+            })
+            .sum()
+    }
+
+    /// An Anthropic `document`: a plain-text source by its text, any other
+    /// (PDF, file, URL) by the file bound; its title and context as text.
+    fn document(&self, part: &Value) -> Tally {
+        let source = part.get("source");
+        let body = match source.and_then(|s| s.get("type")).and_then(Value::as_str) {
+            Some("text") => Tally::text(source.and_then(|s| s.get("data")).map_or(0, |d| self.json(d))),
+            Some("content") => source
+                .and_then(|s| s.get("content"))
+                .map_or_else(Tally::default, |c| self.content(c)),
+            _ => Tally::rule(self.file_tokens),
+        };
+        let notes = ["title", "context"]
+            .iter()
+            .filter_map(|f| part.get(*f))
+            .map(|v| self.json(v));
+        body + Tally::text(notes.sum())
+    }
+
+    /// An image part: its size read from the bytes it carries when it carries
+    /// them, else the unknown-size bound, by the model's rule.
+    fn image(&self, part: &Value) -> u64 {
+        // OpenAI chat: {"image_url": {"url", "detail"}}; Responses: {"image_url":
+        // "...", "detail"}; Anthropic: {"source": {"type": "base64", "data"}}.
+        let nested = part.get("image_url").filter(|v| v.is_object());
+        let url = nested
+            .and_then(|v| v.get("url"))
+            .or(part.get("image_url"))
+            .and_then(Value::as_str);
+        let detail = nested
+            .and_then(|v| v.get("detail"))
+            .or(part.get("detail"))
+            .and_then(Value::as_str);
+        let source = part.get("source");
+        let size = match url {
+            Some(url) => images::data_url_size(url),
+            None if source.and_then(|s| s.get("type")).and_then(Value::as_str) == Some("base64") => source
+                .and_then(|s| s.get("data"))
+                .and_then(Value::as_str)
+                .and_then(images::base64_size),
+            None => None,
+        };
+        match size {
+            Some(size) => self.row.image.tokens(Some(size), detail == Some("low")),
+            None if detail == Some("low") => self.row.image.tokens(None, true).min(self.image_tokens),
+            None => self.image_tokens,
         }
     }
 
@@ -127,43 +322,64 @@ impl Counter {
 
     /// OpenAI chat: every message's fields plus the format's overhead, tools and
     /// response format by their JSON text.
-    pub fn openai_chat(&self, body: &Value) -> u64 {
-        let mut tokens = CHAT_REPLY_PRIMING_TOKENS;
+    pub fn openai_chat(&self, body: &Value) -> Tally {
+        let mut tally = Tally::text(CHAT_REPLY_PRIMING_TOKENS);
         for message in body.get("messages").and_then(Value::as_array).into_iter().flatten() {
-            tokens += CHAT_TOKENS_PER_MESSAGE;
+            tally += Tally::text(CHAT_TOKENS_PER_MESSAGE);
             for (field, value) in message.as_object().into_iter().flatten() {
-                tokens += match field.as_str() {
+                tally += match field.as_str() {
                     "content" => self.content(value),
-                    "role" => self.role(value),
-                    "name" => self.json(value) + CHAT_TOKENS_PER_NAME,
-                    _ => self.json(value),
+                    "role" => Tally::text(self.role(value)),
+                    "name" => Tally::text(self.json(value) + CHAT_TOKENS_PER_NAME),
+                    _ => Tally::text(self.json(value)),
                 };
             }
         }
-        tokens + self.tools(body.get("tools")) + self.tools(body.get("functions")) + self.extras(body)
+        let tools = self.tools(body.get("tools")) + self.tools(body.get("functions"));
+        tally + Tally::text(tools + self.extras(body))
     }
 
     /// OpenAI responses: `instructions`, then `input` as text or as items counted
-    /// like chat messages.
-    pub fn openai_responses(&self, body: &Value) -> u64 {
-        let mut tokens = CHAT_REPLY_PRIMING_TOKENS + body.get("instructions").map_or(0, |v| self.json(v));
+    /// like chat messages, and the stored context the call continues
+    /// (`previous_response_id`, `conversation`, a stored `prompt`, an
+    /// `item_reference`) at the model's stored-context bound each.
+    pub fn openai_responses(&self, body: &Value) -> Tally {
+        let instructions = body.get("instructions").map_or(0, |v| self.json(v));
+        let mut tally = Tally::text(CHAT_REPLY_PRIMING_TOKENS + instructions);
         match body.get("input") {
             Some(Value::Array(items)) => {
                 for item in items {
-                    tokens += CHAT_TOKENS_PER_MESSAGE;
+                    if item.get("type").and_then(Value::as_str) == Some("item_reference") {
+                        tally += Tally::rule(self.stored_context_tokens);
+                        continue;
+                    }
+                    tally += Tally::text(CHAT_TOKENS_PER_MESSAGE);
                     for (field, value) in item.as_object().into_iter().flatten() {
-                        tokens += match field.as_str() {
-                            "content" => self.content(value),
-                            "type" => 0,
-                            _ => self.json(value),
+                        tally += match field.as_str() {
+                            // A function call's output may be parts, images among them.
+                            "content" | "output" => self.content(value),
+                            "type" => Tally::default(),
+                            _ => Tally::text(self.json(value)),
                         };
                     }
                 }
             }
-            Some(other) => tokens += CHAT_TOKENS_PER_MESSAGE + self.json(other),
+            Some(other) => tally += Tally::text(CHAT_TOKENS_PER_MESSAGE + self.json(other)),
             None => {}
         }
-        tokens + self.tools(body.get("tools")) + self.extras(body)
+        let continues = ["previous_response_id", "conversation", "prompt"]
+            .iter()
+            .filter(|field| body.get(**field).is_some_and(|v| !v.is_null()))
+            .count() as u64;
+        tally += Tally::rule(self.stored_context_tokens.saturating_mul(continues));
+        // A stored prompt's variables are substituted into it: text or parts.
+        if let Some(Value::Object(variables)) = body.get("prompt").and_then(|p| p.get("variables")) {
+            tally += variables
+                .values()
+                .map(|v| self.content(&Value::Array(vec![v.clone()])))
+                .sum::<Tally>();
+        }
+        tally + Tally::text(self.tools(body.get("tools")) + self.extras(body))
     }
 
     /// OpenAI embeddings, exactly: each text's tokens, or the length of each
@@ -178,18 +394,20 @@ impl Counter {
     }
 
     /// Anthropic messages: the byte estimate of the system prompt, every message,
-    /// and the tools with the system prompt tool use adds.
-    pub fn anthropic_messages(&self, body: &Value) -> u64 {
-        let mut tokens = body.get("system").map_or(0, |s| self.content(s));
+    /// and the tools with the system prompt tool use adds; images and documents
+    /// by their rules.
+    pub fn anthropic_messages(&self, body: &Value) -> Tally {
+        let mut tally = body.get("system").map_or_else(Tally::default, |s| self.content(s));
         for message in body.get("messages").and_then(Value::as_array).into_iter().flatten() {
-            tokens += ANTHROPIC_TOKENS_PER_MESSAGE + message.get("content").map_or(0, |c| self.content(c));
+            tally += Tally::text(ANTHROPIC_TOKENS_PER_MESSAGE);
+            tally += message.get("content").map_or_else(Tally::default, |c| self.content(c));
         }
         if let Some(tools) = body.get("tools").and_then(Value::as_array) {
             if !tools.is_empty() {
-                tokens += ANTHROPIC_TOOL_SYSTEM_TOKENS + self.tools(body.get("tools"));
+                tally += Tally::text(ANTHROPIC_TOOL_SYSTEM_TOKENS + self.tools(body.get("tools")));
             }
         }
-        tokens
+        tally
     }
 
     fn tools(&self, tools: Option<&Value>) -> u64 {
@@ -249,13 +467,24 @@ fn text_characters(value: &Value) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::images::tests::png;
+    use base64::Engine;
     use serde_json::json;
 
     fn o200k() -> Counter {
-        Counter {
-            encoding: Encoding::O200kBase,
-            image_tokens: IMAGE_TOKENS_DEFAULT,
-        }
+        Counter::new(Encoding::O200kBase, model_table::lookup("gpt-4o"))
+    }
+
+    fn counter(model: &str) -> Counter {
+        Counter::new(
+            default_encoding(UpstreamKind::Openai, model),
+            model_table::lookup(model),
+        )
+    }
+
+    fn png_url(width: u32, height: u32) -> String {
+        let data = base64::engine::general_purpose::STANDARD.encode(png(width, height));
+        format!("data:image/png;base64,{data}")
     }
 
     #[test]
@@ -272,10 +501,7 @@ mod tests {
         ];
         let o200k_ref = tiktoken_rs::o200k_base().unwrap();
         let cl100k_ref = tiktoken_rs::cl100k_base().unwrap();
-        let cl100k = Counter {
-            encoding: Encoding::Cl100kBase,
-            image_tokens: 0,
-        };
+        let cl100k = Counter::new(Encoding::Cl100kBase, &model_table::UNKNOWN);
         for text in corpus {
             assert_eq!(
                 o200k().text(text),
@@ -325,23 +551,165 @@ mod tests {
         let expected = 3
             + (3 + c.text("system") + c.text("You are helpful."))
             + (3 + c.text("user") + c.text("bob") + 1 + c.text("Hi"));
-        assert_eq!(c.openai_chat(&body), expected);
+        assert_eq!(c.openai_chat(&body), Tally::text(expected));
     }
 
     #[test]
-    fn images_and_tools_are_counted_conservatively() {
+    fn tools_are_counted_conservatively() {
         let c = o200k();
         let plain = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "look"}]}]});
-        let image = json!({"messages": [{"role": "user", "content": [
-            {"type": "text", "text": "look"},
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]});
-        assert_eq!(c.openai_chat(&image), c.openai_chat(&plain) + IMAGE_TOKENS_DEFAULT);
         let tool = json!({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}});
         let with_tool = json!({"messages": plain["messages"], "tools": [tool]});
         assert_eq!(
-            c.openai_chat(&with_tool),
-            c.openai_chat(&plain) + c.json(&tool) + TOOL_OVERHEAD_TOKENS
+            c.openai_chat(&with_tool).total(),
+            c.openai_chat(&plain).total() + c.json(&tool) + TOOL_OVERHEAD_TOKENS
         );
+    }
+
+    #[test]
+    fn images_count_by_the_models_rule_and_the_size_in_their_header() {
+        let chat = |url: &str, detail: &str| {
+            json!({"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": url, "detail": detail}}]}]})
+        };
+        let plain = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "look"}]}]});
+        let image_of = |c: &Counter, body: &Value| c.openai_chat(body).total() - c.openai_chat(&plain).total();
+        let url = png_url(1024, 1024);
+        // gpt-4o: 85 + 4 x 170; gpt-4o-mini: 2,833 + 4 x 5,667 (OpenAI's table).
+        assert_eq!(image_of(&counter("gpt-4o"), &chat(&url, "high")), 765);
+        assert_eq!(image_of(&counter("gpt-4o-mini"), &chat(&url, "auto")), 25_501);
+        assert_eq!(image_of(&counter("gpt-4o-mini"), &chat(&url, "low")), 2_833);
+        // gpt-4.1-mini: 1,024 patches x 1.62.
+        assert_eq!(image_of(&counter("gpt-4.1-mini"), &chat(&url, "high")), 1_659);
+        // By URL: the model's maximum (gpt-4o-mini: 8 tiles), low detail its base.
+        let web = "https://example.com/cat.png";
+        assert_eq!(image_of(&counter("gpt-4o-mini"), &chat(web, "high")), 2_833 + 8 * 5_667);
+        assert_eq!(image_of(&counter("gpt-4o"), &chat(web, "low")), 85);
+        // The image counts as a rule, not as text.
+        let tally = counter("gpt-4o").openai_chat(&chat(&url, "high"));
+        assert_eq!(tally.rules, 765);
+        // Responses' input_image: the URL is a string beside `detail`.
+        let responses = json!({"input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": url, "detail": "high"}]}]});
+        assert_eq!(counter("gpt-4o").openai_responses(&responses).rules, 765);
+        // Anthropic: a base64 source; 1000 x 1000 pads to 1008 x 1008, / 750.
+        let claude = Counter::new(Encoding::Bytes, model_table::lookup("claude-sonnet-4-5"));
+        let data = base64::engine::general_purpose::STANDARD.encode(png(1000, 1000));
+        let message = json!({"messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}]}]});
+        assert_eq!(
+            claude.anthropic_messages(&message).rules,
+            (1008u64 * 1008).div_ceil(750)
+        );
+        // An image inside a tool result is an image too.
+        let result = json!({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+            "content": [{"type": "image", "source": {"type": "url", "url": web}}]}]}]});
+        assert_eq!(claude.anthropic_messages(&result).rules, claude.row.image.max_tokens());
+    }
+
+    #[test]
+    fn files_audio_documents_and_stored_context_count_by_their_bounds() {
+        let mut c = counter("gpt-4o");
+        c.file_tokens = 5_000;
+        c.stored_context_tokens = 7_000;
+        let file = json!({"messages": [{"role": "user", "content": [
+            {"type": "file", "file": {"file_id": "file-abc"}},
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]}]});
+        assert_eq!(c.openai_chat(&file).rules, 10_000);
+        let responses = json!({"previous_response_id": "resp_1", "input": [
+            {"role": "user", "content": [{"type": "input_file", "file_id": "file-abc"}]},
+            {"type": "item_reference", "id": "msg_1"}]});
+        assert_eq!(c.openai_responses(&responses).rules, 5_000 + 7_000 + 7_000);
+        let prompt = json!({"prompt": {"id": "pmpt_1", "variables": {"city": "Paris"}}, "conversation": "conv_1"});
+        let tally = c.openai_responses(&prompt);
+        assert_eq!(tally.rules, 14_000);
+        assert!(tally.text >= c.text("Paris"));
+        // Without a bound configured, a part is bounded by the context window.
+        assert_eq!(counter("gpt-4o").openai_chat(&file).rules, 2 * 128_000);
+        let mut claude = Counter::new(Encoding::Bytes, model_table::lookup("claude-sonnet-4-5"));
+        claude.file_tokens = 3_000;
+        let documents = json!({"messages": [{"role": "user", "content": [
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}},
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain words"}, "title": "T"}]}]});
+        let tally = claude.anthropic_messages(&documents);
+        assert_eq!(tally.rules, 3_000);
+        assert_eq!(tally.text, 8 + "plain words".len() as u64 + 1);
+    }
+
+    #[test]
+    fn the_reservation_is_calibrated_and_capped_at_the_context_window() {
+        let mut c = Counter::new(Encoding::Bytes, model_table::lookup("claude-sonnet-4-5"));
+        c.calibrator = Some(Arc::new(Calibrator::default()));
+        let tally = Tally {
+            text: 4_000,
+            rules: 1_000,
+        };
+        assert_eq!(c.reserve(tally), 5_000, "the byte bound before any sample");
+        assert_eq!(c.calibration_sample(tally), None, "a rule-counted part makes no sample");
+        assert_eq!(c.calibration_sample(Tally::text(4_000)), Some(4_000));
+        for _ in 0..crate::calibration::SAMPLES_MIN {
+            c.calibrator.as_ref().unwrap().observe(4_000, 1_000);
+        }
+        assert_eq!(c.reserve(tally), 1_100 + 1_000, "the text scaled, the rules not");
+        assert_eq!(c.reserve(Tally::rule(5_000_000)), 1_000_000, "the context window");
+        assert_eq!(
+            o200k().calibration_sample(Tally::text(9)),
+            None,
+            "exact encodings are not calibrated"
+        );
+    }
+
+    /// JSON of the shapes requests take: parts with known and unknown types,
+    /// images, data URLs, nested content.
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            "[a-z :/;,=.+]{0,40}".prop_map(Value::String),
+            Just(json!("image_url")),
+            Just(json!("input_image")),
+            Just(json!("document")),
+            Just(json!("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB")),
+        ];
+        let key = prop_oneof![
+            Just("type".to_owned()),
+            Just("content".to_owned()),
+            Just("image_url".to_owned()),
+            Just("source".to_owned()),
+            Just("text".to_owned()),
+            Just("detail".to_owned()),
+            Just("data".to_owned()),
+            "[a-z]{1,6}",
+        ];
+        leaf.prop_recursive(4, 64, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map(key.clone(), inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1_000))]
+
+        /// Any content in any field: a count, never a panic, never above the
+        /// context window once reserved.
+        #[test]
+        fn any_request_is_counted_without_panic(value in json_value()) {
+            let body = json!({"messages": [{"role": "user", "content": value.clone()}, value.clone()],
+                "input": value.clone(), "system": value.clone(), "tools": value.clone(), "prompt": value});
+            for model in ["gpt-4o-mini", "gpt-4.1-mini", "claude-sonnet-4-5"] {
+                let mut c = counter(model);
+                c.calibrator = Some(Arc::new(Calibrator::default()));
+                for tally in [c.openai_chat(&body), c.openai_responses(&body), c.anthropic_messages(&body)] {
+                    proptest::prop_assert!(c.reserve(tally) <= c.row.context_window_tokens);
+                }
+            }
+        }
     }
 
     #[test]
@@ -355,14 +723,31 @@ mod tests {
 
     #[test]
     fn the_claude_estimate_is_never_below_any_bpe_count() {
-        let bytes = Counter {
-            encoding: Encoding::Bytes,
-            image_tokens: IMAGE_TOKENS_DEFAULT,
-        };
+        let bytes = Counter::new(Encoding::Bytes, model_table::lookup("claude"));
         let body = json!({"system": "Be brief.", "messages": [{"role": "user", "content": "Count me: 日本語"}]});
         let estimate = bytes.anthropic_messages(&body);
-        assert!(estimate >= o200k().anthropic_messages(&body));
-        assert_eq!(estimate, 9 + 8 + "Count me: 日本語".len() as u64);
+        assert!(estimate.total() >= o200k().anthropic_messages(&body).total());
+        assert_eq!(estimate, Tally::text(9 + 8 + "Count me: 日本語".len() as u64));
+    }
+
+    #[test]
+    fn output_defaults_come_from_the_table_unless_configured() {
+        let config: ModelConfig = serde_yaml::from_str("{name: gpt-4o-mini, upstream: u}").unwrap();
+        assert_eq!(output_default(&config), 16_384);
+        let config: ModelConfig = serde_yaml::from_str("{name: my-llama, upstream: u}").unwrap();
+        assert_eq!(output_default(&config), model_table::UNKNOWN.max_output_tokens);
+        let config: ModelConfig =
+            serde_yaml::from_str("{name: gpt-4o-mini, upstream: u, max_output_tokens_default: 500}").unwrap();
+        assert_eq!(output_default(&config), 500);
+        let counter = Counter::for_model(UpstreamKind::Openai, &config);
+        assert_eq!(
+            (counter.output_default_tokens, counter.calibrator.is_none()),
+            (500, true)
+        );
+        let claude: ModelConfig = serde_yaml::from_str("{name: claude-haiku-4-5, upstream: u}").unwrap();
+        assert!(Counter::for_model(UpstreamKind::Anthropic, &claude)
+            .calibrator
+            .is_some());
     }
 
     #[test]

@@ -11,15 +11,23 @@ pub struct Usage {
     pub input_tokens: u64,
     /// Tokens that count on the output limit.
     pub output_tokens: u64,
-    /// Anthropic's cache reads, reported for logs and metrics only: Anthropic does
-    /// not count them on the input limit of current models.
+    /// Anthropic's cache reads: billed, so counted on budgets ([`Usage::billed`]),
+    /// but not on the input limit of current models.
     pub cache_read_tokens: u64,
 }
 
 impl Usage {
-    /// Input and output together: what a combined tpm limit and a daily budget count.
+    /// Input and output together, as the model's limits count them: what a
+    /// combined tpm limit counts.
     pub fn total(&self) -> u64 {
         self.input_tokens.saturating_add(self.output_tokens)
+    }
+
+    /// Every token the provider bills: input (with OpenAI's cached tokens and
+    /// Anthropic's cache writes), Anthropic's cache reads, and output (with
+    /// reasoning): what a tenant's daily budget counts.
+    pub fn billed(&self) -> u64 {
+        self.total().saturating_add(self.cache_read_tokens)
     }
 }
 

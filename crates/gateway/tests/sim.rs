@@ -120,11 +120,12 @@ async fn count_tokens_is_forwarded_without_a_reservation_and_the_claude_estimate
         assert_eq!(response.status(), 200);
         let counted: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
         let provider_count = counted["input_tokens"].as_u64().unwrap();
-        let estimate = gateway::tokens::Counter {
-            encoding: gateway::config::Encoding::Bytes,
-            image_tokens: gateway::tokens::IMAGE_TOKENS_DEFAULT,
-        }
-        .anthropic_messages(&body);
+        let estimate = gateway::tokens::Counter::new(
+            gateway::config::Encoding::Bytes,
+            gateway::model_table::lookup("claude-sonnet-4-5"),
+        )
+        .anthropic_messages(&body)
+        .total();
         assert!(
             estimate >= provider_count,
             "{text:?}: estimate {estimate} < provider {provider_count}"

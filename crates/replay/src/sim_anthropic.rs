@@ -19,8 +19,11 @@
 //! "rate_limit_error", "message": ...}}`).
 //!
 //! The simulator keeps one token limit (the ledger's); Anthropic's separate input and
-//! output limits are issue 19's profiles. Counting as in [`crate::sim_openai`]: the
-//! system prompt and every text block, one token per 4 bytes per text.
+//! output limits are the `anthropic` profile's. Counting as in [`crate::sim_openai`]: the
+//! system prompt and every text block, one token per 4 bytes per text; images by
+//! Anthropic's rule ([`crate::sim_vision`]); the prefix marked `cache_control`
+//! through the prompt cache ([`crate::sim_cache`]), whose reads the `anthropic`
+//! profile does not charge on its input limit.
 
 use std::sync::Arc;
 
@@ -34,9 +37,10 @@ use serde::Deserialize;
 use crate::prompt;
 use crate::provider::{ProviderLimits, Remaining};
 use crate::provider_server::{ProviderServer, MESSAGES_MAX};
+use crate::sim_cache::CacheSplit;
 use crate::sim_control::{
-    admit, error, full_reset_ms, output_bound, output_words, play_fault, prompt_tokens, put_profile_headers, refused,
-    rfc3339, sse_event, sse_response, Content, SseStream, Wire,
+    admit_cached, error, full_reset_ms, output_bound, output_words, play_fault, prompt_tokens, put_profile_headers,
+    refused, rfc3339, sse_event, sse_response, Content, SseStream, Wire,
 };
 
 /// The body of `POST /v1/messages` and `POST /v1/messages/count_tokens`.
@@ -70,10 +74,37 @@ impl MessagesBody {
         if request.messages.is_empty() || request.messages.len() > MESSAGES_MAX {
             return Err(Box::new(bad_request(format!("messages: 1..={MESSAGES_MAX} entries"))));
         }
-        let system = request.system.iter().flat_map(Content::texts);
-        let texts = system.chain(request.messages.iter().flat_map(|m| m.content.texts()));
-        let prompt = prompt_tokens(texts);
+        let (prompt, _) = request.prompt();
         Ok((request, prompt))
+    }
+
+    /// The prompt's tokens (texts, and images by Anthropic's rule) and its cached
+    /// prefix: the hash and tokens of everything up to the last block marked
+    /// `cache_control`, in Anthropic's order (system, then messages).
+    fn prompt(&self) -> (u64, Option<(u64, u64)>) {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let (mut tokens, mut prefix) = (0, None);
+        let contents = self.system.iter().chain(self.messages.iter().map(|m| &m.content));
+        for content in contents {
+            match content {
+                Content::Text(text) => {
+                    text.hash(&mut hasher);
+                    tokens += prompt_tokens([text.as_str()]);
+                }
+                Content::Blocks(blocks) => {
+                    for block in blocks {
+                        (&block.kind, &block.text, block.source.as_ref().map(ToString::to_string)).hash(&mut hasher);
+                        tokens +=
+                            block.text.as_deref().map_or(0, |t| prompt_tokens([t])) + block.image_tokens(&self.model);
+                        if block.cache_control.is_some() {
+                            prefix = Some((hasher.finish(), tokens));
+                        }
+                    }
+                }
+            }
+        }
+        (tokens, prefix)
     }
 }
 
@@ -139,7 +170,13 @@ pub async fn messages(
     let output = request.sim_output_tokens.unwrap_or(bound).min(bound);
     let limits = provider.limits();
     let now_ms = provider.clock.now_unix_ms();
-    let admitted = match admit(&provider, &request.model, prompt, bound, output) {
+    let (_, prefix) = request.prompt();
+    let split = provider
+        .control
+        .prompt_cache
+        .split(&request.model, prompt, prefix, now_ms);
+    let cache_read = split.cache_read_input_tokens;
+    let admitted = match admit_cached(&provider, &request.model, prompt, cache_read, bound, output) {
         Ok(admitted) => admitted,
         Err(refusal) => {
             let remaining = refusal.remaining().unwrap_or(Remaining { requests: 0, tokens: 0 });
@@ -158,12 +195,12 @@ pub async fn messages(
             "id": id, "type": "message", "role": "assistant", "model": request.model,
             "content": [{"type": "text", "text": prompt::synthesize(output)}],
             "stop_reason": stop_reason, "stop_sequence": null,
-            "usage": usage(prompt, output),
+            "usage": usage(split, output),
         });
         return (headers, Json(body)).into_response();
     }
     let stream = SseStream {
-        events: message_events(&id, &request.model, prompt, output, stop_reason),
+        events: message_events(&id, &request.model, split, output, stop_reason),
         token_delay_ms: limits.ms_per_output_token,
         drop_after,
         guards: (admitted.slot, busy),
@@ -171,18 +208,19 @@ pub async fn messages(
     sse_response(stream, headers)
 }
 
-/// Anthropic's usage object, no prompt caching in the simulator.
-fn usage(input: u64, output: u64) -> serde_json::Value {
+/// Anthropic's usage object, the prompt split by the prompt cache.
+fn usage(split: CacheSplit, output: u64) -> serde_json::Value {
     serde_json::json!({
-        "input_tokens": input, "output_tokens": output,
-        "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+        "input_tokens": split.input_tokens, "output_tokens": output,
+        "cache_creation_input_tokens": split.cache_creation_input_tokens,
+        "cache_read_input_tokens": split.cache_read_input_tokens,
     })
 }
 
 /// The events of a streamed message: `message_start` with the input tokens (and
 /// one output token, as Anthropic reports at the start), one text block with a
 /// delta per token, `message_delta` with the cumulative output tokens, `message_stop`.
-fn message_events(id: &str, model: &str, prompt: u64, output: u64, stop_reason: &str) -> Vec<(Bytes, bool)> {
+fn message_events(id: &str, model: &str, prompt: CacheSplit, output: u64, stop_reason: &str) -> Vec<(Bytes, bool)> {
     let start = serde_json::json!({
         "type": "message_start",
         "message": {

@@ -107,6 +107,8 @@ pub struct SimControl {
     in_flight_max: AtomicU64,
     calls: AtomicU64,
     faults_injected: AtomicU64,
+    /// Anthropic's prompt cache.
+    pub(crate) prompt_cache: crate::sim_cache::PromptCache,
 }
 
 impl Default for SimControl {
@@ -130,6 +132,7 @@ impl SimControl {
             in_flight_max: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             faults_injected: AtomicU64::new(0),
+            prompt_cache: crate::sim_cache::PromptCache::default(),
         }
     }
 
@@ -377,13 +380,26 @@ pub fn admit(
     max_tokens: u64,
     output_tokens: u64,
 ) -> Result<Admitted, Refused> {
+    admit_cached(provider, model, prompt_tokens, 0, max_tokens, output_tokens)
+}
+
+/// [`admit`] for a prompt of which `cache_read_tokens` are read from the prompt
+/// cache (Anthropic's profile does not charge them on its input limit).
+pub fn admit_cached(
+    provider: &Arc<ProviderServer>,
+    model: &str,
+    prompt_tokens: u64,
+    cache_read_tokens: u64,
+    max_tokens: u64,
+    output_tokens: u64,
+) -> Result<Admitted, Refused> {
     let limits = provider.limits();
     let call = CallShape {
         prompt_tokens,
+        cache_read_tokens,
         max_tokens,
         output_tokens,
         best_of: 1,
-        ..CallShape::default()
     };
     let busy_ms = limits.ms_per_output_token * output_tokens;
     let now_ms = provider.clock.now_unix_ms();
@@ -438,8 +454,8 @@ pub fn throttled_message(limit: LimitKind, retry_after_ms: u64) -> String {
 }
 
 /// A message's content in both wire formats: a string, or blocks of which the text
-/// ones count (`{"type": "text" | "input_text", "text": ...}`); other blocks
-/// (images, files) count nothing in the simulator.
+/// ones count (`{"type": "text" | "input_text", "text": ...}`) and the images
+/// (`crate::sim_vision`); other blocks (files) count nothing in the simulator.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum Content {
@@ -458,6 +474,34 @@ pub struct Block {
     /// The text of a text block.
     #[serde(default)]
     pub text: Option<String>,
+    /// An OpenAI image's `image_url`: an object in chat, a string in Responses.
+    #[serde(default)]
+    pub image_url: Option<serde_json::Value>,
+    /// Responses' `detail`, beside its `image_url`.
+    #[serde(default)]
+    pub detail: Option<String>,
+    /// An Anthropic image's `source`.
+    #[serde(default)]
+    pub source: Option<serde_json::Value>,
+    /// Anthropic's cache breakpoint (`crate::sim_cache`).
+    #[serde(default)]
+    pub cache_control: Option<serde_json::Value>,
+}
+
+impl Block {
+    /// Whether the block is an image of either wire format.
+    pub fn is_image(&self) -> bool {
+        matches!(self.kind.as_str(), "image_url" | "input_image" | "image")
+    }
+
+    /// The tokens `model` bills for this block when it is an image, else 0.
+    pub fn image_tokens(&self, model: &str) -> u64 {
+        if !self.is_image() {
+            return 0;
+        }
+        let part = serde_json::json!({"image_url": self.image_url, "detail": self.detail, "source": self.source});
+        crate::sim_vision::image_tokens(model, &part)
+    }
 }
 
 impl Content {
@@ -466,6 +510,14 @@ impl Content {
         match self {
             Content::Text(text) => vec![text.as_str()],
             Content::Blocks(blocks) => blocks.iter().filter_map(|b| b.text.as_deref()).collect(),
+        }
+    }
+
+    /// The tokens of its images, as `model` bills them.
+    pub fn image_tokens(&self, model: &str) -> u64 {
+        match self {
+            Content::Text(_) => 0,
+            Content::Blocks(blocks) => blocks.iter().map(|b| b.image_tokens(model)).sum(),
         }
     }
 }

@@ -18,7 +18,8 @@
 //! rate limit (based on requests) resets to its initial state").
 //!
 //! Counting rule (docs/provider-sim.md): a prompt is [`crate::provider::count_tokens`]
-//! of each text (one token per 4 bytes, rounded up, per text); the model writes
+//! of each text (one token per 4 bytes, rounded up, per text) and each image by
+//! OpenAI's rule for the model ([`crate::sim_vision`]); the model writes
 //! `sim_output_tokens` tokens (a body field of the simulator) capped by the output
 //! bound, or the bound itself; each output token is the 4-byte word of
 //! [`crate::prompt::synthesize`] and takes the provider's `ms_per_output_token`.
@@ -157,12 +158,9 @@ pub async fn chat_completions(
         Ok(bound) => bound,
         Err(message) => return bad_request(message),
     };
-    let texts = request
-        .messages
-        .iter()
-        .filter_map(|m| m.content.as_ref())
-        .flat_map(Content::texts);
-    let prompt = prompt_tokens(texts);
+    let contents = request.messages.iter().filter_map(|m| m.content.as_ref());
+    let images: u64 = contents.clone().map(|c| c.image_tokens(&request.model)).sum();
+    let prompt = prompt_tokens(contents.flat_map(Content::texts)) + images;
     let output = request.sim_output_tokens.unwrap_or(bound).min(bound);
     let (admitted, headers) = match admit_openai(&provider, &request.model, prompt, bound, output) {
         Ok(admitted) => admitted,
@@ -385,11 +383,14 @@ pub async fn responses(
         Err(message) => return bad_request(message),
     };
     let mut texts: Vec<&str> = request.instructions.as_deref().into_iter().collect();
+    let mut images = 0;
     match &request.input {
         ResponsesInput::Text(text) => texts.push(text),
         ResponsesInput::Items(items) if items.is_empty() => return bad_request("input must not be empty".to_owned()),
         ResponsesInput::Items(items) => {
-            texts.extend(items.iter().filter_map(|i| i.content.as_ref()).flat_map(Content::texts))
+            let contents = items.iter().filter_map(|i| i.content.as_ref());
+            images = contents.clone().map(|c| c.image_tokens(&request.model)).sum();
+            texts.extend(contents.flat_map(Content::texts))
         }
     }
     let drop_after = match play_fault(
@@ -405,7 +406,7 @@ pub async fn responses(
         Err(response) => return *response,
     };
     let busy = provider.control.busy();
-    let prompt = prompt_tokens(texts);
+    let prompt = prompt_tokens(texts) + images;
     let output = request.sim_output_tokens.unwrap_or(bound).min(bound);
     let (admitted, headers) = match admit_openai(&provider, &request.model, prompt, bound, output) {
         Ok(admitted) => admitted,
