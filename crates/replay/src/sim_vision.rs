@@ -88,7 +88,7 @@ fn size_of(bytes: &[u8]) -> Option<(u64, u64)> {
         [0x89, b'P', b'N', b'G', ..] => Some((be32(16)?, be32(20)?)),
         [b'G', b'I', b'F', ..] => Some((le16(6)?, le16(8)?)),
         [b'R', b'I', b'F', b'F', _, _, _, _, b'W', b'E', b'B', b'P', b'V', b'P', b'8', b'X', ..] => {
-            let le24 = |at: usize| Some(u64::from(le16(at)?) | u64::from(*bytes.get(at + 2)?) << 16);
+            let le24 = |at: usize| Some(le16(at)? | u64::from(*bytes.get(at + 2)?) << 16);
             Some((le24(24)? + 1, le24(27)? + 1))
         }
         [b'R', b'I', b'F', b'F', _, _, _, _, b'W', b'E', b'B', b'P', b'V', b'P', b'8', b' ', ..] => {
