@@ -235,20 +235,29 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
-fn describe(name: &str, ratios: &mut [f64]) {
-    ratios.sort_by(f64::total_cmp);
-    if ratios.is_empty() {
+/// Prints the distribution of reservation / provider's count over `calls`
+/// (reserved, provider's count), the ratio of their sums, and the calls above
+/// 1.3 with the largest provider's count among them.
+fn describe(name: &str, calls: &[(u64, u64)]) {
+    if calls.is_empty() {
         println!("{name}: no calls");
         return;
     }
+    let mut ratios: Vec<f64> = calls.iter().map(|(r, p)| *r as f64 / *p as f64).collect();
+    ratios.sort_by(f64::total_cmp);
+    let (reserved, provider): (u64, u64) = calls.iter().fold((0, 0), |(a, b), (r, p)| (a + r, b + p));
+    let above: Vec<u64> = calls.iter().filter(|(r, p)| *r * 10 > *p * 13).map(|(_, p)| *p).collect();
     println!(
-        "{name}: {} calls, reservation / provider's count: min {:.3}, p50 {:.3}, p99 {:.3}, max {:.3}, below 1: {}",
+        "{name}: {} calls, reservation / provider's count: min {:.3}, p50 {:.3}, p99 {:.3}, max {:.3}, of the sums {:.3}; below 1: {}; above 1.3: {} (provider's count at most {})",
         ratios.len(),
         ratios[0],
-        quantile(ratios, 0.5),
-        quantile(ratios, 0.99),
+        quantile(&ratios, 0.5),
+        quantile(&ratios, 0.99),
         ratios[ratios.len() - 1],
-        ratios.iter().filter(|r| **r < 1.0).count()
+        reserved as f64 / provider as f64,
+        ratios.iter().filter(|r| **r < 1.0).count(),
+        above.len(),
+        above.iter().max().copied().unwrap_or(0),
     );
 }
 
@@ -283,7 +292,7 @@ async fn claude_phase(options: &Options, gateway: SocketAddr, metrics: Arc<Gatew
                 let whole = limited + field("cache_read_input_tokens");
                 provider_input.fetch_add(limited, Ordering::Relaxed);
                 let reserved = reserved_total(&metrics, "claude-sonnet-4-5", worker) - before - OUTPUT_TOKENS;
-                ratios.push((i, reserved as f64 / whole as f64));
+                ratios.push((i, (reserved, whole)));
             }
         }));
     }
@@ -292,11 +301,10 @@ async fn claude_phase(options: &Options, gateway: SocketAddr, metrics: Arc<Gatew
         all.extend(task.await.unwrap());
     }
     let elapsed = started.elapsed();
-    let (mut warm_up, mut after): (Vec<_>, Vec<_>) = all.into_iter().partition(|(i, _)| *i < WARM_UP_CALLS);
-    let mut warm_up: Vec<f64> = warm_up.drain(..).map(|(_, r)| r).collect();
-    let mut after: Vec<f64> = after.drain(..).map(|(_, r)| r).collect();
-    describe("claude warm-up (first 64 calls)", &mut warm_up);
-    describe("claude after warm-up", &mut after);
+    let (warm_up, after): (Vec<_>, Vec<_>) = all.into_iter().partition(|(i, _)| *i < WARM_UP_CALLS);
+    let pairs = |calls: Vec<(usize, (u64, u64))>| calls.into_iter().map(|(_, pair)| pair).collect::<Vec<_>>();
+    describe("claude warm-up (first 64 calls)", &pairs(warm_up));
+    describe("claude after warm-up", &pairs(after));
     let counts = sim.counts();
     let input = provider_input.load(Ordering::Relaxed);
     // The bucket starts full: the limit's whole capacity plus its refill over the run.
@@ -342,9 +350,9 @@ async fn image_phase(gateway: SocketAddr, metrics: &GatewayMetrics) {
             assert_eq!(status, 200, "{answer}");
             let provider = answer["usage"]["prompt_tokens"].as_u64().unwrap();
             let reserved = reserved_total(metrics, model, 0) - before - OUTPUT_TOKENS;
-            ratios.push(reserved as f64 / provider as f64);
+            ratios.push((reserved, provider));
         }
-        describe(&format!("{model} with an image"), &mut ratios);
+        describe(&format!("{model} with an image"), &ratios);
     }
 }
 
