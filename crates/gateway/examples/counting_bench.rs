@@ -246,7 +246,11 @@ fn describe(name: &str, calls: &[(u64, u64)]) {
     let mut ratios: Vec<f64> = calls.iter().map(|(r, p)| *r as f64 / *p as f64).collect();
     ratios.sort_by(f64::total_cmp);
     let (reserved, provider): (u64, u64) = calls.iter().fold((0, 0), |(a, b), (r, p)| (a + r, b + p));
-    let above: Vec<u64> = calls.iter().filter(|(r, p)| *r * 10 > *p * 13).map(|(_, p)| *p).collect();
+    let above: Vec<u64> = calls
+        .iter()
+        .filter(|(r, p)| *r * 10 > *p * 13)
+        .map(|(_, p)| *p)
+        .collect();
     println!(
         "{name}: {} calls, reservation / provider's count: min {:.3}, p50 {:.3}, p99 {:.3}, max {:.3}, of the sums {:.3}; below 1: {}; above 1.3: {} (provider's count at most {})",
         ratios.len(),

@@ -177,7 +177,10 @@ pub async fn messages(
         .split(&request.model, prompt, prefix, now_ms);
     let cache_read = split.cache_read_input_tokens;
     let admitted = match admit_cached(&provider, &request.model, prompt, cache_read, bound, output) {
-        Ok(admitted) => admitted,
+        Ok(admitted) => {
+            provider.control.prompt_cache.remember(split, prefix, now_ms);
+            admitted
+        }
         Err(refusal) => {
             let remaining = refusal.remaining().unwrap_or(Remaining { requests: 0, tokens: 0 });
             let reset = now_ms + full_reset_ms(&provider, now_ms);

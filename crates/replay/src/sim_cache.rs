@@ -48,7 +48,9 @@ pub struct PromptCache {
 
 impl PromptCache {
     /// Splits a prompt of `total` tokens whose cached prefix (hash `prefix`,
-    /// `prefix_tokens` long) is marked, at `now_ms`; `None` prefix: nothing marked.
+    /// `prefix_tokens` long) is marked, at `now_ms`; `None` prefix: nothing
+    /// marked. Nothing is written: an admitted call then [`PromptCache::remember`]s
+    /// its prefix, a refused one leaves the cache as it was.
     pub fn split(&self, model: &str, total: u64, prefix: Option<(u64, u64)>, now_ms: u64) -> CacheSplit {
         let Some((hash, prefix_tokens)) = prefix.filter(|(_, tokens)| *tokens >= minimum_tokens(model)) else {
             return CacheSplit {
@@ -57,15 +59,8 @@ impl PromptCache {
             };
         };
         let rest = total.saturating_sub(prefix_tokens);
-        let mut entries = self.entries.lock().expect("cache lock");
-        let hit = entries.get(&hash).is_some_and(|expiry| *expiry > now_ms);
-        if entries.len() >= CACHE_ENTRIES_MAX && !entries.contains_key(&hash) {
-            entries.retain(|_, expiry| *expiry > now_ms);
-        }
-        if entries.len() < CACHE_ENTRIES_MAX || entries.contains_key(&hash) {
-            entries.insert(hash, now_ms + CACHE_TTL_MS);
-        }
-        if hit {
+        let entries = self.entries.lock().expect("cache lock");
+        if entries.get(&hash).is_some_and(|expiry| *expiry > now_ms) {
             CacheSplit {
                 input_tokens: rest,
                 cache_creation_input_tokens: 0,
@@ -79,6 +74,21 @@ impl PromptCache {
             }
         }
     }
+
+    /// Writes (or refreshes) the prefix of an admitted call whose split cached it.
+    pub fn remember(&self, split: CacheSplit, prefix: Option<(u64, u64)>, now_ms: u64) {
+        let cached = split.cache_creation_input_tokens + split.cache_read_input_tokens > 0;
+        let Some((hash, _)) = prefix.filter(|_| cached) else {
+            return;
+        };
+        let mut entries = self.entries.lock().expect("cache lock");
+        if entries.len() >= CACHE_ENTRIES_MAX && !entries.contains_key(&hash) {
+            entries.retain(|_, expiry| *expiry > now_ms);
+        }
+        if entries.len() < CACHE_ENTRIES_MAX || entries.contains_key(&hash) {
+            entries.insert(hash, now_ms + CACHE_TTL_MS);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -88,14 +98,34 @@ mod tests {
     #[test]
     fn a_marked_prefix_is_written_then_read_until_it_expires() {
         let cache = PromptCache::default();
-        let first = cache.split("claude-sonnet-4-5", 5_000, Some((7, 4_000)), 0);
+        let split = |cache: &PromptCache, model: &str, total: u64, prefix: Option<(u64, u64)>, now_ms: u64| {
+            let split = cache.split(model, total, prefix, now_ms);
+            cache.remember(split, prefix, now_ms);
+            split
+        };
+        let refused = cache.split("claude-sonnet-4-5", 5_000, Some((7, 4_000)), 0);
+        assert_eq!(
+            refused.cache_creation_input_tokens, 4_000,
+            "a refused call writes nothing"
+        );
+        let first = split(&cache, "claude-sonnet-4-5", 5_000, Some((7, 4_000)), 0);
         assert_eq!((first.input_tokens, first.cache_creation_input_tokens), (1_000, 4_000));
-        let second = cache.split("claude-sonnet-4-5", 5_350, Some((7, 4_000)), 1_000);
+        let second = split(&cache, "claude-sonnet-4-5", 5_350, Some((7, 4_000)), 1_000);
         assert_eq!((second.input_tokens, second.cache_read_input_tokens), (1_350, 4_000));
-        let later = cache.split("claude-sonnet-4-5", 5_000, Some((7, 4_000)), 1_000 + CACHE_TTL_MS + 1);
+        let later = split(
+            &cache,
+            "claude-sonnet-4-5",
+            5_000,
+            Some((7, 4_000)),
+            1_000 + CACHE_TTL_MS + 1,
+        );
         assert_eq!(later.cache_creation_input_tokens, 4_000, "expired: written again");
-        let short = cache.split("claude-haiku-4-5", 3_000, Some((8, 1_500)), 0);
+        let short = split(&cache, "claude-haiku-4-5", 3_000, Some((8, 1_500)), 0);
         assert_eq!(short.input_tokens, 3_000, "below Haiku's minimum: not cached");
-        assert_eq!(cache.split("claude-sonnet-4-5", 10, None, 0).input_tokens, 10);
+        assert_eq!(
+            split(&cache, "claude-haiku-4-5", 3_000, Some((8, 1_500)), 1).input_tokens,
+            3_000
+        );
+        assert_eq!(split(&cache, "claude-sonnet-4-5", 10, None, 0).input_tokens, 10);
     }
 }
