@@ -51,10 +51,10 @@ MODELS: list[dict[str, Any]] = [
      "max_output_tokens_default": 64, "max_wait_ms": 60000},
     {"name": "sim-model", "upstream": "openai", "rpm": 100000, "tpm": 50000000, "concurrency": 64,
      "max_output_tokens_default": 64, "max_wait_ms": 0},
-    {"name": "text-embedding-3-small", "upstream": "openai", "rpm": 100000, "tpm": 50000000,
-     "max_output_tokens_default": 1, "max_wait_ms": 0},
+    # Neither an embeddings model nor an Anthropic one needs max_output_tokens_default.
+    {"name": "text-embedding-3-small", "upstream": "openai", "rpm": 100000, "tpm": 50000000, "max_wait_ms": 0},
     {"name": "claude-haiku-4-5", "upstream": "anthropic", "rpm": 100000, "input_tpm": 50000000,
-     "output_tpm": 10000000, "concurrency": 64, "max_output_tokens_default": 64, "max_wait_ms": 30000},
+     "output_tpm": 10000000, "concurrency": 64, "max_wait_ms": 30000},
 ]
 #: Served by the simulator but not configured in the gateway: a 404 there.
 UNCONFIGURED_MODEL = "claude-sonnet-4-5"
