@@ -148,6 +148,10 @@ impl Gateway {
                 .expect("validated");
             let kind = upstreams[upstream].config.kind;
             let counter = Counter::for_model(kind, model);
+            for (field, tokens, limit) in counter.bounds_above_limits(model) {
+                tracing::warn!(model = %model.name, field, tokens, limit,
+                    "gateway: calls counted at this bound can never be admitted; set the model's field to what its calls send");
+            }
             // The vocabulary loads on first use: at startup, not on a client's first call.
             counter.text("warm");
             let entry = ModelEntry {

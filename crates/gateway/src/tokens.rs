@@ -188,6 +188,26 @@ impl Counter {
         counter
     }
 
+    /// The bounds of this counter, by their field, that are larger than a token
+    /// limit of `model` on its own (a tier-1 `tpm` below a context window): a
+    /// call using one can never be admitted. The gateway logs them at start, so
+    /// that the operator sets the field to what the tenants send.
+    pub fn bounds_above_limits(&self, model: &ModelConfig) -> Vec<(&'static str, u64, u64)> {
+        let input_limit = model.tpm.or(model.input_tpm);
+        let output_limit = model.tpm.or(model.output_tpm);
+        let bounds = [
+            ("file_tokens", self.file_tokens, input_limit),
+            ("stored_context_tokens", self.stored_context_tokens, input_limit),
+            ("image_tokens", self.image_tokens, input_limit),
+            ("max_output_tokens_default", self.output_default_tokens, output_limit),
+        ];
+        bounds
+            .into_iter()
+            .filter_map(|(field, tokens, limit)| Some((field, tokens, limit?)))
+            .filter(|(_, tokens, limit)| tokens > limit)
+            .collect()
+    }
+
     /// The tokens reserved for a prompt counted `tally`: the text calibrated
     /// (byte-counted models), the rules' parts as counted, the whole at most the
     /// model's context window, which no accepted prompt exceeds.
@@ -748,6 +768,25 @@ mod tests {
         assert!(Counter::for_model(UpstreamKind::Anthropic, &claude)
             .calibrator
             .is_some());
+    }
+
+    #[test]
+    fn bounds_larger_than_a_limit_are_named() {
+        let config: ModelConfig =
+            serde_yaml::from_str("{name: gpt-4.1, upstream: u, tpm: 30000, stored_context_tokens: 20000}").unwrap();
+        let counter = Counter::for_model(UpstreamKind::Openai, &config);
+        assert_eq!(
+            counter.bounds_above_limits(&config),
+            [
+                ("file_tokens", 1_047_576, 30_000),
+                ("max_output_tokens_default", 32_768, 30_000)
+            ]
+        );
+        let open: ModelConfig = serde_yaml::from_str("{name: gpt-4.1, upstream: u}").unwrap();
+        assert!(
+            counter.bounds_above_limits(&open).is_empty(),
+            "no limit, nothing to exceed"
+        );
     }
 
     #[test]
