@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use ratelimiter::{Actual, CompleteRequest, LeaseId, Limiter};
+use ratelimiter::{Actual, CompleteRequest, Denial, LeaseId, Limiter, LimiterError, ReserveOutcome, ReserveRequest};
 
 use crate::limits::{actuals, ModelKeys, TenantKeys};
 use crate::metrics::CallCounters;
@@ -125,6 +125,107 @@ impl Drop for CallLease {
                 tracing::warn!(%lease_id, "gateway: no runtime to complete on; the holds end by window or timeout")
             }
         }
+    }
+}
+
+/// A lease granted but not yet handed to its call: released (every rolling limit
+/// back to 0, its slots freed) when dropped, so a lease is never lost however
+/// the handler ends before it is taken: a client gone while queued, a waiter
+/// timed out as the grant arrived, a handler dropped while its reserve was in
+/// flight. [`Reserved::take`] hands the lease over to the call's [`CallLease`].
+pub struct Reserved {
+    limiter: Arc<dyn Limiter>,
+    request: Option<ReserveRequest>,
+    queue: Option<Arc<ModelQueue>>,
+}
+
+impl std::fmt::Debug for Reserved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reserved")
+            .field("lease_id", &self.request.as_ref().map(|r| r.lease_id()))
+            .finish()
+    }
+}
+
+impl Reserved {
+    /// The guard of `request`'s granted lease; `queue` is woken when it is released.
+    pub fn new(limiter: Arc<dyn Limiter>, request: ReserveRequest, queue: Option<Arc<ModelQueue>>) -> Self {
+        Self {
+            limiter,
+            request: Some(request),
+            queue,
+        }
+    }
+
+    /// The lease id, for the call that now owns the lease.
+    pub fn take(mut self) -> LeaseId {
+        self.request.take().expect("taken once").lease_id()
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let Some(request) = self.request.take() else {
+            return;
+        };
+        let limiter = self.limiter.clone();
+        let queue = self.queue.clone();
+        let release = async move {
+            crate::queue::release_unused(&limiter, request.lease_id(), &request).await;
+            if let Some(queue) = queue {
+                queue.capacity_freed();
+            }
+        };
+        spawn_if_pending(run_if_ready(release), "a lease released unused");
+    }
+}
+
+/// The answer of [`reserve_guarded`].
+#[derive(Debug)]
+pub enum Reservation {
+    /// Granted: the guard owns the lease.
+    Allowed(Reserved),
+    /// Refused.
+    Denied(Denial),
+}
+
+/// Reserves `request` so that the lease cannot be lost if the caller is dropped
+/// while the reserve is in flight (a client that leaves during TigerBeetle's
+/// round trip): a reserve that must wait runs on a task of its own, and a grant
+/// nobody takes any more is dropped there, which releases it. A backend that
+/// answers on the first poll (the memory backend) needs no task.
+pub async fn reserve_guarded(
+    limiter: &Arc<dyn Limiter>,
+    request: ReserveRequest,
+    queue: Option<Arc<ModelQueue>>,
+) -> Result<Reservation, LimiterError> {
+    let limiter = limiter.clone();
+    let reserve = async move {
+        match limiter.reserve(&request).await? {
+            ReserveOutcome::Allowed { .. } => Ok(Reservation::Allowed(Reserved::new(limiter, request, queue))),
+            ReserveOutcome::Denied(denial) => Ok(Reservation::Denied(denial)),
+        }
+    };
+    let mut reserve = Box::pin(reserve);
+    let first = reserve.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+    if let Poll::Ready(outcome) = first {
+        return outcome;
+    }
+    tokio::spawn(reserve)
+        .await
+        .map_err(|e| LimiterError::Backend(format!("the reserve task failed: {e}")))?
+}
+
+/// Spawns `pending` on the current runtime, if any is left to run.
+fn spawn_if_pending<F: Future<Output = ()> + Send + 'static>(pending: Option<Pin<Box<F>>>, what: &str) {
+    let Some(pending) = pending else {
+        return;
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(pending);
+        }
+        Err(_) => tracing::warn!("gateway: no runtime for {what}; the holds end by window or timeout"),
     }
 }
 
