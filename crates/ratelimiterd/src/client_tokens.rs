@@ -19,6 +19,12 @@ pub enum ClientTokenConfig {
     FromEnv(ScopedTokenConfig),
 }
 
+impl From<String> for ClientTokenConfig {
+    fn from(token: String) -> Self {
+        ClientTokenConfig::Plain(token)
+    }
+}
+
 /// `{token_env: ..., key_prefixes: [...]}`.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
