@@ -117,7 +117,8 @@ async fn main() {
     let megabytes = args.first().copied().unwrap_or(100);
     let calls = args.get(1).copied().unwrap_or(1);
     let bytes = megabytes * 1024 * 1024;
-    let provider = serve(Router::new().route("/v1/embeddings", routing::post(move || async move { answer(bytes) }))).await;
+    let provider =
+        serve(Router::new().route("/v1/embeddings", routing::post(move || async move { answer(bytes) }))).await;
     std::env::set_var("ANSWER_MEMORY_KEY", "answer-memory-key-0123456789");
     let yaml = format!(
         "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: p, kind: openai, base_url: \"http://{provider}\"}}\nmodels:\n  - {{name: embed, upstream: p, tpm: 1000000000, max_output_tokens_default: 1}}\ntenants:\n  - {{name: acme, api_key_env: ANSWER_MEMORY_KEY}}\n"

@@ -39,8 +39,8 @@ pub fn read_tenant_keys(tenants: &[TenantConfig]) -> Result<Vec<TenantKey>, Stri
     for (i, tenant) in tenants.iter().enumerate() {
         let name = &tenant.name;
         let var = &tenant.api_key_env;
-        let raw = std::env::var(var)
-            .map_err(|_| format!("gateway tenant {name}: environment variable {var} is not set"))?;
+        let raw =
+            std::env::var(var).map_err(|_| format!("gateway tenant {name}: environment variable {var} is not set"))?;
         let key = raw.trim();
         if key.is_empty() {
             return Err(format!("gateway tenant {name}: the key in {var} is empty"));
@@ -123,9 +123,15 @@ mod tests {
         let keys = read_tenant_keys(&[tenant("acme", "AUTH_TEST_TRIMMED")]).unwrap();
         assert_eq!(find_tenant(&keys, "key-of-acme-0123456789"), Some(0));
         let error = read_tenant_keys(&[tenant("acme", "AUTH_TEST_EMPTY")]).unwrap_err();
-        assert!(error.contains("acme") && error.contains("AUTH_TEST_EMPTY") && error.contains("empty"), "{error}");
+        assert!(
+            error.contains("acme") && error.contains("AUTH_TEST_EMPTY") && error.contains("empty"),
+            "{error}"
+        );
         let error =
             read_tenant_keys(&[tenant("acme", "AUTH_TEST_TRIMMED"), tenant("beta", "AUTH_TEST_SAME")]).unwrap_err();
-        assert!(error.contains("acme") && error.contains("beta") && error.contains("same key"), "{error}");
+        assert!(
+            error.contains("acme") && error.contains("beta") && error.contains("same key"),
+            "{error}"
+        );
     }
 }

@@ -582,9 +582,16 @@ tenants:
         assert_eq!(config.client_header_timeout_ms, CLIENT_HEADER_TIMEOUT_MS_DEFAULT);
         assert_eq!(config.client_body_timeout_ms, CLIENT_BODY_TIMEOUT_MS_DEFAULT);
         assert_eq!(config.client_write_timeout_ms, CLIENT_WRITE_TIMEOUT_MS_DEFAULT);
-        assert_eq!(config.tenants[0].connections_max(&config), TENANT_CONNECTIONS_MAX_DEFAULT);
+        assert_eq!(
+            config.tenants[0].connections_max(&config),
+            TENANT_CONNECTIONS_MAX_DEFAULT
+        );
         assert_eq!(config.tenants[0].queued_max(&config), TENANT_QUEUED_MAX_DEFAULT);
-        for field in ["client_header_timeout_ms", "client_body_timeout_ms", "client_write_timeout_ms"] {
+        for field in [
+            "client_header_timeout_ms",
+            "client_body_timeout_ms",
+            "client_write_timeout_ms",
+        ] {
             let text = format!("{EXAMPLE}{field}: 0\n");
             assert_eq!(parse(&text).validate().unwrap_err().entry, field);
         }

@@ -121,8 +121,7 @@ pub fn answer_headers(upstream: HeaderMap) -> HeaderMap {
         // `None`: another value of the previous name.
         if let Some(name) = name {
             let text = name.as_str();
-            let allowed = ANSWER_HEADERS.contains(&text)
-                || ANSWER_HEADER_PREFIXES.iter().any(|p| text.starts_with(p));
+            let allowed = ANSWER_HEADERS.contains(&text) || ANSWER_HEADER_PREFIXES.iter().any(|p| text.starts_with(p));
             current = (allowed && !hop_by_hop.iter().any(|h| h == text)).then_some(name);
         }
         if let Some(name) = &current {
@@ -164,7 +163,14 @@ mod tests {
     #[test]
     fn credentials_and_framing_cannot_be_listed() {
         check_forwardable("openai-organization").unwrap();
-        for bad in ["authorization", "x-api-key", "host", "content-length", "Anthropic-Beta", "bad header"] {
+        for bad in [
+            "authorization",
+            "x-api-key",
+            "host",
+            "content-length",
+            "Anthropic-Beta",
+            "bad header",
+        ] {
             assert!(check_forwardable(bad).is_err(), "{bad}");
         }
     }

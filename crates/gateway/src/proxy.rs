@@ -25,10 +25,10 @@ use crate::call::{model_name, parse_object, Call, Endpoint};
 use crate::config::{GatewayConfig, ModelConfig, UpstreamKind};
 use crate::error::{ErrorKind, Format, GatewayError, Shaped};
 use crate::lease::{reserve_guarded, CallLease, CallLog, Reservation, Reserved, Settle};
-use crate::tenant_caps::{HoldingBody, TenantCaps};
 use crate::limits::{self, ModelKeys, TenantKeys};
 use crate::metrics::{CallCounters, GatewayMetrics, ModelMetrics, NO_TENANT};
 use crate::queue::{denial_key, ModelQueue, Refusal};
+use crate::tenant_caps::{HoldingBody, TenantCaps};
 use crate::tokens::{default_encoding, Counter, IMAGE_TOKENS_DEFAULT};
 use crate::upstream::{response_headers, Upstream, UpstreamClient, UpstreamError};
 use crate::usage::{EventAction, Usage};
@@ -323,7 +323,7 @@ async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, b
         Err(error) => Shaped(endpoint.format(), error).into_response(),
     };
     // The call stays open, on its tenant's cap, until its answer's last byte.
-    response.map(|body| HoldingBody::new(body, held))
+    response.map(|body| HoldingBody::wrap(body, held))
 }
 
 /// The request's whole body, within `limit` bytes and `timeout` from its first
@@ -928,7 +928,11 @@ mod tests {
         assert_eq!(denial_key(&shown), Some(model.as_str()));
         assert_eq!(shown.retry_after_ms(), 700, "the hint is kept");
         // A tenant whose name starts like another's is still another.
-        let shown = own_denial(Some(denied("tenant:acme2:llm:rpm")), Some("tenant:acme:"), model.clone());
+        let shown = own_denial(
+            Some(denied("tenant:acme2:llm:rpm")),
+            Some("tenant:acme:"),
+            model.clone(),
+        );
         assert_eq!(denial_key(&shown), Some(model.as_str()));
         let own = denied("tenant:acme:llm:rpm");
         assert_eq!(own_denial(Some(own.clone()), Some("tenant:acme:"), model.clone()), own);

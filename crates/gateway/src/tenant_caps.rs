@@ -111,7 +111,7 @@ pub struct HoldingBody {
 
 impl HoldingBody {
     /// `inner`, holding `held`.
-    pub fn new(inner: Body, held: Held) -> Body {
+    pub fn wrap(inner: Body, held: Held) -> Body {
         Body::new(Self { inner, _held: held })
     }
 }
@@ -147,7 +147,11 @@ mod tests {
         let _b = caps.open().unwrap();
         let error = caps.open().unwrap_err();
         assert_eq!(error.status(), 429);
-        assert!(error.message.contains("tenants[acme] connections_max"), "{}", error.message);
+        assert!(
+            error.message.contains("tenants[acme] connections_max"),
+            "{}",
+            error.message
+        );
         drop(a);
         let _c = caps.open().unwrap();
         let w = caps.wait().unwrap();

@@ -241,7 +241,10 @@ mod tests {
         ] {
             assert_eq!(scan(&[body]), None, "{}", String::from_utf8_lossy(body));
         }
-        let huge = format!(r#"{{"usage":{{"pad":"{}","prompt_tokens":9}}}}"#, "x".repeat(USAGE_BYTES_MAX));
+        let huge = format!(
+            r#"{{"usage":{{"pad":"{}","prompt_tokens":9}}}}"#,
+            "x".repeat(USAGE_BYTES_MAX)
+        );
         assert_eq!(scan(&[huge.as_bytes()]), None);
     }
 }

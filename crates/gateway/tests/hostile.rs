@@ -91,7 +91,8 @@ async fn chat(State(provider): State<Arc<Provider>>, headers: HeaderMap, Json(bo
 /// provider holds none of it), its usage at the end as OpenAI puts it.
 async fn embeddings() -> Response {
     const CHUNK_BYTES: usize = 64 * 1024;
-    let head = Bytes::from_static(b"{\"object\":\"list\",\"data\":[{\"object\":\"embedding\",\"index\":0,\"embedding\":[0.1");
+    let head =
+        Bytes::from_static(b"{\"object\":\"list\",\"data\":[{\"object\":\"embedding\",\"index\":0,\"embedding\":[0.1");
     let usage = json!({"prompt_tokens": USAGE.0, "total_tokens": USAGE.0});
     let tail = Bytes::from(format!("]}}],\"model\":\"embed-big\",\"usage\":{usage}}}"));
     let middle_bytes = BIG_ANSWER_BYTES - head.len() - tail.len();
@@ -117,8 +118,10 @@ async fn count_tokens(State(provider): State<Arc<Provider>>) -> Response {
 async fn messages(State(provider): State<Arc<Provider>>, headers: HeaderMap) -> Response {
     provider.calls.fetch_add(1, Ordering::SeqCst);
     provider.headers.lock().unwrap().push(headers);
-    Json(json!({"id": "m1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "hi"}],
-        "usage": {"input_tokens": USAGE.0, "output_tokens": USAGE.1}}))
+    Json(
+        json!({"id": "m1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "hi"}],
+        "usage": {"input_tokens": USAGE.0, "output_tokens": USAGE.1}}),
+    )
     .into_response()
 }
 
@@ -241,8 +244,14 @@ async fn client_headers_reach_the_upstream_only_when_its_configuration_lists_the
         }
         assert_eq!(headers["anthropic-version"], "2023-06-01");
     }
-    assert!(!seen[0].contains_key("anthropic-beta"), "not listed for the OpenAI upstream");
-    assert_eq!(seen[1]["anthropic-beta"], "computer-use-2024-10-22", "listed for the Anthropic one");
+    assert!(
+        !seen[0].contains_key("anthropic-beta"),
+        "not listed for the OpenAI upstream"
+    );
+    assert_eq!(
+        seen[1]["anthropic-beta"], "computer-use-2024-10-22",
+        "listed for the Anthropic one"
+    );
 }
 
 #[tokio::test]
@@ -339,7 +348,11 @@ async fn read_answer(read: &mut (impl tokio::io::AsyncRead + Unpin)) -> String {
         if let Some((head, body)) = text.split_once("\r\n\r\n") {
             let length = head
                 .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().to_owned())
+                })
                 .and_then(|v| v.parse::<usize>().ok());
             if length.is_some_and(|n| body.len() >= n) {
                 return text;
@@ -424,7 +437,11 @@ async fn a_client_gone_while_queued_leaves_nothing_reserved() {
     setup.provider.gate.add_permits(1);
     assert_eq!(held.await.unwrap().0, 200);
     eventually_in_use(&setup.backend, "global:llm:p:gpt-hold:concurrency", 0).await;
-    assert_eq!(in_use(&setup.backend, "global:llm:p:gpt-hold:rpm").await, 1, "only the call served");
+    assert_eq!(
+        in_use(&setup.backend, "global:llm:p:gpt-hold:rpm").await,
+        1,
+        "only the call served"
+    );
     assert_eq!(setup.provider.calls.load(Ordering::SeqCst), 1);
 }
 

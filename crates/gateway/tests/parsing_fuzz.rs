@@ -86,8 +86,17 @@ fn json_value() -> impl Strategy<Value = Value> {
         any::<i64>().prop_map(|n| json!(n)),
         any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
         ".{0,24}".prop_map(Value::String),
-        proptest::sample::select(&["user", "assistant", "text", "image_url", "image", "data:image/png;base64,iVBORw0KGgo="][..])
-            .prop_map(|s| Value::String(s.to_owned())),
+        proptest::sample::select(
+            &[
+                "user",
+                "assistant",
+                "text",
+                "image_url",
+                "image",
+                "data:image/png;base64,iVBORw0KGgo="
+            ][..]
+        )
+        .prop_map(|s| Value::String(s.to_owned())),
     ];
     leaf.prop_recursive(5, 64, 6, |inner| {
         prop_oneof![

@@ -100,7 +100,10 @@ mod tests {
             "[plain-token-0123456789, {token_env: CLIENT_TOKENS_TEST_SEARCH, key_prefixes: [\"svc:search:\"]}]",
         )
         .unwrap();
-        assert_eq!(entries[0].resolve().unwrap(), ("plain-token-0123456789".into(), KeyScope::All));
+        assert_eq!(
+            entries[0].resolve().unwrap(),
+            ("plain-token-0123456789".into(), KeyScope::All)
+        );
         let (token, scope) = entries[1].resolve().unwrap();
         assert_eq!(token, "search-token-0123456789");
         let inside = LimitKey::new("svc:search:rpm").unwrap();
@@ -128,7 +131,12 @@ mod tests {
             std::env::set_var(name, value);
         }
         let config = crate::config::Config::parse(example, std::path::Path::new("docs/http-api.md")).unwrap();
-        let scopes: Vec<KeyScope> = config.server.client_tokens.iter().map(|t| t.resolve().unwrap().1).collect();
+        let scopes: Vec<KeyScope> = config
+            .server
+            .client_tokens
+            .iter()
+            .map(|t| t.resolve().unwrap().1)
+            .collect();
         assert_eq!(scopes.len(), 4);
         assert_eq!(scopes[0], KeyScope::All);
         assert_eq!(scopes[1], KeyScope::Prefixes(vec!["svc:search:".to_owned()].into()));

@@ -5,8 +5,8 @@
 use std::time::Instant;
 
 use axum::extract::State;
-use axum::Extension;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use ratelimiter::{CompleteRequest, CompleteResponse, LimiterError, ReserveOutcome, ReserveRequest, ReserveResponse};
 use tracing::Instrument;

@@ -39,7 +39,9 @@ impl<T> WriteStall<T> {
             return result;
         }
         let timeout = self.timeout;
-        let sleep = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        let sleep = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
         match sleep.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -101,10 +103,14 @@ mod tests {
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         // Progress disarms the timer: a slow but steady reader is served.
         let mut buf = [0; 64];
-        tokio::io::AsyncReadExt::read_exact(&mut reader, &mut buf).await.unwrap();
+        tokio::io::AsyncReadExt::read_exact(&mut reader, &mut buf)
+            .await
+            .unwrap();
         let draining = tokio::spawn(async move {
             let mut sink = Vec::new();
-            tokio::io::AsyncReadExt::read_to_end(&mut reader, &mut sink).await.unwrap();
+            tokio::io::AsyncReadExt::read_to_end(&mut reader, &mut sink)
+                .await
+                .unwrap();
             sink.len()
         });
         for _ in 0..20 {

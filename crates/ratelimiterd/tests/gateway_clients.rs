@@ -102,7 +102,14 @@ fn gateway_addr(daemon: &Daemon) -> SocketAddr {
     daemon
         .logs()
         .iter()
-        .find_map(|line| line.split("gateway_addr=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .find_map(|line| {
+            line.split("gateway_addr=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
         .expect("the gateway logs its address")
 }
 
