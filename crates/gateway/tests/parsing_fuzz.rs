@@ -136,6 +136,7 @@ fn arbitrary_requests_are_answered_in_shape_and_leave_nothing_reserved() {
         gateway::router(Arc::new(gateway))
     });
     let mut runner = TestRunner::new(ProptestConfig::with_cases(cases()));
+    let statuses = std::cell::RefCell::new(std::collections::BTreeMap::<u16, u64>::new());
     let strategy = (proptest::sample::select(&PATHS[..]), request_body());
     runner
         .run(&strategy, |(path, body)| {
@@ -156,12 +157,14 @@ fn arbitrary_requests_are_answered_in_shape_and_leave_nothing_reserved() {
                 "{path}: status {status}: {}",
                 String::from_utf8_lossy(&answer)
             );
+            *statuses.borrow_mut().entry(status).or_default() += 1;
             let error: Value = serde_json::from_slice(&answer).expect("a JSON error");
             let message = error["error"]["message"].as_str();
             prop_assert!(message.is_some_and(|m| !m.is_empty()), "{error}");
             Ok(())
         })
         .unwrap();
+    eprintln!("statuses: {:?}", statuses.borrow());
     runtime.block_on(async {
         for key in [
             "global:llm:openai:gpt-4o-mini:concurrency",
