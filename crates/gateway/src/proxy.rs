@@ -740,8 +740,8 @@ async fn forward(
     }
     // Passed on as it arrives; only a success's usage is read, on the way.
     let scan = parts.status.is_success();
-    let stream = passthrough::body(body, endpoint, scan, lease, gateway.client.timeout());
-    Ok(answer(parts.status, parts.headers, Body::from_stream(stream)))
+    let body = passthrough::body(body, endpoint, scan, lease, gateway.client.timeout());
+    Ok(answer(parts.status, parts.headers, body))
 }
 
 /// An upstream 401 or 403 is the provider refusing the gateway's own key (the
