@@ -70,10 +70,26 @@ pub struct CallLease {
     pub log: CallLog,
     /// When the call arrived.
     pub started: Instant,
+    /// Whether the call was already ended by [`CallLease::finish`]; `false` at start.
+    pub finished: bool,
 }
 
-impl Drop for CallLease {
-    fn drop(&mut self) {
+impl CallLease {
+    /// Ends the call now and waits for its complete: an answer whose end the
+    /// client sees only after this has freed its capacity (a client's next call
+    /// finds it free, on TigerBeetle too). `Drop` then does nothing more.
+    pub async fn finish(&mut self) {
+        if let Some(complete) = self.end() {
+            complete.await;
+        }
+    }
+
+    /// Logs the call and returns its complete, once (`None` after the first time,
+    /// or when there is no lease to complete).
+    fn end(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        if std::mem::replace(&mut self.finished, true) {
+            return None;
+        }
         let used = match self.settle {
             Settle::Usage(usage) if self.count_cache_reads => Some(Usage {
                 input_tokens: usage.input_tokens.saturating_add(usage.cache_read_tokens),
@@ -96,34 +112,29 @@ impl Drop for CallLease {
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "gateway call"
         );
-        let Some(lease_id) = self.lease_id else {
-            return;
-        };
+        let lease_id = self.lease_id?;
         let actuals: Vec<Actual> = used.map_or_else(Vec::new, |usage| {
             actuals(&self.model_keys, self.tenant_keys.as_deref(), self.log.reserved, &usage)
         });
         let Ok(request) = CompleteRequest::new(lease_id, None, actuals) else {
             tracing::error!(%lease_id, "gateway: a complete request could not be built");
-            return;
+            return None;
         };
         let limiter = self.limiter.clone();
         let queue = self.queue.clone();
-        let complete = async move {
+        Some(async move {
             if let Err(e) = limiter.complete(&request).await {
                 tracing::warn!(%lease_id, error = %e, "gateway: complete failed; the holds end by window or timeout");
             }
             queue.capacity_freed();
-        };
-        let Some(pending) = run_if_ready(complete) else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(pending);
-            }
-            Err(_) => {
-                tracing::warn!(%lease_id, "gateway: no runtime to complete on; the holds end by window or timeout")
-            }
+        })
+    }
+}
+
+impl Drop for CallLease {
+    fn drop(&mut self) {
+        if let Some(complete) = self.end() {
+            spawn_if_pending(run_if_ready(complete), "a call's complete");
         }
     }
 }

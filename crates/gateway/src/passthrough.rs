@@ -113,6 +113,8 @@ fn chunks(state: State) -> impl Stream<Item = Result<Bytes, std::io::Error>> + S
             match frame {
                 None => {
                     state.settle();
+                    // Completed before the client sees the answer end.
+                    state.lease.finish().await;
                     return None;
                 }
                 Some(Err(e)) => {

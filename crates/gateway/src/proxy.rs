@@ -423,6 +423,7 @@ async fn serve(
             stream: call.stream,
         },
         started,
+        finished: false,
     };
     forward(&gateway, &model, endpoint, &headers, call, lease).await
 }
@@ -878,6 +879,8 @@ fn event_stream(
                     if let Some(usage) = state.reader.final_usage() {
                         state.lease.settle = Settle::Usage(usage);
                     }
+                    // Completed before the client sees the stream end.
+                    state.lease.finish().await;
                     return Some((Ok(rest), state));
                 }
                 Some(Err(e)) => {
