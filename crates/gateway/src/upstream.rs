@@ -68,6 +68,11 @@ impl Upstream {
                         config.name
                     )
                 })?;
+                // Trimmed like the tenants' keys: a key file's newline is not part of it.
+                let key = key.trim().to_owned();
+                if key.is_empty() {
+                    return Err(format!("gateway upstream {}: the key in {var} is empty", config.name));
+                }
                 let (name, value) = match config.kind {
                     UpstreamKind::Anthropic => ("x-api-key", key),
                     _ => ("authorization", format!("Bearer {key}")),

@@ -68,6 +68,9 @@ async fn chat(State(provider): State<Arc<Provider>>, headers: HeaderMap, Json(bo
     if model.ends_with("-hold") {
         provider.gate.acquire().await.unwrap().forget();
     }
+    if body["stream"] == json!(true) {
+        return held_stream(provider);
+    }
     let mut response = Json(json!({"id": "c1", "object": "chat.completion", "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
         "usage": usage()}))
@@ -84,6 +87,25 @@ async fn chat(State(provider): State<Arc<Provider>>, headers: HeaderMap, Json(bo
     ] {
         response.headers_mut().append(name, value.parse().unwrap());
     }
+    response
+}
+
+/// A stream whose first event comes at once and the rest once the gate opens.
+fn held_stream(provider: Arc<Provider>) -> Response {
+    let first = futures_util::stream::once(async {
+        Ok::<_, std::io::Error>(Bytes::from_static(
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n",
+        ))
+    });
+    let rest = futures_util::stream::once(async move {
+        provider.gate.acquire().await.unwrap().forget();
+        let usage = format!("data: {}\n\ndata: [DONE]\n\n", json!({"choices": [], "usage": usage()}));
+        Ok::<_, std::io::Error>(Bytes::from(usage))
+    });
+    let mut response = Response::new(Body::from_stream(futures_util::StreamExt::chain(first, rest)));
+    response
+        .headers_mut()
+        .insert("content-type", "text/event-stream".parse().unwrap());
     response
 }
 
@@ -396,6 +418,32 @@ async fn a_tenant_over_its_open_calls_gets_a_429_naming_the_cap_and_others_are_s
     assert_eq!(held.await.unwrap().0, 200);
     let (status, _, body) = call(&setup, ACME, "/v1/chat/completions", chat_body("gpt-test"), &[]).await;
     assert_eq!(status, 200, "the slot came back: {body}");
+}
+
+#[tokio::test]
+async fn a_stream_holds_its_tenants_slot_until_its_last_event() {
+    let setup = setup().await;
+    let bearer = format!("Bearer {ACME}");
+    let stream = json!({"model": "gpt-test", "max_tokens": 20, "stream": true,
+        "messages": [{"role": "user", "content": "Say hi."}]});
+    let mut open = post_raw(
+        &setup.client,
+        setup.gateway,
+        "/v1/chat/completions",
+        stream.to_string(),
+        &[("authorization", &bearer)],
+    )
+    .await;
+    assert_eq!(open.status(), 200);
+    open.body_mut().frame().await.unwrap().unwrap();
+    // The stream's answer has begun: its call is still open.
+    let (status, _, body) = call(&setup, ACME, "/v1/chat/completions", chat_body("gpt-test"), &[]).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("connections_max"), "{body}");
+    setup.provider.gate.add_permits(1);
+    open.into_body().collect().await.unwrap();
+    let (status, _, body) = call(&setup, ACME, "/v1/chat/completions", chat_body("gpt-test"), &[]).await;
+    assert_eq!(status, 200, "the slot came back with the stream's end: {body}");
 }
 
 #[tokio::test]
