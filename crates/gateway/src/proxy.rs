@@ -34,7 +34,8 @@ use crate::upstream::{response_headers, Upstream, UpstreamClient, UpstreamError}
 use crate::usage::{EventAction, Usage};
 use crate::{anthropic, cooldown, openai, passthrough, sse};
 
-/// The largest non-stream answer read from an upstream (it is parsed for usage).
+/// The largest answer read whole from an upstream (`count_tokens`' small answers;
+/// every other answer is passed on as it arrives).
 pub const RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The queue index of calls without a tenant (a gateway without keys).
 const NO_TENANT_INDEX: usize = usize::MAX;
