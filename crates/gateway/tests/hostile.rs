@@ -189,6 +189,7 @@ tenants:
 
 struct Setup {
     provider: Arc<Provider>,
+    metrics: Arc<gateway::metrics::GatewayMetrics>,
     backend: Arc<dyn Backend>,
     gateway: SocketAddr,
     client: HttpClient,
@@ -197,9 +198,10 @@ struct Setup {
 async fn setup_on(backend: Arc<dyn Backend>) -> Setup {
     let (addr, provider) = start_provider().await;
     let gateway = gateway::Gateway::new(&config(addr), backend.clone()).unwrap();
-    let (gateway, _) = serve_gateway(gateway, backend.clone()).await;
+    let (gateway, metrics) = serve_gateway(gateway, backend.clone()).await;
     Setup {
         provider,
+        metrics,
         backend,
         gateway,
         client: client(),
@@ -236,6 +238,18 @@ async fn eventually_calls(provider: &Provider, expected: u64) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("the provider never got {expected} calls");
+}
+
+/// Waits (bounded) until `expected` calls of `tenant` on `model` have waited in its queue.
+async fn eventually_queued(setup: &Setup, model: &str, tenant: &str, expected: u64) {
+    let counters = setup.metrics.calls(model, tenant);
+    for _ in 0..500 {
+        if counters.queued.load(Ordering::SeqCst) >= expected {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{tenant}'s calls on {model} never waited");
 }
 
 #[tokio::test]
@@ -456,7 +470,7 @@ async fn a_tenant_over_its_waiting_calls_gets_a_429_naming_the_cap() {
     eventually_calls(&setup.provider, 1).await;
     // The model's one slot is taken: the second call waits.
     let second = spawn_hold(setup.clone());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually_queued(&setup, "gpt-hold", "queuer", 1).await;
     let (status, _, body) = call(&setup, QUEUER, "/v1/chat/completions", chat_body("gpt-hold"), &[]).await;
     assert_eq!(status, 429, "{body}");
     assert!(body.contains("queued_max"), "{body}");
@@ -477,7 +491,7 @@ async fn a_client_gone_while_queued_leaves_nothing_reserved() {
         let setup = setup.clone();
         tokio::spawn(async move { call(&setup, ACME, "/v1/chat/completions", chat_body("gpt-hold"), &[]).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually_queued(&setup, "gpt-hold", "acme", 1).await;
     // The client gives up: its connection closes while the call waits.
     waiting.abort();
     let _ = waiting.await;
