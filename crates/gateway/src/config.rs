@@ -31,6 +31,28 @@ pub const DAY_WINDOW_SECONDS: u64 = 86_400;
 pub const ENTRIES_MAX: usize = 1_024;
 /// The shortest gateway key accepted: shorter ones are guessable.
 pub const TENANT_KEY_BYTES_MIN: usize = 16;
+/// The default time a client has to send a request's headers (and the longest
+/// a kept-alive connection stays idle): a slowloris client holds a connection
+/// slot this long at most.
+pub const CLIENT_HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// The default time a client has to send its whole body, first byte to last: an
+/// 8 MB body at 1 MB/s fits; a client sending a byte a second is cut off.
+pub const CLIENT_BODY_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// The default time a write to a client may stay blocked: a client that stops
+/// reading an answer this long is disconnected and its call completed.
+pub const CLIENT_WRITE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// The longest any of the three client timeouts may be configured: ten minutes.
+pub const CLIENT_TIMEOUT_MS_LIMIT: u64 = 600_000;
+/// The default calls one tenant may have open at once (each holds a connection
+/// until its answer ends): one tenant cannot fill the connection table.
+pub const TENANT_CONNECTIONS_MAX_DEFAULT: usize = 256;
+/// The default calls one tenant may have waiting in the models' queues at once:
+/// one tenant cannot fill a queue ([`crate::queue::WAITERS_MAX`]) for the others.
+pub const TENANT_QUEUED_MAX_DEFAULT: usize = 1_000;
+/// The largest per-tenant cap that may be configured.
+pub const TENANT_CAP_LIMIT: usize = 100_000;
+/// The most `forward_headers` of one upstream.
+pub const FORWARD_HEADERS_MAX: usize = 32;
 
 /// The `gateway:` section.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -48,13 +70,52 @@ pub struct GatewayConfig {
     pub upstreams: Vec<UpstreamConfig>,
     /// The models served, each on one upstream, with its limits.
     pub models: Vec<ModelConfig>,
-    /// Who may call; empty means anyone may, without a key.
+    /// Who may call. Empty is refused unless `allow_anonymous` says so.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
+    /// Serve without tenants: anyone who reaches the listener may call, without
+    /// a key. Refused with tenants; warned about at every start.
+    #[serde(default)]
+    pub allow_anonymous: bool,
+    /// How long a client has to send a request's headers.
+    #[serde(default = "client_header_timeout_ms_default")]
+    pub client_header_timeout_ms: u64,
+    /// How long a client has to send its whole body.
+    #[serde(default = "client_body_timeout_ms_default")]
+    pub client_body_timeout_ms: u64,
+    /// How long a write to a client may stay blocked before the connection is closed.
+    #[serde(default = "client_write_timeout_ms_default")]
+    pub client_write_timeout_ms: u64,
+    /// Calls one tenant may have open at once, unless the tenant sets its own.
+    #[serde(default = "tenant_connections_max_default")]
+    pub tenant_connections_max: usize,
+    /// Calls one tenant may have waiting in queues at once, unless the tenant sets its own.
+    #[serde(default = "tenant_queued_max_default")]
+    pub tenant_queued_max: usize,
 }
 
 fn body_bytes_max_default() -> usize {
     BODY_BYTES_MAX_DEFAULT
+}
+
+fn client_header_timeout_ms_default() -> u64 {
+    CLIENT_HEADER_TIMEOUT_MS_DEFAULT
+}
+
+fn client_body_timeout_ms_default() -> u64 {
+    CLIENT_BODY_TIMEOUT_MS_DEFAULT
+}
+
+fn client_write_timeout_ms_default() -> u64 {
+    CLIENT_WRITE_TIMEOUT_MS_DEFAULT
+}
+
+fn tenant_connections_max_default() -> usize {
+    TENANT_CONNECTIONS_MAX_DEFAULT
+}
+
+fn tenant_queued_max_default() -> usize {
+    TENANT_QUEUED_MAX_DEFAULT
 }
 
 fn upstream_timeout_ms_default() -> u64 {
@@ -94,6 +155,12 @@ pub struct UpstreamConfig {
     /// so configuration files can be shared. `None`: no key is sent (local servers).
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// Client request headers passed to this upstream besides `anthropic-version`
+    /// (such as `anthropic-beta`, `openai-organization`, `openai-project`): none
+    /// unless listed, so a client cannot pick the organization, project or beta
+    /// features the gateway's key is used with.
+    #[serde(default)]
+    pub forward_headers: Vec<String>,
 }
 
 /// The tokenizer used to count a model's prompts.
@@ -221,6 +288,24 @@ pub struct TenantConfig {
     /// Calls in flight, over every model.
     #[serde(default)]
     pub concurrency: Option<u64>,
+    /// Calls open at once (each holds a connection); default `tenant_connections_max`.
+    #[serde(default)]
+    pub connections_max: Option<usize>,
+    /// Calls waiting in queues at once; default `tenant_queued_max`.
+    #[serde(default)]
+    pub queued_max: Option<usize>,
+}
+
+impl TenantConfig {
+    /// The tenant's cap on open calls.
+    pub fn connections_max(&self, gateway: &GatewayConfig) -> usize {
+        self.connections_max.unwrap_or(gateway.tenant_connections_max)
+    }
+
+    /// The tenant's cap on waiting calls.
+    pub fn queued_max(&self, gateway: &GatewayConfig) -> usize {
+        self.queued_max.unwrap_or(gateway.tenant_queued_max)
+    }
 }
 
 /// Why the `gateway:` section cannot be used; the message names the entry.
@@ -262,9 +347,50 @@ impl GatewayConfig {
                 return Err(invalid(what, format!("at most {ENTRIES_MAX} entries")));
             }
         }
+        self.validate_clients()?;
         self.validate_upstreams()?;
         self.validate_models()?;
         self.validate_tenants()
+    }
+
+    /// The client timeouts and caps, and that a gateway without tenants is meant.
+    fn validate_clients(&self) -> Result<(), GatewayConfigError> {
+        if self.tenants.is_empty() && !self.allow_anonymous {
+            return Err(invalid(
+                "tenants",
+                "is empty: anyone reaching the listener could call with the upstreams' keys; add tenants, \
+                 or set allow_anonymous: true to serve without keys",
+            ));
+        }
+        if !self.tenants.is_empty() && self.allow_anonymous {
+            return Err(invalid(
+                "allow_anonymous",
+                "is true but tenants are given: their keys would not be asked; remove one of the two",
+            ));
+        }
+        for (field, value) in [
+            ("client_header_timeout_ms", self.client_header_timeout_ms),
+            ("client_body_timeout_ms", self.client_body_timeout_ms),
+            ("client_write_timeout_ms", self.client_write_timeout_ms),
+        ] {
+            if value == 0 || value > CLIENT_TIMEOUT_MS_LIMIT {
+                return Err(invalid(field, format!("must be 1..={CLIENT_TIMEOUT_MS_LIMIT}")));
+            }
+        }
+        let mut caps = vec![
+            ("tenant_connections_max".to_owned(), Some(self.tenant_connections_max)),
+            ("tenant_queued_max".to_owned(), Some(self.tenant_queued_max)),
+        ];
+        for (i, tenant) in self.tenants.iter().enumerate() {
+            caps.push((format!("tenants[{i}].connections_max"), tenant.connections_max));
+            caps.push((format!("tenants[{i}].queued_max"), tenant.queued_max));
+        }
+        for (field, value) in caps {
+            if value.is_some_and(|v| v == 0 || v > TENANT_CAP_LIMIT) {
+                return Err(invalid(field, format!("must be 1..={TENANT_CAP_LIMIT}")));
+            }
+        }
+        Ok(())
     }
 
     fn validate_upstreams(&self) -> Result<(), GatewayConfigError> {
@@ -283,6 +409,16 @@ impl GatewayConfig {
                     format!("upstreams[{i}].base_url"),
                     "must be an http:// or https:// URL",
                 ));
+            }
+            if upstream.forward_headers.len() > FORWARD_HEADERS_MAX {
+                return Err(invalid(
+                    format!("upstreams[{i}].forward_headers"),
+                    format!("at most {FORWARD_HEADERS_MAX} entries"),
+                ));
+            }
+            for (j, name) in upstream.forward_headers.iter().enumerate() {
+                crate::headers::check_forwardable(name)
+                    .map_err(|m| invalid(format!("upstreams[{i}].forward_headers[{j}]"), m))?;
             }
         }
         Ok(())
@@ -393,7 +529,7 @@ fn check_name(entry: &str, name: &str) -> Result<(), GatewayConfigError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) const EXAMPLE: &str = r#"
@@ -429,6 +565,60 @@ tenants:
 
     fn parse(text: &str) -> GatewayConfig {
         serde_yaml::from_str(text).unwrap()
+    }
+
+    /// A gateway without upstreams, models or tenants, open to anyone, every
+    /// other field at its default: the base of other modules' test configurations.
+    pub(crate) fn anonymous() -> GatewayConfig {
+        parse("listen_addr: \"127.0.0.1:0\"\nupstreams: []\nmodels: []\nallow_anonymous: true\n")
+    }
+
+    #[test]
+    fn a_gateway_without_tenants_must_say_it_is_open() {
+        let mut config = parse(EXAMPLE);
+        config.tenants.clear();
+        let error = config.validate().unwrap_err();
+        assert_eq!(error.entry, "tenants");
+        assert!(error.to_string().contains("allow_anonymous: true"), "{error}");
+        config.allow_anonymous = true;
+        config.validate().unwrap();
+        let mut config = parse(EXAMPLE);
+        config.allow_anonymous = true;
+        let error = config.validate().unwrap_err();
+        assert_eq!(error.entry, "allow_anonymous");
+        assert!(error.message.contains("tenants"), "{error}");
+    }
+
+    #[test]
+    fn client_timeouts_caps_and_forwarded_headers_are_checked() {
+        let config = parse(EXAMPLE);
+        assert_eq!(config.client_header_timeout_ms, CLIENT_HEADER_TIMEOUT_MS_DEFAULT);
+        assert_eq!(config.client_body_timeout_ms, CLIENT_BODY_TIMEOUT_MS_DEFAULT);
+        assert_eq!(config.client_write_timeout_ms, CLIENT_WRITE_TIMEOUT_MS_DEFAULT);
+        assert_eq!(
+            config.tenants[0].connections_max(&config),
+            TENANT_CONNECTIONS_MAX_DEFAULT
+        );
+        assert_eq!(config.tenants[0].queued_max(&config), TENANT_QUEUED_MAX_DEFAULT);
+        for field in [
+            "client_header_timeout_ms",
+            "client_body_timeout_ms",
+            "client_write_timeout_ms",
+        ] {
+            let text = format!("{EXAMPLE}{field}: 0\n");
+            assert_eq!(parse(&text).validate().unwrap_err().entry, field);
+        }
+        let mut config = parse(EXAMPLE);
+        config.tenants[0].queued_max = Some(0);
+        assert_eq!(config.validate().unwrap_err().entry, "tenants[0].queued_max");
+        let mut config = parse(EXAMPLE);
+        config.tenant_connections_max = TENANT_CAP_LIMIT + 1;
+        assert_eq!(config.validate().unwrap_err().entry, "tenant_connections_max");
+        let mut config = parse(EXAMPLE);
+        config.upstreams[1].forward_headers = vec!["anthropic-beta".into()];
+        config.validate().unwrap();
+        config.upstreams[1].forward_headers.push("x-api-key".into());
+        assert_eq!(config.validate().unwrap_err().entry, "upstreams[1].forward_headers[1]");
     }
 
     #[test]

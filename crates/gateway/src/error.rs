@@ -28,6 +28,8 @@ pub enum ErrorKind {
     RouteNotFound,
     /// A body over `gateway.body_bytes_max`.
     TooLarge,
+    /// A body that did not arrive within `gateway.client_body_timeout_ms`.
+    ClientTimeout,
     /// Denied by the gateway's limits after the wait; `budget` when the tenant's
     /// daily budget is spent (retrying the same day cannot help).
     RateLimited {
@@ -96,6 +98,7 @@ impl GatewayError {
             ErrorKind::Authentication => StatusCode::UNAUTHORIZED,
             ErrorKind::ModelNotFound | ErrorKind::RouteNotFound => StatusCode::NOT_FOUND,
             ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::ClientTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -112,6 +115,7 @@ impl GatewayError {
                     ErrorKind::Authentication => ("invalid_request_error", Some("invalid_api_key")),
                     ErrorKind::ModelNotFound => ("invalid_request_error", Some("model_not_found")),
                     ErrorKind::TooLarge => ("invalid_request_error", Some("request_too_large")),
+                    ErrorKind::ClientTimeout => ("invalid_request_error", Some("request_timeout")),
                     ErrorKind::RateLimited { budget: false } => ("requests", Some("rate_limit_exceeded")),
                     ErrorKind::RateLimited { budget: true } => ("insufficient_quota", Some("insufficient_quota")),
                     ErrorKind::BadGateway | ErrorKind::Timeout | ErrorKind::Internal => ("server_error", None),
@@ -120,7 +124,7 @@ impl GatewayError {
             }
             Format::Anthropic => {
                 let kind = match self.kind {
-                    ErrorKind::InvalidRequest => "invalid_request_error",
+                    ErrorKind::InvalidRequest | ErrorKind::ClientTimeout => "invalid_request_error",
                     ErrorKind::Authentication => "authentication_error",
                     ErrorKind::ModelNotFound | ErrorKind::RouteNotFound => "not_found_error",
                     ErrorKind::TooLarge => "request_too_large",

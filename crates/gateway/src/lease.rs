@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use ratelimiter::{Actual, CompleteRequest, LeaseId, Limiter};
+use ratelimiter::{Actual, CompleteRequest, Denial, LeaseId, Limiter, LimiterError, ReserveOutcome, ReserveRequest};
 
 use crate::calibration::Calibrator;
 use crate::limits::{actuals, ModelKeys, TenantKeys};
@@ -74,10 +74,26 @@ pub struct CallLease {
     pub log: CallLog,
     /// When the call arrived.
     pub started: Instant,
+    /// Whether the call was already ended by [`CallLease::finish`]; `false` at start.
+    pub finished: bool,
 }
 
-impl Drop for CallLease {
-    fn drop(&mut self) {
+impl CallLease {
+    /// Ends the call now and waits for its complete: an answer whose end the
+    /// client sees only after this has freed its capacity (a client's next call
+    /// finds it free, on TigerBeetle too). `Drop` then does nothing more.
+    pub async fn finish(&mut self) {
+        if let Some(complete) = self.end() {
+            complete.await;
+        }
+    }
+
+    /// Logs the call and returns its complete, once (`None` after the first time,
+    /// or when there is no lease to complete).
+    fn end(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        if std::mem::replace(&mut self.finished, true) {
+            return None;
+        }
         if let (Settle::Usage(usage), Some((calibrator, bytes))) = (self.settle, &self.calibration) {
             // The provider's count of the whole prompt, cached parts included.
             calibrator.observe(*bytes, usage.input_tokens.saturating_add(usage.cache_read_tokens));
@@ -107,35 +123,131 @@ impl Drop for CallLease {
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "gateway call"
         );
-        let Some(lease_id) = self.lease_id else {
-            return;
-        };
+        let lease_id = self.lease_id?;
         let actuals: Vec<Actual> = used.map_or_else(Vec::new, |usage| {
             actuals(&self.model_keys, self.tenant_keys.as_deref(), self.log.reserved, &usage)
         });
         let Ok(request) = CompleteRequest::new(lease_id, None, actuals) else {
             tracing::error!(%lease_id, "gateway: a complete request could not be built");
-            return;
+            return None;
         };
         let limiter = self.limiter.clone();
         let queue = self.queue.clone();
-        let complete = async move {
+        Some(async move {
             if let Err(e) = limiter.complete(&request).await {
                 tracing::warn!(%lease_id, error = %e, "gateway: complete failed; the holds end by window or timeout");
             }
             queue.capacity_freed();
-        };
-        let Some(pending) = run_if_ready(complete) else {
+        })
+    }
+}
+
+impl Drop for CallLease {
+    fn drop(&mut self) {
+        if let Some(complete) = self.end() {
+            spawn_if_pending(run_if_ready(complete), "a call's complete");
+        }
+    }
+}
+
+/// A lease granted but not yet handed to its call: released (every rolling limit
+/// back to 0, its slots freed) when dropped, so a lease is never lost however
+/// the handler ends before it is taken: a client gone while queued, a waiter
+/// timed out as the grant arrived, a handler dropped while its reserve was in
+/// flight. [`Reserved::take`] hands the lease over to the call's [`CallLease`].
+pub struct Reserved {
+    limiter: Arc<dyn Limiter>,
+    request: Option<ReserveRequest>,
+    queue: Option<Arc<ModelQueue>>,
+}
+
+impl std::fmt::Debug for Reserved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reserved")
+            .field("lease_id", &self.request.as_ref().map(|r| r.lease_id()))
+            .finish()
+    }
+}
+
+impl Reserved {
+    /// The guard of `request`'s granted lease; `queue` is woken when it is released.
+    pub fn new(limiter: Arc<dyn Limiter>, request: ReserveRequest, queue: Option<Arc<ModelQueue>>) -> Self {
+        Self {
+            limiter,
+            request: Some(request),
+            queue,
+        }
+    }
+
+    /// The lease id, for the call that now owns the lease.
+    pub fn take(mut self) -> LeaseId {
+        self.request.take().expect("taken once").lease_id()
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let Some(request) = self.request.take() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(pending);
+        let limiter = self.limiter.clone();
+        let queue = self.queue.clone();
+        let release = async move {
+            crate::queue::release_unused(&limiter, request.lease_id(), &request).await;
+            if let Some(queue) = queue {
+                queue.capacity_freed();
             }
-            Err(_) => {
-                tracing::warn!(%lease_id, "gateway: no runtime to complete on; the holds end by window or timeout")
-            }
+        };
+        spawn_if_pending(run_if_ready(release), "a lease released unused");
+    }
+}
+
+/// The answer of [`reserve_guarded`].
+#[derive(Debug)]
+pub enum Reservation {
+    /// Granted: the guard owns the lease.
+    Allowed(Reserved),
+    /// Refused.
+    Denied(Denial),
+}
+
+/// Reserves `request` so that the lease cannot be lost if the caller is dropped
+/// while the reserve is in flight (a client that leaves during TigerBeetle's
+/// round trip): a reserve that must wait runs on a task of its own, and a grant
+/// nobody takes any more is dropped there, which releases it. A backend that
+/// answers on the first poll (the memory backend) needs no task.
+pub async fn reserve_guarded(
+    limiter: &Arc<dyn Limiter>,
+    request: ReserveRequest,
+    queue: Option<Arc<ModelQueue>>,
+) -> Result<Reservation, LimiterError> {
+    let limiter = limiter.clone();
+    let reserve = async move {
+        match limiter.reserve(&request).await? {
+            ReserveOutcome::Allowed { .. } => Ok(Reservation::Allowed(Reserved::new(limiter, request, queue))),
+            ReserveOutcome::Denied(denial) => Ok(Reservation::Denied(denial)),
         }
+    };
+    let mut reserve = Box::pin(reserve);
+    let first = reserve.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+    if let Poll::Ready(outcome) = first {
+        return outcome;
+    }
+    tokio::spawn(reserve)
+        .await
+        .map_err(|e| LimiterError::Backend(format!("the reserve task failed: {e}")))?
+}
+
+/// Spawns `pending` on the current runtime, if any is left to run.
+fn spawn_if_pending<F: Future<Output = ()> + Send + 'static>(pending: Option<Pin<Box<F>>>, what: &str) {
+    let Some(pending) = pending else {
+        return;
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(pending);
+        }
+        Err(_) => tracing::warn!("gateway: no runtime for {what}; the holds end by window or timeout"),
     }
 }
 

@@ -278,6 +278,8 @@ mod tests {
             daily_tokens: Some(1000),
             rpm: None,
             concurrency: Some(2),
+            connections_max: None,
+            queued_max: None,
         });
         let reqs = requirements(&keys, Some(&tenant), 120, 0);
         let got: Vec<(&str, u64)> = reqs.iter().map(|r| (r.key.as_str(), r.amount)).collect();
@@ -348,6 +350,7 @@ mod tests {
             upstreams: Vec::new(),
             models: vec![anthropic],
             tenants: Vec::new(),
+            ..crate::config::tests::anonymous()
         };
         let mut defined = definitions(&config);
         let held = defined.pop().unwrap();
@@ -390,6 +393,7 @@ mod tests {
             upstreams: Vec::new(),
             models: vec![openai],
             tenants: Vec::new(),
+            ..crate::config::tests::anonymous()
         };
         let shapes: Vec<(String, u64, u64)> = definitions(&config)
             .iter()

@@ -16,22 +16,26 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use futures_util::stream::{self, Stream};
 use http_body_util::BodyExt;
-use ratelimiter::{Backend, Denial, LeaseId, LimitDefinition, Limiter, Requirement, ReserveOutcome, ReserveRequest};
+use ratelimiter::{
+    Backend, CompleteRequest, Denial, LeaseId, LimitDefinition, Limiter, Requirement, ReserveOutcome, ReserveRequest,
+};
 
 use crate::auth::{find_tenant, presented_key, TenantKey};
 use crate::call::{model_name, parse_object, Call, Endpoint};
 use crate::config::{GatewayConfig, ModelConfig, UpstreamKind};
 use crate::error::{ErrorKind, Format, GatewayError, Shaped};
-use crate::lease::{CallLease, CallLog, Settle};
+use crate::lease::{reserve_guarded, CallLease, CallLog, Reservation, Reserved, Settle};
 use crate::limits::{self, ModelKeys, TenantKeys};
 use crate::metrics::{CallCounters, GatewayMetrics, ModelMetrics, NO_TENANT};
 use crate::queue::{denial_key, ModelQueue, Refusal};
+use crate::tenant_caps::{HoldingBody, TenantCaps};
 use crate::tokens::Counter;
 use crate::upstream::{response_headers, Upstream, UpstreamClient, UpstreamError};
 use crate::usage::{EventAction, Usage};
-use crate::{anthropic, cooldown, openai, sse};
+use crate::{anthropic, cooldown, openai, passthrough, sse};
 
-/// The largest non-stream answer read from an upstream (it is parsed for usage).
+/// The largest answer read whole from an upstream (`count_tokens`' small answers;
+/// every other answer is passed on as it arrives).
 pub const RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The queue index of calls without a tenant (a gateway without keys).
 const NO_TENANT_INDEX: usize = usize::MAX;
@@ -78,6 +82,10 @@ pub struct Gateway {
     client: UpstreamClient,
     metrics: Arc<GatewayMetrics>,
     body_bytes_max: usize,
+    /// How long a client has to send its whole body.
+    body_timeout: Duration,
+    /// Per tenant (by index, the last for calls without one): calls open and waiting.
+    caps: Vec<Arc<TenantCaps>>,
     definitions: Vec<LimitDefinition>,
 }
 
@@ -117,29 +125,29 @@ impl Gateway {
             .collect::<Result<Vec<_>, _>>()?;
         let metrics = Arc::new(GatewayMetrics::default());
         let definitions = limits::definitions(config);
-        let mut tenants = Vec::new();
-        let mut tenant_keys = Vec::new();
-        for tenant in &config.tenants {
-            let key = std::env::var(&tenant.api_key_env).map_err(|_| {
-                format!(
-                    "gateway tenant {}: environment variable {} is not set",
-                    tenant.name, tenant.api_key_env
-                )
-            })?;
-            if key.len() < crate::config::TENANT_KEY_BYTES_MIN {
-                return Err(format!(
-                    "gateway tenant {}: the key in {} is shorter than {} bytes",
-                    tenant.name,
-                    tenant.api_key_env,
-                    crate::config::TENANT_KEY_BYTES_MIN
-                ));
-            }
-            tenant_keys.push(TenantKey::new(&key));
-            tenants.push(TenantEntry {
+        let tenant_keys = crate::auth::read_tenant_keys(&config.tenants)?;
+        if config.allow_anonymous {
+            tracing::warn!(gateway_addr = %config.listen_addr,
+                "gateway: allow_anonymous is set: anyone who reaches the listener may call, without a key");
+        }
+        let caps = (config.tenants.iter())
+            .map(|t| {
+                let entry = format!("gateway.tenants[{}]", t.name);
+                TenantCaps::new(entry, t.connections_max(config), t.queued_max(config))
+            })
+            .chain([TenantCaps::new(
+                "gateway".to_owned(),
+                config.tenant_connections_max,
+                config.tenant_queued_max,
+            )])
+            .map(Arc::new)
+            .collect();
+        let tenants: Vec<TenantEntry> = (config.tenants.iter())
+            .map(|tenant| TenantEntry {
                 name: Arc::from(tenant.name.as_str()),
                 keys: Arc::new(TenantKeys::new(tenant)),
-            });
-        }
+            })
+            .collect();
         let mut models = HashMap::new();
         for model in &config.models {
             let upstream = upstreams
@@ -193,6 +201,8 @@ impl Gateway {
             client,
             metrics,
             body_bytes_max: config.body_bytes_max,
+            body_timeout: Duration::from_millis(config.client_body_timeout_ms),
+            caps,
             definitions,
         })
     }
@@ -302,13 +312,26 @@ async fn list_models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) ->
 }
 
 async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
-    match serve(gateway, endpoint, headers, body).await {
+    let opened = gateway.authenticate(&headers).and_then(|tenant| {
+        let held = gateway.caps[tenant.unwrap_or(gateway.tenants.len())].open()?;
+        Ok((tenant, held))
+    });
+    let (tenant, held) = match opened {
+        Ok(opened) => opened,
+        Err(error) => return Shaped(endpoint.format(), error).into_response(),
+    };
+    let response = match serve(gateway, endpoint, tenant, headers, body).await {
         Ok(response) => response,
         Err(error) => Shaped(endpoint.format(), error).into_response(),
-    }
+    };
+    // The call stays open, on its tenant's cap, until its answer's last byte.
+    response.map(|body| HoldingBody::wrap(body, held))
 }
 
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, GatewayError> {
+/// The request's whole body, within `limit` bytes and `timeout` from its first
+/// byte to its last (a client trickling its body holds a connection and a tenant
+/// slot no longer than that).
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize, timeout: Duration) -> Result<Bytes, GatewayError> {
     let too_large = || {
         GatewayError::new(
             ErrorKind::TooLarge,
@@ -322,7 +345,14 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    match http_body_util::Limited::new(body, limit).collect().await {
+    let collect = http_body_util::Limited::new(body, limit).collect();
+    let Ok(collected) = ready_or_timeout(collect, timeout).await else {
+        return Err(GatewayError::new(
+            ErrorKind::ClientTimeout,
+            format!("The request body did not arrive within {} ms.", timeout.as_millis()),
+        ));
+    };
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
         Err(e) => Err(GatewayError::invalid(format!(
@@ -334,25 +364,17 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
 async fn serve(
     gateway: Arc<Gateway>,
     endpoint: Endpoint,
+    tenant: Option<usize>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, GatewayError> {
     let started = Instant::now();
-    let tenant = gateway.authenticate(&headers)?;
-    let bytes = read_body(&headers, body, gateway.body_bytes_max).await?;
+    let bytes = read_body(&headers, body, gateway.body_bytes_max, gateway.body_timeout).await?;
     let object = parse_object(&bytes)?;
     let model = gateway.model_for(endpoint, model_name(&object)?)?.clone();
     let upstream = &gateway.upstreams[model.upstream];
     if endpoint == Endpoint::CountTokens {
-        // Counting costs the provider nothing and is limited apart by it: forwarded as is.
-        let response = gateway
-            .client
-            .send(upstream, Method::POST, endpoint.path(), &headers, bytes)
-            .await
-            .map_err(upstream_error)?;
-        let (parts, body) = response.into_parts();
-        let body = read_upstream_body(body, gateway.client.timeout()).await?;
-        return Ok(answer(parts.status, parts.headers, Body::from(body)));
+        return count_tokens(&gateway, upstream, tenant, &headers, bytes).await;
     }
     let mut call = match endpoint.format() {
         Format::OpenAi => openai::read_call(endpoint, object, &model.counter, bytes)?,
@@ -372,14 +394,16 @@ async fn serve(
         call.input_tokens,
         call.output_tokens,
     );
-    let lease_id = admit(&gateway, &model, tenant, requirements, &call, &counters).await?;
+    let reserved = admit(&gateway, &model, tenant, requirements, &call, &counters).await?;
     counters.admitted.fetch_add(1, Ordering::Relaxed);
     counters
         .tokens_reserved
         .fetch_add(call.input_tokens.saturating_add(call.output_tokens), Ordering::Relaxed);
     let lease = CallLease {
         limiter: gateway.limiter.clone(),
-        lease_id,
+        // Taken from its guard here, with no await between: the call's own guard
+        // owns the lease from now on.
+        lease_id: reserved.map(Reserved::take),
         model_keys: model.keys.clone(),
         tenant_keys: tenant_entry.map(|t| t.keys.clone()),
         queue: model.queue.clone(),
@@ -396,8 +420,45 @@ async fn serve(
             stream: call.stream,
         },
         started,
+        finished: false,
     };
     forward(&gateway, &model, endpoint, &headers, call, lease).await
+}
+
+/// Anthropic's token counting: free at the provider and limited apart by it, so
+/// no model limit is reserved; the call is counted on its tenant's `rpm`, so a
+/// tenant cannot flood the upstream through it.
+async fn count_tokens(
+    gateway: &Gateway,
+    upstream: &Upstream,
+    tenant: Option<usize>,
+    headers: &HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, GatewayError> {
+    if let Some(key) = tenant.and_then(|i| gateway.tenants[i].keys.rpm.clone()) {
+        let request = ReserveRequest::new(LeaseId::generate(), None, vec![Requirement { key, amount: 1 }])
+            .map_err(|e| GatewayError::invalid(e.0))?;
+        let lease_id = match reserve_guarded(&gateway.limiter, request, None).await {
+            Ok(Reservation::Allowed(reserved)) => reserved.take(),
+            Ok(Reservation::Denied(denial)) => return Err(rate_limited(gateway, &denial, false, None).await),
+            Err(e) => return Err(backend_error(e)),
+        };
+        // The request stays counted for its minute; no slot is held during the call.
+        let complete = CompleteRequest::new(lease_id, None, Vec::new()).map_err(|e| GatewayError::invalid(e.0))?;
+        if let Err(e) = gateway.limiter.complete(&complete).await {
+            tracing::warn!(%lease_id, error = %e, "gateway: complete failed; the hold ends by its window");
+        }
+    }
+    let response = (gateway.client)
+        .send(upstream, Method::POST, Endpoint::CountTokens.path(), headers, bytes)
+        .await
+        .map_err(upstream_error)?;
+    let (parts, body) = response.into_parts();
+    if let Some(error) = credentials_refused(upstream, parts.status) {
+        return Err(error);
+    }
+    let body = read_upstream_body(body, gateway.client.timeout()).await?;
+    Ok(answer(parts.status, parts.headers, Body::from(body)))
 }
 
 /// Reserves `requirements` all or nothing: at once when nobody waits on the model
@@ -409,7 +470,7 @@ async fn admit(
     requirements: Vec<Requirement>,
     call: &Call,
     counters: &CallCounters,
-) -> Result<Option<LeaseId>, GatewayError> {
+) -> Result<Option<Reserved>, GatewayError> {
     if requirements.is_empty() {
         return Ok(None);
     }
@@ -420,12 +481,11 @@ async fn admit(
             .is_some_and(|k| denial_key(denial) == Some(k.as_str()))
     };
     if !model.queue.is_busy() {
-        let lease_id = LeaseId::generate();
-        let request =
-            ReserveRequest::new(lease_id, None, requirements.clone()).map_err(|e| GatewayError::invalid(e.0))?;
-        match gateway.limiter.reserve(&request).await {
-            Ok(ReserveOutcome::Allowed { .. }) => return Ok(Some(lease_id)),
-            Ok(ReserveOutcome::Denied(denial)) => {
+        let request = ReserveRequest::new(LeaseId::generate(), None, requirements.clone())
+            .map_err(|e| GatewayError::invalid(e.0))?;
+        match reserve_guarded(&gateway.limiter, request, Some(model.queue.clone())).await {
+            Ok(Reservation::Allowed(reserved)) => return Ok(Some(reserved)),
+            Ok(Reservation::Denied(denial)) => {
                 if denial.is_permanent() || is_budget(&denial) || model.config.max_wait_ms == 0 {
                     let budget = is_budget(&denial);
                     return Err(refuse(gateway, model, denial, budget, call, counters).await);
@@ -434,6 +494,8 @@ async fn admit(
             Err(e) => return Err(backend_error(e)),
         }
     }
+    // Held while the call waits: one tenant cannot fill the queue for the others.
+    let _waiting = gateway.caps[tenant.unwrap_or(gateway.tenants.len())].wait()?;
     counters.queued.fetch_add(1, Ordering::Relaxed);
     let waited = Instant::now();
     let receiver = match model
@@ -442,15 +504,7 @@ async fn admit(
     {
         Ok(receiver) => receiver,
         Err(_) => {
-            let denial = model.queue.last_denial().unwrap_or(Denial::InsufficientCapacity {
-                key: model
-                    .keys
-                    .rpm
-                    .clone()
-                    .or(model.keys.concurrency.clone())
-                    .unwrap_or_else(|| ratelimiter::LimitKey::new("queue").expect("valid")),
-                retry_after_ms: crate::queue::PUMP_SLEEP_MAX_MS,
-            });
+            let denial = queue_denial(gateway, model, tenant);
             let budget = is_budget(&denial);
             return Err(refuse(gateway, model, denial, budget, call, counters).await);
         }
@@ -458,7 +512,7 @@ async fn admit(
     let outcome = tokio::time::timeout(Duration::from_millis(model.config.max_wait_ms), receiver).await;
     model.metrics.queue_wait.observe(waited.elapsed());
     match outcome {
-        Ok(Ok(Ok(lease_id))) => Ok(Some(lease_id)),
+        Ok(Ok(Ok(reserved))) => Ok(Some(reserved)),
         Ok(Ok(Err(Refusal::Denied(denial)))) => {
             let budget = is_budget(&denial);
             Err(refuse(gateway, model, denial, budget, call, counters).await)
@@ -468,13 +522,39 @@ async fn admit(
             Err(GatewayError::new(ErrorKind::Internal, "The queue failed."))
         }
         Err(_) => {
-            let denial = model.queue.last_denial().unwrap_or(Denial::InsufficientCapacity {
-                key: ratelimiter::LimitKey::new("queue").expect("valid"),
-                retry_after_ms: crate::queue::PUMP_SLEEP_MAX_MS,
-            });
+            let denial = queue_denial(gateway, model, tenant);
             let budget = is_budget(&denial);
             Err(refuse(gateway, model, denial, budget, call, counters).await)
         }
+    }
+}
+
+/// The denial a call that waited in vain is answered with: the last one the
+/// model's queue saw, unless it names another tenant's limit (see [`own_denial`]).
+fn queue_denial(gateway: &Gateway, model: &ModelEntry, tenant: Option<usize>) -> Denial {
+    let own_prefix = tenant.map(|i| format!("tenant:{}:", gateway.tenants[i].name));
+    let fallback = (model.keys.rpm.clone())
+        .or(model.keys.concurrency.clone())
+        .or(model.keys.tpm.clone())
+        .or(model.keys.input_tpm.clone())
+        .unwrap_or_else(|| ratelimiter::LimitKey::new("queue").expect("valid"));
+    own_denial(model.queue.last_denial(), own_prefix.as_deref(), fallback)
+}
+
+/// `last` when it names the model or the caller's own tenant (keys under
+/// `own_prefix`); else a denial on the model's `fallback` key with `last`'s hint:
+/// another tenant's limit, figures and usage are that tenant's business.
+fn own_denial(last: Option<Denial>, own_prefix: Option<&str>, fallback: ratelimiter::LimitKey) -> Denial {
+    let own = |denial: &Denial| {
+        let key = denial_key(denial).unwrap_or("");
+        !key.starts_with("tenant:") || own_prefix.is_some_and(|p| key.starts_with(p))
+    };
+    match last {
+        Some(denial) if own(&denial) => denial,
+        last => Denial::InsufficientCapacity {
+            key: fallback,
+            retry_after_ms: last.map_or(crate::queue::PUMP_SLEEP_MAX_MS, |d| d.retry_after_ms()),
+        },
     }
 }
 
@@ -633,6 +713,12 @@ async fn forward(
     let (parts, body) = response.into_parts();
     observe_provider_limits(model, &parts.headers);
     lease.log.status = parts.status.as_u16();
+    if let Some(error) = credentials_refused(upstream, parts.status) {
+        // Nothing was served: the provider refused the gateway's key, not the call.
+        lease.settle = Settle::Refused;
+        lease.log.status = error.status().as_u16();
+        return Err(error);
+    }
     if parts.status == StatusCode::TOO_MANY_REQUESTS {
         lease.counters.provider_429.fetch_add(1, Ordering::Relaxed);
         cooldown::start(gateway.backend.clone(), &model.keys, &parts.headers, &model.cooldown);
@@ -650,19 +736,29 @@ async fn forward(
         let stream = event_stream(body, endpoint, call.drop_usage_chunk, lease, gateway.client.timeout());
         return Ok(answer(parts.status, parts.headers, Body::from_stream(stream)));
     }
-    let bytes = read_upstream_body(body, gateway.client.timeout()).await?;
-    if parts.status.is_success() {
-        // Only the usage is read: the rest of the answer passes through unparsed.
-        let usage = match endpoint.format() {
-            Format::OpenAi => openai::usage_of_body(endpoint, &bytes),
-            Format::Anthropic => anthropic::usage_of_body(&bytes),
-        };
-        if let Some(usage) = usage {
-            lease.settle = Settle::Usage(usage);
-        }
+    // Passed on as it arrives; only a success's usage is read, on the way.
+    let scan = parts.status.is_success();
+    let body = passthrough::body(body, endpoint, scan, lease, gateway.client.timeout());
+    Ok(answer(parts.status, parts.headers, body))
+}
+
+/// An upstream 401 or 403 is the provider refusing the gateway's own key (the
+/// client's never reaches it): the client gets a 502 saying so, in its
+/// provider's shape, and never the provider's body, which may quote the key.
+fn credentials_refused(upstream: &Upstream, status: StatusCode) -> Option<GatewayError> {
+    if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
+        return None;
     }
-    drop(lease);
-    Ok(answer(parts.status, parts.headers, Body::from(bytes)))
+    tracing::error!(upstream = %upstream.config.name, status = status.as_u16(),
+        "gateway: the upstream refused the gateway's credentials; check its api_key_env");
+    Some(GatewayError::new(
+        ErrorKind::BadGateway,
+        format!(
+            "The upstream provider refused the gateway's upstream credentials ({}); the call was not served. \
+             The gateway's operator has to fix the upstream key.",
+            status.as_u16()
+        ),
+    ))
 }
 
 /// Reads the provider's rate-limit headers (by the library's
@@ -780,6 +876,8 @@ fn event_stream(
                     if let Some(usage) = state.reader.final_usage() {
                         state.lease.settle = Settle::Usage(usage);
                     }
+                    // Completed before the client sees the stream end.
+                    state.lease.finish().await;
                     return Some((Ok(rest), state));
                 }
                 Some(Err(e)) => {
@@ -808,4 +906,41 @@ fn event_stream(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratelimiter::LimitKey;
+
+    fn denied(key: &str) -> Denial {
+        Denial::InsufficientCapacity {
+            key: LimitKey::new(key).unwrap(),
+            retry_after_ms: 700,
+        }
+    }
+
+    #[test]
+    fn a_denial_naming_another_tenant_is_never_shown() {
+        let model = LimitKey::new("global:llm:openai:gpt-4o-mini:rpm").unwrap();
+        let other = denied("tenant:beta:llm:rpm");
+        let shown = own_denial(Some(other.clone()), Some("tenant:acme:"), model.clone());
+        assert_eq!(denial_key(&shown), Some(model.as_str()));
+        assert_eq!(shown.retry_after_ms(), 700, "the hint is kept");
+        // A tenant whose name starts like another's is still another.
+        let shown = own_denial(
+            Some(denied("tenant:acme2:llm:rpm")),
+            Some("tenant:acme:"),
+            model.clone(),
+        );
+        assert_eq!(denial_key(&shown), Some(model.as_str()));
+        let own = denied("tenant:acme:llm:rpm");
+        assert_eq!(own_denial(Some(own.clone()), Some("tenant:acme:"), model.clone()), own);
+        assert_eq!(
+            denial_key(&own_denial(Some(other), None, model.clone())),
+            Some(model.as_str())
+        );
+        let on_model = denied("global:llm:openai:gpt-4o-mini:concurrency");
+        assert_eq!(own_denial(Some(on_model.clone()), None, model.clone()), on_model);
+    }
 }

@@ -15,6 +15,8 @@ use ratelimiter::Requirement;
 use ratelimiter::{Actual, CompleteRequest, Denial, LeaseId, Limiter, LimiterError, ReserveOutcome, ReserveRequest};
 use tokio::sync::{oneshot, Notify};
 
+use crate::lease::Reserved;
+
 /// The most calls waiting on one model; more are answered 429 at once, so a
 /// stampede cannot grow memory without bound.
 pub const WAITERS_MAX: usize = 10_000;
@@ -35,7 +37,7 @@ pub enum Refusal {
 
 struct Waiter {
     requirements: Vec<Requirement>,
-    reply: oneshot::Sender<Result<LeaseId, Refusal>>,
+    reply: oneshot::Sender<Result<Reserved, Refusal>>,
 }
 
 #[derive(Default)]
@@ -80,7 +82,7 @@ impl ModelQueue {
         limiter: &Arc<dyn Limiter>,
         tenant: usize,
         requirements: Vec<Requirement>,
-    ) -> Result<oneshot::Receiver<Result<LeaseId, Refusal>>, Refusal> {
+    ) -> Result<oneshot::Receiver<Result<Reserved, Refusal>>, Refusal> {
         let (reply, receiver) = oneshot::channel();
         let mut state = self.state.lock().expect("queue lock");
         if state.len >= WAITERS_MAX {
@@ -173,11 +175,11 @@ async fn pump(queue: Arc<ModelQueue>, limiter: Arc<dyn Limiter>) {
         match limiter.reserve(&request).await {
             Ok(ReserveOutcome::Allowed { .. }) => {
                 tenant_denials_in_a_row = 0;
-                if waiter.reply.send(Ok(lease_id)).is_err() {
-                    // The client left between the grant and the hand-over: nothing
-                    // was sent upstream, so everything is given back.
-                    release_unused(&limiter, lease_id, &request).await;
-                }
+                // The grant travels in its guard: a client that left before the
+                // hand-over, or leaves with the grant unread in the channel, drops
+                // it, and nothing was sent upstream, so everything is given back.
+                let granted = Reserved::new(limiter.clone(), request, Some(queue.clone()));
+                let _ = waiter.reply.send(Ok(granted));
             }
             Ok(ReserveOutcome::Denied(denial)) if denial.is_permanent() => {
                 let _ = waiter.reply.send(Err(Refusal::Denied(denial)));
@@ -282,7 +284,7 @@ mod tests {
                 let mut granted = None;
                 for (i, (_, receiver)) in waiting.iter_mut().enumerate() {
                     if let Ok(result) = receiver.try_recv() {
-                        granted = Some((i, result.unwrap()));
+                        granted = Some((i, result.unwrap().take()));
                         break;
                     }
                 }
@@ -300,13 +302,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_grant_left_unread_in_the_channel_is_released() {
+        let (backend, limiter, need) = one_slot().await;
+        let queue = Arc::new(ModelQueue::default());
+        let receiver = queue.enqueue(&limiter, 0, need).unwrap();
+        // The pump grants at once; the grant then waits in the channel.
+        for _ in 0..200 {
+            if backend.limit_report(&slot()).await.unwrap().unwrap().in_use == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The client leaves (its timeout fired) without reading the grant.
+        drop(receiver);
+        for _ in 0..200 {
+            if backend.limit_report(&slot()).await.unwrap().unwrap().in_use == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the grant nobody took still holds its slot");
+    }
+
+    #[tokio::test]
     async fn a_waiter_that_left_is_skipped_and_a_full_queue_refuses() {
         let (backend, limiter, need) = one_slot().await;
         let queue = Arc::new(ModelQueue::default());
         let left = queue.enqueue(&limiter, 0, need.clone()).unwrap();
         drop(left);
         let stays = queue.enqueue(&limiter, 1, need.clone()).unwrap();
-        let lease = stays.await.unwrap().unwrap();
+        let lease = stays.await.unwrap().unwrap().take();
         let report = backend.limit_report(&slot()).await.unwrap().unwrap();
         assert_eq!(report.in_use, 1, "only the waiter still there holds the slot: {lease}");
         for _ in 0..WAITERS_MAX {

@@ -17,30 +17,13 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::config::{UpstreamConfig, UpstreamKind};
+use crate::headers::Forwarded;
 
 /// Idle pooled connections kept per upstream host: enough for a burst of calls
 /// in flight to reuse connections rather than open new ones.
 pub const POOL_IDLE_PER_HOST: usize = 1_024;
 /// How long an idle pooled connection is kept.
 pub const POOL_IDLE_TIMEOUT_MS: u64 = 90_000;
-
-/// Request headers of the client that are passed upstream: the provider's API
-/// options. Everything else (the gateway key above all) stays here.
-const FORWARDED_REQUEST_HEADERS: [&str; 4] = [
-    "anthropic-version",
-    "anthropic-beta",
-    "openai-organization",
-    "openai-project",
-];
-
-/// Response headers never passed back: hop-by-hop, or recomputed by our server.
-const DROPPED_RESPONSE_HEADERS: [&str; 5] = [
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "content-length",
-    "upgrade",
-];
 
 /// Why an upstream call failed before its answer's headers.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +45,7 @@ pub struct Upstream {
     /// The configuration entry.
     pub config: UpstreamConfig,
     auth: Option<(HeaderName, HeaderValue)>,
+    forwarded: Forwarded,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -84,6 +68,11 @@ impl Upstream {
                         config.name
                     )
                 })?;
+                // Trimmed like the tenants' keys: a key file's newline is not part of it.
+                let key = key.trim().to_owned();
+                if key.is_empty() {
+                    return Err(format!("gateway upstream {}: the key in {var} is empty", config.name));
+                }
                 let (name, value) = match config.kind {
                     UpstreamKind::Anthropic => ("x-api-key", key),
                     _ => ("authorization", format!("Bearer {key}")),
@@ -94,7 +83,12 @@ impl Upstream {
                 Some((HeaderName::from_static(name), value))
             }
         };
-        Ok(Self { config, auth })
+        let forwarded = Forwarded::new(&config.forward_headers);
+        Ok(Self {
+            config,
+            auth,
+            forwarded,
+        })
     }
 }
 
@@ -158,11 +152,7 @@ impl UpstreamClient {
         let mut builder = Request::builder().method(method).uri(uri);
         let headers = builder.headers_mut().expect("a fresh builder");
         headers.insert("content-type", HeaderValue::from_static("application/json"));
-        for name in FORWARDED_REQUEST_HEADERS {
-            if let Some(value) = client_headers.get(name) {
-                headers.insert(name, value.clone());
-            }
-        }
+        upstream.forwarded.copy(client_headers, headers);
         if upstream.config.kind == UpstreamKind::Anthropic && !headers.contains_key("anthropic-version") {
             headers.insert(
                 "anthropic-version",
@@ -184,11 +174,8 @@ impl UpstreamClient {
     }
 }
 
-/// The answer's headers the client gets: all but hop-by-hop ones, removed in
-/// place (the upstream's map is moved to the client, not copied).
-pub fn response_headers(mut upstream: HeaderMap) -> HeaderMap {
-    for name in DROPPED_RESPONSE_HEADERS {
-        upstream.remove(name);
-    }
-    upstream
+/// The answer's headers the client gets: the provider's answer only
+/// ([`crate::headers::answer_headers`]).
+pub fn response_headers(upstream: HeaderMap) -> HeaderMap {
+    crate::headers::answer_headers(upstream)
 }

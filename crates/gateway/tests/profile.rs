@@ -26,7 +26,7 @@ async fn start_openai_sim() -> (SocketAddr, Arc<ProviderServer>) {
 
 fn config(sim: SocketAddr, profile: &str) -> gateway::GatewayConfig {
     let yaml = format!(
-        "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: gpt-4o-mini, upstream: sim, rpm: {RPM}, tpm: 10000000, max_output_tokens_default: 16, max_wait_ms: 30000{profile}}}\n"
+        "listen_addr: \"127.0.0.1:0\"\nallow_anonymous: true\nupstreams:\n  - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: gpt-4o-mini, upstream: sim, rpm: {RPM}, tpm: 10000000, max_output_tokens_default: 16, max_wait_ms: 30000{profile}}}\n"
     );
     serde_yaml::from_str(&yaml).unwrap()
 }

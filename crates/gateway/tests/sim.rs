@@ -267,7 +267,7 @@ const SMALL_TPM: u64 = 100;
 async fn usage_above_a_full_window_is_recorded_as_debt() {
     let sim = start_sim(0).await;
     let yaml = format!(
-        "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: gpt-4o-mini, upstream: sim, tpm: {SMALL_TPM}, max_output_tokens_default: 8}}\n"
+        "listen_addr: \"127.0.0.1:0\"\nallow_anonymous: true\nupstreams:\n  - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: gpt-4o-mini, upstream: sim, tpm: {SMALL_TPM}, max_output_tokens_default: 8}}\n"
     );
     let backend = memory_backend();
     let gateway = start_gateway(&serde_yaml::from_str(&yaml).unwrap(), backend.clone()).await;

@@ -9,15 +9,18 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
+use crate::client_tokens::{ClientTokenConfig, KeyScope};
 use crate::error::ApiError;
 
 type TokenDigest = [u8; 32];
 
-/// The configured tokens, kept only as digests.
+/// The configured tokens, kept only as digests, each client token with its scope.
 #[derive(Debug, Clone, Default)]
 pub struct Auth {
     admin: Option<TokenDigest>,
-    clients: Vec<TokenDigest>,
+    /// `None`: an entry whose token could not be read; it matches nothing (and
+    /// still keeps the client endpoints closed).
+    clients: Vec<(Option<TokenDigest>, KeyScope)>,
 }
 
 impl Auth {
@@ -26,7 +29,26 @@ impl Auth {
     pub fn new(admin_token: Option<&str>, client_tokens: &[String]) -> Self {
         Self {
             admin: admin_token.map(digest),
-            clients: client_tokens.iter().map(|t| digest(t)).collect(),
+            clients: client_tokens.iter().map(|t| (Some(digest(t)), KeyScope::All)).collect(),
+        }
+    }
+
+    /// [`Auth::new`] of the configuration's entries, scoped ones included (read
+    /// from the environment, validated at load).
+    pub fn from_config(admin_token: Option<&str>, client_tokens: &[ClientTokenConfig]) -> Self {
+        let clients = client_tokens
+            .iter()
+            .map(|entry| match entry.resolve() {
+                Ok((token, scope)) => (Some(digest(&token)), scope),
+                Err(e) => {
+                    tracing::error!(error = %e, "a client token could not be read; it is refused");
+                    (None, KeyScope::Prefixes(Vec::new().into()))
+                }
+            })
+            .collect();
+        Self {
+            admin: admin_token.map(digest),
+            clients,
         }
     }
 
@@ -43,24 +65,27 @@ impl Auth {
         }
     }
 
-    /// `Ok` when client endpoints are open or the request carries a client token
-    /// or the admin token.
-    pub fn check_client(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+    /// The keys the request may use: every key when client endpoints are open or
+    /// the request carries the admin token or a plain client token; a scoped
+    /// token's prefixes; else 401.
+    pub fn check_client(&self, headers: &HeaderMap) -> Result<KeyScope, ApiError> {
         if self.clients.is_empty() {
-            return Ok(());
+            return Ok(KeyScope::All);
         }
         let presented = presented_digest(headers);
         // Compare with every token, without stopping at a match, so the time does
         // not tell which token matched.
-        let mut matched = self.admin.as_ref().is_some_and(|a| constant_time_eq(&presented, a));
-        for token in &self.clients {
-            matched |= constant_time_eq(&presented, token);
+        let mut matched = self
+            .admin
+            .as_ref()
+            .is_some_and(|a| constant_time_eq(&presented, a))
+            .then_some(&KeyScope::All);
+        for (token, scope) in &self.clients {
+            if token.as_ref().is_some_and(|t| constant_time_eq(&presented, t)) && matched.is_none() {
+                matched = Some(scope);
+            }
         }
-        if matched {
-            Ok(())
-        } else {
-            Err(ApiError::Unauthorized)
-        }
+        matched.cloned().ok_or(ApiError::Unauthorized)
     }
 }
 
@@ -93,10 +118,14 @@ pub async fn require_admin(State(auth): State<std::sync::Arc<Auth>>, request: Re
     }
 }
 
-/// Middleware for reserve and complete.
-pub async fn require_client(State(auth): State<std::sync::Arc<Auth>>, request: Request, next: Next) -> Response {
+/// Middleware for reserve and complete: the token's [`KeyScope`] goes to the
+/// handler, which checks the request's keys against it.
+pub async fn require_client(State(auth): State<std::sync::Arc<Auth>>, mut request: Request, next: Next) -> Response {
     match auth.check_client(request.headers()) {
-        Ok(()) => next.run(request).await,
+        Ok(scope) => {
+            request.extensions_mut().insert(scope);
+            next.run(request).await
+        }
         Err(e) => e.into_response(),
     }
 }

@@ -29,6 +29,7 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
     backend: memory                    # or tigerbeetle (needs --features tigerbeetle)
     admin_token: \"...\"                 # guards /v1/admin/* (Authorization: Bearer)
     client_tokens: [\"...\"]             # guards /v1/reserve and /v1/complete
+    # or scoped: [{token_env: SEARCH_TOKEN, key_prefixes: [\"svc:search:\"]}]
     body_bytes_max: 65536              # larger bodies get 413
     request_timeout_ms: 5000           # slower requests get 503 backend_unavailable
     concurrent_requests_max: 4096      # more get 503 overloaded at once

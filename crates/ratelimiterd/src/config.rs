@@ -156,8 +156,9 @@ pub struct ServerConfig {
     pub backend: BackendKind,
     /// When set, admin endpoints need `Authorization: Bearer <admin_token>`.
     pub admin_token: Option<String>,
-    /// When non-empty, reserve and complete need `Authorization: Bearer <one of them>`.
-    pub client_tokens: Vec<String>,
+    /// When non-empty, reserve and complete need `Authorization: Bearer <one of them>`;
+    /// an entry may be scoped to key prefixes (`crate::client_tokens`).
+    pub client_tokens: Vec<crate::client_tokens::ClientTokenConfig>,
     /// The largest request body; larger ones are answered 413.
     pub body_bytes_max: usize,
     /// The longest a request may take; slower ones are answered 503 (outcome unknown).
@@ -416,8 +417,10 @@ impl Config {
                 format!("at most {CLIENT_TOKENS_MAX} tokens, got {}", s.client_tokens.len()),
             ));
         }
-        for (i, token) in s.client_tokens.iter().enumerate() {
-            check_token(token).map_err(|m| invalid(&format!("server.client_tokens[{i}]"), m))?;
+        for (i, entry) in s.client_tokens.iter().enumerate() {
+            let entry_name = format!("server.client_tokens[{i}]");
+            let (token, _) = entry.resolve().map_err(|m| invalid(&entry_name, m))?;
+            check_token(&token).map_err(|m| invalid(&entry_name, m))?;
         }
         if self.registry.path.as_os_str().is_empty() {
             return Err(invalid("registry.path", "must not be empty".to_owned()));
@@ -615,7 +618,7 @@ mod tests {
 
     #[test]
     fn the_gateway_section_is_checked_with_the_rest() {
-        let section = "gateway:\n  listen_addr: \"127.0.0.1:8081\"\n  upstreams:\n    - {name: openai, kind: openai, base_url: \"https://api.openai.com\"}\n  models:\n    - {name: gpt-4o-mini, upstream: openai, rpm: 500, tpm: 200000, max_output_tokens_default: 4096}\n";
+        let section = "gateway:\n  listen_addr: \"127.0.0.1:8081\"\n  allow_anonymous: true\n  upstreams:\n    - {name: openai, kind: openai, base_url: \"https://api.openai.com\"}\n  models:\n    - {name: gpt-4o-mini, upstream: openai, rpm: 500, tpm: 200000, max_output_tokens_default: 4096}\n";
         let config = parse(section).unwrap();
         assert_eq!(config.gateway.unwrap().models[0].rpm, Some(500));
         assert!(parse("").unwrap().gateway.is_none());

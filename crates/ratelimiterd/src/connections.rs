@@ -16,6 +16,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::shutdown::Shutdown;
+use crate::write_stall::WriteStall;
 
 /// How long a client has to send a request's headers, and so also how long a
 /// kept-alive connection may stay idle before the server closes it.
@@ -45,20 +46,53 @@ pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
+/// How long a client may take: to send a request's headers (and to stay idle
+/// between requests), and to read what is written to it.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientTimeouts {
+    /// The header read timeout.
+    pub header_read: Duration,
+    /// How long a write may stay blocked; `None`: no bound (the limiter API's
+    /// answers are small and fit the socket's buffer).
+    pub write_stall: Option<Duration>,
+}
+
+impl Default for ClientTimeouts {
+    fn default() -> Self {
+        Self {
+            header_read: Duration::from_millis(HEADER_READ_TIMEOUT_MS),
+            write_stall: None,
+        }
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` fires, then closes the
 /// listener and gives open connections up to `grace` to finish their requests.
 pub async fn serve(listener: TcpListener, router: Router, connections_max: usize, shutdown: Shutdown, grace: Duration) {
+    let timeouts = ClientTimeouts::default();
+    serve_with(listener, router, connections_max, timeouts, shutdown, grace).await;
+}
+
+/// [`serve`] with the clients' timeouts of `timeouts`.
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    connections_max: usize,
+    timeouts: ClientTimeouts,
+    shutdown: Shutdown,
+    grace: Duration,
+) {
     let slots = Arc::new(Semaphore::new(connections_max));
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_millis(HEADER_READ_TIMEOUT_MS))
+        .header_read_timeout(timeouts.header_read)
         .keep_alive(true);
     let stop = shutdown.wait();
     tokio::pin!(stop);
     loop {
-        let (tcp, peer) = tokio::select! {
+        let (tcp, peer): (TcpStream, SocketAddr) = tokio::select! {
             () = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
@@ -75,7 +109,21 @@ pub async fn serve(listener: TcpListener, router: Router, connections_max: usize
             tracing::warn!(%peer, connections_max, "connection refused: too many open connections");
             continue;
         };
-        spawn_connection(&builder, &graceful, tcp, peer, router.clone(), slot);
+        // Answers are small: send them at once rather than wait to fill a packet.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+        }
+        match timeouts.write_stall {
+            None => spawn_connection(&builder, &graceful, tcp, peer, router.clone(), slot),
+            Some(timeout) => spawn_connection(
+                &builder,
+                &graceful,
+                WriteStall::new(tcp, timeout),
+                peer,
+                router.clone(),
+                slot,
+            ),
+        }
     }
     drop(listener);
     tokio::select! {
@@ -85,18 +133,16 @@ pub async fn serve(listener: TcpListener, router: Router, connections_max: usize
     }
 }
 
-fn spawn_connection(
+fn spawn_connection<T>(
     builder: &http1::Builder,
     graceful: &GracefulShutdown,
-    tcp: TcpStream,
+    tcp: T,
     peer: SocketAddr,
     router: Router,
     slot: OwnedSemaphorePermit,
-) {
-    // Answers are small: send them at once rather than wait to fill a packet.
-    if let Err(e) = tcp.set_nodelay(true) {
-        tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
-    }
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let connection = builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(router));
     let connection = graceful.watch(connection);
     tokio::spawn(async move {

@@ -40,6 +40,9 @@ pub enum ApiError {
     /// The bearer token is missing or wrong; which of the two is not said (401).
     #[error("unauthorized")]
     Unauthorized,
+    /// The token is scoped to key prefixes this key is outside of (403).
+    #[error("forbidden: this token may not use the key {0}")]
+    Forbidden(LimitKey),
     /// The backend did not answer, or its answer is unknown (503). Retrying with
     /// the same lease id is safe.
     #[error("backend_unavailable")]
@@ -86,6 +89,7 @@ impl ApiError {
             }
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable { .. } | ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Backend(_) | ApiError::Internal(_) | ApiError::NotPersisted { .. } => {
                 StatusCode::INTERNAL_SERVER_ERROR

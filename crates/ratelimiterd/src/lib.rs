@@ -10,6 +10,7 @@ pub mod auth;
 pub mod backend;
 pub mod body;
 pub mod cli;
+pub mod client_tokens;
 pub mod config;
 pub mod connections;
 pub mod decrease;
@@ -24,6 +25,7 @@ pub mod server;
 pub mod shutdown;
 pub mod snapshots;
 pub mod state;
+pub mod write_stall;
 
 pub use app::app;
 pub use config::Config;

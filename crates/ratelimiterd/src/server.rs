@@ -177,10 +177,15 @@ pub async fn start_gateway(
     let listener = connections::listen(addr).map_err(|source| ServerError::Io { addr, source })?;
     tracing::info!(gateway_addr = %listener.local_addr().unwrap_or(addr), "gateway serving");
     let router = gateway::router(std::sync::Arc::new(gateway));
-    Ok(tokio::spawn(connections::serve(
+    let timeouts = connections::ClientTimeouts {
+        header_read: Duration::from_millis(section.client_header_timeout_ms),
+        write_stall: Some(Duration::from_millis(section.client_write_timeout_ms)),
+    };
+    Ok(tokio::spawn(connections::serve_with(
         listener,
         router,
         options.connections_max,
+        timeouts,
         shutdown,
         options.shutdown_grace,
     )))

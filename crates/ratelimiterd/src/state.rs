@@ -49,7 +49,7 @@ impl AppState {
                 backend_metrics: selected.metrics,
                 snapshots: selected.snapshots,
                 metrics: Arc::new(Metrics::default()),
-                auth: Arc::new(Auth::new(server.admin_token.as_deref(), &server.client_tokens)),
+                auth: Arc::new(Auth::from_config(server.admin_token.as_deref(), &server.client_tokens)),
                 permits: Arc::new(Semaphore::new(server.concurrent_requests_max)),
                 body_bytes_max: server.body_bytes_max,
                 request_timeout: Duration::from_millis(server.request_timeout_ms),

@@ -556,6 +556,94 @@ async fn tokens_guard_admin_and_client_endpoints() {
     assert_eq!(h.send(Method::GET, "/metrics", None, None).await.0, StatusCode::OK);
 }
 
+/// A service's token scoped to its own key prefix reserves and completes there,
+/// and nowhere else; a plain token and the admin token still reach every key.
+#[tokio::test]
+async fn a_scoped_token_reserves_and_completes_only_on_its_prefixes() {
+    const SEARCH_TOKEN: &str = "search-service-token-0123456789";
+    std::env::set_var("ROUTER_TEST_SEARCH_TOKEN", format!("{SEARCH_TOKEN}\n"));
+    let yaml = format!(
+        "server:\n  admin_token: {ADMIN_TOKEN}\n  client_tokens:\n    - {CLIENT_TOKEN}\n    - {{token_env: ROUTER_TEST_SEARCH_TOKEN, key_prefixes: [\"svc:search:\"]}}\n"
+    );
+    let h = harness_with("scoped", &yaml);
+    for key in ["svc:search:rpm", "svc:billing:rpm"] {
+        let (status, _) = h
+            .send(
+                Method::PUT,
+                "/v1/admin/limits",
+                Some(rolling(key, 5).to_string()),
+                Some(ADMIN_TOKEN),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let reserve =
+        |key: &str, lease: &str| json!({"lease_id": lease, "requirements": [{"key": key, "amount": 1}]}).to_string();
+    let own = lease();
+    let (status, body) = h
+        .send(
+            Method::POST,
+            "/v1/reserve",
+            Some(reserve("svc:search:rpm", &own)),
+            Some(SEARCH_TOKEN),
+        )
+        .await;
+    assert_eq!((status, &body["allowed"]), (StatusCode::OK, &json!(true)));
+    // Another service's key, alone or beside its own: refused, nothing reserved.
+    let both = json!({"lease_id": lease(), "requirements": [
+        {"key": "svc:search:rpm", "amount": 1}, {"key": "svc:billing:rpm", "amount": 1}]})
+    .to_string();
+    for request in [reserve("svc:billing:rpm", &lease()), both] {
+        let (status, body) = h
+            .send(Method::POST, "/v1/reserve", Some(request), Some(SEARCH_TOKEN))
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(
+            error_code(&body),
+            "forbidden: this token may not use the key svc:billing:rpm"
+        );
+    }
+    let (_, report) = h
+        .send(Method::GET, "/v1/admin/limits/svc:billing:rpm", None, Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(report["in_use"], 0);
+    // A plain token reaches every key; its lease cannot be reconciled by the scoped one.
+    let billing = lease();
+    let (status, _) = h
+        .send(
+            Method::POST,
+            "/v1/reserve",
+            Some(reserve("svc:billing:rpm", &billing)),
+            Some(CLIENT_TOKEN),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let complete = json!({"lease_id": billing, "actuals": [{"key": "svc:billing:rpm", "actual_amount": 0}]});
+    let (status, _) = h
+        .send(
+            Method::POST,
+            "/v1/complete",
+            Some(complete.to_string()),
+            Some(SEARCH_TOKEN),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (_, report) = h
+        .send(Method::GET, "/v1/admin/limits/svc:billing:rpm", None, Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(report["in_use"], 1, "the other service's usage stands");
+    let complete = json!({"lease_id": own, "actuals": [{"key": "svc:search:rpm", "actual_amount": 0}]});
+    let (status, _) = h
+        .send(
+            Method::POST,
+            "/v1/complete",
+            Some(complete.to_string()),
+            Some(SEARCH_TOKEN),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
 #[tokio::test]
 async fn unknown_routes_and_methods_answer_json() {
     let h = harness("routes");

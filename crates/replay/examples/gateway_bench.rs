@@ -244,7 +244,7 @@ fn start_gateway(options: &Options, bin_dir: &Path, sims: [SocketAddr; 2], direc
     // 0 turns the periodic snapshots off; 1,000 ms is the server's default.
     let snapshot_interval_ms = if options.snapshots { 1_000 } else { 0 };
     let mut config = format!(
-        "server:\n  listen_addr: \"127.0.0.1:{api_port}\"\nregistry:\n  path: \"{}\"\nmemory:\n  snapshot_interval_ms: {snapshot_interval_ms}\nlog:\n  level: warn\ngateway:\n  listen_addr: \"127.0.0.1:{gateway_port}\"\n  upstreams:\n",
+        "server:\n  listen_addr: \"127.0.0.1:{api_port}\"\nregistry:\n  path: \"{}\"\nmemory:\n  snapshot_interval_ms: {snapshot_interval_ms}\nlog:\n  level: warn\ngateway:\n  listen_addr: \"127.0.0.1:{gateway_port}\"\n  allow_anonymous: true\n  upstreams:\n",
         directory.join("limits.json").display()
     );
     for (name, sim) in ["fast", "paced"].iter().zip(sims) {

@@ -375,7 +375,7 @@ pub async fn anthropic_buckets_give_unused_output_back(backend: Arc<dyn Backend>
     const OUTPUT_TPM: u64 = 6_000;
     let (sim, provider) = start_sim(replay::sim_profile::ProfileName::Anthropic).await;
     let yaml = format!(
-        "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: sim, kind: anthropic, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: claude-sonnet-4-5, upstream: sim, rpm: {SIM_RPM}, input_tpm: 1000000, output_tpm: {OUTPUT_TPM}, max_output_tokens_default: 16, max_wait_ms: 30000, profile: anthropic}}\n"
+        "listen_addr: \"127.0.0.1:0\"\nallow_anonymous: true\nupstreams:\n  - {{name: sim, kind: anthropic, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: claude-sonnet-4-5, upstream: sim, rpm: {SIM_RPM}, input_tpm: 1000000, output_tpm: {OUTPUT_TPM}, max_output_tokens_default: 16, max_wait_ms: 30000, profile: anthropic}}\n"
     );
     let config: GatewayConfig = serde_yaml::from_str(&yaml).unwrap();
     let gateway = start_gateway(&config, backend.clone()).await;

@@ -50,7 +50,7 @@ pub fn config(config_file: Option<&Path>, dir: &Path) -> Result<Config, String> 
     };
     config.server.listen_addr = "127.0.0.1:0".to_owned();
     config.server.admin_token = Some(ADMIN_TOKEN.to_owned());
-    config.server.client_tokens = vec![CLIENT_TOKEN.to_owned()];
+    config.server.client_tokens = vec![CLIENT_TOKEN.to_owned().into()];
     config.registry.path = dir.join("limits.json");
     config.decrease.check_interval_ms = DECREASE_CHECK_INTERVAL_MS;
     Ok(config)

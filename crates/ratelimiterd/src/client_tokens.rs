@@ -1,0 +1,145 @@
+//! `server.client_tokens` entries (docs/http-api.md, "Authentication"): a plain
+//! token may reserve and complete on every key; a token read from the
+//! environment may be scoped to key prefixes, so that a service holding it
+//! cannot reserve on, or complete with, another service's or tenant's keys.
+
+use ratelimiter::LimitKey;
+use serde::Deserialize;
+
+/// The most prefixes of one scoped token: each is compared per key per request.
+pub const KEY_PREFIXES_MAX: usize = 32;
+
+/// One `client_tokens` entry.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum ClientTokenConfig {
+    /// The token itself: every key.
+    Plain(String),
+    /// A token read from the environment, scoped or not.
+    FromEnv(ScopedTokenConfig),
+}
+
+impl From<String> for ClientTokenConfig {
+    fn from(token: String) -> Self {
+        ClientTokenConfig::Plain(token)
+    }
+}
+
+/// `{token_env: ..., key_prefixes: [...]}`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ScopedTokenConfig {
+    /// The environment variable holding the token (trimmed of surrounding whitespace).
+    pub token_env: String,
+    /// The key prefixes the token may use; absent: every key.
+    #[serde(default)]
+    pub key_prefixes: Option<Vec<String>>,
+}
+
+/// What a token may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyScope {
+    /// Every key.
+    All,
+    /// Keys starting with one of these.
+    Prefixes(std::sync::Arc<[String]>),
+}
+
+impl KeyScope {
+    /// `Err` with the first key of `keys` outside the scope.
+    pub fn check<'a>(&self, keys: impl IntoIterator<Item = &'a LimitKey>) -> Result<(), &'a LimitKey> {
+        let KeyScope::Prefixes(prefixes) = self else {
+            return Ok(());
+        };
+        for key in keys {
+            if !prefixes.iter().any(|p| key.as_str().starts_with(p.as_str())) {
+                return Err(key);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ClientTokenConfig {
+    /// The token and its scope, the environment read; the error says what is wrong
+    /// (the caller names the entry).
+    pub fn resolve(&self) -> Result<(String, KeyScope), String> {
+        let entry = match self {
+            ClientTokenConfig::Plain(token) => return Ok((token.clone(), KeyScope::All)),
+            ClientTokenConfig::FromEnv(entry) => entry,
+        };
+        let token = std::env::var(&entry.token_env)
+            .map_err(|_| format!("environment variable {} is not set", entry.token_env))?
+            .trim()
+            .to_owned();
+        let Some(prefixes) = &entry.key_prefixes else {
+            return Ok((token, KeyScope::All));
+        };
+        if prefixes.is_empty() || prefixes.len() > KEY_PREFIXES_MAX {
+            return Err(format!(
+                "key_prefixes: give 1..={KEY_PREFIXES_MAX} prefixes (leave it out for every key)"
+            ));
+        }
+        for prefix in prefixes {
+            if prefix.is_empty() || LimitKey::new(prefix.as_str()).is_err() {
+                return Err(format!("key_prefixes: {prefix:?} is not the start of a valid key"));
+            }
+        }
+        Ok((token, KeyScope::Prefixes(prefixes.clone().into())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_and_scoped_entries_parse_and_resolve() {
+        std::env::set_var("CLIENT_TOKENS_TEST_SEARCH", "search-token-0123456789\n");
+        let entries: Vec<ClientTokenConfig> = serde_yaml::from_str(
+            "[plain-token-0123456789, {token_env: CLIENT_TOKENS_TEST_SEARCH, key_prefixes: [\"svc:search:\"]}]",
+        )
+        .unwrap();
+        assert_eq!(
+            entries[0].resolve().unwrap(),
+            ("plain-token-0123456789".into(), KeyScope::All)
+        );
+        let (token, scope) = entries[1].resolve().unwrap();
+        assert_eq!(token, "search-token-0123456789");
+        let inside = LimitKey::new("svc:search:rpm").unwrap();
+        let outside = LimitKey::new("svc:billing:rpm").unwrap();
+        assert_eq!(scope.check([&inside]), Ok(()));
+        assert_eq!(scope.check([&inside, &outside]), Err(&outside));
+        let empty: ClientTokenConfig =
+            serde_yaml::from_str("{token_env: CLIENT_TOKENS_TEST_SEARCH, key_prefixes: []}").unwrap();
+        assert!(empty.resolve().unwrap_err().contains("key_prefixes"));
+        let unset: ClientTokenConfig = serde_yaml::from_str("{token_env: CLIENT_TOKENS_TEST_UNSET}").unwrap();
+        assert!(unset.resolve().unwrap_err().contains("CLIENT_TOKENS_TEST_UNSET"));
+    }
+
+    /// The example of docs/http-api.md, "Scoped client tokens", loads as a server configuration.
+    #[test]
+    fn the_documented_example_loads() {
+        let doc = include_str!("../../../docs/http-api.md");
+        let start = doc.find("```yaml\nserver:\n  admin_token").expect("the example") + "```yaml\n".len();
+        let example = &doc[start..start + doc[start..].find("```").unwrap()];
+        for (name, value) in [
+            ("SEARCH_LIMITER_TOKEN", "search-token-0123456789"),
+            ("BILLING_LIMITER_TOKEN", "billing-token-0123456789"),
+            ("OPS_LIMITER_TOKEN", "ops-token-0123456789"),
+        ] {
+            std::env::set_var(name, value);
+        }
+        let config = crate::config::Config::parse(example, std::path::Path::new("docs/http-api.md")).unwrap();
+        let scopes: Vec<KeyScope> = config
+            .server
+            .client_tokens
+            .iter()
+            .map(|t| t.resolve().unwrap().1)
+            .collect();
+        assert_eq!(scopes.len(), 4);
+        assert_eq!(scopes[0], KeyScope::All);
+        assert_eq!(scopes[1], KeyScope::Prefixes(vec!["svc:search:".to_owned()].into()));
+        assert_eq!(scopes[3], KeyScope::All);
+    }
+}
