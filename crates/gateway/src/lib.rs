@@ -23,6 +23,7 @@ pub mod openai;
 pub mod proxy;
 pub mod queue;
 pub mod sse;
+pub mod status;
 pub mod tokens;
 pub mod upstream;
 pub mod usage;

@@ -24,6 +24,10 @@ pub mod server;
 pub mod shutdown;
 pub mod snapshots;
 pub mod state;
+pub mod ui;
+pub mod ui_history;
+pub mod ui_query;
+pub mod ui_view;
 
 pub use app::app;
 pub use config::Config;
