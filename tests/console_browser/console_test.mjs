@@ -155,8 +155,25 @@ async function run(page, api) {
   await page.eval(`document.querySelector('#limits th[data-sort="utilization"]').click(); true`);
   await page.waitFor(`document.querySelector('#limits th[data-sort="utilization"]').classList.contains('sorted-desc')`, "sorted by utilization");
   await new Promise((r) => setTimeout(r, 1500));
+  await showcase(api);
   check(page.errors.length === 0, `no script errors: ${page.errors.join("; ")}`);
   writeFileSync(join(ARTIFACTS, "console.png"), await page.screenshot());
+}
+
+/** With CONSOLE_SHOWCASE_MS, keeps traffic going that long before the last
+ *  screenshot, so that the sparklines have history (how docs/console.png is made). */
+async function showcase(api) {
+  const until = Date.now() + Number(process.env.CONSOLE_SHOWCASE_MS || 0);
+  let i = 0;
+  while (Date.now() < until) {
+    const tenant = i % 3 ? "acme" : "globex";
+    await chat(showcase.gateway, tenant, "gpt-4o-mini");
+    const amount = 1 + Math.floor(4 * (1 + Math.sin(i / 15)));
+    await json(`${api}/v1/reserve`, { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ lease_id: ulid(), requirements: [{ key: DEMO_KEY, amount }] }) });
+    i += 1;
+    await new Promise((r) => setTimeout(r, 400));
+  }
 }
 
 async function main() {
@@ -168,7 +185,8 @@ async function main() {
     const [apiPort, gatewayPort] = [await freePort(), await freePort()];
     await startServer(dir, config(apiPort, gatewayPort, simUrl, dir), apiPort);
     const api = `http://127.0.0.1:${apiPort}`;
-    await traffic(api, `http://127.0.0.1:${gatewayPort}`, simUrl);
+    showcase.gateway = `http://127.0.0.1:${gatewayPort}`;
+    await traffic(api, showcase.gateway, simUrl);
     await checkEndpoints(api);
     browser = await Browser.launch();
     const page = await browser.newPage();

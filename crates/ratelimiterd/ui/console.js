@@ -7,6 +7,7 @@ const TOKEN_KEY = "ratelimiterd.adminToken";
 const REFRESH_MS = 1000;
 const SPARK_W = 120;
 const SPARK_H = 24;
+const HISTORY_MS = 15 * 60 * 1000;
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 const view = {
@@ -61,6 +62,7 @@ function rate(n) {
 }
 function compact(n) {
   if (n === null || n === undefined) return "—";
+  n = Math.round(n);
   const abs = Math.abs(n);
   if (abs >= 1e9) return (n / 1e9).toFixed(abs >= 1e10 ? 0 : 1) + "G";
   if (abs >= 1e6) return (n / 1e6).toFixed(abs >= 1e7 ? 0 : 1) + "M";
@@ -89,7 +91,7 @@ function bar(bp) {
   return el("span", {}, el("span", { class: "bar" }, fill), el("span", { class: "bar-label", text: percent(bp) }));
 }
 
-function sparkline(history) {
+function sparkline(history, slots) {
   const svg = document.createElementNS(SVG_NS, "svg");
   svg.setAttribute("class", "sparkline");
   svg.setAttribute("width", SPARK_W);
@@ -107,7 +109,9 @@ function sparkline(history) {
     return svg;
   }
   const top = Math.max(10000, ...known);
-  const step = SPARK_W / Math.max(1, values.length - 1);
+  // A fixed 15-minute axis, newest at the right: a young history fills the right end only.
+  const shift = Math.max(0, slots - values.length);
+  const step = SPARK_W / Math.max(1, Math.max(slots, values.length) - 1);
   const y = (v) => (SPARK_H - 2 - (v / top) * (SPARK_H - 4)).toFixed(1);
   const full = document.createElementNS(SVG_NS, "line");
   full.setAttribute("class", "full");
@@ -122,9 +126,10 @@ function sparkline(history) {
   let run = [];
   const flush = () => {
     if (run.length === 0) return;
-    const pts = run.map(([i, v]) => `${(i * step).toFixed(1)},${y(v)}`);
+    const x = (i) => ((i + shift) * step).toFixed(1);
+    const pts = run.map(([i, v]) => `${x(i)},${y(v)}`);
     line += "M" + pts.join("L");
-    area += `M${(run[0][0] * step).toFixed(1)},${SPARK_H}L` + pts.join("L") + `L${(run[run.length - 1][0] * step).toFixed(1)},${SPARK_H}Z`;
+    area += `M${x(run[0][0])},${SPARK_H}L` + pts.join("L") + `L${x(run[run.length - 1][0])},${SPARK_H}Z`;
     run = [];
   };
   values.forEach((v, i) => (v === null ? flush() : run.push([i, v])));
@@ -134,6 +139,16 @@ function sparkline(history) {
     p.setAttribute("class", cls);
     p.setAttribute("d", d);
     svg.append(p);
+  }
+  // The latest sample as a dot, so that a lone sample shows too.
+  const lastIndex = values.length - 1;
+  if (values[lastIndex] !== null) {
+    const dot = document.createElementNS(SVG_NS, "circle");
+    dot.setAttribute("class", "last");
+    dot.setAttribute("cx", ((lastIndex + shift) * step).toFixed(1));
+    dot.setAttribute("cy", y(values[lastIndex]));
+    dot.setAttribute("r", 1.8);
+    svg.append(dot);
   }
   return svg;
 }
@@ -307,7 +322,7 @@ function renderLimits(limits, intervalMs) {
   $("page-info").textContent = `${num(first)}–${num(last)} of ${num(limits.matched)}`;
   $("prev").disabled = limits.offset === 0;
   $("next").disabled = last >= limits.matched;
-  const minutes = Math.round((intervalMs * 180) / 60000);
+  const slots = Math.round(HISTORY_MS / intervalMs);
   const rows = limits.rows.map((r) => {
     const pending = r.status === "decreasing"
       ? el("span", { class: "pill decreasing", title: "Waiting for usage to fit the lower capacity" }, "→ " + num(r.pending_decrease_to))
@@ -323,7 +338,7 @@ function renderLimits(limits, intervalMs) {
       el("td", { class: "num debt", text: r.debt ? num(r.debt) : "—" }),
       el("td", { class: "num" }, pending),
       el("td", { class: "num release", text: r.next_release_ms === null ? "—" : duration(r.next_release_ms) }),
-      el("td", { class: "spark", title: `Utilization, last ${minutes} min` }, sparkline(r.history)));
+      el("td", { class: "spark", title: "Utilization, last 15 min" }, sparkline(r.history, slots)));
   });
   const body = table.tBodies[0];
   if (rows.length === 0) {
@@ -421,9 +436,16 @@ function renderBackend(b) {
   const health = b.healthy ? "healthy" : "unavailable: " + (b.error || "");
   $("backend-summary").textContent =
     `${b.kind === "tigerbeetle" ? "TigerBeetle cluster" : "Memory (this process)"} · ${health} · ${num(b.limits)} limits · definitions kept by the ${b.definitions_kept_by}`;
+  const nowSeconds = Date.now() / 1000;
   const items = b.metrics.map((m) => {
-    const v = typeof m.value === "number" ? compact(m.value)
-      : `${compact(m.value.count)} obs · p99 ${m.value.p99_ms === null ? "—" : duration(m.value.p99_ms)}`;
+    let v;
+    if (typeof m.value !== "number") {
+      v = `p99 ${m.value.p99_ms === null ? "—" : duration(m.value.p99_ms)} (${compact(m.value.count)})`;
+    } else if (m.name.endsWith("_timestamp_seconds")) {
+      v = m.value === 0 ? "never" : duration(Math.max(0, nowSeconds - m.value) * 1000) + " ago";
+    } else {
+      v = compact(m.value);
+    }
     return el("div", { class: "metric", title: m.help }, el("span", { class: "name", text: m.name }), el("span", { class: "v", text: v }));
   });
   $("backend-metrics").replaceChildren(...items);
