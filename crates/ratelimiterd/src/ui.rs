@@ -107,14 +107,24 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/ui", get(|| file(INDEX_HTML, "text/html; charset=utf-8")))
         .route("/ui/", get(|| file(INDEX_HTML, "text/html; charset=utf-8")))
         .route("/ui/console.css", get(|| file(CONSOLE_CSS, "text/css; charset=utf-8")))
-        .route("/ui/console.js", get(|| file(CONSOLE_JS, "text/javascript; charset=utf-8")))
+        .route(
+            "/ui/console.js",
+            get(|| file(CONSOLE_JS, "text/javascript; charset=utf-8")),
+        )
         .route("/ui/favicon.svg", get(|| file(FAVICON_SVG, "image/svg+xml")))
         .merge(api)
         .route_layer(from_fn_with_state(state.clone(), served))
 }
 
 async fn file(body: &'static str, content_type: &'static str) -> Response {
-    ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], body).into_response()
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 /// 404 for every console route when the console is off; the security headers
@@ -129,7 +139,10 @@ async fn served(State(state): State<AppState>, request: Request, next: Next) -> 
     }
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));

@@ -173,7 +173,11 @@ mod tests {
         let samples = history.limit(&a);
         assert_eq!(samples.len(), SAMPLES_MAX, "bounded");
         assert_eq!(samples[0], Some(2_000), "the oldest kept is sample 20: 20 of 100");
-        assert_eq!(samples[SAMPLES_MAX - 1], Some(9_900), "the newest is sample 199: 99 of 100");
+        assert_eq!(
+            samples[SAMPLES_MAX - 1],
+            Some(9_900),
+            "the newest is sample 199: 99 of 100"
+        );
     }
 
     #[test]
@@ -186,14 +190,20 @@ mod tests {
         let a = history.limit(&LimitKey::new("a").unwrap());
         assert_eq!(a, vec![Some(1_000), Some(2_000), None, Some(4_000)]);
         let b = history.limit(&LimitKey::new("b").unwrap());
-        assert_eq!(b, vec![None, Some(10_000), Some(5_000), Some(50_000)], "debt shows above full");
+        assert_eq!(
+            b,
+            vec![None, Some(10_000), Some(5_000), Some(50_000)],
+            "debt shows above full"
+        );
         assert!(history.limit(&LimitKey::new("c").unwrap()).is_empty());
     }
 
     #[test]
     fn keys_past_the_bound_get_no_history() {
         let history = History::default();
-        let reports: Vec<_> = (0..HISTORY_KEYS_MAX + 1).map(|i| report(&format!("k{i:06}"), 10, 1)).collect();
+        let reports: Vec<_> = (0..HISTORY_KEYS_MAX + 1)
+            .map(|i| report(&format!("k{i:06}"), 10, 1))
+            .collect();
         history.record_limits(&reports, 0);
         assert_eq!(history.limit(&LimitKey::new("k000000").unwrap()).len(), 1);
         let last = format!("k{HISTORY_KEYS_MAX:06}");

@@ -79,7 +79,11 @@ impl LimitsQuery {
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
             let value = percent_decode(raw).ok_or_else(|| format!("{name}: not valid percent-encoded UTF-8"))?;
-            let number = || value.parse::<usize>().map_err(|_| format!("{name}: not a number: {value:?}"));
+            let number = || {
+                value
+                    .parse::<usize>()
+                    .map_err(|_| format!("{name}: not a number: {value:?}"))
+            };
             match name {
                 "sort" => out.sort = parse_column(&value)?,
                 "order" => {
@@ -220,12 +224,16 @@ mod tests {
 
     #[test]
     fn sorts_filters_and_slices() {
-        let reports: Vec<_> = (0..30).map(|i| report(&format!("tenant:t{i:02}:rpm"), 100 - i, i)).collect();
+        let reports: Vec<_> = (0..30)
+            .map(|i| report(&format!("tenant:t{i:02}:rpm"), 100 - i, i))
+            .collect();
         let query = LimitsQuery::parse(Some("sort=capacity&order=asc&offset=2&count=3&q=TENANT%3AT1")).unwrap();
         let (total, page) = query.apply(&reports);
         assert_eq!(total, 10, "t10..t19 match, case-insensitively");
         assert_eq!(keys(&page), ["tenant:t17:rpm", "tenant:t16:rpm", "tenant:t15:rpm"]);
-        let (_, page) = LimitsQuery::parse(Some("sort=key&order=desc&count=1")).unwrap().apply(&reports);
+        let (_, page) = LimitsQuery::parse(Some("sort=key&order=desc&count=1"))
+            .unwrap()
+            .apply(&reports);
         assert_eq!(keys(&page), ["tenant:t29:rpm"]);
     }
 

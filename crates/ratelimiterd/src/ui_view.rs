@@ -119,7 +119,11 @@ fn summary(reports: &[LimitReport]) -> Value {
 
 fn backend_section(state: &AppState, health: Option<String>, limits: usize) -> Value {
     let backend = state.backend();
-    let kind = if backend.keeps_definitions() { "tigerbeetle" } else { "memory" };
+    let kind = if backend.keeps_definitions() {
+        "tigerbeetle"
+    } else {
+        "memory"
+    };
     let mut metrics = state.backend_metrics().metrics();
     metrics.extend(state.admin().metrics());
     let metrics: Vec<Value> = (metrics.iter())
@@ -166,7 +170,11 @@ fn histogram_delta(older: &HistogramSnapshot, newer: &HistogramSnapshot) -> Hist
 }
 
 /// The per-(model, tenant) totals' growth between two samples, summed by `group`.
-fn growth_by(older: &GatewaySample, newer: &GatewaySample, group: impl Fn(&str, &str) -> String) -> BTreeMap<String, CallTotals> {
+fn growth_by(
+    older: &GatewaySample,
+    newer: &GatewaySample,
+    group: impl Fn(&str, &str) -> String,
+) -> BTreeMap<String, CallTotals> {
     let before: BTreeMap<(&str, &str), &CallTotals> = (older.calls.iter())
         .map(|(m, t, c)| ((m.as_str(), t.as_str()), c))
         .collect();
@@ -198,7 +206,10 @@ fn gateway_section(state: &AppState, history: &History) -> Value {
     let Some(gateway) = state.gateway() else {
         return Value::Null;
     };
-    let spans = (history.gateway_span(RATE_WINDOW_SECONDS), history.gateway_span(MINUTE_SECONDS));
+    let spans = (
+        history.gateway_span(RATE_WINDOW_SECONDS),
+        history.gateway_span(MINUTE_SECONDS),
+    );
     let models: Vec<Value> = (gateway.status().into_iter())
         .map(|model| {
             let paused = model.is_paused();
@@ -211,15 +222,22 @@ fn gateway_section(state: &AppState, history: &History) -> Value {
                 "deployments": model.deployments,
             });
             if let (Some((old5, new5)), Some((old60, new60))) = &spans {
-                let short = growth_by(old5, new5, |m, _| m.to_owned()).remove(&model.name).unwrap_or_default();
-                let minute = growth_by(old60, new60, |m, _| m.to_owned()).remove(&model.name).unwrap_or_default();
+                let short = growth_by(old5, new5, |m, _| m.to_owned())
+                    .remove(&model.name)
+                    .unwrap_or_default();
+                let minute = growth_by(old60, new60, |m, _| m.to_owned())
+                    .remove(&model.name)
+                    .unwrap_or_default();
                 let wait = |s: &GatewaySample| s.queue_waits.iter().find(|(m, _)| *m == model.name).map(|(_, h)| *h);
                 let wait_p99_ms = match (wait(old60), wait(new60)) {
                     (Some(old), Some(new)) => p99_ms(&histogram_delta(&old, &new)),
                     (None, Some(new)) => p99_ms(&new),
                     _ => None,
                 };
-                let total_429: u64 = (new60.calls.iter()).filter(|(m, _, _)| *m == model.name).map(|(_, _, c)| c.provider_429).sum();
+                let total_429: u64 = (new60.calls.iter())
+                    .filter(|(m, _, _)| *m == model.name)
+                    .map(|(_, _, c)| c.provider_429)
+                    .sum();
                 let extra = json!({
                     "admitted_per_s": rate(short.admitted, old5, new5, 1_000.0),
                     "denied_per_s": rate(short.denied, old5, new5, 1_000.0),
@@ -246,13 +264,14 @@ fn tenant_of(key: &str) -> Option<&str> {
 }
 
 fn tenants_section(reports: &[LimitReport], history: &History) -> Value {
-    let mut names: BTreeSet<String> = reports.iter().filter_map(|r| tenant_of(r.state.definition().key().as_str()).map(str::to_owned)).collect();
-    let minute = history
-        .gateway_span(MINUTE_SECONDS)
-        .map(|(old, new)| {
-            let growth = growth_by(&old, &new, |_, t| t.to_owned());
-            (growth, old, new)
-        });
+    let mut names: BTreeSet<String> = reports
+        .iter()
+        .filter_map(|r| tenant_of(r.state.definition().key().as_str()).map(str::to_owned))
+        .collect();
+    let minute = history.gateway_span(MINUTE_SECONDS).map(|(old, new)| {
+        let growth = growth_by(&old, &new, |_, t| t.to_owned());
+        (growth, old, new)
+    });
     if let Some((growth, _, _)) = &minute {
         names.extend(growth.keys().filter(|t| t.as_str() != NO_TENANT).cloned());
     }
@@ -266,7 +285,10 @@ fn tenants_section(reports: &[LimitReport], history: &History) -> Value {
             let (calls, tokens) = match &minute {
                 Some((growth, old, new)) => {
                     let g = growth.get(name).copied().unwrap_or_default();
-                    (Some(rate(g.admitted, old, new, 60_000.0)), Some(rate(g.tokens_used, old, new, 60_000.0)))
+                    (
+                        Some(rate(g.admitted, old, new, 60_000.0)),
+                        Some(rate(g.tokens_used, old, new, 60_000.0)),
+                    )
                 }
                 None => (None, None),
             };
@@ -306,7 +328,13 @@ mod tests {
         assert_eq!(p99_ms(&h), None);
         // 100 observations: 98 at or below 1 ms, the other two at or below 5 ms.
         for (i, bound) in BUCKET_BOUNDS_MICROS.iter().enumerate() {
-            h.cumulative[i] = if *bound < 1_000 { 0 } else if *bound < 5_000 { 98 } else { 100 };
+            h.cumulative[i] = if *bound < 1_000 {
+                0
+            } else if *bound < 5_000 {
+                98
+            } else {
+                100
+            };
         }
         h.count = 100;
         assert_eq!(p99_ms(&h), Some(5.0));
@@ -316,7 +344,11 @@ mod tests {
             older.cumulative[i] = if *bound < 1_000 { 0 } else { 98 };
         }
         let delta = histogram_delta(&older, &h);
-        assert_eq!((delta.count, p99_ms(&delta)), (2, Some(5.0)), "only the last two calls count");
+        assert_eq!(
+            (delta.count, p99_ms(&delta)),
+            (2, Some(5.0)),
+            "only the last two calls count"
+        );
     }
 
     #[test]
@@ -329,7 +361,14 @@ mod tests {
     #[test]
     fn growth_is_summed_per_group_over_the_span() {
         let pair = |m: &str, t: &str, admitted: u64| {
-            (m.to_owned(), t.to_owned(), CallTotals { admitted, ..CallTotals::default() })
+            (
+                m.to_owned(),
+                t.to_owned(),
+                CallTotals {
+                    admitted,
+                    ..CallTotals::default()
+                },
+            )
         };
         let older = GatewaySample {
             at_unix_ms: 0,

@@ -93,20 +93,28 @@ impl Harness {
     }
 
     async fn read(&self, query: &str) -> Value {
-        let answer = self.send(Method::GET, &format!("/ui/api/state{query}"), None, Some(ADMIN_TOKEN)).await;
+        let answer = self
+            .send(Method::GET, &format!("/ui/api/state{query}"), None, Some(ADMIN_TOKEN))
+            .await;
         assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
         answer.json()
     }
 
     async fn define(&self, key: &str, capacity: u64) {
-        let definition = json!({"key": key, "kind": "rolling", "capacity": capacity, "window_seconds": 60, "unit": "requests"});
-        let answer = self.send(Method::PUT, "/v1/admin/limits", Some(definition), Some(ADMIN_TOKEN)).await;
+        let definition =
+            json!({"key": key, "kind": "rolling", "capacity": capacity, "window_seconds": 60, "unit": "requests"});
+        let answer = self
+            .send(Method::PUT, "/v1/admin/limits", Some(definition), Some(ADMIN_TOKEN))
+            .await;
         assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
     }
 
     async fn reserve(&self, key: &str, amount: u64) {
-        let body = json!({"lease_id": LeaseId::generate().to_string(), "requirements": [{"key": key, "amount": amount}]});
-        let answer = self.send(Method::POST, "/v1/reserve", Some(body), Some(ADMIN_TOKEN)).await;
+        let body =
+            json!({"lease_id": LeaseId::generate().to_string(), "requirements": [{"key": key, "amount": amount}]});
+        let answer = self
+            .send(Method::POST, "/v1/reserve", Some(body), Some(ADMIN_TOKEN))
+            .await;
         assert_eq!(answer.json()["allowed"], true, "{}", answer.text);
     }
 }
@@ -138,11 +146,17 @@ async fn the_page_and_its_files_are_served_offline_with_a_strict_policy() {
         let served = answer.headers[header::CONTENT_TYPE].to_str().unwrap();
         assert!(served.starts_with(content_type), "{path}: {served}");
         let policy = answer.headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
-        assert!(policy.contains("default-src 'none'") && policy.contains("connect-src 'self'"), "{policy}");
+        assert!(
+            policy.contains("default-src 'none'") && policy.contains("connect-src 'self'"),
+            "{policy}"
+        );
         assert_eq!(answer.headers[header::X_FRAME_OPTIONS], "DENY");
         // Offline: nothing is fetched from another origin (the SVG namespace is a name, not a fetch).
         let outside = answer.text.replace("http://www.w3.org/2000/svg", "");
-        assert!(!outside.contains("http://") && !outside.contains("https://"), "{path} loads from elsewhere");
+        assert!(
+            !outside.contains("http://") && !outside.contains("https://"),
+            "{path} loads from elsewhere"
+        );
     }
     let page = h.send(Method::GET, "/ui", None, None).await.text;
     assert!(page.contains("src=\"/ui/console.js\"") && page.contains("href=\"/ui/console.css\""));
@@ -165,22 +179,41 @@ async fn the_state_needs_the_admin_token_when_one_is_configured() {
 #[tokio::test]
 async fn without_a_token_the_console_is_served_on_loopback_only() {
     let local = harness("console-loopback", "server:\n  listen_addr: \"127.0.0.1:8080\"\n");
-    assert_eq!(local.send(Method::GET, "/ui/api/state", None, None).await.status, StatusCode::OK);
+    assert_eq!(
+        local.send(Method::GET, "/ui/api/state", None, None).await.status,
+        StatusCode::OK
+    );
     let open = harness("console-open", "server:\n  listen_addr: \":8080\"\n");
     for path in ["/ui", "/ui/console.js", "/ui/api/state"] {
         let answer = open.send(Method::GET, path, None, None).await;
         assert_eq!(answer.status, StatusCode::NOT_FOUND, "{path}");
-        assert!(answer.json()["error"].as_str().unwrap().contains("console is off"), "{}", answer.text);
+        assert!(
+            answer.json()["error"].as_str().unwrap().contains("console is off"),
+            "{}",
+            answer.text
+        );
     }
-    let guarded = harness("console-guarded", &format!("server:\n  listen_addr: \":8080\"\n  admin_token: {ADMIN_TOKEN}\n"));
-    assert_eq!(guarded.send(Method::GET, "/ui/api/state", None, Some(ADMIN_TOKEN)).await.status, StatusCode::OK);
+    let guarded = harness(
+        "console-guarded",
+        &format!("server:\n  listen_addr: \":8080\"\n  admin_token: {ADMIN_TOKEN}\n"),
+    );
+    assert_eq!(
+        guarded
+            .send(Method::GET, "/ui/api/state", None, Some(ADMIN_TOKEN))
+            .await
+            .status,
+        StatusCode::OK
+    );
 }
 
 #[test]
 fn a_console_left_off_says_why_in_the_log() {
     let dir = temp_dir("console-off-log");
     let config = dir.join("config.yaml");
-    let text = format!("server:\n  listen_addr: \"0.0.0.0:0\"\nregistry:\n  path: {}\n", dir.join("limits.json").display());
+    let text = format!(
+        "server:\n  listen_addr: \"0.0.0.0:0\"\nregistry:\n  path: {}\n",
+        dir.join("limits.json").display()
+    );
     std::fs::write(&config, text).unwrap();
     let daemon = Daemon::start_with(&config).unwrap();
     let logs = daemon.logs().join("\n");
@@ -195,32 +228,51 @@ async fn limits_show_usage_release_history_and_sort_and_page_on_the_server() {
     }
     h.reserve("team:0:rpm", 9).await;
     h.reserve("team:3:rpm", 8).await;
-    h.state.console().history().record_limits(&h.state.backend().limit_reports().await.unwrap(), START_UNIX_MS);
+    h.state
+        .console()
+        .history()
+        .record_limits(&h.state.backend().limit_reports().await.unwrap(), START_UNIX_MS);
     h.clock.advance_ms(10_000);
 
     let state = h.read("").await;
     assert_eq!(state["backend"]["kind"], "memory");
     assert_eq!(state["backend"]["healthy"], true);
     assert_eq!(state["limits"]["total"], 5);
-    assert_eq!(keys(&state)[..2], ["team:0:rpm", "team:3:rpm"], "the fullest first by default");
+    assert_eq!(
+        keys(&state)[..2],
+        ["team:0:rpm", "team:3:rpm"],
+        "the fullest first by default"
+    );
     let full = row(&state, "team:0:rpm");
-    assert_eq!((full["in_use"].as_u64(), full["capacity"].as_u64()), (Some(9), Some(10)));
+    assert_eq!(
+        (full["in_use"].as_u64(), full["capacity"].as_u64()),
+        (Some(9), Some(10))
+    );
     assert_eq!(full["utilization_bp"], 9_000);
     assert_eq!(full["unit"], "requests");
     // The hold ends a window (60 s) plus the default margin after the grant; 10 s have passed.
     let release = full["next_release_ms"].as_u64().unwrap();
     assert!((50_000..=50_500).contains(&release), "{release}");
     assert_eq!(full["history"], json!([9_000]), "the sample taken before the read");
-    assert_eq!(row(&state, "team:1:rpm")["next_release_ms"], Value::Null, "nothing held");
+    assert_eq!(
+        row(&state, "team:1:rpm")["next_release_ms"],
+        Value::Null,
+        "nothing held"
+    );
     assert_eq!(state["limits"]["summary"]["above_80_percent"], 1);
 
     let state = h.read("?sort=capacity&order=asc&offset=1&count=2").await;
     assert_eq!(keys(&state), ["team:1:rpm", "team:2:rpm"]);
-    assert_eq!((state["limits"]["matched"].as_u64(), state["limits"]["offset"].as_u64()), (Some(5), Some(1)));
+    assert_eq!(
+        (state["limits"]["matched"].as_u64(), state["limits"]["offset"].as_u64()),
+        (Some(5), Some(1))
+    );
     let state = h.read("?q=TEAM:3").await;
     assert_eq!(keys(&state), ["team:3:rpm"]);
     assert_eq!(state["limits"]["matched"], 1);
-    let bad = h.send(Method::GET, "/ui/api/state?count=9999", None, Some(ADMIN_TOKEN)).await;
+    let bad = h
+        .send(Method::GET, "/ui/api/state?count=9999", None, Some(ADMIN_TOKEN))
+        .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert!(bad.json()["error"].as_str().unwrap().contains("count"), "{}", bad.text);
 }
@@ -237,12 +289,32 @@ fn gateway_yaml() -> String {
 #[tokio::test]
 async fn the_gateway_and_tenants_are_shown_without_key_material() {
     let h = harness("console-gateway", &gateway_yaml());
-    for key in ["global:llm:openai:gpt-4o-mini:rpm", "global:llm:openai:gpt-4o-mini:tpm", "global:llm:openai:gpt-4o:rpm"] {
+    for key in [
+        "global:llm:openai:gpt-4o-mini:rpm",
+        "global:llm:openai:gpt-4o-mini:tpm",
+        "global:llm:openai:gpt-4o:rpm",
+    ] {
         // The gateway's limits are defined at startup by the server; here, by hand.
-        let definition = h.state.gateway().unwrap().definitions().iter().find(|d| d.key().as_str() == key).unwrap().clone();
+        let definition = h
+            .state
+            .gateway()
+            .unwrap()
+            .definitions()
+            .iter()
+            .find(|d| d.key().as_str() == key)
+            .unwrap()
+            .clone();
         h.state.admin().define(definition).await.unwrap();
     }
-    let budget = h.state.gateway().unwrap().definitions().iter().find(|d| d.key().as_str().starts_with("tenant:acme")).unwrap().clone();
+    let budget = h
+        .state
+        .gateway()
+        .unwrap()
+        .definitions()
+        .iter()
+        .find(|d| d.key().as_str().starts_with("tenant:acme"))
+        .unwrap()
+        .clone();
     h.state.admin().define(budget.clone()).await.unwrap();
     h.reserve(budget.key().as_str(), 1_250).await;
     let metrics = h.state.gateway_metrics().unwrap();
@@ -255,8 +327,13 @@ async fn the_gateway_and_tenants_are_shown_without_key_material() {
     };
     h.state.console().history().record_gateway(sample(START_UNIX_MS));
     counters.admitted.fetch_add(10, std::sync::atomic::Ordering::Relaxed);
-    counters.tokens_used.fetch_add(600, std::sync::atomic::Ordering::Relaxed);
-    h.state.console().history().record_gateway(sample(START_UNIX_MS + 5_000));
+    counters
+        .tokens_used
+        .fetch_add(600, std::sync::atomic::Ordering::Relaxed);
+    h.state
+        .console()
+        .history()
+        .record_gateway(sample(START_UNIX_MS + 5_000));
 
     let answer = h.send(Method::GET, "/ui/api/state", None, Some(ADMIN_TOKEN)).await;
     for secret in [ADMIN_TOKEN, TENANT_KEY, UPSTREAM_KEY] {
@@ -266,8 +343,14 @@ async fn the_gateway_and_tenants_are_shown_without_key_material() {
     let models = state["gateway"]["models"].as_array().unwrap();
     assert_eq!(models.len(), 2);
     let mini = &models[0];
-    assert_eq!((mini["name"].as_str(), mini["upstream"].as_str()), (Some("gpt-4o-mini"), Some("openai")));
-    assert_eq!((mini["paused"].as_bool(), mini["queue_len"].as_u64()), (Some(false), Some(0)));
+    assert_eq!(
+        (mini["name"].as_str(), mini["upstream"].as_str()),
+        (Some("gpt-4o-mini"), Some("openai"))
+    );
+    assert_eq!(
+        (mini["paused"].as_bool(), mini["queue_len"].as_u64()),
+        (Some(false), Some(0))
+    );
     assert_eq!(mini["admitted_per_s"], 2.0, "10 calls in 5 s");
     assert_eq!(mini["tokens_per_min"], 7_200.0, "600 tokens in 5 s");
     assert_eq!(models[1]["admitted_per_s"], 0.0);

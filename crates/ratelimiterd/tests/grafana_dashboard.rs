@@ -92,11 +92,7 @@ async fn every_series_the_dashboard_queries_is_exported() {
     // Every panel but the rows queries something.
     for panel in dashboard["panels"].as_array().unwrap() {
         if panel["type"] != "row" {
-            assert!(
-                !panel["targets"].as_array().unwrap().is_empty(),
-                "{}",
-                panel["title"]
-            );
+            assert!(!panel["targets"].as_array().unwrap().is_empty(), "{}", panel["title"]);
         }
     }
 }
@@ -104,7 +100,10 @@ async fn every_series_the_dashboard_queries_is_exported() {
 #[test]
 fn names_are_read_whole() {
     let names = metric_names("rate(ratelimiterd_a_total{x=\"y\"}[5m]) / xratelimiterd_b + ratelimiterd_c_bucket");
-    assert_eq!(names.into_iter().collect::<Vec<_>>(), ["ratelimiterd_a_total", "ratelimiterd_c_bucket"]);
+    assert_eq!(
+        names.into_iter().collect::<Vec<_>>(),
+        ["ratelimiterd_a_total", "ratelimiterd_c_bucket"]
+    );
     let series = exported("# HELP h x\n# TYPE ratelimiterd_h histogram\n# TYPE ratelimiterd_c counter\n");
     assert!(series.contains("ratelimiterd_h_bucket") && series.contains("ratelimiterd_c"));
     assert!(!series.contains("ratelimiterd_c_bucket"));

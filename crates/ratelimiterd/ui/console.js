@@ -75,7 +75,7 @@ function duration(ms) {
   const s = ms / 1000;
   if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + " s";
   const m = Math.floor(s / 60);
-  if (m < 60) return m + " min " + Math.round(s % 60) + " s";
+  if (m < 60) return m + " min " + Math.floor(s % 60) + " s";
   return Math.floor(m / 60) + " h " + (m % 60) + " min";
 }
 function percent(bp) {
