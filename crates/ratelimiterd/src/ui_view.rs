@@ -3,7 +3,7 @@
 //! (docs/console.md, "The state endpoint"). Names and numbers only: no token,
 //! upstream key or tenant key is ever part of it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gateway::metrics::{CallTotals, NO_TENANT};
@@ -24,8 +24,8 @@ pub const BACKEND_READ_TIMEOUT: Duration = Duration::from_millis(1_000);
 pub const RATE_WINDOW_SECONDS: usize = 5;
 /// The window of the per-minute figures.
 pub const MINUTE_SECONDS: usize = 60;
-/// The most tenants listed, busiest budget first.
-pub const TENANTS_SHOWN_MAX: usize = 1_000;
+/// The most tenants listed, fullest budget first: a screen's worth, refreshed each second.
+pub const TENANTS_SHOWN_MAX: usize = 100;
 /// The window of a tenant's budget: a rolling day.
 const DAY_SECONDS: u64 = 86_400;
 
@@ -264,24 +264,34 @@ fn tenant_of(key: &str) -> Option<&str> {
 }
 
 fn tenants_section(reports: &[LimitReport], history: &History) -> Value {
-    let mut names: BTreeSet<String> = reports
-        .iter()
-        .filter_map(|r| tenant_of(r.state.definition().key().as_str()).map(str::to_owned))
-        .collect();
     let minute = history.gateway_span(MINUTE_SECONDS).map(|(old, new)| {
         let growth = growth_by(&old, &new, |_, t| t.to_owned());
         (growth, old, new)
     });
-    if let Some((growth, _, _)) = &minute {
-        names.extend(growth.keys().filter(|t| t.as_str() != NO_TENANT).cloned());
+    // One pass over the limits: each tenant with its budget, the first of its keys
+    // (in key order) with a one-day window.
+    let mut budgets: BTreeMap<&str, Option<&LimitReport>> = BTreeMap::new();
+    for report in reports {
+        let definition = report.state.definition();
+        if let Some(name) = tenant_of(definition.key().as_str()) {
+            let budget = budgets.entry(name).or_default();
+            if budget.is_none() && definition.window_seconds() == DAY_SECONDS {
+                *budget = Some(report);
+            }
+        }
     }
-    let mut tenants: Vec<Value> = (names.iter())
-        .map(|name| {
-            let prefix = format!("tenant:{name}:");
-            let budget = (reports.iter()).find(|r| {
-                let d = r.state.definition();
-                d.key().as_str().starts_with(&prefix) && d.window_seconds() == DAY_SECONDS
-            });
+    if let Some((growth, _, _)) = &minute {
+        for name in growth.keys().filter(|t| t.as_str() != NO_TENANT) {
+            budgets.entry(name.as_str()).or_default();
+        }
+    }
+    let total = budgets.len();
+    let mut shown: Vec<(&str, Option<&LimitReport>)> = budgets.into_iter().collect();
+    // The fullest budgets first (a stable sort keeps names in order among equals).
+    shown.sort_by_key(|(_, budget)| std::cmp::Reverse(budget.map_or(0, basis_points)));
+    shown.truncate(TENANTS_SHOWN_MAX);
+    let rows: Vec<Value> = (shown.into_iter())
+        .map(|(name, budget)| {
             let (calls, tokens) = match &minute {
                 Some((growth, old, new)) => {
                     let g = growth.get(name).copied().unwrap_or_default();
@@ -292,26 +302,23 @@ fn tenants_section(reports: &[LimitReport], history: &History) -> Value {
                 }
                 None => (None, None),
             };
-            let budget = budget.map(|r| {
-                let capacity = r.state.definition().capacity();
-                let used = r.in_use.saturating_add(r.debt);
-                json!({
-                    "key": r.state.definition().key().as_str(),
-                    "unit": r.state.definition().unit(),
-                    "capacity": capacity,
-                    "used": used,
-                    "remaining": capacity.saturating_sub(used),
-                    "utilization_bp": basis_points(r),
-                })
-            });
-            json!({ "name": name, "budget": budget, "calls_per_min": calls, "tokens_per_min": tokens })
+            json!({ "name": name, "budget": budget.map(budget_json), "calls_per_min": calls, "tokens_per_min": tokens })
         })
         .collect();
-    let total = tenants.len();
-    let used = |t: &Value| t["budget"]["utilization_bp"].as_u64().unwrap_or(0);
-    tenants.sort_by_key(|t| std::cmp::Reverse(used(t)));
-    tenants.truncate(TENANTS_SHOWN_MAX);
-    json!({ "total": total, "rows": tenants })
+    json!({ "total": total, "rows": rows })
+}
+
+fn budget_json(report: &LimitReport) -> Value {
+    let definition = report.state.definition();
+    let used = report.in_use.saturating_add(report.debt);
+    json!({
+        "key": definition.key().as_str(),
+        "unit": definition.unit(),
+        "capacity": definition.capacity(),
+        "used": used,
+        "remaining": definition.capacity().saturating_sub(used),
+        "utilization_bp": basis_points(report),
+    })
 }
 
 #[cfg(test)]
