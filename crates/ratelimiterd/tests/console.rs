@@ -361,3 +361,47 @@ async fn the_gateway_and_tenants_are_shown_without_key_material() {
     assert_eq!(tenants[0]["budget"]["remaining"], 3_750);
     assert_eq!(tenants[0]["calls_per_min"], 120.0);
 }
+
+/// On TigerBeetle the console reads the cluster: its kind and health, the fleet's
+/// definitions with their usage; the next release is not known there (null).
+#[cfg(feature = "tigerbeetle")]
+#[test]
+fn on_tigerbeetle_the_console_reads_the_cluster() {
+    use ratelimiter::tigerbeetle::LocalCluster;
+    use support::raw::{exchange, request_bytes};
+    use support::BackendConfig;
+
+    let cluster = LocalCluster::start().expect("starting a local TigerBeetle");
+    let backend = BackendConfig::TigerBeetle {
+        addresses: cluster.address(),
+        settings: "  sessions: 2\n  request_timeout_ms: 2000\n",
+    };
+    let dir = temp_dir("console-tigerbeetle");
+    let daemon = Daemon::start_on(&dir, backend, "", "");
+    let token = Some(support::ADMIN_TOKEN);
+    let send = |method: &str, path: &str, token: Option<&str>, body: Value| {
+        let body = if body.is_null() {
+            Vec::new()
+        } else {
+            body.to_string().into_bytes()
+        };
+        exchange(daemon.addr, &request_bytes(method, path, token, &body)).unwrap()
+    };
+    let definition = json!({"key": "fleet:rpm", "kind": "rolling", "capacity": 10, "window_seconds": 60});
+    assert_eq!(send("PUT", "/v1/admin/limits", token, definition).status, 200);
+    let lease = LeaseId::generate().to_string();
+    let reserve = json!({"lease_id": lease, "requirements": [{"key": "fleet:rpm", "amount": 4}]});
+    let granted = send("POST", "/v1/reserve", Some(support::CLIENT_TOKEN), reserve).json();
+    assert_eq!(granted["allowed"], true, "{granted}");
+    assert_eq!(send("GET", "/ui/api/state", None, Value::Null).status, 401);
+    let state = send("GET", "/ui/api/state", token, Value::Null).json();
+    assert_eq!(state["backend"]["kind"], "tigerbeetle");
+    assert_eq!(state["backend"]["healthy"], true, "{}", state["backend"]);
+    assert_eq!(state["backend"]["definitions_kept_by"], "cluster");
+    let fleet = row(&state, "fleet:rpm");
+    assert_eq!(
+        (fleet["in_use"].as_u64(), fleet["utilization_bp"].as_u64()),
+        (Some(4), Some(4_000))
+    );
+    assert_eq!(fleet["next_release_ms"], Value::Null);
+}
