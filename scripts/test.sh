@@ -21,3 +21,4 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo test --workspace --all-features
 scripts/python-test.sh
 scripts/gateway-test.sh
+scripts/browser-test.sh

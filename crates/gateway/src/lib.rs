@@ -30,6 +30,7 @@ pub mod passthrough;
 pub mod proxy;
 pub mod queue;
 pub mod sse;
+pub mod status;
 pub mod tenant_caps;
 pub mod tokens;
 pub mod upstream;

@@ -25,6 +25,38 @@ pub struct CallCounters {
     pub tokens_used: AtomicU64,
 }
 
+/// A copy of one (model, tenant) pair's counters at one instant: what the
+/// operator's console turns into rates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallTotals {
+    /// Calls admitted.
+    pub admitted: u64,
+    /// Calls that waited.
+    pub queued: u64,
+    /// Calls answered 429 by the gateway.
+    pub denied: u64,
+    /// Calls the provider answered 429.
+    pub provider_429: u64,
+    /// Tokens reserved.
+    pub tokens_reserved: u64,
+    /// Tokens the provider reported used.
+    pub tokens_used: u64,
+}
+
+impl CallCounters {
+    /// The counters' values now.
+    pub fn totals(&self) -> CallTotals {
+        CallTotals {
+            admitted: self.admitted.load(Ordering::Relaxed),
+            queued: self.queued.load(Ordering::Relaxed),
+            denied: self.denied.load(Ordering::Relaxed),
+            provider_429: self.provider_429.load(Ordering::Relaxed),
+            tokens_reserved: self.tokens_reserved.load(Ordering::Relaxed),
+            tokens_used: self.tokens_used.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Histograms and provider figures of one model.
 #[derive(Debug, Default)]
 pub struct ModelMetrics {
@@ -76,6 +108,23 @@ impl GatewayMetrics {
             .entry(model.to_owned())
             .or_default()
             .clone()
+    }
+
+    /// Every (model, tenant) pair seen so far with its totals now, ordered.
+    pub fn call_totals(&self) -> Vec<(String, String, CallTotals)> {
+        let calls = self.calls.read().expect("metrics lock");
+        let mut out: Vec<_> = (calls.iter())
+            .map(|((model, tenant), c)| (model.clone(), tenant.clone(), c.totals()))
+            .collect();
+        drop(calls);
+        out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        out
+    }
+
+    /// The queue-wait histogram of `model`, if it has been seen.
+    pub fn queue_wait(&self, model: &str) -> Option<ratelimiter::metrics::HistogramSnapshot> {
+        let models = self.models.read().expect("metrics lock");
+        models.get(model).map(|m| m.queue_wait.snapshot())
     }
 
     /// Appends the Prometheus text of every gateway metric to `out`.
@@ -177,5 +226,19 @@ mod tests {
         metrics.render(&mut text);
         assert!(text.contains("ratelimiterd_gateway_admitted_total{model=\"gpt\",tenant=\"acme\"} 2\n"));
         assert!(text.contains("ratelimiterd_gateway_queue_wait_seconds_count{model=\"gpt\"} 1\n"));
+    }
+
+    #[test]
+    fn totals_are_read_per_pair_in_order() {
+        let metrics = GatewayMetrics::default();
+        metrics.calls("b", "t").denied.fetch_add(3, Ordering::Relaxed);
+        metrics.calls("a", "t").tokens_used.fetch_add(7, Ordering::Relaxed);
+        let totals = metrics.call_totals();
+        assert_eq!(totals.len(), 2);
+        assert_eq!((totals[0].0.as_str(), totals[0].2.tokens_used), ("a", 7));
+        assert_eq!((totals[1].0.as_str(), totals[1].2.denied), ("b", 3));
+        assert!(metrics.queue_wait("a").is_none());
+        metrics.model("a").queue_wait.observe(Duration::from_millis(2));
+        assert_eq!(metrics.queue_wait("a").unwrap().count, 1);
     }
 }

@@ -218,6 +218,22 @@ impl Gateway {
         &self.metrics
     }
 
+    /// Each model's live state, in configuration order, for the operator's console.
+    pub fn status(&self) -> Vec<crate::status::ModelStatus> {
+        (self.model_names.iter())
+            .map(|name| {
+                let model = &self.models[name];
+                crate::status::ModelStatus {
+                    name: name.clone(),
+                    upstream: model.config.upstream.clone(),
+                    paused_ms_left: model.cooldown.left_ms(),
+                    queue_len: model.queue.waiting(),
+                    deployments: Vec::new(),
+                }
+            })
+            .collect()
+    }
+
     fn authenticate(&self, headers: &HeaderMap) -> Result<Option<usize>, GatewayError> {
         if self.tenant_keys.is_empty() {
             return Ok(None);

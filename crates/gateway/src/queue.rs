@@ -65,6 +65,11 @@ impl ModelQueue {
         state.len > 0 || state.pumping
     }
 
+    /// Calls waiting now (the operator's console shows it).
+    pub fn waiting(&self) -> usize {
+        self.state.lock().expect("queue lock").len
+    }
+
     /// Wakes the pump: capacity was just freed on this server.
     pub fn capacity_freed(&self) {
         self.wake.notify_one();

@@ -230,6 +230,10 @@ impl LimitDefinition {
     pub fn window_seconds(&self) -> u64 {
         self.fields.window_seconds
     }
+    /// What the units are (`requests`, `tokens`), as the definition says; may be empty.
+    pub fn unit(&self) -> &str {
+        &self.fields.unit
+    }
     /// The hold timeout (0 for rolling).
     pub fn timeout_seconds(&self) -> u64 {
         self.fields.timeout_seconds

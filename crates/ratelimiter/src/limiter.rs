@@ -41,6 +41,14 @@ pub trait Backend: Limiter {
     /// states that changed, so the caller can persist them.
     async fn apply_pending_decreases(&self) -> Result<Vec<LimitState>, LimiterError>;
 
+    /// Milliseconds until `key` next gets a held unit back (a hold ends, a
+    /// bucket refills): what an operator watching a full limit waits for.
+    /// `None` when nothing is held, the key is unknown, or the backend cannot
+    /// tell without a costly read (the default).
+    async fn next_release_ms(&self, _key: &LimitKey) -> Result<Option<u64>, LimiterError> {
+        Ok(None)
+    }
+
     /// `Ok` when the backend answers.
     async fn health(&self) -> Result<(), LimiterError>;
 

@@ -25,6 +25,10 @@ pub mod server;
 pub mod shutdown;
 pub mod snapshots;
 pub mod state;
+pub mod ui;
+pub mod ui_history;
+pub mod ui_query;
+pub mod ui_view;
 pub mod write_stall;
 
 pub use app::app;

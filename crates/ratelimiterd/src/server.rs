@@ -172,11 +172,12 @@ pub async fn start_gateway(
             .await
             .map_err(|e| ServerError::Gateway(format!("defining {}: {e}", definition.key())))?;
     }
-    state.set_gateway_metrics(gateway.metrics().clone());
+    let gateway = std::sync::Arc::new(gateway);
+    state.set_gateway(gateway.clone());
     let addr = crate::config::parse_listen_addr(&section.listen_addr).expect("validated at load");
     let listener = connections::listen(addr).map_err(|source| ServerError::Io { addr, source })?;
     tracing::info!(gateway_addr = %listener.local_addr().unwrap_or(addr), "gateway serving");
-    let router = gateway::router(std::sync::Arc::new(gateway));
+    let router = gateway::router(gateway);
     let timeouts = connections::ClientTimeouts {
         header_read: Duration::from_millis(section.client_header_timeout_ms),
         write_stall: Some(Duration::from_millis(section.client_write_timeout_ms)),
@@ -218,6 +219,7 @@ pub async fn serve(
         options.decrease_check_interval,
         shutdown.clone(),
     ));
+    let console = tokio::spawn(crate::ui::sample(state.clone(), shutdown.clone()));
     let snapshots = state.snapshots().cloned();
     let periodic = match (&snapshots, options.snapshot_interval) {
         (Some(snapshots), Some(interval)) => Some(tokio::spawn(snapshots.clone().run(interval, shutdown.clone()))),
@@ -237,6 +239,7 @@ pub async fn serve(
     if tokio::time::timeout(options.shutdown_grace, decreases).await.is_err() {
         tracing::warn!("the decrease task did not stop within the grace period");
     }
+    console.abort();
     if let Some(snapshots) = snapshots {
         save_at_stop(&snapshots, periodic).await;
     }

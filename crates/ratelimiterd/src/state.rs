@@ -15,6 +15,7 @@ use crate::backend::SelectedBackend;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::snapshots::MemorySnapshots;
+use crate::ui::Console;
 
 /// The state behind every route.
 #[derive(Clone)]
@@ -34,6 +35,8 @@ struct Shared {
     request_timeout: Duration,
     echo_route: bool,
     gateway_metrics: std::sync::OnceLock<Arc<gateway::metrics::GatewayMetrics>>,
+    gateway: std::sync::OnceLock<Arc<gateway::Gateway>>,
+    console: Arc<Console>,
 }
 
 impl AppState {
@@ -55,6 +58,8 @@ impl AppState {
                 request_timeout: Duration::from_millis(server.request_timeout_ms),
                 echo_route: server.echo_route,
                 gateway_metrics: std::sync::OnceLock::new(),
+                gateway: std::sync::OnceLock::new(),
+                console: Arc::new(Console::new(config)),
             }),
         }
     }
@@ -103,6 +108,19 @@ impl AppState {
     /// Attaches the gateway's metrics (once; a second call is ignored).
     pub fn set_gateway_metrics(&self, metrics: Arc<gateway::metrics::GatewayMetrics>) {
         let _ = self.shared.gateway_metrics.set(metrics);
+    }
+    /// The gateway running beside this server, for the console's view of its models.
+    pub fn gateway(&self) -> Option<&Arc<gateway::Gateway>> {
+        self.shared.gateway.get()
+    }
+    /// Attaches the gateway and its metrics (once; a second call is ignored).
+    pub fn set_gateway(&self, gateway: Arc<gateway::Gateway>) {
+        self.set_gateway_metrics(gateway.metrics().clone());
+        let _ = self.shared.gateway.set(gateway);
+    }
+    /// The operator's console: its access rule and history.
+    pub fn console(&self) -> &Arc<Console> {
+        &self.shared.console
     }
     /// Whether `POST /v1/echo` is served.
     pub fn echo_route(&self) -> bool {

@@ -259,6 +259,19 @@ impl Limit {
         wait_ms.max(1)
     }
 
+    /// Milliseconds from `now_unix_ms` until some held unit comes back, as of
+    /// the last [`Limit::expire`]: the earliest hold's end, or a bucket's next
+    /// refill. `None` when nothing is held (a full bucket).
+    pub fn next_release_ms(&self, now_unix_ms: u64) -> Option<u64> {
+        match &self.bucket {
+            Some(bucket) if bucket.level < bucket.shape.burst() => {
+                (bucket.shape).wait_ms(bucket.level, bucket.boundary, bucket.level + 1, now_unix_ms)
+            }
+            Some(_) => None,
+            None => (self.holds.first_expiry_unix_ms()).map(|at| at.saturating_sub(now_unix_ms)),
+        }
+    }
+
     /// The denial streak, as a snapshot saves it.
     pub fn streak(&self) -> Streak {
         self.streak
@@ -301,5 +314,23 @@ mod tests {
         small.hold(60_000, 20);
         assert!(!small.fits(u64::MAX - 10, 60_000), "20 + u64::MAX - 10 wraps to 9");
         assert!(small.fits(80, 60_000) && !small.fits(81, 60_000));
+    }
+
+    #[test]
+    fn the_next_release_is_the_first_hold_end_or_the_next_refill() {
+        let mut rolling = limit(100);
+        assert_eq!(rolling.next_release_ms(0), None, "nothing held");
+        rolling.hold(60_000, 5);
+        rolling.hold(30_000, 5);
+        assert_eq!(rolling.next_release_ms(10_000), Some(20_000));
+        rolling.expire(30_000);
+        assert_eq!(rolling.next_release_ms(30_000), Some(30_000));
+        let definition = LimitDefinition::bucket(LimitKey::new("b").unwrap(), 60, 60).unwrap();
+        let mut bucket = Limit::new(LimitState::active(definition), 50).unwrap();
+        assert_eq!(bucket.next_release_ms(0), None, "a full bucket holds nothing");
+        bucket.expire(0);
+        bucket.hold(0, 1);
+        let wait_ms = bucket.next_release_ms(0).expect("one unit out");
+        assert!(wait_ms > 0 && wait_ms <= 60_000, "{wait_ms}");
     }
 }

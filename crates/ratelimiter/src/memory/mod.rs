@@ -180,6 +180,11 @@ impl Backend for MemoryBackend {
         Ok(self.state.run(|state| state.apply_pending_decreases(now_unix_ms)))
     }
 
+    async fn next_release_ms(&self, key: &LimitKey) -> Result<Option<u64>, LimiterError> {
+        let now_unix_ms = self.clock.now_unix_ms();
+        Ok(self.state.run(|state| state.next_release_ms(key, now_unix_ms)))
+    }
+
     async fn health(&self) -> Result<(), LimiterError> {
         Ok(())
     }

@@ -376,6 +376,15 @@ impl MemoryState {
         Some(limit.report())
     }
 
+    /// Milliseconds until `key` next gets a held unit back, after dropping its
+    /// ended holds; `None` for an undefined key or one holding nothing.
+    pub fn next_release_ms(&mut self, key: &LimitKey, now_unix_ms: u64) -> Option<u64> {
+        let &i = self.index.get(key)?;
+        let limit = &mut self.limits[i as usize];
+        limit.expire(now_unix_ms);
+        limit.next_release_ms(now_unix_ms)
+    }
+
     /// Every report, ordered by key.
     pub fn limit_reports(&mut self, now_unix_ms: u64) -> Vec<LimitReport> {
         let mut reports: Vec<LimitReport> = self

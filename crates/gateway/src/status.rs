@@ -1,0 +1,82 @@
+//! What the gateway shows an operator of each model right now (the console of
+//! docs/console.md): whether it is paused after a provider 429, how many calls
+//! wait in its queue, and its deployments. Names only: no upstream or tenant
+//! key ever appears here.
+//!
+//! Deployments are generic on purpose: a model served by one upstream has
+//! none listed; a model spread over several reports each with whatever the
+//! router knows (its share of traffic, a pause, a breaker state), and the
+//! console shows the fields that are present.
+
+use serde::Serialize;
+
+/// The live state of one served model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelStatus {
+    /// The model's name, as clients send it.
+    pub name: String,
+    /// The upstream it is sent to.
+    pub upstream: String,
+    /// Time left of this server's pause after a provider 429; `None` when the
+    /// model is not paused.
+    pub paused_ms_left: Option<u64>,
+    /// Calls waiting in the model's queue now.
+    pub queue_len: usize,
+    /// The deployments the model is spread over; empty when it has one upstream.
+    pub deployments: Vec<DeploymentStatus>,
+}
+
+/// The live state of one deployment of a model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeploymentStatus {
+    /// The deployment's name.
+    pub name: String,
+    /// Its share of the model's traffic, 0.0..=1.0, when the router weighs them.
+    pub share: Option<f64>,
+    /// Time left of its pause; `None` when it takes calls.
+    pub paused_ms_left: Option<u64>,
+    /// Its circuit breaker's state (`closed`, `open`, `half_open`), when it has one.
+    pub breaker: Option<String>,
+}
+
+impl ModelStatus {
+    /// True when the model or every one of its deployments is paused: calls to
+    /// it wait or are refused until a pause ends.
+    pub fn is_paused(&self) -> bool {
+        self.paused_ms_left.is_some()
+            || (!self.deployments.is_empty() && self.deployments.iter().all(|d| d.paused_ms_left.is_some()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(name: &str, paused_ms_left: Option<u64>) -> DeploymentStatus {
+        DeploymentStatus {
+            name: name.to_owned(),
+            share: Some(0.5),
+            paused_ms_left,
+            breaker: None,
+        }
+    }
+
+    #[test]
+    fn a_model_is_paused_by_its_own_pause_or_all_its_deployments() {
+        let mut model = ModelStatus {
+            name: "gpt".to_owned(),
+            upstream: "openai".to_owned(),
+            paused_ms_left: None,
+            queue_len: 0,
+            deployments: Vec::new(),
+        };
+        assert!(!model.is_paused());
+        model.paused_ms_left = Some(10);
+        assert!(model.is_paused());
+        model.paused_ms_left = None;
+        model.deployments = vec![deployment("a", Some(5)), deployment("b", None)];
+        assert!(!model.is_paused(), "one deployment still takes calls");
+        model.deployments[1].paused_ms_left = Some(7);
+        assert!(model.is_paused());
+    }
+}

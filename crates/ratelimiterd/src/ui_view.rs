@@ -1,0 +1,396 @@
+//! What `GET /ui/api/state` answers: one JSON document with everything the
+//! console shows, built from the backend, the history rings and the gateway
+//! (docs/console.md, "The state endpoint"). Names and numbers only: no token,
+//! upstream key or tenant key is ever part of it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use gateway::metrics::{CallTotals, NO_TENANT};
+use ratelimiter::metrics::{HistogramSnapshot, MetricValue, BUCKET_BOUNDS_MICROS};
+use ratelimiter::{LimitReport, LimitStatus};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::state::AppState;
+use crate::ui_history::{basis_points, GatewaySample, History, SAMPLE_INTERVAL_MS};
+use crate::ui_query::LimitsQuery;
+
+/// How long the page's read waits for the backend's health and each next-release
+/// answer: a console that hangs on a dead cluster tells the operator nothing.
+pub const BACKEND_READ_TIMEOUT: Duration = Duration::from_millis(1_000);
+/// The window of the per-second rates: short enough to follow a burst, long
+/// enough not to flicker.
+pub const RATE_WINDOW_SECONDS: usize = 5;
+/// The window of the per-minute figures.
+pub const MINUTE_SECONDS: usize = 60;
+/// The most tenants listed, fullest budget first: a screen's worth, refreshed each second.
+pub const TENANTS_SHOWN_MAX: usize = 100;
+/// The window of a tenant's budget: a rolling day.
+const DAY_SECONDS: u64 = 86_400;
+
+/// One row of the limits table.
+#[derive(Debug, Serialize)]
+struct LimitRow<'a> {
+    key: &'a str,
+    kind: String,
+    unit: &'a str,
+    capacity: u64,
+    in_use: u64,
+    debt: u64,
+    utilization_bp: u16,
+    status: LimitStatus,
+    pending_decrease_to: u64,
+    window_seconds: u64,
+    timeout_seconds: u64,
+    next_release_ms: Option<u64>,
+    /// Utilization samples, oldest first, every `sample_interval_ms`.
+    history: Vec<Option<u16>>,
+}
+
+/// The whole document for `query`.
+pub async fn state_document(state: &AppState, history: &History, query: &LimitsQuery, now_unix_ms: u64) -> Value {
+    let backend = state.backend();
+    let health = match tokio::time::timeout(BACKEND_READ_TIMEOUT, backend.health()).await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some(format!("no answer within {} ms", BACKEND_READ_TIMEOUT.as_millis())),
+    };
+    let (reports, limits_error) = match backend.limit_reports().await {
+        Ok(reports) => (reports, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    let (matched, page) = query.apply(&reports);
+    let mut rows = Vec::with_capacity(page.len());
+    for report in page {
+        rows.push(limit_row(state, history, report).await);
+    }
+    json!({
+        "now_unix_ms": now_unix_ms,
+        "sample_interval_ms": SAMPLE_INTERVAL_MS,
+        "backend": backend_section(state, health, reports.len()),
+        "limits": {
+            "total": reports.len(),
+            "matched": matched,
+            "offset": query.offset,
+            "error": limits_error,
+            "summary": summary(&reports),
+            "rows": rows,
+        },
+        "gateway": gateway_section(state, history),
+        "tenants": tenants_section(&reports, history),
+    })
+}
+
+async fn limit_row<'a>(state: &AppState, history: &History, report: &'a LimitReport) -> LimitRow<'a> {
+    let definition = report.state.definition();
+    let next_release_ms = tokio::time::timeout(BACKEND_READ_TIMEOUT, state.backend().next_release_ms(definition.key()))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .flatten();
+    LimitRow {
+        key: definition.key().as_str(),
+        kind: definition.kind().to_string(),
+        unit: definition.unit(),
+        capacity: definition.capacity(),
+        in_use: report.in_use,
+        debt: report.debt,
+        utilization_bp: basis_points(report),
+        status: report.state.status(),
+        pending_decrease_to: report.state.pending_decrease_to(),
+        window_seconds: definition.window_seconds(),
+        timeout_seconds: definition.timeout_seconds(),
+        next_release_ms,
+        history: history.limit(definition.key()),
+    }
+}
+
+/// Counts over every limit, not just the page: what the header cards show.
+fn summary(reports: &[LimitReport]) -> Value {
+    let full = reports.iter().filter(|r| basis_points(r) >= 10_000).count();
+    let hot = reports.iter().filter(|r| basis_points(r) >= 8_000).count();
+    let decreasing = (reports.iter())
+        .filter(|r| r.state.status() == LimitStatus::Decreasing)
+        .count();
+    let in_debt = reports.iter().filter(|r| r.debt > 0).count();
+    json!({ "full": full, "above_80_percent": hot, "decreasing": decreasing, "in_debt": in_debt })
+}
+
+fn backend_section(state: &AppState, health: Option<String>, limits: usize) -> Value {
+    let backend = state.backend();
+    let kind = if backend.keeps_definitions() {
+        "tigerbeetle"
+    } else {
+        "memory"
+    };
+    let mut metrics = state.backend_metrics().metrics();
+    metrics.extend(state.admin().metrics());
+    let metrics: Vec<Value> = (metrics.iter())
+        .map(|m| {
+            let value = match m.value {
+                MetricValue::Counter(v) => json!(v),
+                MetricValue::Gauge(v) => json!(v),
+                MetricValue::Histogram(h) => json!({ "count": h.count, "p99_ms": p99_ms(&h) }),
+            };
+            json!({ "name": m.name, "help": m.help, "value": value })
+        })
+        .collect();
+    json!({
+        "kind": kind,
+        "healthy": health.is_none(),
+        "error": health,
+        "limits": limits,
+        "definitions_kept_by": if backend.keeps_definitions() { "cluster" } else { "registry file" },
+        "metrics": metrics,
+    })
+}
+
+/// The 99th percentile of a histogram, as the upper bound of its bucket, in ms;
+/// `None` without observations, `f64::INFINITY` rendered as `null` past the last bound.
+fn p99_ms(h: &HistogramSnapshot) -> Option<f64> {
+    if h.count == 0 {
+        return None;
+    }
+    let rank = (h.count * 99).div_ceil(100);
+    (BUCKET_BOUNDS_MICROS.iter().zip(&h.cumulative))
+        .find(|(_, cumulative)| **cumulative >= rank)
+        .map(|(bound, _)| *bound as f64 / 1_000.0)
+}
+
+/// The difference of two histograms: the observations between them.
+fn histogram_delta(older: &HistogramSnapshot, newer: &HistogramSnapshot) -> HistogramSnapshot {
+    let mut out = *newer;
+    for (slot, old) in out.cumulative.iter_mut().zip(&older.cumulative) {
+        *slot = slot.saturating_sub(*old);
+    }
+    out.count = newer.count.saturating_sub(older.count);
+    out.sum_micros = newer.sum_micros.saturating_sub(older.sum_micros);
+    out
+}
+
+/// The per-(model, tenant) totals' growth between two samples, summed by `group`.
+fn growth_by(
+    older: &GatewaySample,
+    newer: &GatewaySample,
+    group: impl Fn(&str, &str) -> String,
+) -> BTreeMap<String, CallTotals> {
+    let before: BTreeMap<(&str, &str), &CallTotals> = (older.calls.iter())
+        .map(|(m, t, c)| ((m.as_str(), t.as_str()), c))
+        .collect();
+    let mut out: BTreeMap<String, CallTotals> = BTreeMap::new();
+    for (model, tenant, now) in &newer.calls {
+        let zero = CallTotals::default();
+        let was = before.get(&(model.as_str(), tenant.as_str())).copied().unwrap_or(&zero);
+        let sum = out.entry(group(model, tenant)).or_default();
+        sum.admitted += now.admitted.saturating_sub(was.admitted);
+        sum.queued += now.queued.saturating_sub(was.queued);
+        sum.denied += now.denied.saturating_sub(was.denied);
+        sum.provider_429 += now.provider_429.saturating_sub(was.provider_429);
+        sum.tokens_reserved += now.tokens_reserved.saturating_sub(was.tokens_reserved);
+        sum.tokens_used += now.tokens_used.saturating_sub(was.tokens_used);
+    }
+    out
+}
+
+/// `count` events over the span between two samples, per `per_ms`.
+fn rate(count: u64, older: &GatewaySample, newer: &GatewaySample, per_ms: f64) -> f64 {
+    let span_ms = newer.at_unix_ms.saturating_sub(older.at_unix_ms);
+    if span_ms == 0 {
+        return 0.0;
+    }
+    count as f64 * per_ms / span_ms as f64
+}
+
+fn gateway_section(state: &AppState, history: &History) -> Value {
+    let Some(gateway) = state.gateway() else {
+        return Value::Null;
+    };
+    let spans = (
+        history.gateway_span(RATE_WINDOW_SECONDS),
+        history.gateway_span(MINUTE_SECONDS),
+    );
+    let models: Vec<Value> = (gateway.status().into_iter())
+        .map(|model| {
+            let paused = model.is_paused();
+            let mut row = json!({
+                "name": model.name.clone(),
+                "upstream": model.upstream,
+                "paused": paused,
+                "paused_ms_left": model.paused_ms_left,
+                "queue_len": model.queue_len,
+                "deployments": model.deployments,
+            });
+            if let (Some((old5, new5)), Some((old60, new60))) = &spans {
+                let short = growth_by(old5, new5, |m, _| m.to_owned())
+                    .remove(&model.name)
+                    .unwrap_or_default();
+                let minute = growth_by(old60, new60, |m, _| m.to_owned())
+                    .remove(&model.name)
+                    .unwrap_or_default();
+                let wait = |s: &GatewaySample| s.queue_waits.iter().find(|(m, _)| *m == model.name).map(|(_, h)| *h);
+                let wait_p99_ms = match (wait(old60), wait(new60)) {
+                    (Some(old), Some(new)) => p99_ms(&histogram_delta(&old, &new)),
+                    (None, Some(new)) => p99_ms(&new),
+                    _ => None,
+                };
+                let total_429: u64 = (new60.calls.iter())
+                    .filter(|(m, _, _)| *m == model.name)
+                    .map(|(_, _, c)| c.provider_429)
+                    .sum();
+                let extra = json!({
+                    "admitted_per_s": rate(short.admitted, old5, new5, 1_000.0),
+                    "denied_per_s": rate(short.denied, old5, new5, 1_000.0),
+                    "queued_per_s": rate(short.queued, old5, new5, 1_000.0),
+                    "tokens_per_min": rate(minute.tokens_used, old60, new60, 60_000.0),
+                    "provider_429_last_min": minute.provider_429,
+                    "provider_429_total": total_429,
+                    "wait_p99_ms": wait_p99_ms,
+                });
+                if let (Value::Object(row), Value::Object(extra)) = (&mut row, extra) {
+                    row.extend(extra);
+                }
+            }
+            row
+        })
+        .collect();
+    json!({ "models": models })
+}
+
+/// The tenant a key belongs to: `tenant:<name>:...`.
+fn tenant_of(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix("tenant:")?;
+    rest.split(':').next().filter(|name| !name.is_empty())
+}
+
+fn tenants_section(reports: &[LimitReport], history: &History) -> Value {
+    let minute = history.gateway_span(MINUTE_SECONDS).map(|(old, new)| {
+        let growth = growth_by(&old, &new, |_, t| t.to_owned());
+        (growth, old, new)
+    });
+    // One pass over the limits: each tenant with its budget, the first of its keys
+    // (in key order) with a one-day window.
+    let mut budgets: BTreeMap<&str, Option<&LimitReport>> = BTreeMap::new();
+    for report in reports {
+        let definition = report.state.definition();
+        if let Some(name) = tenant_of(definition.key().as_str()) {
+            let budget = budgets.entry(name).or_default();
+            if budget.is_none() && definition.window_seconds() == DAY_SECONDS {
+                *budget = Some(report);
+            }
+        }
+    }
+    if let Some((growth, _, _)) = &minute {
+        for name in growth.keys().filter(|t| t.as_str() != NO_TENANT) {
+            budgets.entry(name.as_str()).or_default();
+        }
+    }
+    let total = budgets.len();
+    let mut shown: Vec<(&str, Option<&LimitReport>)> = budgets.into_iter().collect();
+    // The fullest budgets first (a stable sort keeps names in order among equals).
+    shown.sort_by_key(|(_, budget)| std::cmp::Reverse(budget.map_or(0, basis_points)));
+    shown.truncate(TENANTS_SHOWN_MAX);
+    let rows: Vec<Value> = (shown.into_iter())
+        .map(|(name, budget)| {
+            let (calls, tokens) = match &minute {
+                Some((growth, old, new)) => {
+                    let g = growth.get(name).copied().unwrap_or_default();
+                    (
+                        Some(rate(g.admitted, old, new, 60_000.0)),
+                        Some(rate(g.tokens_used, old, new, 60_000.0)),
+                    )
+                }
+                None => (None, None),
+            };
+            json!({ "name": name, "budget": budget.map(budget_json), "calls_per_min": calls, "tokens_per_min": tokens })
+        })
+        .collect();
+    json!({ "total": total, "rows": rows })
+}
+
+fn budget_json(report: &LimitReport) -> Value {
+    let definition = report.state.definition();
+    let used = report.in_use.saturating_add(report.debt);
+    json!({
+        "key": definition.key().as_str(),
+        "unit": definition.unit(),
+        "capacity": definition.capacity(),
+        "used": used,
+        "remaining": definition.capacity().saturating_sub(used),
+        "utilization_bp": basis_points(report),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p99_is_the_bucket_bound_of_the_99th_percentile() {
+        let mut h = HistogramSnapshot {
+            cumulative: [0; BUCKET_BOUNDS_MICROS.len()],
+            count: 0,
+            sum_micros: 0,
+        };
+        assert_eq!(p99_ms(&h), None);
+        // 100 observations: 98 at or below 1 ms, the other two at or below 5 ms.
+        for (i, bound) in BUCKET_BOUNDS_MICROS.iter().enumerate() {
+            h.cumulative[i] = if *bound < 1_000 {
+                0
+            } else if *bound < 5_000 {
+                98
+            } else {
+                100
+            };
+        }
+        h.count = 100;
+        assert_eq!(p99_ms(&h), Some(5.0));
+        let older = HistogramSnapshot { count: 98, ..h };
+        let mut older = older;
+        for (i, bound) in BUCKET_BOUNDS_MICROS.iter().enumerate() {
+            older.cumulative[i] = if *bound < 1_000 { 0 } else { 98 };
+        }
+        let delta = histogram_delta(&older, &h);
+        assert_eq!(
+            (delta.count, p99_ms(&delta)),
+            (2, Some(5.0)),
+            "only the last two calls count"
+        );
+    }
+
+    #[test]
+    fn tenants_are_read_from_their_keys() {
+        assert_eq!(tenant_of("tenant:acme:llm:daily_tokens"), Some("acme"));
+        assert_eq!(tenant_of("tenant::x"), None);
+        assert_eq!(tenant_of("global:llm:openai:gpt:rpm"), None);
+    }
+
+    #[test]
+    fn growth_is_summed_per_group_over_the_span() {
+        let pair = |m: &str, t: &str, admitted: u64| {
+            (
+                m.to_owned(),
+                t.to_owned(),
+                CallTotals {
+                    admitted,
+                    ..CallTotals::default()
+                },
+            )
+        };
+        let older = GatewaySample {
+            at_unix_ms: 0,
+            calls: vec![pair("gpt", "a", 10)],
+            queue_waits: Vec::new(),
+        };
+        let newer = GatewaySample {
+            at_unix_ms: 2_000,
+            calls: vec![pair("gpt", "a", 14), pair("gpt", "b", 2)],
+            queue_waits: Vec::new(),
+        };
+        let by_model = growth_by(&older, &newer, |m, _| m.to_owned());
+        assert_eq!(by_model["gpt"].admitted, 6);
+        assert_eq!(rate(by_model["gpt"].admitted, &older, &newer, 1_000.0), 3.0);
+        let by_tenant = growth_by(&older, &newer, |_, t| t.to_owned());
+        assert_eq!((by_tenant["a"].admitted, by_tenant["b"].admitted), (4, 2));
+    }
+}

@@ -1,0 +1,588 @@
+// ratelimiterd console: reads GET /ui/api/state every second and renders it.
+// No framework and no network but this server; the admin token lives in
+// sessionStorage, so it is forgotten when the tab closes.
+"use strict";
+
+const TOKEN_KEY = "ratelimiterd.adminToken";
+const REFRESH_MS = 1000;
+const SPARK_W = 120;
+const SPARK_H = 24;
+const HISTORY_MS = 15 * 60 * 1000;
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+const view = {
+  sort: "utilization",
+  order: "desc",
+  offset: 0,
+  count: 50,
+  filter: "",
+  modelSort: { key: "name", order: "asc" },
+  tenantSort: { key: "budget", order: "desc" },
+  paused: false,
+  timer: null,
+  tokenRequired: false,
+  last: null,
+};
+
+// Timings the benchmark reads (BENCHMARKS.md, "The console").
+const stats = { startedAt: performance.now(), firstRenderMs: null, refreshes: 0, lastFetchMs: 0, lastRenderMs: 0,
+  fetchMsTotal: 0, renderMsTotal: 0 };
+window.__consoleStats = stats;
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "class") node.className = value;
+    else if (name === "text") node.textContent = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value === true ? "" : value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+// ---------- formatting ----------
+
+const intFmt = new Intl.NumberFormat("en-US");
+function num(n) {
+  if (n === null || n === undefined) return "—";
+  return intFmt.format(n);
+}
+function rate(n) {
+  if (n === null || n === undefined) return "—";
+  if (n === 0) return "0";
+  if (n < 10) return n.toFixed(1);
+  return intFmt.format(Math.round(n));
+}
+function compact(n) {
+  if (n === null || n === undefined) return "—";
+  n = Math.round(n);
+  const abs = Math.abs(n);
+  if (abs >= 1e9) return (n / 1e9).toFixed(abs >= 1e10 ? 0 : 1) + "G";
+  if (abs >= 1e6) return (n / 1e6).toFixed(abs >= 1e7 ? 0 : 1) + "M";
+  if (abs >= 1e4) return (n / 1e3).toFixed(abs >= 1e5 ? 0 : 1) + "k";
+  return intFmt.format(n);
+}
+function duration(ms) {
+  if (ms === null || ms === undefined) return "—";
+  if (ms < 1000) return Math.round(ms) + " ms";
+  const s = ms / 1000;
+  if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + " s";
+  const m = Math.floor(s / 60);
+  if (m < 60) return m + " min " + Math.floor(s % 60) + " s";
+  return Math.floor(m / 60) + " h " + (m % 60) + " min";
+}
+function percent(bp) {
+  return (bp / 100).toFixed(bp < 1000 ? 1 : 0) + "%";
+}
+function level(bp) {
+  return bp >= 9000 ? "bad" : bp >= 7000 ? "warn" : "";
+}
+
+function bar(bp) {
+  const fill = el("div", { class: "fill " + level(bp) });
+  fill.style.width = Math.min(100, bp / 100) + "%";
+  return el("span", {}, el("span", { class: "bar" }, fill), el("span", { class: "bar-label", text: percent(bp) }));
+}
+
+function sparkline(history, slots) {
+  const svg = document.createElementNS(SVG_NS, "svg");
+  svg.setAttribute("class", "sparkline");
+  svg.setAttribute("width", SPARK_W);
+  svg.setAttribute("height", SPARK_H);
+  svg.setAttribute("viewBox", `0 0 ${SPARK_W} ${SPARK_H}`);
+  const values = history || [];
+  const known = values.filter((v) => v !== null);
+  if (known.length === 0) {
+    const t = document.createElementNS(SVG_NS, "text");
+    t.setAttribute("class", "none");
+    t.setAttribute("x", 2);
+    t.setAttribute("y", 15);
+    t.textContent = "collecting…";
+    svg.append(t);
+    return svg;
+  }
+  const top = Math.max(10000, ...known);
+  // A fixed 15-minute axis, newest at the right: a young history fills the right end only.
+  const shift = Math.max(0, slots - values.length);
+  const step = SPARK_W / Math.max(1, Math.max(slots, values.length) - 1);
+  const y = (v) => (SPARK_H - 2 - (v / top) * (SPARK_H - 4)).toFixed(1);
+  const full = document.createElementNS(SVG_NS, "line");
+  full.setAttribute("class", "full");
+  full.setAttribute("x1", 0);
+  full.setAttribute("x2", SPARK_W);
+  full.setAttribute("y1", y(10000));
+  full.setAttribute("y2", y(10000));
+  svg.append(full);
+  // One path per run of known samples: a gap is a gap, not a straight line.
+  let line = "";
+  let area = "";
+  let run = [];
+  const flush = () => {
+    if (run.length === 0) return;
+    const x = (i) => ((i + shift) * step).toFixed(1);
+    const pts = run.map(([i, v]) => `${x(i)},${y(v)}`);
+    line += "M" + pts.join("L");
+    area += `M${x(run[0][0])},${SPARK_H}L` + pts.join("L") + `L${x(run[run.length - 1][0])},${SPARK_H}Z`;
+    run = [];
+  };
+  values.forEach((v, i) => (v === null ? flush() : run.push([i, v])));
+  flush();
+  for (const [cls, d] of [["area", area], ["line", line]]) {
+    const p = document.createElementNS(SVG_NS, "path");
+    p.setAttribute("class", cls);
+    p.setAttribute("d", d);
+    svg.append(p);
+  }
+  // The latest sample as a dot, so that a lone sample shows too.
+  const lastIndex = values.length - 1;
+  if (values[lastIndex] !== null) {
+    const dot = document.createElementNS(SVG_NS, "circle");
+    dot.setAttribute("class", "last");
+    dot.setAttribute("cx", ((lastIndex + shift) * step).toFixed(1));
+    dot.setAttribute("cy", y(values[lastIndex]));
+    dot.setAttribute("r", 1.8);
+    svg.append(dot);
+  }
+  return svg;
+}
+
+// ---------- server ----------
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY) || "";
+}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({}, options.headers || {});
+  const t = token();
+  if (t) headers.Authorization = "Bearer " + t;
+  return fetch(path, Object.assign({}, options, { headers, cache: "no-store" }));
+}
+
+async function errorText(response) {
+  try {
+    const body = await response.json();
+    return body.error || `HTTP ${response.status}`;
+  } catch (_) {
+    return `HTTP ${response.status}`;
+  }
+}
+
+function stateUrl() {
+  const q = new URLSearchParams({ sort: view.sort, order: view.order, offset: view.offset, count: view.count });
+  if (view.filter) q.set("q", view.filter);
+  return "/ui/api/state?" + q.toString();
+}
+
+// ---------- screens ----------
+
+function show(screen) {
+  for (const id of ["login", "off", "console"]) $(id).hidden = id !== screen;
+  $("logout").hidden = screen !== "console" || !view.tokenRequired;
+  $("pause-refresh").hidden = screen !== "console";
+}
+
+function showLogin(message) {
+  stopRefresh();
+  show("login");
+  $("login-error").textContent = message || "";
+  $("token").value = "";
+  $("token").focus();
+}
+
+async function refresh() {
+  const started = performance.now();
+  let response;
+  try {
+    response = await api(stateUrl());
+  } catch (e) {
+    $("banner").hidden = false;
+    $("banner").textContent = "The server does not answer: " + e.message;
+    schedule();
+    return;
+  }
+  if (response.status === 401) {
+    const had = token() !== "";
+    sessionStorage.removeItem(TOKEN_KEY);
+    view.tokenRequired = true;
+    showLogin(had ? "The token was refused." : "");
+    return;
+  }
+  if (response.status === 404) {
+    stopRefresh();
+    show("off");
+    $("off-reason").textContent = await errorText(response);
+    return;
+  }
+  if (!response.ok) {
+    $("banner").hidden = false;
+    $("banner").textContent = "The console's read failed: " + (await errorText(response));
+    schedule();
+    return;
+  }
+  const data = await response.json();
+  const fetched = performance.now();
+  if (token() !== "") view.tokenRequired = true;
+  show("console");
+  $("banner").hidden = true;
+  render(data);
+  const rendered = performance.now();
+  stats.refreshes += 1;
+  stats.lastFetchMs = fetched - started;
+  stats.lastRenderMs = rendered - fetched;
+  stats.fetchMsTotal += stats.lastFetchMs;
+  stats.renderMsTotal += stats.lastRenderMs;
+  if (stats.firstRenderMs === null) stats.firstRenderMs = rendered - stats.startedAt;
+  schedule();
+}
+
+function schedule() {
+  stopRefresh();
+  if (!view.paused) view.timer = setTimeout(refresh, REFRESH_MS);
+}
+function stopRefresh() {
+  if (view.timer !== null) clearTimeout(view.timer);
+  view.timer = null;
+}
+function refreshNow() {
+  stopRefresh();
+  refresh();
+}
+
+// ---------- rendering ----------
+
+function render(data) {
+  view.last = data;
+  renderHeader(data);
+  renderCards(data);
+  renderLimits(data.limits, data.sample_interval_ms);
+  renderModels(data.gateway);
+  renderTenants(data.tenants);
+  renderBackend(data.backend);
+}
+
+function renderHeader(data) {
+  const b = data.backend;
+  const badge = $("backend-badge");
+  badge.replaceChildren(el("span", { class: "dot " + (b.healthy ? "ok" : "bad") }),
+    b.kind === "tigerbeetle" ? "TigerBeetle" : "Memory", b.healthy ? "" : " · unavailable");
+  badge.title = b.healthy ? "The backend answers" : b.error || "";
+  $("updated").textContent = "Updated " + new Date(data.now_unix_ms).toLocaleTimeString();
+}
+
+function card(label, value, cls) {
+  return el("div", { class: "card " + (cls || "") }, el("div", { class: "label", text: label }),
+    el("div", { class: "value", text: value }));
+}
+
+function renderCards(data) {
+  const s = data.limits.summary;
+  const models = (data.gateway && data.gateway.models) || [];
+  const paused = models.filter((m) => m.paused).length;
+  const queued = models.reduce((a, m) => a + m.queue_len, 0);
+  const admitted = models.reduce((a, m) => a + (m.admitted_per_s || 0), 0);
+  const cards = [
+    card("Limits", num(data.limits.total)),
+    card("At capacity", num(s.full), s.full > 0 ? "bad" : "good"),
+    card("Above 80%", num(s.above_80_percent), s.above_80_percent > 0 ? "warn" : ""),
+    card("Decreasing", num(s.decreasing), s.decreasing > 0 ? "warn" : ""),
+    card("In debt", num(s.in_debt), s.in_debt > 0 ? "warn" : ""),
+  ];
+  if (data.gateway) {
+    cards.push(card("Calls admitted/s", rate(admitted)));
+    cards.push(card("Calls queued", num(queued), queued > 0 ? "warn" : ""));
+    cards.push(card("Models paused", num(paused), paused > 0 ? "bad" : "good"));
+  }
+  $("cards").replaceChildren(...cards);
+}
+
+function markSorted(table, key, order) {
+  for (const th of table.querySelectorAll("th[data-sort]")) {
+    th.classList.toggle("sorted-asc", th.dataset.sort === key && order === "asc");
+    th.classList.toggle("sorted-desc", th.dataset.sort === key && order === "desc");
+  }
+}
+
+function renderLimits(limits, intervalMs) {
+  const table = $("limits");
+  markSorted(table, view.sort, view.order);
+  $("limits-error").hidden = !limits.error;
+  $("limits-error").textContent = limits.error ? "The backend could not list the limits: " + limits.error : "";
+  const first = limits.matched === 0 ? 0 : limits.offset + 1;
+  const last = limits.offset + limits.rows.length;
+  $("limits-count").textContent = limits.matched === limits.total
+    ? `${num(limits.total)} limits` : `${num(limits.matched)} of ${num(limits.total)} limits match`;
+  $("page-info").textContent = `${num(first)}–${num(last)} of ${num(limits.matched)}`;
+  $("prev").disabled = limits.offset === 0;
+  $("next").disabled = last >= limits.matched;
+  const slots = Math.round(HISTORY_MS / intervalMs);
+  const rows = limits.rows.map((r) => {
+    const pending = r.status === "decreasing"
+      ? el("span", { class: "pill decreasing", title: "Waiting for usage to fit the lower capacity" }, "→ " + num(r.pending_decrease_to))
+      : "—";
+    const edit = el("button", { type: "button", class: "edit", title: "Change capacity", "aria-label": "Change capacity of " + r.key,
+      onclick: () => openEdit(r) }, "✎");
+    return el("tr", { "data-key": r.key },
+      el("td", { class: "key", title: r.key, text: r.key }),
+      el("td", {}, el("span", { class: "kind", text: r.kind })),
+      el("td", { class: "num capacity" }, el("span", { class: "cap" }, el("span", { text: num(r.capacity) }), edit)),
+      el("td", { class: "num in-use", text: num(r.in_use) }),
+      el("td", { class: "util" }, bar(r.utilization_bp)),
+      el("td", { class: "num debt", text: r.debt ? num(r.debt) : "—" }),
+      el("td", { class: "num" }, pending),
+      el("td", { class: "num release", text: r.next_release_ms === null ? "—" : duration(r.next_release_ms) }),
+      el("td", { class: "spark", title: "Utilization, last 15 min" }, sparkline(r.history, slots)));
+  });
+  const body = table.tBodies[0];
+  if (rows.length === 0) {
+    body.replaceChildren(el("tr", {}, el("td", { class: "empty", colspan: 9,
+      text: limits.total === 0 ? "No limits are defined yet." : "No key matches the filter." })));
+  } else {
+    body.replaceChildren(...rows);
+  }
+}
+
+function sortRows(rows, sort, valueOf) {
+  const dir = sort.order === "asc" ? 1 : -1;
+  return rows.slice().sort((a, b) => {
+    const x = valueOf(a, sort.key);
+    const y = valueOf(b, sort.key);
+    if (x === y) return 0;
+    if (x === null || x === undefined) return 1;
+    if (y === null || y === undefined) return -1;
+    return (x < y ? -1 : 1) * dir;
+  });
+}
+
+function modelState(m) {
+  if (m.paused) {
+    const left = m.paused_ms_left !== null ? " · " + duration(m.paused_ms_left) : "";
+    return el("span", { class: "pill paused", title: "Paused after a provider 429" }, "paused" + left);
+  }
+  return el("span", { class: "pill ok" }, "active");
+}
+
+function renderModels(gateway) {
+  const table = $("models");
+  const panel = $("gateway-panel");
+  if (!gateway) {
+    $("gateway-note").textContent = "No gateway runs on this server.";
+    table.tBodies[0].replaceChildren();
+    panel.classList.add("idle");
+    return;
+  }
+  $("gateway-note").textContent = `${gateway.models.length} models`;
+  markSorted(table, view.modelSort.key, view.modelSort.order);
+  const models = sortRows(gateway.models, view.modelSort, (m, k) => (k === "state" ? (m.paused ? 1 : 0) : m[k]));
+  const rows = [];
+  for (const m of models) {
+    rows.push(el("tr", { "data-model": m.name, class: m.paused ? "paused" : "" },
+      el("td", { class: "key", title: "upstream " + m.upstream }, m.name, el("span", { class: "muted", text: " · " + m.upstream })),
+      el("td", { class: "state" }, modelState(m)),
+      el("td", { class: "num", text: rate(m.admitted_per_s) }),
+      el("td", { class: "num", text: rate(m.denied_per_s) }),
+      el("td", { class: "num", text: rate(m.queued_per_s) }),
+      el("td", { class: "num", text: num(m.queue_len) }),
+      el("td", { class: "num", text: m.wait_p99_ms === null || m.wait_p99_ms === undefined ? "—" : duration(m.wait_p99_ms) }),
+      el("td", { class: "num", text: `${num(m.provider_429_last_min)} / ${num(m.provider_429_total)}` }),
+      el("td", { class: "num", text: compact(m.tokens_per_min) })));
+    for (const d of m.deployments || []) {
+      const state = d.paused_ms_left !== null && d.paused_ms_left !== undefined
+        ? el("span", { class: "pill paused" }, "paused · " + duration(d.paused_ms_left))
+        : el("span", { class: "pill ok" }, d.breaker && d.breaker !== "closed" ? "breaker " + d.breaker : "active");
+      rows.push(el("tr", { class: "sub", "data-deployment": d.name },
+        el("td", { text: "↳ " + d.name }), el("td", {}, state),
+        el("td", { class: "num", colspan: 7,
+          text: (d.share !== null && d.share !== undefined ? `share ${(d.share * 100).toFixed(0)}%` : "") +
+            (d.breaker ? ` · breaker ${d.breaker}` : "") })));
+    }
+  }
+  table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 9, text: "No models configured." }))]));
+}
+
+function renderTenants(tenants) {
+  const table = $("tenants");
+  markSorted(table, view.tenantSort.key, view.tenantSort.order);
+  $("tenants-note").textContent = tenants.total > tenants.rows.length
+    ? `${tenants.rows.length} of ${num(tenants.total)} shown` : `${num(tenants.total)} tenants`;
+  const valueOf = (t, k) => {
+    if (k === "budget") return t.budget ? t.budget.utilization_bp : null;
+    if (k === "remaining") return t.budget ? t.budget.remaining : null;
+    return t[k];
+  };
+  const rows = sortRows(tenants.rows, view.tenantSort, valueOf).map((t) => {
+    const budget = t.budget
+      ? el("span", { title: `${num(t.budget.used)} of ${num(t.budget.capacity)} ${t.budget.unit} (${t.budget.key})` }, bar(t.budget.utilization_bp),
+        el("span", { class: "muted small", text: ` ${compact(t.budget.used)} / ${compact(t.budget.capacity)}` }))
+      : el("span", { class: "muted", text: "no daily budget" });
+    return el("tr", { "data-tenant": t.name },
+      el("td", { class: "key", text: t.name }),
+      el("td", { class: "util" }, budget),
+      el("td", { class: "num", text: t.budget ? compact(t.budget.remaining) : "—" }),
+      el("td", { class: "num", text: rate(t.calls_per_min) }),
+      el("td", { class: "num", text: compact(t.tokens_per_min === null ? null : Math.round(t.tokens_per_min)) }));
+  });
+  table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 5, text: "No tenants." }))]));
+}
+
+function renderBackend(b) {
+  const health = b.healthy ? "healthy" : "unavailable: " + (b.error || "");
+  $("backend-summary").textContent =
+    `${b.kind === "tigerbeetle" ? "TigerBeetle cluster" : "Memory (this process)"} · ${health} · ${num(b.limits)} limits · definitions kept by the ${b.definitions_kept_by}`;
+  const nowSeconds = Date.now() / 1000;
+  const items = b.metrics.map((m) => {
+    let v;
+    if (typeof m.value !== "number") {
+      v = `p99 ${m.value.p99_ms === null ? "—" : duration(m.value.p99_ms)} (${compact(m.value.count)})`;
+    } else if (m.name.endsWith("_timestamp_seconds")) {
+      v = m.value === 0 ? "never" : duration(Math.max(0, nowSeconds - m.value) * 1000) + " ago";
+    } else {
+      v = compact(m.value);
+    }
+    return el("div", { class: "metric", title: m.help }, el("span", { class: "name", text: m.name }), el("span", { class: "v", text: v }));
+  });
+  $("backend-metrics").replaceChildren(...items);
+}
+
+// ---------- editing a capacity ----------
+
+let editing = null;
+
+function openEdit(row) {
+  editing = row;
+  $("edit-key").textContent = row.key;
+  $("edit-current").textContent = `Capacity ${num(row.capacity)}${row.unit ? " " + row.unit : ""}, ${num(row.in_use)} in use` +
+    (row.status === "decreasing" ? `, decreasing to ${num(row.pending_decrease_to)}` : "");
+  $("edit-capacity").value = row.capacity;
+  $("edit-error").textContent = "";
+  $("edit-apply").disabled = false;
+  $("edit").showModal();
+  $("edit-capacity").select();
+}
+
+// The fields of a definition the admin PUT takes; the rest of a report
+// (usage, status) is the server's.
+const DEFINITION_FIELDS = ["key", "kind", "capacity", "window_seconds", "window_margin_ms", "timeout_seconds", "unit", "description", "overage"];
+
+async function applyEdit(event) {
+  event.preventDefault();
+  const raw = $("edit-capacity").value.trim();
+  if (!/^\d+$/.test(raw)) {
+    $("edit-error").textContent = "The capacity is a whole number.";
+    return;
+  }
+  $("edit-apply").disabled = true;
+  $("edit-error").textContent = "";
+  try {
+    const current = await api("/v1/admin/limits/" + encodeURIComponent(editing.key));
+    if (!current.ok) throw new Error(await errorText(current));
+    const report = await current.json();
+    const definition = {};
+    for (const f of DEFINITION_FIELDS) if (report[f] !== undefined && report[f] !== null) definition[f] = report[f];
+    // Sent as written, so that a capacity too large for the server is its error, not a rounding.
+    const body = JSON.stringify(definition).replace(/"capacity":\d+/, `"capacity":${raw}`);
+    const put = await api("/v1/admin/limits", { method: "PUT", headers: { "Content-Type": "application/json" }, body });
+    if (put.status === 401) {
+      $("edit").close();
+      sessionStorage.removeItem(TOKEN_KEY);
+      showLogin("The token was refused.");
+      return;
+    }
+    if (!put.ok) throw new Error(await errorText(put));
+    const state = await put.json();
+    $("edit").close();
+    toast(state.status === "decreasing"
+      ? `${state.key}: decreasing to ${num(state.pending_decrease_to)} once usage fits`
+      : `${state.key}: capacity ${num(state.capacity)}`);
+    refreshNow();
+  } catch (e) {
+    $("edit-error").textContent = e.message;
+  } finally {
+    $("edit-apply").disabled = false;
+  }
+}
+
+function toast(text) {
+  const t = $("toast");
+  t.textContent = text;
+  t.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => (t.hidden = true), 4000);
+}
+
+// ---------- wiring ----------
+
+function wire() {
+  $("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const value = $("token").value.trim();
+    if (!value) return;
+    sessionStorage.setItem(TOKEN_KEY, value);
+    $("login-error").textContent = "";
+    refreshNow();
+  });
+  $("logout").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin("");
+  });
+  $("pause-refresh").addEventListener("click", () => {
+    view.paused = !view.paused;
+    $("pause-refresh").textContent = view.paused ? "Resume" : "Pause";
+    if (view.paused) stopRefresh(); else refreshNow();
+  });
+  let filterTimer = null;
+  $("filter").addEventListener("input", () => {
+    clearTimeout(filterTimer);
+    filterTimer = setTimeout(() => {
+      view.filter = $("filter").value.trim();
+      view.offset = 0;
+      refreshNow();
+    }, 200);
+  });
+  $("prev").addEventListener("click", () => {
+    view.offset = Math.max(0, view.offset - view.count);
+    refreshNow();
+  });
+  $("next").addEventListener("click", () => {
+    view.offset += view.count;
+    refreshNow();
+  });
+  $("page-size").addEventListener("change", () => {
+    view.count = Number($("page-size").value);
+    view.offset = 0;
+    refreshNow();
+  });
+  for (const th of $("limits").querySelectorAll("th[data-sort]")) {
+    th.addEventListener("click", () => {
+      const key = th.dataset.sort;
+      view.order = view.sort === key ? (view.order === "asc" ? "desc" : "asc") : key === "key" || key === "kind" ? "asc" : "desc";
+      view.sort = key;
+      view.offset = 0;
+      refreshNow();
+    });
+  }
+  const local = (tableId, sort) => {
+    for (const th of $(tableId).querySelectorAll("th[data-sort]")) {
+      th.addEventListener("click", () => {
+        const key = th.dataset.sort;
+        sort.order = sort.key === key ? (sort.order === "asc" ? "desc" : "asc") : key === "name" ? "asc" : "desc";
+        sort.key = key;
+        if (view.last) render(view.last);
+      });
+    }
+  };
+  local("models", view.modelSort);
+  local("tenants", view.tenantSort);
+  $("edit-form").addEventListener("submit", applyEdit);
+  $("edit-cancel").addEventListener("click", () => $("edit").close());
+}
+
+wire();
+refresh();
