@@ -21,6 +21,7 @@
 //! and the old client is closed (docs/tigerbeetle-backend.md, "Sessions").
 
 use std::future::Future;
+use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, Weak};
@@ -39,19 +40,35 @@ pub const STALL_MS: u64 = 1_000;
 /// How often the watchdog looks at the sessions, and checks a replica's port
 /// while one is stalled: a refused port that opens again is seen this soon.
 pub const WATCH_INTERVAL_MS: u64 = 100;
-/// How long a probe client gets to be answered before it is closed. A fresh
-/// client registers as it opens, before its connection is up, so its first
-/// answer comes when it resends, about 650 ms later on a healthy cluster
-/// (measured; TigerBeetle 0.16 resends after twice its 300 ms round-trip
-/// estimate): a probe lives through two resends, so that while replicas accept
-/// connections but do not answer, a resend falls within 0.7 s of the network's
-/// return.
-pub const PROBE_TIMEOUT_MS: u64 = 1_500;
-/// The most probes open at once: each is a client with its own thread and
-/// about 14 MiB of message buffers (three at once grew a server by 42 MiB).
-pub const PROBES_MAX: usize = 1;
+/// How long a probe client lives while the replicas' ports reset or refuse
+/// connections, and the fewest ms between two clients a pool opens (probes,
+/// and sessions reopened after an eviction). A fresh client registers as it
+/// opens, before its connection is up, so its first answer comes when it
+/// resends, about 650 ms later on a healthy cluster (measured; TigerBeetle
+/// 0.16 resends after twice its 300 ms round-trip estimate), and it backs off
+/// with every failed attempt. Probes that give way to fresh ones this often
+/// while the network fails leave, when it returns, a probe at most this old,
+/// whose first resend comes within 0.6 s, instead of a probe opened only then.
+/// Nothing of such a probe reaches a replica, so replacing it costs the
+/// cluster nothing; and the spacing bounds the sessions a server can register
+/// to two a second, whatever the network does.
+pub const PROBE_TIMEOUT_MS: u64 = 500;
+/// How long a probe client lives while a replica's port holds connections
+/// open but the probe is not answered: the cluster is slow, or the network
+/// holds what it is sent (a black hole). Its registration is then on its way,
+/// and is answered as soon as the network passes; a probe closed before that
+/// would leave its registration to land later as a session nobody uses, which
+/// the replica counts against its bound (8 + `--limit-pipeline-requests`
+/// sessions) and makes room for by evicting its least recently used session,
+/// perhaps another server's. So a held probe is replaced only this rarely, in
+/// case its connection died unseen.
+pub const PROBE_HELD_MAX_MS: u64 = 10_000;
 /// How long the check of a replica's port waits for the connection.
 pub const CONNECT_CHECK_TIMEOUT_MS: u64 = 200;
+/// How long the check of a replica's port waits, once connected, for the peer
+/// to close the connection: a port that resets what it accepts does so at
+/// once, and a replica never closes a connection that has sent nothing.
+pub const RESET_CHECK_MS: u64 = 50;
 /// The account id a probe looks up: any id will do, the answer is what counts.
 const PROBE_ACCOUNT_ID: u128 = 1;
 
@@ -82,15 +99,18 @@ struct Live {
     /// (ms since the pool opened): a busy client that has not moved since
     /// [`STALL_MS`] is stalled.
     moved_ms: AtomicU64,
+    /// Counts the client among the pool's open clients while it lives.
+    _open: OpenClient,
 }
 
 impl Live {
-    fn new(client: tb::Client) -> Arc<Self> {
+    fn new(client: tb::Client, open: &Arc<AtomicUsize>) -> Arc<Self> {
         Arc::new(Self {
             client: Arc::new(client),
             retired: watch::Sender::new(false),
             outstanding: AtomicUsize::new(0),
             moved_ms: AtomicU64::new(0),
+            _open: OpenClient::new(open),
         })
     }
 
@@ -149,6 +169,13 @@ pub struct ClientPool {
     probes: AtomicU64,
     /// Requests run on the sessions (a metric).
     requests: AtomicU64,
+    /// Clients open now: sessions, the probe, and replaced ones still closing.
+    clients_open: Arc<AtomicUsize>,
+    /// Probes open now (0 or 1).
+    probes_open: AtomicUsize,
+    /// When the pool last opened a client (ms of its clock), to space them by
+    /// [`PROBE_TIMEOUT_MS`]; `u64::MAX` before the first after the sessions.
+    client_opened_ms: AtomicU64,
     /// The next session to use, round robin.
     next: AtomicUsize,
     /// The origin of the pool's millisecond clock.
@@ -180,11 +207,12 @@ impl ClientPool {
     pub fn open(config: &TigerBeetleConfig, slots: usize) -> Result<Self, PoolError> {
         assert!(slots >= 1, "a pool needs at least one slot");
         let addresses = config.addresses_joined();
+        let clients_open = Arc::new(AtomicUsize::new(0));
         let sessions = (0..config.fields().sessions)
             .map(|_| {
                 let client = new_client(config.cluster_id(), &addresses)?;
                 Ok(Session {
-                    live: RwLock::new(Live::new(client)),
+                    live: RwLock::new(Live::new(client, &clients_open)),
                 })
             })
             .collect::<Result<Vec<_>, PoolError>>()?;
@@ -196,6 +224,9 @@ impl ClientPool {
             replaced: AtomicU64::new(0),
             probes: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            clients_open,
+            probes_open: AtomicUsize::new(0),
+            client_opened_ms: AtomicU64::new(u64::MAX),
             next: AtomicUsize::new(0),
             opened: Instant::now(),
             cluster_id: config.cluster_id(),
@@ -232,6 +263,18 @@ impl ClientPool {
     /// Requests run on the sessions so far, of every kind (probes aside).
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Clients open now: the sessions, a probe while one is open, and replaced
+    /// clients still closing. Bounded by the sessions plus two whatever the
+    /// network does.
+    pub fn clients_open(&self) -> usize {
+        self.clients_open.load(Ordering::Relaxed)
+    }
+
+    /// Probes open now (at most one).
+    pub fn probes_open(&self) -> usize {
+        self.probes_open.load(Ordering::Relaxed)
     }
 
     /// True while some session has had a request unanswered for [`STALL_MS`]:
@@ -286,14 +329,37 @@ impl ClientPool {
             if !Arc::ptr_eq(&guard, old) {
                 return false;
             }
-            std::mem::replace(&mut *guard, Live::new(client))
+            std::mem::replace(&mut *guard, Live::new(client, &self.clients_open))
         };
         previous.retired.send_replace(true);
         true
     }
 
-    /// Replaces the client of `session` after the cluster evicted it.
-    fn renew(&self, session: usize, evicted: &Arc<Live>) {
+    /// True when [`PROBE_TIMEOUT_MS`] have passed since the pool last opened a
+    /// client, or it opened none yet.
+    fn may_open_client(&self) -> bool {
+        let last = self.client_opened_ms.load(Ordering::Acquire);
+        last == u64::MAX || self.now_ms().saturating_sub(last) >= PROBE_TIMEOUT_MS
+    }
+
+    /// Notes that the pool opened a client now.
+    fn opened_client(&self) {
+        self.client_opened_ms.store(self.now_ms(), Ordering::Release);
+    }
+
+    /// Replaces the client of `session` after the cluster evicted it, no
+    /// sooner than [`PROBE_TIMEOUT_MS`] after the pool's last new client: a
+    /// replica that evicts sessions as fast as they register (more sessions
+    /// than it serves, across a fleet) is not answered by a storm of
+    /// registrations that would evict other servers' sessions in turn.
+    async fn renew(&self, session: usize, evicted: &Arc<Live>) {
+        while !self.may_open_client() {
+            tokio::time::sleep(Duration::from_millis(PROBE_TIMEOUT_MS / 5)).await;
+        }
+        if !Arc::ptr_eq(&self.live(&self.sessions[session]), evicted) {
+            return;
+        }
+        self.opened_client();
         match new_client(self.cluster_id, &self.addresses) {
             Ok(client) => {
                 if self.replace(session, evicted, client) {
@@ -350,7 +416,7 @@ impl ClientPool {
         drop(outstanding);
         if let Err(e) = &result {
             if matches!(e.kind(), tb::error::SendErrorKind::ClientEvicted) {
-                self.renew(session, &live);
+                self.renew(session, &live).await;
             }
         }
         drop(permit);
@@ -399,6 +465,8 @@ struct Probe {
     /// it lets go of the client, which then closes.
     task: tokio::task::JoinHandle<()>,
     started: Instant,
+    /// Counts the probe among the open clients while it lives.
+    _open: OpenClient,
 }
 
 impl Drop for Probe {
@@ -407,11 +475,56 @@ impl Drop for Probe {
     }
 }
 
+/// What a check of the replicas' ports found, from worst to best.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Reach {
+    /// No replica's port accepted a connection in time: refused, or a
+    /// network that drops what it is sent.
+    Unreachable,
+    /// A port accepted and closed the connection at once (a replica
+    /// restarting behind a balancer, a firewall resetting connections).
+    Reset,
+    /// A port accepted and held the connection open: a replica that listens,
+    /// or a network that holds what it is sent (a black hole).
+    Holds,
+}
+
+/// What the watchdog keeps between its ticks.
+#[derive(Default)]
+struct Watch {
+    /// The one probe open, if any.
+    probe: Option<Probe>,
+}
+
+impl Watch {
+    /// Decides whether the probe open may stay, given what the port check
+    /// found: a probe whose connections are reset or refused closes after
+    /// [`PROBE_TIMEOUT_MS`] (nothing of it reached a replica, and its client
+    /// backs off); a probe held open closes only after [`PROBE_HELD_MAX_MS`],
+    /// since its registration is on its way and closing it would only leave
+    /// that registration to land later as a session nobody uses. A probe
+    /// that was opened under resets is young when the ports hold connections
+    /// again, and stays: its first resend comes soon.
+    fn judge(&mut self, reach: Reach) {
+        let Some(probe) = &self.probe else {
+            return;
+        };
+        let age = probe.started.elapsed();
+        let keep = match reach {
+            Reach::Holds => age < Duration::from_millis(PROBE_HELD_MAX_MS),
+            Reach::Reset | Reach::Unreachable => age < Duration::from_millis(PROBE_TIMEOUT_MS),
+        };
+        if !keep {
+            self.probe = None;
+        }
+    }
+}
+
 /// The watchdog's loop: nothing to do while no session is stalled.
 async fn watch_sessions(pool: Weak<ClientPool>) {
     let mut ticks = tokio::time::interval(Duration::from_millis(WATCH_INTERVAL_MS));
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut probes: Vec<Probe> = Vec::new();
+    let mut watch = Watch::default();
     loop {
         ticks.tick().await;
         let Some(pool) = pool.upgrade() else {
@@ -419,42 +532,40 @@ async fn watch_sessions(pool: Weak<ClientPool>) {
         };
         let stalled = pool.stalled_sessions();
         if stalled.is_empty() {
-            probes.clear();
+            watch = Watch::default();
             continue;
         }
-        let mut answered = Vec::new();
-        probes.retain_mut(|probe| match probe.answer.try_recv() {
-            Ok(true) => {
-                answered.push(Arc::clone(&probe.client));
-                false
+        if let Some(probe) = &mut watch.probe {
+            match probe.answer.try_recv() {
+                Ok(true) => {
+                    let probe = watch.probe.take().expect("a probe");
+                    pool.replace_stalled(probe, stalled);
+                    continue;
+                }
+                // Evicted or shut down: the next probe waits for its turn.
+                Ok(false) | Err(tokio::sync::oneshot::error::TryRecvError::Closed) => watch.probe = None,
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
             }
-            Ok(false) | Err(tokio::sync::oneshot::error::TryRecvError::Closed) => false,
-            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
-                probe.started.elapsed() < Duration::from_millis(PROBE_TIMEOUT_MS)
-            }
-        });
-        if !answered.is_empty() {
-            pool.replace_stalled(answered, stalled);
-            continue;
         }
-        if probes.len() < PROBES_MAX {
-            probes.extend(pool.start_probe().await);
+        let reach = pool.reach().await;
+        watch.judge(reach);
+        if watch.probe.is_none() && pool.may_open_client() {
+            watch.probe = pool.start_probe();
         }
+        pool.probes_open
+            .store(usize::from(watch.probe.is_some()), Ordering::Relaxed);
     }
 }
 
 impl ClientPool {
-    /// Opens a probe client when some replica accepts connections; none while
-    /// every port refuses (opening clients then would only spin threads).
-    async fn start_probe(&self) -> Option<Probe> {
-        if !self.some_replica_listens().await {
-            return None;
-        }
+    /// Opens a probe client: a fresh session that sends one lookup.
+    fn start_probe(&self) -> Option<Probe> {
         let client = Arc::new(
             new_client(self.cluster_id, &self.addresses)
                 .inspect_err(|e| tracing::error!(error = %e, "cannot open a probe session"))
                 .ok()?,
         );
+        self.opened_client();
         self.probes.fetch_add(1, Ordering::Relaxed);
         let (tell, answer) = tokio::sync::oneshot::channel();
         let asking = Arc::clone(&client);
@@ -468,42 +579,78 @@ impl ClientPool {
             answer,
             task,
             started: Instant::now(),
+            _open: OpenClient::new(&self.clients_open),
         })
     }
 
-    /// True when a connection to some replica's port succeeds now.
-    async fn some_replica_listens(&self) -> bool {
-        let addresses = self.socket_addresses();
-        let checks = addresses.into_iter().map(|address| {
-            tokio::task::spawn_blocking(move || {
-                TcpStream::connect_timeout(&address, Duration::from_millis(CONNECT_CHECK_TIMEOUT_MS)).is_ok()
-            })
-        });
+    /// The best of what the replicas' ports do with a connection now.
+    async fn reach(&self) -> Reach {
+        let checks = self
+            .socket_addresses()
+            .into_iter()
+            .map(|address| tokio::task::spawn_blocking(move || check_port(address)));
+        let mut best = Reach::Unreachable;
         for check in checks.collect::<Vec<_>>() {
-            if check.await.unwrap_or(false) {
-                return true;
-            }
+            best = best.max(check.await.unwrap_or(Reach::Unreachable));
         }
-        false
+        best
     }
 
-    /// Replaces stalled sessions by the clients of answered probes, which are
-    /// registered already: one each, in order; a session left over waits for
-    /// the next answered probe.
-    fn replace_stalled(&self, answered: Vec<Arc<tb::Client>>, stalled: Vec<(usize, Arc<Live>)>) {
-        for (client, (session, old)) in answered.into_iter().zip(stalled) {
-            // The probe's task has let go of its client by the time it answers.
-            let Some(client) = Arc::into_inner(client) else {
-                continue;
-            };
-            if self.replace(session, &old, client) {
-                self.replaced.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    session,
-                    "TigerBeetle session stalled while a fresh one is answered: replaced"
-                );
-            }
+    /// Replaces one stalled session by the client of an answered probe, which
+    /// is registered already; other stalled sessions wait for the next probe.
+    fn replace_stalled(&self, probe: Probe, stalled: Vec<(usize, Arc<Live>)>) {
+        let client = Arc::clone(&probe.client);
+        drop(probe);
+        // The probe's task has let go of its client by the time it answers.
+        let Some(client) = Arc::into_inner(client) else {
+            return;
+        };
+        let Some((session, old)) = stalled.into_iter().next() else {
+            return;
+        };
+        if self.replace(session, &old, client) {
+            self.replaced.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                session,
+                "TigerBeetle session stalled while a fresh one is answered: replaced"
+            );
         }
+    }
+}
+
+/// Connects to `address` and waits [`RESET_CHECK_MS`] for the peer to close
+/// the connection: what a replica's port does with a connection now.
+fn check_port(address: SocketAddr) -> Reach {
+    let Ok(mut stream) = TcpStream::connect_timeout(&address, Duration::from_millis(CONNECT_CHECK_TIMEOUT_MS)) else {
+        return Reach::Unreachable;
+    };
+    if stream
+        .set_read_timeout(Some(Duration::from_millis(RESET_CHECK_MS)))
+        .is_err()
+    {
+        return Reach::Holds;
+    }
+    match stream.read(&mut [0u8; 1]) {
+        Ok(0) => Reach::Reset,
+        Ok(_) => Reach::Holds,
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Reach::Holds,
+        Err(_) => Reach::Reset,
+    }
+}
+
+/// Counts one open client in a pool's gauge while it lives.
+struct OpenClient(Arc<AtomicUsize>);
+
+impl OpenClient {
+    fn new(open: &Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(open))
+    }
+}
+
+impl Drop for OpenClient {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
