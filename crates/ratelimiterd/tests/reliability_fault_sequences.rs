@@ -271,7 +271,8 @@ fn describe(step: &Step) -> String {
 #[test]
 fn a_server_grants_again_soon_after_any_sequence_of_network_faults() {
     let cluster = LocalCluster::start().expect("a local TigerBeetle replica");
-    let proxy = Proxy::start(cluster.address().parse().expect("replica address"));
+    let keeps_upstream = std::env::var_os("FAULT_PROXY_KEEPS_UPSTREAM").is_some();
+    let proxy = Proxy::start_with(cluster.address().parse().expect("replica address"), keeps_upstream);
     let timeout_ms: u64 = std::env::var("FAULT_REQUEST_TIMEOUT_MS")
         .ok()
         .and_then(|s| s.parse().ok())

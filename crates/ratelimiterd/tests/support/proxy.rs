@@ -37,6 +37,14 @@ pub struct Proxy {
 impl Proxy {
     /// Starts forwarding to `upstream`.
     pub fn start(upstream: SocketAddr) -> Proxy {
+        Self::start_with(upstream, false)
+    }
+
+    /// Starts forwarding to `upstream`; with `keeps_upstream`, a connection
+    /// the client closes stays open upstream until the replica closes it or
+    /// the proxy stops forwarding (as a balancer that does not pass a
+    /// half-close on).
+    pub fn start_with(upstream: SocketAddr, keeps_upstream: bool) -> Proxy {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -45,7 +53,7 @@ impl Proxy {
         let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).expect("proxy port");
         let addr = listener.local_addr().expect("proxy address");
         let mode = Arc::new(watch::Sender::new(Mode::Forward));
-        runtime.spawn(accept_loop(listener, addr, upstream, Arc::clone(&mode)));
+        runtime.spawn(accept_loop(listener, addr, upstream, Arc::clone(&mode), keeps_upstream));
         Proxy {
             addr,
             mode,
@@ -65,6 +73,7 @@ async fn accept_loop(
     addr: SocketAddr,
     upstream: SocketAddr,
     mode: Arc<watch::Sender<Mode>>,
+    keeps_upstream: bool,
 ) {
     let mut changes = mode.subscribe();
     loop {
@@ -84,7 +93,7 @@ async fn accept_loop(
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((client, _)) = accepted {
-                    tokio::spawn(connection(client, upstream, mode.subscribe()));
+                    tokio::spawn(connection(client, upstream, mode.subscribe(), keeps_upstream));
                 }
             }
             _ = changes.changed() => {}
@@ -93,7 +102,7 @@ async fn accept_loop(
 }
 
 /// One proxied connection: connects upstream once forwarding, then pipes.
-async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>) {
+async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>, keeps_upstream: bool) {
     // Closing with a zero linger sends a reset, as a flushed connection (and
     // does not block: the deprecation is about a lingering close).
     #[allow(deprecated)]
@@ -109,8 +118,8 @@ async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Re
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     tokio::join!(
-        pipe(client_read, server_write, mode.clone()),
-        pipe(server_read, client_write, mode)
+        pipe(client_read, server_write, mode.clone(), keeps_upstream),
+        pipe(server_read, client_write, mode, false)
     );
 }
 
@@ -129,11 +138,13 @@ async fn wait_forwarding(mode: &mut watch::Receiver<Mode>) -> bool {
 }
 
 /// Copies one direction, holding bytes while black-holed; returns (dropping
-/// its halves, which resets the connection) when refusing or at end of stream.
+/// its halves, which resets the connection) when refusing or at end of stream,
+/// or, `holds_on_end`, only once the proxy stops forwarding.
 async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut mode: watch::Receiver<Mode>,
+    holds_on_end: bool,
 ) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -143,6 +154,15 @@ async fn pipe(
         tokio::select! {
             read = from.read(&mut buffer) => {
                 let n = match read {
+                    Ok(0) if holds_on_end => {
+                        // Keeps `to` open until the proxy stops forwarding.
+                        while wait_forwarding(&mut mode).await {
+                            if mode.changed().await.is_err() {
+                                return;
+                            }
+                        }
+                        return;
+                    }
                     Ok(0) | Err(_) => return,
                     Ok(n) => n,
                 };
