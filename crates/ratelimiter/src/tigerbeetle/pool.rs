@@ -13,12 +13,24 @@
 //! after connections were reset or refused for a while, a client can take
 //! seconds to notice that the cluster is back. The watchdog does not wait for
 //! it: while a session has had a request unanswered for [`STALL_MS`], it checks
-//! whether a replica accepts connections and, if one does, opens a fresh
-//! client (a probe) that sends a lookup. When a probe is answered
-//! the cluster is reachable, and the probe's client, registered already,
-//! replaces a stalled session; the requests still waiting on the old client end
-//! with an error (outcome unknown, as after a timeout), their slots come free,
-//! and the old client is closed (docs/tigerbeetle-backend.md, "Sessions").
+//! what the replicas' ports do with a connection (refuse it, reset it, or hold
+//! it open) and keeps one fresh client open (a probe) that sends a lookup.
+//! While the ports reset or refuse, the probe gives way to a fresh one every
+//! [`PROBE_TIMEOUT_MS`], so that a young one is waiting when the network
+//! returns; while they hold connections (a black hole, or a slow cluster), the
+//! probe stays until answered, up to [`PROBE_HELD_MAX_MS`]: its registration
+//! is on its way, and closing it would leave that registration to land later
+//! as a session nobody uses, which the replica, serving a bounded number of
+//! sessions, would make room for by evicting another (perhaps another
+//! server's). When a probe is answered the cluster is reachable, and the
+//! probe's client, registered already, replaces a stalled session; the
+//! requests still waiting on the old client end with an error (outcome
+//! unknown, as after a timeout), their slots come free, and the old client is
+//! closed. The pool opens at most one client per [`PROBE_TIMEOUT_MS`] (probes,
+//! and sessions reopened after an eviction), so whatever the network does, a
+//! server registers at most two sessions a second, and holds at most its
+//! sessions, one probe and the clients it is closing
+//! (docs/tigerbeetle-backend.md, "Sessions", "When the network fails").
 
 use std::future::Future;
 use std::io::{ErrorKind, Read};
@@ -519,14 +531,18 @@ impl Watch {
         let Some(probe) = &self.probe else {
             return;
         };
-        let age = probe.started.elapsed();
-        let keep = match reach {
-            Reach::Holds => age < Duration::from_millis(PROBE_HELD_MAX_MS),
-            Reach::Reset | Reach::Unreachable => age < Duration::from_millis(PROBE_TIMEOUT_MS),
-        };
-        if !keep {
+        if !probe_may_stay(reach, probe.started.elapsed()) {
             self.probe = None;
         }
+    }
+}
+
+/// Whether a probe of age `age` stays open when the ports do what `reach`
+/// says (see [`Watch::judge`]).
+fn probe_may_stay(reach: Reach, age: Duration) -> bool {
+    match reach {
+        Reach::Holds => age < Duration::from_millis(PROBE_HELD_MAX_MS),
+        Reach::Reset | Reach::Unreachable => age < Duration::from_millis(PROBE_TIMEOUT_MS),
     }
 }
 
@@ -677,4 +693,50 @@ impl Drop for OpenClient {
 
 fn new_client(cluster_id: u128, addresses: &str) -> Result<tb::Client, PoolError> {
     tb::Client::new(cluster_id, addresses).map_err(|e| PoolError::Client(format!("cannot open a session: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_port_check_tells_a_held_connection_from_a_reset_one_and_a_refused_one() {
+        let holding = TcpListener::bind("127.0.0.1:0").expect("a port");
+        let held = std::thread::spawn({
+            let holding = holding.try_clone().expect("listener");
+            move || {
+                let (connection, _) = holding.accept().expect("accept");
+                std::thread::sleep(Duration::from_millis(RESET_CHECK_MS * 4));
+                drop(connection);
+            }
+        });
+        assert_eq!(check_port(holding.local_addr().expect("address")), Reach::Holds);
+        held.join().expect("holder");
+
+        let resetting = TcpListener::bind("127.0.0.1:0").expect("a port");
+        let address = resetting.local_addr().expect("address");
+        let reset = std::thread::spawn(move || drop(resetting.accept().expect("accept")));
+        assert_eq!(check_port(address), Reach::Reset);
+        reset.join().expect("resetter");
+
+        let closed = TcpListener::bind("127.0.0.1:0").expect("a port");
+        let address = closed.local_addr().expect("address");
+        drop(closed);
+        assert_eq!(check_port(address), Reach::Unreachable);
+    }
+
+    #[test]
+    fn a_held_probe_stays_until_its_registration_can_land_and_a_reset_one_gives_way_soon() {
+        let young = Duration::from_millis(PROBE_TIMEOUT_MS - 1);
+        let old = Duration::from_millis(PROBE_TIMEOUT_MS);
+        assert!(probe_may_stay(Reach::Reset, young));
+        assert!(!probe_may_stay(Reach::Reset, old), "a reset probe has backed off");
+        assert!(!probe_may_stay(Reach::Unreachable, old));
+        // Held: its registration is on its way; closing it would leave the
+        // registration to land as a session nobody uses.
+        assert!(probe_may_stay(Reach::Holds, old));
+        assert!(probe_may_stay(Reach::Holds, Duration::from_millis(PROBE_HELD_MAX_MS - 1)));
+        assert!(!probe_may_stay(Reach::Holds, Duration::from_millis(PROBE_HELD_MAX_MS)));
+    }
 }
