@@ -29,7 +29,8 @@ use support::{raw, temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN};
 /// The request timeout of the servers: a call during an outage is answered
 /// 503 after it.
 const REQUEST_TIMEOUT_MS: u64 = 2_000;
-/// Clients reserving and completing back to back on the proxied server.
+/// Clients reserving and completing back to back on the proxied server, each
+/// making a call answered 503 again on the direct server.
 const CLIENTS: usize = 12;
 /// Clients on the server that reaches the replica directly.
 const DIRECT_CLIENTS: usize = 2;
@@ -54,9 +55,19 @@ const QUEUED_MAX: u64 = 2 * CLIENTS as u64;
 /// backend's `PROBE_HELD_MAX_MS`): every probe that reaches the replica
 /// registers a session, which may evict another server's.
 const HELD_PROBE_EVERY: Duration = Duration::from_secs(10);
-/// Names a factor for every fault's length, for a manual run (the issue's
-/// original lengths are the defaults times 1).
+/// Names a factor for every fault's length, for a manual run (3.5 makes the
+/// first black hole 52 s).
 const SCALE_ENV: &str = "FAULT_SEQUENCE_SCALE";
+/// Names the start of the names of the sequences to run, for a manual run.
+const ONLY_ENV: &str = "FAULT_SEQUENCE_ONLY";
+/// Names another request timeout of the servers, in ms (the product's default
+/// is 5,000).
+const TIMEOUT_ENV: &str = "FAULT_REQUEST_TIMEOUT_MS";
+/// When set, the proxy keeps a connection open upstream after its client
+/// closed it, as a balancer that passes no half-close on.
+const KEEPS_UPSTREAM_ENV: &str = "FAULT_PROXY_KEEPS_UPSTREAM";
+/// When set, the replica's log is printed at the end.
+const REPLICA_LOG_ENV: &str = "FAULT_REPLICA_LOG";
 
 /// One step of a sequence.
 #[derive(Debug, Clone, Copy)]
@@ -271,9 +282,9 @@ fn describe(step: &Step) -> String {
 #[test]
 fn a_server_grants_again_soon_after_any_sequence_of_network_faults() {
     let cluster = LocalCluster::start().expect("a local TigerBeetle replica");
-    let keeps_upstream = std::env::var_os("FAULT_PROXY_KEEPS_UPSTREAM").is_some();
+    let keeps_upstream = std::env::var_os(KEEPS_UPSTREAM_ENV).is_some();
     let proxy = Proxy::start_with(cluster.address().parse().expect("replica address"), keeps_upstream);
-    let timeout_ms: u64 = std::env::var("FAULT_REQUEST_TIMEOUT_MS")
+    let timeout_ms: u64 = std::env::var(TIMEOUT_ENV)
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(REQUEST_TIMEOUT_MS);
@@ -325,8 +336,7 @@ fn a_server_grants_again_soon_after_any_sequence_of_network_faults() {
         }
         std::thread::sleep(Duration::from_millis(500));
         let mut all = Vec::new();
-        let only = std::env::var("FAULT_SEQUENCE_ONLY").unwrap_or_default();
-        for (name, steps) in sequences().into_iter().filter(|(name, _)| name.starts_with(&only)) {
+        for (name, steps) in chosen_sequences() {
             all.extend(rig.run(name, &steps));
             // A server that never came back fails every later sequence too.
             if all.iter().any(|r: &Recovery| r.first_grant.is_none()) {
@@ -350,10 +360,18 @@ fn a_server_grants_again_soon_after_any_sequence_of_network_faults() {
             log.lines().filter(|l| l.contains(pattern)).count()
         );
     }
-    if std::env::var_os("FAULT_REPLICA_LOG").is_some() {
+    if std::env::var_os(REPLICA_LOG_ENV).is_some() {
         println!("{log}");
     }
     report(&rig, &recoveries);
+}
+
+/// The sequences of [`ONLY_ENV`], or all.
+fn chosen_sequences() -> Vec<(&'static str, Vec<Step>)> {
+    let only = std::env::var(ONLY_ENV).unwrap_or_default();
+    (sequences().into_iter())
+        .filter(|(name, _)| name.starts_with(&only))
+        .collect()
 }
 
 /// The sequences, each ended by the network's return.
@@ -440,7 +458,15 @@ fn report(rig: &Rig, recoveries: &[Recovery]) {
         Some(0),
         "the direct server's session was evicted"
     );
-    assert_eq!(recoveries.len(), 6, "a server that never came back ended the run early");
+    let heals = (chosen_sequences().iter())
+        .flat_map(|(_, steps)| steps)
+        .filter(|step| matches!(step, Step::Heal))
+        .count();
+    assert_eq!(
+        recoveries.len(),
+        heals,
+        "a server that never came back ended the run early"
+    );
     for r in recoveries {
         let first_grant = r.first_grant.unwrap_or_else(|| {
             panic!(
@@ -475,6 +501,12 @@ fn report(rig: &Rig, recoveries: &[Recovery]) {
             r.after,
             r.bounds.held_probes,
             r.bounds.held_for
+        );
+        assert!(
+            r.bounds.probes_open <= 1,
+            "{} (after {}): probes open",
+            r.sequence,
+            r.after
         );
         assert!(
             r.bounds.queue_depth <= QUEUED_MAX,

@@ -736,7 +736,10 @@ mod tests {
         // Held: its registration is on its way; closing it would leave the
         // registration to land as a session nobody uses.
         assert!(probe_may_stay(Reach::Holds, old));
-        assert!(probe_may_stay(Reach::Holds, Duration::from_millis(PROBE_HELD_MAX_MS - 1)));
+        assert!(probe_may_stay(
+            Reach::Holds,
+            Duration::from_millis(PROBE_HELD_MAX_MS - 1)
+        ));
         assert!(!probe_may_stay(Reach::Holds, Duration::from_millis(PROBE_HELD_MAX_MS)));
     }
 }
