@@ -354,16 +354,18 @@ impl ClientPool {
         true
     }
 
-    /// True when [`PROBE_TIMEOUT_MS`] have passed since the pool last opened a
-    /// client, or it opened none yet.
-    fn may_open_client(&self) -> bool {
+    /// Takes the right to open a client now: true when [`PROBE_TIMEOUT_MS`]
+    /// have passed since the pool last opened one (or it opened none yet), and
+    /// no one else took it meanwhile.
+    fn claim_client_open(&self) -> bool {
         let last = self.client_opened_ms.load(Ordering::Acquire);
-        last == u64::MAX || self.now_ms().saturating_sub(last) >= PROBE_TIMEOUT_MS
-    }
-
-    /// Notes that the pool opened a client now.
-    fn opened_client(&self) {
-        self.client_opened_ms.store(self.now_ms(), Ordering::Release);
+        let now = self.now_ms();
+        if last != u64::MAX && now.saturating_sub(last) < PROBE_TIMEOUT_MS {
+            return false;
+        }
+        (self.client_opened_ms)
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// Replaces the client of `session` after the cluster evicted it, no
@@ -372,13 +374,16 @@ impl ClientPool {
     /// than it serves, across a fleet) is not answered by a storm of
     /// registrations that would evict other servers' sessions in turn.
     async fn renew(&self, session: usize, evicted: &Arc<Live>) {
-        while !self.may_open_client() {
+        loop {
+            // Replaced meanwhile (by another request's renewal, or the watchdog).
+            if !Arc::ptr_eq(&self.live(&self.sessions[session]), evicted) {
+                return;
+            }
+            if self.claim_client_open() {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(PROBE_TIMEOUT_MS / 5)).await;
         }
-        if !Arc::ptr_eq(&self.live(&self.sessions[session]), evicted) {
-            return;
-        }
-        self.opened_client();
         match new_client(self.cluster_id, &self.addresses) {
             Ok(client) => {
                 if self.replace(session, evicted, client) {
@@ -586,7 +591,7 @@ async fn watch_sessions(pool: Weak<ClientPool>) {
             }
         };
         watch.judge(reach);
-        if watch.probe.is_none() && pool.may_open_client() {
+        if watch.probe.is_none() && pool.claim_client_open() {
             watch.probe = pool.start_probe();
         }
         pool.probes_open
@@ -602,7 +607,6 @@ impl ClientPool {
                 .inspect_err(|e| tracing::error!(error = %e, "cannot open a probe session"))
                 .ok()?,
         );
-        self.opened_client();
         self.probes.fetch_add(1, Ordering::Relaxed);
         let (tell, answer) = tokio::sync::oneshot::channel();
         let asking = Arc::clone(&client);
