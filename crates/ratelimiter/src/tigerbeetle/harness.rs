@@ -4,6 +4,9 @@
 //! starts on a free port, and is killed when dropped, or when the process that
 //! started it exits (a watchdog shell, which also deletes the gigabyte data
 //! file), so a shared cluster in a `static` does not outlive its test binary.
+//! A test can kill the replica and start it again on its data and port
+//! ([`LocalCluster::kill`], [`LocalCluster::start_again`]), as a crash and a
+//! restart.
 
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
@@ -185,12 +188,13 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         // A paused replica must run again to act on the termination signal.
         let _ = self.signal("-CONT");
-        let _ = std::fs::remove_file(self.dir.join(STOPPED_FILE));
+        // The watchdog shell first: left alive, it would start a killed
+        // replica again once the replica it knows of is gone.
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
         let _ = Command::new("kill")
             .arg(self.replica_pid.load(Ordering::Relaxed).to_string())
             .status();
-        let _ = self.watchdog.kill();
-        let _ = self.watchdog.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
