@@ -55,6 +55,11 @@ const QUEUED_MAX: u64 = 2 * CLIENTS as u64;
 /// backend's `PROBE_HELD_MAX_MS`): every probe that reaches the replica
 /// registers a session, which may evict another server's.
 const HELD_PROBE_EVERY: Duration = Duration::from_secs(10);
+/// While the replica's port holds connections, the server checks it this
+/// rarely at most (the backend's `HELD_CHECK_INTERVAL_MS`); with its probes and
+/// its session's reconnections, a black hole holds at most three connections
+/// a second of it (ten port checks a second before).
+const HELD_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// Names a factor for every fault's length, for a manual run (3.5 makes the
 /// first black hole 52 s).
 const SCALE_ENV: &str = "FAULT_SEQUENCE_SCALE";
@@ -167,6 +172,9 @@ struct Bounds {
     /// Probes opened while the network held connections (black holes), each
     /// a registration that lands once the network passes, and how long.
     held_probes: u64,
+    /// Connections the black holes held (each one the replica accepts, one
+    /// per 10 ms tick, once the network passes).
+    held_connections: u64,
     held_for: Duration,
 }
 
@@ -214,6 +222,7 @@ impl Rig {
                 Step::Net(mode, length) => {
                     let probes = || metric(&self.proxied, "ratelimiterd_tigerbeetle_session_probes_total").unwrap_or(0);
                     let probes_before = probes();
+                    let accepted_before = self.proxy.accepted();
                     self.proxy.set(mode);
                     let until = Instant::now() + length;
                     while Instant::now() < until {
@@ -222,6 +231,7 @@ impl Rig {
                     }
                     if mode == Mode::BlackHole {
                         bounds.held_probes += probes() - probes_before;
+                        bounds.held_connections += self.proxy.accepted() - accepted_before;
                         bounds.held_for += length;
                     }
                 }
@@ -424,7 +434,7 @@ fn report(rig: &Rig, recoveries: &[Recovery]) {
     for r in recoveries {
         println!(
             "{} (after {}): first grant {:?}, /healthz 200 {:?}; while cut off at most: queue {}, outstanding {}, \
-             clients open {}, probes open {}; {} probes opened in {:?} of black hole",
+             clients open {}, probes open {}; {} probes opened, {} connections held in {:?} of black hole",
             r.sequence,
             r.after,
             r.first_grant,
@@ -434,6 +444,7 @@ fn report(rig: &Rig, recoveries: &[Recovery]) {
             r.bounds.clients_open,
             r.bounds.probes_open,
             r.bounds.held_probes,
+            r.bounds.held_connections,
             r.bounds.held_for
         );
     }
@@ -500,6 +511,15 @@ fn report(rig: &Rig, recoveries: &[Recovery]) {
             r.sequence,
             r.after,
             r.bounds.held_probes,
+            r.bounds.held_for
+        );
+        let held_connections_max = 3 * r.bounds.held_for.as_secs() / HELD_CHECK_EVERY.as_secs() + CLIENTS_OPEN_MAX;
+        assert!(
+            r.bounds.held_connections <= held_connections_max,
+            "{} (after {}): {} connections held in {:?} of black hole",
+            r.sequence,
+            r.after,
+            r.bounds.held_connections,
             r.bounds.held_for
         );
         assert!(

@@ -6,6 +6,7 @@
 //! connection as soon as it is accepted.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +32,8 @@ pub struct Proxy {
     /// Where the server connects to reach the replica.
     pub addr: SocketAddr,
     mode: Arc<watch::Sender<Mode>>,
+    /// Connections accepted so far.
+    accepted: Arc<AtomicU64>,
     _runtime: tokio::runtime::Runtime,
 }
 
@@ -53,12 +56,25 @@ impl Proxy {
         let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).expect("proxy port");
         let addr = listener.local_addr().expect("proxy address");
         let mode = Arc::new(watch::Sender::new(Mode::Forward));
-        runtime.spawn(accept_loop(listener, addr, upstream, Arc::clone(&mode), keeps_upstream));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let accepting = Accepting {
+            addr,
+            upstream,
+            keeps_upstream,
+            accepted: Arc::clone(&accepted),
+        };
+        runtime.spawn(accept_loop(listener, accepting, Arc::clone(&mode)));
         Proxy {
             addr,
             mode,
+            accepted,
             _runtime: runtime,
         }
+    }
+
+    /// Connections the proxy accepted so far (while forwarding or holding).
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
     }
 
     /// Switches what the proxy does with every connection, open or new.
@@ -68,13 +84,21 @@ impl Proxy {
 }
 
 /// Accepts while forwarding or black-holing; while refusing, the port is closed.
-async fn accept_loop(
-    mut listener: TcpListener,
+/// What the accept loop needs besides its listener and mode.
+struct Accepting {
     addr: SocketAddr,
     upstream: SocketAddr,
-    mode: Arc<watch::Sender<Mode>>,
     keeps_upstream: bool,
-) {
+    accepted: Arc<AtomicU64>,
+}
+
+async fn accept_loop(mut listener: TcpListener, accepting: Accepting, mode: Arc<watch::Sender<Mode>>) {
+    let Accepting {
+        addr,
+        upstream,
+        keeps_upstream,
+        accepted: count,
+    } = accepting;
     let mut changes = mode.subscribe();
     loop {
         if *changes.borrow_and_update() == Mode::Refuse {
@@ -93,6 +117,7 @@ async fn accept_loop(
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((client, _)) = accepted {
+                    count.fetch_add(1, Ordering::Relaxed);
                     tokio::spawn(connection(client, upstream, mode.subscribe(), keeps_upstream));
                 }
             }
