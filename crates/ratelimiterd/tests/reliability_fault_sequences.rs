@@ -58,7 +58,7 @@ const HELD_PROBE_EVERY: Duration = Duration::from_secs(10);
 /// While the replica's port holds connections, the server checks it this
 /// rarely at most (the backend's `HELD_CHECK_INTERVAL_MS`); with its probes and
 /// its session's reconnections, a black hole holds at most three connections
-/// a second of it (ten port checks a second before).
+/// a second of it (checks every 100 ms would make it ten).
 const HELD_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// Names a factor for every fault's length, for a manual run (3.5 makes the
 /// first black hole 52 s).
