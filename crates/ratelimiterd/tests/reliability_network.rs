@@ -15,157 +15,15 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ratelimiter::tigerbeetle::LocalCluster;
 use ratelimiter::LeaseId;
 use serde_json::{json, Value};
+use support::proxy::{Mode, Proxy};
 use support::{raw, temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
-
-/// What the proxy does with the traffic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    /// Forwards both ways.
-    Forward,
-    /// Holds every byte and every new connection until forwarding resumes.
-    BlackHole,
-    /// Resets every connection and closes its port: connections are refused.
-    Refuse,
-    /// Resets every connection, and every new one as soon as it is accepted.
-    Reset,
-}
-
-/// A TCP proxy on loopback in front of one replica, on a runtime of its own.
-struct Proxy {
-    addr: SocketAddr,
-    mode: Arc<watch::Sender<Mode>>,
-    _runtime: tokio::runtime::Runtime,
-}
-
-impl Proxy {
-    fn start(upstream: SocketAddr) -> Proxy {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("proxy runtime");
-        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).expect("proxy port");
-        let addr = listener.local_addr().expect("proxy address");
-        let mode = Arc::new(watch::Sender::new(Mode::Forward));
-        runtime.spawn(accept_loop(listener, addr, upstream, Arc::clone(&mode)));
-        Proxy {
-            addr,
-            mode,
-            _runtime: runtime,
-        }
-    }
-
-    fn set(&self, mode: Mode) {
-        self.mode.send_replace(mode);
-    }
-}
-
-/// Accepts while forwarding or black-holing; while refusing, the port is closed.
-async fn accept_loop(
-    mut listener: TcpListener,
-    addr: SocketAddr,
-    upstream: SocketAddr,
-    mode: Arc<watch::Sender<Mode>>,
-) {
-    let mut changes = mode.subscribe();
-    loop {
-        if *changes.borrow_and_update() == Mode::Refuse {
-            drop(listener);
-            while *changes.borrow_and_update() == Mode::Refuse {
-                changes.changed().await.expect("the proxy lives");
-            }
-            listener = loop {
-                match TcpListener::bind(addr).await {
-                    Ok(listener) => break listener,
-                    Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-                }
-            };
-            continue;
-        }
-        tokio::select! {
-            accepted = listener.accept() => {
-                if let Ok((client, _)) = accepted {
-                    tokio::spawn(connection(client, upstream, mode.subscribe()));
-                }
-            }
-            _ = changes.changed() => {}
-        }
-    }
-}
-
-/// One proxied connection: connects upstream once forwarding, then pipes.
-async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>) {
-    // Closing with a zero linger sends a reset, as a flushed connection (and
-    // does not block: the deprecation is about a lingering close).
-    #[allow(deprecated)]
-    let _ = client.set_linger(Some(Duration::ZERO));
-    if !wait_forwarding(&mut mode).await {
-        return;
-    }
-    let Ok(server) = TcpStream::connect(upstream).await else {
-        return;
-    };
-    #[allow(deprecated)]
-    let _ = server.set_linger(Some(Duration::ZERO));
-    let (client_read, client_write) = client.into_split();
-    let (server_read, server_write) = server.into_split();
-    tokio::join!(
-        pipe(client_read, server_write, mode.clone()),
-        pipe(server_read, client_write, mode)
-    );
-}
-
-/// Waits while black-holed; false when the connection must be reset.
-async fn wait_forwarding(mode: &mut watch::Receiver<Mode>) -> bool {
-    loop {
-        match *mode.borrow_and_update() {
-            Mode::Forward => return true,
-            Mode::Refuse | Mode::Reset => return false,
-            Mode::BlackHole => {}
-        }
-        if mode.changed().await.is_err() {
-            return false;
-        }
-    }
-}
-
-/// Copies one direction, holding bytes while black-holed; returns (dropping
-/// its halves, which resets the connection) when refusing or at end of stream.
-async fn pipe(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut mode: watch::Receiver<Mode>,
-) {
-    let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        if !wait_forwarding(&mut mode).await {
-            return;
-        }
-        tokio::select! {
-            read = from.read(&mut buffer) => {
-                let n = match read {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                if !wait_forwarding(&mut mode).await || to.write_all(&buffer[..n]).await.is_err() {
-                    return;
-                }
-            }
-            _ = mode.changed() => {}
-        }
-    }
-}
 
 /// The request timeout of the server: an outage is answered 503 after it.
 const REQUEST_TIMEOUT_MS: u64 = 2_000;

@@ -205,6 +205,8 @@ impl TigerBeetleBackend {
             sessions_renewed: self.pool.sessions_renewed(),
             sessions_replaced: self.pool.sessions_replaced(),
             session_probes: self.pool.probes(),
+            clients_open: self.pool.clients_open() as u64,
+            probes_open: self.pool.probes_open() as u64,
             requests: self.pool.requests(),
             definitions_reads: load(&self.refresh_started),
             leases_cached: self.leases.len() as u64,

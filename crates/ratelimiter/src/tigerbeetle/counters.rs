@@ -31,6 +31,11 @@ pub struct TigerBeetleCounters {
     pub sessions_replaced: u64,
     /// Probe sessions opened while a session was stalled.
     pub session_probes: u64,
+    /// Client sessions open now: the configured ones, a probe while a session
+    /// is stalled, and replaced ones still closing.
+    pub clients_open: u64,
+    /// Probe sessions open now (0 or 1).
+    pub probes_open: u64,
     /// Requests sent to the cluster on the sessions, of every kind.
     pub requests: u64,
     /// Reads of the definition log (each one request, or more for a long log).
@@ -75,7 +80,7 @@ pub struct TigerBeetleCounters {
 /// counters; `_total` names are counters, the rest gauges.
 type MetricLine = (&'static str, &'static str, fn(&TigerBeetleCounters) -> u64);
 
-const METRIC_LINES: [MetricLine; 30] = [
+const METRIC_LINES: [MetricLine; 32] = [
     (
         "tigerbeetle_overage_dropped_units_total",
         "Units used above reservations and dropped (overage: none).",
@@ -155,6 +160,16 @@ const METRIC_LINES: [MetricLine; 30] = [
         "tigerbeetle_session_probes_total",
         "Fresh sessions opened to learn whether the cluster answers while a session was stalled.",
         |c| c.session_probes,
+    ),
+    (
+        "tigerbeetle_clients_open",
+        "Client sessions open now: the configured ones, a probe while a session is stalled, replaced ones closing.",
+        |c| c.clients_open,
+    ),
+    (
+        "tigerbeetle_probes_open",
+        "Probe sessions open now (at most one, while a session is stalled).",
+        |c| c.probes_open,
     ),
     (
         "tigerbeetle_requests_total",

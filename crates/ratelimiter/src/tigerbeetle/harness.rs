@@ -4,12 +4,16 @@
 //! starts on a free port, and is killed when dropped, or when the process that
 //! started it exits (a watchdog shell, which also deletes the gigabyte data
 //! file), so a shared cluster in a `static` does not outlive its test binary.
+//! A test can kill the replica and start it again on its data and port
+//! ([`LocalCluster::kill`], [`LocalCluster::start_again`]), as a crash and a
+//! restart.
 
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long the replica gets to listen after start.
@@ -19,6 +23,9 @@ pub const START_TIMEOUT_MS: u64 = 60_000;
 pub const START_ATTEMPTS_MAX: u32 = 3;
 /// The grid cache of test replicas: the default is a gigabyte, tests need little.
 pub const CACHE_GRID: &str = "128MiB";
+/// The file whose presence tells the watchdog shell that a dead replica was
+/// killed on purpose, to be started again once the file is gone.
+const STOPPED_FILE: &str = "stopped";
 
 /// Why a local cluster could not start.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +36,10 @@ pub struct HarnessError(String);
 #[derive(Debug)]
 pub struct LocalCluster {
     watchdog: Child,
-    replica_pid: u32,
+    /// The watchdog's output: one line with the replica's pid at each start.
+    pids: Mutex<BufReader<ChildStdout>>,
+    /// The running replica's pid (it changes with [`LocalCluster::restart`]).
+    replica_pid: AtomicU32,
     dir: PathBuf,
     address: String,
 }
@@ -75,9 +85,12 @@ impl LocalCluster {
         let port = free_port()?;
         let address = format!("127.0.0.1:{port}");
         let mut watchdog = spawn_watchdog(binary, &address, &data, &dir)?;
-        let replica_pid = read_replica_pid(&mut watchdog)?;
+        let mut pids = BufReader::new(watchdog.stdout.take().expect("piped stdout"));
+        let replica_pid = AtomicU32::new(read_replica_pid(&mut pids)?);
+        let pids = Mutex::new(pids);
         let cluster = Self {
             watchdog,
+            pids,
             replica_pid,
             dir,
             address,
@@ -103,6 +116,11 @@ impl LocalCluster {
         &self.address
     }
 
+    /// What the replica logged so far (every start of it).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("replica.log")).unwrap_or_default()
+    }
+
     /// Stops the replica (SIGSTOP): the cluster answers nothing, as when it is
     /// down, while its connections stay open, the case that hangs naive clients.
     pub fn pause(&self) -> Result<(), HarnessError> {
@@ -114,10 +132,29 @@ impl LocalCluster {
         self.signal("-CONT")
     }
 
+    /// Kills the replica (SIGKILL), as a crash or a host's reboot: its port
+    /// refuses connections until [`LocalCluster::start_again`], which starts it
+    /// again on the same data file and port. Its data is kept meanwhile.
+    pub fn kill(&self) -> Result<(), HarnessError> {
+        let stopped = self.dir.join(STOPPED_FILE);
+        std::fs::write(&stopped, b"").map_err(|e| HarnessError(format!("{}: {e}", stopped.display())))?;
+        self.signal("-KILL")
+    }
+
+    /// Starts the replica killed by [`LocalCluster::kill`] again, on the same
+    /// data file and port, and waits until it listens.
+    pub fn start_again(&self) -> Result<(), HarnessError> {
+        let stopped = self.dir.join(STOPPED_FILE);
+        std::fs::remove_file(&stopped).map_err(|e| HarnessError(format!("{}: {e}", stopped.display())))?;
+        let pid = read_replica_pid(&mut self.pids.lock().expect("pids lock"))?;
+        self.replica_pid.store(pid, Ordering::Relaxed);
+        self.wait_listening()
+    }
+
     fn signal(&self, signal: &str) -> Result<(), HarnessError> {
         let status = Command::new("kill")
             .arg(signal)
-            .arg(self.replica_pid.to_string())
+            .arg(self.replica_pid.load(Ordering::Relaxed).to_string())
             .status()
             .map_err(|e| HarnessError(format!("kill {signal}: {e}")))?;
         if !status.success() {
@@ -151,9 +188,13 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         // A paused replica must run again to act on the termination signal.
         let _ = self.signal("-CONT");
-        let _ = Command::new("kill").arg(self.replica_pid.to_string()).status();
+        // The watchdog shell first: left alive, it would start a killed
+        // replica again once the replica it knows of is gone.
         let _ = self.watchdog.kill();
         let _ = self.watchdog.wait();
+        let _ = Command::new("kill")
+            .arg(self.replica_pid.load(Ordering::Relaxed).to_string())
+            .status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -189,15 +230,28 @@ fn spawn_watchdog(binary: &Path, address: &str, data: &Path, dir: &Path) -> Resu
     // Bound to loopback only: TigerBeetle has no authentication. Without the
     // limits below, --development caps requests at 32 KiB and queues no request
     // beyond the 8 in the pipeline, so a 9th client session never gets an answer.
+    // A replica killed while the stopped file exists is started again (same
+    // data, same port) once the file is gone, and its new pid printed.
     let script = r#"
-        "$TB" start --addresses="$ADDR" --development --cache-grid="$CACHE" \
-            --experimental --limit-request=1MiB --limit-pipeline-requests=24 "$DATA" >"$LOG" 2>&1 &
-        tb=$!
-        echo "$tb"
+        run() {
+            "$TB" start --addresses="$ADDR" --development --cache-grid="$CACHE" \
+                --experimental --limit-request=1MiB --limit-pipeline-requests=24 "$DATA" >>"$LOG" 2>&1 &
+            tb=$!
+            echo "$tb"
+        }
+        run
         # The data file is a gigabyte: it goes with the replica.
         trap 'kill $tb 2>/dev/null; wait $tb 2>/dev/null; rm -rf "$DIR"' EXIT
         trap 'exit 0' TERM INT
-        while kill -0 "$PARENT" 2>/dev/null && kill -0 "$tb" 2>/dev/null; do sleep 0.5; done
+        while kill -0 "$PARENT" 2>/dev/null; do
+            if ! kill -0 "$tb" 2>/dev/null; then
+                [ -e "$DIR/$STOPPED" ] || break
+                wait "$tb" 2>/dev/null
+                while [ -e "$DIR/$STOPPED" ] && kill -0 "$PARENT" 2>/dev/null; do sleep 0.02; done
+                run
+            fi
+            sleep 0.1
+        done
     "#;
     Command::new("bash")
         .arg("-c")
@@ -208,6 +262,7 @@ fn spawn_watchdog(binary: &Path, address: &str, data: &Path, dir: &Path) -> Resu
         .env("DATA", data)
         .env("LOG", dir.join("replica.log"))
         .env("DIR", dir)
+        .env("STOPPED", STOPPED_FILE)
         .env("PARENT", std::process::id().to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -215,11 +270,9 @@ fn spawn_watchdog(binary: &Path, address: &str, data: &Path, dir: &Path) -> Resu
         .map_err(|e| HarnessError(format!("start: {e}")))
 }
 
-fn read_replica_pid(watchdog: &mut Child) -> Result<u32, HarnessError> {
-    let stdout = watchdog.stdout.take().expect("piped stdout");
+fn read_replica_pid(pids: &mut BufReader<ChildStdout>) -> Result<u32, HarnessError> {
     let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
+    pids.read_line(&mut line)
         .map_err(|e| HarnessError(format!("watchdog: {e}")))?;
     line.trim()
         .parse()

@@ -46,6 +46,10 @@ const LOOKUP_IDS_MAX: usize = 8_000;
 /// `Busy` (503) at once.
 const LOOKUP_QUEUE_MAX: usize = 4_096;
 
+/// How often the batcher, while it waits for a session, drops the lookups
+/// whose callers gave up from the head of its queue (as the submitter does).
+const PRUNE_INTERVAL: Duration = Duration::from_millis(10);
+
 /// One lookup on its way through the batcher.
 struct Lookup {
     ids: Vec<u128>,
@@ -120,7 +124,9 @@ async fn run_lookups(pool: Arc<ClientPool>, mut queue: mpsc::Receiver<Lookup>, r
                 None => return,
             },
         };
-        let slot = pool.slot().await;
+        let Some((slot, first)) = wait_for_slot(&pool, first, &mut queue).await else {
+            continue;
+        };
         let mut batch = vec![first];
         let mut ids = batch[0].ids.len();
         while let Ok(lookup) = queue.try_recv() {
@@ -137,6 +143,30 @@ async fn run_lookups(pool: Arc<ClientPool>, mut queue: mpsc::Receiver<Lookup>, r
         }
         requests.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(send_lookups(Arc::clone(&pool), slot, batch));
+    }
+}
+
+/// Waits for a free session holding `first`; meanwhile, every
+/// [`PRUNE_INTERVAL`], a lookup whose caller gave up gives its place to the
+/// next one queued, so that while the cluster is cut off the queue drains of
+/// the lookups nobody waits for (callers give up in the order they came).
+/// `None` when every lookup queued was given up.
+async fn wait_for_slot(
+    pool: &ClientPool,
+    mut first: Lookup,
+    queue: &mut mpsc::Receiver<Lookup>,
+) -> Option<(super::pool::Slot, Lookup)> {
+    let acquire = pool.slot();
+    tokio::pin!(acquire);
+    loop {
+        tokio::select! {
+            slot = &mut acquire => return Some((slot, first)),
+            () = tokio::time::sleep(PRUNE_INTERVAL) => {
+                while first.reply.is_closed() {
+                    first = queue.try_recv().ok()?;
+                }
+            }
+        }
     }
 }
 

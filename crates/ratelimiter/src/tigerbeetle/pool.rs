@@ -13,14 +13,27 @@
 //! after connections were reset or refused for a while, a client can take
 //! seconds to notice that the cluster is back. The watchdog does not wait for
 //! it: while a session has had a request unanswered for [`STALL_MS`], it checks
-//! whether a replica accepts connections and, if one does, opens a fresh
-//! client (a probe) that sends a lookup. When a probe is answered
-//! the cluster is reachable, and the probe's client, registered already,
-//! replaces a stalled session; the requests still waiting on the old client end
-//! with an error (outcome unknown, as after a timeout), their slots come free,
-//! and the old client is closed (docs/tigerbeetle-backend.md, "Sessions").
+//! what the replicas' ports do with a connection (refuse it, reset it, or hold
+//! it open) and keeps one fresh client open (a probe) that sends a lookup.
+//! While the ports reset or refuse, the probe gives way to a fresh one every
+//! [`PROBE_TIMEOUT_MS`], so that a young one is waiting when the network
+//! returns; while they hold connections (a black hole, or a slow cluster), the
+//! probe stays until answered, up to [`PROBE_HELD_MAX_MS`]: its registration
+//! is on its way, and closing it would leave that registration to land later
+//! as a session nobody uses, which the replica, serving a bounded number of
+//! sessions, would make room for by evicting another (perhaps another
+//! server's). When a probe is answered the cluster is reachable, and the
+//! probe's client, registered already, replaces a stalled session; the
+//! requests still waiting on the old client end with an error (outcome
+//! unknown, as after a timeout), their slots come free, and the old client is
+//! closed. The pool opens at most one client per [`PROBE_TIMEOUT_MS`] (probes,
+//! and sessions reopened after an eviction), so whatever the network does, a
+//! server registers at most two sessions a second, and holds at most its
+//! sessions, one probe and the clients it is closing
+//! (docs/tigerbeetle-backend.md, "Sessions", "When the network fails").
 
 use std::future::Future;
+use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, Weak};
@@ -39,19 +52,43 @@ pub const STALL_MS: u64 = 1_000;
 /// How often the watchdog looks at the sessions, and checks a replica's port
 /// while one is stalled: a refused port that opens again is seen this soon.
 pub const WATCH_INTERVAL_MS: u64 = 100;
-/// How long a probe client gets to be answered before it is closed. A fresh
-/// client registers as it opens, before its connection is up, so its first
-/// answer comes when it resends, about 650 ms later on a healthy cluster
-/// (measured; TigerBeetle 0.16 resends after twice its 300 ms round-trip
-/// estimate): a probe lives through two resends, so that while replicas accept
-/// connections but do not answer, a resend falls within 0.7 s of the network's
-/// return.
-pub const PROBE_TIMEOUT_MS: u64 = 1_500;
-/// The most probes open at once: each is a client with its own thread and
-/// about 14 MiB of message buffers (three at once grew a server by 42 MiB).
-pub const PROBES_MAX: usize = 1;
+/// How long a probe client lives while the replicas' ports reset or refuse
+/// connections, and the fewest ms between two clients a pool opens (probes,
+/// and sessions reopened after an eviction). A fresh client registers as it
+/// opens, before its connection is up, so its first answer comes when it
+/// resends, about 650 ms later on a healthy cluster (measured; TigerBeetle
+/// 0.16 resends after twice its 300 ms round-trip estimate), and it backs off
+/// with every failed attempt. Probes that give way to fresh ones this often
+/// while the network fails leave, when it returns, a probe at most this old,
+/// whose first resend comes within 0.6 s, instead of a probe opened only then.
+/// Nothing of such a probe reaches a replica, so replacing it costs the
+/// cluster nothing; and the spacing bounds the sessions a server can register
+/// to two a second, whatever the network does.
+pub const PROBE_TIMEOUT_MS: u64 = 500;
+/// How long a probe client lives while a replica's port holds connections
+/// open but the probe is not answered: the cluster is slow, or the network
+/// holds what it is sent (a black hole). Its registration is then on its way,
+/// and is answered as soon as the network passes; a probe closed before that
+/// would leave its registration to land later as a session nobody uses, which
+/// the replica counts against its bound (8 + `--limit-pipeline-requests`
+/// sessions) and makes room for by evicting its least recently used session,
+/// perhaps another server's. So a held probe is replaced only this rarely, in
+/// case its connection died unseen.
+pub const PROBE_HELD_MAX_MS: u64 = 10_000;
+/// How often the watchdog checks the replicas' ports while they hold
+/// connections open and a probe is waiting: each check is a connection a
+/// black hole holds and delivers once it passes, and a replica accepts one
+/// connection per 10 ms tick, ahead of the clients that reconnect (checked
+/// every 100 ms, an 8 s black hole left the replica accepting and closing held
+/// checks for 0.7 s after it passed); one a second still sees resets within a
+/// second.
+pub const HELD_CHECK_INTERVAL_MS: u64 = 1_000;
 /// How long the check of a replica's port waits for the connection.
 pub const CONNECT_CHECK_TIMEOUT_MS: u64 = 200;
+/// How long the check of a replica's port waits, once connected, for the peer
+/// to close the connection: a port that resets what it accepts does so at
+/// once, and a replica never closes a connection that has sent nothing.
+pub const RESET_CHECK_MS: u64 = 50;
 /// The account id a probe looks up: any id will do, the answer is what counts.
 const PROBE_ACCOUNT_ID: u128 = 1;
 
@@ -82,15 +119,18 @@ struct Live {
     /// (ms since the pool opened): a busy client that has not moved since
     /// [`STALL_MS`] is stalled.
     moved_ms: AtomicU64,
+    /// Counts the client among the pool's open clients while it lives.
+    _open: OpenClient,
 }
 
 impl Live {
-    fn new(client: tb::Client) -> Arc<Self> {
+    fn new(client: tb::Client, open: &Arc<AtomicUsize>) -> Arc<Self> {
         Arc::new(Self {
             client: Arc::new(client),
             retired: watch::Sender::new(false),
             outstanding: AtomicUsize::new(0),
             moved_ms: AtomicU64::new(0),
+            _open: OpenClient::new(open),
         })
     }
 
@@ -149,6 +189,13 @@ pub struct ClientPool {
     probes: AtomicU64,
     /// Requests run on the sessions (a metric).
     requests: AtomicU64,
+    /// Clients open now: sessions, the probe, and replaced ones still closing.
+    clients_open: Arc<AtomicUsize>,
+    /// Probes open now (0 or 1).
+    probes_open: AtomicUsize,
+    /// When the pool last opened a client (ms of its clock), to space them by
+    /// [`PROBE_TIMEOUT_MS`]; `u64::MAX` before the first after the sessions.
+    client_opened_ms: AtomicU64,
     /// The next session to use, round robin.
     next: AtomicUsize,
     /// The origin of the pool's millisecond clock.
@@ -180,11 +227,12 @@ impl ClientPool {
     pub fn open(config: &TigerBeetleConfig, slots: usize) -> Result<Self, PoolError> {
         assert!(slots >= 1, "a pool needs at least one slot");
         let addresses = config.addresses_joined();
+        let clients_open = Arc::new(AtomicUsize::new(0));
         let sessions = (0..config.fields().sessions)
             .map(|_| {
                 let client = new_client(config.cluster_id(), &addresses)?;
                 Ok(Session {
-                    live: RwLock::new(Live::new(client)),
+                    live: RwLock::new(Live::new(client, &clients_open)),
                 })
             })
             .collect::<Result<Vec<_>, PoolError>>()?;
@@ -196,6 +244,9 @@ impl ClientPool {
             replaced: AtomicU64::new(0),
             probes: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            clients_open,
+            probes_open: AtomicUsize::new(0),
+            client_opened_ms: AtomicU64::new(u64::MAX),
             next: AtomicUsize::new(0),
             opened: Instant::now(),
             cluster_id: config.cluster_id(),
@@ -232,6 +283,18 @@ impl ClientPool {
     /// Requests run on the sessions so far, of every kind (probes aside).
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Clients open now: the sessions, a probe while one is open, and replaced
+    /// clients still closing. Bounded by the sessions plus two whatever the
+    /// network does.
+    pub fn clients_open(&self) -> usize {
+        self.clients_open.load(Ordering::Relaxed)
+    }
+
+    /// Probes open now (at most one).
+    pub fn probes_open(&self) -> usize {
+        self.probes_open.load(Ordering::Relaxed)
     }
 
     /// True while some session has had a request unanswered for [`STALL_MS`]:
@@ -286,14 +349,42 @@ impl ClientPool {
             if !Arc::ptr_eq(&guard, old) {
                 return false;
             }
-            std::mem::replace(&mut *guard, Live::new(client))
+            std::mem::replace(&mut *guard, Live::new(client, &self.clients_open))
         };
         previous.retired.send_replace(true);
         true
     }
 
-    /// Replaces the client of `session` after the cluster evicted it.
-    fn renew(&self, session: usize, evicted: &Arc<Live>) {
+    /// Takes the right to open a client now: true when [`PROBE_TIMEOUT_MS`]
+    /// have passed since the pool last opened one (or it opened none yet), and
+    /// no one else took it meanwhile.
+    fn claim_client_open(&self) -> bool {
+        let last = self.client_opened_ms.load(Ordering::Acquire);
+        let now = self.now_ms();
+        if last != u64::MAX && now.saturating_sub(last) < PROBE_TIMEOUT_MS {
+            return false;
+        }
+        (self.client_opened_ms)
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Replaces the client of `session` after the cluster evicted it, no
+    /// sooner than [`PROBE_TIMEOUT_MS`] after the pool's last new client: a
+    /// replica that evicts sessions as fast as they register (more sessions
+    /// than it serves, across a fleet) is not answered by a storm of
+    /// registrations that would evict other servers' sessions in turn.
+    async fn renew(&self, session: usize, evicted: &Arc<Live>) {
+        loop {
+            // Replaced meanwhile (by another request's renewal, or the watchdog).
+            if !Arc::ptr_eq(&self.live(&self.sessions[session]), evicted) {
+                return;
+            }
+            if self.claim_client_open() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(PROBE_TIMEOUT_MS / 5)).await;
+        }
         match new_client(self.cluster_id, &self.addresses) {
             Ok(client) => {
                 if self.replace(session, evicted, client) {
@@ -350,7 +441,7 @@ impl ClientPool {
         drop(outstanding);
         if let Err(e) = &result {
             if matches!(e.kind(), tb::error::SendErrorKind::ClientEvicted) {
-                self.renew(session, &live);
+                self.renew(session, &live).await;
             }
         }
         drop(permit);
@@ -399,6 +490,8 @@ struct Probe {
     /// it lets go of the client, which then closes.
     task: tokio::task::JoinHandle<()>,
     started: Instant,
+    /// Counts the probe among the open clients while it lives.
+    _open: OpenClient,
 }
 
 impl Drop for Probe {
@@ -407,11 +500,63 @@ impl Drop for Probe {
     }
 }
 
+/// What a check of the replicas' ports found, from worst to best.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Reach {
+    /// No replica's port accepted a connection in time: refused, or a
+    /// network that drops what it is sent.
+    Unreachable,
+    /// A port accepted and closed the connection at once (a replica
+    /// restarting behind a balancer, a firewall resetting connections).
+    Reset,
+    /// A port accepted and held the connection open: a replica that listens,
+    /// or a network that holds what it is sent (a black hole).
+    Holds,
+}
+
+/// What the watchdog keeps between its ticks.
+#[derive(Default)]
+struct Watch {
+    /// The one probe open, if any.
+    probe: Option<Probe>,
+    /// When the last check found the ports holding connections; `None` when
+    /// it found them resetting or refusing.
+    held_since_check: Option<Instant>,
+}
+
+impl Watch {
+    /// Decides whether the probe open may stay, given what the port check
+    /// found: a probe whose connections are reset or refused closes after
+    /// [`PROBE_TIMEOUT_MS`] (nothing of it reached a replica, and its client
+    /// backs off); a probe held open closes only after [`PROBE_HELD_MAX_MS`],
+    /// since its registration is on its way and closing it would only leave
+    /// that registration to land later as a session nobody uses. A probe
+    /// that was opened under resets is young when the ports hold connections
+    /// again, and stays: its first resend comes soon.
+    fn judge(&mut self, reach: Reach) {
+        let Some(probe) = &self.probe else {
+            return;
+        };
+        if !probe_may_stay(reach, probe.started.elapsed()) {
+            self.probe = None;
+        }
+    }
+}
+
+/// Whether a probe of age `age` stays open when the ports do what `reach`
+/// says (see [`Watch::judge`]).
+fn probe_may_stay(reach: Reach, age: Duration) -> bool {
+    match reach {
+        Reach::Holds => age < Duration::from_millis(PROBE_HELD_MAX_MS),
+        Reach::Reset | Reach::Unreachable => age < Duration::from_millis(PROBE_TIMEOUT_MS),
+    }
+}
+
 /// The watchdog's loop: nothing to do while no session is stalled.
 async fn watch_sessions(pool: Weak<ClientPool>) {
     let mut ticks = tokio::time::interval(Duration::from_millis(WATCH_INTERVAL_MS));
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut probes: Vec<Probe> = Vec::new();
+    let mut watch = Watch::default();
     loop {
         ticks.tick().await;
         let Some(pool) = pool.upgrade() else {
@@ -419,37 +564,45 @@ async fn watch_sessions(pool: Weak<ClientPool>) {
         };
         let stalled = pool.stalled_sessions();
         if stalled.is_empty() {
-            probes.clear();
+            watch = Watch::default();
             continue;
         }
-        let mut answered = Vec::new();
-        probes.retain_mut(|probe| match probe.answer.try_recv() {
-            Ok(true) => {
-                answered.push(Arc::clone(&probe.client));
-                false
+        if let Some(probe) = &mut watch.probe {
+            match probe.answer.try_recv() {
+                Ok(true) => {
+                    let probe = watch.probe.take().expect("a probe");
+                    pool.replace_stalled(probe, stalled);
+                    continue;
+                }
+                // Evicted or shut down: the next probe waits for its turn.
+                Ok(false) | Err(tokio::sync::oneshot::error::TryRecvError::Closed) => watch.probe = None,
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
             }
-            Ok(false) | Err(tokio::sync::oneshot::error::TryRecvError::Closed) => false,
-            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
-                probe.started.elapsed() < Duration::from_millis(PROBE_TIMEOUT_MS)
+        }
+        let reach = match watch.held_since_check {
+            Some(checked)
+                if watch.probe.is_some() && checked.elapsed() < Duration::from_millis(HELD_CHECK_INTERVAL_MS) =>
+            {
+                Reach::Holds
             }
-        });
-        if !answered.is_empty() {
-            pool.replace_stalled(answered, stalled);
-            continue;
+            _ => {
+                let reach = pool.reach().await;
+                watch.held_since_check = (reach == Reach::Holds).then(Instant::now);
+                reach
+            }
+        };
+        watch.judge(reach);
+        if watch.probe.is_none() && pool.claim_client_open() {
+            watch.probe = pool.start_probe();
         }
-        if probes.len() < PROBES_MAX {
-            probes.extend(pool.start_probe().await);
-        }
+        pool.probes_open
+            .store(usize::from(watch.probe.is_some()), Ordering::Relaxed);
     }
 }
 
 impl ClientPool {
-    /// Opens a probe client when some replica accepts connections; none while
-    /// every port refuses (opening clients then would only spin threads).
-    async fn start_probe(&self) -> Option<Probe> {
-        if !self.some_replica_listens().await {
-            return None;
-        }
+    /// Opens a probe client: a fresh session that sends one lookup.
+    fn start_probe(&self) -> Option<Probe> {
         let client = Arc::new(
             new_client(self.cluster_id, &self.addresses)
                 .inspect_err(|e| tracing::error!(error = %e, "cannot open a probe session"))
@@ -468,45 +621,130 @@ impl ClientPool {
             answer,
             task,
             started: Instant::now(),
+            _open: OpenClient::new(&self.clients_open),
         })
     }
 
-    /// True when a connection to some replica's port succeeds now.
-    async fn some_replica_listens(&self) -> bool {
-        let addresses = self.socket_addresses();
-        let checks = addresses.into_iter().map(|address| {
-            tokio::task::spawn_blocking(move || {
-                TcpStream::connect_timeout(&address, Duration::from_millis(CONNECT_CHECK_TIMEOUT_MS)).is_ok()
-            })
-        });
+    /// The best of what the replicas' ports do with a connection now.
+    async fn reach(&self) -> Reach {
+        let checks = self
+            .socket_addresses()
+            .into_iter()
+            .map(|address| tokio::task::spawn_blocking(move || check_port(address)));
+        let mut best = Reach::Unreachable;
         for check in checks.collect::<Vec<_>>() {
-            if check.await.unwrap_or(false) {
-                return true;
-            }
+            best = best.max(check.await.unwrap_or(Reach::Unreachable));
         }
-        false
+        best
     }
 
-    /// Replaces stalled sessions by the clients of answered probes, which are
-    /// registered already: one each, in order; a session left over waits for
-    /// the next answered probe.
-    fn replace_stalled(&self, answered: Vec<Arc<tb::Client>>, stalled: Vec<(usize, Arc<Live>)>) {
-        for (client, (session, old)) in answered.into_iter().zip(stalled) {
-            // The probe's task has let go of its client by the time it answers.
-            let Some(client) = Arc::into_inner(client) else {
-                continue;
-            };
-            if self.replace(session, &old, client) {
-                self.replaced.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    session,
-                    "TigerBeetle session stalled while a fresh one is answered: replaced"
-                );
-            }
+    /// Replaces one stalled session by the client of an answered probe, which
+    /// is registered already; other stalled sessions wait for the next probe.
+    fn replace_stalled(&self, probe: Probe, stalled: Vec<(usize, Arc<Live>)>) {
+        let client = Arc::clone(&probe.client);
+        drop(probe);
+        // The probe's task has let go of its client by the time it answers.
+        let Some(client) = Arc::into_inner(client) else {
+            return;
+        };
+        let Some((session, old)) = stalled.into_iter().next() else {
+            return;
+        };
+        if self.replace(session, &old, client) {
+            self.replaced.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                session,
+                "TigerBeetle session stalled while a fresh one is answered: replaced"
+            );
         }
+    }
+}
+
+/// Connects to `address` and waits [`RESET_CHECK_MS`] for the peer to close
+/// the connection: what a replica's port does with a connection now.
+fn check_port(address: SocketAddr) -> Reach {
+    let Ok(mut stream) = TcpStream::connect_timeout(&address, Duration::from_millis(CONNECT_CHECK_TIMEOUT_MS)) else {
+        return Reach::Unreachable;
+    };
+    if stream
+        .set_read_timeout(Some(Duration::from_millis(RESET_CHECK_MS)))
+        .is_err()
+    {
+        return Reach::Holds;
+    }
+    match stream.read(&mut [0u8; 1]) {
+        Ok(0) => Reach::Reset,
+        Ok(_) => Reach::Holds,
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Reach::Holds,
+        Err(_) => Reach::Reset,
+    }
+}
+
+/// Counts one open client in a pool's gauge while it lives.
+struct OpenClient(Arc<AtomicUsize>);
+
+impl OpenClient {
+    fn new(open: &Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(open))
+    }
+}
+
+impl Drop for OpenClient {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 fn new_client(cluster_id: u128, addresses: &str) -> Result<tb::Client, PoolError> {
     tb::Client::new(cluster_id, addresses).map_err(|e| PoolError::Client(format!("cannot open a session: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_port_check_tells_a_held_connection_from_a_reset_one_and_a_refused_one() {
+        let holding = TcpListener::bind("127.0.0.1:0").expect("a port");
+        let held = std::thread::spawn({
+            let holding = holding.try_clone().expect("listener");
+            move || {
+                let (connection, _) = holding.accept().expect("accept");
+                std::thread::sleep(Duration::from_millis(RESET_CHECK_MS * 4));
+                drop(connection);
+            }
+        });
+        assert_eq!(check_port(holding.local_addr().expect("address")), Reach::Holds);
+        held.join().expect("holder");
+
+        let resetting = TcpListener::bind("127.0.0.1:0").expect("a port");
+        let address = resetting.local_addr().expect("address");
+        let reset = std::thread::spawn(move || drop(resetting.accept().expect("accept")));
+        assert_eq!(check_port(address), Reach::Reset);
+        reset.join().expect("resetter");
+
+        let closed = TcpListener::bind("127.0.0.1:0").expect("a port");
+        let address = closed.local_addr().expect("address");
+        drop(closed);
+        assert_eq!(check_port(address), Reach::Unreachable);
+    }
+
+    #[test]
+    fn a_held_probe_stays_until_its_registration_can_land_and_a_reset_one_gives_way_soon() {
+        let young = Duration::from_millis(PROBE_TIMEOUT_MS - 1);
+        let old = Duration::from_millis(PROBE_TIMEOUT_MS);
+        assert!(probe_may_stay(Reach::Reset, young));
+        assert!(!probe_may_stay(Reach::Reset, old), "a reset probe has backed off");
+        assert!(!probe_may_stay(Reach::Unreachable, old));
+        // Held: its registration is on its way; closing it would leave the
+        // registration to land as a session nobody uses.
+        assert!(probe_may_stay(Reach::Holds, old));
+        assert!(probe_may_stay(
+            Reach::Holds,
+            Duration::from_millis(PROBE_HELD_MAX_MS - 1)
+        ));
+        assert!(!probe_may_stay(Reach::Holds, Duration::from_millis(PROBE_HELD_MAX_MS)));
+    }
 }

@@ -14,8 +14,9 @@
 //! coalesces the requests queued on a session. Both bound the work outstanding
 //! and answer `Busy` at once when full.
 
+use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,6 +62,13 @@ const EWMA_DIVISOR: u64 = 8;
 
 /// The round trip assumed before any was measured (a local cluster's).
 const RTT_INITIAL: Duration = Duration::from_millis(1);
+
+/// How often the dispatcher, while it waits for a session, drops the queued
+/// items whose callers gave up: while the cluster is cut off, the queue then
+/// holds only items someone still waits for, instead of one more for every
+/// attempt a client makes (10 ms is far below any caller's timeout and costs
+/// nothing while sessions are free).
+const PRUNE_INTERVAL: Duration = Duration::from_millis(10);
 
 /// When the dispatcher waits for a batch to fill: from the moving averages
 /// of the gap between arrivals and of the cluster's round trip, or a fixed
@@ -209,6 +217,11 @@ pub struct Submitter {
     pool: Arc<ClientPool>,
     /// The queue to the dispatcher; `None` in direct mode.
     queue: Option<mpsc::Sender<WorkItem>>,
+    /// Items the dispatcher took off the queue while it waited for a session
+    /// (they count against the queue's bound).
+    backlog_len: Arc<AtomicUsize>,
+    /// The most items queued, backlog included.
+    queue_max: usize,
     /// How long a caller waits for its result.
     timeout: Duration,
     /// The most transfers of one work item (and of one batch).
@@ -236,14 +249,19 @@ impl Submitter {
         let fields = config.fields();
         let batch_events_max = fields.batch_events_max as usize;
         let stats = Arc::new(SubmitterStats::default());
+        let queue_max = fields.queue_depth_max as usize;
+        let backlog_len = Arc::new(AtomicUsize::new(0));
         let queue = match fields.submit_mode {
             SubmitMode::Direct => None,
             SubmitMode::Batching => {
-                let (tx, rx) = mpsc::channel(fields.queue_depth_max as usize);
+                let (tx, rx) = mpsc::channel(queue_max);
                 let dispatcher = Dispatcher {
                     pool: Arc::clone(&pool),
                     queue: rx,
                     carry: None,
+                    backlog: VecDeque::new(),
+                    backlog_len: Arc::clone(&backlog_len),
+                    queue_max,
                     batch_events_max,
                     fill: FillPolicy::new(Duration::from_micros(fields.flush_interval_micros)),
                     stats: Arc::clone(&stats),
@@ -255,6 +273,8 @@ impl Submitter {
         Self {
             pool,
             queue,
+            backlog_len,
+            queue_max,
             timeout: Duration::from_millis(fields.request_timeout_ms),
             batch_events_max,
             stats,
@@ -275,7 +295,8 @@ impl Submitter {
     /// Work items queued for the dispatcher now (0 in direct mode, whose
     /// requests wait on the client library and count as busy slots).
     pub fn queue_depth(&self) -> usize {
-        self.queue.as_ref().map_or(0, |q| q.max_capacity() - q.capacity())
+        let queued = self.queue.as_ref().map_or(0, |q| q.max_capacity() - q.capacity());
+        queued + self.backlog_len.load(Ordering::Relaxed)
     }
 
     /// Sends `transfers` as one unit and returns the failed ones. `Busy` means
@@ -312,6 +333,9 @@ impl Submitter {
         queue: &mpsc::Sender<WorkItem>,
         transfers: Vec<tb::Transfer>,
     ) -> Result<Vec<Failure>, PoolError> {
+        if self.queue_depth() >= self.queue_max {
+            return Err(PoolError::Busy);
+        }
         let (reply, answer) = oneshot::channel();
         let item = WorkItem {
             transfers,
@@ -368,6 +392,13 @@ struct Dispatcher {
     queue: mpsc::Receiver<WorkItem>,
     /// An item that did not fit the previous batch; it opens the next one.
     carry: Option<WorkItem>,
+    /// Items taken off the queue while waiting for a session, oldest first,
+    /// so that those whose callers gave up can be dropped.
+    backlog: VecDeque<WorkItem>,
+    /// The backlog's length, for the queue's depth and bound.
+    backlog_len: Arc<AtomicUsize>,
+    /// The most items queued, backlog included.
+    queue_max: usize,
     batch_events_max: usize,
     fill: FillPolicy,
     stats: Arc<SubmitterStats>,
@@ -405,11 +436,21 @@ impl Batch {
     }
 }
 
+/// How a wait for a session ended.
+enum SlotWait {
+    /// A session is free for the batch that `first` opens.
+    Slot(Slot, WorkItem),
+    /// Every caller waiting gave up: nothing to send.
+    Emptied,
+    /// The submitter stops.
+    Stop,
+}
+
 impl Dispatcher {
     async fn run(mut self, shutdown: impl Future<Output = ()> + Send + 'static) {
         tokio::pin!(shutdown);
         loop {
-            let first = match self.carry.take() {
+            let first = match self.carry.take().or_else(|| self.pop_backlog()) {
                 Some(item) => item,
                 None => {
                     let item = tokio::select! {
@@ -425,9 +466,10 @@ impl Dispatcher {
             };
             // Waiting for a session with an item in hand lets the queue fill up
             // behind it: under load, batches grow by themselves.
-            let slot = tokio::select! {
-                slot = self.pool.slot() => slot,
-                () = &mut shutdown => return,
+            let (slot, first) = match self.wait_for_slot(first, &mut shutdown).await {
+                SlotWait::Slot(slot, first) => (slot, first),
+                SlotWait::Emptied => continue,
+                SlotWait::Stop => return,
             };
             let batch = self.gather(first).await;
             if batch.items.is_empty() {
@@ -443,6 +485,60 @@ impl Dispatcher {
         }
     }
 
+    /// Waits for a free session holding `first`; meanwhile drops the queued
+    /// items whose callers gave up, `first` included.
+    async fn wait_for_slot(
+        &mut self,
+        mut first: WorkItem,
+        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> SlotWait {
+        // One wait, kept across the prunes, so the dispatcher keeps its place
+        // among the waiters.
+        let pool = Arc::clone(&self.pool);
+        let acquire = pool.slot();
+        tokio::pin!(acquire);
+        loop {
+            tokio::select! {
+                slot = &mut acquire => return SlotWait::Slot(slot, first),
+                () = tokio::time::sleep(PRUNE_INTERVAL) => {
+                    self.prune();
+                    if first.reply.is_closed() {
+                        self.stats.abandoned.fetch_add(1, Ordering::Relaxed);
+                        match self.pop_backlog() {
+                            Some(next) => first = next,
+                            None => return SlotWait::Emptied,
+                        }
+                    }
+                }
+                () = shutdown.as_mut() => return SlotWait::Stop,
+            }
+        }
+    }
+
+    /// Moves what is queued to the backlog and drops the items there whose
+    /// callers gave up.
+    fn prune(&mut self) {
+        while self.backlog.len() < self.queue_max {
+            let Ok(item) = self.queue.try_recv() else {
+                break;
+            };
+            self.fill.arrived(item.queued);
+            self.backlog.push_back(item);
+        }
+        let before = self.backlog.len();
+        self.backlog.retain(|item| !item.reply.is_closed());
+        let dropped = before - self.backlog.len();
+        self.stats.abandoned.fetch_add(dropped as u64, Ordering::Relaxed);
+        self.backlog_len.store(self.backlog.len(), Ordering::Relaxed);
+    }
+
+    /// The oldest item of the backlog, if any.
+    fn pop_backlog(&mut self) -> Option<WorkItem> {
+        let item = self.backlog.pop_front();
+        self.backlog_len.store(self.backlog.len(), Ordering::Relaxed);
+        item
+    }
+
     /// Fills a batch starting with `first` from what is queued, waiting for
     /// more as long as the [`FillPolicy`] says it pays; an item that does not
     /// fit is carried over whole.
@@ -454,6 +550,17 @@ impl Dispatcher {
         let (deadline, patience) = self.fill.window(first.queued);
         batch.push(first, &self.stats);
         loop {
+            if let Some(item) = self.pop_backlog() {
+                if batch.transfers.len() + item.transfers.len() > self.batch_events_max {
+                    self.carry = Some(item);
+                    break;
+                }
+                batch.push(item, &self.stats);
+                if batch.transfers.len() == self.batch_events_max {
+                    break;
+                }
+                continue;
+            }
             let item = match self.queue.try_recv() {
                 Ok(item) => item,
                 Err(mpsc::error::TryRecvError::Disconnected) => break,

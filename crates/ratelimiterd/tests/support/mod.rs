@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod proxy;
 pub mod raw;
 
 // Each test binary names a part of these, too.
