@@ -62,7 +62,7 @@ fn exported(exposition: &str) -> BTreeSet<String> {
 async fn exposition() -> String {
     let dir = temp_dir("grafana");
     let yaml = format!(
-        "registry:\n  path: {}\ngateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: openai, kind: openai, base_url: \"http://127.0.0.1:9\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: openai, rpm: 100, max_output_tokens_default: 64}}\n",
+        "registry:\n  path: {}\ngateway:\n  listen_addr: \"127.0.0.1:0\"\n  allow_anonymous: true\n  upstreams:\n    - {{name: openai, kind: openai, base_url: \"http://127.0.0.1:9\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: openai, rpm: 100, max_output_tokens_default: 64}}\n",
         dir.join("limits.json").display()
     );
     let config = Config::parse(&yaml, std::path::Path::new("grafana.yaml")).unwrap();
