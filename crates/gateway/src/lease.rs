@@ -70,10 +70,86 @@ pub struct CallLease {
     pub log: CallLog,
     /// When the call arrived.
     pub started: Instant,
+    /// The pool and the deployment the lease is on: its local load window learns
+    /// when the call ends.
+    pub deployment: Option<(Arc<crate::pool::Pool>, usize)>,
+    /// The call went on to another deployment of its pool, which charges the
+    /// tenant: the tenant's keys of this lease are given back whole.
+    pub tenant_released: bool,
+    /// Completed already (by [`CallLease::finish`]).
+    done: bool,
+}
+
+impl CallLease {
+    /// A guard that has not completed yet.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        limiter: Arc<dyn Limiter>,
+        lease_id: Option<LeaseId>,
+        model_keys: Arc<ModelKeys>,
+        tenant_keys: Option<Arc<TenantKeys>>,
+        queue: Arc<ModelQueue>,
+        counters: Arc<CallCounters>,
+        count_cache_reads: bool,
+        log: CallLog,
+        started: Instant,
+    ) -> Self {
+        Self {
+            limiter,
+            lease_id,
+            model_keys,
+            tenant_keys,
+            queue,
+            counters,
+            settle: Settle::KeepReserved,
+            count_cache_reads,
+            log,
+            started,
+            deployment: None,
+            tenant_released: false,
+            done: false,
+        }
+    }
+
+    /// Completes now and waits for the backend's answer: a call failing over
+    /// frees this lease's holds (the tenant's above all) before it reserves the
+    /// next deployment.
+    pub async fn finish(mut self) {
+        if let Some(complete) = self.completion() {
+            complete.await;
+        }
+    }
 }
 
 impl Drop for CallLease {
     fn drop(&mut self) {
+        let Some(complete) = self.completion() else {
+            return;
+        };
+        let Some(pending) = run_if_ready(complete) else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(pending);
+            }
+            Err(_) => {
+                tracing::warn!("gateway: no runtime to complete on; the holds end by window or timeout")
+            }
+        }
+    }
+}
+
+impl CallLease {
+    /// Logs the call and returns its Complete, once: `None` the second time, or
+    /// when there is no lease to complete.
+    fn completion(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        if std::mem::replace(&mut self.done, true) {
+            return None;
+        }
+        if let Some((pool, index)) = &self.deployment {
+            pool.deployments[*index].load.ended();
+        }
         let used = match self.settle {
             Settle::Usage(usage) if self.count_cache_reads => Some(Usage {
                 input_tokens: usage.input_tokens.saturating_add(usage.cache_read_tokens),
@@ -96,35 +172,29 @@ impl Drop for CallLease {
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "gateway call"
         );
-        let Some(lease_id) = self.lease_id else {
-            return;
-        };
-        let actuals: Vec<Actual> = used.map_or_else(Vec::new, |usage| {
-            actuals(&self.model_keys, self.tenant_keys.as_deref(), self.log.reserved, &usage)
+        let lease_id = self.lease_id?;
+        let tenant = if self.tenant_released { None } else { self.tenant_keys.as_deref() };
+        let mut actuals: Vec<Actual> = used.map_or_else(Vec::new, |usage| {
+            actuals(&self.model_keys, tenant, self.log.reserved, &usage)
         });
+        if let (true, Some(keys)) = (self.tenant_released, &self.tenant_keys) {
+            actuals.extend([&keys.daily_tokens, &keys.rpm].into_iter().flatten().map(|key| Actual {
+                key: key.clone(),
+                actual_amount: 0,
+            }));
+        }
         let Ok(request) = CompleteRequest::new(lease_id, None, actuals) else {
             tracing::error!(%lease_id, "gateway: a complete request could not be built");
-            return;
+            return None;
         };
         let limiter = self.limiter.clone();
         let queue = self.queue.clone();
-        let complete = async move {
+        Some(async move {
             if let Err(e) = limiter.complete(&request).await {
                 tracing::warn!(%lease_id, error = %e, "gateway: complete failed; the holds end by window or timeout");
             }
             queue.capacity_freed();
-        };
-        let Some(pending) = run_if_ready(complete) else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(pending);
-            }
-            Err(_) => {
-                tracing::warn!(%lease_id, "gateway: no runtime to complete on; the holds end by window or timeout")
-            }
-        }
+        })
     }
 }
 

@@ -12,6 +12,7 @@
 
 pub mod anthropic;
 pub mod auth;
+pub mod breaker;
 pub mod call;
 pub mod config;
 pub mod cooldown;
@@ -20,8 +21,10 @@ pub mod lease;
 pub mod limits;
 pub mod metrics;
 pub mod openai;
+pub mod pool;
 pub mod proxy;
 pub mod queue;
+pub mod routing;
 pub mod sse;
 pub mod tokens;
 pub mod upstream;

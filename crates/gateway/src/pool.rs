@@ -1,0 +1,505 @@
+//! A model's pool of deployments (docs/gateway.md, "Pools"): one model name served by
+//! several upstream deployments, each with its own limit keys. A call is reserved,
+//! all or nothing, on one deployment's keys plus the tenant's: the deployments are
+//! tried in the order of `routing.rs`, those whose breaker is open are left out, and
+//! a denial on one moves on to the next within the same admission. A model of the
+//! single-deployment form is a pool of one.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use ratelimiter::{Denial, LeaseId, LimitDefinition, Limiter, ReserveOutcome, ReserveRequest};
+use serde::Deserialize;
+
+use crate::breaker::Pass;
+use crate::config::{GatewayConfigError, ModelConfig, UpstreamConfig};
+use crate::limits::{self, ModelKeys, TenantKeys};
+use crate::metrics::DeploymentStats;
+use crate::queue::{denial_key, Refusal};
+use crate::routing::{self, Candidate, Capacity, LoadWindow, Routing, WeightedTurns};
+
+/// The most deployments in one pool: each is tried at most once per call, and the
+/// set of those tried is a bit mask.
+pub const DEPLOYMENTS_MAX: usize = 16;
+/// The largest `weight`.
+pub const WEIGHT_MAX: u32 = 1_000;
+/// The largest `priority`.
+pub const PRIORITY_MAX: u32 = 1_000;
+
+/// One `deployments:` entry: everything a single-deployment model takes, per
+/// deployment, plus its place in the pool.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentConfig {
+    /// The `upstreams:` entry.
+    pub upstream: String,
+    /// The model name sent upstream (the `model` field is rewritten to it); the
+    /// limit keys are named by it: `global:llm:<upstream>:<model>:...`. Default:
+    /// the model's name.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Lower is tried first; a higher one only while every lower one is full,
+    /// paused or failing.
+    #[serde(default)]
+    pub priority: u32,
+    /// The share under `routing: weighted` (default 1; weighted routing only).
+    #[serde(default)]
+    pub weight: Option<u32>,
+    /// Requests per minute.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// Tokens per minute.
+    #[serde(default)]
+    pub tpm: Option<u64>,
+    /// Input tokens per minute (Anthropic).
+    #[serde(default)]
+    pub input_tpm: Option<u64>,
+    /// Output tokens per minute (Anthropic).
+    #[serde(default)]
+    pub output_tpm: Option<u64>,
+    /// Calls in flight.
+    #[serde(default)]
+    pub concurrency: Option<u64>,
+    /// Whether Anthropic cache reads count on this deployment's input limit.
+    #[serde(default)]
+    pub count_cache_reads: bool,
+    /// The provider profile of this deployment.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Gemini's requests per day (with `profile: gemini`).
+    #[serde(default)]
+    pub rpd: Option<u64>,
+    /// A profile's largest request.
+    #[serde(default)]
+    pub largest_request_tokens: Option<u64>,
+    /// A profile's quantum.
+    #[serde(default)]
+    pub quantum_seconds: Option<u64>,
+}
+
+/// A deployment resolved: its single-deployment form (name = the model sent
+/// upstream, with its own limits) and its place in the pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The deployment as a single-deployment model entry.
+    pub model: ModelConfig,
+    /// Its priority.
+    pub priority: u32,
+    /// Its weight.
+    pub weight: u32,
+}
+
+/// The deployments of `model`: its `deployments`, or itself as the one deployment.
+pub fn resolve(model: &ModelConfig) -> Vec<Resolved> {
+    if model.deployments.is_empty() {
+        let mut single = model.clone();
+        single.breaker = None;
+        return vec![Resolved {
+            model: single,
+            priority: 0,
+            weight: 1,
+        }];
+    }
+    model
+        .deployments
+        .iter()
+        .map(|d| Resolved {
+            model: ModelConfig {
+                name: d.model.clone().unwrap_or_else(|| model.name.clone()),
+                upstream: d.upstream.clone(),
+                rpm: d.rpm,
+                tpm: d.tpm,
+                input_tpm: d.input_tpm,
+                output_tpm: d.output_tpm,
+                concurrency: d.concurrency,
+                count_cache_reads: d.count_cache_reads,
+                profile: d.profile.clone(),
+                rpd: d.rpd,
+                largest_request_tokens: d.largest_request_tokens,
+                quantum_seconds: d.quantum_seconds,
+                deployments: Vec::new(),
+                breaker: None,
+                ..model.clone()
+            },
+            priority: d.priority,
+            weight: d.weight.unwrap_or(1),
+        })
+        .collect()
+}
+
+fn invalid(entry: String, model: &str, message: impl std::fmt::Display) -> GatewayConfigError {
+    GatewayConfigError {
+        entry,
+        message: format!("model {model:?}: {message}"),
+    }
+}
+
+/// The rules of a model's form: `upstream` and its limits, or `deployments`, not
+/// both; the pool's own fields only with `deployments`.
+pub fn validate_shape(model: &ModelConfig, entry: &dyn Fn(&str) -> String) -> Result<(), GatewayConfigError> {
+    let name = &model.name;
+    if model.deployments.is_empty() {
+        if model.upstream.is_empty() {
+            return Err(invalid(entry("upstream"), name, "give upstream, or deployments"));
+        }
+        if model.routing != Routing::default() {
+            return Err(invalid(entry("routing"), name, "routing is for a model with deployments"));
+        }
+        if model.breaker.is_some() {
+            return Err(invalid(entry("breaker"), name, "breaker is for a model with deployments"));
+        }
+        return Ok(());
+    }
+    let single_fields = [
+        ("upstream", !model.upstream.is_empty()),
+        ("rpm", model.rpm.is_some()),
+        ("tpm", model.tpm.is_some()),
+        ("input_tpm", model.input_tpm.is_some()),
+        ("output_tpm", model.output_tpm.is_some()),
+        ("concurrency", model.concurrency.is_some()),
+        ("profile", model.profile.is_some()),
+        ("rpd", model.rpd.is_some()),
+        ("largest_request_tokens", model.largest_request_tokens.is_some()),
+        ("quantum_seconds", model.quantum_seconds.is_some()),
+        ("count_cache_reads", model.count_cache_reads),
+    ];
+    if let Some((field, _)) = single_fields.iter().find(|(_, set)| *set) {
+        return Err(invalid(
+            entry(field),
+            name,
+            format!("give upstream and its limits, or deployments, not both ({field} belongs in each deployment)"),
+        ));
+    }
+    if model.deployments.len() > DEPLOYMENTS_MAX {
+        return Err(invalid(
+            entry("deployments"),
+            name,
+            format!("at most {DEPLOYMENTS_MAX} deployments"),
+        ));
+    }
+    if let Some(breaker) = &model.breaker {
+        breaker
+            .check()
+            .map_err(|(field, message)| invalid(entry(&format!("breaker.{field}")), name, message))?;
+    }
+    for (j, deployment) in model.deployments.iter().enumerate() {
+        let field = |f: &str| entry(&format!("deployments[{j}].{f}"));
+        if deployment.priority > PRIORITY_MAX {
+            return Err(invalid(field("priority"), name, format!("must be 0..={PRIORITY_MAX}")));
+        }
+        match deployment.weight {
+            Some(w) if model.routing != Routing::Weighted => {
+                let _ = w;
+                return Err(invalid(field("weight"), name, "weight is for routing: weighted"));
+            }
+            Some(w) if !(1..=WEIGHT_MAX).contains(&w) => {
+                return Err(invalid(field("weight"), name, format!("must be 1..={WEIGHT_MAX}")));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A pool's deployments speak one wire format: OpenAI's (openai and
+/// openai-compatible mix) or Anthropic's.
+pub fn validate_formats(
+    model: &ModelConfig,
+    upstreams: &[UpstreamConfig],
+    entry: &dyn Fn(&str) -> String,
+) -> Result<(), GatewayConfigError> {
+    let kind_of = |name: &str| upstreams.iter().find(|u| u.name == name).map(|u| u.kind.is_openai());
+    let mut kinds = model.deployments.iter().map(|d| kind_of(&d.upstream));
+    let Some(first) = kinds.next() else { return Ok(()) };
+    for (j, kind) in kinds.enumerate() {
+        if kind != first {
+            return Err(invalid(
+                entry(&format!("deployments[{}].upstream", j + 1)),
+                &model.name,
+                "a pool's deployments speak one wire format (OpenAI's, or Anthropic's)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One deployment, ready to serve.
+pub struct Deployment {
+    /// Its single-deployment form.
+    pub config: ModelConfig,
+    /// Its upstream (index into the gateway's upstreams).
+    pub upstream: usize,
+    /// The upstream's name: the `x-ratelimit-deployment` header and the labels.
+    pub label: Arc<str>,
+    /// Its limit keys.
+    pub keys: Arc<ModelKeys>,
+    /// Its own definitions, compared with the provider's headers.
+    pub definitions: Vec<LimitDefinition>,
+    /// The model name to write into the body when it differs from the client's.
+    pub rewrite: Option<String>,
+    /// Lower is tried first.
+    pub priority: u32,
+    /// Its share under weighted routing.
+    pub weight: u32,
+    /// This server's reservations on it over the last minute.
+    pub load: LoadWindow,
+    /// Counters, breaker and pause, shown by the metrics and the admin API.
+    pub stats: Arc<DeploymentStats>,
+    /// Whether the configured limit above the provider's was logged.
+    pub warned_above_provider: std::sync::atomic::AtomicBool,
+}
+
+impl Deployment {
+    /// The deployment of `resolved` for the model the clients call `model`.
+    pub fn new(
+        model: &str,
+        resolved: &Resolved,
+        upstream: usize,
+        definitions: &[LimitDefinition],
+        stats: Arc<DeploymentStats>,
+    ) -> Self {
+        let config = resolved.model.clone();
+        let prefix = format!("global:llm:{}:{}:", config.upstream, config.name);
+        Self {
+            upstream,
+            label: Arc::from(config.upstream.as_str()),
+            keys: Arc::new(ModelKeys::new(&config.upstream, &config)),
+            definitions: (definitions.iter())
+                .filter(|d| d.key().as_str().starts_with(&prefix))
+                .cloned()
+                .collect(),
+            rewrite: (config.name != model).then(|| config.name.clone()),
+            priority: resolved.priority,
+            weight: resolved.weight,
+            load: LoadWindow::new(Capacity {
+                requests: config.rpm,
+                tokens: config.tpm,
+                input_tokens: config.input_tpm,
+                output_tokens: config.output_tpm,
+                concurrency: config.concurrency,
+            }),
+            stats,
+            warned_above_provider: std::sync::atomic::AtomicBool::new(false),
+            config,
+        }
+    }
+
+    /// The body sent to this deployment: `body` with `model` rewritten when the
+    /// deployment's name differs (the answer keeps what the upstream returns).
+    pub fn body(&self, body: &Bytes) -> Bytes {
+        let Some(name) = &self.rewrite else {
+            return body.clone();
+        };
+        match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
+            Ok(mut object) => {
+                object.insert("model".to_owned(), serde_json::Value::String(name.clone()));
+                serde_json::to_vec(&object).map_or_else(|_| body.clone(), Bytes::from)
+            }
+            Err(_) => body.clone(),
+        }
+    }
+}
+
+/// What a call needs, whichever deployment takes it.
+#[derive(Debug, Clone)]
+pub struct Need {
+    /// The tenant's keys, charged once per call.
+    pub tenant: Option<Arc<TenantKeys>>,
+    /// The prompt's count.
+    pub input_tokens: u64,
+    /// The prompt's characters (a profile's admission estimate).
+    pub prompt_characters: u64,
+    /// The output bound.
+    pub output_tokens: u64,
+    /// The deployments already tried by this call (bit per index).
+    pub tried: u32,
+}
+
+/// A reservation granted on one deployment.
+#[derive(Debug)]
+pub struct Grant {
+    /// The deployment.
+    pub deployment: usize,
+    /// `None`: nothing to reserve (no limit applies).
+    pub lease_id: Option<LeaseId>,
+    /// The reservation made, to give back when the caller left.
+    pub request: Option<ReserveRequest>,
+    /// Tokens reserved for input (this deployment's charge) and output.
+    pub reserved: (u64, u64),
+    /// The breaker's pass: a probe's outcome decides the breaker.
+    pub pass: Pass,
+}
+
+/// A model's deployments and how they are chosen.
+pub struct Pool {
+    /// The deployments, as configured.
+    pub deployments: Vec<Deployment>,
+    routing: Routing,
+    turns: WeightedTurns,
+}
+
+fn unix_seconds() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl Pool {
+    /// A pool of `deployments` picked by `routing`.
+    pub fn new(deployments: Vec<Deployment>, routing: Routing) -> Self {
+        assert!(!deployments.is_empty() && deployments.len() <= DEPLOYMENTS_MAX);
+        Self {
+            turns: WeightedTurns::new(deployments.len()),
+            deployments,
+            routing,
+        }
+    }
+
+    /// Whether a failure may move a call to another deployment: the pool has one
+    /// not yet tried besides the one that failed.
+    pub fn can_fail_over(&self, tried: u32) -> bool {
+        (0..self.deployments.len()).any(|i| tried & (1 << i) == 0)
+    }
+
+    /// The order this call tries the deployments it has not tried yet.
+    fn order(&self, need: &Need) -> Vec<Candidate> {
+        let now_s = unix_seconds();
+        let mut candidates: Vec<Candidate> = (self.deployments.iter().enumerate())
+            .filter(|(i, _)| need.tried & (1 << i) == 0)
+            .map(|(index, d)| Candidate {
+                index,
+                priority: d.priority,
+                weight: d.weight,
+                fill: if self.routing == Routing::Capacity && self.deployments.len() > 1 {
+                    d.load.fill(now_s, need.input_tokens, need.output_tokens)
+                } else {
+                    0.0
+                },
+            })
+            .collect();
+        routing::order(self.routing, &self.turns, &mut candidates);
+        candidates
+    }
+
+    /// Reserves the call on the first deployment, in the pool's order, whose keys
+    /// (and the tenant's) hold it. Refused: the earliest temporary denial of any
+    /// deployment; else, when only open breakers stand in the way, the time to the
+    /// first half-open; else the permanent denial (the call fits none, even empty).
+    pub async fn reserve(&self, limiter: &Arc<dyn Limiter>, need: &Need) -> Result<Grant, Refusal> {
+        let now = Instant::now();
+        let mut temporary: Option<Denial> = None;
+        let mut permanent: Option<Denial> = None;
+        let mut failing_ms: Option<u64> = None;
+        for candidate in self.order(need) {
+            let deployment = &self.deployments[candidate.index];
+            let pass = match deployment.stats.breaker.as_ref().map(|b| (b, b.pass(now))) {
+                Some((_, Pass::Wait { retry_after_ms })) => {
+                    failing_ms = Some(failing_ms.map_or(retry_after_ms, |m| m.min(retry_after_ms)));
+                    continue;
+                }
+                Some((_, pass)) => pass,
+                None => Pass::Go,
+            };
+            let input = limits::prompt_charge(&deployment.keys, need.input_tokens, need.prompt_characters);
+            let requirements =
+                limits::requirements(&deployment.keys, need.tenant.as_deref(), input, need.output_tokens);
+            let reserved = (input, need.output_tokens);
+            if requirements.is_empty() {
+                return Ok(self.granted(candidate.index, None, None, reserved, pass));
+            }
+            let lease_id = LeaseId::generate();
+            let request = match ReserveRequest::new(lease_id, None, requirements) {
+                Ok(request) => request,
+                Err(e) => {
+                    self.abandon(candidate.index, pass);
+                    return Err(Refusal::Backend(ratelimiter::LimiterError::InvalidRequest(e.0)));
+                }
+            };
+            match limiter.reserve(&request).await {
+                Ok(ReserveOutcome::Allowed { .. }) => {
+                    if temporary.is_some() || permanent.is_some() {
+                        deployment.stats.admitted_after_denial.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(self.granted(candidate.index, Some(lease_id), Some(request), reserved, pass));
+                }
+                Ok(ReserveOutcome::Denied(denial)) => {
+                    self.abandon(candidate.index, pass);
+                    deployment.stats.denied.fetch_add(1, Ordering::Relaxed);
+                    if denial.is_permanent() {
+                        permanent.get_or_insert(denial);
+                    } else if temporary
+                        .as_ref()
+                        .is_none_or(|t| denial.retry_after_ms() < t.retry_after_ms())
+                    {
+                        temporary = Some(denial);
+                    }
+                }
+                Err(e) => {
+                    self.abandon(candidate.index, pass);
+                    return Err(Refusal::Backend(e));
+                }
+            }
+        }
+        if let Some(denial) = temporary {
+            return Err(Refusal::Denied(denial));
+        }
+        if let Some(retry_after_ms) = failing_ms {
+            return Err(Refusal::Failing { retry_after_ms });
+        }
+        Err(permanent.map_or(Refusal::Failing { retry_after_ms: 0 }, Refusal::Denied))
+    }
+
+    fn granted(
+        &self,
+        index: usize,
+        lease_id: Option<LeaseId>,
+        request: Option<ReserveRequest>,
+        reserved: (u64, u64),
+        pass: Pass,
+    ) -> Grant {
+        let deployment = &self.deployments[index];
+        deployment.load.admitted(unix_seconds(), reserved.0, reserved.1);
+        deployment.stats.admitted.fetch_add(1, Ordering::Relaxed);
+        Grant {
+            deployment: index,
+            lease_id,
+            request,
+            reserved,
+            pass,
+        }
+    }
+
+    /// Gives back a grant whose call was never sent (its client left): the
+    /// reservation released, a probe returned.
+    pub async fn give_back(&self, limiter: &Arc<dyn Limiter>, grant: Grant) {
+        self.abandon(grant.deployment, grant.pass);
+        self.deployments[grant.deployment].load.ended();
+        if let (Some(lease_id), Some(request)) = (grant.lease_id, &grant.request) {
+            crate::queue::release_unused(limiter, lease_id, request).await;
+        }
+    }
+
+    fn abandon(&self, index: usize, pass: Pass) {
+        if let Some(breaker) = &self.deployments[index].stats.breaker {
+            breaker.abandon(pass);
+        }
+    }
+
+    /// A deployment's sent call ended: `success` (any answer but a 5xx) or a
+    /// failure (5xx, no connection, timeout) counts on its breaker.
+    pub fn record(&self, index: usize, pass: Pass, success: bool) {
+        if let Some(breaker) = &self.deployments[index].stats.breaker {
+            breaker.record(pass, success, Instant::now());
+        }
+    }
+
+    /// The time left of this server's pause of the deployment whose key `denial`
+    /// names, if one runs: the provider's own time is then the 429's hint.
+    pub fn cooldown_left_ms(&self, denial: &Denial) -> Option<u64> {
+        let key = denial_key(denial)?;
+        self.deployments
+            .iter()
+            .find(|d| crate::cooldown::key(&d.keys).is_some_and(|k| k.as_str() == key))
+            .and_then(|d| d.stats.cooldown.left_ms())
+    }
+}
