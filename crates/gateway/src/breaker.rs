@@ -211,7 +211,11 @@ mod tests {
         breaker.record(Pass::Go, false, t0);
         breaker.record(Pass::Go, true, t0);
         breaker.record(Pass::Go, false, t0);
-        assert_eq!(breaker.state(t0), BreakerState::Closed, "a success in between resets the count");
+        assert_eq!(
+            breaker.state(t0),
+            BreakerState::Closed,
+            "a success in between resets the count"
+        );
         breaker.record(Pass::Go, false, t0);
         assert_eq!(breaker.state(t0), BreakerState::Open);
         assert!(matches!(breaker.pass(t0), Pass::Wait { retry_after_ms: 1_000 }));

@@ -307,7 +307,10 @@ impl GatewayConfig {
                 ));
             }
             if model.image_tokens == Some(0) {
-                return Err(invalid(entry("image_tokens"), "must be at least 1 (leave it out for no limit)"));
+                return Err(invalid(
+                    entry("image_tokens"),
+                    "must be at least 1 (leave it out for no limit)",
+                ));
             }
             crate::pool::validate_shape(model, &entry)?;
             for (j, deployment) in crate::pool::resolve(model).iter().enumerate() {
@@ -564,10 +567,16 @@ tenants:
             .iter()
             .map(|d| format!("{}/{}/{}", d.model.upstream, d.model.name, d.priority))
             .collect();
-        assert_eq!(keys, ["azure-east/gpt-4o-ptu/0", "azure-west/gpt-4o/1", "openai/gpt-4o/1"]);
+        assert_eq!(
+            keys,
+            ["azure-east/gpt-4o-ptu/0", "azure-west/gpt-4o/1", "openai/gpt-4o/1"]
+        );
         assert_eq!(deployments[1].model.concurrency, Some(20));
         assert_eq!(deployments[2].model.profile.as_deref(), Some("openai"));
-        assert_eq!(deployments[0].model.max_wait_ms, 2000, "the model's own fields carry over");
+        assert_eq!(
+            deployments[0].model.max_wait_ms, 2000,
+            "the model's own fields carry over"
+        );
     }
 
     #[test]
@@ -579,7 +588,10 @@ tenants:
             assert!(error.message.contains("\"gpt-4o\""), "{error}");
             error.entry
         };
-        assert_eq!(error_of(&|c| c.models[0].upstream = "openai".into()), "models[0].upstream");
+        assert_eq!(
+            error_of(&|c| c.models[0].upstream = "openai".into()),
+            "models[0].upstream"
+        );
         assert_eq!(error_of(&|c| c.models[0].rpm = Some(5)), "models[0].rpm");
         assert_eq!(error_of(&|c| c.models[0].deployments.clear()), "models[0].upstream");
         assert_eq!(
@@ -594,7 +606,10 @@ tenants:
             "models[0].deployments[3].model"
         );
         assert_eq!(
-            error_of(&|c| c.models[0].breaker = Some(crate::breaker::BreakerConfig { failures: 0, open_ms: 1 })),
+            error_of(&|c| c.models[0].breaker = Some(crate::breaker::BreakerConfig {
+                failures: 0,
+                open_ms: 1
+            })),
             "models[0].breaker.failures"
         );
         // Mixed wire formats.
@@ -617,7 +632,10 @@ tenants:
         assert_eq!(config.validate().unwrap_err().entry, "models[0].deployments[0].rpm");
         config.models[0].deployments[0].rpm = Some(1);
         config.models[0].deployments[0].upstream = "nowhere".into();
-        assert_eq!(config.validate().unwrap_err().entry, "models[0].deployments[0].upstream");
+        assert_eq!(
+            config.validate().unwrap_err().entry,
+            "models[0].deployments[0].upstream"
+        );
         // A pool's fields on a single-deployment model.
         let mut config = parse(EXAMPLE);
         config.models[0].routing = crate::routing::Routing::Weighted;

@@ -173,7 +173,11 @@ impl CallLease {
             "gateway call"
         );
         let lease_id = self.lease_id?;
-        let tenant = if self.tenant_released { None } else { self.tenant_keys.as_deref() };
+        let tenant = if self.tenant_released {
+            None
+        } else {
+            self.tenant_keys.as_deref()
+        };
         let mut actuals: Vec<Actual> = used.map_or_else(Vec::new, |usage| {
             actuals(&self.model_keys, tenant, self.log.reserved, &usage)
         });

@@ -66,7 +66,12 @@ pub struct DeploymentStats {
 
 impl DeploymentStats {
     /// Fresh counters of a deployment, with a breaker of `breaker` when given.
-    pub fn new(model: &str, upstream: &str, upstream_model: &str, breaker: Option<crate::breaker::BreakerConfig>) -> Self {
+    pub fn new(
+        model: &str,
+        upstream: &str,
+        upstream_model: &str,
+        breaker: Option<crate::breaker::BreakerConfig>,
+    ) -> Self {
         Self {
             model: model.to_owned(),
             upstream: upstream.to_owned(),
@@ -85,6 +90,14 @@ impl DeploymentStats {
         (self.breaker.as_ref()).map_or(crate::breaker::BreakerState::Closed, |b| {
             b.state(std::time::Instant::now())
         })
+    }
+
+    /// Whether it saw a call, or has a breaker open or a pause running.
+    pub fn is_active(&self) -> bool {
+        self.admitted.load(Ordering::Relaxed) > 0
+            || self.denied.load(Ordering::Relaxed) > 0
+            || self.breaker_state() != crate::breaker::BreakerState::Closed
+            || self.cooldown.until_unix_ms().is_some()
     }
 
     /// The admin API's view.
@@ -158,36 +171,61 @@ impl GatewayMetrics {
         let deployments = self.deployments.read().expect("metrics lock");
         type Field = fn(&DeploymentStats) -> u64;
         let series: [(&str, &str, &str, Field); 6] = [
-            ("deployment_admitted_total", "counter", "Calls reserved on the deployment.", |d| {
-                d.admitted.load(Ordering::Relaxed)
-            }),
-            ("deployment_admitted_after_denial_total", "counter", "Calls reserved on the deployment after another deployment denied them in the same admission.", |d| {
-                d.admitted_after_denial.load(Ordering::Relaxed)
-            }),
-            ("deployment_denied_total", "counter", "Reservations the deployment's (or the tenant's) keys denied.", |d| {
-                d.denied.load(Ordering::Relaxed)
-            }),
-            ("deployment_failed_over_total", "counter", "Calls the deployment failed that went on to another deployment.", |d| {
-                d.failed_over.load(Ordering::Relaxed)
-            }),
-            ("deployment_breaker_open", "gauge", "The breaker's state: 0 closed, 1 open, 2 half-open.", |d| {
-                match d.breaker_state() {
+            (
+                "deployment_admitted_total",
+                "counter",
+                "Calls reserved on the deployment.",
+                |d| d.admitted.load(Ordering::Relaxed),
+            ),
+            (
+                "deployment_admitted_after_denial_total",
+                "counter",
+                "Calls reserved on the deployment after another deployment denied them in the same admission.",
+                |d| d.admitted_after_denial.load(Ordering::Relaxed),
+            ),
+            (
+                "deployment_denied_total",
+                "counter",
+                "Reservations the deployment's (or the tenant's) keys denied.",
+                |d| d.denied.load(Ordering::Relaxed),
+            ),
+            (
+                "deployment_failed_over_total",
+                "counter",
+                "Calls the deployment failed that went on to another deployment.",
+                |d| d.failed_over.load(Ordering::Relaxed),
+            ),
+            (
+                "deployment_breaker_open",
+                "gauge",
+                "The breaker's state: 0 closed, 1 open, 2 half-open.",
+                |d| match d.breaker_state() {
                     crate::breaker::BreakerState::Closed => 0,
                     crate::breaker::BreakerState::Open => 1,
                     crate::breaker::BreakerState::HalfOpen => 2,
-                }
-            }),
-            ("deployment_paused_until_seconds", "gauge", "When this server's pause after the deployment's 429 ends (unix seconds; 0: none).", |d| {
-                d.cooldown.until_unix_ms().unwrap_or(0) / 1000
-            }),
+                },
+            ),
+            (
+                "deployment_paused_until_seconds",
+                "gauge",
+                "When this server's pause after the deployment's 429 ends (unix seconds; 0: none).",
+                |d| d.cooldown.until_unix_ms().unwrap_or(0) / 1000,
+            ),
         ];
         for (name, kind, help, field) in series {
-            let _ = writeln!(out, "# HELP ratelimiterd_gateway_{name} {help}\n# TYPE ratelimiterd_gateway_{name} {kind}");
-            for d in deployments.iter() {
+            let _ = writeln!(
+                out,
+                "# HELP ratelimiterd_gateway_{name} {help}\n# TYPE ratelimiterd_gateway_{name} {kind}"
+            );
+            // A deployment shows from its first call on, as a (model, tenant) pair does.
+            for d in deployments.iter().filter(|d| d.is_active()) {
                 let _ = writeln!(
                     out,
                     "ratelimiterd_gateway_{name}{{model=\"{}\",upstream=\"{}\",upstream_model=\"{}\"}} {}",
-                    d.model, d.upstream, d.upstream_model, field(d)
+                    d.model,
+                    d.upstream,
+                    d.upstream_model,
+                    field(d)
                 );
             }
         }

@@ -145,10 +145,18 @@ pub fn validate_shape(model: &ModelConfig, entry: &dyn Fn(&str) -> String) -> Re
             return Err(invalid(entry("upstream"), name, "give upstream, or deployments"));
         }
         if model.routing != Routing::default() {
-            return Err(invalid(entry("routing"), name, "routing is for a model with deployments"));
+            return Err(invalid(
+                entry("routing"),
+                name,
+                "routing is for a model with deployments",
+            ));
         }
         if model.breaker.is_some() {
-            return Err(invalid(entry("breaker"), name, "breaker is for a model with deployments"));
+            return Err(invalid(
+                entry("breaker"),
+                name,
+                "breaker is for a model with deployments",
+            ));
         }
         return Ok(());
     }

@@ -331,7 +331,13 @@ async fn serve(
         let upstream = &gateway.upstreams[deployment.upstream];
         let response = gateway
             .client
-            .send(upstream, Method::POST, endpoint.path(), &headers, deployment.body(&bytes))
+            .send(
+                upstream,
+                Method::POST,
+                endpoint.path(),
+                &headers,
+                deployment.body(&bytes),
+            )
             .await
             .map_err(upstream_error)?;
         let (parts, body) = response.into_parts();
@@ -372,7 +378,16 @@ async fn serve(
                 .fetch_add(grant.reserved.0.saturating_add(grant.reserved.1), Ordering::Relaxed);
         }
         need.tried |= 1 << grant.deployment;
-        let lease = call_lease(&gateway, &model, tenant_entry, &grant, endpoint, &call, &counters, started);
+        let lease = call_lease(
+            &gateway,
+            &model,
+            tenant_entry,
+            &grant,
+            endpoint,
+            &call,
+            &counters,
+            started,
+        );
         let last = !model.pool.can_fail_over(need.tried);
         if let Forwarded::Answer(response) =
             forward(&gateway, &model, &grant, endpoint, &headers, &call, lease, last).await?
@@ -758,7 +773,11 @@ async fn forward(
         }
     }
     drop(lease);
-    Ok(Forwarded::Answer(answer(parts.status, parts.headers, Body::from(bytes))))
+    Ok(Forwarded::Answer(answer(
+        parts.status,
+        parts.headers,
+        Body::from(bytes),
+    )))
 }
 
 /// Ends a failed try: its lease completed now with what the provider counts for a

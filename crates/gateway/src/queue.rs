@@ -332,10 +332,16 @@ mod tests {
         let stays = queue.enqueue(&limiter, &pool, 1, need.clone()).unwrap();
         let grant = stays.await.unwrap().unwrap();
         let report = backend.limit_report(&slot()).await.unwrap().unwrap();
-        assert_eq!(report.in_use, 1, "only the waiter still there holds the slot: {grant:?}");
+        assert_eq!(
+            report.in_use, 1,
+            "only the waiter still there holds the slot: {grant:?}"
+        );
         for _ in 0..WAITERS_MAX {
             std::mem::forget(queue.enqueue(&limiter, &pool, 2, need.clone()).unwrap());
         }
-        assert!(matches!(queue.enqueue(&limiter, &pool, 3, need), Err(Refusal::QueueFull)));
+        assert!(matches!(
+            queue.enqueue(&limiter, &pool, 3, need),
+            Err(Refusal::QueueFull)
+        ));
     }
 }

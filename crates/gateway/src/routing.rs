@@ -168,7 +168,11 @@ pub fn order(routing: Routing, turns: &WeightedTurns, candidates: &mut [Candidat
     let mut start = 0;
     while start < candidates.len() {
         let priority = candidates[start].priority;
-        let end = start + candidates[start..].iter().take_while(|c| c.priority == priority).count();
+        let end = start
+            + candidates[start..]
+                .iter()
+                .take_while(|c| c.priority == priority)
+                .count();
         let group = &mut candidates[start..end];
         match routing {
             Routing::Ordered => {}
@@ -216,7 +220,11 @@ mod tests {
         let turns = WeightedTurns::new(3);
         let mut firsts = [0usize; 3];
         for _ in 0..60 {
-            let mut c = vec![candidate(0, 0, 3, 0.0), candidate(1, 0, 2, 0.0), candidate(2, 0, 1, 0.0)];
+            let mut c = vec![
+                candidate(0, 0, 3, 0.0),
+                candidate(1, 0, 2, 0.0),
+                candidate(2, 0, 1, 0.0),
+            ];
             order(Routing::Weighted, &turns, &mut c);
             firsts[c[0].index] += 1;
             assert_eq!(c.len(), 3, "every deployment stays in the order");
@@ -248,7 +256,10 @@ mod tests {
         });
         slots.admitted(100, 0, 0);
         slots.admitted(100, 0, 0);
-        assert!((slots.fill(100, 0, 0) - 1.5).abs() < 1e-9, "two of two held, plus this one");
+        assert!(
+            (slots.fill(100, 0, 0) - 1.5).abs() < 1e-9,
+            "two of two held, plus this one"
+        );
         slots.ended();
         assert!((slots.fill(100, 0, 0) - 1.0).abs() < 1e-9);
     }

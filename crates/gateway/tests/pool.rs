@@ -141,7 +141,7 @@ async fn a_higher_priority_is_used_only_once_the_lower_is_full_and_then_the_pool
     let (status, headers, body) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
     assert_eq!(status, 429, "{body}");
     let hint: u64 = headers["retry-after-ms"].to_str().unwrap().parse().unwrap();
-    assert!(hint > 50_000 && hint <= 60_000, "the minute's window: {hint}");
+    assert!(hint > 50_000 && hint <= 61_000, "the minute's window: {hint}");
     assert_eq!(rpm_in_use(&backend, "d0", "gpt-4o-ptu").await, 2);
 }
 
@@ -202,7 +202,11 @@ async fn fails_over(fault: Option<Value>, stream: bool, d0_tokens_kept: bool, ti
     } else {
         assert_eq!(d0_tpm, 0, "a refused call gives d0's tokens back");
     }
-    assert_eq!(rpm_in_use(&backend, "d0", "gpt-4o-ptu").await.min(1), 1, "the request stays on d0's rpm");
+    assert_eq!(
+        rpm_in_use(&backend, "d0", "gpt-4o-ptu").await.min(1),
+        1,
+        "the request stays on d0's rpm"
+    );
     // The tenant is charged once, by d1's call.
     let d1_tpm = {
         let mut tokens = 0;
@@ -255,7 +259,11 @@ async fn a_timeout_fails_over_non_stream_and_stream() {
 #[tokio::test]
 async fn a_paused_deployment_gets_no_call_until_its_pause_ends() {
     let sims = [start_deployment(0).await, start_deployment(0).await];
-    arm(sims[0], json!({"mode": "status", "status": 429, "retry_after_ms": 60000, "count": 1})).await;
+    arm(
+        sims[0],
+        json!({"mode": "status", "status": 429, "retry_after_ms": 60000, "count": 1}),
+    )
+    .await;
     let (gateway, _, metrics) = pool_gateway(&sims, 5_000, &two("ordered", 10, 0, "")).await;
     for _ in 0..4 {
         let (status, headers, body) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
@@ -264,13 +272,17 @@ async fn a_paused_deployment_gets_no_call_until_its_pause_ends() {
     }
     assert_eq!(sim_calls(sims[0]).await, 1, "only the call that got the 429");
     let deployments = metrics.deployments_json();
-    assert!(deployments[0]["paused_until_unix_ms"].as_u64().is_some(), "{deployments}");
+    assert!(
+        deployments[0]["paused_until_unix_ms"].as_u64().is_some(),
+        "{deployments}"
+    );
 }
 
 #[tokio::test]
 async fn no_failover_after_the_first_byte_reached_the_client() {
-    let sims = [start_deployment(0).await, start_deployment(0).await];
-    arm(sims[0], json!({"mode": "drop", "after_events": 1, "count": 1})).await;
+    // d0 writes a token per 50 ms: its answer's head and first events leave before the cut.
+    let sims = [start_deployment(50).await, start_deployment(0).await];
+    arm(sims[0], json!({"mode": "drop", "after_events": 2, "count": 1})).await;
     let (gateway, _, _) = pool_gateway(&sims, 5_000, &two("ordered", 10, 0, "")).await;
     let response = open(&client(), gateway, &call(true)).await;
     assert_eq!(response.status(), 200);
@@ -305,7 +317,11 @@ async fn the_breaker_opens_after_failures_in_a_row_then_a_probe_closes_it() {
         let (status, _, body) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
         assert_eq!(status, 200, "{body}");
     }
-    assert_eq!(sim_calls(sims[0]).await, 2, "open after two failures: no call while open");
+    assert_eq!(
+        sim_calls(sims[0]).await,
+        2,
+        "open after two failures: no call while open"
+    );
     assert_eq!(metrics.deployments_json()[0]["breaker"], "open");
     let mut text = String::new();
     metrics.render(&mut text);
@@ -317,7 +333,10 @@ async fn the_breaker_opens_after_failures_in_a_row_then_a_probe_closes_it() {
     assert_eq!(metrics.deployments_json()[0]["breaker"], "half_open");
     // The probe (the fault is spent) succeeds and closes the breaker.
     let (status, headers, _) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
-    assert_eq!((status.as_u16(), headers["x-ratelimit-deployment"].to_str().unwrap()), (200, "d0"));
+    assert_eq!(
+        (status.as_u16(), headers["x-ratelimit-deployment"].to_str().unwrap()),
+        (200, "d0")
+    );
     assert_eq!(metrics.deployments_json()[0]["breaker"], "closed");
 }
 

@@ -65,7 +65,11 @@ fn parse_options() -> Options {
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
-        let number = || value.parse::<f64>().unwrap_or_else(|_| usage(&format!("{flag}: not a number")));
+        let number = || {
+            value
+                .parse::<f64>()
+                .unwrap_or_else(|_| usage(&format!("{flag}: not a number")))
+        };
         match flag.as_str() {
             "--bin-dir" => options.bin_dir = PathBuf::from(&value),
             "--tigerbeetle" => options.tigerbeetle = Some(value.clone()),
@@ -116,7 +120,14 @@ fn start_sim(options: &Options, rpm: u64) -> (Process, SocketAddr) {
     let port = free_port();
     let child = Command::new(options.bin_dir.join("provider-sim"))
         .args(["--listen", &format!("127.0.0.1:{port}"), "--rpm", &rpm.to_string()])
-        .args(["--tpm", "1000000000000", "--concurrency", "100000", "--ms-per-output-token", "0"])
+        .args([
+            "--tpm",
+            "1000000000000",
+            "--concurrency",
+            "100000",
+            "--ms-per-output-token",
+            "0",
+        ])
         .args(["--models", "gpt-4o,gpt-4o-mini"])
         .stderr(Stdio::null())
         .spawn()
@@ -136,16 +147,23 @@ struct Server {
 /// `gpt-4o-mini` on the first sim alone (the one-deployment reference).
 /// Upstreams are named `<run>d<i>`: each run's deployments have keys of their own
 /// (a TigerBeetle cluster keeps the windows of the run before).
-fn start_server(options: &Options, sims: &[SocketAddr], rpms: &[u64], run: &str, server: usize, tigerbeetle: bool) -> Server {
+fn start_server(
+    options: &Options,
+    sims: &[SocketAddr],
+    rpms: &[u64],
+    run: &str,
+    server: usize,
+    tigerbeetle: bool,
+) -> Server {
     let directory = std::env::temp_dir().join(format!("pool-bench-{}-{run}-{server}", std::process::id()));
     std::fs::create_dir_all(&directory).expect("a temporary directory");
     let (api_port, gateway_port) = (free_port(), free_port());
     // A rerun on the same cluster starts from fresh keys too.
     let run = format!("{run}{}", std::process::id());
     let backend = match &options.tigerbeetle {
-        Some(addresses) if tigerbeetle => format!(
-            "  backend: tigerbeetle\ntigerbeetle:\n  cluster_id: \"0\"\n  addresses: [{addresses}]\n"
-        ),
+        Some(addresses) if tigerbeetle => {
+            format!("  backend: tigerbeetle\ntigerbeetle:\n  cluster_id: \"0\"\n  addresses: [{addresses}]\n")
+        }
         _ => String::new(),
     };
     let mut config = format!(
@@ -155,11 +173,13 @@ fn start_server(options: &Options, sims: &[SocketAddr], rpms: &[u64], run: &str,
     for (i, sim) in sims.iter().enumerate() {
         config += &format!("    - {{name: {run}d{i}, kind: openai-compatible, base_url: \"http://{sim}\"}}\n");
     }
-    config += "  models:\n    - name: gpt-4o\n      max_output_tokens_default: 1\n      max_wait_ms: 0\n      deployments:\n";
+    config +=
+        "  models:\n    - name: gpt-4o\n      max_output_tokens_default: 1\n      max_wait_ms: 0\n      deployments:\n";
     for (i, rpm) in rpms.iter().enumerate() {
         config += &format!("        - {{upstream: {run}d{i}, rpm: {rpm}}}\n");
     }
-    config += &format!("    - {{name: gpt-4o-mini, upstream: {run}d0, rpm: 1000000000, max_output_tokens_default: 1}}\n");
+    config +=
+        &format!("    - {{name: gpt-4o-mini, upstream: {run}d0, rpm: 1000000000, max_output_tokens_default: 1}}\n");
     config += "  tenants:\n    - {name: bench, api_key_env: POOL_BENCH_KEY}\n";
     let path = directory.join("ratelimiterd.yaml");
     std::fs::write(&path, config).expect("the config is written");
@@ -192,7 +212,11 @@ fn client() -> HttpClient {
 
 async fn get_json(client: &HttpClient, url: String) -> Value {
     let response = client
-        .request(hyper::Request::get(url).body(Full::new(Bytes::new())).expect("a request"))
+        .request(
+            hyper::Request::get(url)
+                .body(Full::new(Bytes::new()))
+                .expect("a request"),
+        )
         .await
         .expect("an answer");
     let body = response.into_body().collect().await.expect("a body").to_bytes();
@@ -284,7 +308,11 @@ async fn utilization(options: &Options, label: &str, servers: usize) {
     let outcomes = open_loop(&client, &gateways, "gpt-4o", 1.2 * POOL_RPM as f64 / 60.0, seconds).await;
     let served = outcomes.iter().filter(|o| o.status == 200).count();
     let provider_429 = outcomes.iter().filter(|o| o.status == 429 && o.from_provider).count();
-    let mut line = format!("{label}: {} calls at 120 % for {} windows: {served} served", outcomes.len(), options.windows);
+    let mut line = format!(
+        "{label}: {} calls at 120 % for {} windows: {served} served",
+        outcomes.len(),
+        options.windows
+    );
     let mut total = 0;
     for (i, (sim, rpm)) in addrs.iter().zip(&rpms).enumerate() {
         let stats = get_json(&client, format!("http://{sim}/sim/stats")).await;
@@ -319,10 +347,15 @@ async fn failover(options: &Options, fault: Value, label: &str) {
         tokio::spawn(async move { open_loop(&client, &[gateway], "gpt-4o", 0.5 * POOL_RPM as f64 / 60.0, 20.0).await })
     };
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let before = get_json(&client, format!("http://{}/sim/stats", addrs[0])).await["calls"].as_u64().unwrap_or(0);
+    let before = get_json(&client, format!("http://{}/sim/stats", addrs[0])).await["calls"]
+        .as_u64()
+        .unwrap_or(0);
     arm(&client, addrs[0], fault).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let during = get_json(&client, format!("http://{}/sim/stats", addrs[0])).await["calls"].as_u64().unwrap_or(0) - before;
+    let during = get_json(&client, format!("http://{}/sim/stats", addrs[0])).await["calls"]
+        .as_u64()
+        .unwrap_or(0)
+        - before;
     let outcomes = load.await.expect("the load");
     let errors = outcomes.iter().filter(|o| o.status != 200).count();
     let mut per_second = [0u64; 20];
@@ -349,12 +382,23 @@ async fn latency(options: &Options) {
     let (mut pool, mut single) = (Vec::new(), Vec::new());
     for round in 0..options.rounds {
         for (model, figures) in [("gpt-4o-mini", &mut single), ("gpt-4o", &mut pool)] {
-            let outcomes = open_loop(&client, &[server.gateway], model, options.latency_rate, options.latency_seconds).await;
+            let outcomes = open_loop(
+                &client,
+                &[server.gateway],
+                model,
+                options.latency_rate,
+                options.latency_seconds,
+            )
+            .await;
             assert!(outcomes.iter().all(|o| o.status == 200), "every call is served");
             let mut us: Vec<u64> = outcomes.iter().map(|o| o.latency_us).collect();
             us.sort_unstable();
             figures.push((percentile(&us, 0.5), percentile(&us, 0.99)));
-            println!("round {round} {model}: p50 {} us, p99 {} us", percentile(&us, 0.5), percentile(&us, 0.99));
+            println!(
+                "round {round} {model}: p50 {} us, p99 {} us",
+                percentile(&us, 0.5),
+                percentile(&us, 0.99)
+            );
         }
     }
     let median = |values: &mut Vec<u64>| {
@@ -379,7 +423,9 @@ async fn first_try(options: &Options) {
     let rpms = rpms(POOL_RPM);
     let sims: Vec<_> = rpms.iter().map(|rpm| start_sim(options, *rpm)).collect();
     let addrs: Vec<SocketAddr> = sims.iter().map(|s| s.1).collect();
-    let fleet: Vec<Server> = (0..2).map(|i| start_server(options, &addrs, &rpms, "tb80", i, true)).collect();
+    let fleet: Vec<Server> = (0..2)
+        .map(|i| start_server(options, &addrs, &rpms, "tb80", i, true))
+        .collect();
     let gateways: Vec<SocketAddr> = fleet.iter().map(|s| s.gateway).collect();
     let client = client();
     let outcomes = open_loop(&client, &gateways, "gpt-4o", 0.8 * POOL_RPM as f64 / 60.0, 60.0).await;
@@ -410,7 +456,12 @@ async fn main() {
         "429",
     )
     .await;
-    failover(&options, serde_json::json!({"mode": "status", "status": 500, "for_ms": 10000}), "500").await;
+    failover(
+        &options,
+        serde_json::json!({"mode": "status", "status": 500, "for_ms": 10000}),
+        "500",
+    )
+    .await;
     utilization(&options, "memory", 1).await;
     if options.tigerbeetle.is_some() {
         utilization(&options, "tigerbeetle", 2).await;
