@@ -129,7 +129,9 @@ async fn weighted_routing_splits_by_weight() {
 #[tokio::test]
 async fn a_higher_priority_is_used_only_once_the_lower_is_full_and_then_the_pool_answers_429() {
     let sims = [start_deployment(0).await, start_deployment(0).await];
-    let (gateway, backend, _) = pool_gateway(&sims, 5_000, &two("capacity", 2, 1, "")).await;
+    // The spillover deployment listed first: the order is by priority, not by listing.
+    let models = "  - name: gpt-4o\n    max_output_tokens_default: 16\n    deployments:\n      - {upstream: d1, priority: 1, rpm: 2}\n      - {upstream: d0, model: gpt-4o-ptu, rpm: 2}\n";
+    let (gateway, backend, _) = pool_gateway(&sims, 5_000, models).await;
     let mut served = Vec::new();
     for _ in 0..4 {
         let (status, headers, body) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
