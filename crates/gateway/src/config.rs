@@ -46,7 +46,8 @@ pub struct GatewayConfig {
     pub upstream_timeout_ms: u64,
     /// The providers calls are forwarded to.
     pub upstreams: Vec<UpstreamConfig>,
-    /// The models served, each on one upstream, with its limits.
+    /// The models served, each on one upstream with its limits, or on a pool of
+    /// deployments (docs/gateway.md, "Pools").
     pub models: Vec<ModelConfig>,
     /// Who may call; empty means anyone may, without a key.
     #[serde(default)]
@@ -349,34 +350,32 @@ impl GatewayConfig {
         model: &ModelConfig,
         entry: &dyn Fn(&str) -> String,
     ) -> Result<(), GatewayConfigError> {
-        {
-            let Some(upstream) = self.upstreams.iter().find(|u| u.name == model.upstream) else {
-                return Err(invalid(
-                    entry("upstream"),
-                    format!("no upstream named {:?}", model.upstream),
-                ));
-            };
-            for (field, value) in [
-                ("rpm", model.rpm),
-                ("tpm", model.tpm),
-                ("input_tpm", model.input_tpm),
-                ("output_tpm", model.output_tpm),
-                ("concurrency", model.concurrency),
-            ] {
-                if value == Some(0) {
-                    return Err(invalid(entry(field), "must be at least 1 (leave it out for no limit)"));
-                }
+        let Some(upstream) = self.upstreams.iter().find(|u| u.name == model.upstream) else {
+            return Err(invalid(
+                entry("upstream"),
+                format!("no upstream named {:?}", model.upstream),
+            ));
+        };
+        for (field, value) in [
+            ("rpm", model.rpm),
+            ("tpm", model.tpm),
+            ("input_tpm", model.input_tpm),
+            ("output_tpm", model.output_tpm),
+            ("concurrency", model.concurrency),
+        ] {
+            if value == Some(0) {
+                return Err(invalid(entry(field), "must be at least 1 (leave it out for no limit)"));
             }
-            if model.tpm.is_some() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
-                return Err(invalid(entry("tpm"), "give tpm, or input_tpm and output_tpm, not both"));
-            }
-            if upstream.kind.is_openai() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
-                return Err(invalid(entry("input_tpm"), "OpenAI models have one tpm"));
-            }
-            check_name(&entry("model"), &model.name)?;
-            LimitKey::llm_rpm(&upstream.name, &model.name).map_err(|e| invalid(entry("name"), e.to_string()))?;
-            Self::validate_profile(model, &upstream.name, entry)?;
         }
+        if model.tpm.is_some() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
+            return Err(invalid(entry("tpm"), "give tpm, or input_tpm and output_tpm, not both"));
+        }
+        if upstream.kind.is_openai() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
+            return Err(invalid(entry("input_tpm"), "OpenAI models have one tpm"));
+        }
+        check_name(&entry("model"), &model.name)?;
+        LimitKey::llm_rpm(&upstream.name, &model.name).map_err(|e| invalid(entry("name"), e.to_string()))?;
+        Self::validate_profile(model, &upstream.name, entry)?;
         Ok(())
     }
 

@@ -197,15 +197,13 @@ pub fn validate_shape(model: &ModelConfig, entry: &dyn Fn(&str) -> String) -> Re
         if deployment.priority > PRIORITY_MAX {
             return Err(invalid(field("priority"), name, format!("must be 0..={PRIORITY_MAX}")));
         }
-        match deployment.weight {
-            Some(w) if model.routing != Routing::Weighted => {
-                let _ = w;
+        if let Some(weight) = deployment.weight {
+            if model.routing != Routing::Weighted {
                 return Err(invalid(field("weight"), name, "weight is for routing: weighted"));
             }
-            Some(w) if !(1..=WEIGHT_MAX).contains(&w) => {
+            if !(1..=WEIGHT_MAX).contains(&weight) {
                 return Err(invalid(field("weight"), name, format!("must be 1..={WEIGHT_MAX}")));
             }
-            _ => {}
         }
     }
     Ok(())
@@ -509,5 +507,40 @@ impl Pool {
             .iter()
             .find(|d| crate::cooldown::key(&d.keys).is_some_and(|k| k.as_str() == key))
             .and_then(|d| d.stats.cooldown.left_ms())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool_model() -> ModelConfig {
+        serde_yaml::from_str(
+            "{name: gpt-4o, max_output_tokens_default: 8, max_wait_ms: 5, deployments: [{upstream: east, model: gpt-4o-ptu, rpm: 6}, {upstream: west, priority: 2, tpm: 100}]}",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_deployment_is_the_single_model_it_abbreviates_and_rewrites_the_model_it_sends() {
+        let model = pool_model();
+        let resolved = resolve(&model);
+        assert_eq!(resolved[0].model.name, "gpt-4o-ptu");
+        assert_eq!(resolved[0].model.rpm, Some(6));
+        assert_eq!(resolved[1].model.name, "gpt-4o", "default: the model's name");
+        assert_eq!((resolved[1].priority, resolved[1].model.tpm), (2, Some(100)));
+        assert_eq!(resolved[1].model.max_wait_ms, 5);
+        let stats = Arc::new(DeploymentStats::new("gpt-4o", "east", "gpt-4o-ptu", None));
+        let east = Deployment::new("gpt-4o", &resolved[0], 0, &[], stats.clone());
+        let body = Bytes::from_static(br#"{"model":"gpt-4o","messages":[],"max_tokens":3}"#);
+        let sent: serde_json::Value = serde_json::from_slice(&east.body(&body)).unwrap();
+        assert_eq!(sent["model"], "gpt-4o-ptu");
+        assert_eq!(sent["max_tokens"], 3, "the rest unchanged");
+        let west = Deployment::new("gpt-4o", &resolved[1], 1, &[], stats);
+        assert_eq!(west.body(&body), body, "the same name: the client's bytes, untouched");
+        // A single-deployment model is its own one deployment.
+        let single: ModelConfig =
+            serde_yaml::from_str("{name: m, upstream: u, rpm: 3, max_output_tokens_default: 1}").unwrap();
+        assert_eq!(resolve(&single)[0].model, single);
     }
 }

@@ -357,3 +357,29 @@ async fn a_waiting_call_is_admitted_by_capacity_freed_on_any_deployment() {
     let admitted = deployments[0]["admitted"].as_u64().unwrap() + deployments[1]["admitted"].as_u64().unwrap();
     assert_eq!(admitted, 3, "{deployments}");
 }
+
+#[tokio::test]
+async fn with_every_breaker_open_a_call_gets_a_502_with_the_time_to_the_first_probe() {
+    let sims = [start_deployment(0).await, start_deployment(0).await];
+    for sim in sims {
+        arm(sim, json!({"mode": "status", "status": 500, "count": 1})).await;
+    }
+    let breaker = "    breaker: {failures: 1, open_ms: 20000}\n";
+    let (gateway, _, metrics) = pool_gateway(&sims, 5_000, &two("ordered", 100, 0, breaker)).await;
+    let (status, _, body) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
+    assert_eq!(status, 500, "the last deployment's error: {body}");
+    let deployments = metrics.deployments_json();
+    assert_eq!(
+        (deployments[0]["breaker"].as_str(), deployments[1]["breaker"].as_str()),
+        (Some("open"), Some("open"))
+    );
+    let (status, headers, body) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
+    assert_eq!(status, 502, "{body}");
+    let hint: u64 = headers["retry-after-ms"].to_str().unwrap().parse().unwrap();
+    assert!(hint > 15_000 && hint <= 20_000, "{hint}");
+    assert_eq!(
+        (sim_calls(sims[0]).await, sim_calls(sims[1]).await),
+        (1, 1),
+        "no call while open"
+    );
+}
