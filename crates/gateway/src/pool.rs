@@ -361,6 +361,35 @@ impl Pool {
         }
     }
 
+    /// The pool of `model`: its deployments on `upstreams`, with their share of
+    /// `definitions`, their stats registered in `metrics`; a breaker each when the
+    /// model lists `deployments`.
+    pub fn of(
+        model: &ModelConfig,
+        upstreams: &[crate::upstream::Upstream],
+        definitions: &[LimitDefinition],
+        metrics: &crate::metrics::GatewayMetrics,
+    ) -> Self {
+        let breaker = (!model.deployments.is_empty()).then(|| model.breaker.unwrap_or_default());
+        let deployments = resolve(model)
+            .iter()
+            .map(|resolved| {
+                let upstream = (upstreams.iter())
+                    .position(|u| u.config.name == resolved.model.upstream)
+                    .expect("validated");
+                let stats = Arc::new(DeploymentStats::new(
+                    &model.name,
+                    &resolved.model.upstream,
+                    &resolved.model.name,
+                    breaker,
+                ));
+                metrics.add_deployment(stats.clone());
+                Deployment::new(&model.name, resolved, upstream, definitions, stats)
+            })
+            .collect();
+        Self::new(deployments, model.routing)
+    }
+
     /// Whether a failure may move a call to another deployment: the pool has one
     /// not yet tried besides the one that failed.
     pub fn can_fail_over(&self, tried: u32) -> bool {

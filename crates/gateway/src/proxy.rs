@@ -24,7 +24,7 @@ use crate::config::{GatewayConfig, ModelConfig, UpstreamKind};
 use crate::error::{ErrorKind, Format, GatewayError, Shaped};
 use crate::lease::{CallLease, CallLog, Settle};
 use crate::limits::{self, TenantKeys};
-use crate::metrics::{CallCounters, DeploymentStats, GatewayMetrics, ModelMetrics, NO_TENANT};
+use crate::metrics::{CallCounters, GatewayMetrics, ModelMetrics, NO_TENANT};
 use crate::pool::{Deployment, Grant, Need, Pool};
 use crate::queue::{denial_key, ModelQueue, Refusal};
 use crate::tokens::{default_encoding, Counter, IMAGE_TOKENS_DEFAULT};
@@ -139,7 +139,7 @@ impl Gateway {
         }
         let mut models = HashMap::new();
         for model in &config.models {
-            let pool = Arc::new(pool_of(model, &upstreams, &definitions, &metrics));
+            let pool = Arc::new(Pool::of(model, &upstreams, &definitions, &metrics));
             let kind = upstreams[pool.deployments[0].upstream].config.kind;
             let counter = Counter {
                 encoding: model.encoding.unwrap_or_else(|| default_encoding(kind, &model.name)),
@@ -395,33 +395,6 @@ async fn serve(
             return Ok(response);
         }
     }
-}
-
-/// The deployments of `model`, their stats registered in `metrics`.
-fn pool_of(
-    model: &ModelConfig,
-    upstreams: &[Upstream],
-    definitions: &[LimitDefinition],
-    metrics: &GatewayMetrics,
-) -> Pool {
-    let breaker = (!model.deployments.is_empty()).then(|| model.breaker.unwrap_or_default());
-    let deployments = crate::pool::resolve(model)
-        .iter()
-        .map(|resolved| {
-            let upstream = (upstreams.iter())
-                .position(|u| u.config.name == resolved.model.upstream)
-                .expect("validated");
-            let stats = Arc::new(DeploymentStats::new(
-                &model.name,
-                &resolved.model.upstream,
-                &resolved.model.name,
-                breaker,
-            ));
-            metrics.add_deployment(stats.clone());
-            Deployment::new(&model.name, resolved, upstream, definitions, stats)
-        })
-        .collect();
-    Pool::new(deployments, model.routing)
 }
 
 /// The guard of `grant`'s lease.

@@ -47,6 +47,8 @@ type HttpClient = Client<HttpConnector, Full<Bytes>>;
 struct Options {
     bin_dir: PathBuf,
     tigerbeetle: Option<String>,
+    /// Whether the memory-backend phases run (`--memory off`: the fleet's only).
+    memory: bool,
     windows: u64,
     latency_rate: f64,
     latency_seconds: f64,
@@ -57,6 +59,7 @@ fn parse_options() -> Options {
     let mut options = Options {
         bin_dir: PathBuf::from("target/release"),
         tigerbeetle: None,
+        memory: true,
         windows: 3,
         latency_rate: 1_000.0,
         latency_seconds: 5.0,
@@ -73,6 +76,7 @@ fn parse_options() -> Options {
         match flag.as_str() {
             "--bin-dir" => options.bin_dir = PathBuf::from(&value),
             "--tigerbeetle" => options.tigerbeetle = Some(value.clone()),
+            "--memory" => options.memory = value != "off",
             "--windows" => options.windows = number() as u64,
             "--latency-rate" => options.latency_rate = number(),
             "--latency-seconds" => options.latency_seconds = number(),
@@ -88,7 +92,7 @@ fn parse_options() -> Options {
 
 fn usage(problem: &str) -> ! {
     eprintln!("pool_bench: {problem}");
-    eprintln!("usage: pool_bench [--bin-dir DIR] [--tigerbeetle ADDRESSES] [--windows N] [--latency-rate N] [--latency-seconds S] [--rounds N]");
+    eprintln!("usage: pool_bench [--bin-dir DIR] [--tigerbeetle ADDRESSES] [--memory on|off] [--windows N] [--latency-rate N] [--latency-seconds S] [--rounds N]");
     std::process::exit(2);
 }
 
@@ -449,20 +453,14 @@ async fn first_try(options: &Options) {
 #[tokio::main]
 async fn main() {
     let options = parse_options();
-    latency(&options).await;
-    failover(
-        &options,
-        serde_json::json!({"mode": "status", "status": 429, "retry_after_ms": 1000, "for_ms": 10000}),
-        "429",
-    )
-    .await;
-    failover(
-        &options,
-        serde_json::json!({"mode": "status", "status": 500, "for_ms": 10000}),
-        "500",
-    )
-    .await;
-    utilization(&options, "memory", 1).await;
+    if options.memory {
+        latency(&options).await;
+        let fault_429 = serde_json::json!({"mode": "status", "status": 429, "retry_after_ms": 1000, "for_ms": 10000});
+        failover(&options, fault_429, "429").await;
+        let fault_500 = serde_json::json!({"mode": "status", "status": 500, "for_ms": 10000});
+        failover(&options, fault_500, "500").await;
+        utilization(&options, "memory", 1).await;
+    }
     if options.tigerbeetle.is_some() {
         utilization(&options, "tigerbeetle", 2).await;
         first_try(&options).await;
