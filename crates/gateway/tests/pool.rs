@@ -228,14 +228,10 @@ async fn fails_over(fault: Option<Value>, stream: bool, d0_tokens_kept: bool, ti
 }
 
 #[tokio::test]
-async fn a_429_fails_over_and_pauses_the_deployment() {
-    fails_over(
-        Some(json!({"mode": "status", "status": 429, "retry_after_ms": 5000, "count": 1})),
-        false,
-        false,
-        5_000,
-    )
-    .await;
+async fn a_429_fails_over_non_stream_and_stream() {
+    let fault = json!({"mode": "status", "status": 429, "retry_after_ms": 5000, "count": 1});
+    fails_over(Some(fault.clone()), false, false, 5_000).await;
+    fails_over(Some(fault), true, false, 5_000).await;
 }
 
 #[tokio::test]
