@@ -5,8 +5,10 @@
 //! stream untouched, and completed once with the provider's reported usage.
 //!
 //! One module per provider wire format ([`openai`], [`anthropic`]), token
-//! counting ([`tokens`]), usage extraction ([`usage`], [`sse`]), and the proxy
-//! service ([`proxy`]). The library does not learn about HTTP providers.
+//! counting ([`tokens`]), usage extraction ([`usage`], [`sse`]), the proxy
+//! service ([`proxy`]), and a model's pool of deployments with its routing and
+//! breakers ([`pool`], [`routing`], [`breaker`]). The library does not learn
+//! about HTTP providers.
 
 #![warn(missing_docs)]
 

@@ -332,4 +332,26 @@ mod tests {
         assert!(text.contains("ratelimiterd_gateway_admitted_total{model=\"gpt\",tenant=\"acme\"} 2\n"));
         assert!(text.contains("ratelimiterd_gateway_queue_wait_seconds_count{model=\"gpt\"} 1\n"));
     }
+
+    #[test]
+    fn a_deployment_shows_from_its_first_call_and_in_the_admin_view() {
+        let metrics = GatewayMetrics::default();
+        let stats = Arc::new(DeploymentStats::new("gpt", "east", "gpt-ptu", None));
+        metrics.add_deployment(stats.clone());
+        let mut text = String::new();
+        metrics.render(&mut text);
+        assert!(!text.contains("deployment_admitted_total{"), "{text}");
+        stats.admitted.fetch_add(3, Ordering::Relaxed);
+        let mut text = String::new();
+        metrics.render(&mut text);
+        assert!(text.contains(
+            "ratelimiterd_gateway_deployment_admitted_total{model=\"gpt\",upstream=\"east\",upstream_model=\"gpt-ptu\"} 3\n"
+        ));
+        let view = &metrics.deployments_json()[0];
+        assert_eq!(
+            (view["admitted"].as_u64(), view["breaker"].as_str()),
+            (Some(3), Some("closed"))
+        );
+        assert!(view["paused_until_unix_ms"].is_null());
+    }
 }
