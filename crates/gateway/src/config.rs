@@ -68,7 +68,8 @@ pub struct GatewayConfig {
     pub upstream_timeout_ms: u64,
     /// The providers calls are forwarded to.
     pub upstreams: Vec<UpstreamConfig>,
-    /// The models served, each on one upstream, with its limits.
+    /// The models served, each on one upstream with its limits, or on a pool of
+    /// deployments (docs/gateway.md, "Pools").
     pub models: Vec<ModelConfig>,
     /// Who may call. Empty is refused unless `allow_anonymous` says so.
     #[serde(default)]
@@ -176,13 +177,17 @@ pub enum Encoding {
     Bytes,
 }
 
-/// One `models:` entry.
+/// One `models:` entry: one deployment (`upstream` and its limits), or a pool of
+/// them (`deployments`; docs/gateway.md, "Pools").
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
-    /// The model name clients send, forwarded unchanged.
+    /// The model name clients send, forwarded unchanged (in a pool: rewritten to
+    /// each deployment's `model`).
     pub name: String,
-    /// The `upstreams:` entry serving it.
+    /// The `upstreams:` entry serving it; empty for a pool, whose `deployments`
+    /// name theirs.
+    #[serde(default)]
     pub upstream: String,
     /// Requests per minute.
     #[serde(default)]
@@ -246,6 +251,15 @@ pub struct ModelConfig {
     /// documented example (`openai`, `azure` profiles only).
     #[serde(default)]
     pub quantum_seconds: Option<u64>,
+    /// How a pool picks among its deployments of one priority.
+    #[serde(default)]
+    pub routing: crate::routing::Routing,
+    /// The pool's deployments, instead of `upstream` and the limits above.
+    #[serde(default)]
+    pub deployments: Vec<crate::pool::DeploymentConfig>,
+    /// The circuit breaker of each of the pool's deployments (pools only).
+    #[serde(default)]
+    pub breaker: Option<crate::breaker::BreakerConfig>,
 }
 
 impl ModelConfig {
@@ -426,24 +440,14 @@ impl GatewayConfig {
 
     fn validate_models(&self) -> Result<(), GatewayConfigError> {
         let mut names = HashSet::new();
+        let mut deployment_keys = HashSet::new();
         for (i, model) in self.models.iter().enumerate() {
             let entry = |field: &str| format!("models[{i}].{field}");
             check_name(&entry("name"), &model.name)?;
             if !names.insert(model.name.as_str()) {
                 return Err(invalid(entry("name"), "appears twice"));
             }
-            let Some(upstream) = self.upstreams.iter().find(|u| u.name == model.upstream) else {
-                return Err(invalid(
-                    entry("upstream"),
-                    format!("no upstream named {:?}", model.upstream),
-                ));
-            };
             for (field, value) in [
-                ("rpm", model.rpm),
-                ("tpm", model.tpm),
-                ("input_tpm", model.input_tpm),
-                ("output_tpm", model.output_tpm),
-                ("concurrency", model.concurrency),
                 ("image_tokens", model.image_tokens),
                 ("file_tokens", model.file_tokens),
                 ("stored_context_tokens", model.stored_context_tokens),
@@ -453,21 +457,75 @@ impl GatewayConfig {
                     return Err(invalid(entry(field), "must be at least 1 (leave it out for no limit)"));
                 }
             }
-            if model.tpm.is_some() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
-                return Err(invalid(entry("tpm"), "give tpm, or input_tpm and output_tpm, not both"));
-            }
-            if upstream.kind.is_openai() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
-                return Err(invalid(entry("input_tpm"), "OpenAI models have one tpm"));
-            }
             if model.max_wait_ms > MAX_WAIT_MS_LIMIT {
                 return Err(invalid(
                     entry("max_wait_ms"),
                     format!("must be 0..={MAX_WAIT_MS_LIMIT}"),
                 ));
             }
-            LimitKey::llm_rpm(&upstream.name, &model.name).map_err(|e| invalid(entry("name"), e.to_string()))?;
-            Self::validate_profile(model, &upstream.name, &entry)?;
+            crate::pool::validate_shape(model, &entry)?;
+            for (j, deployment) in crate::pool::resolve(model).iter().enumerate() {
+                let prefix = if model.deployments.is_empty() {
+                    format!("models[{i}]")
+                } else {
+                    format!("models[{i}].deployments[{j}]")
+                };
+                let entry = |field: &str| format!("{prefix}.{field}");
+                if !deployment_keys.insert((deployment.model.upstream.clone(), deployment.model.name.clone())) {
+                    return Err(invalid(
+                        entry("model"),
+                        format!(
+                            "model {:?}: the deployment {}/{} is already served by another entry (its limit keys would be shared)",
+                            model.name, deployment.model.upstream, deployment.model.name
+                        ),
+                    ));
+                }
+                self.validate_deployment(&deployment.model, &entry).map_err(|e| {
+                    if model.deployments.is_empty() {
+                        e
+                    } else {
+                        invalid(e.entry, format!("model {:?}: {}", model.name, e.message))
+                    }
+                })?;
+            }
+            crate::pool::validate_formats(model, &self.upstreams, &entry)?;
         }
+        Ok(())
+    }
+
+    /// The rules of one deployment, in its single-deployment form (a model without
+    /// `deployments` is its own one deployment).
+    fn validate_deployment(
+        &self,
+        model: &ModelConfig,
+        entry: &dyn Fn(&str) -> String,
+    ) -> Result<(), GatewayConfigError> {
+        let Some(upstream) = self.upstreams.iter().find(|u| u.name == model.upstream) else {
+            return Err(invalid(
+                entry("upstream"),
+                format!("no upstream named {:?}", model.upstream),
+            ));
+        };
+        for (field, value) in [
+            ("rpm", model.rpm),
+            ("tpm", model.tpm),
+            ("input_tpm", model.input_tpm),
+            ("output_tpm", model.output_tpm),
+            ("concurrency", model.concurrency),
+        ] {
+            if value == Some(0) {
+                return Err(invalid(entry(field), "must be at least 1 (leave it out for no limit)"));
+            }
+        }
+        if model.tpm.is_some() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
+            return Err(invalid(entry("tpm"), "give tpm, or input_tpm and output_tpm, not both"));
+        }
+        if upstream.kind.is_openai() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
+            return Err(invalid(entry("input_tpm"), "OpenAI models have one tpm"));
+        }
+        check_name(&entry("model"), &model.name)?;
+        LimitKey::llm_rpm(&upstream.name, &model.name).map_err(|e| invalid(entry("name"), e.to_string()))?;
+        Self::validate_profile(model, &upstream.name, entry)?;
         Ok(())
     }
 
@@ -713,5 +771,110 @@ tenants:
         config.validate().unwrap();
         config.models[0].quantum_seconds = Some(61);
         assert_eq!(config.validate().unwrap_err().entry, "models[0].profile");
+    }
+
+    /// The pool example of docs/gateway.md ("Pools"), its `gateway:` section.
+    fn docs_pool() -> GatewayConfig {
+        let docs = include_str!("../../../docs/gateway.md");
+        let pools = &docs[docs.find("## Pools").expect("a Pools section")..];
+        let start = pools.find("```yaml\n").expect("a YAML example") + "```yaml\n".len();
+        let text = &pools[start..start + pools[start..].find("```").unwrap()];
+        #[derive(Deserialize)]
+        struct Section {
+            gateway: GatewayConfig,
+        }
+        serde_yaml::from_str::<Section>(text).unwrap().gateway
+    }
+
+    #[test]
+    fn the_documented_pool_is_valid_and_resolves_into_its_deployments() {
+        let config = docs_pool();
+        config.validate().unwrap();
+        let deployments = crate::pool::resolve(&config.models[0]);
+        let keys: Vec<String> = deployments
+            .iter()
+            .map(|d| format!("{}/{}/{}", d.model.upstream, d.model.name, d.priority))
+            .collect();
+        assert_eq!(
+            keys,
+            ["azure-east/gpt-4o-ptu/0", "azure-west/gpt-4o/1", "openai/gpt-4o/1"]
+        );
+        assert_eq!(deployments[1].model.concurrency, Some(20));
+        assert_eq!(deployments[2].model.profile.as_deref(), Some("openai"));
+        assert_eq!(
+            deployments[0].model.max_wait_ms, 2000,
+            "the model's own fields carry over"
+        );
+    }
+
+    #[test]
+    fn pool_configuration_errors_name_the_model_and_the_entry() {
+        let error_of = |edit: &dyn Fn(&mut GatewayConfig)| {
+            let mut config = docs_pool();
+            edit(&mut config);
+            let error = config.validate().unwrap_err();
+            assert!(error.message.contains("\"gpt-4o\""), "{error}");
+            error.entry
+        };
+        assert_eq!(
+            error_of(&|c| c.models[0].upstream = "openai".into()),
+            "models[0].upstream"
+        );
+        assert_eq!(error_of(&|c| c.models[0].rpm = Some(5)), "models[0].rpm");
+        assert_eq!(error_of(&|c| c.models[0].deployments.clear()), "models[0].upstream");
+        assert_eq!(
+            error_of(&|c| c.models[0].deployments[1].weight = Some(2)),
+            "models[0].deployments[1].weight"
+        );
+        assert_eq!(
+            error_of(&|c| {
+                let copy = c.models[0].deployments[1].clone();
+                c.models[0].deployments.push(copy);
+            }),
+            "models[0].deployments[3].model"
+        );
+        assert_eq!(
+            error_of(&|c| c.models[0].breaker = Some(crate::breaker::BreakerConfig {
+                failures: 0,
+                open_ms: 1
+            })),
+            "models[0].breaker.failures"
+        );
+        // Mixed wire formats.
+        let error = {
+            let mut config = docs_pool();
+            config.upstreams.push(UpstreamConfig {
+                name: "claude".into(),
+                kind: UpstreamKind::Anthropic,
+                base_url: "https://api.anthropic.com".into(),
+                api_key_env: None,
+                forward_headers: Vec::new(),
+            });
+            config.models[0].deployments[2].upstream = "claude".into();
+            config.models[0].deployments[2].profile = None;
+            config.validate().unwrap_err()
+        };
+        assert_eq!(error.entry, "models[0].deployments[2].upstream");
+        // A deployment's own checks, with its entry named.
+        let mut config = docs_pool();
+        config.models[0].deployments[0].rpm = Some(0);
+        assert_eq!(config.validate().unwrap_err().entry, "models[0].deployments[0].rpm");
+        config.models[0].deployments[0].rpm = Some(1);
+        config.models[0].deployments[0].upstream = "nowhere".into();
+        assert_eq!(
+            config.validate().unwrap_err().entry,
+            "models[0].deployments[0].upstream"
+        );
+        // A pool's fields on a single-deployment model.
+        let mut config = parse(EXAMPLE);
+        config.models[0].routing = crate::routing::Routing::Weighted;
+        assert_eq!(config.validate().unwrap_err().entry, "models[0].routing");
+        // A deployment may not share a single model's keys.
+        let mut config = docs_pool();
+        let mut single = parse(EXAMPLE).models[0].clone();
+        single.name = "gpt-4o-ptu".into();
+        single.upstream = "azure-east".into();
+        config.models.push(single);
+        assert_eq!(config.validate().unwrap_err().entry, "models[1].model");
     }
 }

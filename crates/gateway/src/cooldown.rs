@@ -39,6 +39,12 @@ impl Cooldown {
         (left > 0).then_some(left)
     }
 
+    /// When the cooldown ends (unix ms), while one runs.
+    pub fn until_unix_ms(&self) -> Option<u64> {
+        let until = self.until_unix_ms.load(Ordering::Relaxed);
+        (until > now_unix_ms()).then_some(until)
+    }
+
     /// Makes the cooldown last until `until_unix_ms` at least; true when that is a
     /// re-hold interval or more past the pause already running, so that a new pause is
     /// worth starting. The burst of 429s of the calls in flight when the provider's

@@ -76,15 +76,47 @@ pub struct CallLease {
     pub started: Instant,
     /// Whether the call was already ended by [`CallLease::finish`]; `false` at start.
     pub finished: bool,
+    /// The pool deployment the lease is on, with the breaker's pass it holds:
+    /// its local load window learns when the call ends, and a probe whose
+    /// outcome was never recorded (the client left first) is given back.
+    pub deployment: Option<OnDeployment>,
+    /// The call went on to another deployment of its pool, which charges the
+    /// tenant: the tenant's keys of this lease are given back whole.
+    pub tenant_released: bool,
+}
+
+/// A lease's place in its model's pool.
+pub struct OnDeployment {
+    /// The pool.
+    pub pool: Arc<crate::pool::Pool>,
+    /// The deployment's index in it.
+    pub index: usize,
+    /// The breaker's pass the call went with.
+    pub pass: crate::breaker::Pass,
+    /// Whether the call's outcome was recorded on the breaker.
+    pub recorded: bool,
+}
+
+impl OnDeployment {
+    /// Records the sent call's outcome on the deployment's breaker, once.
+    pub fn record(&mut self, success: bool) {
+        if !std::mem::replace(&mut self.recorded, true) {
+            self.pool.record(self.index, self.pass, success);
+        }
+    }
 }
 
 impl CallLease {
     /// Ends the call now and waits for its complete: an answer whose end the
     /// client sees only after this has freed its capacity (a client's next call
     /// finds it free, on TigerBeetle too). `Drop` then does nothing more.
+    /// A complete that has to wait runs on a task of its own, so a handler
+    /// dropped during the wait (a client gone) cannot drop the complete with it.
     pub async fn finish(&mut self) {
-        if let Some(complete) = self.end() {
-            complete.await;
+        if let Some(pending) = self.end().and_then(run_if_ready) {
+            if let Err(e) = tokio::spawn(pending).await {
+                tracing::warn!(error = %e, "gateway: a complete task failed; the holds end by window or timeout");
+            }
         }
     }
 
@@ -93,6 +125,13 @@ impl CallLease {
     fn end(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
         if std::mem::replace(&mut self.finished, true) {
             return None;
+        }
+        if let Some(on) = &mut self.deployment {
+            on.pool.deployments[on.index].load.ended();
+            // A call that never got its outcome recorded gives a probe back.
+            if !std::mem::replace(&mut on.recorded, true) {
+                on.pool.abandon(on.index, on.pass);
+            }
         }
         if let (Settle::Usage(usage), Some((calibrator, bytes))) = (self.settle, &self.calibration) {
             // The provider's count of the whole prompt, cached parts included.
@@ -124,9 +163,23 @@ impl CallLease {
             "gateway call"
         );
         let lease_id = self.lease_id?;
-        let actuals: Vec<Actual> = used.map_or_else(Vec::new, |usage| {
-            actuals(&self.model_keys, self.tenant_keys.as_deref(), self.log.reserved, &usage)
+        let tenant = if self.tenant_released {
+            None
+        } else {
+            self.tenant_keys.as_deref()
+        };
+        let mut actuals: Vec<Actual> = used.map_or_else(Vec::new, |usage| {
+            actuals(&self.model_keys, tenant, self.log.reserved, &usage)
         });
+        if let (true, Some(keys)) = (self.tenant_released, &self.tenant_keys) {
+            // Every tenant key this lease holds, back to 0: the deployment that
+            // serves the call charges the tenant.
+            let held = [&keys.daily_tokens, &keys.rpm].into_iter().flatten();
+            actuals.extend(held.map(|key| Actual {
+                key: key.clone(),
+                actual_amount: 0,
+            }));
+        }
         let Ok(request) = CompleteRequest::new(lease_id, None, actuals) else {
             tracing::error!(%lease_id, "gateway: a complete request could not be built");
             return None;

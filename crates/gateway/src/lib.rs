@@ -7,13 +7,16 @@
 //! One module per provider wire format ([`openai`], [`anthropic`]), token
 //! counting ([`tokens`], with [`images`] sized by their provider's rule, the
 //! per-model numbers in [`model_table`] and the byte bound calibrated to the
-//! provider's reports in [`calibration`]), usage extraction ([`usage`], [`sse`]), and the proxy
-//! service ([`proxy`]). The library does not learn about HTTP providers.
+//! provider's reports in [`calibration`]), usage extraction ([`usage`], [`sse`]), the proxy
+//! service ([`proxy`]), and a model's pool of deployments with its routing and
+//! breakers ([`pool`], [`routing`], [`breaker`]). The library does not learn
+//! about HTTP providers.
 
 #![warn(missing_docs)]
 
 pub mod anthropic;
 pub mod auth;
+pub mod breaker;
 pub mod calibration;
 pub mod call;
 pub mod config;
@@ -27,8 +30,10 @@ pub mod metrics;
 pub mod model_table;
 pub mod openai;
 pub mod passthrough;
+pub mod pool;
 pub mod proxy;
 pub mod queue;
+pub mod routing;
 pub mod sse;
 pub mod status;
 pub mod tenant_caps;

@@ -136,7 +136,8 @@ fn definitions_as_given(config: &GatewayConfig) -> Vec<LimitDefinition> {
         LimitDefinition::concurrency(key.clone(), capacity, hold_seconds).expect("validated capacities")
     };
     let mut out = Vec::new();
-    for model in &config.models {
+    let deployments = (config.models.iter()).flat_map(|model| crate::pool::resolve(model).into_iter().map(|d| d.model));
+    for model in &deployments.collect::<Vec<_>>() {
         if let Some(profile) = model.llm_profile(&model.upstream) {
             // The profile's definitions, its concurrency holds outliving the upstream timeout.
             let profile = profile.expect("profiles were validated with the configuration");
@@ -266,6 +267,9 @@ mod tests {
             rpd: None,
             largest_request_tokens: None,
             quantum_seconds: None,
+            routing: Default::default(),
+            deployments: Vec::new(),
+            breaker: None,
         }
     }
 

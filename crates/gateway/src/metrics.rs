@@ -71,11 +71,89 @@ pub struct ModelMetrics {
     pub provider_remaining_tokens: AtomicU64,
 }
 
+/// Counters and state of one deployment of a model (docs/gateway.md, "Pools"),
+/// shown in `/metrics` and by the admin API (`GET /v1/admin/gateway/deployments`).
+#[derive(Debug)]
+pub struct DeploymentStats {
+    /// The model name clients send.
+    pub model: String,
+    /// The upstream's name (never its URL or key).
+    pub upstream: String,
+    /// The model name sent to it.
+    pub upstream_model: String,
+    /// Calls reserved on it.
+    pub admitted: AtomicU64,
+    /// Of them, calls reserved after another deployment's keys denied them in the
+    /// same admission (not the first deployment tried).
+    pub admitted_after_denial: AtomicU64,
+    /// Reservations its keys (or the tenant's) denied.
+    pub denied: AtomicU64,
+    /// Calls it failed (429, 5xx, no connection, timeout) that went on to another deployment.
+    pub failed_over: AtomicU64,
+    /// Its breaker (deployments of a pool only); this server's.
+    pub breaker: Option<crate::breaker::Breaker>,
+    /// This server's pause after its provider's 429.
+    pub cooldown: crate::cooldown::Cooldown,
+}
+
+impl DeploymentStats {
+    /// Fresh counters of a deployment, with a breaker of `breaker` when given.
+    pub fn new(
+        model: &str,
+        upstream: &str,
+        upstream_model: &str,
+        breaker: Option<crate::breaker::BreakerConfig>,
+    ) -> Self {
+        Self {
+            model: model.to_owned(),
+            upstream: upstream.to_owned(),
+            upstream_model: upstream_model.to_owned(),
+            admitted: AtomicU64::new(0),
+            admitted_after_denial: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+            failed_over: AtomicU64::new(0),
+            breaker: breaker.map(crate::breaker::Breaker::new),
+            cooldown: crate::cooldown::Cooldown::default(),
+        }
+    }
+
+    /// The breaker's state now; `closed` without a breaker.
+    pub fn breaker_state(&self) -> crate::breaker::BreakerState {
+        (self.breaker.as_ref()).map_or(crate::breaker::BreakerState::Closed, |b| {
+            b.state(std::time::Instant::now())
+        })
+    }
+
+    /// Whether it saw a call, or has a breaker open or a pause running.
+    pub fn is_active(&self) -> bool {
+        self.admitted.load(Ordering::Relaxed) > 0
+            || self.denied.load(Ordering::Relaxed) > 0
+            || self.breaker_state() != crate::breaker::BreakerState::Closed
+            || self.cooldown.until_unix_ms().is_some()
+    }
+
+    /// The admin API's view.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "model": self.model,
+            "upstream": self.upstream,
+            "upstream_model": self.upstream_model,
+            "admitted": self.admitted.load(Ordering::Relaxed),
+            "admitted_after_denial": self.admitted_after_denial.load(Ordering::Relaxed),
+            "denied": self.denied.load(Ordering::Relaxed),
+            "failed_over": self.failed_over.load(Ordering::Relaxed),
+            "breaker": self.breaker_state().label(),
+            "paused_until_unix_ms": self.cooldown.until_unix_ms(),
+        })
+    }
+}
+
 /// Every gateway metric.
 #[derive(Debug, Default)]
 pub struct GatewayMetrics {
     calls: RwLock<HashMap<(String, String), Arc<CallCounters>>>,
     models: RwLock<HashMap<String, Arc<ModelMetrics>>>,
+    deployments: RwLock<Vec<Arc<DeploymentStats>>>,
 }
 
 /// The tenant label of calls without a tenant (a gateway without keys).
@@ -127,8 +205,84 @@ impl GatewayMetrics {
         models.get(model).map(|m| m.queue_wait.snapshot())
     }
 
+    /// Registers a deployment's stats (at startup: bounded by the configuration).
+    pub fn add_deployment(&self, stats: Arc<DeploymentStats>) {
+        self.deployments.write().expect("metrics lock").push(stats);
+    }
+
+    /// Every deployment's stats, in configuration order, for the admin API.
+    pub fn deployments_json(&self) -> serde_json::Value {
+        let deployments = self.deployments.read().expect("metrics lock");
+        serde_json::Value::Array(deployments.iter().map(|d| d.to_json()).collect())
+    }
+
+    fn render_deployments(&self, out: &mut String) {
+        let deployments = self.deployments.read().expect("metrics lock");
+        type Field = fn(&DeploymentStats) -> u64;
+        let series: [(&str, &str, &str, Field); 6] = [
+            (
+                "deployment_admitted_total",
+                "counter",
+                "Calls reserved on the deployment.",
+                |d| d.admitted.load(Ordering::Relaxed),
+            ),
+            (
+                "deployment_admitted_after_denial_total",
+                "counter",
+                "Calls reserved on the deployment after another deployment denied them in the same admission.",
+                |d| d.admitted_after_denial.load(Ordering::Relaxed),
+            ),
+            (
+                "deployment_denied_total",
+                "counter",
+                "Reservations the deployment's (or the tenant's) keys denied.",
+                |d| d.denied.load(Ordering::Relaxed),
+            ),
+            (
+                "deployment_failed_over_total",
+                "counter",
+                "Calls the deployment failed that went on to another deployment.",
+                |d| d.failed_over.load(Ordering::Relaxed),
+            ),
+            (
+                "deployment_breaker_open",
+                "gauge",
+                "The breaker's state: 0 closed, 1 open, 2 half-open.",
+                |d| match d.breaker_state() {
+                    crate::breaker::BreakerState::Closed => 0,
+                    crate::breaker::BreakerState::Open => 1,
+                    crate::breaker::BreakerState::HalfOpen => 2,
+                },
+            ),
+            (
+                "deployment_paused_until_seconds",
+                "gauge",
+                "When this server's pause after the deployment's 429 ends (unix seconds; 0: none).",
+                |d| d.cooldown.until_unix_ms().unwrap_or(0) / 1000,
+            ),
+        ];
+        for (name, kind, help, field) in series {
+            let _ = writeln!(
+                out,
+                "# HELP ratelimiterd_gateway_{name} {help}\n# TYPE ratelimiterd_gateway_{name} {kind}"
+            );
+            // A deployment shows from its first call on, as a (model, tenant) pair does.
+            for d in deployments.iter().filter(|d| d.is_active()) {
+                let _ = writeln!(
+                    out,
+                    "ratelimiterd_gateway_{name}{{model=\"{}\",upstream=\"{}\",upstream_model=\"{}\"}} {}",
+                    d.model,
+                    d.upstream,
+                    d.upstream_model,
+                    field(d)
+                );
+            }
+        }
+    }
+
     /// Appends the Prometheus text of every gateway metric to `out`.
     pub fn render(&self, out: &mut String) {
+        self.render_deployments(out);
         let calls = self.calls.read().expect("metrics lock");
         let mut pairs: Vec<_> = calls.iter().collect();
         pairs.sort_by(|a, b| a.0.cmp(b.0));
@@ -240,5 +394,27 @@ mod tests {
         assert!(metrics.queue_wait("a").is_none());
         metrics.model("a").queue_wait.observe(Duration::from_millis(2));
         assert_eq!(metrics.queue_wait("a").unwrap().count, 1);
+    }
+
+    #[test]
+    fn a_deployment_shows_from_its_first_call_and_in_the_admin_view() {
+        let metrics = GatewayMetrics::default();
+        let stats = Arc::new(DeploymentStats::new("gpt", "east", "gpt-ptu", None));
+        metrics.add_deployment(stats.clone());
+        let mut text = String::new();
+        metrics.render(&mut text);
+        assert!(!text.contains("deployment_admitted_total{"), "{text}");
+        stats.admitted.fetch_add(3, Ordering::Relaxed);
+        let mut text = String::new();
+        metrics.render(&mut text);
+        assert!(text.contains(
+            "ratelimiterd_gateway_deployment_admitted_total{model=\"gpt\",upstream=\"east\",upstream_model=\"gpt-ptu\"} 3\n"
+        ));
+        let view = &metrics.deployments_json()[0];
+        assert_eq!(
+            (view["admitted"].as_u64(), view["breaker"].as_str()),
+            (Some(3), Some("closed"))
+        );
+        assert!(view["paused_until_unix_ms"].is_null());
     }
 }

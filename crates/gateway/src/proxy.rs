@@ -3,7 +3,7 @@
 //! (docs/gateway.md).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -24,9 +24,10 @@ use crate::auth::{find_tenant, presented_key, TenantKey};
 use crate::call::{model_name, parse_object, Call, Endpoint};
 use crate::config::{GatewayConfig, ModelConfig, UpstreamKind};
 use crate::error::{ErrorKind, Format, GatewayError, Shaped};
-use crate::lease::{reserve_guarded, CallLease, CallLog, Reservation, Reserved, Settle};
-use crate::limits::{self, ModelKeys, TenantKeys};
+use crate::lease::{reserve_guarded, CallLease, CallLog, OnDeployment, Reservation, Settle};
+use crate::limits::{self, TenantKeys};
 use crate::metrics::{CallCounters, GatewayMetrics, ModelMetrics, NO_TENANT};
+use crate::pool::{Deployment, Grant, Need, Pool};
 use crate::queue::{denial_key, ModelQueue, Refusal};
 use crate::tenant_caps::{HoldingBody, TenantCaps};
 use crate::tokens::Counter;
@@ -44,12 +45,14 @@ const NO_TENANT_INDEX: usize = usize::MAX;
 pub struct ModelEntry {
     /// Its configuration.
     pub config: ModelConfig,
-    /// Its upstream (index into the gateway's upstreams).
-    upstream: usize,
+    /// The wire format of its deployments (one per pool).
     kind: UpstreamKind,
     /// The name, shared by every call's log line.
     name: Arc<str>,
-    keys: Arc<ModelKeys>,
+    /// Its deployments (one for a model of the single-deployment form).
+    pool: Arc<Pool>,
+    /// Counts its calls before a deployment is chosen: by the name clients send
+    /// (every deployment of a pool serves that model).
     counter: Counter,
     /// The (model, tenant) counters, indexed by tenant, the last for calls
     /// without one: found per call by index, not by a label lookup; each made
@@ -57,10 +60,6 @@ pub struct ModelEntry {
     counters: Vec<OnceLock<Arc<CallCounters>>>,
     queue: Arc<ModelQueue>,
     metrics: Arc<ModelMetrics>,
-    warned_above_provider: AtomicBool,
-    cooldown: cooldown::Cooldown,
-    /// The model's own definitions, compared with the provider's headers.
-    definitions: Vec<LimitDefinition>,
 }
 
 struct TenantEntry {
@@ -150,24 +149,22 @@ impl Gateway {
             .collect();
         let mut models = HashMap::new();
         for model in &config.models {
-            let upstream = upstreams
-                .iter()
-                .position(|u| u.config.name == model.upstream)
-                .expect("validated");
-            let kind = upstreams[upstream].config.kind;
+            let pool = Arc::new(Pool::of(model, &upstreams, &definitions, &metrics));
+            let kind = upstreams[pool.deployments[0].upstream].config.kind;
             let counter = Counter::for_model(kind, model);
-            for (field, tokens, limit) in counter.bounds_above_limits(model) {
-                tracing::warn!(model = %model.name, field, tokens, limit,
-                    "gateway: calls counted at this bound can never be admitted; set the model's field to what its calls send");
+            for deployment in &pool.deployments {
+                for (field, tokens, limit) in counter.bounds_above_limits(&deployment.config) {
+                    tracing::warn!(model = %model.name, upstream = %deployment.label, field, tokens, limit,
+                        "gateway: calls counted at this bound can never be admitted on this deployment; set the model's field to what its calls send");
+                }
             }
             // The vocabulary loads on first use: at startup, not on a client's first call.
             counter.text("warm");
             let entry = ModelEntry {
                 config: model.clone(),
-                upstream,
                 kind,
                 name: Arc::from(model.name.as_str()),
-                keys: Arc::new(ModelKeys::new(&model.upstream, model)),
+                pool,
                 counter,
                 counters: tenants
                     .iter()
@@ -176,16 +173,6 @@ impl Gateway {
                     .collect(),
                 queue: Arc::new(ModelQueue::default()),
                 metrics: metrics.model(&model.name),
-                warned_above_provider: AtomicBool::new(false),
-                cooldown: cooldown::Cooldown::default(),
-                definitions: (definitions.iter())
-                    .filter(|d| {
-                        d.key()
-                            .as_str()
-                            .starts_with(&format!("global:llm:{}:{}:", model.upstream, model.name))
-                    })
-                    .cloned()
-                    .collect(),
             };
             models.insert(model.name.clone(), Arc::new(entry));
         }
@@ -223,12 +210,23 @@ impl Gateway {
         (self.model_names.iter())
             .map(|name| {
                 let model = &self.models[name];
+                let deployments = &model.pool.deployments;
+                let single = model.config.deployments.is_empty();
                 crate::status::ModelStatus {
                     name: name.clone(),
-                    upstream: model.config.upstream.clone(),
-                    paused_ms_left: model.cooldown.left_ms(),
+                    upstream: if single {
+                        deployments[0].label.to_string()
+                    } else {
+                        let labels: Vec<&str> = deployments.iter().map(|d| d.label.as_ref()).collect();
+                        labels.join(", ")
+                    },
+                    paused_ms_left: if single {
+                        deployments[0].stats.cooldown.left_ms()
+                    } else {
+                        None
+                    },
                     queue_len: model.queue.waiting(),
-                    deployments: Vec::new(),
+                    deployments: if single { Vec::new() } else { model.pool.status() },
                 }
             })
             .collect()
@@ -306,7 +304,7 @@ async fn list_models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) ->
     }
     let entries = gateway.model_names.iter().map(|name| {
         let model = &gateway.models[name];
-        (name, &gateway.upstreams[model.upstream].config.name)
+        (name, model.pool.deployments[0].label.as_ref())
     });
     let body = match format {
         Format::OpenAi => {
@@ -388,15 +386,14 @@ async fn serve(
     let bytes = read_body(&headers, body, gateway.body_bytes_max, gateway.body_timeout).await?;
     let object = parse_object(&bytes)?;
     let model = gateway.model_for(endpoint, model_name(&object)?)?.clone();
-    let upstream = &gateway.upstreams[model.upstream];
     if endpoint == Endpoint::CountTokens {
-        return count_tokens(&gateway, upstream, tenant, &headers, bytes).await;
+        // Sent to a pool's first deployment.
+        return count_tokens(&gateway, &model.pool.deployments[0], tenant, &headers, bytes).await;
     }
-    let mut call = match endpoint.format() {
+    let call = match endpoint.format() {
         Format::OpenAi => openai::read_call(endpoint, object, &model.counter, bytes)?,
         Format::Anthropic => anthropic::read_call(object, &model.counter, bytes)?,
     };
-    call.input_tokens = limits::prompt_charge(&model.keys, call.input_tokens, call.prompt_characters);
     let tenant_entry = tenant.map(|i| &gateway.tenants[i]);
     let slot = &model.counters[tenant.unwrap_or(gateway.tenants.len())];
     let counters = (slot.get_or_init(|| {
@@ -404,41 +401,88 @@ async fn serve(
         gateway.metrics.calls(&model.config.name, label)
     }))
     .clone();
-    let requirements = limits::requirements(
-        &model.keys,
-        tenant_entry.map(|t| t.keys.as_ref()),
-        call.input_tokens,
-        call.output_tokens,
-    );
-    let reserved = admit(&gateway, &model, tenant, requirements, &call, &counters).await?;
-    counters.admitted.fetch_add(1, Ordering::Relaxed);
-    counters
-        .tokens_reserved
-        .fetch_add(call.input_tokens.saturating_add(call.output_tokens), Ordering::Relaxed);
-    let lease = CallLease {
+    let mut need = Need {
+        tenant: tenant_entry.map(|t| t.keys.clone()),
+        input_tokens: call.input_tokens,
+        prompt_characters: call.prompt_characters,
+        output_tokens: call.output_tokens,
+        tried: 0,
+    };
+    // Each deployment of the pool is tried at most once (docs/gateway.md, "Pools").
+    loop {
+        let grant = admit(&gateway, &model, tenant, &need, &call, &counters).await?;
+        if need.tried == 0 {
+            counters.admitted.fetch_add(1, Ordering::Relaxed);
+            counters
+                .tokens_reserved
+                .fetch_add(grant.reserved.0.saturating_add(grant.reserved.1), Ordering::Relaxed);
+        }
+        need.tried |= 1 << grant.deployment;
+        let index = grant.deployment;
+        // The grant's guard hands its lease to the call's guard here, with no
+        // await between: this try's lease is owned from grant to complete.
+        let lease = call_lease(
+            &gateway,
+            &model,
+            tenant_entry,
+            grant,
+            endpoint,
+            &call,
+            &counters,
+            started,
+        );
+        let last = !model.pool.can_fail_over(need.tried);
+        if let Forwarded::Answer(response) =
+            forward(&gateway, &model, index, endpoint, &headers, &call, lease, last).await?
+        {
+            return Ok(response);
+        }
+    }
+}
+
+/// The guard of `grant`'s lease: the call owns it from now on.
+#[allow(clippy::too_many_arguments)]
+fn call_lease(
+    gateway: &Gateway,
+    model: &Arc<ModelEntry>,
+    tenant: Option<&TenantEntry>,
+    grant: Grant,
+    endpoint: Endpoint,
+    call: &Call,
+    counters: &Arc<CallCounters>,
+    started: Instant,
+) -> CallLease {
+    let index = grant.deployment;
+    let (reserved, pass) = (grant.reserved, grant.pass);
+    let deployment = &model.pool.deployments[index];
+    CallLease {
         limiter: gateway.limiter.clone(),
-        // Taken from its guard here, with no await between: the call's own guard
-        // owns the lease from now on.
-        lease_id: reserved.map(Reserved::take),
-        model_keys: model.keys.clone(),
-        tenant_keys: tenant_entry.map(|t| t.keys.clone()),
+        lease_id: grant.take(),
+        model_keys: deployment.keys.clone(),
+        tenant_keys: tenant.map(|t| t.keys.clone()),
         queue: model.queue.clone(),
-        counters,
+        counters: counters.clone(),
         settle: Settle::KeepReserved,
-        count_cache_reads: model.config.count_cache_reads,
+        count_cache_reads: deployment.config.count_cache_reads,
         calibration: (model.counter.calibrator.clone()).zip(call.calibration_sample),
         log: CallLog {
             endpoint: endpoint.label(),
             model: model.name.clone(),
-            tenant: tenant_entry.map_or_else(|| gateway.no_tenant.clone(), |t| t.name.clone()),
-            reserved: (call.input_tokens, call.output_tokens),
+            tenant: tenant.map_or_else(|| gateway.no_tenant.clone(), |t| t.name.clone()),
+            reserved,
             status: 0,
             stream: call.stream,
         },
         started,
         finished: false,
-    };
-    forward(&gateway, &model, endpoint, &headers, call, lease).await
+        deployment: Some(OnDeployment {
+            pool: model.pool.clone(),
+            index,
+            pass,
+            recorded: false,
+        }),
+        tenant_released: false,
+    }
 }
 
 /// Anthropic's token counting: free at the provider and limited apart by it, so
@@ -446,11 +490,12 @@ async fn serve(
 /// tenant cannot flood the upstream through it.
 async fn count_tokens(
     gateway: &Gateway,
-    upstream: &Upstream,
+    deployment: &Deployment,
     tenant: Option<usize>,
     headers: &HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, GatewayError> {
+    let upstream = &gateway.upstreams[deployment.upstream];
     if let Some(key) = tenant.and_then(|i| gateway.tenants[i].keys.rpm.clone()) {
         let request = ReserveRequest::new(LeaseId::generate(), None, vec![Requirement { key, amount: 1 }])
             .map_err(|e| GatewayError::invalid(e.0))?;
@@ -466,7 +511,13 @@ async fn count_tokens(
         }
     }
     let response = (gateway.client)
-        .send(upstream, Method::POST, Endpoint::CountTokens.path(), headers, bytes)
+        .send(
+            upstream,
+            Method::POST,
+            Endpoint::CountTokens.path(),
+            headers,
+            deployment.body(&bytes),
+        )
         .await
         .map_err(upstream_error)?;
     let (parts, body) = response.into_parts();
@@ -477,47 +528,51 @@ async fn count_tokens(
     Ok(answer(parts.status, parts.headers, Body::from(body)))
 }
 
-/// Reserves `requirements` all or nothing: at once when nobody waits on the model
-/// and the limits allow it, else in the model's queue up to `max_wait_ms`.
+/// Reserves the call all or nothing on one deployment of the model's pool: at
+/// once when nobody waits on the model and a deployment has room, else in the
+/// model's queue up to `max_wait_ms`.
 async fn admit(
     gateway: &Gateway,
     model: &Arc<ModelEntry>,
     tenant: Option<usize>,
-    requirements: Vec<Requirement>,
+    need: &Need,
     call: &Call,
     counters: &CallCounters,
-) -> Result<Option<Reserved>, GatewayError> {
-    if requirements.is_empty() {
-        return Ok(None);
-    }
+) -> Result<Grant, GatewayError> {
     let budget_key = tenant.and_then(|i| gateway.tenants[i].keys.daily_tokens.clone());
     let is_budget = |denial: &Denial| {
         budget_key
             .as_ref()
             .is_some_and(|k| denial_key(denial) == Some(k.as_str()))
     };
+    let max_wait_ms = model.config.max_wait_ms;
     if !model.queue.is_busy() {
-        let request = ReserveRequest::new(LeaseId::generate(), None, requirements.clone())
-            .map_err(|e| GatewayError::invalid(e.0))?;
-        match reserve_guarded(&gateway.limiter, request, Some(model.queue.clone())).await {
-            Ok(Reservation::Allowed(reserved)) => return Ok(Some(reserved)),
-            Ok(Reservation::Denied(denial)) => {
-                if denial.is_permanent() || is_budget(&denial) || model.config.max_wait_ms == 0 {
+        match model.pool.reserve(&gateway.limiter, &model.queue, need).await {
+            Ok(grant) => return Ok(grant),
+            Err(Refusal::Denied(denial)) => {
+                if denial.is_permanent() || is_budget(&denial) || max_wait_ms == 0 {
                     let budget = is_budget(&denial);
                     return Err(refuse(gateway, model, denial, budget, call, counters).await);
                 }
             }
-            Err(e) => return Err(backend_error(e)),
+            Err(Refusal::Failing { retry_after_ms }) if retry_after_ms == 0 || max_wait_ms == 0 => {
+                return Err(failing(retry_after_ms));
+            }
+            Err(Refusal::Failing { .. }) => {}
+            Err(Refusal::Backend(e)) => return Err(backend_error(e)),
+            Err(Refusal::QueueFull) => return Err(GatewayError::new(ErrorKind::Internal, "The queue failed.")),
         }
     }
     // Held while the call waits: one tenant cannot fill the queue for the others.
     let _waiting = gateway.caps[tenant.unwrap_or(gateway.tenants.len())].wait()?;
     counters.queued.fetch_add(1, Ordering::Relaxed);
     let waited = Instant::now();
-    let receiver = match model
-        .queue
-        .enqueue(&gateway.limiter, tenant.unwrap_or(NO_TENANT_INDEX), requirements)
-    {
+    let receiver = match model.queue.enqueue(
+        &gateway.limiter,
+        &model.pool,
+        tenant.unwrap_or(NO_TENANT_INDEX),
+        need.clone(),
+    ) {
         Ok(receiver) => receiver,
         Err(_) => {
             let denial = queue_denial(gateway, model, tenant);
@@ -525,18 +580,21 @@ async fn admit(
             return Err(refuse(gateway, model, denial, budget, call, counters).await);
         }
     };
-    let outcome = tokio::time::timeout(Duration::from_millis(model.config.max_wait_ms), receiver).await;
+    let outcome = tokio::time::timeout(Duration::from_millis(max_wait_ms), receiver).await;
     model.metrics.queue_wait.observe(waited.elapsed());
     match outcome {
-        Ok(Ok(Ok(reserved))) => Ok(Some(reserved)),
+        Ok(Ok(Ok(grant))) => Ok(grant),
         Ok(Ok(Err(Refusal::Denied(denial)))) => {
             let budget = is_budget(&denial);
             Err(refuse(gateway, model, denial, budget, call, counters).await)
         }
         Ok(Ok(Err(Refusal::Backend(e)))) => Err(backend_error(e)),
+        Ok(Ok(Err(Refusal::Failing { retry_after_ms }))) => Err(failing(retry_after_ms)),
         Ok(Ok(Err(Refusal::QueueFull))) | Ok(Err(_)) => {
             Err(GatewayError::new(ErrorKind::Internal, "The queue failed."))
         }
+        // No denial seen while waiting: only open breakers stood in the way.
+        Err(_) if model.queue.last_denial().is_none() => Err(failing(crate::queue::PUMP_SLEEP_MAX_MS)),
         Err(_) => {
             let denial = queue_denial(gateway, model, tenant);
             let budget = is_budget(&denial);
@@ -545,14 +603,30 @@ async fn admit(
     }
 }
 
+/// The answer when every deployment left is failing (its breaker open) or was
+/// tried: a 502 the SDKs retry, with the time to the first half-open.
+fn failing(retry_after_ms: u64) -> GatewayError {
+    let mut error = GatewayError::new(
+        ErrorKind::BadGateway,
+        "Every deployment of this model is failing or was tried for this call.",
+    );
+    if retry_after_ms > 0 {
+        error = error
+            .with_header("retry-after-ms", retry_after_ms.to_string())
+            .with_header("retry-after", retry_after_ms.div_ceil(1000).to_string());
+    }
+    error
+}
+
 /// The denial a call that waited in vain is answered with: the last one the
 /// model's queue saw, unless it names another tenant's limit (see [`own_denial`]).
 fn queue_denial(gateway: &Gateway, model: &ModelEntry, tenant: Option<usize>) -> Denial {
     let own_prefix = tenant.map(|i| format!("tenant:{}:", gateway.tenants[i].name));
-    let fallback = (model.keys.rpm.clone())
-        .or(model.keys.concurrency.clone())
-        .or(model.keys.tpm.clone())
-        .or(model.keys.input_tpm.clone())
+    let keys = &model.pool.deployments[0].keys;
+    let fallback = (keys.rpm.clone())
+        .or(keys.concurrency.clone())
+        .or(keys.tpm.clone())
+        .or(keys.input_tpm.clone())
         .unwrap_or_else(|| ratelimiter::LimitKey::new("queue").expect("valid"));
     own_denial(model.queue.last_denial(), own_prefix.as_deref(), fallback)
 }
@@ -593,9 +667,8 @@ async fn refuse(
         ));
     }
     counters.denied.fetch_add(1, Ordering::Relaxed);
-    // During this server's cooldown of the model, the provider's own time is the hint.
-    let cooling = cooldown::key(&model.keys).is_some_and(|k| denial_key(&denial) == Some(k.as_str()));
-    let cap_ms = if cooling { model.cooldown.left_ms() } else { None };
+    // During this server's cooldown of a deployment, the provider's own time is the hint.
+    let cap_ms = model.pool.cooldown_left_ms(&denial);
     rate_limited(gateway, &denial, budget, cap_ms).await
 }
 
@@ -692,17 +765,35 @@ async fn ready_or_timeout<F: std::future::Future>(
     tokio::time::timeout(timeout, future).await
 }
 
-/// Sends the call upstream and answers the client; the lease completes when the
-/// answer (or the stream) ends.
+/// What one try on a deployment came to.
+enum Forwarded {
+    /// The client's answer.
+    Answer(Response),
+    /// The deployment failed before any byte reached the client and another
+    /// deployment of the pool is left: the call goes on there.
+    FailedOver,
+}
+
+/// The name of the deployment that served a call, in its answer.
+const DEPLOYMENT_HEADER: &str = "x-ratelimit-deployment";
+
+/// Sends the call to deployment `index` of the model's pool and answers the
+/// client; the lease completes when the answer (or the stream) ends. A 429, a
+/// 5xx, the gateway's credentials refused (401, 403), no connection or a timeout
+/// fails over when `last` is false (docs/gateway.md, "Pools").
+#[allow(clippy::too_many_arguments)]
 async fn forward(
     gateway: &Arc<Gateway>,
     model: &Arc<ModelEntry>,
+    index: usize,
     endpoint: Endpoint,
     headers: &HeaderMap,
-    call: Call,
+    call: &Call,
     mut lease: CallLease,
-) -> Result<Response, GatewayError> {
-    let upstream = &gateway.upstreams[model.upstream];
+    last: bool,
+) -> Result<Forwarded, GatewayError> {
+    let deployment = &model.pool.deployments[index];
+    let upstream = &gateway.upstreams[deployment.upstream];
     let sent = Instant::now();
     let result = gateway
         .client
@@ -711,51 +802,92 @@ async fn forward(
             Method::POST,
             endpoint.path(),
             headers,
-            call.upstream_body.clone(),
+            deployment.body(&call.upstream_body),
         )
         .await;
     model.metrics.upstream_latency.observe(sent.elapsed());
     let response = match result {
         Ok(response) => response,
         Err(error) => {
+            record(&mut lease, false);
             if matches!(error, UpstreamError::Unreachable(_)) {
                 lease.settle = Settle::Refused;
             }
             let error = upstream_error(error);
             lease.log.status = error.status().as_u16();
-            return Err(error);
+            if !last {
+                return Ok(fail_over(deployment, lease).await);
+            }
+            return Err(error.with_header(DEPLOYMENT_HEADER, deployment.label.to_string()));
         }
     };
     let (parts, body) = response.into_parts();
-    observe_provider_limits(model, &parts.headers);
+    observe_provider_limits(model, deployment, &parts.headers);
     lease.log.status = parts.status.as_u16();
     if let Some(error) = credentials_refused(upstream, parts.status) {
-        // Nothing was served: the provider refused the gateway's key, not the call.
+        // Nothing was served: the provider refused the gateway's key for this
+        // deployment, not the call; another deployment's key may hold.
+        record(&mut lease, false);
         lease.settle = Settle::Refused;
         lease.log.status = error.status().as_u16();
-        return Err(error);
+        if !last {
+            return Ok(fail_over(deployment, lease).await);
+        }
+        return Err(error.with_header(DEPLOYMENT_HEADER, deployment.label.to_string()));
     }
+    record(&mut lease, !parts.status.is_server_error());
     if parts.status == StatusCode::TOO_MANY_REQUESTS {
         lease.counters.provider_429.fetch_add(1, Ordering::Relaxed);
-        cooldown::start(gateway.backend.clone(), &model.keys, &parts.headers, &model.cooldown);
+        cooldown::start(
+            gateway.backend.clone(),
+            &deployment.keys,
+            &parts.headers,
+            &deployment.stats.cooldown,
+        );
     }
     if parts.status.is_client_error() {
         // The provider refused the call before any work (docs/gateway.md, "Reconciling").
         lease.settle = Settle::Refused;
+    }
+    if !last && (parts.status == StatusCode::TOO_MANY_REQUESTS || parts.status.is_server_error()) {
+        return Ok(fail_over(deployment, lease).await);
     }
     let is_event_stream = parts
         .headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
-    if parts.status.is_success() && call.stream && is_event_stream {
+    let mut response = if parts.status.is_success() && call.stream && is_event_stream {
         let stream = event_stream(body, endpoint, call.drop_usage_chunk, lease, gateway.client.timeout());
-        return Ok(answer(parts.status, parts.headers, Body::from_stream(stream)));
+        answer(parts.status, parts.headers, Body::from_stream(stream))
+    } else {
+        // Passed on as it arrives; only a success's usage is read, on the way.
+        let scan = parts.status.is_success();
+        let body = passthrough::body(body, endpoint, scan, lease, gateway.client.timeout());
+        answer(parts.status, parts.headers, body)
+    };
+    if let Ok(value) = axum::http::HeaderValue::from_str(&deployment.label) {
+        response.headers_mut().insert(DEPLOYMENT_HEADER, value);
     }
-    // Passed on as it arrives; only a success's usage is read, on the way.
-    let scan = parts.status.is_success();
-    let body = passthrough::body(body, endpoint, scan, lease, gateway.client.timeout());
-    Ok(answer(parts.status, parts.headers, body))
+    Ok(Forwarded::Answer(response))
+}
+
+/// Records the sent call's outcome on its deployment's breaker.
+fn record(lease: &mut CallLease, success: bool) {
+    if let Some(on) = &mut lease.deployment {
+        on.record(success);
+    }
+}
+
+/// Ends a failed try: its lease completed now with what the provider counts for a
+/// refused call (the settle set by the caller: tokens back after a 429, a refused
+/// key or no connection, kept after a 5xx or a timeout) and the tenant's keys
+/// given back, since the deployment that serves the call charges them.
+async fn fail_over(deployment: &Deployment, mut lease: CallLease) -> Forwarded {
+    deployment.stats.failed_over.fetch_add(1, Ordering::Relaxed);
+    lease.tenant_released = true;
+    lease.finish().await;
+    Forwarded::FailedOver
 }
 
 /// An upstream 401 or 403 is the provider refusing the gateway's own key (the
@@ -780,7 +912,7 @@ fn credentials_refused(upstream: &Upstream, status: StatusCode) -> Option<Gatewa
 /// Reads the provider's rate-limit headers (by the library's
 /// `ratelimiter::provider_headers`) into the model's gauges, and warns once when the
 /// configured limit is above the provider's.
-fn observe_provider_limits(model: &ModelEntry, headers: &HeaderMap) {
+fn observe_provider_limits(model: &ModelEntry, deployment: &Deployment, headers: &HeaderMap) {
     let read = cooldown::provider_headers(headers);
     let dimension = |name: &str| read.limits.iter().find(|l| l.dimension == name);
     let requests = dimension("rpm");
@@ -801,19 +933,20 @@ fn observe_provider_limits(model: &ModelEntry, headers: &HeaderMap) {
             .store(value.saturating_add(1), Ordering::Relaxed);
     }
     let (limit_requests, limit_tokens) = (requests.and_then(|l| l.limit), tokens.and_then(|l| l.limit));
-    let configured_tokens = model.config.tpm.or(model.config.input_tpm);
-    let above = if model.keys.profile.is_some() {
+    let config = &deployment.config;
+    let configured_tokens = config.tpm.or(config.input_tpm);
+    let above = if deployment.keys.profile.is_some() {
         // A profile's sub-windows are compared per minute by the library.
-        let upstream = &model.config.upstream;
-        !ratelimiter::provider_headers::below_configured(&read, upstream, &model.config.name, &model.definitions)
+        let upstream = &config.upstream;
+        !ratelimiter::provider_headers::below_configured(&read, upstream, &config.name, &deployment.definitions)
             .is_empty()
     } else {
-        matches!((model.config.rpm, limit_requests), (Some(ours), Some(theirs)) if ours > theirs)
+        matches!((config.rpm, limit_requests), (Some(ours), Some(theirs)) if ours > theirs)
             || matches!((configured_tokens, limit_tokens), (Some(ours), Some(theirs)) if ours > theirs)
     };
-    if above && !model.warned_above_provider.swap(true, Ordering::Relaxed) {
-        tracing::warn!(model = %model.config.name, ?limit_requests, ?limit_tokens,
-            configured_rpm = ?model.config.rpm, configured_tokens = ?configured_tokens,
+    if above && !deployment.warned_above_provider.swap(true, Ordering::Relaxed) {
+        tracing::warn!(model = %model.config.name, upstream = %config.upstream, ?limit_requests, ?limit_tokens,
+            configured_rpm = ?config.rpm, configured_tokens = ?configured_tokens,
             "gateway: the configured limit is above the provider's; expect provider 429s");
     }
 }

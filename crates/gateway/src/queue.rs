@@ -11,11 +11,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ratelimiter::Requirement;
-use ratelimiter::{Actual, CompleteRequest, Denial, LeaseId, Limiter, LimiterError, ReserveOutcome, ReserveRequest};
+use ratelimiter::{Actual, CompleteRequest, Denial, LeaseId, Limiter, LimiterError, ReserveRequest};
 use tokio::sync::{oneshot, Notify};
 
-use crate::lease::Reserved;
+use crate::pool::{Grant, Need, Pool};
 
 /// The most calls waiting on one model; more are answered 429 at once, so a
 /// stampede cannot grow memory without bound.
@@ -33,11 +32,17 @@ pub enum Refusal {
     QueueFull,
     /// The backend failed.
     Backend(LimiterError),
+    /// Every deployment of the pool left is failing (its breaker open) or was
+    /// tried: the first half-opens in `retry_after_ms` (0: none left).
+    Failing {
+        /// Until the first breaker half-opens.
+        retry_after_ms: u64,
+    },
 }
 
 struct Waiter {
-    requirements: Vec<Requirement>,
-    reply: oneshot::Sender<Result<Reserved, Refusal>>,
+    need: Need,
+    reply: oneshot::Sender<Result<Grant, Refusal>>,
 }
 
 #[derive(Default)]
@@ -85,9 +90,10 @@ impl ModelQueue {
     pub fn enqueue(
         self: &Arc<Self>,
         limiter: &Arc<dyn Limiter>,
+        pool: &Arc<Pool>,
         tenant: usize,
-        requirements: Vec<Requirement>,
-    ) -> Result<oneshot::Receiver<Result<Reserved, Refusal>>, Refusal> {
+        need: Need,
+    ) -> Result<oneshot::Receiver<Result<Grant, Refusal>>, Refusal> {
         let (reply, receiver) = oneshot::channel();
         let mut state = self.state.lock().expect("queue lock");
         if state.len >= WAITERS_MAX {
@@ -98,11 +104,11 @@ impl ModelQueue {
             state.order.push_back(tenant);
         }
         let queue = state.waiting.get_mut(&tenant).expect("just inserted");
-        queue.push_back(Waiter { requirements, reply });
+        queue.push_back(Waiter { need, reply });
         state.len += 1;
         if !state.pumping {
             state.pumping = true;
-            tokio::spawn(pump(self.clone(), limiter.clone()));
+            tokio::spawn(pump(self.clone(), limiter.clone(), pool.clone()));
         }
         Ok(receiver)
     }
@@ -139,10 +145,12 @@ impl ModelQueue {
 
     /// Puts a denied waiter back at the head of its tenant's line. `rotate`: the
     /// tenant's own limit denied it, so the other tenants go first.
-    fn put_back(&self, tenant: usize, waiter: Waiter, denial: Denial, rotate: bool) {
+    fn put_back(&self, tenant: usize, waiter: Waiter, denial: Option<Denial>, rotate: bool) {
         let mut guard = self.state.lock().expect("queue lock");
         let state: &mut State = &mut guard;
-        state.last_denial = Some(denial);
+        if denial.is_some() {
+            state.last_denial = denial;
+        }
         state.len += 1;
         let queue = state.waiting.entry(tenant).or_default();
         let was_empty = queue.is_empty();
@@ -163,49 +171,43 @@ impl ModelQueue {
     }
 }
 
-/// Reserves for the waiters in turn until none is left.
-async fn pump(queue: Arc<ModelQueue>, limiter: Arc<dyn Limiter>) {
+/// Reserves for the waiters in turn until none is left, each on the first
+/// deployment of the model's pool that holds it.
+async fn pump(queue: Arc<ModelQueue>, limiter: Arc<dyn Limiter>, pool: Arc<Pool>) {
     let mut tenant_denials_in_a_row = 0usize;
     while let Some((tenant, waiter)) = queue.next() {
-        let lease_id = LeaseId::generate();
-        let request = match ReserveRequest::new(lease_id, None, waiter.requirements.clone()) {
-            Ok(request) => request,
-            Err(e) => {
-                let _ = waiter
-                    .reply
-                    .send(Err(Refusal::Backend(LimiterError::InvalidRequest(e.0))));
-                continue;
-            }
-        };
-        match limiter.reserve(&request).await {
-            Ok(ReserveOutcome::Allowed { .. }) => {
+        let (denial, retry_after_ms) = match pool.reserve(&limiter, &queue, &waiter.need).await {
+            Ok(grant) => {
                 tenant_denials_in_a_row = 0;
                 // The grant travels in its guard: a client that left before the
                 // hand-over, or leaves with the grant unread in the channel, drops
                 // it, and nothing was sent upstream, so everything is given back.
-                let granted = Reserved::new(limiter.clone(), request, Some(queue.clone()));
-                let _ = waiter.reply.send(Ok(granted));
+                let _ = waiter.reply.send(Ok(grant));
+                continue;
             }
-            Ok(ReserveOutcome::Denied(denial)) if denial.is_permanent() => {
-                let _ = waiter.reply.send(Err(Refusal::Denied(denial)));
-            }
-            Ok(ReserveOutcome::Denied(denial)) => {
-                let tenant_bound = denial_key(&denial).is_some_and(|k| k.starts_with("tenant:"));
+            Err(Refusal::Denied(denial)) if !denial.is_permanent() => {
                 let retry_after_ms = denial.retry_after_ms();
-                queue.put_back(tenant, waiter, denial, tenant_bound);
-                tenant_denials_in_a_row = if tenant_bound { tenant_denials_in_a_row + 1 } else { 0 };
-                let tenants = queue.state.lock().expect("queue lock").order.len();
-                if !tenant_bound || tenant_denials_in_a_row >= tenants {
-                    tenant_denials_in_a_row = 0;
-                    let sleep_ms = retry_after_ms.clamp(1, PUMP_SLEEP_MAX_MS);
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
-                        () = queue.wake.notified() => {}
-                    }
-                }
+                (Some(denial), retry_after_ms)
             }
-            Err(e) => {
-                let _ = waiter.reply.send(Err(Refusal::Backend(e)));
+            Err(Refusal::Failing { retry_after_ms }) if retry_after_ms > 0 => (None, retry_after_ms),
+            Err(refusal) => {
+                let _ = waiter.reply.send(Err(refusal));
+                continue;
+            }
+        };
+        let tenant_bound = denial
+            .as_ref()
+            .and_then(denial_key)
+            .is_some_and(|k| k.starts_with("tenant:"));
+        queue.put_back(tenant, waiter, denial, tenant_bound);
+        tenant_denials_in_a_row = if tenant_bound { tenant_denials_in_a_row + 1 } else { 0 };
+        let tenants = queue.state.lock().expect("queue lock").order.len();
+        if !tenant_bound || tenant_denials_in_a_row >= tenants {
+            tenant_denials_in_a_row = 0;
+            let sleep_ms = retry_after_ms.clamp(1, PUMP_SLEEP_MAX_MS);
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
+                () = queue.wake.notified() => {}
             }
         }
     }
@@ -242,14 +244,18 @@ pub async fn release_unused(limiter: &Arc<dyn Limiter>, lease_id: LeaseId, reque
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratelimiter::{Backend, LimitDefinition, LimitKey, MemoryBackend, MemoryConfig, SystemClock};
+    use crate::config::ModelConfig;
+    use crate::metrics::DeploymentStats;
+    use crate::pool::{resolve, Deployment};
+    use ratelimiter::{Backend, LimitDefinition, LimitKey, MemoryBackend, MemoryConfig, Requirement, SystemClock};
 
     fn slot() -> LimitKey {
         LimitKey::new("global:llm:test:m:concurrency").unwrap()
     }
 
-    /// A memory backend with one slot, and the requirement of one call.
-    async fn one_slot() -> (Arc<MemoryBackend>, Arc<dyn Limiter>, Vec<Requirement>) {
+    /// A memory backend with one slot, the pool of one deployment holding it, and
+    /// what one call needs.
+    async fn one_slot() -> (Arc<MemoryBackend>, Arc<dyn Limiter>, Arc<Pool>, Need) {
         let backend = Arc::new(MemoryBackend::new(
             Arc::new(SystemClock::new()),
             MemoryConfig::default(),
@@ -259,21 +265,36 @@ mod tests {
             .await
             .unwrap();
         let limiter: Arc<dyn Limiter> = backend.clone();
-        (backend, limiter, vec![Requirement { key: slot(), amount: 1 }])
+        let model: ModelConfig =
+            serde_yaml::from_str("{name: m, upstream: test, concurrency: 1, max_output_tokens_default: 1}").unwrap();
+        let resolved = &resolve(&model)[0];
+        let stats = Arc::new(DeploymentStats::new("m", "test", "m", None));
+        let pool = Arc::new(Pool::new(
+            vec![Deployment::new("m", resolved, 0, &[], stats)],
+            model.routing,
+        ));
+        let need = Need {
+            tenant: None,
+            input_tokens: 1,
+            prompt_characters: 0,
+            output_tokens: 1,
+            tried: 0,
+        };
+        (backend, limiter, pool, need)
     }
 
     #[tokio::test]
     async fn tenants_take_turns_and_a_call_gets_its_lease() {
-        let (_backend, limiter, need) = one_slot().await;
+        let (_backend, limiter, pool, need) = one_slot().await;
         // The slot is taken: every call below has to wait.
         let holder = LeaseId::generate();
-        let request = ReserveRequest::new(holder, None, need.clone()).unwrap();
+        let request = ReserveRequest::new(holder, None, vec![Requirement { key: slot(), amount: 1 }]).unwrap();
         assert!(limiter.reserve(&request).await.unwrap().is_allowed());
         let queue = Arc::new(ModelQueue::default());
         // Tenant 0 queues three calls before tenant 1 queues one.
         let mut waiting = Vec::new();
         for tenant in [0, 0, 0, 1] {
-            waiting.push((tenant, queue.enqueue(&limiter, tenant, need.clone()).unwrap()));
+            waiting.push((tenant, queue.enqueue(&limiter, &pool, tenant, need.clone()).unwrap()));
         }
         assert!(queue.is_busy());
         let mut order = Vec::new();
@@ -289,7 +310,7 @@ mod tests {
                 let mut granted = None;
                 for (i, (_, receiver)) in waiting.iter_mut().enumerate() {
                     if let Ok(result) = receiver.try_recv() {
-                        granted = Some((i, result.unwrap().take()));
+                        granted = Some((i, result.unwrap().take().unwrap()));
                         break;
                     }
                 }
@@ -308,9 +329,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_grant_left_unread_in_the_channel_is_released() {
-        let (backend, limiter, need) = one_slot().await;
+        let (backend, limiter, pool, need) = one_slot().await;
         let queue = Arc::new(ModelQueue::default());
-        let receiver = queue.enqueue(&limiter, 0, need).unwrap();
+        let receiver = queue.enqueue(&limiter, &pool, 0, need).unwrap();
         // The pump grants at once; the grant then waits in the channel.
         for _ in 0..200 {
             if backend.limit_report(&slot()).await.unwrap().unwrap().in_use == 1 {
@@ -332,17 +353,23 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiter_that_left_is_skipped_and_a_full_queue_refuses() {
-        let (backend, limiter, need) = one_slot().await;
+        let (backend, limiter, pool, need) = one_slot().await;
         let queue = Arc::new(ModelQueue::default());
-        let left = queue.enqueue(&limiter, 0, need.clone()).unwrap();
+        let left = queue.enqueue(&limiter, &pool, 0, need.clone()).unwrap();
         drop(left);
-        let stays = queue.enqueue(&limiter, 1, need.clone()).unwrap();
-        let lease = stays.await.unwrap().unwrap().take();
+        let stays = queue.enqueue(&limiter, &pool, 1, need.clone()).unwrap();
+        let grant = stays.await.unwrap().unwrap();
         let report = backend.limit_report(&slot()).await.unwrap().unwrap();
-        assert_eq!(report.in_use, 1, "only the waiter still there holds the slot: {lease}");
+        assert_eq!(
+            report.in_use, 1,
+            "only the waiter still there holds the slot: {grant:?}"
+        );
         for _ in 0..WAITERS_MAX {
-            std::mem::forget(queue.enqueue(&limiter, 2, need.clone()).unwrap());
+            std::mem::forget(queue.enqueue(&limiter, &pool, 2, need.clone()).unwrap());
         }
-        assert!(matches!(queue.enqueue(&limiter, 3, need), Err(Refusal::QueueFull)));
+        assert!(matches!(
+            queue.enqueue(&limiter, &pool, 3, need),
+            Err(Refusal::QueueFull)
+        ));
     }
 }

@@ -107,13 +107,17 @@ async fn every_documented_gateway_configuration_starts_and_serves_its_models() {
         parsed
             .validate()
             .unwrap_or_else(|e| panic!("{place}: the example is refused: {e}"));
-        let models: Vec<String> = parsed.models.iter().map(|m| m.name.clone()).collect();
+        // A pool's deployments may send other names upstream: the simulator serves them too.
+        let models: Vec<String> = (parsed.models.iter())
+            .flat_map(|m| gateway::pool::resolve(m).into_iter().map(|d| d.model.name))
+            .collect();
         let sim = start_sim(models).await;
         let (config, key) = localize(section, sim);
         let gateway = start_gateway(&config, memory_backend()).await;
         let client = client();
         for model in &config.models {
-            let upstream = config.upstreams.iter().find(|u| u.name == model.upstream).unwrap();
+            let first = &gateway::pool::resolve(model)[0].model.upstream;
+            let upstream = config.upstreams.iter().find(|u| &u.name == first).unwrap();
             let (path, body) = match upstream.kind {
                 gateway::config::UpstreamKind::Anthropic => (
                     "/v1/messages",

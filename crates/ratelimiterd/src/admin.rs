@@ -31,6 +31,17 @@ pub async fn list_limits(State(state): State<AppState>) -> Result<Json<Vec<Limit
     Ok(Json(state.backend().limit_reports().await?))
 }
 
+/// `GET /v1/admin/gateway/deployments`: every deployment of the gateway's models
+/// (docs/gateway.md, "Pools"): calls admitted, denied and failed over, its breaker
+/// and this server's pause; an empty list without a gateway.
+pub async fn gateway_deployments(State(state): State<AppState>) -> Json<serde_json::Value> {
+    Json(
+        state
+            .gateway_metrics()
+            .map_or_else(|| serde_json::Value::Array(Vec::new()), |m| m.deployments_json()),
+    )
+}
+
 /// `GET /v1/admin/limits/{key}`: one state, or 404.
 ///
 /// A path that does not decode (`%FF`, an escape of invalid UTF-8) is a JSON

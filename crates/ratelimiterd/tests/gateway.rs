@@ -303,4 +303,60 @@ mod fleet {
         eventually_in_use(&client, a.addr, tpm, total).await;
         eventually_in_use(&client, a.addr, "tenant:acme:llm:daily_tokens", total).await;
     }
+
+    /// A pool of two deployments, each its own simulator, with rpm 3 and 2.
+    fn pool_section(sims: [SocketAddr; 2]) -> String {
+        std::env::set_var("GATEWAY_FLEET_TEST_KEY", TENANT_KEY);
+        format!(
+            "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: east, kind: openai-compatible, base_url: \"http://{}\"}}\n    - {{name: west, kind: openai-compatible, base_url: \"http://{}\"}}\n  models:\n    - name: gpt-4o\n      max_output_tokens_default: 16\n      deployments:\n        - {{upstream: east, model: gpt-4o-mini, rpm: 3}}\n        - {{upstream: west, rpm: 2}}\n  tenants:\n    - {{name: acme, api_key_env: GATEWAY_FLEET_TEST_KEY, daily_tokens: 1000000}}\n",
+            sims[0], sims[1]
+        )
+    }
+
+    #[tokio::test]
+    async fn two_servers_on_one_cluster_share_a_pools_deployments() {
+        let cluster = LocalCluster::start().expect("starting a local TigerBeetle");
+        let ((east, east_sim), (west, west_sim)) = (start_sim(64, 0).await, start_sim(64, 0).await);
+        let backend = BackendConfig::TigerBeetle {
+            addresses: cluster.address(),
+            settings: "  sessions: 2\n  request_timeout_ms: 2000\n",
+        };
+        let (dir_a, dir_b) = (temp_dir("gateway-pool-a"), temp_dir("gateway-pool-b"));
+        let a = Daemon::start_on(&dir_a, backend, "", &pool_section([east, west]));
+        let b = Daemon::start_on(&dir_b, backend, "", &pool_section([east, west]));
+        let gateways = [gateway_addr(&a), gateway_addr(&b)];
+        let client = client();
+        let call = json!({"model": "gpt-4o", "max_tokens": 5, "sim_output_tokens": 5,
+            "messages": [{"role": "user", "content": "Hi"}]});
+        let mut served = Vec::new();
+        for i in 0..10 {
+            let answer = chat(&client, gateways[i % 2], call.clone()).await;
+            match answer.status {
+                200 => served.push(answer.headers["x-ratelimit-deployment"].to_str().unwrap().to_owned()),
+                429 => {}
+                other => panic!("{other}: {}", answer.body),
+            }
+        }
+        // The pool's summed rpm, 3 + 2, whichever server took the call; never past one
+        // deployment's own: the reservation on the cluster is the check.
+        served.sort();
+        assert_eq!(served, ["east", "east", "east", "west", "west"]);
+        assert_eq!((east_sim.counts().admitted, west_sim.counts().admitted), (3, 2));
+        assert_eq!(east_sim.counts().throttled, 0, "no provider 429");
+        eventually_in_use(&client, a.addr, "global:llm:east:gpt-4o-mini:rpm", 3).await;
+        eventually_in_use(&client, b.addr, "global:llm:west:gpt-4o:rpm", 2).await;
+        // Each server shows its own deployments' counters in the admin API.
+        let bearer = format!("Bearer {ADMIN_TOKEN}");
+        let mut admitted = 0;
+        for server in [a.addr, b.addr] {
+            let url = format!("http://{server}/v1/admin/gateway/deployments");
+            let answer = send(&client, hyper::Method::GET, url, &[("authorization", &bearer)], None).await;
+            assert_eq!(answer.status, 200, "{}", answer.body);
+            let deployments: Value = serde_json::from_str(&answer.body).unwrap();
+            assert_eq!(deployments[0]["upstream"], "east");
+            assert_eq!(deployments[1]["upstream_model"], "gpt-4o");
+            admitted += deployments[0]["admitted"].as_u64().unwrap() + deployments[1]["admitted"].as_u64().unwrap();
+        }
+        assert_eq!(admitted, 5);
+    }
 }

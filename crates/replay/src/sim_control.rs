@@ -40,6 +40,8 @@ pub const MODELS_MAX: usize = 256;
 pub const FAULT_COUNT_MAX: u64 = 1_000_000;
 /// The longest retry hint a status fault may carry: one day.
 pub const FAULT_RETRY_AFTER_MS_MAX: u64 = 86_400_000;
+/// The longest a fault may be armed for by time: one hour.
+pub const FAULT_FOR_MS_MAX: u64 = 3_600_000;
 /// The most events a stream emits before a `drop` fault cuts it.
 pub const FAULT_AFTER_EVENTS_MAX: u64 = 1_000_000;
 
@@ -83,8 +85,13 @@ pub struct FaultRequest {
     /// What to do.
     #[serde(flatten)]
     pub mode: FaultMode,
-    /// How many of the next model calls it covers.
-    pub count: u64,
+    /// How many of the next model calls it covers (with `for_ms`: at most).
+    #[serde(default)]
+    pub count: Option<u64>,
+    /// Covers every model call for this long from now (a provider failing for a
+    /// while): the benchmark of a pool's failover arms one deployment this way.
+    #[serde(default)]
+    pub for_ms: Option<u64>,
     /// Only calls for this model; all models when absent.
     #[serde(default)]
     pub model: Option<String>,
@@ -94,6 +101,8 @@ pub struct FaultRequest {
 struct ArmedFault {
     mode: FaultMode,
     left: u64,
+    /// `Some`: the fault ends then, whatever is left.
+    until: Option<std::time::Instant>,
     model: Option<String>,
 }
 
@@ -183,6 +192,10 @@ impl SimControl {
     fn take_fault(&self, model: &str) -> Option<FaultMode> {
         let mut armed = self.fault.lock().expect("fault lock");
         let fault = armed.as_mut()?;
+        if fault.until.is_some_and(|until| std::time::Instant::now() >= until) {
+            *armed = None;
+            return None;
+        }
         if fault.model.as_deref().is_some_and(|m| m != model) {
             return None;
         }
@@ -691,7 +704,8 @@ pub async fn reset_stats(State(provider): State<Arc<ProviderServer>>) -> StatusC
     StatusCode::NO_CONTENT
 }
 
-/// `POST /sim/faults`: arms a fault for the next `count` model calls.
+/// `POST /sim/faults`: arms a fault for the next `count` model calls, or for
+/// every call during `for_ms`.
 pub async fn arm_fault(State(provider): State<Arc<ProviderServer>>, body: Bytes) -> Response {
     let request: FaultRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
@@ -704,15 +718,22 @@ pub async fn arm_fault(State(provider): State<Arc<ProviderServer>>, body: Bytes)
         FaultMode::Hang => true,
         FaultMode::Drop { after_events } => after_events <= FAULT_AFTER_EVENTS_MAX,
     };
-    if !valid || !(1..=FAULT_COUNT_MAX).contains(&request.count) {
+    let count = match (request.count, request.for_ms) {
+        (Some(count), _) => count,
+        (None, Some(_)) => FAULT_COUNT_MAX,
+        (None, None) => 0,
+    };
+    let for_ms_valid = request.for_ms.is_none_or(|ms| (1..=FAULT_FOR_MS_MAX).contains(&ms));
+    if !valid || !for_ms_valid || !(1..=FAULT_COUNT_MAX).contains(&count) {
         let message = format!(
-            "a fault needs count 1..={FAULT_COUNT_MAX}, a status 400..=599, retry_after_ms <= {FAULT_RETRY_AFTER_MS_MAX}, after_events <= {FAULT_AFTER_EVENTS_MAX}"
+            "a fault needs count 1..={FAULT_COUNT_MAX} (or for_ms 1..={FAULT_FOR_MS_MAX}), a status 400..=599, retry_after_ms <= {FAULT_RETRY_AFTER_MS_MAX}, after_events <= {FAULT_AFTER_EVENTS_MAX}"
         );
         return error(Wire::Openai, StatusCode::BAD_REQUEST, message);
     }
     *provider.control.fault.lock().expect("fault lock") = Some(ArmedFault {
         mode: request.mode,
-        left: request.count,
+        left: count,
+        until: (request.for_ms).map(|ms| std::time::Instant::now() + Duration::from_millis(ms)),
         model: request.model,
     });
     StatusCode::NO_CONTENT.into_response()

@@ -572,3 +572,22 @@ async fn a_required_key_is_checked_in_each_providers_header() {
     assert_eq!(answer.status, 200);
     assert_eq!(sim.provider.counts().admitted, 2);
 }
+
+#[tokio::test]
+async fn a_fault_armed_for_a_time_covers_every_call_until_it_ends() {
+    let sim = start(limits(4, 0)).await;
+    sim.fault(json!({"mode": "status", "status": 503, "for_ms": 400})).await;
+    for _ in 0..3 {
+        let answer = sim.post("/v1/chat/completions", chat(false, false, 1, 1)).await;
+        assert_eq!(answer.status, 503, "every call while armed, not a count");
+    }
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let answer = sim.post("/v1/chat/completions", chat(false, false, 1, 1)).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    for bad in [
+        json!({"mode": "status", "status": 503, "for_ms": 0}),
+        json!({"mode": "status", "status": 503, "for_ms": 3_600_001}),
+    ] {
+        assert_eq!(sim.post("/sim/faults", bad).await.status, 400);
+    }
+}

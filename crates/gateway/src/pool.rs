@@ -1,0 +1,690 @@
+//! A model's pool of deployments (docs/gateway.md, "Pools"): one model name served by
+//! several upstream deployments, each with its own limit keys. A call is reserved,
+//! all or nothing, on one deployment's keys plus the tenant's: the deployments are
+//! tried in the order of `routing.rs`, those whose breaker is open are left out, and
+//! a denial on one moves on to the next within the same admission. A model of the
+//! single-deployment form is a pool of one.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use ratelimiter::{Denial, LeaseId, LimitDefinition, Limiter, ReserveRequest};
+use serde::Deserialize;
+
+use crate::breaker::Pass;
+use crate::config::{GatewayConfigError, ModelConfig, UpstreamConfig};
+use crate::lease::{reserve_guarded, Reservation, Reserved};
+use crate::limits::{self, ModelKeys, TenantKeys};
+use crate::metrics::DeploymentStats;
+use crate::queue::{denial_key, ModelQueue, Refusal};
+use crate::routing::{self, Candidate, Capacity, LoadWindow, Routing, WeightedTurns};
+
+/// The most deployments in one pool: each is tried at most once per call, and the
+/// set of those tried is a bit mask.
+pub const DEPLOYMENTS_MAX: usize = 16;
+/// The largest `weight`.
+pub const WEIGHT_MAX: u32 = 1_000;
+/// The largest `priority`.
+pub const PRIORITY_MAX: u32 = 1_000;
+
+/// One `deployments:` entry: everything a single-deployment model takes, per
+/// deployment, plus its place in the pool.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentConfig {
+    /// The `upstreams:` entry.
+    pub upstream: String,
+    /// The model name sent upstream (the `model` field is rewritten to it); the
+    /// limit keys are named by it: `global:llm:<upstream>:<model>:...`. Default:
+    /// the model's name.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Lower is tried first; a higher one only while every lower one is full,
+    /// paused or failing.
+    #[serde(default)]
+    pub priority: u32,
+    /// The share under `routing: weighted` (default 1; weighted routing only).
+    #[serde(default)]
+    pub weight: Option<u32>,
+    /// Requests per minute.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// Tokens per minute.
+    #[serde(default)]
+    pub tpm: Option<u64>,
+    /// Input tokens per minute (Anthropic).
+    #[serde(default)]
+    pub input_tpm: Option<u64>,
+    /// Output tokens per minute (Anthropic).
+    #[serde(default)]
+    pub output_tpm: Option<u64>,
+    /// Calls in flight.
+    #[serde(default)]
+    pub concurrency: Option<u64>,
+    /// Whether Anthropic cache reads count on this deployment's input limit.
+    #[serde(default)]
+    pub count_cache_reads: bool,
+    /// The provider profile of this deployment.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Gemini's requests per day (with `profile: gemini`).
+    #[serde(default)]
+    pub rpd: Option<u64>,
+    /// A profile's largest request.
+    #[serde(default)]
+    pub largest_request_tokens: Option<u64>,
+    /// A profile's quantum.
+    #[serde(default)]
+    pub quantum_seconds: Option<u64>,
+}
+
+/// A deployment resolved: its single-deployment form (name = the model sent
+/// upstream, with its own limits) and its place in the pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The deployment as a single-deployment model entry.
+    pub model: ModelConfig,
+    /// Its priority.
+    pub priority: u32,
+    /// Its weight.
+    pub weight: u32,
+}
+
+/// The deployments of `model`: its `deployments`, or itself as the one deployment.
+pub fn resolve(model: &ModelConfig) -> Vec<Resolved> {
+    if model.deployments.is_empty() {
+        let mut single = model.clone();
+        single.breaker = None;
+        return vec![Resolved {
+            model: single,
+            priority: 0,
+            weight: 1,
+        }];
+    }
+    model
+        .deployments
+        .iter()
+        .map(|d| Resolved {
+            model: ModelConfig {
+                name: d.model.clone().unwrap_or_else(|| model.name.clone()),
+                upstream: d.upstream.clone(),
+                rpm: d.rpm,
+                tpm: d.tpm,
+                input_tpm: d.input_tpm,
+                output_tpm: d.output_tpm,
+                concurrency: d.concurrency,
+                count_cache_reads: d.count_cache_reads,
+                profile: d.profile.clone(),
+                rpd: d.rpd,
+                largest_request_tokens: d.largest_request_tokens,
+                quantum_seconds: d.quantum_seconds,
+                deployments: Vec::new(),
+                breaker: None,
+                ..model.clone()
+            },
+            priority: d.priority,
+            weight: d.weight.unwrap_or(1),
+        })
+        .collect()
+}
+
+fn invalid(entry: String, model: &str, message: impl std::fmt::Display) -> GatewayConfigError {
+    GatewayConfigError {
+        entry,
+        message: format!("model {model:?}: {message}"),
+    }
+}
+
+/// The rules of a model's form: `upstream` and its limits, or `deployments`, not
+/// both; the pool's own fields only with `deployments`.
+pub fn validate_shape(model: &ModelConfig, entry: &dyn Fn(&str) -> String) -> Result<(), GatewayConfigError> {
+    let name = &model.name;
+    if model.deployments.is_empty() {
+        if model.upstream.is_empty() {
+            return Err(invalid(entry("upstream"), name, "give upstream, or deployments"));
+        }
+        if model.routing != Routing::default() {
+            return Err(invalid(
+                entry("routing"),
+                name,
+                "routing is for a model with deployments",
+            ));
+        }
+        if model.breaker.is_some() {
+            return Err(invalid(
+                entry("breaker"),
+                name,
+                "breaker is for a model with deployments",
+            ));
+        }
+        return Ok(());
+    }
+    let single_fields = [
+        ("upstream", !model.upstream.is_empty()),
+        ("rpm", model.rpm.is_some()),
+        ("tpm", model.tpm.is_some()),
+        ("input_tpm", model.input_tpm.is_some()),
+        ("output_tpm", model.output_tpm.is_some()),
+        ("concurrency", model.concurrency.is_some()),
+        ("profile", model.profile.is_some()),
+        ("rpd", model.rpd.is_some()),
+        ("largest_request_tokens", model.largest_request_tokens.is_some()),
+        ("quantum_seconds", model.quantum_seconds.is_some()),
+        ("count_cache_reads", model.count_cache_reads),
+    ];
+    if let Some((field, _)) = single_fields.iter().find(|(_, set)| *set) {
+        return Err(invalid(
+            entry(field),
+            name,
+            format!("give upstream and its limits, or deployments, not both ({field} belongs in each deployment)"),
+        ));
+    }
+    if model.deployments.len() > DEPLOYMENTS_MAX {
+        return Err(invalid(
+            entry("deployments"),
+            name,
+            format!("at most {DEPLOYMENTS_MAX} deployments"),
+        ));
+    }
+    if let Some(breaker) = &model.breaker {
+        breaker
+            .check()
+            .map_err(|(field, message)| invalid(entry(&format!("breaker.{field}")), name, message))?;
+    }
+    for (j, deployment) in model.deployments.iter().enumerate() {
+        let field = |f: &str| entry(&format!("deployments[{j}].{f}"));
+        if deployment.priority > PRIORITY_MAX {
+            return Err(invalid(field("priority"), name, format!("must be 0..={PRIORITY_MAX}")));
+        }
+        if let Some(weight) = deployment.weight {
+            if model.routing != Routing::Weighted {
+                return Err(invalid(field("weight"), name, "weight is for routing: weighted"));
+            }
+            if !(1..=WEIGHT_MAX).contains(&weight) {
+                return Err(invalid(field("weight"), name, format!("must be 1..={WEIGHT_MAX}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A pool's deployments speak one wire format: OpenAI's (openai and
+/// openai-compatible mix) or Anthropic's.
+pub fn validate_formats(
+    model: &ModelConfig,
+    upstreams: &[UpstreamConfig],
+    entry: &dyn Fn(&str) -> String,
+) -> Result<(), GatewayConfigError> {
+    let kind_of = |name: &str| upstreams.iter().find(|u| u.name == name).map(|u| u.kind.is_openai());
+    let mut kinds = model.deployments.iter().map(|d| kind_of(&d.upstream));
+    let Some(first) = kinds.next() else { return Ok(()) };
+    for (j, kind) in kinds.enumerate() {
+        if kind != first {
+            return Err(invalid(
+                entry(&format!("deployments[{}].upstream", j + 1)),
+                &model.name,
+                "a pool's deployments speak one wire format (OpenAI's, or Anthropic's)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One deployment, ready to serve.
+pub struct Deployment {
+    /// Its single-deployment form.
+    pub config: ModelConfig,
+    /// Its upstream (index into the gateway's upstreams).
+    pub upstream: usize,
+    /// The upstream's name: the `x-ratelimit-deployment` header and the labels.
+    pub label: Arc<str>,
+    /// Its limit keys.
+    pub keys: Arc<ModelKeys>,
+    /// Its own definitions, compared with the provider's headers.
+    pub definitions: Vec<LimitDefinition>,
+    /// The model name to write into the body when it differs from the client's.
+    pub rewrite: Option<String>,
+    /// Lower is tried first.
+    pub priority: u32,
+    /// Its share under weighted routing.
+    pub weight: u32,
+    /// This server's reservations on it over the last minute.
+    pub load: LoadWindow,
+    /// Counters, breaker and pause, shown by the metrics and the admin API.
+    pub stats: Arc<DeploymentStats>,
+    /// Whether the configured limit above the provider's was logged.
+    pub warned_above_provider: std::sync::atomic::AtomicBool,
+}
+
+impl Deployment {
+    /// The deployment of `resolved` for the model the clients call `model`.
+    pub fn new(
+        model: &str,
+        resolved: &Resolved,
+        upstream: usize,
+        definitions: &[LimitDefinition],
+        stats: Arc<DeploymentStats>,
+    ) -> Self {
+        let config = resolved.model.clone();
+        let prefix = format!("global:llm:{}:{}:", config.upstream, config.name);
+        Self {
+            upstream,
+            label: Arc::from(config.upstream.as_str()),
+            keys: Arc::new(ModelKeys::new(&config.upstream, &config)),
+            definitions: (definitions.iter())
+                .filter(|d| d.key().as_str().starts_with(&prefix))
+                .cloned()
+                .collect(),
+            rewrite: (config.name != model).then(|| config.name.clone()),
+            priority: resolved.priority,
+            weight: resolved.weight,
+            load: LoadWindow::new(Capacity {
+                requests: config.rpm,
+                tokens: config.tpm,
+                input_tokens: config.input_tpm,
+                output_tokens: config.output_tpm,
+                concurrency: config.concurrency,
+            }),
+            stats,
+            warned_above_provider: std::sync::atomic::AtomicBool::new(false),
+            config,
+        }
+    }
+
+    /// The body sent to this deployment: `body` with `model` rewritten when the
+    /// deployment's name differs (the answer keeps what the upstream returns).
+    pub fn body(&self, body: &Bytes) -> Bytes {
+        let Some(name) = &self.rewrite else {
+            return body.clone();
+        };
+        match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
+            Ok(mut object) => {
+                object.insert("model".to_owned(), serde_json::Value::String(name.clone()));
+                serde_json::to_vec(&object).map_or_else(|_| body.clone(), Bytes::from)
+            }
+            Err(_) => body.clone(),
+        }
+    }
+}
+
+/// What a call needs, whichever deployment takes it.
+#[derive(Debug, Clone)]
+pub struct Need {
+    /// The tenant's keys, charged once per call.
+    pub tenant: Option<Arc<TenantKeys>>,
+    /// The prompt's count.
+    pub input_tokens: u64,
+    /// The prompt's characters (a profile's admission estimate).
+    pub prompt_characters: u64,
+    /// The output bound.
+    pub output_tokens: u64,
+    /// The deployments already tried by this call (bit per index).
+    pub tried: u32,
+}
+
+/// A reservation granted on one deployment, and its guard until the call takes
+/// it ([`Grant::take`]): dropped before (a client gone while queued, a waiter
+/// timed out as the grant arrived), the lease is released, the breaker's probe
+/// given back and the deployment's local load window told, so nothing is lost
+/// however the handler ends.
+pub struct Grant {
+    /// The deployment.
+    pub deployment: usize,
+    /// The lease's own guard; `None`: nothing to reserve (no limit applies).
+    lease: Option<Reserved>,
+    /// Tokens reserved for input (this deployment's charge) and output.
+    pub reserved: (u64, u64),
+    /// The breaker's pass: a probe's outcome decides the breaker.
+    pub pass: Pass,
+    /// The pool, told when the grant is dropped untaken.
+    pool: Arc<Pool>,
+    /// Whether the grant was counted on the deployment's load window.
+    counted: bool,
+    /// Whether the call took it.
+    taken: bool,
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grant")
+            .field("deployment", &self.deployment)
+            .field("lease", &self.lease)
+            .field("reserved", &self.reserved)
+            .field("pass", &self.pass)
+            .finish()
+    }
+}
+
+impl Grant {
+    /// Hands the lease over to the call, which owns it from now on (its
+    /// `CallLease`, built with no await in between): its id, `None` when
+    /// nothing was reserved.
+    pub fn take(mut self) -> Option<LeaseId> {
+        self.taken = true;
+        self.lease.take().map(Reserved::take)
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if self.taken {
+            return;
+        }
+        self.pool.abandon(self.deployment, self.pass);
+        if self.counted {
+            self.pool.deployments[self.deployment].load.ended();
+        }
+        // `lease` drops next: its guard releases the reservation.
+    }
+}
+
+/// A model's deployments and how they are chosen.
+pub struct Pool {
+    /// The deployments, as configured.
+    pub deployments: Vec<Deployment>,
+    routing: Routing,
+    turns: WeightedTurns,
+}
+
+fn unix_seconds() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl Pool {
+    /// A pool of `deployments` picked by `routing`.
+    pub fn new(deployments: Vec<Deployment>, routing: Routing) -> Self {
+        assert!(!deployments.is_empty() && deployments.len() <= DEPLOYMENTS_MAX);
+        Self {
+            turns: WeightedTurns::new(deployments.len()),
+            deployments,
+            routing,
+        }
+    }
+
+    /// The pool of `model`: its deployments on `upstreams`, with their share of
+    /// `definitions`, their stats registered in `metrics`; a breaker each when the
+    /// model lists `deployments`.
+    pub fn of(
+        model: &ModelConfig,
+        upstreams: &[crate::upstream::Upstream],
+        definitions: &[LimitDefinition],
+        metrics: &crate::metrics::GatewayMetrics,
+    ) -> Self {
+        let breaker = (!model.deployments.is_empty()).then(|| model.breaker.unwrap_or_default());
+        let deployments = resolve(model)
+            .iter()
+            .map(|resolved| {
+                let upstream = (upstreams.iter())
+                    .position(|u| u.config.name == resolved.model.upstream)
+                    .expect("validated");
+                let stats = Arc::new(DeploymentStats::new(
+                    &model.name,
+                    &resolved.model.upstream,
+                    &resolved.model.name,
+                    breaker,
+                ));
+                metrics.add_deployment(stats.clone());
+                Deployment::new(&model.name, resolved, upstream, definitions, stats)
+            })
+            .collect();
+        Self::new(deployments, model.routing)
+    }
+
+    /// Whether a failure may move a call to another deployment: the pool has one
+    /// not yet tried besides the one that failed, whose breaker is not open (a
+    /// call with none left gets the failed deployment's own answer, not a wait
+    /// for a breaker to half-open).
+    pub fn can_fail_over(&self, tried: u32) -> bool {
+        let now = Instant::now();
+        (self.deployments.iter().enumerate())
+            .filter(|(i, _)| tried & (1 << i) == 0)
+            .any(|(_, d)| (d.stats.breaker.as_ref()).is_none_or(|b| b.state(now) != crate::breaker::BreakerState::Open))
+    }
+
+    /// The order this call tries the deployments it has not tried yet.
+    fn order(&self, need: &Need) -> Vec<Candidate> {
+        let now_s = unix_seconds();
+        let mut candidates: Vec<Candidate> = (self.deployments.iter().enumerate())
+            .filter(|(i, _)| need.tried & (1 << i) == 0)
+            .map(|(index, d)| Candidate {
+                index,
+                priority: d.priority,
+                weight: d.weight,
+                fill: if self.routing == Routing::Capacity && self.deployments.len() > 1 {
+                    d.load.fill(now_s, need.input_tokens, need.output_tokens)
+                } else {
+                    0.0
+                },
+            })
+            .collect();
+        routing::order(self.routing, &self.turns, &mut candidates);
+        candidates
+    }
+
+    /// Reserves the call on the first deployment, in the pool's order, whose keys
+    /// (and the tenant's) hold it; each reservation is guarded from the moment
+    /// it is granted (`queue` is woken when a guard releases one). Refused: the
+    /// earliest temporary denial of any deployment; else, when only open
+    /// breakers stand in the way, the time to the first half-open; else the
+    /// permanent denial (the call fits none, even empty).
+    pub async fn reserve(
+        self: &Arc<Self>,
+        limiter: &Arc<dyn Limiter>,
+        queue: &Arc<ModelQueue>,
+        need: &Need,
+    ) -> Result<Grant, Refusal> {
+        let now = Instant::now();
+        let mut temporary: Option<Denial> = None;
+        let mut permanent: Option<Denial> = None;
+        let mut failing_ms: Option<u64> = None;
+        for candidate in self.order(need) {
+            let deployment = &self.deployments[candidate.index];
+            let pass = match deployment.stats.breaker.as_ref().map(|b| b.pass(now)) {
+                Some(Pass::Wait { retry_after_ms }) => {
+                    failing_ms = Some(failing_ms.map_or(retry_after_ms, |m| m.min(retry_after_ms)));
+                    continue;
+                }
+                Some(pass) => pass,
+                None => Pass::Go,
+            };
+            let input = limits::prompt_charge(&deployment.keys, need.input_tokens, need.prompt_characters);
+            // The pass is guarded from here: a handler dropped during the
+            // reserve below gives a probe back.
+            let mut grant = Grant {
+                deployment: candidate.index,
+                lease: None,
+                reserved: (input, need.output_tokens),
+                pass,
+                pool: self.clone(),
+                counted: false,
+                taken: false,
+            };
+            let requirements =
+                limits::requirements(&deployment.keys, need.tenant.as_deref(), input, need.output_tokens);
+            if requirements.is_empty() {
+                self.granted(&mut grant);
+                return Ok(grant);
+            }
+            let request = ReserveRequest::new(LeaseId::generate(), None, requirements)
+                .map_err(|e| Refusal::Backend(ratelimiter::LimiterError::InvalidRequest(e.0)))?;
+            match reserve_guarded(limiter, request, Some(queue.clone())).await {
+                Ok(Reservation::Allowed(lease)) => {
+                    grant.lease = Some(lease);
+                    if temporary.is_some() || permanent.is_some() {
+                        deployment.stats.admitted_after_denial.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.granted(&mut grant);
+                    return Ok(grant);
+                }
+                Ok(Reservation::Denied(denial)) => {
+                    drop(grant);
+                    deployment.stats.denied.fetch_add(1, Ordering::Relaxed);
+                    if denial.is_permanent() {
+                        permanent.get_or_insert(denial);
+                    } else if temporary
+                        .as_ref()
+                        .is_none_or(|t| denial.retry_after_ms() < t.retry_after_ms())
+                    {
+                        temporary = Some(denial);
+                    }
+                }
+                Err(e) => return Err(Refusal::Backend(e)),
+            }
+        }
+        if let Some(denial) = temporary {
+            return Err(Refusal::Denied(denial));
+        }
+        if let Some(retry_after_ms) = failing_ms {
+            return Err(Refusal::Failing { retry_after_ms });
+        }
+        Err(permanent.map_or(Refusal::Failing { retry_after_ms: 0 }, Refusal::Denied))
+    }
+
+    fn granted(&self, grant: &mut Grant) {
+        let deployment = &self.deployments[grant.deployment];
+        deployment
+            .load
+            .admitted(unix_seconds(), grant.reserved.0, grant.reserved.1);
+        grant.counted = true;
+        deployment.stats.admitted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Each deployment's live state for the operator's console: its share of
+    /// the calls this server reserved on the pool (`None` before the first),
+    /// this server's pause after its 429, and its breaker.
+    pub fn status(&self) -> Vec<crate::status::DeploymentStatus> {
+        let admitted: Vec<u64> = (self.deployments.iter())
+            .map(|d| d.stats.admitted.load(Ordering::Relaxed))
+            .collect();
+        let total: u64 = admitted.iter().sum();
+        (self.deployments.iter().zip(admitted))
+            .map(|(d, admitted)| crate::status::DeploymentStatus {
+                name: format!("{}/{}", d.label, d.config.name),
+                share: (total > 0).then(|| admitted as f64 / total as f64),
+                paused_ms_left: d.stats.cooldown.left_ms(),
+                breaker: d
+                    .stats
+                    .breaker
+                    .as_ref()
+                    .map(|_| d.stats.breaker_state().label().to_owned()),
+            })
+            .collect()
+    }
+
+    /// Gives a breaker's pass back unused (its call was not sent).
+    pub fn abandon(&self, index: usize, pass: Pass) {
+        if let Some(breaker) = &self.deployments[index].stats.breaker {
+            breaker.abandon(pass);
+        }
+    }
+
+    /// A deployment's sent call ended: `success` (any answer but a 5xx) or a
+    /// failure (5xx, no connection, timeout) counts on its breaker.
+    pub fn record(&self, index: usize, pass: Pass, success: bool) {
+        if let Some(breaker) = &self.deployments[index].stats.breaker {
+            breaker.record(pass, success, Instant::now());
+        }
+    }
+
+    /// The time left of this server's pause of the deployment whose key `denial`
+    /// names, if one runs: the provider's own time is then the 429's hint.
+    pub fn cooldown_left_ms(&self, denial: &Denial) -> Option<u64> {
+        let key = denial_key(denial)?;
+        self.deployments
+            .iter()
+            .find(|d| crate::cooldown::key(&d.keys).is_some_and(|k| k.as_str() == key))
+            .and_then(|d| d.stats.cooldown.left_ms())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool_model() -> ModelConfig {
+        serde_yaml::from_str(
+            "{name: gpt-4o, max_output_tokens_default: 8, max_wait_ms: 5, deployments: [{upstream: east, model: gpt-4o-ptu, rpm: 6}, {upstream: west, priority: 2, tpm: 100}]}",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_deployment_is_the_single_model_it_abbreviates_and_rewrites_the_model_it_sends() {
+        let model = pool_model();
+        let resolved = resolve(&model);
+        assert_eq!(resolved[0].model.name, "gpt-4o-ptu");
+        assert_eq!(resolved[0].model.rpm, Some(6));
+        assert_eq!(resolved[1].model.name, "gpt-4o", "default: the model's name");
+        assert_eq!((resolved[1].priority, resolved[1].model.tpm), (2, Some(100)));
+        assert_eq!(resolved[1].model.max_wait_ms, 5);
+        let stats = Arc::new(DeploymentStats::new("gpt-4o", "east", "gpt-4o-ptu", None));
+        let east = Deployment::new("gpt-4o", &resolved[0], 0, &[], stats.clone());
+        let body = Bytes::from_static(br#"{"model":"gpt-4o","messages":[],"max_tokens":3}"#);
+        let sent: serde_json::Value = serde_json::from_slice(&east.body(&body)).unwrap();
+        assert_eq!(sent["model"], "gpt-4o-ptu");
+        assert_eq!(sent["max_tokens"], 3, "the rest unchanged");
+        let west = Deployment::new("gpt-4o", &resolved[1], 1, &[], stats);
+        assert_eq!(west.body(&body), body, "the same name: the client's bytes, untouched");
+        // A single-deployment model is its own one deployment.
+        let single: ModelConfig =
+            serde_yaml::from_str("{name: m, upstream: u, rpm: 3, max_output_tokens_default: 1}").unwrap();
+        assert_eq!(resolve(&single)[0].model, single);
+    }
+
+    #[tokio::test]
+    async fn a_grant_dropped_before_its_call_took_it_gives_the_lease_and_the_probe_back() {
+        use ratelimiter::{Backend, LimitKey, MemoryBackend, MemoryConfig, SystemClock};
+        let slot = LimitKey::new("global:llm:test:m:concurrency").unwrap();
+        let backend = Arc::new(MemoryBackend::new(
+            Arc::new(SystemClock::new()),
+            MemoryConfig::default(),
+        ));
+        backend
+            .apply_definition(&LimitDefinition::concurrency(slot.clone(), 1, 60).unwrap())
+            .await
+            .unwrap();
+        let limiter: Arc<dyn Limiter> = backend.clone();
+        let model: ModelConfig = serde_yaml::from_str(
+            "{name: m, max_output_tokens_default: 1, deployments: [{upstream: test, concurrency: 1}]}",
+        )
+        .unwrap();
+        let breaker = crate::breaker::BreakerConfig {
+            failures: 1,
+            open_ms: 1,
+        };
+        let stats = Arc::new(DeploymentStats::new("m", "test", "m", Some(breaker)));
+        let pool = Arc::new(Pool::new(
+            vec![Deployment::new("m", &resolve(&model)[0], 0, &[], stats.clone())],
+            model.routing,
+        ));
+        // The breaker opens, then half-opens: the next grant carries its one probe.
+        pool.record(0, Pass::Go, false);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let need = Need {
+            tenant: None,
+            input_tokens: 1,
+            prompt_characters: 0,
+            output_tokens: 1,
+            tried: 0,
+        };
+        let queue = Arc::new(ModelQueue::default());
+        let grant = pool.reserve(&limiter, &queue, &need).await.unwrap();
+        assert_eq!(grant.pass, Pass::Probe);
+        assert_eq!(backend.limit_report(&slot).await.unwrap().unwrap().in_use, 1);
+        // The handler ends before the call takes its grant (a client gone).
+        drop(grant);
+        assert_eq!(
+            backend.limit_report(&slot).await.unwrap().unwrap().in_use,
+            0,
+            "the lease is released"
+        );
+        // The probe came back: the next call may probe, and its grant, taken,
+        // keeps the slot for the call.
+        let grant = pool.reserve(&limiter, &queue, &need).await.unwrap();
+        assert_eq!(grant.pass, Pass::Probe, "the probe was given back");
+        assert!(grant.take().is_some());
+        assert_eq!(backend.limit_report(&slot).await.unwrap().unwrap().in_use, 1);
+    }
+}
