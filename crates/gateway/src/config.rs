@@ -51,6 +51,9 @@ pub struct GatewayConfig {
     /// Who may call; empty means anyone may, without a key.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
+    /// Priority classes, highest first (docs/gateway.md, "Classes"); none: one class.
+    #[serde(default)]
+    pub classes: Vec<crate::classes::ClassConfig>,
 }
 
 fn body_bytes_max_default() -> usize {
@@ -221,6 +224,9 @@ pub struct TenantConfig {
     /// Calls in flight, over every model.
     #[serde(default)]
     pub concurrency: Option<u64>,
+    /// The tenant's class (an entry of `classes`); none: the lowest class.
+    #[serde(default)]
+    pub class: Option<String>,
 }
 
 /// Why the `gateway:` section cannot be used; the message names the entry.
@@ -264,7 +270,18 @@ impl GatewayConfig {
         }
         self.validate_upstreams()?;
         self.validate_models()?;
-        self.validate_tenants()
+        self.validate_tenants()?;
+        self.validate_classes()
+    }
+
+    fn validate_classes(&self) -> Result<(), GatewayConfigError> {
+        let tenant_classes: Vec<Option<&str>> = self.tenants.iter().map(|t| t.class.as_deref()).collect();
+        crate::classes::validate(&self.classes, &tenant_classes).map_err(|(entry, message)| invalid(entry, message))?;
+        let classes = crate::classes::Classes::new(&self.classes);
+        classes
+            .ceiling_definitions(&crate::limits::definitions_without_ceilings(self))
+            .map(|_| ())
+            .map_err(|message| invalid("classes", message))
     }
 
     fn validate_upstreams(&self) -> Result<(), GatewayConfigError> {

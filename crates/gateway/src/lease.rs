@@ -13,6 +13,7 @@ use std::time::Instant;
 use ratelimiter::{Actual, CompleteRequest, LeaseId, Limiter};
 
 use crate::calibration::Calibrator;
+use crate::classes::Classes;
 use crate::limits::{actuals, ModelKeys, TenantKeys};
 use crate::metrics::CallCounters;
 use crate::queue::ModelQueue;
@@ -70,6 +71,9 @@ pub struct CallLease {
     /// The model's calibrator and the call's byte count, for a calibrated
     /// model's all-text prompt: fed the provider's count when the usage comes.
     pub calibration: Option<(Arc<Calibrator>, u64)>,
+    /// The gateway's classes and the call's class: its ceilings are reconciled
+    /// with the model's keys (crate::classes).
+    pub ceilings: (Arc<Classes>, usize),
     /// What the log line says.
     pub log: CallLog,
     /// When the call arrived.
@@ -110,9 +114,11 @@ impl Drop for CallLease {
         let Some(lease_id) = self.lease_id else {
             return;
         };
-        let actuals: Vec<Actual> = used.map_or_else(Vec::new, |usage| {
+        let mut actuals: Vec<Actual> = used.map_or_else(Vec::new, |usage| {
             actuals(&self.model_keys, self.tenant_keys.as_deref(), self.log.reserved, &usage)
         });
+        let (classes, class) = &self.ceilings;
+        classes.add_ceiling_actuals(*class, &mut actuals);
         let Ok(request) = CompleteRequest::new(lease_id, None, actuals) else {
             tracing::error!(%lease_id, "gateway: a complete request could not be built");
             return;

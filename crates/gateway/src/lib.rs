@@ -16,6 +16,8 @@ pub mod anthropic;
 pub mod auth;
 pub mod calibration;
 pub mod call;
+pub mod class_metrics;
+pub mod classes;
 pub mod config;
 pub mod cooldown;
 pub mod error;

@@ -20,6 +20,8 @@ use ratelimiter::{Backend, Denial, LeaseId, LimitDefinition, Limiter, Requiremen
 
 use crate::auth::{find_tenant, presented_key, TenantKey};
 use crate::call::{model_name, parse_object, Call, Endpoint};
+use crate::class_metrics::ClassCounters;
+use crate::classes::Classes;
 use crate::config::{GatewayConfig, ModelConfig, UpstreamKind};
 use crate::error::{ErrorKind, Format, GatewayError, Shaped};
 use crate::lease::{CallLease, CallLog, Settle};
@@ -53,6 +55,8 @@ pub struct ModelEntry {
     counters: Vec<OnceLock<Arc<CallCounters>>>,
     queue: Arc<ModelQueue>,
     metrics: Arc<ModelMetrics>,
+    /// The (model, class) counters, indexed by class.
+    class_counters: Vec<Arc<ClassCounters>>,
     warned_above_provider: AtomicBool,
     cooldown: cooldown::Cooldown,
     /// The model's own definitions, compared with the provider's headers.
@@ -62,6 +66,8 @@ pub struct ModelEntry {
 struct TenantEntry {
     name: Arc<str>,
     keys: Arc<TenantKeys>,
+    /// The tenant's class (an index into the gateway's classes).
+    class: usize,
 }
 
 /// The gateway: configuration resolved, upstream keys read, the limiter to reserve on.
@@ -73,6 +79,8 @@ pub struct Gateway {
     upstreams: Vec<Upstream>,
     tenants: Vec<TenantEntry>,
     tenant_keys: Vec<TenantKey>,
+    /// The priority classes; one without headroom when none are configured.
+    classes: Arc<Classes>,
     /// The tenant label of calls without one, shared by their log lines.
     no_tenant: Arc<str>,
     client: UpstreamClient,
@@ -117,6 +125,7 @@ impl Gateway {
             .collect::<Result<Vec<_>, _>>()?;
         let metrics = Arc::new(GatewayMetrics::default());
         let definitions = limits::definitions(config);
+        let classes = Arc::new(Classes::new(&config.classes));
         let mut tenants = Vec::new();
         let mut tenant_keys = Vec::new();
         for tenant in &config.tenants {
@@ -138,6 +147,7 @@ impl Gateway {
             tenants.push(TenantEntry {
                 name: Arc::from(tenant.name.as_str()),
                 keys: Arc::new(TenantKeys::new(tenant)),
+                class: classes.of_tenant(tenant.class.as_deref()),
             });
         }
         let mut models = HashMap::new();
@@ -166,8 +176,11 @@ impl Gateway {
                     .map(|_| OnceLock::new())
                     .chain([OnceLock::new()])
                     .collect(),
-                queue: Arc::new(ModelQueue::default()),
+                queue: Arc::new(ModelQueue::new(classes.work_classes())),
                 metrics: metrics.model(&model.name),
+                class_counters: (0..classes.work_classes().len())
+                    .map(|class| metrics.classes.pair(&model.name, classes.name(class)))
+                    .collect(),
                 warned_above_provider: AtomicBool::new(false),
                 cooldown: cooldown::Cooldown::default(),
                 definitions: (definitions.iter())
@@ -189,6 +202,7 @@ impl Gateway {
             upstreams,
             tenants,
             tenant_keys,
+            classes,
             no_tenant: Arc::from(NO_TENANT),
             client,
             metrics,
@@ -339,6 +353,9 @@ async fn serve(
 ) -> Result<Response, GatewayError> {
     let started = Instant::now();
     let tenant = gateway.authenticate(&headers)?;
+    // Calls without a tenant (a gateway without keys) run in the top class.
+    let tenant_class = tenant.map_or(0, |i| gateway.tenants[i].class);
+    let class = gateway.classes.of_request(tenant_class, &headers)?;
     let bytes = read_body(&headers, body, gateway.body_bytes_max).await?;
     let object = parse_object(&bytes)?;
     let model = gateway.model_for(endpoint, model_name(&object)?)?.clone();
@@ -366,14 +383,22 @@ async fn serve(
         gateway.metrics.calls(&model.config.name, label)
     }))
     .clone();
-    let requirements = limits::requirements(
+    let mut requirements = limits::requirements(
         &model.keys,
         tenant_entry.map(|t| t.keys.as_ref()),
         call.input_tokens,
         call.output_tokens,
     );
-    let lease_id = admit(&gateway, &model, tenant, requirements, &call, &counters).await?;
+    gateway.classes.add_ceilings(class, &mut requirements);
+    let class_counters = &model.class_counters[class];
+    let admission = Admission {
+        tenant,
+        class,
+        class_counters,
+    };
+    let lease_id = admit(&gateway, &model, &admission, requirements, &call, &counters).await?;
     counters.admitted.fetch_add(1, Ordering::Relaxed);
+    class_counters.admitted.fetch_add(1, Ordering::Relaxed);
     counters
         .tokens_reserved
         .fetch_add(call.input_tokens.saturating_add(call.output_tokens), Ordering::Relaxed);
@@ -387,6 +412,7 @@ async fn serve(
         settle: Settle::KeepReserved,
         count_cache_reads: model.config.count_cache_reads,
         calibration: (model.counter.calibrator.clone()).zip(call.calibration_sample),
+        ceilings: (gateway.classes.clone(), class),
         log: CallLog {
             endpoint: endpoint.label(),
             model: model.name.clone(),
@@ -405,11 +431,39 @@ async fn serve(
 async fn admit(
     gateway: &Gateway,
     model: &Arc<ModelEntry>,
-    tenant: Option<usize>,
+    admission: &Admission<'_>,
     requirements: Vec<Requirement>,
     call: &Call,
     counters: &CallCounters,
 ) -> Result<Option<LeaseId>, GatewayError> {
+    let result = admit_in_class(gateway, model, admission, requirements, call, counters).await;
+    if let Err(GatewayError {
+        kind: ErrorKind::RateLimited { .. },
+        ..
+    }) = &result
+    {
+        admission.class_counters.denied.fetch_add(1, Ordering::Relaxed);
+    }
+    result
+}
+
+/// Who a call is admitted for: its tenant, its class and the class's counters.
+struct Admission<'a> {
+    tenant: Option<usize>,
+    class: usize,
+    class_counters: &'a ClassCounters,
+}
+
+/// [`admit`] without the class's denial count.
+async fn admit_in_class(
+    gateway: &Gateway,
+    model: &Arc<ModelEntry>,
+    admission: &Admission<'_>,
+    requirements: Vec<Requirement>,
+    call: &Call,
+    counters: &CallCounters,
+) -> Result<Option<LeaseId>, GatewayError> {
+    let tenant = admission.tenant;
     if requirements.is_empty() {
         return Ok(None);
     }
@@ -419,7 +473,7 @@ async fn admit(
             .as_ref()
             .is_some_and(|k| denial_key(denial) == Some(k.as_str()))
     };
-    if !model.queue.is_busy() {
+    if !model.queue.is_busy(admission.class) {
         let lease_id = LeaseId::generate();
         let request =
             ReserveRequest::new(lease_id, None, requirements.clone()).map_err(|e| GatewayError::invalid(e.0))?;
@@ -435,11 +489,14 @@ async fn admit(
         }
     }
     counters.queued.fetch_add(1, Ordering::Relaxed);
+    admission.class_counters.queued.fetch_add(1, Ordering::Relaxed);
     let waited = Instant::now();
-    let receiver = match model
-        .queue
-        .enqueue(&gateway.limiter, tenant.unwrap_or(NO_TENANT_INDEX), requirements)
-    {
+    let receiver = match model.queue.enqueue(
+        &gateway.limiter,
+        tenant.unwrap_or(NO_TENANT_INDEX),
+        admission.class,
+        requirements,
+    ) {
         Ok(receiver) => receiver,
         Err(_) => {
             let denial = model.queue.last_denial().unwrap_or(Denial::InsufficientCapacity {
@@ -457,6 +514,7 @@ async fn admit(
     };
     let outcome = tokio::time::timeout(Duration::from_millis(model.config.max_wait_ms), receiver).await;
     model.metrics.queue_wait.observe(waited.elapsed());
+    admission.class_counters.queue_wait.observe(waited.elapsed());
     match outcome {
         Ok(Ok(Ok(lease_id))) => Ok(Some(lease_id)),
         Ok(Ok(Err(Refusal::Denied(denial)))) => {
