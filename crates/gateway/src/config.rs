@@ -93,6 +93,9 @@ pub struct GatewayConfig {
     /// Calls one tenant may have waiting in queues at once, unless the tenant sets its own.
     #[serde(default = "tenant_queued_max_default")]
     pub tenant_queued_max: usize,
+    /// Priority classes, highest first (docs/gateway.md, "Classes"); none: one class.
+    #[serde(default)]
+    pub classes: Vec<crate::classes::ClassConfig>,
 }
 
 fn body_bytes_max_default() -> usize {
@@ -308,6 +311,9 @@ pub struct TenantConfig {
     /// Calls waiting in queues at once; default `tenant_queued_max`.
     #[serde(default)]
     pub queued_max: Option<usize>,
+    /// The tenant's class (an entry of `classes`); none: the lowest class.
+    #[serde(default)]
+    pub class: Option<String>,
 }
 
 impl TenantConfig {
@@ -364,7 +370,18 @@ impl GatewayConfig {
         self.validate_clients()?;
         self.validate_upstreams()?;
         self.validate_models()?;
-        self.validate_tenants()
+        self.validate_tenants()?;
+        self.validate_classes()
+    }
+
+    fn validate_classes(&self) -> Result<(), GatewayConfigError> {
+        let tenant_classes: Vec<Option<&str>> = self.tenants.iter().map(|t| t.class.as_deref()).collect();
+        crate::classes::validate(&self.classes, &tenant_classes).map_err(|(entry, message)| invalid(entry, message))?;
+        let classes = crate::classes::Classes::new(&self.classes);
+        classes
+            .ceiling_definitions(&crate::limits::definitions_without_ceilings(self))
+            .map(|_| ())
+            .map_err(|message| invalid("classes", message))
     }
 
     /// The client timeouts and caps, and that a gateway without tenants is meant.

@@ -22,6 +22,8 @@ pub enum ErrorKind {
     InvalidRequest,
     /// A missing or wrong gateway key.
     Authentication,
+    /// A valid key asking for what it may not have (a higher class than its own).
+    PermissionDenied,
     /// A model the gateway does not serve on this endpoint.
     ModelNotFound,
     /// A path the gateway does not serve.
@@ -96,6 +98,7 @@ impl GatewayError {
         match self.kind {
             ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
             ErrorKind::Authentication => StatusCode::UNAUTHORIZED,
+            ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
             ErrorKind::ModelNotFound | ErrorKind::RouteNotFound => StatusCode::NOT_FOUND,
             ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::ClientTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -113,6 +116,7 @@ impl GatewayError {
                 let (kind, code) = match self.kind {
                     ErrorKind::InvalidRequest | ErrorKind::RouteNotFound => ("invalid_request_error", None),
                     ErrorKind::Authentication => ("invalid_request_error", Some("invalid_api_key")),
+                    ErrorKind::PermissionDenied => ("invalid_request_error", Some("permission_denied")),
                     ErrorKind::ModelNotFound => ("invalid_request_error", Some("model_not_found")),
                     ErrorKind::TooLarge => ("invalid_request_error", Some("request_too_large")),
                     ErrorKind::ClientTimeout => ("invalid_request_error", Some("request_timeout")),
@@ -126,6 +130,7 @@ impl GatewayError {
                 let kind = match self.kind {
                     ErrorKind::InvalidRequest | ErrorKind::ClientTimeout => "invalid_request_error",
                     ErrorKind::Authentication => "authentication_error",
+                    ErrorKind::PermissionDenied => "permission_error",
                     ErrorKind::ModelNotFound | ErrorKind::RouteNotFound => "not_found_error",
                     ErrorKind::TooLarge => "request_too_large",
                     ErrorKind::RateLimited { .. } => "rate_limit_error",

@@ -13,6 +13,7 @@ use std::time::Instant;
 use ratelimiter::{Actual, CompleteRequest, Denial, LeaseId, Limiter, LimiterError, ReserveOutcome, ReserveRequest};
 
 use crate::calibration::Calibrator;
+use crate::classes::Classes;
 use crate::limits::{actuals, ModelKeys, TenantKeys};
 use crate::metrics::CallCounters;
 use crate::queue::ModelQueue;
@@ -70,6 +71,9 @@ pub struct CallLease {
     /// The model's calibrator and the call's byte count, for a calibrated
     /// model's all-text prompt: fed the provider's count when the usage comes.
     pub calibration: Option<(Arc<Calibrator>, u64)>,
+    /// The gateway's classes and the call's class: its ceilings are reconciled
+    /// with the model's keys (crate::classes).
+    pub ceilings: (Arc<Classes>, usize),
     /// What the log line says.
     pub log: CallLog,
     /// When the call arrived.
@@ -180,6 +184,8 @@ impl CallLease {
                 actual_amount: 0,
             }));
         }
+        let (classes, class) = &self.ceilings;
+        classes.add_ceiling_actuals(*class, &mut actuals);
         let Ok(request) = CompleteRequest::new(lease_id, None, actuals) else {
             tracing::error!(%lease_id, "gateway: a complete request could not be built");
             return None;

@@ -19,6 +19,8 @@ pub mod auth;
 pub mod breaker;
 pub mod calibration;
 pub mod call;
+pub mod class_metrics;
+pub mod classes;
 pub mod config;
 pub mod cooldown;
 pub mod error;

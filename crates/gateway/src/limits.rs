@@ -121,8 +121,18 @@ pub fn prompt_charge(model: &ModelKeys, input_tokens: u64, prompt_characters: u6
     })
 }
 
-/// Every definition the configuration implies, for the registry.
+/// Every definition the configuration implies, for the registry: the model and
+/// tenant limits, and the classes' ceilings over the model limits (crate::classes).
 pub fn definitions(config: &GatewayConfig) -> Vec<LimitDefinition> {
+    let mut definitions = definitions_without_ceilings(config);
+    let classes = crate::classes::Classes::new(&config.classes);
+    let ceilings = classes.ceiling_definitions(&definitions);
+    definitions.extend(ceilings.expect("ceilings were checked with the configuration"));
+    definitions
+}
+
+/// The model and tenant limits the configuration implies, without the classes' ceilings.
+pub fn definitions_without_ceilings(config: &GatewayConfig) -> Vec<LimitDefinition> {
     definitions_as_given(config).into_iter().map(with_debt).collect()
 }
 
@@ -284,6 +294,7 @@ mod tests {
             concurrency: Some(2),
             connections_max: None,
             queued_max: None,
+            class: None,
         });
         let reqs = requirements(&keys, Some(&tenant), 120, 0);
         let got: Vec<(&str, u64)> = reqs.iter().map(|r| (r.key.as_str(), r.amount)).collect();

@@ -154,6 +154,8 @@ pub struct GatewayMetrics {
     calls: RwLock<HashMap<(String, String), Arc<CallCounters>>>,
     models: RwLock<HashMap<String, Arc<ModelMetrics>>>,
     deployments: RwLock<Vec<Arc<DeploymentStats>>>,
+    /// Per (model, class).
+    pub classes: crate::class_metrics::ClassMetrics,
 }
 
 /// The tenant label of calls without a tenant (a gateway without keys).
@@ -283,6 +285,7 @@ impl GatewayMetrics {
     /// Appends the Prometheus text of every gateway metric to `out`.
     pub fn render(&self, out: &mut String) {
         self.render_deployments(out);
+        self.classes.render(out);
         let calls = self.calls.read().expect("metrics lock");
         let mut pairs: Vec<_> = calls.iter().collect();
         pairs.sort_by(|a, b| a.0.cmp(b.0));
@@ -352,7 +355,8 @@ impl GatewayMetrics {
     }
 }
 
-fn render_histogram(out: &mut String, name: &str, labels: &str, histogram: &Histogram) {
+/// Appends one histogram in the Prometheus text format.
+pub(crate) fn render_histogram(out: &mut String, name: &str, labels: &str, histogram: &Histogram) {
     let snapshot = histogram.snapshot();
     for (bound, cumulative) in BUCKET_BOUNDS_MICROS.iter().zip(&snapshot.cumulative) {
         let _ = writeln!(

@@ -322,6 +322,10 @@ pub struct Need {
     pub output_tokens: u64,
     /// The deployments already tried by this call (bit per index).
     pub tried: u32,
+    /// The call's class (an index into `classes`): it reserves that class's ceilings.
+    pub class: usize,
+    /// The gateway's classes.
+    pub classes: Arc<crate::classes::Classes>,
 }
 
 /// A reservation granted on one deployment, and its guard until the call takes
@@ -501,8 +505,10 @@ impl Pool {
                 counted: false,
                 taken: false,
             };
-            let requirements =
+            let mut requirements =
                 limits::requirements(&deployment.keys, need.tenant.as_deref(), input, need.output_tokens);
+            // The call's class's ceilings over this deployment's keys (crate::classes).
+            need.classes.add_ceilings(need.class, &mut requirements);
             if requirements.is_empty() {
                 self.granted(&mut grant);
                 return Ok(grant);
@@ -668,6 +674,8 @@ mod tests {
             prompt_characters: 0,
             output_tokens: 1,
             tried: 0,
+            class: 0,
+            classes: Arc::new(crate::classes::Classes::new(&[])),
         };
         let queue = Arc::new(ModelQueue::default());
         let grant = pool.reserve(&limiter, &queue, &need).await.unwrap();

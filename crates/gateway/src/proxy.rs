@@ -22,6 +22,8 @@ use ratelimiter::{
 
 use crate::auth::{find_tenant, presented_key, TenantKey};
 use crate::call::{model_name, parse_object, Call, Endpoint};
+use crate::class_metrics::ClassCounters;
+use crate::classes::Classes;
 use crate::config::{GatewayConfig, ModelConfig, UpstreamKind};
 use crate::error::{ErrorKind, Format, GatewayError, Shaped};
 use crate::lease::{reserve_guarded, CallLease, CallLog, OnDeployment, Reservation, Settle};
@@ -60,11 +62,16 @@ pub struct ModelEntry {
     counters: Vec<OnceLock<Arc<CallCounters>>>,
     queue: Arc<ModelQueue>,
     metrics: Arc<ModelMetrics>,
+    /// The (model, class) counters, indexed by class; each made (and shown in the
+    /// metrics) at its pair's first call, like the (model, tenant) ones.
+    class_counters: Vec<OnceLock<Arc<ClassCounters>>>,
 }
 
 struct TenantEntry {
     name: Arc<str>,
     keys: Arc<TenantKeys>,
+    /// The tenant's class (an index into the gateway's classes).
+    class: usize,
 }
 
 /// The gateway: configuration resolved, upstream keys read, the limiter to reserve on.
@@ -75,6 +82,8 @@ pub struct Gateway {
     model_names: Vec<String>,
     upstreams: Vec<Upstream>,
     tenants: Vec<TenantEntry>,
+    /// The priority classes; one without headroom when none are configured.
+    classes: Arc<Classes>,
     tenant_keys: Vec<TenantKey>,
     /// The tenant label of calls without one, shared by their log lines.
     no_tenant: Arc<str>,
@@ -141,10 +150,12 @@ impl Gateway {
             )])
             .map(Arc::new)
             .collect();
+        let classes = Arc::new(Classes::new(&config.classes));
         let tenants: Vec<TenantEntry> = (config.tenants.iter())
             .map(|tenant| TenantEntry {
                 name: Arc::from(tenant.name.as_str()),
                 keys: Arc::new(TenantKeys::new(tenant)),
+                class: classes.of_tenant(tenant.class.as_deref()),
             })
             .collect();
         let mut models = HashMap::new();
@@ -171,8 +182,9 @@ impl Gateway {
                     .map(|_| OnceLock::new())
                     .chain([OnceLock::new()])
                     .collect(),
-                queue: Arc::new(ModelQueue::default()),
+                queue: Arc::new(ModelQueue::new(classes.work_classes())),
                 metrics: metrics.model(&model.name),
+                class_counters: classes.work_classes().iter().map(|_| OnceLock::new()).collect(),
             };
             models.insert(model.name.clone(), Arc::new(entry));
         }
@@ -184,6 +196,7 @@ impl Gateway {
             upstreams,
             tenants,
             tenant_keys,
+            classes,
             no_tenant: Arc::from(NO_TENANT),
             client,
             metrics,
@@ -198,6 +211,17 @@ impl Gateway {
     /// in its registry at startup, where the admin API shows and changes them.
     pub fn definitions(&self) -> &[LimitDefinition] {
         &self.definitions
+    }
+
+    /// The classes' ceilings over `definition` when it is one of this gateway's
+    /// model limits (docs/gateway.md, "Classes"): what an admin change of that limit
+    /// must define with it. Empty for any other key; an error when a ceiling would
+    /// hold nothing.
+    pub fn ceilings_over(&self, definition: &LimitDefinition) -> Result<Vec<LimitDefinition>, String> {
+        if !self.definitions.iter().any(|d| d.key() == definition.key()) {
+            return Ok(Vec::new());
+        }
+        self.classes.ceilings_over(definition)
     }
 
     /// The gateway's metrics, rendered by the server's `/metrics`.
@@ -383,6 +407,9 @@ async fn serve(
     body: Body,
 ) -> Result<Response, GatewayError> {
     let started = Instant::now();
+    // Calls without a tenant (an anonymous gateway) run in the top class.
+    let tenant_class = tenant.map_or(0, |i| gateway.tenants[i].class);
+    let class = gateway.classes.of_request(tenant_class, &headers)?;
     let bytes = read_body(&headers, body, gateway.body_bytes_max, gateway.body_timeout).await?;
     let object = parse_object(&bytes)?;
     let model = gateway.model_for(endpoint, model_name(&object)?)?.clone();
@@ -407,11 +434,23 @@ async fn serve(
         prompt_characters: call.prompt_characters,
         output_tokens: call.output_tokens,
         tried: 0,
+        class,
+        classes: gateway.classes.clone(),
     };
+    let class_counters = class_counters(&gateway, &model, class);
     // Each deployment of the pool is tried at most once (docs/gateway.md, "Pools").
     loop {
-        let grant = admit(&gateway, &model, tenant, &need, &call, &counters).await?;
+        let grant = match admit(&gateway, &model, tenant, &need, &call, &counters).await {
+            Ok(grant) => grant,
+            Err(error) => {
+                if matches!(error.kind, ErrorKind::RateLimited { .. }) {
+                    class_counters.denied.fetch_add(1, Ordering::Relaxed);
+                }
+                return Err(error);
+            }
+        };
         if need.tried == 0 {
+            class_counters.admitted.fetch_add(1, Ordering::Relaxed);
             counters.admitted.fetch_add(1, Ordering::Relaxed);
             counters
                 .tokens_reserved
@@ -427,7 +466,7 @@ async fn serve(
             tenant_entry,
             grant,
             endpoint,
-            &call,
+            (&call, class),
             &counters,
             started,
         );
@@ -440,6 +479,12 @@ async fn serve(
     }
 }
 
+/// The (model, class) counters of `class`, made at the pair's first call.
+fn class_counters<'a>(gateway: &Gateway, model: &'a ModelEntry, class: usize) -> &'a Arc<ClassCounters> {
+    model.class_counters[class]
+        .get_or_init(|| (gateway.metrics.classes).pair(&model.config.name, gateway.classes.name(class)))
+}
+
 /// The guard of `grant`'s lease: the call owns it from now on.
 #[allow(clippy::too_many_arguments)]
 fn call_lease(
@@ -448,7 +493,7 @@ fn call_lease(
     tenant: Option<&TenantEntry>,
     grant: Grant,
     endpoint: Endpoint,
-    call: &Call,
+    (call, call_class): (&Call, usize),
     counters: &Arc<CallCounters>,
     started: Instant,
 ) -> CallLease {
@@ -465,6 +510,7 @@ fn call_lease(
         settle: Settle::KeepReserved,
         count_cache_reads: deployment.config.count_cache_reads,
         calibration: (model.counter.calibrator.clone()).zip(call.calibration_sample),
+        ceilings: (gateway.classes.clone(), call_class),
         log: CallLog {
             endpoint: endpoint.label(),
             model: model.name.clone(),
@@ -546,7 +592,7 @@ async fn admit(
             .is_some_and(|k| denial_key(denial) == Some(k.as_str()))
     };
     let max_wait_ms = model.config.max_wait_ms;
-    if !model.queue.is_busy() {
+    if !model.queue.is_busy(need.class) {
         match model.pool.reserve(&gateway.limiter, &model.queue, need).await {
             Ok(grant) => return Ok(grant),
             Err(Refusal::Denied(denial)) => {
@@ -566,6 +612,8 @@ async fn admit(
     // Held while the call waits: one tenant cannot fill the queue for the others.
     let _waiting = gateway.caps[tenant.unwrap_or(gateway.tenants.len())].wait()?;
     counters.queued.fetch_add(1, Ordering::Relaxed);
+    let class_counters = class_counters(gateway, model, need.class);
+    class_counters.queued.fetch_add(1, Ordering::Relaxed);
     let waited = Instant::now();
     let receiver = match model.queue.enqueue(
         &gateway.limiter,
@@ -582,6 +630,7 @@ async fn admit(
     };
     let outcome = tokio::time::timeout(Duration::from_millis(max_wait_ms), receiver).await;
     model.metrics.queue_wait.observe(waited.elapsed());
+    class_counters.queue_wait.observe(waited.elapsed());
     match outcome {
         Ok(Ok(Ok(grant))) => Ok(grant),
         Ok(Ok(Err(Refusal::Denied(denial)))) => {

@@ -1,6 +1,8 @@
 //! The fair wait queue of one model (docs/gateway.md, "Waiting"): a denied call
-//! waits its turn, tenants take turns round robin, and each model has its own
-//! queue and its own pump, so a saturated model never holds up another.
+//! waits its turn; waiting classes share freed capacity by their shares
+//! (docs/gateway.md, "Classes"; the library scheduler's rule) and tenants take
+//! turns round robin within a class; each model has its own queue and its own
+//! pump, so a saturated model never holds up another.
 //!
 //! The pump is the scheduler's idea (`ratelimiter::scheduler`) cut to what a
 //! proxy needs: the waiting call is a client connection, not a job to run, so
@@ -11,6 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ratelimiter::scheduler::{ClassTurns, WorkClass};
 use ratelimiter::{Actual, CompleteRequest, Denial, LeaseId, Limiter, LimiterError, ReserveRequest};
 use tokio::sync::{oneshot, Notify};
 
@@ -45,29 +48,73 @@ struct Waiter {
     reply: oneshot::Sender<Result<Grant, Refusal>>,
 }
 
-#[derive(Default)]
 struct State {
-    /// Tenants with waiters, in turn order.
-    order: VecDeque<usize>,
-    waiting: HashMap<usize, VecDeque<Waiter>>,
+    /// Per class, the tenants with waiters of that class, in turn order.
+    order: Vec<VecDeque<usize>>,
+    /// Waiters by (class, tenant).
+    waiting: HashMap<(usize, usize), VecDeque<Waiter>>,
+    /// Which class the next waiter comes from.
+    turns: ClassTurns,
     len: usize,
     pumping: bool,
+    /// The class of the waiter the pump holds while it reserves for it.
+    held: Option<usize>,
     last_denial: Option<Denial>,
 }
 
+impl State {
+    fn new(classes: &[WorkClass]) -> Self {
+        Self {
+            order: vec![VecDeque::new(); classes.len()],
+            waiting: HashMap::new(),
+            turns: ClassTurns::new(classes),
+            len: 0,
+            pumping: false,
+            held: None,
+            last_denial: None,
+        }
+    }
+
+    /// The classes with waiters.
+    fn waiting_classes(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.order.len()).filter(|class| !self.order[*class].is_empty())
+    }
+
+    /// Tenants with waiters, over every class.
+    fn tenants_waiting(&self) -> usize {
+        self.order.iter().map(VecDeque::len).sum()
+    }
+}
+
 /// One model's queue.
-#[derive(Default)]
 pub struct ModelQueue {
     state: Mutex<State>,
     wake: Notify,
 }
 
+impl Default for ModelQueue {
+    /// A queue of one class.
+    fn default() -> Self {
+        let class = WorkClass::new(ratelimiter::scheduler::DEFAULT_CLASS, 1).expect("the default class is valid");
+        Self::new(&[class])
+    }
+}
+
 impl ModelQueue {
-    /// Whether calls are waiting: a new call then queues behind them.
-    pub fn is_busy(&self) -> bool {
+    /// A queue whose waiters come in `classes`, highest first.
+    pub fn new(classes: &[WorkClass]) -> Self {
+        Self {
+            state: Mutex::new(State::new(classes)),
+            wake: Notify::new(),
+        }
+    }
+
+    /// Whether calls of class `class` or above are waiting (or held by the pump): a
+    /// new call of `class` then queues behind them. Waiters of lower classes do not
+    /// hold it back: whatever they wait for, the headroom above them is not theirs.
+    pub fn is_busy(&self, class: usize) -> bool {
         let state = self.state.lock().expect("queue lock");
-        // `pumping` covers the waiter the pump holds while it reserves for it.
-        state.len > 0 || state.pumping
+        state.held.is_some_and(|held| held <= class) || state.waiting_classes().any(|c| c <= class)
     }
 
     /// Calls waiting now (the operator's console shows it).
@@ -85,8 +132,8 @@ impl ModelQueue {
         self.state.lock().expect("queue lock").last_denial.clone()
     }
 
-    /// Queues a call of `tenant` (an index; tenants without a key share one) and
-    /// returns the channel its lease comes on.
+    /// Queues a call of `tenant` (an index; tenants without a key share one) in
+    /// its class (`need.class`) and returns the channel its lease comes on.
     pub fn enqueue(
         self: &Arc<Self>,
         limiter: &Arc<dyn Limiter>,
@@ -99,26 +146,39 @@ impl ModelQueue {
         if state.len >= WAITERS_MAX {
             return Err(Refusal::QueueFull);
         }
-        let queue = state.waiting.entry(tenant).or_default();
-        if queue.is_empty() {
-            state.order.push_back(tenant);
+        let class = need.class;
+        let class_was_idle = state.order[class].is_empty();
+        if class_was_idle {
+            // It rejoins at the pass of the classes waiting: no turns banked while idle.
+            let waiting: Vec<usize> = state.waiting_classes().collect();
+            state.turns.rejoin(class, waiting.into_iter());
         }
-        let queue = state.waiting.get_mut(&tenant).expect("just inserted");
+        let queue = state.waiting.entry((class, tenant)).or_default();
+        if queue.is_empty() {
+            state.order[class].push_back(tenant);
+        }
+        let queue = state.waiting.get_mut(&(class, tenant)).expect("just inserted");
         queue.push_back(Waiter { need, reply });
         state.len += 1;
         if !state.pumping {
             state.pumping = true;
             tokio::spawn(pump(self.clone(), limiter.clone(), pool.clone()));
+        } else if class_was_idle {
+            // The pump may be sleeping on a lower class's denial: this class may fit now.
+            self.wake.notify_one();
         }
         Ok(receiver)
     }
 
-    /// The next live waiter in turn order, or `None` (and the pump stops).
+    /// The next live waiter, of the class whose turn it is and the tenant next in
+    /// turn within it, or `None` (and the pump stops).
     fn next(&self) -> Option<(usize, Waiter)> {
         let mut guard = self.state.lock().expect("queue lock");
         let state: &mut State = &mut guard;
-        while let Some(tenant) = state.order.pop_front() {
-            let queue = state.waiting.get_mut(&tenant).expect("ordered tenants wait");
+        state.held = None;
+        while let Some(class) = state.turns.next(state.waiting_classes()) {
+            let tenant = state.order[class].pop_front().expect("a waiting class has a tenant");
+            let queue = state.waiting.get_mut(&(class, tenant)).expect("ordered tenants wait");
             let mut found = None;
             while let Some(waiter) = queue.pop_front() {
                 if !waiter.reply.is_closed() {
@@ -127,24 +187,26 @@ impl ModelQueue {
                 }
                 state.len -= 1;
             }
-            let queue = state.waiting.get_mut(&tenant).expect("ordered tenants wait");
+            let queue = state.waiting.get_mut(&(class, tenant)).expect("ordered tenants wait");
             if let Some(waiter) = found {
                 state.len -= 1;
                 if queue.is_empty() {
-                    state.waiting.remove(&tenant);
+                    state.waiting.remove(&(class, tenant));
                 } else {
-                    state.order.push_back(tenant);
+                    state.order[class].push_back(tenant);
                 }
+                state.turns.took(class);
+                state.held = Some(class);
                 return Some((tenant, waiter));
             }
-            state.waiting.remove(&tenant);
+            state.waiting.remove(&(class, tenant));
         }
         state.pumping = false;
         None
     }
 
-    /// Puts a denied waiter back at the head of its tenant's line. `rotate`: the
-    /// tenant's own limit denied it, so the other tenants go first.
+    /// Puts a denied waiter back at the head of its tenant's line; its class keeps
+    /// its turn. `rotate`: the tenant's own limit denied it, so the other tenants go first.
     fn put_back(&self, tenant: usize, waiter: Waiter, denial: Option<Denial>, rotate: bool) {
         let mut guard = self.state.lock().expect("queue lock");
         let state: &mut State = &mut guard;
@@ -152,21 +214,25 @@ impl ModelQueue {
             state.last_denial = denial;
         }
         state.len += 1;
-        let queue = state.waiting.entry(tenant).or_default();
+        state.held = None;
+        let class = waiter.need.class;
+        state.turns.gave_back(class);
+        let order = &mut state.order[class];
+        let queue = state.waiting.entry((class, tenant)).or_default();
         let was_empty = queue.is_empty();
         queue.push_front(waiter);
         if was_empty {
             if rotate {
-                state.order.push_back(tenant);
+                order.push_back(tenant);
             } else {
-                state.order.push_front(tenant);
+                order.push_front(tenant);
             }
         } else if !rotate {
             // Its turn was taken by `next`: give it back.
-            if let Some(pos) = state.order.iter().position(|t| *t == tenant) {
-                state.order.remove(pos);
+            if let Some(pos) = order.iter().position(|t| *t == tenant) {
+                order.remove(pos);
             }
-            state.order.push_front(tenant);
+            order.push_front(tenant);
         }
     }
 }
@@ -201,7 +267,7 @@ async fn pump(queue: Arc<ModelQueue>, limiter: Arc<dyn Limiter>, pool: Arc<Pool>
             .is_some_and(|k| k.starts_with("tenant:"));
         queue.put_back(tenant, waiter, denial, tenant_bound);
         tenant_denials_in_a_row = if tenant_bound { tenant_denials_in_a_row + 1 } else { 0 };
-        let tenants = queue.state.lock().expect("queue lock").order.len();
+        let tenants = queue.state.lock().expect("queue lock").tenants_waiting();
         if !tenant_bound || tenant_denials_in_a_row >= tenants {
             tenant_denials_in_a_row = 0;
             let sleep_ms = retry_after_ms.clamp(1, PUMP_SLEEP_MAX_MS);
@@ -279,6 +345,8 @@ mod tests {
             prompt_characters: 0,
             output_tokens: 1,
             tried: 0,
+            class: 0,
+            classes: Arc::new(crate::classes::Classes::new(&[])),
         };
         (backend, limiter, pool, need)
     }
@@ -296,7 +364,7 @@ mod tests {
         for tenant in [0, 0, 0, 1] {
             waiting.push((tenant, queue.enqueue(&limiter, &pool, tenant, need.clone()).unwrap()));
         }
-        assert!(queue.is_busy());
+        assert!(queue.is_busy(0));
         let mut order = Vec::new();
         let mut held = holder;
         for _ in 0..4 {
@@ -324,7 +392,65 @@ mod tests {
         }
         // Round robin: tenant 1's one call goes second, not after tenant 0's three.
         assert_eq!(order, vec![0, 1, 0, 0]);
-        assert!(!queue.is_busy());
+        assert!(!queue.is_busy(0));
+    }
+
+    #[tokio::test]
+    async fn freed_capacity_goes_to_waiting_classes_by_their_shares() {
+        let (_backend, limiter, pool, need) = one_slot().await;
+        let holder = LeaseId::generate();
+        let request = ReserveRequest::new(holder, None, vec![Requirement { key: slot(), amount: 1 }]).unwrap();
+        assert!(limiter.reserve(&request).await.unwrap().is_allowed());
+        let class = |name: &str, share: u32| crate::classes::ClassConfig {
+            name: name.to_owned(),
+            share,
+            headroom: Default::default(),
+        };
+        let classes = Arc::new(crate::classes::Classes::new(&[
+            class("interactive", 4),
+            class("batch", 1),
+        ]));
+        let queue = Arc::new(ModelQueue::new(classes.work_classes()));
+        let of_class = |class: usize| Need {
+            class,
+            classes: classes.clone(),
+            ..need.clone()
+        };
+        let mut waiting = Vec::new();
+        // Batch queues first, from many tenants: neither earns it more turns.
+        for tenant in 0..40 {
+            waiting.push((1, queue.enqueue(&limiter, &pool, tenant, of_class(1)).unwrap()));
+        }
+        assert!(
+            queue.is_busy(1) && !queue.is_busy(0),
+            "batch waiters do not hold interactive back"
+        );
+        for _ in 0..40 {
+            waiting.push((0, queue.enqueue(&limiter, &pool, 99, of_class(0)).unwrap()));
+        }
+        let mut order = Vec::new();
+        let mut held = holder;
+        for _ in 0..25 {
+            let complete = CompleteRequest::new(held, None, Vec::new()).unwrap();
+            limiter.complete(&complete).await.unwrap();
+            queue.capacity_freed();
+            let (index, lease) = loop {
+                let granted = (waiting.iter_mut().enumerate())
+                    .find_map(|(i, (_, receiver))| receiver.try_recv().ok().map(|r| (i, r.unwrap().take().unwrap())));
+                if let Some(found) = granted {
+                    break found;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            };
+            order.push(waiting.remove(index).0);
+            held = lease;
+        }
+        let interactive = order.iter().filter(|class| **class == 0).count();
+        // 4 of every 5 grants; batch is never starved.
+        assert!(
+            (19..=21).contains(&interactive),
+            "interactive got {interactive} of 25: {order:?}"
+        );
     }
 
     #[tokio::test]

@@ -97,3 +97,13 @@ async fn an_anthropic_profiled_model_reserves_on_buckets_on_tigerbeetle() {
     let backend = tigerbeetle_backend(&cluster).await;
     anthropic_buckets_give_unused_output_back(backend).await;
 }
+
+/// Classes on TigerBeetle: the ceilings are ordinary limits on the cluster, reserved
+/// in the same linked request as the model's keys, so a lower class never takes the
+/// headroom there either (docs/gateway.md, "Classes").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lower_class_never_takes_the_headroom_on_tigerbeetle() {
+    let cluster = LocalCluster::start().expect("starting a local TigerBeetle");
+    let backend = tigerbeetle_backend(&cluster).await;
+    batch_never_takes_the_interactive_headroom(backend).await;
+}

@@ -16,14 +16,37 @@ use crate::state::AppState;
 ///
 /// The change runs in its own task, so a request timeout or a client that hangs
 /// up cannot stop it between persisting and applying.
+///
+/// A model limit of the gateway carries its classes' ceilings with it
+/// (docs/gateway.md, "Classes"): they are checked before anything changes (a
+/// capacity whose ceiling would hold nothing is a 400) and defined after it.
 pub async fn put_limit(State(state): State<AppState>, JsonBody(definition): JsonBody<LimitDefinition>) -> Response {
     let key = definition.key().clone();
-    let change = tokio::spawn(async move { state.admin().define(definition).await });
+    let ceilings = match state.gateway().map(|g| g.ceilings_over(&definition)) {
+        Some(Err(message)) => return ApiError::InvalidRequest(message).into_response(),
+        Some(Ok(ceilings)) => ceilings,
+        None => Vec::new(),
+    };
+    let change = tokio::spawn(async move {
+        let report = state.admin().define(definition).await?;
+        for ceiling in ceilings {
+            state.admin().define(ceiling).await?;
+        }
+        Ok::<_, ratelimiter::admin::AdminError>(report)
+    });
     match change.await {
         Ok(Ok(report)) => Json(report).into_response(),
         Ok(Err(e)) => ApiError::from(e).into_response(),
         Err(e) => ApiError::Internal(format!("defining {key} failed: {e}")).into_response(),
     }
+}
+
+/// `GET /v1/admin/gateway/classes`: per model and class, calls admitted, denied
+/// and queued and the wait's 99th percentile (docs/gateway.md, "Classes"); an
+/// empty list without a gateway.
+pub async fn gateway_classes(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let reports = state.gateway_metrics().map(|m| m.classes.reports()).unwrap_or_default();
+    Json(serde_json::to_value(reports).expect("class reports serialize"))
 }
 
 /// `GET /v1/admin/limits`: every state, ordered by key.

@@ -250,6 +250,87 @@ async fn the_gateway_serves_beside_the_limiter_api_on_the_same_backend() {
     assert_eq!(report["capacity"], 2000);
 }
 
+/// The key of the interactive tenant of [`classes_section`]; the batch tenant is acme.
+const WEB_KEY: &str = "gateway-fleet-test-web-0123456789";
+/// The batch class's ceiling over [`classes_section`]'s rpm.
+const BATCH_RPM_CEILING: &str = "class:batch:global:llm:sim:gpt-4o-mini:rpm";
+
+/// A `gateway:` section with two classes (interactive keeps 20 % of each model
+/// limit as headroom), acme in batch and web in interactive, on a model of `rpm`.
+fn classes_section(sim: SocketAddr, rpm: u64) -> String {
+    std::env::set_var("GATEWAY_FLEET_TEST_KEY", TENANT_KEY);
+    std::env::set_var("GATEWAY_FLEET_TEST_WEB_KEY", WEB_KEY);
+    format!(
+        "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: {rpm}, tpm: 1000000, concurrency: 8}}\n  classes:\n    - {{name: interactive, share: 4, headroom: 0.2}}\n    - {{name: batch}}\n  tenants:\n    - {{name: acme, api_key_env: GATEWAY_FLEET_TEST_KEY, class: batch}}\n    - {{name: web, api_key_env: GATEWAY_FLEET_TEST_WEB_KEY, class: interactive}}\n"
+    )
+}
+
+/// A short chat call with `key`.
+async fn chat_with(client: &HttpClient, gateway: SocketAddr, key: &str) -> Answer {
+    let bearer = format!("Bearer {key}");
+    let body = json!({"model": "gpt-4o-mini", "max_tokens": 5, "sim_output_tokens": 5,
+        "messages": [{"role": "user", "content": "Hi"}]});
+    let url = format!("http://{gateway}/v1/chat/completions");
+    send(
+        client,
+        hyper::Method::POST,
+        url,
+        &[("authorization", &bearer)],
+        Some(body),
+    )
+    .await
+}
+
+/// PUTs `definition` through the admin API.
+async fn admin_put(client: &HttpClient, server: SocketAddr, definition: Value) -> Answer {
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let url = format!("http://{server}/v1/admin/limits");
+    send(
+        client,
+        hyper::Method::PUT,
+        url,
+        &[("authorization", &bearer)],
+        Some(definition),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn class_ceilings_follow_an_admin_change_of_their_model_limit() {
+    let (sim, _) = start_sim(64, 0).await;
+    let dir = temp_dir("gateway-classes");
+    let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &classes_section(sim, 1000));
+    let gateway = gateway_addr(&daemon);
+    let client = client();
+    assert_eq!(
+        admin_report(&client, daemon.addr, BATCH_RPM_CEILING).await["capacity"],
+        800
+    );
+    let rpm = |capacity: u64| json!({"key": "global:llm:sim:gpt-4o-mini:rpm", "kind": "rolling", "capacity": capacity, "window_seconds": 60});
+    let put = admin_put(&client, daemon.addr, rpm(2000)).await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    assert_eq!(
+        admin_report(&client, daemon.addr, BATCH_RPM_CEILING).await["capacity"],
+        1600
+    );
+    // A capacity whose ceiling would hold nothing is refused, and changes nothing.
+    let slot = json!({"key": "global:llm:sim:gpt-4o-mini:concurrency", "kind": "concurrency", "capacity": 1, "timeout_seconds": 660});
+    let refused = admin_put(&client, daemon.addr, slot).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("batch"), "{}", refused.body);
+    let concurrency = admin_report(&client, daemon.addr, "global:llm:sim:gpt-4o-mini:concurrency").await;
+    assert_eq!(concurrency["capacity"], 8, "{concurrency}");
+    // The admin API shows the calls per model and class.
+    assert_eq!(chat_with(&client, gateway, TENANT_KEY).await.status, 200);
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let url = format!("http://{}/v1/admin/gateway/classes", daemon.addr);
+    let classes = send(&client, hyper::Method::GET, url, &[("authorization", &bearer)], None).await;
+    assert_eq!(classes.status, 200, "{}", classes.body);
+    let classes: Value = serde_json::from_str(&classes.body).unwrap();
+    assert_eq!(classes[0]["class"], "batch", "{classes}");
+    assert_eq!(classes[0]["admitted"], 1, "{classes}");
+}
+
 #[cfg(feature = "tigerbeetle")]
 mod fleet {
     use super::*;
@@ -358,5 +439,40 @@ mod fleet {
             admitted += deployments[0]["admitted"].as_u64().unwrap() + deployments[1]["admitted"].as_u64().unwrap();
         }
         assert_eq!(admitted, 5);
+    }
+
+    /// Classes on a fleet: the batch tenant calls both servers and together they
+    /// admit its ceiling and no more; the interactive tenant then gets the headroom.
+    #[tokio::test]
+    async fn two_servers_on_one_cluster_keep_the_headroom_of_a_class() {
+        let cluster = LocalCluster::start().expect("starting a local TigerBeetle");
+        let (sim, _) = start_sim(64, 0).await;
+        let backend = BackendConfig::TigerBeetle {
+            addresses: cluster.address(),
+            settings: "  sessions: 2\n  request_timeout_ms: 2000\n",
+        };
+        let (dir_a, dir_b) = (temp_dir("gateway-classes-a"), temp_dir("gateway-classes-b"));
+        let a = Daemon::start_on(&dir_a, backend, "", &classes_section(sim, 10));
+        let b = Daemon::start_on(&dir_b, backend, "", &classes_section(sim, 10));
+        let gateways = [gateway_addr(&a), gateway_addr(&b)];
+        let client = client();
+        let mut batch_admitted = 0;
+        for i in 0..12 {
+            let answer = chat_with(&client, gateways[i % 2], TENANT_KEY).await;
+            match answer.status {
+                200 => batch_admitted += 1,
+                429 => assert!(answer.body.contains(BATCH_RPM_CEILING), "{}", answer.body),
+                other => panic!("batch call answered {other}: {}", answer.body),
+            }
+        }
+        assert_eq!(
+            batch_admitted, 8,
+            "the fleet admits the batch ceiling, 80 % of 10, and no more"
+        );
+        for i in 0..2 {
+            let answer = chat_with(&client, gateways[i % 2], WEB_KEY).await;
+            assert_eq!(answer.status, 200, "the headroom is interactive's: {}", answer.body);
+        }
+        assert_eq!(chat_with(&client, gateways[0], WEB_KEY).await.status, 429);
     }
 }

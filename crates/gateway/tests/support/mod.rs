@@ -412,3 +412,81 @@ pub async fn anthropic_buckets_give_unused_output_back(backend: Arc<dyn Backend>
     assert!(in_use(&backend, otpm).await <= output_tokens);
     assert_eq!(provider.counts().throttled, 0);
 }
+
+/// The key of the interactive tenant of [`classes_config`].
+pub const WEB_KEY: &str = "gateway-test-key-web-0123456789";
+/// The key of the batch tenant of [`classes_config`].
+pub const ETL_KEY: &str = "gateway-test-key-etl-0123456789";
+/// The rpm of [`classes_config`]'s model; 20 % of it is the interactive headroom.
+pub const CLASSES_RPM: u64 = 10;
+/// [`classes_config`]'s model rpm key and the batch class's ceiling over it.
+pub const CLASSES_RPM_KEY: &str = "global:llm:openai:gpt-4o-mini:rpm";
+/// See [`CLASSES_RPM_KEY`].
+pub const BATCH_CEILING_KEY: &str = "class:batch:global:llm:openai:gpt-4o-mini:rpm";
+
+/// A gateway configuration with two classes (interactive: share 4, headroom 0.2;
+/// batch) and a tenant in each, on one model of [`CLASSES_RPM`] requests a minute.
+pub fn classes_config(provider: SocketAddr) -> GatewayConfig {
+    std::env::set_var("GATEWAY_TEST_WEB_KEY", WEB_KEY);
+    std::env::set_var("GATEWAY_TEST_ETL_KEY", ETL_KEY);
+    let yaml = format!(
+        r#"listen_addr: "127.0.0.1:0"
+upstreams:
+  - {{name: openai, kind: openai, base_url: "http://{provider}"}}
+models:
+  - {{name: gpt-4o-mini, upstream: openai, rpm: {CLASSES_RPM}, tpm: 100000, max_output_tokens_default: 50}}
+classes:
+  - {{name: interactive, share: 4, headroom: 0.2}}
+  - {{name: batch, share: 1}}
+tenants:
+  - {{name: web, api_key_env: GATEWAY_TEST_WEB_KEY, class: interactive}}
+  - {{name: etl, api_key_env: GATEWAY_TEST_ETL_KEY, class: batch}}
+"#
+    );
+    serde_yaml::from_str(&yaml).unwrap()
+}
+
+/// POSTs a chat call with `key` and extra `headers`; answers the status and body.
+pub async fn chat_as(
+    client: &HttpClient,
+    gateway: SocketAddr,
+    key: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, String) {
+    let bearer = format!("Bearer {key}");
+    let mut all = vec![("authorization", bearer.as_str())];
+    all.extend_from_slice(headers);
+    let body =
+        serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 5});
+    let response = post_raw(client, gateway, "/v1/chat/completions", body.to_string(), &all).await;
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    (parts.status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+/// Headroom whatever the backend: the batch tenant takes its ceiling, 80 % of the
+/// model's rpm, and is refused the rest; the interactive tenant then takes the
+/// headroom the batch tenant could not.
+pub async fn batch_never_takes_the_interactive_headroom(backend: Arc<dyn Backend>) {
+    let (provider, _) = start_provider().await;
+    let gateway = start_gateway(&classes_config(provider), backend.clone()).await;
+    let client = client();
+    let mut batch_ok = 0;
+    for _ in 0..CLASSES_RPM {
+        let (status, body) = chat_as(&client, gateway, ETL_KEY, &[]).await;
+        match status.as_u16() {
+            200 => batch_ok += 1,
+            429 => assert!(body.contains(BATCH_CEILING_KEY), "{body}"),
+            other => panic!("batch call answered {other}: {body}"),
+        }
+    }
+    assert_eq!(batch_ok, CLASSES_RPM * 8 / 10, "batch takes its ceiling and no more");
+    assert_eq!(in_use(&backend, BATCH_CEILING_KEY).await, batch_ok);
+    for _ in 0..CLASSES_RPM * 2 / 10 {
+        let (status, body) = chat_as(&client, gateway, WEB_KEY, &[]).await;
+        assert_eq!(status, 200, "the headroom is the interactive tenant's: {body}");
+    }
+    let (status, _) = chat_as(&client, gateway, WEB_KEY, &[]).await;
+    assert_eq!(status, 429, "the model's own limit still binds the top class");
+    assert_eq!(in_use(&backend, CLASSES_RPM_KEY).await, CLASSES_RPM);
+}

@@ -85,9 +85,10 @@ pub(super) fn check_classes(classes: &[WorkClass]) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Whose turn it is among the classes of one queue.
+/// Whose turn it is among the classes of one queue: the rule every queue of the
+/// project follows (the scheduler's, the gateway's), kept in one place.
 #[derive(Debug, Clone)]
-pub(super) struct ClassTurns {
+pub struct ClassTurns {
     /// `STRIDE_UNIT / share` per class.
     strides: Vec<u64>,
     /// Each class's pass: the lowest waiting one goes next.

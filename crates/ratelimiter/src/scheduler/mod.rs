@@ -54,7 +54,7 @@ use crate::limiter::Limiter;
 use board::{Board, QueueId};
 use entry::Entry;
 
-pub use class::{WorkClass, CLASSES_MAX, CLASS_NAME_BYTES_MAX, CLASS_SHARE_MAX, DEFAULT_CLASS};
+pub use class::{ClassTurns, WorkClass, CLASSES_MAX, CLASS_NAME_BYTES_MAX, CLASS_SHARE_MAX, DEFAULT_CLASS};
 pub use config::{
     ConfigError, SchedulerConfig, SchedulerConfigBuilder, CALL_TIMEOUT_MS_LIMIT_MAX, COMPLETE_ATTEMPTS_LIMIT_MAX,
     FALLBACK_RETRY_MS_LIMIT_MAX, JITTER_MS_LIMIT_MAX, JOBS_LIMIT_MAX, QUEUES_LIMIT_MAX, UNKNOWN_RETRIES_LIMIT_MAX,

@@ -1,0 +1,86 @@
+//! Priority classes end to end on the memory backend (docs/gateway.md, "Classes"):
+//! a lower class never takes the headroom, the top class can take everything, the
+//! class header lowers a call's class and never raises it, and the class metrics.
+
+mod support;
+
+use support::*;
+
+#[tokio::test]
+async fn a_lower_class_never_takes_the_headroom_of_the_classes_above() {
+    batch_never_takes_the_interactive_headroom(memory_backend()).await;
+}
+
+#[tokio::test]
+async fn the_top_class_running_alone_takes_the_whole_limit() {
+    let (provider, _) = start_provider().await;
+    let backend = memory_backend();
+    let gateway = start_gateway(&classes_config(provider), backend.clone()).await;
+    let client = client();
+    for _ in 0..CLASSES_RPM {
+        let (status, body) = chat_as(&client, gateway, WEB_KEY, &[]).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(in_use(&backend, CLASSES_RPM_KEY).await, CLASSES_RPM);
+    assert_eq!(
+        in_use(&backend, BATCH_CEILING_KEY).await,
+        0,
+        "the top class reserves no ceiling"
+    );
+}
+
+#[tokio::test]
+async fn the_class_header_lowers_a_calls_class_and_never_raises_it() {
+    let (provider, _) = start_provider().await;
+    let backend = memory_backend();
+    let (gateway, metrics) = start_gateway_with_metrics(&classes_config(provider), backend.clone()).await;
+    let client = client();
+    // Lower: the interactive tenant's call runs as batch, on the batch ceiling.
+    let (status, body) = chat_as(&client, gateway, WEB_KEY, &[("x-ratelimit-class", "batch")]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(in_use(&backend, BATCH_CEILING_KEY).await, 1);
+    // Higher: a 403 in the provider's shape, nothing reserved.
+    let (status, body) = chat_as(&client, gateway, ETL_KEY, &[("x-ratelimit-class", "interactive")]).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("permission_denied"), "{body}");
+    // Unknown: a 400 naming the classes, nothing reserved.
+    let (status, body) = chat_as(&client, gateway, WEB_KEY, &[("x-ratelimit-class", "urgent")]).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("interactive, batch"), "{body}");
+    assert_eq!(in_use(&backend, CLASSES_RPM_KEY).await, 1);
+    let reports = metrics.classes.reports();
+    let batch = reports.iter().find(|r| r.class == "batch").unwrap();
+    assert_eq!(
+        (batch.model.as_str(), batch.admitted, batch.denied),
+        ("gpt-4o-mini", 1, 0)
+    );
+    let mut text = String::new();
+    metrics.render(&mut text);
+    assert!(text.contains("ratelimiterd_gateway_class_admitted_total{model=\"gpt-4o-mini\",class=\"batch\"} 1"));
+}
+
+#[tokio::test]
+async fn bad_classes_are_configuration_errors_naming_the_entry() {
+    let (provider, _) = start_provider().await;
+    let base = classes_config(provider);
+    type Break = fn(&mut gateway::GatewayConfig);
+    let cases: [(Break, &str); 3] = [
+        (
+            |c| c.tenants[1].class = Some("urgent".into()),
+            "gateway.tenants[1].class",
+        ),
+        (|c| c.classes[0].share = 0, "gateway.classes[0].share"),
+        (|c| c.classes[1].name = "interactive".into(), "gateway.classes[1].name"),
+    ];
+    for (break_it, entry) in cases {
+        let mut config = base.clone();
+        break_it(&mut config);
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.starts_with(entry), "{error}");
+    }
+    let yaml = "listen_addr: \"127.0.0.1:0\"\nupstreams: []\nmodels: []\nclasses:\n  - {name: a, headroom: 1.0}\n";
+    let error = serde_yaml::from_str::<gateway::GatewayConfig>(yaml)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("headroom must be in [0, 1)"), "{error}");
+}
