@@ -102,11 +102,10 @@ fn chunks(state: State) -> impl Stream<Item = Result<Bytes, std::io::Error>> + S
             return None;
         }
         loop {
-            let frame = match tokio::time::timeout(state.idle_timeout, state.body.frame()).await {
+            let frame = match next_frame(&mut state.body, state.idle_timeout, "upstream answer stalled").await {
                 Ok(frame) => frame,
-                Err(_) => {
+                Err(error) => {
                     state.ended = true;
-                    let error = std::io::Error::new(std::io::ErrorKind::TimedOut, "upstream answer stalled");
                     return Some((Err(error), state));
                 }
             };
@@ -131,6 +130,18 @@ fn chunks(state: State) -> impl Stream<Item = Result<Bytes, std::io::Error>> + S
             }
         }
     })
+}
+
+/// The next frame of an upstream answer, or a `TimedOut` error saying `stalled`
+/// when none comes within `idle_timeout`: one rule for streamed and passed-through
+/// answers alike.
+pub(crate) async fn next_frame(
+    body: &mut hyper::body::Incoming,
+    idle_timeout: Duration,
+    stalled: &'static str,
+) -> Result<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>, std::io::Error> {
+    (tokio::time::timeout(idle_timeout, body.frame()).await)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, stalled))
 }
 
 impl State {

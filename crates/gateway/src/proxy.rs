@@ -1059,14 +1059,14 @@ fn event_stream(
             return None;
         }
         loop {
-            let frame = match tokio::time::timeout(state.idle_timeout, state.body.frame()).await {
-                Ok(frame) => frame,
-                Err(_) => {
-                    state.ended = true;
-                    let error = std::io::Error::new(std::io::ErrorKind::TimedOut, "upstream stream stalled");
-                    return Some((Err(error), state));
-                }
-            };
+            let frame =
+                match passthrough::next_frame(&mut state.body, state.idle_timeout, "upstream stream stalled").await {
+                    Ok(frame) => frame,
+                    Err(error) => {
+                        state.ended = true;
+                        return Some((Err(error), state));
+                    }
+                };
             match frame {
                 None => {
                     state.ended = true;
