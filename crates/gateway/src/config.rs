@@ -4,7 +4,7 @@
 //! Unknown keys are errors, like everywhere in the server's configuration: a
 //! misspelt limit must not silently fall back to "unlimited".
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use ratelimiter::profile::{llm_profile_keyed, LlmProfile, ProfileError, Published};
 use ratelimiter::LimitKey;
@@ -183,7 +183,6 @@ pub enum Encoding {
 /// One `models:` entry: one deployment (`upstream` and its limits), or a pool of
 /// them (`deployments`; docs/gateway.md, "Pools").
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     /// The model name clients send, forwarded unchanged (in a pool: rewritten to
     /// each deployment's `model`).
@@ -192,21 +191,10 @@ pub struct ModelConfig {
     /// name theirs.
     #[serde(default)]
     pub upstream: String,
-    /// Requests per minute.
-    #[serde(default)]
-    pub rpm: Option<u64>,
-    /// Tokens per minute, prompt and output together (OpenAI).
-    #[serde(default)]
-    pub tpm: Option<u64>,
-    /// Input tokens per minute (Anthropic's ITPM).
-    #[serde(default)]
-    pub input_tpm: Option<u64>,
-    /// Output tokens per minute (Anthropic's OTPM).
-    #[serde(default)]
-    pub output_tpm: Option<u64>,
-    /// Calls in flight.
-    #[serde(default)]
-    pub concurrency: Option<u64>,
+    /// The deployment's limits and provider profile (single-deployment form;
+    /// a pool's are in each of its `deployments`).
+    #[serde(flatten)]
+    pub limits: DeploymentLimits,
     /// The output bound reserved when a chat or Responses request names none;
     /// default the model's largest output (`tokens::output_default`). Anthropic
     /// requests must name theirs and embeddings have none, so neither needs it.
@@ -232,12 +220,61 @@ pub struct ModelConfig {
     /// `item_reference`); default the model's context window.
     #[serde(default)]
     pub stored_context_tokens: Option<u64>,
-    /// Whether Anthropic's cache reads count on this model's input limit: they do
+    /// How a pool picks among its deployments of one priority.
+    #[serde(default)]
+    pub routing: crate::routing::Routing,
+    /// The pool's deployments, instead of `upstream` and the limits above.
+    #[serde(default)]
+    pub deployments: Vec<crate::pool::DeploymentConfig>,
+    /// The circuit breaker of each of the pool's deployments (pools only).
+    #[serde(default)]
+    pub breaker: Option<crate::breaker::BreakerConfig>,
+    /// Keys no field took, refused by [`GatewayConfig::validate`].
+    #[serde(flatten)]
+    pub unknown: UnknownFields,
+}
+
+impl ModelConfig {
+    /// The model's provider profile, keyed by the name of `upstream` (the keys stay
+    /// `global:llm:<upstream>:<model>:...`); `None` without `profile`.
+    pub fn llm_profile(&self, upstream: &str) -> Option<Result<LlmProfile, ProfileError>> {
+        let provider = self.limits.profile.as_deref()?;
+        Some(llm_profile_keyed(
+            provider,
+            upstream,
+            &self.name,
+            &self.limits.published(),
+        ))
+    }
+}
+
+/// The limits and provider profile one deployment is held to: a model's own in
+/// the single-deployment form, or each entry of its `deployments`. One struct,
+/// flattened into both entries, so that each limit field is declared, documented
+/// and checked once.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct DeploymentLimits {
+    /// Requests per minute.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// Tokens per minute, prompt and output together (OpenAI).
+    #[serde(default)]
+    pub tpm: Option<u64>,
+    /// Input tokens per minute (Anthropic's ITPM).
+    #[serde(default)]
+    pub input_tpm: Option<u64>,
+    /// Output tokens per minute (Anthropic's OTPM).
+    #[serde(default)]
+    pub output_tpm: Option<u64>,
+    /// Calls in flight.
+    #[serde(default)]
+    pub concurrency: Option<u64>,
+    /// Whether Anthropic's cache reads count on this deployment's input limit: they do
     /// for the older models Anthropic marks so (docs/gateway.md, "Reconciling").
     #[serde(default)]
     pub count_cache_reads: bool,
     /// The provider profile (`openai`, `azure`, `anthropic`, `gemini`, `bedrock`;
-    /// issue 19, docs/provider-profiles.md): the model's definitions and what a call
+    /// docs/provider-profiles.md): the model's definitions and what a call
     /// reserves and reconciles to follow that provider's documented enforcement,
     /// built by `ratelimiter::profile::llm_profile_keyed` from the numbers above.
     /// `None`: the gateway's own per-minute limits (docs/gateway.md, "Limits").
@@ -254,18 +291,9 @@ pub struct ModelConfig {
     /// documented example (`openai`, `azure` profiles only).
     #[serde(default)]
     pub quantum_seconds: Option<u64>,
-    /// How a pool picks among its deployments of one priority.
-    #[serde(default)]
-    pub routing: crate::routing::Routing,
-    /// The pool's deployments, instead of `upstream` and the limits above.
-    #[serde(default)]
-    pub deployments: Vec<crate::pool::DeploymentConfig>,
-    /// The circuit breaker of each of the pool's deployments (pools only).
-    #[serde(default)]
-    pub breaker: Option<crate::breaker::BreakerConfig>,
 }
 
-impl ModelConfig {
+impl DeploymentLimits {
     /// The numbers a profile is built from: the entry's published limits.
     pub fn published(&self) -> Published {
         Published {
@@ -280,11 +308,45 @@ impl ModelConfig {
         }
     }
 
-    /// The model's provider profile, keyed by the name of `upstream` (the keys stay
-    /// `global:llm:<upstream>:<model>:...`); `None` without `profile`.
-    pub fn llm_profile(&self, upstream: &str) -> Option<Result<LlmProfile, ProfileError>> {
-        let provider = self.profile.as_deref()?;
-        Some(llm_profile_keyed(provider, upstream, &self.name, &self.published()))
+    /// Each field by its YAML name, and whether the entry sets it: a pool's own
+    /// entry must set none of them (they belong in each deployment).
+    pub fn fields_set(&self) -> [(&'static str, bool); 10] {
+        [
+            ("rpm", self.rpm.is_some()),
+            ("tpm", self.tpm.is_some()),
+            ("input_tpm", self.input_tpm.is_some()),
+            ("output_tpm", self.output_tpm.is_some()),
+            ("concurrency", self.concurrency.is_some()),
+            ("profile", self.profile.is_some()),
+            ("rpd", self.rpd.is_some()),
+            ("largest_request_tokens", self.largest_request_tokens.is_some()),
+            ("quantum_seconds", self.quantum_seconds.is_some()),
+            ("count_cache_reads", self.count_cache_reads),
+        ]
+    }
+}
+
+/// The keys of an entry that no field took. Serde's `deny_unknown_fields` does
+/// not combine with `flatten`, so the entries that flatten [`DeploymentLimits`]
+/// collect their leftover keys here and [`GatewayConfig::validate`] refuses any:
+/// a misspelt limit must not fall back to "unlimited".
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct UnknownFields(BTreeMap<String, Ignored>);
+
+impl UnknownFields {
+    /// The first unknown key, if any, in alphabetical order.
+    pub fn first(&self) -> Option<&str> {
+        self.0.keys().next().map(String::as_str)
+    }
+}
+
+/// A value read and dropped: only its key matters to [`UnknownFields`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ignored;
+
+impl<'de> Deserialize<'de> for Ignored {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(deserializer).map(|_| Ignored)
     }
 }
 
@@ -464,6 +526,10 @@ impl GatewayConfig {
             if !names.insert(model.name.as_str()) {
                 return Err(invalid(entry("name"), "appears twice"));
             }
+            check_known(&model.unknown, &entry)?;
+            for (j, deployment) in model.deployments.iter().enumerate() {
+                check_known(&deployment.unknown, &|f: &str| entry(&format!("deployments[{j}].{f}")))?;
+            }
             for (field, value) in [
                 ("image_tokens", model.image_tokens),
                 ("file_tokens", model.file_tokens),
@@ -524,20 +590,20 @@ impl GatewayConfig {
             ));
         };
         for (field, value) in [
-            ("rpm", model.rpm),
-            ("tpm", model.tpm),
-            ("input_tpm", model.input_tpm),
-            ("output_tpm", model.output_tpm),
-            ("concurrency", model.concurrency),
+            ("rpm", model.limits.rpm),
+            ("tpm", model.limits.tpm),
+            ("input_tpm", model.limits.input_tpm),
+            ("output_tpm", model.limits.output_tpm),
+            ("concurrency", model.limits.concurrency),
         ] {
             if value == Some(0) {
                 return Err(invalid(entry(field), "must be at least 1 (leave it out for no limit)"));
             }
         }
-        if model.tpm.is_some() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
+        if model.limits.tpm.is_some() && (model.limits.input_tpm.is_some() || model.limits.output_tpm.is_some()) {
             return Err(invalid(entry("tpm"), "give tpm, or input_tpm and output_tpm, not both"));
         }
-        if upstream.kind.is_openai() && (model.input_tpm.is_some() || model.output_tpm.is_some()) {
+        if upstream.kind.is_openai() && (model.limits.input_tpm.is_some() || model.limits.output_tpm.is_some()) {
             return Err(invalid(entry("input_tpm"), "OpenAI models have one tpm"));
         }
         check_name(&entry("model"), &model.name)?;
@@ -558,9 +624,9 @@ impl GatewayConfig {
             Some(Ok(_)) => Ok(()),
             None => {
                 for (field, value) in [
-                    ("rpd", model.rpd),
-                    ("largest_request_tokens", model.largest_request_tokens),
-                    ("quantum_seconds", model.quantum_seconds),
+                    ("rpd", model.limits.rpd),
+                    ("largest_request_tokens", model.limits.largest_request_tokens),
+                    ("quantum_seconds", model.limits.quantum_seconds),
                 ] {
                     if value.is_some() {
                         return Err(invalid(entry(field), "is a profile's number: give a profile too"));
@@ -591,6 +657,15 @@ impl GatewayConfig {
             LimitKey::tenant_daily_tokens(&tenant.name).map_err(|e| invalid(entry("name"), e.to_string()))?;
         }
         Ok(())
+    }
+}
+
+/// An entry with a key no field took is refused, its key named: the same rule
+/// as `deny_unknown_fields` elsewhere, for the entries that flatten their limits.
+fn check_known(unknown: &UnknownFields, entry: &dyn Fn(&str) -> String) -> Result<(), GatewayConfigError> {
+    match unknown.first() {
+        Some(field) => Err(invalid(entry(field), "unknown field")),
+        None => Ok(()),
     }
 }
 
@@ -700,7 +775,7 @@ tenants:
     fn the_issue_example_is_valid() {
         let config = parse(EXAMPLE);
         config.validate().unwrap();
-        assert_eq!(config.models[1].profile.as_deref(), Some("anthropic"));
+        assert_eq!(config.models[1].limits.profile.as_deref(), Some("anthropic"));
         assert_eq!(config.body_bytes_max, BODY_BYTES_MAX_DEFAULT);
     }
 
@@ -710,14 +785,14 @@ tenants:
         config.models[0].upstream = "nope".into();
         assert_eq!(config.validate().unwrap_err().entry, "models[0].upstream");
         let mut config = parse(EXAMPLE);
-        config.models[0].rpm = Some(0);
+        config.models[0].limits.rpm = Some(0);
         assert_eq!(config.validate().unwrap_err().entry, "models[0].rpm");
         let mut config = parse(EXAMPLE);
-        config.models[1].tpm = Some(5);
+        config.models[1].limits.tpm = Some(5);
         assert_eq!(config.validate().unwrap_err().entry, "models[1].tpm");
         let mut config = parse(EXAMPLE);
-        config.models[0].input_tpm = Some(5);
-        config.models[0].tpm = None;
+        config.models[0].limits.input_tpm = Some(5);
+        config.models[0].limits.tpm = None;
         assert_eq!(config.validate().unwrap_err().entry, "models[0].input_tpm");
         let mut config = parse(EXAMPLE);
         config.tenants[0].name = "a:b".into();
@@ -762,7 +837,7 @@ tenants:
     #[test]
     fn a_profile_is_validated_with_the_entry_named() {
         let mut config = parse(EXAMPLE);
-        config.models[0].profile = Some("openai".into());
+        config.models[0].limits.profile = Some("openai".into());
         config.validate().unwrap();
         let profile = config.models[0].llm_profile("openai").unwrap().unwrap();
         assert_eq!(
@@ -770,37 +845,65 @@ tenants:
             "global:llm:openai:gpt-4o-mini:rpm",
             "keyed by the upstream's name"
         );
-        config.models[0].profile = Some("mistral".into());
+        config.models[0].limits.profile = Some("mistral".into());
         let error = config.validate().unwrap_err();
         assert_eq!(error.entry, "models[0].profile");
         assert!(error.message.contains("mistral"), "{error}");
         // Anthropic's profile needs its rpm.
         let mut config = parse(EXAMPLE);
-        config.models[1].rpm = None;
+        config.models[1].limits.rpm = None;
         let error = config.validate().unwrap_err();
         assert_eq!(error.entry, "models[1].profile");
         assert!(error.message.contains("rpm"), "{error}");
         // A profile's own numbers need a profile.
         let mut config = parse(EXAMPLE);
-        config.models[0].quantum_seconds = Some(2);
+        config.models[0].limits.quantum_seconds = Some(2);
         assert_eq!(config.validate().unwrap_err().entry, "models[0].quantum_seconds");
-        config.models[0].profile = Some("openai".into());
+        config.models[0].limits.profile = Some("openai".into());
         config.validate().unwrap();
-        config.models[0].quantum_seconds = Some(61);
+        config.models[0].limits.quantum_seconds = Some(61);
         assert_eq!(config.validate().unwrap_err().entry, "models[0].profile");
     }
 
     /// The pool example of docs/gateway.md ("Pools"), its `gateway:` section.
-    fn docs_pool() -> GatewayConfig {
+    #[test]
+    fn a_misspelt_field_of_a_model_or_a_deployment_is_refused_by_name() {
+        // The limits are flattened into both entries, so serde cannot deny unknown
+        // keys there: `validate` must, or `tmp: 5` would mean "no token limit".
+        let text = EXAMPLE.replace("    tpm: 200000\n", "    tmp: 200000\n");
+        let error = parse(&text).validate().unwrap_err();
+        assert_eq!(error.entry, "models[0].tmp");
+        assert_eq!(error.message, "unknown field");
+        let text = docs_pool_text().replace("          concurrency: 20\n", "          concurency: 20\n");
+        let error = parse_section(&text).validate().unwrap_err();
+        assert_eq!(error.entry, "models[0].deployments[1].concurency");
+        assert_eq!(error.message, "unknown field");
+        // A known field still lands in the flattened limits.
+        let config = parse(EXAMPLE);
+        assert_eq!(config.models[0].limits.tpm, Some(200_000));
+        assert_eq!(config.models[1].limits.profile.as_deref(), Some("anthropic"));
+        assert_eq!(config.models[0].unknown, UnknownFields::default());
+    }
+
+    /// The YAML example of docs/gateway.md, "Pools".
+    fn docs_pool_text() -> String {
         let docs = include_str!("../../../docs/gateway.md");
         let pools = &docs[docs.find("## Pools").expect("a Pools section")..];
         let start = pools.find("```yaml\n").expect("a YAML example") + "```yaml\n".len();
-        let text = &pools[start..start + pools[start..].find("```").unwrap()];
+        pools[start..start + pools[start..].find("```").unwrap()].to_owned()
+    }
+
+    /// A `gateway:` section, parsed.
+    fn parse_section(text: &str) -> GatewayConfig {
         #[derive(Deserialize)]
         struct Section {
             gateway: GatewayConfig,
         }
         serde_yaml::from_str::<Section>(text).unwrap().gateway
+    }
+
+    fn docs_pool() -> GatewayConfig {
+        parse_section(&docs_pool_text())
     }
 
     #[test]
@@ -816,8 +919,8 @@ tenants:
             keys,
             ["azure-east/gpt-4o-ptu/0", "azure-west/gpt-4o/1", "openai/gpt-4o/1"]
         );
-        assert_eq!(deployments[1].model.concurrency, Some(20));
-        assert_eq!(deployments[2].model.profile.as_deref(), Some("openai"));
+        assert_eq!(deployments[1].model.limits.concurrency, Some(20));
+        assert_eq!(deployments[2].model.limits.profile.as_deref(), Some("openai"));
         assert_eq!(
             deployments[0].model.max_wait_ms, 2000,
             "the model's own fields carry over"
@@ -837,7 +940,7 @@ tenants:
             error_of(&|c| c.models[0].upstream = "openai".into()),
             "models[0].upstream"
         );
-        assert_eq!(error_of(&|c| c.models[0].rpm = Some(5)), "models[0].rpm");
+        assert_eq!(error_of(&|c| c.models[0].limits.rpm = Some(5)), "models[0].rpm");
         assert_eq!(error_of(&|c| c.models[0].deployments.clear()), "models[0].upstream");
         assert_eq!(
             error_of(&|c| c.models[0].deployments[1].weight = Some(2)),
@@ -868,15 +971,15 @@ tenants:
                 forward_headers: Vec::new(),
             });
             config.models[0].deployments[2].upstream = "claude".into();
-            config.models[0].deployments[2].profile = None;
+            config.models[0].deployments[2].limits.profile = None;
             config.validate().unwrap_err()
         };
         assert_eq!(error.entry, "models[0].deployments[2].upstream");
         // A deployment's own checks, with its entry named.
         let mut config = docs_pool();
-        config.models[0].deployments[0].rpm = Some(0);
+        config.models[0].deployments[0].limits.rpm = Some(0);
         assert_eq!(config.validate().unwrap_err().entry, "models[0].deployments[0].rpm");
-        config.models[0].deployments[0].rpm = Some(1);
+        config.models[0].deployments[0].limits.rpm = Some(1);
         config.models[0].deployments[0].upstream = "nowhere".into();
         assert_eq!(
             config.validate().unwrap_err().entry,

@@ -61,11 +61,11 @@ impl ModelKeys {
         }
         let global = |dimension: &str| key(format!("global:llm:{upstream}:{}:{dimension}", model.name));
         Self {
-            rpm: model.rpm.map(|_| global("rpm")),
-            tpm: model.tpm.map(|_| global("tpm")),
-            input_tpm: model.input_tpm.map(|_| global("input_tpm")),
-            output_tpm: model.output_tpm.map(|_| global("output_tpm")),
-            concurrency: model.concurrency.map(|_| global("concurrency")),
+            rpm: model.limits.rpm.map(|_| global("rpm")),
+            tpm: model.limits.tpm.map(|_| global("tpm")),
+            input_tpm: model.limits.input_tpm.map(|_| global("input_tpm")),
+            output_tpm: model.limits.output_tpm.map(|_| global("output_tpm")),
+            concurrency: model.limits.concurrency.map(|_| global("concurrency")),
             profile: None,
         }
     }
@@ -159,16 +159,16 @@ fn definitions_as_given(config: &GatewayConfig) -> Vec<LimitDefinition> {
         }
         let keys = ModelKeys::new(&model.upstream, model);
         let pairs = [
-            (&keys.rpm, model.rpm),
-            (&keys.tpm, model.tpm),
-            (&keys.input_tpm, model.input_tpm),
+            (&keys.rpm, model.limits.rpm),
+            (&keys.tpm, model.limits.tpm),
+            (&keys.input_tpm, model.limits.input_tpm),
         ];
-        for (key, capacity) in pairs.into_iter().chain([(&keys.output_tpm, model.output_tpm)]) {
+        for (key, capacity) in pairs.into_iter().chain([(&keys.output_tpm, model.limits.output_tpm)]) {
             if let (Some(key), Some(capacity)) = (key, capacity) {
                 out.push(rolling(key, capacity, MINUTE_WINDOW_SECONDS));
             }
         }
-        if let (Some(key), Some(capacity)) = (&keys.concurrency, model.concurrency) {
+        if let (Some(key), Some(capacity)) = (&keys.concurrency, model.limits.concurrency) {
             out.push(concurrency(key, capacity));
         }
     }
@@ -256,30 +256,29 @@ pub fn actuals(model: &ModelKeys, tenant: Option<&TenantKeys>, reserved: (u64, u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DeploymentLimits;
 
     fn model() -> ModelConfig {
         ModelConfig {
             name: "claude".into(),
             upstream: "anthropic".into(),
-            rpm: Some(50),
-            tpm: None,
-            input_tpm: Some(30_000),
-            output_tpm: Some(8_000),
-            concurrency: Some(5),
+            limits: DeploymentLimits {
+                rpm: Some(50),
+                input_tpm: Some(30_000),
+                output_tpm: Some(8_000),
+                concurrency: Some(5),
+                ..DeploymentLimits::default()
+            },
             max_output_tokens_default: Some(100),
             max_wait_ms: 0,
             encoding: None,
             image_tokens: None,
             file_tokens: None,
             stored_context_tokens: None,
-            count_cache_reads: false,
-            profile: None,
-            rpd: None,
-            largest_request_tokens: None,
-            quantum_seconds: None,
             routing: Default::default(),
             deployments: Vec::new(),
             breaker: None,
+            unknown: Default::default(),
         }
     }
 
@@ -331,10 +330,14 @@ mod tests {
     #[test]
     fn a_profiled_model_reserves_and_reconciles_by_its_providers_rules() {
         // Anthropic's profile: rpm, itpm and otpm, keyed by the upstream's name.
+        let base = model();
         let anthropic = ModelConfig {
-            profile: Some("anthropic".into()),
+            limits: DeploymentLimits {
+                profile: Some("anthropic".into()),
+                ..base.limits.clone()
+            },
             upstream: "claude-eu".into(),
-            ..model()
+            ..base
         };
         let keys = ModelKeys::new("claude-eu", &anthropic);
         let got: Vec<(String, u64)> = requirements(&keys, None, 120, 64)
@@ -383,13 +386,13 @@ mod tests {
         assert_eq!(held.timeout_seconds(), 660, "a hold outlives the upstream timeout");
         // OpenAI's profile: a one-second request share; the reservation is kept whole.
         let openai = ModelConfig {
-            profile: Some("openai".into()),
+            limits: DeploymentLimits {
+                profile: Some("openai".into()),
+                rpm: Some(600),
+                tpm: Some(1_000_000),
+                ..DeploymentLimits::default()
+            },
             upstream: "oai".into(),
-            rpm: Some(600),
-            tpm: Some(1_000_000),
-            input_tpm: None,
-            output_tpm: None,
-            concurrency: None,
             ..model()
         };
         let keys = ModelKeys::new("oai", &openai);

@@ -14,7 +14,7 @@ use ratelimiter::{Denial, LeaseId, LimitDefinition, Limiter, ReserveRequest};
 use serde::Deserialize;
 
 use crate::breaker::Pass;
-use crate::config::{GatewayConfigError, ModelConfig, UpstreamConfig};
+use crate::config::{DeploymentLimits, GatewayConfigError, ModelConfig, UnknownFields, UpstreamConfig};
 use crate::lease::{reserve_guarded, Reservation, Reserved};
 use crate::limits::{self, ModelKeys, TenantKeys};
 use crate::metrics::DeploymentStats;
@@ -32,7 +32,6 @@ pub const PRIORITY_MAX: u32 = 1_000;
 /// One `deployments:` entry: everything a single-deployment model takes, per
 /// deployment, plus its place in the pool.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 pub struct DeploymentConfig {
     /// The `upstreams:` entry.
     pub upstream: String,
@@ -48,36 +47,12 @@ pub struct DeploymentConfig {
     /// The share under `routing: weighted` (default 1; weighted routing only).
     #[serde(default)]
     pub weight: Option<u32>,
-    /// Requests per minute.
-    #[serde(default)]
-    pub rpm: Option<u64>,
-    /// Tokens per minute.
-    #[serde(default)]
-    pub tpm: Option<u64>,
-    /// Input tokens per minute (Anthropic).
-    #[serde(default)]
-    pub input_tpm: Option<u64>,
-    /// Output tokens per minute (Anthropic).
-    #[serde(default)]
-    pub output_tpm: Option<u64>,
-    /// Calls in flight.
-    #[serde(default)]
-    pub concurrency: Option<u64>,
-    /// Whether Anthropic cache reads count on this deployment's input limit.
-    #[serde(default)]
-    pub count_cache_reads: bool,
-    /// The provider profile of this deployment.
-    #[serde(default)]
-    pub profile: Option<String>,
-    /// Gemini's requests per day (with `profile: gemini`).
-    #[serde(default)]
-    pub rpd: Option<u64>,
-    /// A profile's largest request.
-    #[serde(default)]
-    pub largest_request_tokens: Option<u64>,
-    /// A profile's quantum.
-    #[serde(default)]
-    pub quantum_seconds: Option<u64>,
+    /// The deployment's limits and provider profile.
+    #[serde(flatten)]
+    pub limits: DeploymentLimits,
+    /// Keys no field took, refused by [`crate::config::GatewayConfig::validate`].
+    #[serde(flatten)]
+    pub unknown: UnknownFields,
 }
 
 /// A deployment resolved: its single-deployment form (name = the model sent
@@ -110,16 +85,7 @@ pub fn resolve(model: &ModelConfig) -> Vec<Resolved> {
             model: ModelConfig {
                 name: d.model.clone().unwrap_or_else(|| model.name.clone()),
                 upstream: d.upstream.clone(),
-                rpm: d.rpm,
-                tpm: d.tpm,
-                input_tpm: d.input_tpm,
-                output_tpm: d.output_tpm,
-                concurrency: d.concurrency,
-                count_cache_reads: d.count_cache_reads,
-                profile: d.profile.clone(),
-                rpd: d.rpd,
-                largest_request_tokens: d.largest_request_tokens,
-                quantum_seconds: d.quantum_seconds,
+                limits: d.limits.clone(),
                 deployments: Vec::new(),
                 breaker: None,
                 ..model.clone()
@@ -161,20 +127,9 @@ pub fn validate_shape(model: &ModelConfig, entry: &dyn Fn(&str) -> String) -> Re
         }
         return Ok(());
     }
-    let single_fields = [
-        ("upstream", !model.upstream.is_empty()),
-        ("rpm", model.rpm.is_some()),
-        ("tpm", model.tpm.is_some()),
-        ("input_tpm", model.input_tpm.is_some()),
-        ("output_tpm", model.output_tpm.is_some()),
-        ("concurrency", model.concurrency.is_some()),
-        ("profile", model.profile.is_some()),
-        ("rpd", model.rpd.is_some()),
-        ("largest_request_tokens", model.largest_request_tokens.is_some()),
-        ("quantum_seconds", model.quantum_seconds.is_some()),
-        ("count_cache_reads", model.count_cache_reads),
-    ];
-    if let Some((field, _)) = single_fields.iter().find(|(_, set)| *set) {
+    let upstream = [("upstream", !model.upstream.is_empty())];
+    let single_fields = upstream.into_iter().chain(model.limits.fields_set());
+    if let Some((field, _)) = single_fields.into_iter().find(|(_, set)| *set) {
         return Err(invalid(
             entry(field),
             name,
@@ -281,11 +236,11 @@ impl Deployment {
             priority: resolved.priority,
             weight: resolved.weight,
             load: LoadWindow::new(Capacity {
-                requests: config.rpm,
-                tokens: config.tpm,
-                input_tokens: config.input_tpm,
-                output_tokens: config.output_tpm,
-                concurrency: config.concurrency,
+                requests: config.limits.rpm,
+                tokens: config.limits.tpm,
+                input_tokens: config.limits.input_tpm,
+                output_tokens: config.limits.output_tpm,
+                concurrency: config.limits.concurrency,
             }),
             stats,
             warned_above_provider: std::sync::atomic::AtomicBool::new(false),
@@ -621,9 +576,9 @@ mod tests {
         let model = pool_model();
         let resolved = resolve(&model);
         assert_eq!(resolved[0].model.name, "gpt-4o-ptu");
-        assert_eq!(resolved[0].model.rpm, Some(6));
+        assert_eq!(resolved[0].model.limits.rpm, Some(6));
         assert_eq!(resolved[1].model.name, "gpt-4o", "default: the model's name");
-        assert_eq!((resolved[1].priority, resolved[1].model.tpm), (2, Some(100)));
+        assert_eq!((resolved[1].priority, resolved[1].model.limits.tpm), (2, Some(100)));
         assert_eq!(resolved[1].model.max_wait_ms, 5);
         let stats = Arc::new(DeploymentStats::new("gpt-4o", "east", "gpt-4o-ptu", None));
         let east = Deployment::new("gpt-4o", &resolved[0], 0, &[], stats.clone());

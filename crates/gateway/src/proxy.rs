@@ -508,7 +508,7 @@ fn call_lease(
         queue: model.queue.clone(),
         counters: counters.clone(),
         settle: Settle::KeepReserved,
-        count_cache_reads: deployment.config.count_cache_reads,
+        count_cache_reads: deployment.config.limits.count_cache_reads,
         calibration: (model.counter.calibrator.clone()).zip(call.calibration_sample),
         ceilings: (gateway.classes.clone(), call_class),
         log: CallLog {
@@ -983,19 +983,19 @@ fn observe_provider_limits(model: &ModelEntry, deployment: &Deployment, headers:
     }
     let (limit_requests, limit_tokens) = (requests.and_then(|l| l.limit), tokens.and_then(|l| l.limit));
     let config = &deployment.config;
-    let configured_tokens = config.tpm.or(config.input_tpm);
+    let configured_tokens = config.limits.tpm.or(config.limits.input_tpm);
     let above = if deployment.keys.profile.is_some() {
         // A profile's sub-windows are compared per minute by the library.
         let upstream = &config.upstream;
         !ratelimiter::provider_headers::below_configured(&read, upstream, &config.name, &deployment.definitions)
             .is_empty()
     } else {
-        matches!((config.rpm, limit_requests), (Some(ours), Some(theirs)) if ours > theirs)
+        matches!((config.limits.rpm, limit_requests), (Some(ours), Some(theirs)) if ours > theirs)
             || matches!((configured_tokens, limit_tokens), (Some(ours), Some(theirs)) if ours > theirs)
     };
     if above && !deployment.warned_above_provider.swap(true, Ordering::Relaxed) {
         tracing::warn!(model = %model.config.name, upstream = %config.upstream, ?limit_requests, ?limit_tokens,
-            configured_rpm = ?config.rpm, configured_tokens = ?configured_tokens,
+            configured_rpm = ?config.limits.rpm, configured_tokens = ?configured_tokens,
             "gateway: the configured limit is above the provider's; expect provider 429s");
     }
 }
