@@ -12,6 +12,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::stream::{self, Stream};
 use futures_util::FutureExt;
 use http_body_util::BodyExt;
+use hyper::body::Body as _;
 
 use crate::call::Endpoint;
 use crate::error::Format;
@@ -43,7 +44,7 @@ struct State {
 /// with `scan`, its usage read and the lease settled to it once the answer
 /// ended whole. A client gone, an upstream failing or pausing past
 /// `idle_timeout`: the lease drops with what it was settled to so far.
-pub fn body(
+pub async fn body(
     body: hyper::body::Incoming,
     endpoint: Endpoint,
     scan: bool,
@@ -66,12 +67,13 @@ pub fn body(
             None => break,
             Some(None) => {
                 state.settle();
+                // Completed, and on TigerBeetle its reply awaited, before the
+                // answer is written: a caller's next call finds its hold released.
+                state.lease.finish().await;
                 let mut whole = BytesMut::with_capacity(read);
                 for chunk in state.prefix.drain(..) {
                     whole.extend_from_slice(&chunk);
                 }
-                // The lease completes here, before the answer is written.
-                drop(state);
                 return Body::from(whole.freeze());
             }
             Some(Some(Err(e))) => {
@@ -123,6 +125,15 @@ fn chunks(state: State) -> impl Stream<Item = Result<Bytes, std::io::Error>> + S
                 Some(Ok(frame)) => {
                     let Ok(data) = frame.into_data() else { continue };
                     state.push(&data);
+                    if state.body.is_end_stream() {
+                        // A length-delimited answer ends for the client with its
+                        // last byte, before this stream ends: complete first, so
+                        // that a caller's next call finds its hold released.
+                        state.settle();
+                        state.lease.finish().await;
+                        state.ended = true;
+                        return (!data.is_empty()).then_some((Ok(data), state));
+                    }
                     if !data.is_empty() {
                         return Some((Ok(data), state));
                     }

@@ -912,7 +912,7 @@ async fn forward(
     } else {
         // Passed on as it arrives; only a success's usage is read, on the way.
         let scan = parts.status.is_success();
-        let body = passthrough::body(body, endpoint, scan, lease, gateway.client.timeout());
+        let body = passthrough::body(body, endpoint, scan, lease, gateway.client.timeout()).await;
         answer(parts.status, parts.headers, body)
     };
     if let Ok(value) = axum::http::HeaderValue::from_str(&deployment.label) {

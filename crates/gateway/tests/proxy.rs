@@ -480,3 +480,73 @@ async fn a_spent_daily_budget_is_a_429_the_sdks_do_not_retry() {
     let third = post_raw(&client, gateway, "/v1/chat/completions", request("gpt-4o-mini"), &auth).await;
     assert_eq!(third.status(), 200);
 }
+
+/// A backend whose complete answers only after `delay`, as a TigerBeetle
+/// cluster answers after a round trip: what the gateway must wait for before
+/// the client sees its answer end.
+struct SlowComplete {
+    inner: std::sync::Arc<dyn ratelimiter::Backend>,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl ratelimiter::Limiter for SlowComplete {
+    async fn reserve(
+        &self,
+        request: &ratelimiter::ReserveRequest,
+    ) -> Result<ratelimiter::ReserveOutcome, ratelimiter::LimiterError> {
+        self.inner.reserve(request).await
+    }
+
+    async fn complete(&self, request: &ratelimiter::CompleteRequest) -> Result<(), ratelimiter::LimiterError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.complete(request).await
+    }
+}
+
+#[async_trait::async_trait]
+impl ratelimiter::Backend for SlowComplete {
+    async fn apply_state(&self, state: &ratelimiter::LimitState) -> Result<(), ratelimiter::LimiterError> {
+        self.inner.apply_state(state).await
+    }
+
+    async fn limit_report(
+        &self,
+        key: &ratelimiter::LimitKey,
+    ) -> Result<Option<ratelimiter::LimitReport>, ratelimiter::LimiterError> {
+        self.inner.limit_report(key).await
+    }
+
+    async fn limit_reports(&self) -> Result<Vec<ratelimiter::LimitReport>, ratelimiter::LimiterError> {
+        self.inner.limit_reports().await
+    }
+
+    async fn apply_pending_decreases(&self) -> Result<Vec<ratelimiter::LimitState>, ratelimiter::LimiterError> {
+        self.inner.apply_pending_decreases().await
+    }
+
+    async fn health(&self) -> Result<(), ratelimiter::LimiterError> {
+        self.inner.health().await
+    }
+}
+
+/// A caller that waits for each answer before sending its next call never meets
+/// its own last call's concurrency hold: the complete is done, not just started,
+/// before the answer ends for the client, whole or streamed, however long the
+/// backend takes to answer it.
+#[tokio::test]
+async fn a_callers_next_call_finds_its_last_calls_hold_released() {
+    let (provider, _state) = start_provider().await;
+    let backend: std::sync::Arc<dyn ratelimiter::Backend> = std::sync::Arc::new(SlowComplete {
+        inner: memory_backend(),
+        delay: Duration::from_millis(300),
+    });
+    let gateway = start_gateway(&config(provider, 0), backend.clone()).await;
+    let client = client();
+    // Concurrency 1 and no waiting: a hold still in place is a 429.
+    for stream in [false, true, false] {
+        let (status, _, body) = post(&client, gateway, "/v1/chat/completions", chat("gpt-4o-mini", stream)).await;
+        assert_eq!(status, 200, "stream {stream}: {body}");
+        assert_eq!(in_use(&backend, CONCURRENCY).await, 0, "stream {stream}");
+    }
+}
