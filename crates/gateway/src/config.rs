@@ -229,9 +229,6 @@ pub struct ModelConfig {
     /// The circuit breaker of each of the pool's deployments (pools only).
     #[serde(default)]
     pub breaker: Option<crate::breaker::BreakerConfig>,
-    /// Keys no field took, refused by [`GatewayConfig::validate`].
-    #[serde(flatten)]
-    pub unknown: UnknownFields,
 }
 
 impl ModelConfig {
@@ -243,7 +240,7 @@ impl ModelConfig {
             provider,
             upstream,
             &self.name,
-            &self.limits.published(),
+            &self.limits.published,
         ))
     }
 }
@@ -254,21 +251,12 @@ impl ModelConfig {
 /// and checked once.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 pub struct DeploymentLimits {
-    /// Requests per minute.
-    #[serde(default)]
-    pub rpm: Option<u64>,
-    /// Tokens per minute, prompt and output together (OpenAI).
-    #[serde(default)]
-    pub tpm: Option<u64>,
-    /// Input tokens per minute (Anthropic's ITPM).
-    #[serde(default)]
-    pub input_tpm: Option<u64>,
-    /// Output tokens per minute (Anthropic's OTPM).
-    #[serde(default)]
-    pub output_tpm: Option<u64>,
-    /// Calls in flight.
-    #[serde(default)]
-    pub concurrency: Option<u64>,
+    /// The numbers the provider publishes for the deployment (`rpm`, `tpm`,
+    /// `input_tpm`, `output_tpm`, `concurrency`, and a profile's `rpd`,
+    /// `largest_request_tokens`, `quantum_seconds`): the library's own struct,
+    /// so that a profile is built from exactly what the entry says.
+    #[serde(flatten)]
+    pub published: Published,
     /// Whether Anthropic's cache reads count on this deployment's input limit: they do
     /// for the older models Anthropic marks so (docs/gateway.md, "Reconciling").
     #[serde(default)]
@@ -280,47 +268,28 @@ pub struct DeploymentLimits {
     /// `None`: the gateway's own per-minute limits (docs/gateway.md, "Limits").
     #[serde(default)]
     pub profile: Option<String>,
-    /// Gemini's requests per day (with `profile: gemini` only).
-    #[serde(default)]
-    pub rpd: Option<u64>,
-    /// The largest request sent to the model, prompt plus output bound, in tokens:
-    /// a quantizing profile's token sub-window is sized to hold it (with a profile only).
-    #[serde(default)]
-    pub largest_request_tokens: Option<u64>,
-    /// The period, in seconds, the provider quantizes to when it differs from its
-    /// documented example (`openai`, `azure` profiles only).
-    #[serde(default)]
-    pub quantum_seconds: Option<u64>,
+    /// Keys no field of the entry took, refused by [`GatewayConfig::validate`].
+    /// Last, and here rather than in the entry: serde hands a flattened field
+    /// only the keys the fields before it left.
+    #[serde(flatten)]
+    pub unknown: UnknownFields,
 }
 
 impl DeploymentLimits {
-    /// The numbers a profile is built from: the entry's published limits.
-    pub fn published(&self) -> Published {
-        Published {
-            rpm: self.rpm,
-            tpm: self.tpm,
-            input_tpm: self.input_tpm,
-            output_tpm: self.output_tpm,
-            rpd: self.rpd,
-            concurrency: self.concurrency,
-            largest_request_tokens: self.largest_request_tokens,
-            quantum_seconds: self.quantum_seconds,
-        }
-    }
-
     /// Each field by its YAML name, and whether the entry sets it: a pool's own
     /// entry must set none of them (they belong in each deployment).
     pub fn fields_set(&self) -> [(&'static str, bool); 10] {
+        let p = &self.published;
         [
-            ("rpm", self.rpm.is_some()),
-            ("tpm", self.tpm.is_some()),
-            ("input_tpm", self.input_tpm.is_some()),
-            ("output_tpm", self.output_tpm.is_some()),
-            ("concurrency", self.concurrency.is_some()),
+            ("rpm", p.rpm.is_some()),
+            ("tpm", p.tpm.is_some()),
+            ("input_tpm", p.input_tpm.is_some()),
+            ("output_tpm", p.output_tpm.is_some()),
+            ("concurrency", p.concurrency.is_some()),
             ("profile", self.profile.is_some()),
-            ("rpd", self.rpd.is_some()),
-            ("largest_request_tokens", self.largest_request_tokens.is_some()),
-            ("quantum_seconds", self.quantum_seconds.is_some()),
+            ("rpd", p.rpd.is_some()),
+            ("largest_request_tokens", p.largest_request_tokens.is_some()),
+            ("quantum_seconds", p.quantum_seconds.is_some()),
             ("count_cache_reads", self.count_cache_reads),
         ]
     }
@@ -526,9 +495,11 @@ impl GatewayConfig {
             if !names.insert(model.name.as_str()) {
                 return Err(invalid(entry("name"), "appears twice"));
             }
-            check_known(&model.unknown, &entry)?;
+            check_known(&model.limits.unknown, &entry)?;
             for (j, deployment) in model.deployments.iter().enumerate() {
-                check_known(&deployment.unknown, &|f: &str| entry(&format!("deployments[{j}].{f}")))?;
+                check_known(&deployment.limits.unknown, &|f: &str| {
+                    entry(&format!("deployments[{j}].{f}"))
+                })?;
             }
             for (field, value) in [
                 ("image_tokens", model.image_tokens),
@@ -590,20 +561,24 @@ impl GatewayConfig {
             ));
         };
         for (field, value) in [
-            ("rpm", model.limits.rpm),
-            ("tpm", model.limits.tpm),
-            ("input_tpm", model.limits.input_tpm),
-            ("output_tpm", model.limits.output_tpm),
-            ("concurrency", model.limits.concurrency),
+            ("rpm", model.limits.published.rpm),
+            ("tpm", model.limits.published.tpm),
+            ("input_tpm", model.limits.published.input_tpm),
+            ("output_tpm", model.limits.published.output_tpm),
+            ("concurrency", model.limits.published.concurrency),
         ] {
             if value == Some(0) {
                 return Err(invalid(entry(field), "must be at least 1 (leave it out for no limit)"));
             }
         }
-        if model.limits.tpm.is_some() && (model.limits.input_tpm.is_some() || model.limits.output_tpm.is_some()) {
+        if model.limits.published.tpm.is_some()
+            && (model.limits.published.input_tpm.is_some() || model.limits.published.output_tpm.is_some())
+        {
             return Err(invalid(entry("tpm"), "give tpm, or input_tpm and output_tpm, not both"));
         }
-        if upstream.kind.is_openai() && (model.limits.input_tpm.is_some() || model.limits.output_tpm.is_some()) {
+        if upstream.kind.is_openai()
+            && (model.limits.published.input_tpm.is_some() || model.limits.published.output_tpm.is_some())
+        {
             return Err(invalid(entry("input_tpm"), "OpenAI models have one tpm"));
         }
         check_name(&entry("model"), &model.name)?;
@@ -624,9 +599,9 @@ impl GatewayConfig {
             Some(Ok(_)) => Ok(()),
             None => {
                 for (field, value) in [
-                    ("rpd", model.limits.rpd),
-                    ("largest_request_tokens", model.limits.largest_request_tokens),
-                    ("quantum_seconds", model.limits.quantum_seconds),
+                    ("rpd", model.limits.published.rpd),
+                    ("largest_request_tokens", model.limits.published.largest_request_tokens),
+                    ("quantum_seconds", model.limits.published.quantum_seconds),
                 ] {
                     if value.is_some() {
                         return Err(invalid(entry(field), "is a profile's number: give a profile too"));
@@ -785,14 +760,14 @@ tenants:
         config.models[0].upstream = "nope".into();
         assert_eq!(config.validate().unwrap_err().entry, "models[0].upstream");
         let mut config = parse(EXAMPLE);
-        config.models[0].limits.rpm = Some(0);
+        config.models[0].limits.published.rpm = Some(0);
         assert_eq!(config.validate().unwrap_err().entry, "models[0].rpm");
         let mut config = parse(EXAMPLE);
-        config.models[1].limits.tpm = Some(5);
+        config.models[1].limits.published.tpm = Some(5);
         assert_eq!(config.validate().unwrap_err().entry, "models[1].tpm");
         let mut config = parse(EXAMPLE);
-        config.models[0].limits.input_tpm = Some(5);
-        config.models[0].limits.tpm = None;
+        config.models[0].limits.published.input_tpm = Some(5);
+        config.models[0].limits.published.tpm = None;
         assert_eq!(config.validate().unwrap_err().entry, "models[0].input_tpm");
         let mut config = parse(EXAMPLE);
         config.tenants[0].name = "a:b".into();
@@ -851,17 +826,17 @@ tenants:
         assert!(error.message.contains("mistral"), "{error}");
         // Anthropic's profile needs its rpm.
         let mut config = parse(EXAMPLE);
-        config.models[1].limits.rpm = None;
+        config.models[1].limits.published.rpm = None;
         let error = config.validate().unwrap_err();
         assert_eq!(error.entry, "models[1].profile");
         assert!(error.message.contains("rpm"), "{error}");
         // A profile's own numbers need a profile.
         let mut config = parse(EXAMPLE);
-        config.models[0].limits.quantum_seconds = Some(2);
+        config.models[0].limits.published.quantum_seconds = Some(2);
         assert_eq!(config.validate().unwrap_err().entry, "models[0].quantum_seconds");
         config.models[0].limits.profile = Some("openai".into());
         config.validate().unwrap();
-        config.models[0].limits.quantum_seconds = Some(61);
+        config.models[0].limits.published.quantum_seconds = Some(61);
         assert_eq!(config.validate().unwrap_err().entry, "models[0].profile");
     }
 
@@ -880,9 +855,9 @@ tenants:
         assert_eq!(error.message, "unknown field");
         // A known field still lands in the flattened limits.
         let config = parse(EXAMPLE);
-        assert_eq!(config.models[0].limits.tpm, Some(200_000));
+        assert_eq!(config.models[0].limits.published.tpm, Some(200_000));
         assert_eq!(config.models[1].limits.profile.as_deref(), Some("anthropic"));
-        assert_eq!(config.models[0].unknown, UnknownFields::default());
+        assert_eq!(config.models[0].limits.unknown, UnknownFields::default());
     }
 
     /// The YAML example of docs/gateway.md, "Pools".
@@ -919,7 +894,7 @@ tenants:
             keys,
             ["azure-east/gpt-4o-ptu/0", "azure-west/gpt-4o/1", "openai/gpt-4o/1"]
         );
-        assert_eq!(deployments[1].model.limits.concurrency, Some(20));
+        assert_eq!(deployments[1].model.limits.published.concurrency, Some(20));
         assert_eq!(deployments[2].model.limits.profile.as_deref(), Some("openai"));
         assert_eq!(
             deployments[0].model.max_wait_ms, 2000,
@@ -940,7 +915,10 @@ tenants:
             error_of(&|c| c.models[0].upstream = "openai".into()),
             "models[0].upstream"
         );
-        assert_eq!(error_of(&|c| c.models[0].limits.rpm = Some(5)), "models[0].rpm");
+        assert_eq!(
+            error_of(&|c| c.models[0].limits.published.rpm = Some(5)),
+            "models[0].rpm"
+        );
         assert_eq!(error_of(&|c| c.models[0].deployments.clear()), "models[0].upstream");
         assert_eq!(
             error_of(&|c| c.models[0].deployments[1].weight = Some(2)),
@@ -977,9 +955,9 @@ tenants:
         assert_eq!(error.entry, "models[0].deployments[2].upstream");
         // A deployment's own checks, with its entry named.
         let mut config = docs_pool();
-        config.models[0].deployments[0].limits.rpm = Some(0);
+        config.models[0].deployments[0].limits.published.rpm = Some(0);
         assert_eq!(config.validate().unwrap_err().entry, "models[0].deployments[0].rpm");
-        config.models[0].deployments[0].limits.rpm = Some(1);
+        config.models[0].deployments[0].limits.published.rpm = Some(1);
         config.models[0].deployments[0].upstream = "nowhere".into();
         assert_eq!(
             config.validate().unwrap_err().entry,

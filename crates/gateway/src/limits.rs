@@ -61,11 +61,11 @@ impl ModelKeys {
         }
         let global = |dimension: &str| key(format!("global:llm:{upstream}:{}:{dimension}", model.name));
         Self {
-            rpm: model.limits.rpm.map(|_| global("rpm")),
-            tpm: model.limits.tpm.map(|_| global("tpm")),
-            input_tpm: model.limits.input_tpm.map(|_| global("input_tpm")),
-            output_tpm: model.limits.output_tpm.map(|_| global("output_tpm")),
-            concurrency: model.limits.concurrency.map(|_| global("concurrency")),
+            rpm: model.limits.published.rpm.map(|_| global("rpm")),
+            tpm: model.limits.published.tpm.map(|_| global("tpm")),
+            input_tpm: model.limits.published.input_tpm.map(|_| global("input_tpm")),
+            output_tpm: model.limits.published.output_tpm.map(|_| global("output_tpm")),
+            concurrency: model.limits.published.concurrency.map(|_| global("concurrency")),
             profile: None,
         }
     }
@@ -159,16 +159,19 @@ fn definitions_as_given(config: &GatewayConfig) -> Vec<LimitDefinition> {
         }
         let keys = ModelKeys::new(&model.upstream, model);
         let pairs = [
-            (&keys.rpm, model.limits.rpm),
-            (&keys.tpm, model.limits.tpm),
-            (&keys.input_tpm, model.limits.input_tpm),
+            (&keys.rpm, model.limits.published.rpm),
+            (&keys.tpm, model.limits.published.tpm),
+            (&keys.input_tpm, model.limits.published.input_tpm),
         ];
-        for (key, capacity) in pairs.into_iter().chain([(&keys.output_tpm, model.limits.output_tpm)]) {
+        for (key, capacity) in pairs
+            .into_iter()
+            .chain([(&keys.output_tpm, model.limits.published.output_tpm)])
+        {
             if let (Some(key), Some(capacity)) = (key, capacity) {
                 out.push(rolling(key, capacity, MINUTE_WINDOW_SECONDS));
             }
         }
-        if let (Some(key), Some(capacity)) = (&keys.concurrency, model.limits.concurrency) {
+        if let (Some(key), Some(capacity)) = (&keys.concurrency, model.limits.published.concurrency) {
             out.push(concurrency(key, capacity));
         }
     }
@@ -257,16 +260,20 @@ pub fn actuals(model: &ModelKeys, tenant: Option<&TenantKeys>, reserved: (u64, u
 mod tests {
     use super::*;
     use crate::config::DeploymentLimits;
+    use ratelimiter::profile::Published;
 
     fn model() -> ModelConfig {
         ModelConfig {
             name: "claude".into(),
             upstream: "anthropic".into(),
             limits: DeploymentLimits {
-                rpm: Some(50),
-                input_tpm: Some(30_000),
-                output_tpm: Some(8_000),
-                concurrency: Some(5),
+                published: Published {
+                    rpm: Some(50),
+                    input_tpm: Some(30_000),
+                    output_tpm: Some(8_000),
+                    concurrency: Some(5),
+                    ..Published::default()
+                },
                 ..DeploymentLimits::default()
             },
             max_output_tokens_default: Some(100),
@@ -278,7 +285,6 @@ mod tests {
             routing: Default::default(),
             deployments: Vec::new(),
             breaker: None,
-            unknown: Default::default(),
         }
     }
 
@@ -388,8 +394,11 @@ mod tests {
         let openai = ModelConfig {
             limits: DeploymentLimits {
                 profile: Some("openai".into()),
-                rpm: Some(600),
-                tpm: Some(1_000_000),
+                published: Published {
+                    rpm: Some(600),
+                    tpm: Some(1_000_000),
+                    ..Published::default()
+                },
                 ..DeploymentLimits::default()
             },
             upstream: "oai".into(),

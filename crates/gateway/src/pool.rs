@@ -14,7 +14,7 @@ use ratelimiter::{Denial, LeaseId, LimitDefinition, Limiter, ReserveRequest};
 use serde::Deserialize;
 
 use crate::breaker::Pass;
-use crate::config::{DeploymentLimits, GatewayConfigError, ModelConfig, UnknownFields, UpstreamConfig};
+use crate::config::{DeploymentLimits, GatewayConfigError, ModelConfig, UpstreamConfig};
 use crate::lease::{reserve_guarded, Reservation, Reserved};
 use crate::limits::{self, ModelKeys, TenantKeys};
 use crate::metrics::DeploymentStats;
@@ -50,9 +50,6 @@ pub struct DeploymentConfig {
     /// The deployment's limits and provider profile.
     #[serde(flatten)]
     pub limits: DeploymentLimits,
-    /// Keys no field took, refused by [`crate::config::GatewayConfig::validate`].
-    #[serde(flatten)]
-    pub unknown: UnknownFields,
 }
 
 /// A deployment resolved: its single-deployment form (name = the model sent
@@ -236,11 +233,11 @@ impl Deployment {
             priority: resolved.priority,
             weight: resolved.weight,
             load: LoadWindow::new(Capacity {
-                requests: config.limits.rpm,
-                tokens: config.limits.tpm,
-                input_tokens: config.limits.input_tpm,
-                output_tokens: config.limits.output_tpm,
-                concurrency: config.limits.concurrency,
+                requests: config.limits.published.rpm,
+                tokens: config.limits.published.tpm,
+                input_tokens: config.limits.published.input_tpm,
+                output_tokens: config.limits.published.output_tpm,
+                concurrency: config.limits.published.concurrency,
             }),
             stats,
             warned_above_provider: std::sync::atomic::AtomicBool::new(false),
@@ -576,9 +573,12 @@ mod tests {
         let model = pool_model();
         let resolved = resolve(&model);
         assert_eq!(resolved[0].model.name, "gpt-4o-ptu");
-        assert_eq!(resolved[0].model.limits.rpm, Some(6));
+        assert_eq!(resolved[0].model.limits.published.rpm, Some(6));
         assert_eq!(resolved[1].model.name, "gpt-4o", "default: the model's name");
-        assert_eq!((resolved[1].priority, resolved[1].model.limits.tpm), (2, Some(100)));
+        assert_eq!(
+            (resolved[1].priority, resolved[1].model.limits.published.tpm),
+            (2, Some(100))
+        );
         assert_eq!(resolved[1].model.max_wait_ms, 5);
         let stats = Arc::new(DeploymentStats::new("gpt-4o", "east", "gpt-4o-ptu", None));
         let east = Deployment::new("gpt-4o", &resolved[0], 0, &[], stats.clone());

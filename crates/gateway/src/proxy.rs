@@ -983,19 +983,19 @@ fn observe_provider_limits(model: &ModelEntry, deployment: &Deployment, headers:
     }
     let (limit_requests, limit_tokens) = (requests.and_then(|l| l.limit), tokens.and_then(|l| l.limit));
     let config = &deployment.config;
-    let configured_tokens = config.limits.tpm.or(config.limits.input_tpm);
+    let configured_tokens = config.limits.published.tpm.or(config.limits.published.input_tpm);
     let above = if deployment.keys.profile.is_some() {
         // A profile's sub-windows are compared per minute by the library.
         let upstream = &config.upstream;
         !ratelimiter::provider_headers::below_configured(&read, upstream, &config.name, &deployment.definitions)
             .is_empty()
     } else {
-        matches!((config.limits.rpm, limit_requests), (Some(ours), Some(theirs)) if ours > theirs)
+        matches!((config.limits.published.rpm, limit_requests), (Some(ours), Some(theirs)) if ours > theirs)
             || matches!((configured_tokens, limit_tokens), (Some(ours), Some(theirs)) if ours > theirs)
     };
     if above && !deployment.warned_above_provider.swap(true, Ordering::Relaxed) {
         tracing::warn!(model = %model.config.name, upstream = %config.upstream, ?limit_requests, ?limit_tokens,
-            configured_rpm = ?config.limits.rpm, configured_tokens = ?configured_tokens,
+            configured_rpm = ?config.limits.published.rpm, configured_tokens = ?configured_tokens,
             "gateway: the configured limit is above the provider's; expect provider 429s");
     }
 }

@@ -193,8 +193,8 @@ impl Counter {
     /// call using one can never be admitted. The gateway logs them at start, so
     /// that the operator sets the field to what the tenants send.
     pub fn bounds_above_limits(&self, model: &ModelConfig) -> Vec<(&'static str, u64, u64)> {
-        let input_limit = model.limits.tpm.or(model.limits.input_tpm);
-        let output_limit = model.limits.tpm.or(model.limits.output_tpm);
+        let input_limit = model.limits.published.tpm.or(model.limits.published.input_tpm);
+        let output_limit = model.limits.published.tpm.or(model.limits.published.output_tpm);
         let bounds = [
             ("file_tokens", self.file_tokens, input_limit),
             ("stored_context_tokens", self.stored_context_tokens, input_limit),

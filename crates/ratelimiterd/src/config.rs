@@ -620,7 +620,7 @@ mod tests {
     fn the_gateway_section_is_checked_with_the_rest() {
         let section = "gateway:\n  listen_addr: \"127.0.0.1:8081\"\n  allow_anonymous: true\n  upstreams:\n    - {name: openai, kind: openai, base_url: \"https://api.openai.com\"}\n  models:\n    - {name: gpt-4o-mini, upstream: openai, rpm: 500, tpm: 200000, max_output_tokens_default: 4096}\n";
         let config = parse(section).unwrap();
-        assert_eq!(config.gateway.unwrap().models[0].limits.rpm, Some(500));
+        assert_eq!(config.gateway.unwrap().models[0].limits.published.rpm, Some(500));
         assert!(parse("").unwrap().gateway.is_none());
         let cases = [
             (section.replace("127.0.0.1:8081", "nowhere"), "gateway.listen_addr"),
