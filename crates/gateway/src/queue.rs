@@ -122,6 +122,16 @@ impl ModelQueue {
         self.state.lock().expect("queue lock").len
     }
 
+    /// Calls waiting now per class (by index, highest first), for the console's classes.
+    pub fn waiting_by_class(&self) -> Vec<usize> {
+        let state = self.state.lock().expect("queue lock");
+        let mut out = vec![0; state.order.len()];
+        for ((class, _), waiters) in &state.waiting {
+            out[*class] += waiters.len();
+        }
+        out
+    }
+
     /// Wakes the pump: capacity was just freed on this server.
     pub fn capacity_freed(&self) {
         self.wake.notify_one();

@@ -18,6 +18,7 @@ const view = {
   filter: "",
   modelSort: { key: "name", order: "asc" },
   tenantSort: { key: "budget", order: "desc" },
+  classSort: { key: "order", order: "asc" },
   paused: false,
   timer: null,
   tokenRequired: false,
@@ -265,6 +266,7 @@ function render(data) {
   renderLimits(data.limits, data.sample_interval_ms);
   renderModels(data.gateway);
   renderTenants(data.tenants);
+  renderClasses(data.classes);
   renderBackend(data.backend);
 }
 
@@ -424,12 +426,84 @@ function renderTenants(tenants) {
       : el("span", { class: "muted", text: "no daily budget" });
     return el("tr", { "data-tenant": t.name },
       el("td", { class: "key", text: t.name }),
+      el("td", { class: "class", text: t.class || "—" }),
       el("td", { class: "util" }, budget),
       el("td", { class: "num", text: t.budget ? compact(t.budget.remaining) : "—" }),
       el("td", { class: "num", text: rate(t.calls_per_min) }),
       el("td", { class: "num", text: compact(t.tokens_per_min === null ? null : Math.round(t.tokens_per_min)) }));
   });
-  table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 5, text: "No tenants." }))]));
+  table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 6, text: "No tenants." }))]));
+}
+
+function ppm(v) {
+  return (v / 10000).toFixed(v % 10000 === 0 ? 0 : 1) + "%";
+}
+
+// The fullest ceiling key of a class, or null for a class without ceilings (the top one).
+function fullestCeiling(c) {
+  return c.ceilings.length ? c.ceilings[0] : null;
+}
+
+function ceilingCell(c) {
+  const top = fullestCeiling(c);
+  if (!top) return el("span", { class: "muted", text: "no ceiling: may take it all" });
+  const more = c.ceilings_total > 1 ? ` (+${c.ceilings_total - 1})` : "";
+  return el("span", { title: c.ceilings.map((k) => `${k.key}: ${num(k.in_use)} of ${num(k.capacity)} ${k.unit}`).join("\n") },
+    bar(top.utilization_bp), el("span", { class: "muted small", text: more }));
+}
+
+// Admissions per second, scaled so the busiest second of the minute reaches the line.
+function admittedSpark(series) {
+  const peak = Math.max(1, ...series);
+  return sparkline(series.map((v) => Math.round((v / peak) * 10000)), 60);
+}
+
+function renderClasses(classes) {
+  const table = $("classes");
+  const panel = $("classes-panel");
+  if (!classes) {
+    $("classes-note").textContent = "No gateway runs on this server.";
+    table.tBodies[0].replaceChildren();
+    panel.classList.add("idle");
+    return;
+  }
+  panel.classList.remove("idle");
+  $("classes-note").textContent = `${classes.classes.length} classes, highest first`;
+  markSorted(table, view.classSort.key, view.classSort.order);
+  const order = new Map(classes.classes.map((c, i) => [c.name, i]));
+  const valueOf = (c, k) => {
+    if (k === "order") return order.get(c.name);
+    if (k === "tenants") return c.tenants.length;
+    if (k === "ceiling") return fullestCeiling(c) ? fullestCeiling(c).utilization_bp : null;
+    return c[k];
+  };
+  const rows = [];
+  for (const c of sortRows(classes.classes, view.classSort, valueOf)) {
+    const tenants = c.tenants.length ? c.tenants.join(", ") : "—";
+    rows.push(el("tr", { "data-class": c.name },
+      el("td", { class: "key", text: c.name }),
+      el("td", { class: "num", text: num(c.share) }),
+      el("td", { class: "num", text: `${ppm(c.headroom_ppm)} / ${ppm(c.ceiling_ppm)}` }),
+      el("td", { class: "tenants", title: tenants, text: tenants }),
+      el("td", { class: "num admitted", text: rate(c.admitted_per_s) }),
+      el("td", { class: "num denied", text: rate(c.denied_per_s) }),
+      el("td", { class: "num", text: rate(c.queued_per_s) }),
+      el("td", { class: "num", text: num(c.queue_len) }),
+      el("td", { class: "num", text: c.wait_p99_ms === null || c.wait_p99_ms === undefined ? "—" : duration(c.wait_p99_ms) }),
+      el("td", { class: "util" }, ceilingCell(c)),
+      el("td", { class: "spark" }, admittedSpark(c.admitted_history || []))));
+    for (const m of c.models) {
+      rows.push(el("tr", { class: "sub", "data-class-model": `${c.name}/${m.model}` },
+        el("td", { text: "↳ " + m.model }), el("td"), el("td"), el("td"),
+        el("td", { class: "num admitted", text: rate(m.admitted_per_s) }),
+        el("td", { class: "num denied", text: rate(m.denied_per_s) }),
+        el("td", { class: "num", text: rate(m.queued_per_s) }),
+        el("td", { class: "num", text: num(m.queue_len) }),
+        el("td", { class: "num", text: m.wait_p99_ms === null || m.wait_p99_ms === undefined ? "—" : duration(m.wait_p99_ms) }),
+        el("td", { class: "muted small", colspan: 2, text: `${num(m.admitted_last_min)} admitted last min` })));
+    }
+  }
+  table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 11, text: "No classes." }))]));
 }
 
 function renderBackend(b) {
@@ -572,7 +646,7 @@ function wire() {
     for (const th of $(tableId).querySelectorAll("th[data-sort]")) {
       th.addEventListener("click", () => {
         const key = th.dataset.sort;
-        sort.order = sort.key === key ? (sort.order === "asc" ? "desc" : "asc") : key === "name" ? "asc" : "desc";
+        sort.order = sort.key === key ? (sort.order === "asc" ? "desc" : "asc") : ["name", "order", "class"].includes(key) ? "asc" : "desc";
         sort.key = key;
         if (view.last) render(view.last);
       });
@@ -580,6 +654,7 @@ function wire() {
   };
   local("models", view.modelSort);
   local("tenants", view.tenantSort);
+  local("classes", view.classSort);
   $("edit-form").addEventListener("submit", applyEdit);
   $("edit-cancel").addEventListener("click", () => $("edit").close());
 }
