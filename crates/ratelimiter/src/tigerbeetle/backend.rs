@@ -283,6 +283,10 @@ impl Backend for TigerBeetleBackend {
         self.apply_decreases().await
     }
 
+    async fn next_release_ms(&self, key: &LimitKey) -> Result<Option<u64>, LimiterError> {
+        self.next_release_from_cluster(key).await
+    }
+
     async fn health(&self) -> Result<(), LimiterError> {
         self.check_health().await
     }

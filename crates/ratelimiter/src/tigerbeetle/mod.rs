@@ -15,6 +15,8 @@
 //!   "Clocks").
 //! - `buckets`: token-bucket limits as accounts and refill transfers
 //!   (docs/tigerbeetle-backend.md, "Buckets").
+//! - `next_release`: the time until a key next gets a held unit back, read
+//!   from its pending transfers and refills (docs/tigerbeetle-backend.md, "Next release").
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.
 
 #[cfg(feature = "tigerbeetle")]
@@ -50,6 +52,8 @@ mod complete;
 #[cfg(feature = "tigerbeetle")]
 mod counters;
 #[cfg(feature = "tigerbeetle")]
+mod next_release;
+#[cfg(feature = "tigerbeetle")]
 mod reserve;
 
 #[cfg(feature = "tigerbeetle")]
@@ -68,3 +72,5 @@ pub use counters::TigerBeetleCounters;
 pub use definitions::DEFINITIONS_REFRESH_INTERVAL_MS;
 #[cfg(feature = "tigerbeetle")]
 pub use harness::LocalCluster;
+#[cfg(feature = "tigerbeetle")]
+pub use next_release::{NEXT_RELEASE_PAGES_MAX, NEXT_RELEASE_PAGE_TRANSFERS};
