@@ -64,6 +64,11 @@ pub async fn state_document(state: &AppState, history: &History, query: &LimitsQ
         Ok(reports) => (reports, None),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
+    let servers = match tokio::time::timeout(BACKEND_READ_TIMEOUT, backend.fleet_servers()).await {
+        Ok(Ok(servers)) => json!(servers),
+        Ok(Err(e)) => json!({ "error": e.to_string() }),
+        Err(_) => json!({ "error": format!("no answer within {} ms", BACKEND_READ_TIMEOUT.as_millis()) }),
+    };
     let (matched, page) = query.apply(&reports);
     let mut rows = Vec::with_capacity(page.len());
     for report in page {
@@ -72,7 +77,7 @@ pub async fn state_document(state: &AppState, history: &History, query: &LimitsQ
     json!({
         "now_unix_ms": now_unix_ms,
         "sample_interval_ms": SAMPLE_INTERVAL_MS,
-        "backend": backend_section(state, health, reports.len()),
+        "backend": backend_section(state, health, reports.len(), servers),
         "limits": {
             "total": reports.len(),
             "matched": matched,
@@ -122,7 +127,7 @@ fn summary(reports: &[LimitReport]) -> Value {
     json!({ "full": full, "above_80_percent": hot, "decreasing": decreasing, "in_debt": in_debt })
 }
 
-fn backend_section(state: &AppState, health: Option<String>, limits: usize) -> Value {
+fn backend_section(state: &AppState, health: Option<String>, limits: usize, servers: Value) -> Value {
     let backend = state.backend();
     let kind = if backend.keeps_definitions() {
         "tigerbeetle"
@@ -147,6 +152,7 @@ fn backend_section(state: &AppState, health: Option<String>, limits: usize) -> V
         "error": health,
         "limits": limits,
         "definitions_kept_by": if backend.keeps_definitions() { "cluster" } else { "registry file" },
+        "servers": servers,
         "metrics": metrics,
     })
 }

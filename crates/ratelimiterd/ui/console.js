@@ -523,6 +523,30 @@ function renderBackend(b) {
     return el("div", { class: "metric", title: m.help }, el("span", { class: "name", text: m.name }), el("span", { class: "v", text: v }));
   });
   $("backend-metrics").replaceChildren(...items);
+  renderServers(b.servers);
+}
+
+// The servers the cluster saw (TigerBeetle only): null on the memory backend.
+function renderServers(servers) {
+  const wrap = $("servers-wrap");
+  wrap.hidden = servers === null || servers === undefined;
+  if (wrap.hidden) return;
+  if (!Array.isArray(servers)) {
+    $("servers-note").textContent = "unavailable: " + (servers.error || "");
+    $("servers").tBodies[0].replaceChildren();
+    return;
+  }
+  $("servers-note").textContent = `${servers.length} seen by the cluster`;
+  const ago = (ms) => (ms ? duration(Math.max(0, Date.now() - ms)) + " ago" : "—");
+  const rows = servers.map((s) => el("tr", { "data-server": s.address },
+    el("td", { class: "key", text: s.name || "(not announced)" }),
+    el("td", { class: "key", text: s.address || "—" }),
+    el("td", { text: s.version || "—" }),
+    el("td", { class: "num", title: new Date(s.first_seen_unix_ms).toISOString(), text: ago(s.first_seen_unix_ms) }),
+    el("td", { class: "num", title: new Date(s.last_seen_unix_ms).toISOString(), text: ago(s.last_seen_unix_ms) }),
+    el("td", { class: "num", text: num(s.starts) }),
+    el("td", { class: "num records", text: num(s.records_written) })));
+  $("servers").tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 7, text: "No server has announced itself yet." }))]));
 }
 
 // ---------- editing a capacity ----------

@@ -17,6 +17,8 @@
 //!   (docs/tigerbeetle-backend.md, "Buckets").
 //! - `next_release`: the time until a key next gets a held unit back, read
 //!   from its pending transfers and refills (docs/tigerbeetle-backend.md, "Next release").
+//! - [`server_log`]: the fleet's servers as the cluster saw them (announces at
+//!   start, the writer of each definition record).
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.
 
 #[cfg(feature = "tigerbeetle")]
@@ -40,6 +42,8 @@ pub mod lease_cache;
 mod lease_lookup;
 #[cfg(feature = "tigerbeetle")]
 pub mod pool;
+#[cfg(feature = "tigerbeetle")]
+pub mod server_log;
 #[cfg(feature = "tigerbeetle")]
 pub mod submitter;
 
@@ -74,3 +78,5 @@ pub use definitions::DEFINITIONS_REFRESH_INTERVAL_MS;
 pub use harness::LocalCluster;
 #[cfg(feature = "tigerbeetle")]
 pub use next_release::{NEXT_RELEASE_PAGES_MAX, NEXT_RELEASE_PAGE_TRANSFERS};
+#[cfg(feature = "tigerbeetle")]
+pub use server_log::ServerIdentity;
