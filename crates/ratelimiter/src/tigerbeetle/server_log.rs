@@ -288,8 +288,9 @@ impl TigerBeetleBackend {
     }
 
     /// Writes the announce when this server has an identity, has not written
-    /// it yet and its next attempt is due; called by the periodic read.
-    pub(super) async fn announce_if_due(&self) {
+    /// it yet and its next attempt is due; called by the periodic read of the
+    /// definitions (and by a test or an embedder that runs none).
+    pub async fn announce_if_due(&self) {
         let Some((identity, started_unix_ms)) = self.identity.get() else {
             return;
         };
