@@ -195,8 +195,8 @@ async function checkClasses(page) {
   check(/^\d/.test(ceiling) && ceiling.includes("%"), `batch's ceiling use is a bar: ${ceiling}`);
   const top = await page.eval(text('#classes tr[data-class="interactive"] td.util'));
   check(top.startsWith("no ceiling"), `the top class has no ceiling: ${top}`);
-  const acme = await page.eval(text('#tenants tr[data-tenant="acme"] td.class'));
-  check(acme === "interactive", `acme's class in the tenants table: ${acme}`);
+  const acme = await page.eval(text('#tenants tr[data-tenant="acme"] td.key'));
+  check(acme === "acme · interactive", `acme's class in the tenants table: ${acme}`);
   // Sorting by admissions keeps every class row.
   await page.eval(`document.querySelector('#classes th[data-sort="admitted_per_s"]').click(); true`);
   await page.waitFor(`document.querySelector('#classes th[data-sort="admitted_per_s"]').classList.contains('sorted-desc')`, "classes sorted by admissions");

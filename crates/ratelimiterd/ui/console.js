@@ -92,7 +92,8 @@ function bar(bp) {
   return el("span", {}, el("span", { class: "bar" }, fill), el("span", { class: "bar-label", text: percent(bp) }));
 }
 
-function sparkline(history, slots) {
+// `full`: draw the dashed line of a full limit (utilization); off for counts.
+function sparkline(history, slots, full = true) {
   const svg = document.createElementNS(SVG_NS, "svg");
   svg.setAttribute("class", "sparkline");
   svg.setAttribute("width", SPARK_W);
@@ -114,13 +115,15 @@ function sparkline(history, slots) {
   const shift = Math.max(0, slots - values.length);
   const step = SPARK_W / Math.max(1, Math.max(slots, values.length) - 1);
   const y = (v) => (SPARK_H - 2 - (v / top) * (SPARK_H - 4)).toFixed(1);
-  const full = document.createElementNS(SVG_NS, "line");
-  full.setAttribute("class", "full");
-  full.setAttribute("x1", 0);
-  full.setAttribute("x2", SPARK_W);
-  full.setAttribute("y1", y(10000));
-  full.setAttribute("y2", y(10000));
-  svg.append(full);
+  if (full) {
+    const line = document.createElementNS(SVG_NS, "line");
+    line.setAttribute("class", "full");
+    line.setAttribute("x1", 0);
+    line.setAttribute("x2", SPARK_W);
+    line.setAttribute("y1", y(10000));
+    line.setAttribute("y2", y(10000));
+    svg.append(line);
+  }
   // One path per run of known samples: a gap is a gap, not a straight line.
   let line = "";
   let area = "";
@@ -425,14 +428,14 @@ function renderTenants(tenants) {
         el("span", { class: "muted small", text: ` ${compact(t.budget.used)} / ${compact(t.budget.capacity)}` }))
       : el("span", { class: "muted", text: "no daily budget" });
     return el("tr", { "data-tenant": t.name },
-      el("td", { class: "key", text: t.name }),
-      el("td", { class: "class", text: t.class || "—" }),
+      el("td", { class: "key", title: t.class ? "class " + t.class : null }, t.name,
+        t.class ? el("span", { class: "muted class", text: " · " + t.class }) : null),
       el("td", { class: "util" }, budget),
       el("td", { class: "num", text: t.budget ? compact(t.budget.remaining) : "—" }),
       el("td", { class: "num", text: rate(t.calls_per_min) }),
       el("td", { class: "num", text: compact(t.tokens_per_min === null ? null : Math.round(t.tokens_per_min)) }));
   });
-  table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 6, text: "No tenants." }))]));
+  table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 5, text: "No tenants." }))]));
 }
 
 function ppm(v) {
@@ -452,10 +455,12 @@ function ceilingCell(c) {
     bar(top.utilization_bp), el("span", { class: "muted small", text: more }));
 }
 
-// Admissions per second, scaled so the busiest second of the minute reaches the line.
+// Admissions per second, scaled so the busiest second of the minute reaches the top.
 function admittedSpark(series) {
   const peak = Math.max(1, ...series);
-  return sparkline(series.map((v) => Math.round((v / peak) * 10000)), 60);
+  const svg = sparkline(series.map((v) => Math.round((v / peak) * 10000)), 60, false);
+  svg.setAttribute("aria-label", `peak ${peak} a second`);
+  return el("span", { title: `calls admitted each second, last minute; peak ${peak}/s` }, svg);
 }
 
 function renderClasses(classes) {
