@@ -5,17 +5,21 @@
 //!
 //! A rolling or concurrency hold is a pending transfer debiting the key's
 //! resource account, which ends at its timestamp plus its timeout unless a
-//! Complete voided it before. So the answer is read from what the cluster
-//! holds, in bounded steps: the account (nothing pending: `None` at once), then
-//! the account's debits since the longest hold could have started, oldest
-//! first, a page at a time; the holds of a page that have not expired and
-//! whose void the page does not show are checked by one lookup of their voids'
-//! deterministic ids; the earliest end among those still held is the answer.
+//! Complete voided it before; the account's `debits_pending` is the sum of the
+//! holds not yet voided or collected. So the answer is read from what the
+//! cluster holds, in bounded steps: the account (nothing pending: `None` at
+//! once), then the account's debits newest first, a page at a time. A void is
+//! always later than its hold, so newest first meets every void before the
+//! hold it voids; the holds not voided are added up until they make the
+//! account's pending sum, and then every hold still held has been met: the
+//! earliest end among them (after now) is the answer. No other read is needed.
+//! (A hold taken between the account's read and the page's can end the read
+//! before an older hold is met: the answer is then late for that second.)
 
 use std::collections::HashSet;
 use tigerbeetle_unofficial as tb;
 
-use crate::{LeaseId, LimitKey, LimitKind, LimitState, LimiterError};
+use crate::{LimitKey, LimitKind, LimitState, LimiterError};
 
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::buckets;
@@ -24,8 +28,9 @@ use super::ids;
 /// Transfers read per page of a key's debits: 32 KiB a page, so the console's
 /// one question per visible row a second stays small on a busy key.
 pub const NEXT_RELEASE_PAGE_TRANSFERS: u32 = 256;
-/// Pages read at most per question: past 1,024 transfers in the key's longest
-/// hold the answer is the earliest end among them (see the module's docs).
+/// Pages read at most per question: a key whose oldest hold still held is
+/// more than 1,024 of its debits back is answered from the newest 1,024 (the
+/// earliest end among their holds: late, never early).
 pub const NEXT_RELEASE_PAGES_MAX: usize = 4;
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 const NANOS_PER_MS: u64 = 1_000_000;
@@ -39,32 +44,28 @@ impl TigerBeetleBackend {
         if state.definition().kind() == LimitKind::Bucket {
             return Ok(self.next_refill_ms(&state).await);
         }
-        let balance = self.resource_balance(key).await?;
-        if balance.pending() == 0 {
+        let pending = self.resource_balance(key).await?.pending();
+        if pending == 0 {
             return Ok(None);
         }
         let Some(now_ns) = self.cluster_now_ns().await else {
             return Ok(None);
         };
-        // Holds of the key's own timeout first; a pause's longer hold_ms only when none is held.
-        let own_s = u64::from(super::reserve::timeout_seconds(&state, self.window_margin_ms));
-        let pause_s = crate::wire::HOLD_MS_MAX.div_ceil(1_000).max(own_s);
-        let mut pages_left = NEXT_RELEASE_PAGES_MAX;
-        for longest_s in [own_s, pause_s] {
-            let mut from_ns = now_ns.saturating_sub(longest_s * NANOS_PER_SECOND);
-            while pages_left > 0 {
-                pages_left -= 1;
-                let page = self.debits_since(key, from_ns).await?;
-                if let Some(end_ns) = self.first_held_end(key, &page, now_ns).await? {
-                    return Ok(Some((end_ns - now_ns).div_ceil(NANOS_PER_MS)));
-                }
-                if page.len() < NEXT_RELEASE_PAGE_TRANSFERS as usize {
-                    break;
-                }
-                from_ns = page.last().map_or(u64::MAX, |t| t.as_raw().timestamp + 1);
+        let longest_s = crate::wire::HOLD_MS_MAX.div_ceil(1_000);
+        let from_ns = now_ns.saturating_sub(longest_s * NANOS_PER_SECOND);
+        let mut scan = HoldScan::default();
+        // The newest first, up to whatever the cluster holds: the clock's bound
+        // lags the cluster, and a void stamped after it must not be missed.
+        let mut before_ns = u64::MAX;
+        for _ in 0..NEXT_RELEASE_PAGES_MAX {
+            let page = self.debits_newest_first(key, from_ns, before_ns).await?;
+            scan.read(&page, now_ns);
+            if scan.held_units >= pending || page.len() < NEXT_RELEASE_PAGE_TRANSFERS as usize {
+                break;
             }
+            before_ns = page.last().map_or(0, |t| t.as_raw().timestamp.saturating_sub(1));
         }
-        Ok(None)
+        Ok(scan.first_end_ns.map(|end_ns| (end_ns - now_ns).div_ceil(NANOS_PER_MS)))
     }
 
     /// A bucket's next refill when it lacks units: the wait for one unit more
@@ -80,11 +81,21 @@ impl TigerBeetleBackend {
         self.bucket_hint(&bucket, level + 1).await
     }
 
-    /// One page of the debits of `key`'s resource account from `from_ns` on, oldest first.
-    async fn debits_since(&self, key: &LimitKey, from_ns: u64) -> Result<Vec<tb::Transfer>, LimiterError> {
-        let mut filter = tb::account::Filter::new(ids::resource_account_id(key), NEXT_RELEASE_PAGE_TRANSFERS)
-            .with_flags(tb::account::FilterFlags::DEBITS);
+    /// One page of the debits of `key`'s resource account from `from_ns` up to
+    /// `before_ns`, newest first.
+    async fn debits_newest_first(
+        &self,
+        key: &LimitKey,
+        from_ns: u64,
+        before_ns: u64,
+    ) -> Result<Vec<tb::Transfer>, LimiterError> {
+        let flags = tb::account::FilterFlags::DEBITS | tb::account::FilterFlags::REVERSED;
+        let mut filter =
+            tb::account::Filter::new(ids::resource_account_id(key), NEXT_RELEASE_PAGE_TRANSFERS).with_flags(flags);
         filter.as_raw_mut().timestamp_min = from_ns.max(1);
+        if before_ns != u64::MAX {
+            filter.as_raw_mut().timestamp_max = before_ns.max(1);
+        }
         let slot = self.admin_slot().await?;
         self.pool
             .run(slot, self.timeout, move |client| async move {
@@ -93,47 +104,32 @@ impl TigerBeetleBackend {
             .await
             .map_err(|e| unavailable(&e, "read a key's holds"))
     }
+}
 
-    /// The earliest end after `now_ns` among the holds of `page` still held: not
-    /// expired, not voided in the page, and with no void in the cluster.
-    async fn first_held_end(
-        &self,
-        key: &LimitKey,
-        page: &[tb::Transfer],
-        now_ns: u64,
-    ) -> Result<Option<u64>, LimiterError> {
-        let voided: HashSet<u128> = (page.iter())
-            .filter(|t| t.flags().contains(tb::transfer::Flags::VOID_PENDING_TRANSFER))
-            .map(|t| t.pending_id())
-            .collect();
-        // (end, hold id, lease) of every hold that may still be held.
-        let mut holds: Vec<(u64, u128, u128)> = (page.iter())
-            .filter(|t| t.flags().contains(tb::transfer::Flags::PENDING) && !voided.contains(&t.id()))
-            .map(|t| {
+/// What a newest-first read of a key's debits found so far.
+#[derive(Debug, Default)]
+struct HoldScan {
+    /// Holds voided by a void met already (later than them).
+    voided: HashSet<u128>,
+    /// Units of the holds met and not voided (expired ones included: the
+    /// account counts them until the cluster collects them).
+    held_units: u128,
+    /// The earliest end after now among them.
+    first_end_ns: Option<u64>,
+}
+
+impl HoldScan {
+    fn read(&mut self, page: &[tb::Transfer], now_ns: u64) {
+        for t in page {
+            if t.flags().contains(tb::transfer::Flags::VOID_PENDING_TRANSFER) {
+                self.voided.insert(t.pending_id());
+            } else if t.flags().contains(tb::transfer::Flags::PENDING) && !self.voided.contains(&t.id()) {
+                self.held_units += t.amount();
                 let end_ns = t.as_raw().timestamp + u64::from(t.timeout()) * NANOS_PER_SECOND;
-                (end_ns, t.id(), t.user_data_128())
-            })
-            .filter(|(end_ns, _, _)| *end_ns > now_ns)
-            .collect();
-        if holds.is_empty() {
-            return Ok(None);
+                if end_ns > now_ns {
+                    self.first_end_ns = Some(self.first_end_ns.map_or(end_ns, |first| first.min(end_ns)));
+                }
+            }
         }
-        holds.sort_unstable();
-        let voids: Vec<u128> = (holds.iter())
-            .map(|(_, _, lease)| ids::void_transfer_id(LeaseId::from_u128(*lease), key))
-            .collect();
-        let slot = self.admin_slot().await?;
-        let found = self
-            .pool
-            .run(slot, self.timeout, move |client| async move {
-                client.lookup_transfers(voids).await
-            })
-            .await
-            .map_err(|e| unavailable(&e, "look up a key's voids"))?;
-        let voided: HashSet<u128> = found.iter().map(|t| t.pending_id()).collect();
-        Ok(holds
-            .into_iter()
-            .find(|(_, id, _)| !voided.contains(id))
-            .map(|(end_ns, _, _)| end_ns))
     }
 }
