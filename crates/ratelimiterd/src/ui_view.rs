@@ -421,26 +421,7 @@ fn classes_section(state: &AppState, reports: &[LimitReport], history: &History)
                     row
                 })
                 .collect();
-            let prefix = format!("class:{}:", class.name);
-            let mut ceilings: Vec<&LimitReport> = (reports.iter())
-                .filter(|r| r.state.definition().key().as_str().starts_with(&prefix))
-                .collect();
-            let ceilings_total = ceilings.len();
-            ceilings.sort_by_key(|r| std::cmp::Reverse(basis_points(r)));
-            ceilings.truncate(CEILINGS_SHOWN_MAX);
-            let ceilings: Vec<Value> = (ceilings.into_iter())
-                .map(|r| {
-                    let definition = r.state.definition();
-                    json!({
-                        "key": definition.key().as_str(),
-                        "unit": definition.unit(),
-                        "capacity": definition.capacity(),
-                        "in_use": r.in_use,
-                        "utilization_bp": basis_points(r),
-                        "history": history.limit(definition.key()),
-                    })
-                })
-                .collect();
+            let (ceilings, ceilings_total) = ceilings_json(&class.name, reports, history);
             let mut row = json!({
                 "name": class.name,
                 "share": class.share,
@@ -460,6 +441,32 @@ fn classes_section(state: &AppState, reports: &[LimitReport], history: &History)
         })
         .collect();
     json!({ "classes": classes })
+}
+
+/// The ceiling keys of class `name` (`class:<name>:<model key>`), fullest first,
+/// at most [`CEILINGS_SHOWN_MAX`], with their use and history; and how many it has.
+fn ceilings_json(name: &str, reports: &[LimitReport], history: &History) -> (Vec<Value>, usize) {
+    let prefix = format!("class:{name}:");
+    let mut ceilings: Vec<&LimitReport> = (reports.iter())
+        .filter(|r| r.state.definition().key().as_str().starts_with(&prefix))
+        .collect();
+    let total = ceilings.len();
+    ceilings.sort_by_key(|r| std::cmp::Reverse(basis_points(r)));
+    ceilings.truncate(CEILINGS_SHOWN_MAX);
+    let rows = (ceilings.into_iter())
+        .map(|r| {
+            let definition = r.state.definition();
+            json!({
+                "key": definition.key().as_str(),
+                "unit": definition.unit(),
+                "capacity": definition.capacity(),
+                "in_use": r.in_use,
+                "utilization_bp": basis_points(r),
+                "history": history.limit(definition.key()),
+            })
+        })
+        .collect();
+    (rows, total)
 }
 
 fn budget_json(report: &LimitReport) -> Value {
