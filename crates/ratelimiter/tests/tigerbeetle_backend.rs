@@ -552,6 +552,41 @@ async fn the_next_release_is_found_past_a_page_of_released_holds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_behind_more_than_the_pages_read_is_answered_with_a_bound() {
+    use ratelimiter::tigerbeetle::{NEXT_RELEASE_PAGES_MAX, NEXT_RELEASE_PAGE_TRANSFERS};
+    let tb = backend().await;
+    let key = unique_key("next-release-bound");
+    tb.apply_definition(&LimitDefinition::concurrency(key.clone(), 10, 60).unwrap())
+        .await
+        .unwrap();
+    assert!(tb.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
+    let first_end = tb.next_release_ms(&key).await.unwrap().expect("held");
+    let asked = std::time::Instant::now();
+    // Every page the read may take is filled with reservations and their voids.
+    let released = NEXT_RELEASE_PAGES_MAX * NEXT_RELEASE_PAGE_TRANSFERS as usize / 2 + 10;
+    for _ in 0..released {
+        let lease = LeaseId::generate();
+        assert!(tb
+            .reserve(&reserve_lease(lease, &[(&key, 1)]))
+            .await
+            .unwrap()
+            .is_allowed());
+        tb.complete(&complete(lease, &[])).await.unwrap();
+    }
+    let bound = tb
+        .next_release_ms(&key)
+        .await
+        .unwrap()
+        .expect("something is held: never None");
+    assert!(bound <= 60_000, "within the key's timeout: {bound} ms");
+    let truth = first_end.saturating_sub(asked.elapsed().as_millis() as u64);
+    assert!(
+        bound + 1_000 >= truth,
+        "late, never early: {bound} ms against {truth} ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_release_of_a_bucket_is_its_next_refill() {
     let tb = backend().await;
     let key = unique_key("next-release-bucket");

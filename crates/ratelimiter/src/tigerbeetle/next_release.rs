@@ -29,8 +29,9 @@ use super::ids;
 /// one question per visible row a second stays small on a busy key.
 pub const NEXT_RELEASE_PAGE_TRANSFERS: u32 = 256;
 /// Pages read at most per question: a key whose oldest hold still held is
-/// more than 1,024 of its debits back is answered from the newest 1,024 (the
-/// earliest end among their holds: late, never early).
+/// more than 1,024 of its debits back is answered with a bound, the earliest
+/// end among the newest 1,024's holds or the oldest debit read plus the key's
+/// timeout, whichever comes first (late, never early, but for pauses).
 pub const NEXT_RELEASE_PAGES_MAX: usize = 4;
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 const NANOS_PER_MS: u64 = 1_000_000;
@@ -57,13 +58,24 @@ impl TigerBeetleBackend {
         // The newest first, up to whatever the cluster holds: the clock's bound
         // lags the cluster, and a void stamped after it must not be missed.
         let mut before_ns = u64::MAX;
+        let mut complete = false;
         for _ in 0..NEXT_RELEASE_PAGES_MAX {
             let page = self.debits_newest_first(key, from_ns, before_ns).await?;
             scan.read(&page, now_ns);
-            if scan.held_units >= pending || page.len() < NEXT_RELEASE_PAGE_TRANSFERS as usize {
+            complete = scan.held_units >= pending || page.len() < NEXT_RELEASE_PAGE_TRANSFERS as usize;
+            if complete {
                 break;
             }
             before_ns = page.last().map_or(0, |t| t.as_raw().timestamp.saturating_sub(1));
+        }
+        if !complete {
+            // Holds not met started before the oldest debit read, so (but for a
+            // pause's longer hold_ms) one of them ends by then plus the key's timeout.
+            let own_ns = u64::from(super::reserve::timeout_seconds(&state, self.window_margin_ms)) * NANOS_PER_SECOND;
+            let bound_ns = scan.oldest_ns.saturating_add(own_ns);
+            if bound_ns > now_ns {
+                scan.first_end_ns = Some(scan.first_end_ns.map_or(bound_ns, |first| first.min(bound_ns)));
+            }
         }
         Ok(scan.first_end_ns.map(|end_ns| (end_ns - now_ns).div_ceil(NANOS_PER_MS)))
     }
@@ -116,10 +128,15 @@ struct HoldScan {
     held_units: u128,
     /// The earliest end after now among them.
     first_end_ns: Option<u64>,
+    /// The timestamp of the oldest debit read.
+    oldest_ns: u64,
 }
 
 impl HoldScan {
     fn read(&mut self, page: &[tb::Transfer], now_ns: u64) {
+        if let Some(oldest) = page.last() {
+            self.oldest_ns = oldest.as_raw().timestamp;
+        }
         for t in page {
             if t.flags().contains(tb::transfer::Flags::VOID_PENDING_TRANSFER) {
                 self.voided.insert(t.pending_id());
