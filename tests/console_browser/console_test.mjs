@@ -3,7 +3,8 @@
 // Chromium and checks what an operator sees: a wrong token refused, the limits
 // table filled, a value that changes after a reservation, a paused model shown
 // as paused, a capacity changed from the page with the server's error shown
-// for a bad one. Keeps screenshots in $ARTIFACTS_DIR.
+// for a bad one, the classes panel with both classes' calls counted and the
+// tenants' classes. Keeps screenshots in $ARTIFACTS_DIR.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -38,14 +39,22 @@ gateway:
       rpm: 300
       tpm: 200000
       max_output_tokens_default: 64
+  classes:
+    - name: interactive
+      share: 4
+      headroom: 0.10
+    - name: batch
+      share: 1
   tenants:
     - name: acme
       api_key_env: ACME_GATEWAY_KEY
       daily_tokens: 20000
       rpm: 100
+      class: interactive
     - name: globex
       api_key_env: GLOBEX_GATEWAY_KEY
       daily_tokens: 50000
+      class: batch
 `;
 }
 
@@ -135,6 +144,7 @@ async function run(page, api) {
   const mini = await page.eval(`document.querySelector('#models tr[data-model="gpt-4o-mini"] td.state').textContent`);
   check(mini === "active", `gpt-4o-mini is active: ${mini}`);
   await page.waitFor(`document.querySelector('#tenants tr[data-tenant="acme"]') !== null`, "the tenant acme");
+  await checkClasses(page);
 
   // A bad capacity is refused with the server's error; a good one applies.
   const openEdit = `document.querySelector('#limits tr[data-key="${DEMO_KEY}"] button.edit').click(); true`;
@@ -151,13 +161,47 @@ async function run(page, api) {
 
   // Sorting by key puts the concurrency key first among the demo keys.
   await page.eval(`document.querySelector('#limits th[data-sort="key"]').click(); true`);
-  await page.waitFor(`document.querySelector('#limits tbody tr[data-key]').dataset.key === 'console:demo:concurrency'`, "sorted by key");
+  // (The classes' ceiling keys, class:..., come before them.)
+  await page.waitFor(`[...document.querySelectorAll('#limits tbody tr[data-key]')].map(r => r.dataset.key).filter(k => k.startsWith('console:'))[0] === 'console:demo:concurrency'
+    && document.querySelector('#limits tbody tr[data-key]').dataset.key.startsWith('class:')`, "sorted by key");
   await page.eval(`document.querySelector('#limits th[data-sort="utilization"]').click(); true`);
   await page.waitFor(`document.querySelector('#limits th[data-sort="utilization"]').classList.contains('sorted-desc')`, "sorted by utilization");
   await new Promise((r) => setTimeout(r, 1500));
   await showcase(api);
   check(page.errors.length === 0, `no script errors: ${page.errors.join("; ")}`);
   writeFileSync(join(ARTIFACTS, "console.png"), await page.screenshot());
+}
+
+/** The text of `selector` in the page, or null. */
+function text(selector) {
+  return `(document.querySelector(${JSON.stringify(selector)}) || {}).textContent ?? null`;
+}
+
+/** The classes panel after the traffic: each class with its tenants and its
+ *  calls counted per model, batch's ceiling in use, the tenants' classes. */
+async function checkClasses(page) {
+  // acme (interactive) made 3 gpt-4o-mini calls and one gpt-4o call; globex (batch) 3 gpt-4o-mini calls.
+  await page.waitFor(`${text('#classes tr[data-class-model="batch/gpt-4o-mini"] td.small')} === '3 admitted last min'`,
+    "batch's three calls in the classes panel");
+  await page.waitFor(`${text('#classes tr[data-class-model="interactive/gpt-4o-mini"] td.small')} === '3 admitted last min'`,
+    "interactive's three calls in the classes panel");
+  const interactive = await page.eval(text('#classes tr[data-class="interactive"] td.tenants'));
+  check(interactive === "acme", `interactive's tenants: ${interactive}`);
+  const batch = await page.eval(text('#classes tr[data-class="batch"] td.tenants'));
+  check(batch === "globex", `batch's tenants: ${batch}`);
+  const headroom = await page.eval(text('#classes tr[data-class="interactive"] td:nth-child(3)'));
+  check(headroom === "10% / 100%", `interactive's headroom and what it may hold: ${headroom}`);
+  const ceiling = await page.eval(text('#classes tr[data-class="batch"] td.util'));
+  check(/^\d/.test(ceiling) && ceiling.includes("%"), `batch's ceiling use is a bar: ${ceiling}`);
+  const top = await page.eval(text('#classes tr[data-class="interactive"] td.util'));
+  check(top.startsWith("no ceiling"), `the top class has no ceiling: ${top}`);
+  const acme = await page.eval(text('#tenants tr[data-tenant="acme"] td.key'));
+  check(acme === "acme · interactive", `acme's class in the tenants table: ${acme}`);
+  // Sorting by admissions keeps every class row.
+  await page.eval(`document.querySelector('#classes th[data-sort="admitted_per_s"]').click(); true`);
+  await page.waitFor(`document.querySelector('#classes th[data-sort="admitted_per_s"]').classList.contains('sorted-desc')`, "classes sorted by admissions");
+  const classRows = await page.eval(`document.querySelectorAll('#classes tbody tr[data-class]').length`);
+  check(classRows === 2, `two class rows: ${classRows}`);
 }
 
 /** With CONSOLE_SHOWCASE_MS, keeps traffic going that long before the last

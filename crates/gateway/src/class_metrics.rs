@@ -40,6 +40,36 @@ pub struct ClassReport {
     pub queue_wait_p99_ms: u64,
 }
 
+/// The raw totals of one pair at one moment: what the console differences
+/// between two samples for its per-second rates and windowed wait p99.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassTotals {
+    /// Calls admitted so far.
+    pub admitted: u64,
+    /// Calls denied so far.
+    pub denied: u64,
+    /// Calls that waited so far.
+    pub queued: u64,
+    /// The queue-wait histogram so far.
+    pub queue_wait: HistogramSnapshot,
+}
+
+impl Default for ClassTotals {
+    /// Nothing counted yet.
+    fn default() -> Self {
+        Self {
+            admitted: 0,
+            denied: 0,
+            queued: 0,
+            queue_wait: HistogramSnapshot {
+                cumulative: [0; BUCKET_BOUNDS_MICROS.len()],
+                count: 0,
+                sum_micros: 0,
+            },
+        }
+    }
+}
+
 /// Every (model, class) pair's counters; bounded by the configuration (models × classes).
 #[derive(Debug, Default)]
 pub struct ClassMetrics {
@@ -67,6 +97,22 @@ impl ClassMetrics {
                 denied: c.denied.load(Ordering::Relaxed),
                 queued: c.queued.load(Ordering::Relaxed),
                 queue_wait_p99_ms: p99_bound_ms(&c.queue_wait.snapshot()),
+            })
+            .collect()
+    }
+
+    /// Every pair's raw totals, by model then class.
+    pub fn totals(&self) -> Vec<(String, String, ClassTotals)> {
+        let pairs = self.pairs.read().expect("metrics lock");
+        (pairs.iter())
+            .map(|((model, class), c)| {
+                let totals = ClassTotals {
+                    admitted: c.admitted.load(Ordering::Relaxed),
+                    denied: c.denied.load(Ordering::Relaxed),
+                    queued: c.queued.load(Ordering::Relaxed),
+                    queue_wait: c.queue_wait.snapshot(),
+                };
+                (model.clone(), class.clone(), totals)
             })
             .collect()
     }

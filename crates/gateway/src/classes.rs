@@ -122,6 +122,18 @@ impl Classes {
         self.classes[class].name()
     }
 
+    /// The part of every model limit held back from class `class` for the
+    /// classes above it, in millionths: its ceilings hold the rest.
+    pub fn above_ppm(&self, class: usize) -> u64 {
+        self.above_ppm[class]
+    }
+
+    /// Class `class`'s own headroom in millionths: what it keeps from the classes
+    /// below it (0 for the lowest, which keeps nothing from anyone).
+    pub fn headroom_ppm(&self, class: usize) -> u64 {
+        (self.above_ppm.get(class + 1)).map_or(0, |below| below - self.above_ppm[class])
+    }
+
     /// The class of a tenant whose configuration names `class`: the named one, or
     /// the lowest for a tenant that names none (work not said to be urgent is not).
     pub fn of_tenant(&self, class: Option<&str>) -> usize {

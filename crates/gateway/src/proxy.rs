@@ -256,6 +256,29 @@ impl Gateway {
             .collect()
     }
 
+    /// Each priority class, highest first, with its tenants and what waits in it
+    /// per model now, for the operator's console.
+    pub fn class_status(&self) -> Vec<crate::status::ClassStatus> {
+        let queues: Vec<(&String, Vec<usize>)> = (self.model_names.iter())
+            .map(|name| (name, self.models[name].queue.waiting_by_class()))
+            .collect();
+        (0..self.classes.work_classes().len())
+            .map(|class| crate::status::ClassStatus {
+                name: self.classes.name(class).to_owned(),
+                share: self.classes.work_classes()[class].share(),
+                headroom_ppm: self.classes.headroom_ppm(class),
+                ceiling_ppm: crate::classes::HEADROOM_PPM_ONE - self.classes.above_ppm(class),
+                tenants: (self.tenants.iter())
+                    .filter(|t| t.class == class)
+                    .map(|t| t.name.to_string())
+                    .collect(),
+                queue_len: (queues.iter())
+                    .map(|(name, by_class)| ((*name).clone(), by_class[class]))
+                    .collect(),
+            })
+            .collect()
+    }
+
     fn authenticate(&self, headers: &HeaderMap) -> Result<Option<usize>, GatewayError> {
         if self.tenant_keys.is_empty() {
             return Ok(None);

@@ -122,6 +122,16 @@ impl ModelQueue {
         self.state.lock().expect("queue lock").len
     }
 
+    /// Calls waiting now per class (by index, highest first), for the console's classes.
+    pub fn waiting_by_class(&self) -> Vec<usize> {
+        let state = self.state.lock().expect("queue lock");
+        let mut out = vec![0; state.order.len()];
+        for ((class, _), waiters) in &state.waiting {
+            out[*class] += waiters.len();
+        }
+        out
+    }
+
     /// Wakes the pump: capacity was just freed on this server.
     pub fn capacity_freed(&self) {
         self.wake.notify_one();
@@ -393,6 +403,37 @@ mod tests {
         // Round robin: tenant 1's one call goes second, not after tenant 0's three.
         assert_eq!(order, vec![0, 1, 0, 0]);
         assert!(!queue.is_busy(0));
+    }
+
+    #[tokio::test]
+    async fn waiting_calls_are_counted_per_class() {
+        let (_backend, limiter, pool, need) = one_slot().await;
+        let request =
+            ReserveRequest::new(LeaseId::generate(), None, vec![Requirement { key: slot(), amount: 1 }]).unwrap();
+        assert!(limiter.reserve(&request).await.unwrap().is_allowed());
+        let class = |name: &str| crate::classes::ClassConfig {
+            name: name.to_owned(),
+            share: 1,
+            headroom: Default::default(),
+        };
+        let classes = Arc::new(crate::classes::Classes::new(&[class("interactive"), class("batch")]));
+        let queue = Arc::new(ModelQueue::new(classes.work_classes()));
+        let mut receivers = Vec::new();
+        for (tenant, class) in [(0, 1), (1, 1), (2, 1), (3, 0), (3, 0)] {
+            let need = Need {
+                class,
+                classes: classes.clone(),
+                ..need.clone()
+            };
+            receivers.push(queue.enqueue(&limiter, &pool, tenant, need).unwrap());
+        }
+        // The pump holds one waiter for a moment while it tries; all are back between tries.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while queue.waiting_by_class() != vec![2, 3] {
+            assert!(std::time::Instant::now() < deadline, "{:?}", queue.waiting_by_class());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(queue.waiting(), 5);
     }
 
     #[tokio::test]

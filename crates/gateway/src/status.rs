@@ -39,6 +39,26 @@ pub struct DeploymentStatus {
     pub breaker: Option<String>,
 }
 
+/// One priority class as configured, with what waits in it now (docs/gateway.md,
+/// "Classes"): what the console's classes panel shows besides the counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClassStatus {
+    /// The class's name.
+    pub name: String,
+    /// Its weight when waiting classes share freed capacity.
+    pub share: u32,
+    /// Its own headroom in millionths of every model limit: what the classes
+    /// below it may not take (0 for the lowest).
+    pub headroom_ppm: u64,
+    /// What it may hold of every model limit with the classes below it, in
+    /// millionths: its ceiling keys' fraction (1,000,000 for the top class).
+    pub ceiling_ppm: u64,
+    /// The tenants whose calls run in it, in configuration order.
+    pub tenants: Vec<String>,
+    /// Per model (configuration order), its calls waiting in that model's queue now.
+    pub queue_len: Vec<(String, usize)>,
+}
+
 impl ModelStatus {
     /// True when the model or every one of its deployments is paused: calls to
     /// it wait or are refused until a pause ends.

@@ -101,7 +101,7 @@ pub use definition::{
 pub use error::LimiterError;
 pub use id::{id128, LeaseId};
 pub use key::LimitKey;
-pub use limiter::{Backend, Limiter};
+pub use limiter::{Backend, FleetServer, Limiter};
 pub use memory::{MemoryBackend, MemoryConfig};
 pub use retry::RetryPolicy;
 pub use wire::{

@@ -49,6 +49,20 @@ pub trait Backend: Limiter {
         Ok(None)
     }
 
+    /// Names this server to a backend shared by a fleet (its host `name` and the
+    /// `address` its API listens on), so that the others list it; a backend that
+    /// serves one process ignores it (the default).
+    fn name_server(&self, _name: &str, _address: &str) -> Result<(), LimiterError> {
+        Ok(())
+    }
+
+    /// The servers of the fleet as the backend saw them (on TigerBeetle, the
+    /// servers that announced themselves or wrote definitions); `None` on a
+    /// backend that serves one process (the default).
+    async fn fleet_servers(&self) -> Result<Option<Vec<FleetServer>>, LimiterError> {
+        Ok(None)
+    }
+
     /// `Ok` when the backend answers.
     async fn health(&self) -> Result<(), LimiterError>;
 
@@ -80,4 +94,25 @@ pub trait Backend: Limiter {
         self.apply_state(&next).await?;
         Ok(next)
     }
+}
+
+/// One server of a fleet as the shared backend saw it: what an operator reads
+/// to know which servers share the limits (docs/tigerbeetle-backend.md,
+/// "Servers of the fleet").
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FleetServer {
+    /// Its host's name (empty until its announce is read).
+    pub name: String,
+    /// The address of its API.
+    pub address: String,
+    /// Its version.
+    pub version: String,
+    /// When the cluster first saw it (its first announce or record), Unix ms.
+    pub first_seen_unix_ms: u64,
+    /// When the cluster last saw it (its last start or record), Unix ms.
+    pub last_seen_unix_ms: u64,
+    /// Its starts (announces).
+    pub starts: u64,
+    /// The definition records it wrote.
+    pub records_written: u64,
 }

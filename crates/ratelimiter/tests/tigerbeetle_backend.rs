@@ -430,3 +430,179 @@ async fn a_retried_lease_is_looked_up_while_the_only_session_is_busy() {
     }
     assert_eq!(in_use(other.as_ref(), &key).await, 320);
 }
+
+/// `next_release_ms` of `key` on both backends; they agree within `slack_ms`
+/// (TigerBeetle's timeouts are whole seconds from the cluster's timestamp).
+async fn next_release_both(
+    tb: &impl Backend,
+    memory: &impl Backend,
+    key: &ratelimiter::LimitKey,
+    slack_ms: u64,
+) -> Option<u64> {
+    let on_tb = tb.next_release_ms(key).await.unwrap();
+    let on_memory = memory.next_release_ms(key).await.unwrap();
+    match (on_tb, on_memory) {
+        (Some(a), Some(b)) => assert!(a.abs_diff(b) <= slack_ms, "TigerBeetle {a} ms, memory {b} ms"),
+        (a, b) => assert_eq!(a, b, "both hold something, or neither"),
+    }
+    on_tb
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_release_is_the_first_hold_still_held_as_on_memory() {
+    let tb = backend().await;
+    let memory = ratelimiter::memory::MemoryBackend::new(Arc::new(SystemClock::new()), Default::default());
+    let key = unique_key("next-release-concurrency");
+    let definition = LimitDefinition::concurrency(key.clone(), 10, 30).unwrap();
+    tb.apply_definition(&definition).await.unwrap();
+    memory.apply_definition(&definition).await.unwrap();
+    assert_eq!(next_release_both(&tb, &memory, &key, 0).await, None, "nothing held");
+    let (first, second) = (LeaseId::generate(), LeaseId::generate());
+    for backend in [&tb as &dyn Backend, &memory] {
+        assert!(backend
+            .reserve(&reserve_lease(first, &[(&key, 1)]))
+            .await
+            .unwrap()
+            .is_allowed());
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    for backend in [&tb as &dyn Backend, &memory] {
+        assert!(backend
+            .reserve(&reserve_lease(second, &[(&key, 1)]))
+            .await
+            .unwrap()
+            .is_allowed());
+    }
+    let first_end = next_release_both(&tb, &memory, &key, 1_500).await.expect("two holds");
+    assert!(
+        (25_000..=28_000).contains(&first_end),
+        "the first hold's end: {first_end} ms"
+    );
+    // The first hold voided by its Complete: the second's end is next.
+    for backend in [&tb as &dyn Backend, &memory] {
+        backend.complete(&complete(first, &[])).await.unwrap();
+    }
+    let second_end = next_release_both(&tb, &memory, &key, 1_500).await.expect("one hold");
+    assert!(
+        (28_000..=30_000).contains(&second_end),
+        "the second hold's end: {second_end} ms"
+    );
+    for backend in [&tb as &dyn Backend, &memory] {
+        backend.complete(&complete(second, &[])).await.unwrap();
+    }
+    assert_eq!(next_release_both(&tb, &memory, &key, 0).await, None, "all released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_release_of_a_shrunk_rolling_hold_is_its_re_reservation() {
+    let tb = backend().await;
+    let key = unique_key("next-release-rolling");
+    tb.apply_definition(&LimitDefinition::rolling(key.clone(), 100, 60).unwrap())
+        .await
+        .unwrap();
+    let lease = LeaseId::generate();
+    assert!(tb
+        .reserve(&reserve_lease(lease, &[(&key, 10)]))
+        .await
+        .unwrap()
+        .is_allowed());
+    let held = tb.next_release_ms(&key).await.unwrap().expect("held");
+    assert!((58_000..=60_000).contains(&held), "the window's end: {held} ms");
+    // Complete with less voids the reservation and re-reserves the actual to the window's end.
+    tb.complete(&complete(lease, &[(&key, 4)])).await.unwrap();
+    assert_eq!(in_use(&tb, &key).await, 4);
+    let rereserved = tb
+        .next_release_ms(&key)
+        .await
+        .unwrap()
+        .expect("the re-reservation holds");
+    assert!(
+        (57_000..=61_000).contains(&rereserved),
+        "the re-reservation's end: {rereserved} ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_release_is_found_past_a_page_of_released_holds() {
+    let tb = backend().await;
+    let key = unique_key("next-release-pages");
+    tb.apply_definition(&LimitDefinition::concurrency(key.clone(), 10, 60).unwrap())
+        .await
+        .unwrap();
+    // The oldest hold still held, then more reservations and voids than one
+    // page of the key's debits holds, then a newer hold.
+    assert!(tb.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    let released = ratelimiter::tigerbeetle::NEXT_RELEASE_PAGE_TRANSFERS as usize / 2 + 10;
+    for _ in 0..released {
+        let lease = LeaseId::generate();
+        assert!(tb
+            .reserve(&reserve_lease(lease, &[(&key, 1)]))
+            .await
+            .unwrap()
+            .is_allowed());
+        tb.complete(&complete(lease, &[])).await.unwrap();
+    }
+    assert!(tb.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
+    let end = tb.next_release_ms(&key).await.unwrap().expect("two holds");
+    assert!(
+        end <= 57_900,
+        "the oldest hold's end, a page back, not the newest's: {end} ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_behind_more_than_the_pages_read_is_answered_with_a_bound() {
+    use ratelimiter::tigerbeetle::{NEXT_RELEASE_PAGES_MAX, NEXT_RELEASE_PAGE_TRANSFERS};
+    let tb = backend().await;
+    let key = unique_key("next-release-bound");
+    tb.apply_definition(&LimitDefinition::concurrency(key.clone(), 10, 60).unwrap())
+        .await
+        .unwrap();
+    assert!(tb.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
+    let first_end = tb.next_release_ms(&key).await.unwrap().expect("held");
+    let asked = std::time::Instant::now();
+    // Every page the read may take is filled with reservations and their voids.
+    let released = NEXT_RELEASE_PAGES_MAX * NEXT_RELEASE_PAGE_TRANSFERS as usize / 2 + 10;
+    for _ in 0..released {
+        let lease = LeaseId::generate();
+        assert!(tb
+            .reserve(&reserve_lease(lease, &[(&key, 1)]))
+            .await
+            .unwrap()
+            .is_allowed());
+        tb.complete(&complete(lease, &[])).await.unwrap();
+    }
+    let bound = tb
+        .next_release_ms(&key)
+        .await
+        .unwrap()
+        .expect("something is held: never None");
+    assert!(bound <= 60_000, "within the key's timeout: {bound} ms");
+    let truth = first_end.saturating_sub(asked.elapsed().as_millis() as u64);
+    assert!(
+        bound + 1_000 >= truth,
+        "late, never early: {bound} ms against {truth} ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_release_of_a_bucket_is_its_next_refill() {
+    let tb = backend().await;
+    let key = unique_key("next-release-bucket");
+    // 6,000 units over 3 s: 100 units every 50 ms slot.
+    tb.apply_definition(&LimitDefinition::bucket(key.clone(), 6_000, 3).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        tb.next_release_ms(&key).await.unwrap(),
+        None,
+        "a full bucket holds nothing"
+    );
+    assert!(tb.reserve(&reserve(&[(&key, 500)])).await.unwrap().is_allowed());
+    let refill = tb.next_release_ms(&key).await.unwrap().expect("units out");
+    assert!(
+        (1..=200).contains(&refill),
+        "within a slot and the clock's lag: {refill} ms"
+    );
+}

@@ -575,3 +575,60 @@ async fn a_pause_made_on_one_server_holds_on_another_and_ends_by_itself() {
     }
     assert!(b.reserve(&request(37)).await.unwrap().is_allowed(), "B after the pause");
 }
+
+/// A fleet mid-upgrade: a server that names itself writes its records' authors
+/// on a ledger of their own, so the definition log holds exactly what a reader
+/// of an older version reads (format 1 records, nothing else): read whole by the
+/// log's decoder, every record decodes and the new definition is there; the
+/// servers' ledger names the writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_of_the_log_alone_reads_every_record_of_a_server_that_names_itself() {
+    use ratelimiter::tigerbeetle::definition_log::{DefinitionView, LEDGER_DEFINITIONS, QUERY_TRANSFERS_MAX};
+    use ratelimiter::tigerbeetle::server_log::{CODE_AUTHOR, LEDGER_SERVERS};
+
+    let named = backend_with(SubmitMode::Batching, Arc::new(ratelimiter::SystemClock::new())).await;
+    named.name_server("host-new", "127.0.0.1:18080").unwrap();
+    named.announce_if_due().await;
+    let key = LimitKey::new(format!("test:upgrade:{}", LeaseId::generate())).unwrap();
+    named
+        .apply_definition(&LimitDefinition::rolling(key.clone(), 42, 60).unwrap())
+        .await
+        .unwrap();
+    let client = tb::Client::new(0, tigerbeetle_common::cluster().address()).unwrap();
+    let read_ledger = |ledger: u32| {
+        let client = &client;
+        async move {
+            let mut all = Vec::new();
+            loop {
+                let mut filter = tb::QueryFilter::new(QUERY_TRANSFERS_MAX).with_ledger(ledger);
+                filter.as_raw_mut().timestamp_min = all.last().map_or(0, |t: &tb::Transfer| t.as_raw().timestamp) + 1;
+                let page = client.query_transfers(Box::new(filter)).await.unwrap();
+                let done = page.len() < QUERY_TRANSFERS_MAX as usize;
+                all.extend(page);
+                if done {
+                    return all;
+                }
+            }
+        }
+    };
+    let log = read_ledger(LEDGER_DEFINITIONS).await;
+    assert!(
+        log.iter().all(|t| t.code() != CODE_AUTHOR),
+        "no author on the log's ledger"
+    );
+    let mut reader = DefinitionView::default();
+    reader.consume(&log);
+    assert_eq!(reader.malformed_total(), 0, "every record decodes as format 1");
+    assert_eq!(reader.get(&key).map(|v| v.state.definition().capacity()), Some(42));
+    let servers = read_ledger(LEDGER_SERVERS).await;
+    assert!(
+        servers.iter().any(|t| t.code() == CODE_AUTHOR),
+        "the record's author, on its own ledger"
+    );
+    let listed = named.read_servers().await.unwrap();
+    let me = listed
+        .iter()
+        .find(|s| s.address == "127.0.0.1:18080")
+        .expect("the writer is listed");
+    assert!(me.records_written >= 1, "{me:?}");
+}

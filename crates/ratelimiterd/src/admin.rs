@@ -49,6 +49,14 @@ pub async fn gateway_classes(State(state): State<AppState>) -> Json<serde_json::
     Json(serde_json::to_value(reports).expect("class reports serialize"))
 }
 
+/// `GET /v1/admin/servers`: the fleet's servers as the shared backend saw them
+/// (docs/tigerbeetle-backend.md, "Servers of the fleet"): `{"servers": [...]}`,
+/// first seen first; `{"servers": null}` on a backend that serves this process only.
+pub async fn fleet_servers(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let servers = state.backend().fleet_servers().await?;
+    Ok(Json(serde_json::json!({ "servers": servers })))
+}
+
 /// `GET /v1/admin/limits`: every state, ordered by key.
 pub async fn list_limits(State(state): State<AppState>) -> Result<Json<Vec<LimitReport>>, ApiError> {
     Ok(Json(state.backend().limit_reports().await?))

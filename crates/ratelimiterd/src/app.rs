@@ -24,6 +24,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/admin/limits/{*key}", get(admin::get_limit))
         .route("/v1/admin/gateway/deployments", get(admin::gateway_deployments))
         .route("/v1/admin/gateway/classes", get(admin::gateway_classes))
+        .route("/v1/admin/servers", get(admin::fleet_servers))
         .route_layer(from_fn_with_state(state.auth().clone(), auth::require_admin));
     let mut api = client.merge(admin);
     if state.echo_route() {

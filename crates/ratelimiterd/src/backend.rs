@@ -100,6 +100,15 @@ async fn build_tigerbeetle(config: &Config) -> Result<SelectedBackend, String> {
     Ok(SelectedBackend::of(backend))
 }
 
+/// This host's name, as the fleet's servers are listed by (docs/console.md, "Backend").
+pub fn host_name() -> String {
+    let from_kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
+    (from_kernel.or_else(|| std::env::var("HOSTNAME").ok()))
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
 #[cfg(not(feature = "tigerbeetle"))]
 async fn build_tigerbeetle(_config: &Config) -> Result<SelectedBackend, String> {
     Err("server.backend \"tigerbeetle\" needs a ratelimiterd built with `--features tigerbeetle`".to_owned())

@@ -141,6 +141,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     let state = start(&config).await?;
     let addr = config.listen_addr();
     let listener = connections::listen(addr).map_err(|source| ServerError::Io { addr, source })?;
+    // A backend shared by a fleet lists this server by its host and bound address.
+    let bound = listener.local_addr().unwrap_or(addr).to_string();
+    if let Err(e) = state.backend().name_server(&crate::backend::host_name(), &bound) {
+        tracing::warn!(error = %e, "this server could not be named to the backend; the fleet will not list it");
+    }
     let options = ServeOptions::from_config(&config);
     let shutdown = Shutdown::new(shutdown);
     let gateway = match &config.gateway {

@@ -198,6 +198,7 @@ pub async fn sample(state: AppState, shutdown: Shutdown) {
                 at_unix_ms: now_unix_ms(),
                 calls: gateway.call_totals(),
                 queue_waits,
+                classes: gateway.classes.totals(),
             });
         }
         if second % per_limits_sample == 0 {

@@ -11,6 +11,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
+use gateway::class_metrics::ClassTotals;
 use gateway::metrics::CallTotals;
 use ratelimiter::metrics::HistogramSnapshot;
 use ratelimiter::{LimitKey, LimitReport};
@@ -47,6 +48,8 @@ pub struct GatewaySample {
     pub calls: Vec<(String, String, CallTotals)>,
     /// The queue-wait histogram per model.
     pub queue_waits: Vec<(String, HistogramSnapshot)>,
+    /// Totals per (model, class).
+    pub classes: Vec<(String, String, ClassTotals)>,
 }
 
 #[derive(Default)]
@@ -134,6 +137,25 @@ impl History {
         let back = (inner.gateway.len() - 1).min(seconds);
         let older = inner.gateway[inner.gateway.len() - 1 - back].clone();
         Some((older, newest))
+    }
+
+    /// Per class, its calls admitted in each second kept (summed over models),
+    /// oldest first: the classes panel's sparkline, at most
+    /// [`GATEWAY_SAMPLES_MAX`] − 1 values a class.
+    pub fn class_admissions(&self) -> HashMap<String, Vec<u64>> {
+        let inner = self.inner.lock().expect("history lock");
+        let mut out: HashMap<String, Vec<u64>> = HashMap::new();
+        let seconds = inner.gateway.len().saturating_sub(1);
+        for (i, (older, newer)) in inner.gateway.iter().zip(inner.gateway.iter().skip(1)).enumerate() {
+            for (model, class, now) in &newer.classes {
+                let was = (older.classes.iter())
+                    .find(|(m, c, _)| m == model && c == class)
+                    .map_or(0, |(_, _, t)| t.admitted);
+                let series = out.entry(class.clone()).or_insert_with(|| vec![0; seconds]);
+                series[i] += now.admitted.saturating_sub(was);
+            }
+        }
+        out
     }
 }
 
@@ -224,5 +246,28 @@ mod tests {
         assert_eq!((older.at_unix_ms, newest.at_unix_ms), (39_000, 99_000));
         let (older, _) = history.gateway_span(5).unwrap();
         assert_eq!(older.at_unix_ms, 94_000);
+    }
+
+    #[test]
+    fn class_admissions_are_per_second_and_summed_over_models() {
+        let history = History::default();
+        let totals = |admitted| ClassTotals {
+            admitted,
+            ..ClassTotals::default()
+        };
+        for (second, (gpt, mini)) in [(0u64, 0u64), (2, 1), (5, 1)].into_iter().enumerate() {
+            history.record_gateway(GatewaySample {
+                at_unix_ms: second as u64 * 1_000,
+                classes: vec![
+                    ("gpt".to_owned(), "batch".to_owned(), totals(gpt)),
+                    ("mini".to_owned(), "batch".to_owned(), totals(mini)),
+                    ("gpt".to_owned(), "interactive".to_owned(), totals(7)),
+                ],
+                ..GatewaySample::default()
+            });
+        }
+        let series = history.class_admissions();
+        assert_eq!(series["batch"], vec![3, 3]);
+        assert_eq!(series["interactive"], vec![0, 0]);
     }
 }

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use gateway::class_metrics::ClassTotals;
 use gateway::metrics::{CallTotals, NO_TENANT};
 use ratelimiter::metrics::{HistogramSnapshot, MetricValue, BUCKET_BOUNDS_MICROS};
 use ratelimiter::{LimitReport, LimitStatus};
@@ -26,6 +27,9 @@ pub const RATE_WINDOW_SECONDS: usize = 5;
 pub const MINUTE_SECONDS: usize = 60;
 /// The most tenants listed, fullest budget first: a screen's worth, refreshed each second.
 pub const TENANTS_SHOWN_MAX: usize = 100;
+/// The most ceiling keys listed per class, fullest first: a class over many
+/// models has one per model limit, and the fullest are the ones that bind.
+pub const CEILINGS_SHOWN_MAX: usize = 20;
 /// The window of a tenant's budget: a rolling day.
 const DAY_SECONDS: u64 = 86_400;
 
@@ -60,6 +64,11 @@ pub async fn state_document(state: &AppState, history: &History, query: &LimitsQ
         Ok(reports) => (reports, None),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
+    let servers = match tokio::time::timeout(BACKEND_READ_TIMEOUT, backend.fleet_servers()).await {
+        Ok(Ok(servers)) => json!(servers),
+        Ok(Err(e)) => json!({ "error": e.to_string() }),
+        Err(_) => json!({ "error": format!("no answer within {} ms", BACKEND_READ_TIMEOUT.as_millis()) }),
+    };
     let (matched, page) = query.apply(&reports);
     let mut rows = Vec::with_capacity(page.len());
     for report in page {
@@ -68,7 +77,7 @@ pub async fn state_document(state: &AppState, history: &History, query: &LimitsQ
     json!({
         "now_unix_ms": now_unix_ms,
         "sample_interval_ms": SAMPLE_INTERVAL_MS,
-        "backend": backend_section(state, health, reports.len()),
+        "backend": backend_section(state, health, reports.len(), servers),
         "limits": {
             "total": reports.len(),
             "matched": matched,
@@ -78,7 +87,8 @@ pub async fn state_document(state: &AppState, history: &History, query: &LimitsQ
             "rows": rows,
         },
         "gateway": gateway_section(state, history),
-        "tenants": tenants_section(&reports, history),
+        "tenants": tenants_section(state, &reports, history),
+        "classes": classes_section(state, &reports, history),
     })
 }
 
@@ -117,7 +127,7 @@ fn summary(reports: &[LimitReport]) -> Value {
     json!({ "full": full, "above_80_percent": hot, "decreasing": decreasing, "in_debt": in_debt })
 }
 
-fn backend_section(state: &AppState, health: Option<String>, limits: usize) -> Value {
+fn backend_section(state: &AppState, health: Option<String>, limits: usize, servers: Value) -> Value {
     let backend = state.backend();
     let kind = if backend.keeps_definitions() {
         "tigerbeetle"
@@ -142,6 +152,7 @@ fn backend_section(state: &AppState, health: Option<String>, limits: usize) -> V
         "error": health,
         "limits": limits,
         "definitions_kept_by": if backend.keeps_definitions() { "cluster" } else { "registry file" },
+        "servers": servers,
         "metrics": metrics,
     })
 }
@@ -263,7 +274,14 @@ fn tenant_of(key: &str) -> Option<&str> {
     rest.split(':').next().filter(|name| !name.is_empty())
 }
 
-fn tenants_section(reports: &[LimitReport], history: &History) -> Value {
+fn tenants_section(state: &AppState, reports: &[LimitReport], history: &History) -> Value {
+    let class_of: BTreeMap<String, String> = (state
+        .gateway()
+        .map(|g| g.class_status())
+        .unwrap_or_default()
+        .into_iter())
+    .flat_map(|c| c.tenants.into_iter().map(move |t| (t, c.name.clone())))
+    .collect();
     let minute = history.gateway_span(MINUTE_SECONDS).map(|(old, new)| {
         let growth = growth_by(&old, &new, |_, t| t.to_owned());
         (growth, old, new)
@@ -302,10 +320,153 @@ fn tenants_section(reports: &[LimitReport], history: &History) -> Value {
                 }
                 None => (None, None),
             };
-            json!({ "name": name, "budget": budget.map(budget_json), "calls_per_min": calls, "tokens_per_min": tokens })
+            json!({
+                "name": name,
+                "class": class_of.get(name),
+                "budget": budget.map(budget_json),
+                "calls_per_min": calls,
+                "tokens_per_min": tokens,
+            })
         })
         .collect();
     json!({ "total": total, "rows": rows })
+}
+
+/// The growth of the (model, class) totals between two samples.
+fn class_growth(older: &GatewaySample, newer: &GatewaySample) -> BTreeMap<(String, String), ClassTotals> {
+    let mut out = BTreeMap::new();
+    for (model, class, now) in &newer.classes {
+        let was = (older.classes.iter())
+            .find(|(m, c, _)| m == model && c == class)
+            .map(|(_, _, t)| t);
+        let grown = match was {
+            Some(was) => ClassTotals {
+                admitted: now.admitted.saturating_sub(was.admitted),
+                denied: now.denied.saturating_sub(was.denied),
+                queued: now.queued.saturating_sub(was.queued),
+                queue_wait: histogram_delta(&was.queue_wait, &now.queue_wait),
+            },
+            None => *now,
+        };
+        out.insert((model.clone(), class.clone()), grown);
+    }
+    out
+}
+
+/// The rates of one (model, class) pair or of a class's sum over models.
+fn class_rates(
+    short: Option<&ClassTotals>,
+    minute: Option<&ClassTotals>,
+    spans: &(GatewaySample, GatewaySample, GatewaySample, GatewaySample),
+) -> Value {
+    let (old5, new5, _, _) = spans;
+    let zero = |t: Option<&ClassTotals>, f: fn(&ClassTotals) -> u64| t.map_or(0, f);
+    json!({
+        "admitted_per_s": rate(zero(short, |t| t.admitted), old5, new5, 1_000.0),
+        "denied_per_s": rate(zero(short, |t| t.denied), old5, new5, 1_000.0),
+        "queued_per_s": rate(zero(short, |t| t.queued), old5, new5, 1_000.0),
+        "admitted_last_min": zero(minute, |t| t.admitted),
+        "wait_p99_ms": minute.and_then(|t| p99_ms(&t.queue_wait)),
+    })
+}
+
+/// Adds `b` into `a`: a class's sum over its models.
+fn add_totals(a: &mut ClassTotals, b: &ClassTotals) {
+    a.admitted += b.admitted;
+    a.denied += b.denied;
+    a.queued += b.queued;
+    for (x, y) in a.queue_wait.cumulative.iter_mut().zip(&b.queue_wait.cumulative) {
+        *x += y;
+    }
+    a.queue_wait.count += b.queue_wait.count;
+    a.queue_wait.sum_micros += b.queue_wait.sum_micros;
+}
+
+fn merge(row: &mut Value, extra: Value) {
+    if let (Value::Object(row), Value::Object(extra)) = (row, extra) {
+        row.extend(extra);
+    }
+}
+
+/// The classes panel: each class as configured, its tenants, its rates per
+/// model and in all, what waits in it, and the use of its ceiling keys.
+fn classes_section(state: &AppState, reports: &[LimitReport], history: &History) -> Value {
+    let Some(gateway) = state.gateway() else {
+        return Value::Null;
+    };
+    let spans = match (
+        history.gateway_span(RATE_WINDOW_SECONDS),
+        history.gateway_span(MINUTE_SECONDS),
+    ) {
+        (Some((a, b)), Some((c, d))) => Some((a, b, c, d)),
+        _ => None,
+    };
+    let growth = spans
+        .as_ref()
+        .map(|(a, b, c, d)| (class_growth(a, b), class_growth(c, d)));
+    let admissions = history.class_admissions();
+    let classes: Vec<Value> = (gateway.class_status().into_iter())
+        .map(|class| {
+            let (mut sum_short, mut sum_minute) = (ClassTotals::default(), ClassTotals::default());
+            let models: Vec<Value> = (class.queue_len.iter())
+                .map(|(model, queue_len)| {
+                    let pair = (model.clone(), class.name.clone());
+                    let mut row = json!({ "model": model, "queue_len": queue_len });
+                    if let (Some(spans), Some((short, minute))) = (&spans, &growth) {
+                        let (s, m) = (short.get(&pair), minute.get(&pair));
+                        s.inspect(|s| add_totals(&mut sum_short, s));
+                        m.inspect(|m| add_totals(&mut sum_minute, m));
+                        merge(&mut row, class_rates(s, m, spans));
+                    }
+                    row
+                })
+                .collect();
+            let (ceilings, ceilings_total) = ceilings_json(&class.name, reports, history);
+            let mut row = json!({
+                "name": class.name,
+                "share": class.share,
+                "headroom_ppm": class.headroom_ppm,
+                "ceiling_ppm": class.ceiling_ppm,
+                "tenants": class.tenants,
+                "queue_len": class.queue_len.iter().map(|(_, n)| n).sum::<usize>(),
+                "models": models,
+                "ceilings": ceilings,
+                "ceilings_total": ceilings_total,
+                "admitted_history": admissions.get(&class.name).cloned().unwrap_or_default(),
+            });
+            if let Some(spans) = &spans {
+                merge(&mut row, class_rates(Some(&sum_short), Some(&sum_minute), spans));
+            }
+            row
+        })
+        .collect();
+    json!({ "classes": classes })
+}
+
+/// The ceiling keys of class `name` (`class:<name>:<model key>`), fullest first,
+/// at most [`CEILINGS_SHOWN_MAX`], with their use and history; and how many it has.
+fn ceilings_json(name: &str, reports: &[LimitReport], history: &History) -> (Vec<Value>, usize) {
+    let prefix = format!("class:{name}:");
+    let mut ceilings: Vec<&LimitReport> = (reports.iter())
+        .filter(|r| r.state.definition().key().as_str().starts_with(&prefix))
+        .collect();
+    let total = ceilings.len();
+    ceilings.sort_by_key(|r| std::cmp::Reverse(basis_points(r)));
+    ceilings.truncate(CEILINGS_SHOWN_MAX);
+    let rows = (ceilings.into_iter())
+        .map(|r| {
+            let definition = r.state.definition();
+            json!({
+                "key": definition.key().as_str(),
+                "unit": definition.unit(),
+                "capacity": definition.capacity(),
+                "in_use": r.in_use,
+                "utilization_bp": basis_points(r),
+                "history": history.limit(definition.key()),
+            })
+        })
+        .collect();
+    (rows, total)
 }
 
 fn budget_json(report: &LimitReport) -> Value {
@@ -381,11 +542,13 @@ mod tests {
             at_unix_ms: 0,
             calls: vec![pair("gpt", "a", 10)],
             queue_waits: Vec::new(),
+            classes: Vec::new(),
         };
         let newer = GatewaySample {
             at_unix_ms: 2_000,
             calls: vec![pair("gpt", "a", 14), pair("gpt", "b", 2)],
             queue_waits: Vec::new(),
+            classes: Vec::new(),
         };
         let by_model = growth_by(&older, &newer, |m, _| m.to_owned());
         assert_eq!(by_model["gpt"].admitted, 6);

@@ -277,6 +277,97 @@ async fn limits_show_usage_release_history_and_sort_and_page_on_the_server() {
     assert!(bad.json()["error"].as_str().unwrap().contains("count"), "{}", bad.text);
 }
 
+/// The classes panel's data: each class as configured with its tenants, its
+/// calls per second per model and in all, its wait p99, and its ceiling keys' use.
+#[tokio::test]
+async fn the_classes_are_shown_with_their_tenants_rates_and_ceilings() {
+    std::env::set_var("CONSOLE_TEST_BATCH_KEY", "batch-tenant-key-0123456789abcdef");
+    let yaml = gateway_yaml().replace(
+        "  tenants:\n    - {name: acme, api_key_env: CONSOLE_TEST_TENANT_KEY, daily_tokens: 5000}\n",
+        "  classes:\n    - {name: interactive, share: 4, headroom: 0.2}\n    - {name: batch, share: 1}\n  tenants:\n    - {name: acme, api_key_env: CONSOLE_TEST_TENANT_KEY, daily_tokens: 5000, class: interactive}\n    - {name: etl, api_key_env: CONSOLE_TEST_BATCH_KEY}\n",
+    );
+    assert!(yaml.contains("classes:"), "the configuration has classes");
+    let h = harness("console-classes", &yaml);
+    let gateway = h.state.gateway().unwrap().clone();
+    // The server defines the gateway's limits and their ceilings at startup; here, by hand.
+    for definition in gateway.definitions() {
+        h.state.admin().define(definition.clone()).await.unwrap();
+        for ceiling in gateway.ceilings_over(definition).unwrap() {
+            h.state.admin().define(ceiling).await.unwrap();
+        }
+    }
+    let ceiling = "class:batch:global:llm:openai:gpt-4o-mini:rpm";
+    h.reserve(ceiling, 20).await;
+    let metrics = h.state.gateway_metrics().unwrap();
+    let batch = metrics.classes.pair("gpt-4o-mini", "batch");
+    let sample = |at_unix_ms| ratelimiterd::ui_history::GatewaySample {
+        at_unix_ms,
+        calls: metrics.call_totals(),
+        queue_waits: Vec::new(),
+        classes: metrics.classes.totals(),
+    };
+    let history = h.state.console().history();
+    history.record_gateway(sample(START_UNIX_MS));
+    batch.admitted.fetch_add(10, std::sync::atomic::Ordering::Relaxed);
+    batch.denied.fetch_add(5, std::sync::atomic::Ordering::Relaxed);
+    batch.queued.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+    batch.queue_wait.observe(std::time::Duration::from_millis(40));
+    batch.queue_wait.observe(std::time::Duration::from_millis(40));
+    history.record_gateway(sample(START_UNIX_MS + 5_000));
+    history.record_limits(&h.state.backend().limit_reports().await.unwrap(), START_UNIX_MS + 5_000);
+
+    let state = h
+        .send(Method::GET, "/ui/api/state", None, Some(ADMIN_TOKEN))
+        .await
+        .json();
+    let classes = state["classes"]["classes"].as_array().unwrap();
+    let names: Vec<&str> = classes.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["interactive", "batch"], "highest first");
+    let (interactive, batch) = (&classes[0], &classes[1]);
+    assert_eq!(
+        (
+            interactive["share"].as_u64(),
+            interactive["headroom_ppm"].as_u64(),
+            interactive["ceiling_ppm"].as_u64()
+        ),
+        (Some(4), Some(200_000), Some(1_000_000))
+    );
+    assert_eq!(interactive["tenants"], json!(["acme"]));
+    assert_eq!(interactive["ceilings"], json!([]), "the top class has no ceiling");
+    assert_eq!(batch["ceiling_ppm"], 800_000);
+    assert_eq!(
+        batch["tenants"],
+        json!(["etl"]),
+        "a tenant that names no class is in the lowest"
+    );
+    assert_eq!(batch["admitted_per_s"], 2.0, "10 calls in 5 s");
+    assert_eq!(batch["denied_per_s"], 1.0);
+    assert_eq!(batch["queued_per_s"], 0.4);
+    assert_eq!(batch["admitted_history"], json!([10]), "one second of admissions kept");
+    let wait = batch["wait_p99_ms"].as_f64().expect("two waits");
+    assert!((40.0..=100.0).contains(&wait), "the waits' p99 bucket bound: {wait}");
+    let mini = (batch["models"].as_array().unwrap().iter())
+        .find(|m| m["model"] == "gpt-4o-mini")
+        .unwrap();
+    assert_eq!(
+        (mini["admitted_per_s"].as_f64(), mini["queue_len"].as_u64()),
+        (Some(2.0), Some(0))
+    );
+    let top = &batch["ceilings"][0];
+    assert_eq!(top["key"], ceiling, "the fullest ceiling first");
+    assert_eq!((top["capacity"].as_u64(), top["in_use"].as_u64()), (Some(80), Some(20)));
+    assert_eq!(top["utilization_bp"], 2_500);
+    assert_eq!(top["history"], json!([2_500]));
+    assert_eq!(
+        batch["ceilings_total"].as_u64(),
+        Some(3),
+        "rpm and tpm of gpt-4o-mini, rpm of gpt-4o"
+    );
+    let tenants = state["tenants"]["rows"].as_array().unwrap();
+    let acme = tenants.iter().find(|t| t["name"] == "acme").unwrap();
+    assert_eq!(acme["class"], "interactive");
+}
+
 fn gateway_yaml() -> String {
     std::env::set_var("CONSOLE_TEST_TENANT_KEY", TENANT_KEY);
     std::env::set_var("CONSOLE_TEST_UPSTREAM_KEY", UPSTREAM_KEY);
@@ -324,6 +415,7 @@ async fn the_gateway_and_tenants_are_shown_without_key_material() {
         at_unix_ms,
         calls: metrics.call_totals(),
         queue_waits: Vec::new(),
+        classes: metrics.classes.totals(),
     };
     h.state.console().history().record_gateway(sample(START_UNIX_MS));
     counters.admitted.fetch_add(10, std::sync::atomic::Ordering::Relaxed);
@@ -363,7 +455,7 @@ async fn the_gateway_and_tenants_are_shown_without_key_material() {
 }
 
 /// On TigerBeetle the console reads the cluster: its kind and health, the fleet's
-/// definitions with their usage; the next release is not known there (null).
+/// definitions with their usage, the time to a key's next release.
 #[cfg(feature = "tigerbeetle")]
 #[test]
 fn on_tigerbeetle_the_console_reads_the_cluster() {
@@ -403,5 +495,8 @@ fn on_tigerbeetle_the_console_reads_the_cluster() {
         (fleet["in_use"].as_u64(), fleet["utilization_bp"].as_u64()),
         (Some(4), Some(4_000))
     );
-    assert_eq!(fleet["next_release_ms"], Value::Null);
+    // The next release is read from the cluster's pending transfers: the hold's end,
+    // a 60 s window (and no margin beyond the whole second).
+    let next = fleet["next_release_ms"].as_u64().expect("a hold's end on TigerBeetle");
+    assert!((55_000..=61_000).contains(&next), "next release {next} ms");
 }

@@ -648,3 +648,86 @@ async fn a_soak_across_servers_with_one_killed_never_over_admits() {
         assert_eq!(in_use, 0, "every slot released, on {}", server.url());
     }
 }
+
+/// `server`'s view of the fleet's servers (`GET /v1/admin/servers`): per
+/// address, (starts, records written).
+fn servers_seen(server: &Daemon) -> std::collections::HashMap<String, (u64, u64)> {
+    let answer = raw::request(server.addr, "GET", "/v1/admin/servers", Some(ADMIN_TOKEN), b"");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let body = answer.value();
+    (body["servers"].as_array().expect("a list on TigerBeetle").iter())
+        .map(|s| {
+            let count = |field: &str| s[field].as_u64().unwrap();
+            (
+                s["address"].as_str().unwrap().to_owned(),
+                (count("starts"), count("records_written")),
+            )
+        })
+        .collect()
+}
+
+/// Each server names itself in the cluster when it starts, and each definition
+/// record names its writer, on a ledger of its own: every server lists both,
+/// with the records each wrote, and the definitions still reach every server
+/// (a reader of the log never meets the writers' transfers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_server_lists_the_fleet_and_who_wrote_each_definition() {
+    let _serial = SERIAL.lock().await;
+    let (dir_a, dir_b) = (temp_dir("fleet-servers-a"), temp_dir("fleet-servers-b"));
+    let a = start(&dir_a, NO_DECREASES).await;
+    let b = start(&dir_b, NO_DECREASES).await;
+    let (addr_a, addr_b) = (a.addr.to_string(), b.addr.to_string());
+    wait_until("both servers announced, as b sees them", || {
+        let seen = servers_seen(&b);
+        let both = seen.contains_key(&addr_a) && seen.contains_key(&addr_b);
+        async move { both }
+    })
+    .await;
+    let before = servers_seen(&b);
+    let prefix = LeaseId::generate().to_string();
+    let keys: Vec<LimitKey> = (0..3).map(|i| unique_key(&prefix, &format!("k{i}"))).collect();
+    a.client(ADMIN_TOKEN)
+        .put_limit(&rolling(&keys[0], 10, 60))
+        .await
+        .unwrap();
+    a.client(ADMIN_TOKEN)
+        .put_limit(&rolling(&keys[1], 10, 60))
+        .await
+        .unwrap();
+    b.client(ADMIN_TOKEN)
+        .put_limit(&rolling(&keys[2], 10, 60))
+        .await
+        .unwrap();
+    for (server, name) in [(&a, "a"), (&b, "b")] {
+        wait_until(&format!("{name} counts a's two records and b's one"), || {
+            let seen = servers_seen(server);
+            let grew = |addr: &str, by: u64| seen.get(addr).map(|s| s.1) == Some(before[addr].1 + by);
+            let counted = grew(&addr_a, 2) && grew(&addr_b, 1);
+            async move { counted }
+        })
+        .await;
+    }
+    // The definitions themselves reach the other server, with no record skipped.
+    for key in &keys {
+        assert_eq!(report(&a, key).await.state.definition().capacity(), 10);
+        assert_eq!(report(&b, key).await.state.definition().capacity(), 10);
+    }
+    assert_eq!(metric(&a, "ratelimiterd_tigerbeetle_definitions_malformed_total"), 0.0);
+    assert_eq!(metric(&b, "ratelimiterd_tigerbeetle_definitions_malformed_total"), 0.0);
+    // The console's backend section lists the same servers, named and timed.
+    let state = raw::request(a.addr, "GET", "/ui/api/state", Some(ADMIN_TOKEN), b"").value();
+    let servers = state["backend"]["servers"]
+        .as_array()
+        .expect("the servers in the console");
+    let listed = |addr: &str| servers.iter().find(|s| s["address"] == addr).cloned().unwrap();
+    for addr in [&addr_a, &addr_b] {
+        let server = listed(addr);
+        assert!(!server["name"].as_str().unwrap().is_empty(), "{server}");
+        assert!(server["starts"].as_u64().unwrap() >= 1, "{server}");
+        let (first, last) = (
+            server["first_seen_unix_ms"].as_u64().unwrap(),
+            server["last_seen_unix_ms"].as_u64().unwrap(),
+        );
+        assert!(first > 0 && first <= last, "{server}");
+    }
+}

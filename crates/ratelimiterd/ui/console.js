@@ -18,6 +18,7 @@ const view = {
   filter: "",
   modelSort: { key: "name", order: "asc" },
   tenantSort: { key: "budget", order: "desc" },
+  classSort: { key: "order", order: "asc" },
   paused: false,
   timer: null,
   tokenRequired: false,
@@ -91,7 +92,8 @@ function bar(bp) {
   return el("span", {}, el("span", { class: "bar" }, fill), el("span", { class: "bar-label", text: percent(bp) }));
 }
 
-function sparkline(history, slots) {
+// `full`: draw the dashed line of a full limit (utilization); off for counts.
+function sparkline(history, slots, full = true) {
   const svg = document.createElementNS(SVG_NS, "svg");
   svg.setAttribute("class", "sparkline");
   svg.setAttribute("width", SPARK_W);
@@ -113,13 +115,15 @@ function sparkline(history, slots) {
   const shift = Math.max(0, slots - values.length);
   const step = SPARK_W / Math.max(1, Math.max(slots, values.length) - 1);
   const y = (v) => (SPARK_H - 2 - (v / top) * (SPARK_H - 4)).toFixed(1);
-  const full = document.createElementNS(SVG_NS, "line");
-  full.setAttribute("class", "full");
-  full.setAttribute("x1", 0);
-  full.setAttribute("x2", SPARK_W);
-  full.setAttribute("y1", y(10000));
-  full.setAttribute("y2", y(10000));
-  svg.append(full);
+  if (full) {
+    const line = document.createElementNS(SVG_NS, "line");
+    line.setAttribute("class", "full");
+    line.setAttribute("x1", 0);
+    line.setAttribute("x2", SPARK_W);
+    line.setAttribute("y1", y(10000));
+    line.setAttribute("y2", y(10000));
+    svg.append(line);
+  }
   // One path per run of known samples: a gap is a gap, not a straight line.
   let line = "";
   let area = "";
@@ -265,6 +269,7 @@ function render(data) {
   renderLimits(data.limits, data.sample_interval_ms);
   renderModels(data.gateway);
   renderTenants(data.tenants);
+  renderClasses(data.classes);
   renderBackend(data.backend);
 }
 
@@ -423,13 +428,87 @@ function renderTenants(tenants) {
         el("span", { class: "muted small", text: ` ${compact(t.budget.used)} / ${compact(t.budget.capacity)}` }))
       : el("span", { class: "muted", text: "no daily budget" });
     return el("tr", { "data-tenant": t.name },
-      el("td", { class: "key", text: t.name }),
+      el("td", { class: "key", title: t.class ? "class " + t.class : null }, t.name,
+        t.class ? el("span", { class: "muted class", text: " · " + t.class }) : null),
       el("td", { class: "util" }, budget),
       el("td", { class: "num", text: t.budget ? compact(t.budget.remaining) : "—" }),
       el("td", { class: "num", text: rate(t.calls_per_min) }),
       el("td", { class: "num", text: compact(t.tokens_per_min === null ? null : Math.round(t.tokens_per_min)) }));
   });
   table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 5, text: "No tenants." }))]));
+}
+
+function ppm(v) {
+  return (v / 10000).toFixed(v % 10000 === 0 ? 0 : 1) + "%";
+}
+
+// The fullest ceiling key of a class, or null for a class without ceilings (the top one).
+function fullestCeiling(c) {
+  return c.ceilings.length ? c.ceilings[0] : null;
+}
+
+function ceilingCell(c) {
+  const top = fullestCeiling(c);
+  if (!top) return el("span", { class: "muted", text: "no ceiling: may take it all" });
+  const more = c.ceilings_total > 1 ? ` (+${c.ceilings_total - 1})` : "";
+  return el("span", { title: c.ceilings.map((k) => `${k.key}: ${num(k.in_use)} of ${num(k.capacity)} ${k.unit}`).join("\n") },
+    bar(top.utilization_bp), el("span", { class: "muted small", text: more }));
+}
+
+// Admissions per second, scaled so the busiest second of the minute reaches the top.
+function admittedSpark(series) {
+  const peak = Math.max(1, ...series);
+  const svg = sparkline(series.map((v) => Math.round((v / peak) * 10000)), 60, false);
+  svg.setAttribute("aria-label", `peak ${peak} a second`);
+  return el("span", { title: `calls admitted each second, last minute; peak ${peak}/s` }, svg);
+}
+
+function renderClasses(classes) {
+  const table = $("classes");
+  const panel = $("classes-panel");
+  if (!classes) {
+    $("classes-note").textContent = "No gateway runs on this server.";
+    table.tBodies[0].replaceChildren();
+    panel.classList.add("idle");
+    return;
+  }
+  panel.classList.remove("idle");
+  $("classes-note").textContent = `${classes.classes.length} classes, highest first`;
+  markSorted(table, view.classSort.key, view.classSort.order);
+  const order = new Map(classes.classes.map((c, i) => [c.name, i]));
+  const valueOf = (c, k) => {
+    if (k === "order") return order.get(c.name);
+    if (k === "tenants") return c.tenants.length;
+    if (k === "ceiling") return fullestCeiling(c) ? fullestCeiling(c).utilization_bp : null;
+    return c[k];
+  };
+  const rows = [];
+  for (const c of sortRows(classes.classes, view.classSort, valueOf)) {
+    const tenants = c.tenants.length ? c.tenants.join(", ") : "—";
+    rows.push(el("tr", { "data-class": c.name },
+      el("td", { class: "key", text: c.name }),
+      el("td", { class: "num", text: num(c.share) }),
+      el("td", { class: "num", text: `${ppm(c.headroom_ppm)} / ${ppm(c.ceiling_ppm)}` }),
+      el("td", { class: "tenants", title: tenants, text: tenants }),
+      el("td", { class: "num admitted", text: rate(c.admitted_per_s) }),
+      el("td", { class: "num denied", text: rate(c.denied_per_s) }),
+      el("td", { class: "num", text: rate(c.queued_per_s) }),
+      el("td", { class: "num", text: num(c.queue_len) }),
+      el("td", { class: "num", text: c.wait_p99_ms === null || c.wait_p99_ms === undefined ? "—" : duration(c.wait_p99_ms) }),
+      el("td", { class: "util" }, ceilingCell(c)),
+      el("td", { class: "spark" }, admittedSpark(c.admitted_history || []))));
+    for (const m of c.models) {
+      rows.push(el("tr", { class: "sub", "data-class-model": `${c.name}/${m.model}` },
+        el("td", { text: "↳ " + m.model }), el("td"), el("td"), el("td"),
+        el("td", { class: "num admitted", text: rate(m.admitted_per_s) }),
+        el("td", { class: "num denied", text: rate(m.denied_per_s) }),
+        el("td", { class: "num", text: rate(m.queued_per_s) }),
+        el("td", { class: "num", text: num(m.queue_len) }),
+        el("td", { class: "num", text: m.wait_p99_ms === null || m.wait_p99_ms === undefined ? "—" : duration(m.wait_p99_ms) }),
+        el("td", { class: "muted small", colspan: 2, text: `${num(m.admitted_last_min)} admitted last min` })));
+    }
+  }
+  table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 11, text: "No classes." }))]));
 }
 
 function renderBackend(b) {
@@ -449,6 +528,30 @@ function renderBackend(b) {
     return el("div", { class: "metric", title: m.help }, el("span", { class: "name", text: m.name }), el("span", { class: "v", text: v }));
   });
   $("backend-metrics").replaceChildren(...items);
+  renderServers(b.servers);
+}
+
+// The servers the cluster saw (TigerBeetle only): null on the memory backend.
+function renderServers(servers) {
+  const wrap = $("servers-wrap");
+  wrap.hidden = servers === null || servers === undefined;
+  if (wrap.hidden) return;
+  if (!Array.isArray(servers)) {
+    $("servers-note").textContent = "unavailable: " + (servers.error || "");
+    $("servers").tBodies[0].replaceChildren();
+    return;
+  }
+  $("servers-note").textContent = `${servers.length} seen by the cluster`;
+  const ago = (ms) => (ms ? duration(Math.max(0, Date.now() - ms)) + " ago" : "—");
+  const rows = servers.map((s) => el("tr", { "data-server": s.address },
+    el("td", { class: "key", text: s.name || "(not announced)" }),
+    el("td", { class: "key", text: s.address || "—" }),
+    el("td", { text: s.version || "—" }),
+    el("td", { class: "num", title: new Date(s.first_seen_unix_ms).toISOString(), text: ago(s.first_seen_unix_ms) }),
+    el("td", { class: "num", title: new Date(s.last_seen_unix_ms).toISOString(), text: ago(s.last_seen_unix_ms) }),
+    el("td", { class: "num", text: num(s.starts) }),
+    el("td", { class: "num records", text: num(s.records_written) })));
+  $("servers").tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 7, text: "No server has announced itself yet." }))]));
 }
 
 // ---------- editing a capacity ----------
@@ -572,7 +675,7 @@ function wire() {
     for (const th of $(tableId).querySelectorAll("th[data-sort]")) {
       th.addEventListener("click", () => {
         const key = th.dataset.sort;
-        sort.order = sort.key === key ? (sort.order === "asc" ? "desc" : "asc") : key === "name" ? "asc" : "desc";
+        sort.order = sort.key === key ? (sort.order === "asc" ? "desc" : "asc") : ["name", "order", "class"].includes(key) ? "asc" : "desc";
         sort.key = key;
         if (view.last) render(view.last);
       });
@@ -580,6 +683,7 @@ function wire() {
   };
   local("models", view.modelSort);
   local("tenants", view.tenantSort);
+  local("classes", view.classSort);
   $("edit-form").addEventListener("submit", applyEdit);
   $("edit-cancel").addEventListener("click", () => $("edit").close());
 }

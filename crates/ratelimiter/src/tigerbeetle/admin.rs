@@ -73,6 +73,11 @@ impl Balance {
         self.net() + self.taken
     }
 
+    /// Units held by pending reservations (rolling and concurrency holds).
+    pub(super) fn pending(&self) -> u128 {
+        self.debits_pending
+    }
+
     /// What a new reservation or a defund could take now: for a bucket, its level.
     pub(super) fn available(&self) -> u128 {
         self.net().saturating_sub(self.debits_pending)

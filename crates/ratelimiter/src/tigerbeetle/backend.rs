@@ -110,6 +110,13 @@ pub struct TigerBeetleBackend {
     pub(super) overage_dropped_units: AtomicU64,
     /// Overage of `overage: debt` limits recorded as debt (a metric).
     pub(super) overage_debt_units: AtomicU64,
+    /// Who this server is, once the embedding server said (docs/tigerbeetle-backend.md,
+    /// "Servers of the fleet"); its definition records then name it.
+    pub(super) identity: std::sync::OnceLock<(super::server_log::ServerIdentity, u64)>,
+    /// Whether this server's announce is written, or when to try again.
+    pub(super) announce: std::sync::Mutex<super::server_log::AnnounceProgress>,
+    /// The fleet's servers as read from the cluster, with the read's cursor.
+    pub(super) servers: tokio::sync::Mutex<super::server_log::ServerView>,
 }
 
 impl std::fmt::Debug for TigerBeetleBackend {
@@ -172,6 +179,9 @@ impl TigerBeetleBackend {
             admin: tokio::sync::Mutex::new(()),
             overage_dropped_units: AtomicU64::new(0),
             overage_debt_units: AtomicU64::new(0),
+            identity: std::sync::OnceLock::new(),
+            announce: std::sync::Mutex::new(Default::default()),
+            servers: tokio::sync::Mutex::new(super::server_log::ServerView::default()),
         })
     }
 
@@ -281,6 +291,22 @@ impl Backend for TigerBeetleBackend {
 
     async fn apply_pending_decreases(&self) -> Result<Vec<LimitState>, LimiterError> {
         self.apply_decreases().await
+    }
+
+    async fn next_release_ms(&self, key: &LimitKey) -> Result<Option<u64>, LimiterError> {
+        self.next_release_from_cluster(key).await
+    }
+
+    fn name_server(&self, name: &str, address: &str) -> Result<(), LimiterError> {
+        self.set_identity(super::server_log::ServerIdentity {
+            name: name.to_owned(),
+            address: address.to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        })
+    }
+
+    async fn fleet_servers(&self) -> Result<Option<Vec<crate::FleetServer>>, LimiterError> {
+        self.read_servers().await.map(Some)
     }
 
     async fn health(&self) -> Result<(), LimiterError> {

@@ -112,6 +112,7 @@ impl TigerBeetleBackend {
                 if let Err(e) = backend.refresh_definitions().await {
                     tracing::warn!(error = %e, "reading the definitions failed; will retry");
                 }
+                backend.announce_if_due().await;
                 let moved = backend.log_moved.swap(false, Ordering::AcqRel);
                 pause_ms = next_refresh_pause_ms(pause_ms, moved);
             }
@@ -134,11 +135,20 @@ impl TigerBeetleBackend {
             // A claim refused for a missing account would burn its id for
             // ever (a cluster written by an older version has no claim
             // accounts): they are created first, once per process.
-            self.create_accounts_checked(definition_log::log_accounts(), "definition log")
-                .await?;
+            let mut accounts = definition_log::log_accounts();
+            accounts.extend(super::server_log::server_accounts());
+            self.create_accounts_checked(accounts, "definition log").await?;
             self.log_accounts_ready.store(true, Ordering::Release);
         }
-        let chain = definition_log::encode_claimed(state, kind, previous_version, moves);
+        let mut chain = definition_log::encode_claimed(state, kind, previous_version, moves);
+        if let Some(identity) = self.identity.get() {
+            // The writer's name, linked just before the record, on a ledger readers of the log never read.
+            let header = (chain.iter())
+                .position(|t| t.ledger() == LEDGER_DEFINITIONS)
+                .expect("a chain holds its record");
+            let author = super::server_log::author(chain[header].id(), identity.0.id());
+            chain.insert(header, author);
+        }
         let slot = self.admin_slot().await?;
         let failures = self
             .pool

@@ -15,6 +15,10 @@
 //!   "Clocks").
 //! - `buckets`: token-bucket limits as accounts and refill transfers
 //!   (docs/tigerbeetle-backend.md, "Buckets").
+//! - `next_release`: the time until a key next gets a held unit back, read
+//!   from its pending transfers and refills (docs/tigerbeetle-backend.md, "Next release").
+//! - [`server_log`]: the fleet's servers as the cluster saw them (announces at
+//!   start, the writer of each definition record).
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.
 
 #[cfg(feature = "tigerbeetle")]
@@ -39,6 +43,8 @@ mod lease_lookup;
 #[cfg(feature = "tigerbeetle")]
 pub mod pool;
 #[cfg(feature = "tigerbeetle")]
+pub mod server_log;
+#[cfg(feature = "tigerbeetle")]
 pub mod submitter;
 
 #[cfg(feature = "tigerbeetle")]
@@ -49,6 +55,8 @@ mod buckets;
 mod complete;
 #[cfg(feature = "tigerbeetle")]
 mod counters;
+#[cfg(feature = "tigerbeetle")]
+mod next_release;
 #[cfg(feature = "tigerbeetle")]
 mod reserve;
 
@@ -68,3 +76,7 @@ pub use counters::TigerBeetleCounters;
 pub use definitions::DEFINITIONS_REFRESH_INTERVAL_MS;
 #[cfg(feature = "tigerbeetle")]
 pub use harness::LocalCluster;
+#[cfg(feature = "tigerbeetle")]
+pub use next_release::{NEXT_RELEASE_PAGES_MAX, NEXT_RELEASE_PAGE_TRANSFERS};
+#[cfg(feature = "tigerbeetle")]
+pub use server_log::ServerIdentity;
