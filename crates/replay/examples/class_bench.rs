@@ -378,11 +378,61 @@ struct Figures {
     interactive_served: usize,
     /// Interactive latency: p50, p99, max, in µs.
     interactive_us: (u64, u64, u64),
+    /// The simulator's charged tokens with both tenants, less interactive's served ones.
     batch_tokens: u64,
+    /// The simulator's charged tokens with both tenants.
     both_tokens: u64,
     provider_429: u64,
     /// The gateway's per-class figures: (class, queued, queue wait p99 bound ms).
     classes: Vec<(String, u64, u64)>,
+}
+
+/// The two tenants' offers: batch at `BATCH_OFFER` limits a minute, interactive
+/// at `INTERACTIVE_OFFER` of one.
+fn offers() -> (Offer, Offer) {
+    let per_second = |offer: f64, call: (u64, u64)| offer * TPM as f64 / (call.0 + call.1) as f64 / 60.0;
+    let batch = Offer {
+        key: BATCH_KEY,
+        call: BATCH_CALL,
+        rate: per_second(BATCH_OFFER, BATCH_CALL),
+    };
+    let interactive = Offer {
+        key: INTERACTIVE_KEY,
+        call: INTERACTIVE_CALL,
+        rate: per_second(INTERACTIVE_OFFER, INTERACTIVE_CALL),
+    };
+    (batch, interactive)
+}
+
+/// The gateway's per-class figures over the fleet: (class, calls queued, the
+/// largest queue wait p99 bound in ms).
+async fn gateway_classes(client: &HttpClient, fleet: &[Server]) -> Vec<(String, u64, u64)> {
+    let mut classes: Vec<(String, u64, u64)> = Vec::new();
+    for server in fleet {
+        let reports = get_json(client, format!("http://{}/v1/admin/gateway/classes", server.api)).await;
+        for report in reports.as_array().into_iter().flatten() {
+            let name = report["class"].as_str().unwrap_or("?").to_owned();
+            let queued = report["queued"].as_u64().unwrap_or(0);
+            let p99 = report["queue_wait_p99_ms"].as_u64().unwrap_or(0);
+            match classes.iter_mut().find(|entry| entry.0 == name) {
+                Some(entry) => {
+                    entry.1 += queued;
+                    entry.2 = entry.2.max(p99);
+                }
+                None => classes.push((name, queued, p99)),
+            }
+        }
+    }
+    classes
+}
+
+/// Answers by status.
+fn statuses(outcomes: &[Outcome]) -> std::collections::BTreeMap<u16, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for o in outcomes {
+        *counts.entry(o.status).or_default() += 1;
+    }
+    counts
 }
 
 /// One run: fresh simulator and servers, batch alone, then both tenants.
@@ -396,81 +446,54 @@ async fn run(options: &Options, backend: &str, headroom: Option<f64>) -> Figures
         .collect();
     let gateways: Vec<SocketAddr> = fleet.iter().map(|s| s.gateway).collect();
     let client = client();
-    let alone = WINDOW * options.alone_windows;
-    let both = WINDOW * options.both_windows;
+    let (alone, both) = (WINDOW * options.alone_windows, WINDOW * options.both_windows);
     let start = Instant::now() + Duration::from_millis(200);
-    let batch = Offer {
-        key: BATCH_KEY,
-        call: BATCH_CALL,
-        rate: BATCH_OFFER * TPM as f64 / (BATCH_CALL.0 + BATCH_CALL.1) as f64 / 60.0,
-    };
-    let interactive = Offer {
-        key: INTERACTIVE_KEY,
-        call: INTERACTIVE_CALL,
-        rate: INTERACTIVE_OFFER * TPM as f64 / (INTERACTIVE_CALL.0 + INTERACTIVE_CALL.1) as f64 / 60.0,
-    };
+    let (batch, interactive) = offers();
+    let seconds = (alone + both).as_secs_f64();
     let batch_load = tokio::spawn(open_loop(
         client.clone(),
         gateways.clone(),
         batch,
         start,
         Duration::ZERO,
-        (alone + both).as_secs_f64(),
+        seconds,
     ));
     let interactive_load = tokio::spawn(open_loop(
         client.clone(),
-        gateways.clone(),
+        gateways,
         interactive,
         start,
         alone,
         both.as_secs_f64(),
     ));
-    tokio::time::sleep_until((start + alone).into()).await;
-    let (alone_tokens, _) = sim_counts(&client, sim).await;
-    tokio::time::sleep_until((start + alone + both).into()).await;
-    let (end_tokens, _) = sim_counts(&client, sim).await;
+    // The simulator's charged tokens at every window's end: alone, then both.
+    let mut at_window_ends = Vec::new();
+    for window in 1..=options.alone_windows + options.both_windows {
+        tokio::time::sleep_until((start + WINDOW * window).into()).await;
+        at_window_ends.push(sim_counts(&client, sim).await.0);
+    }
+    let alone_tokens = at_window_ends[options.alone_windows as usize - 1];
+    let both_tokens = at_window_ends[at_window_ends.len() - 1] - alone_tokens;
+    let per_window: Vec<u64> = (0..at_window_ends.len())
+        .map(|i| at_window_ends[i] - if i == 0 { 0 } else { at_window_ends[i - 1] })
+        .collect();
     let batch_outcomes = batch_load.await.expect("the batch load");
     let interactive_outcomes = interactive_load.await.expect("the interactive load");
     let (_, provider_429) = sim_counts(&client, sim).await;
-    let mut classes = Vec::new();
-    for server in &fleet {
-        let reports = get_json(&client, format!("http://{}/v1/admin/gateway/classes", server.api)).await;
-        for report in reports.as_array().into_iter().flatten() {
-            let name = report["class"].as_str().unwrap_or("?").to_owned();
-            let queued = report["queued"].as_u64().unwrap_or(0);
-            let p99 = report["queue_wait_p99_ms"].as_u64().unwrap_or(0);
-            match classes
-                .iter_mut()
-                .find(|(n, _, _): &&mut (String, u64, u64)| *n == name)
-            {
-                Some(entry) => {
-                    entry.1 += queued;
-                    entry.2 = entry.2.max(p99);
-                }
-                None => classes.push((name, queued, p99)),
-            }
-        }
-    }
-    let allowed_fraction = 1.0 - headroom.unwrap_or(0.0);
-    let ceiling = (TPM as f64 * allowed_fraction).floor() as u64;
+    let classes = gateway_classes(&client, &fleet).await;
+    let ceiling = (TPM as f64 * (1.0 - headroom.unwrap_or(0.0))).floor() as u64;
     let mut latencies: Vec<u64> = (interactive_outcomes.iter())
         .filter(|o| o.status == 200)
         .map(|o| o.latency_us)
         .collect();
     latencies.sort_unstable();
-    let batch_tokens = (batch_outcomes.iter())
-        .filter(|o| o.status == 200 && o.scheduled >= alone)
+    let interactive_tokens: u64 = interactive_outcomes.iter().map(|o| o.tokens).sum();
+    let batch_scheduled_tokens: u64 = (batch_outcomes.iter())
+        .filter(|o| o.scheduled >= alone)
         .map(|o| o.tokens)
         .sum();
-    let statuses = |outcomes: &[Outcome]| {
-        let mut counts: std::collections::BTreeMap<u16, usize> = Default::default();
-        for o in outcomes {
-            *counts.entry(o.status).or_default() += 1;
-        }
-        counts
-    };
     println!(
-        "{label}: batch statuses {:?}, interactive statuses {:?}",
+        "{label}: batch statuses {:?}, interactive statuses {:?}; interactive served {interactive_tokens} tokens, batch calls scheduled with both served {batch_scheduled_tokens}; simulator charged per window {per_window:?}",
         statuses(&batch_outcomes),
         statuses(&interactive_outcomes)
     );
@@ -485,8 +508,8 @@ async fn run(options: &Options, backend: &str, headroom: Option<f64>) -> Figures
             percentile(&latencies, 0.99),
             latencies.last().copied().unwrap_or(0),
         ),
-        batch_tokens,
-        both_tokens: end_tokens - alone_tokens,
+        batch_tokens: both_tokens.saturating_sub(interactive_tokens),
+        both_tokens,
         provider_429,
         classes,
     }
@@ -496,7 +519,7 @@ fn report(options: &Options, f: &Figures) {
     let limit = TPM * u64::from(options.both_windows);
     let ms = |us: u64| us as f64 / 1_000.0;
     println!(
-        "{}: batch alone {} / {} tokens = {:.1} % of its ceiling; both: interactive {}/{} served ({:.1} %), latency p50 {:.1} ms p99 {:.1} ms max {:.1} ms; batch served {} tokens; simulator charged {} / {} = {:.1} % of the limit; provider 429s {}; gateway classes (class, queued, wait p99 bound ms) {:?}",
+        "{}: batch alone {} / {} tokens = {:.1} % of its ceiling; both: interactive {}/{} served ({:.1} %), latency p50 {:.1} ms p99 {:.1} ms max {:.1} ms; batch {} tokens (the simulator's, less interactive's); simulator charged {} / {} = {:.1} % of the limit; provider 429s {}; gateway classes (class, queued, wait p99 bound ms) {:?}",
         f.label,
         f.alone_tokens,
         f.alone_allowed,
