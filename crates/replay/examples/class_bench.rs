@@ -78,8 +78,10 @@ struct Options {
     memory: bool,
     alone_windows: u32,
     both_windows: u32,
-    /// Headroom settings of the interactive class; classes off runs first.
+    /// Headroom settings of the interactive class.
     headrooms: Vec<f64>,
+    /// Whether classes off runs first (`--off no`: the headrooms only).
+    off: bool,
 }
 
 fn parse_options() -> Options {
@@ -90,6 +92,7 @@ fn parse_options() -> Options {
         alone_windows: 2,
         both_windows: 2,
         headrooms: vec![0.21, 0.10],
+        off: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -103,6 +106,7 @@ fn parse_options() -> Options {
             "--bin-dir" => options.bin_dir = PathBuf::from(&value),
             "--tigerbeetle" => options.tigerbeetle = Some(value.clone()),
             "--memory" => options.memory = value != "off",
+            "--off" => options.off = value != "no",
             "--alone-windows" => options.alone_windows = count(),
             "--both-windows" => options.both_windows = count(),
             "--headrooms" => {
@@ -126,7 +130,7 @@ fn parse_options() -> Options {
 
 fn usage(problem: &str) -> ! {
     eprintln!("class_bench: {problem}");
-    eprintln!("usage: class_bench [--bin-dir DIR] [--tigerbeetle ADDRESSES] [--memory on|off] [--alone-windows N] [--both-windows N] [--headrooms 0.21,0.10]");
+    eprintln!("usage: class_bench [--bin-dir DIR] [--tigerbeetle ADDRESSES] [--memory on|off] [--alone-windows N] [--both-windows N] [--headrooms 0.21,0.10] [--off yes|no]");
     std::process::exit(2);
 }
 
@@ -549,7 +553,7 @@ async fn main() {
     if options.tigerbeetle.is_some() {
         backends.push("tb");
     }
-    let settings: Vec<Option<f64>> = std::iter::once(None)
+    let settings: Vec<Option<f64>> = (options.off.then_some(None).into_iter())
         .chain(options.headrooms.iter().copied().map(Some))
         .collect();
     let mut all = Vec::new();
