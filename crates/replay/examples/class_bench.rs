@@ -30,6 +30,8 @@
 //! cargo build --release -p ratelimiterd --features tigerbeetle --bin ratelimiterd -p replay --bin provider-sim --example class_bench
 //! TB_PORT=3741 TB_DATA=/tmp/classbench-tb scripts/tigerbeetle.sh start 1
 //! target/release/examples/class_bench --bin-dir target/release --tigerbeetle 127.0.0.1:3741
+//! # the defaults: 2 windows alone, 3 with both, classes off then headroom 0.21 and 0.10;
+//! # `--off no --headrooms 0.25,0.20`: other headrooms only
 //! ```
 
 use std::io::{BufRead, BufReader};
@@ -90,7 +92,7 @@ fn parse_options() -> Options {
         tigerbeetle: None,
         memory: true,
         alone_windows: 2,
-        both_windows: 2,
+        both_windows: 3,
         headrooms: vec![0.21, 0.10],
         off: true,
     };
