@@ -265,6 +265,9 @@ impl Ledger {
         settled: [u64; METERS_MAX],
         busy_ms: u64,
     ) -> Verdict {
+        // Handlers read the clock before the lock: an admission is stamped no
+        // earlier than the last, so the log stays in time order.
+        let now_ms = self.now(now_ms);
         for (i, (_, meter)) in self.meters.iter().enumerate() {
             if held[i] > meter.quota() {
                 self.counts.too_large += 1;
@@ -651,6 +654,14 @@ mod tests {
         }
         let admissions: Vec<u64> = ledger.admissions().iter().map(|a| a.at_unix_ms).collect();
         assert!(admissions.windows(2).all(|w| w[0] <= w[1]));
+        // Admitted out of order too: the log, which the report reads by binary
+        // search, stays in time order.
+        let mut ledger = Ledger::with_profile(limits, SimProfile::with_defaults(ProfileName::Openai, &limits), 0);
+        for at in [2_000, 1_999] {
+            admitted(ledger.admit_call(at, &shape(10, 10, 1), 0));
+        }
+        let admissions: Vec<u64> = ledger.admissions().iter().map(|a| a.at_unix_ms).collect();
+        assert_eq!(admissions, [2_000, 2_000]);
     }
 
     fn admitted_all(ledger: &mut Ledger, n: u64, now_ms: u64) {
