@@ -34,10 +34,12 @@
 //! # `--off no --headrooms 0.25,0.20`: other headrooms only
 //! ```
 
+mod bench_support;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full};
@@ -47,8 +49,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-/// Longest wait for a process to listen.
-const STARTUP_WAIT_MAX: Duration = Duration::from_secs(30);
+use bench_support::{free_port, wait_listening, Process};
+
 /// The providers' window: every limit here is per minute.
 const WINDOW: Duration = Duration::from_secs(60);
 /// The model's token limit per minute: the binding one.
@@ -136,42 +138,12 @@ fn usage(problem: &str) -> ! {
     std::process::exit(2);
 }
 
-/// A child process killed when the benchmark ends.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("bound").port()
-}
-
-fn wait_listening(addr: SocketAddr) {
-    let deadline = Instant::now() + STARTUP_WAIT_MAX;
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {addr}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The provider: `TPM` tokens per minute, requests and calls in flight far above.
 fn start_sim(options: &Options) -> (Process, SocketAddr) {
-    let port = free_port();
-    let child = Command::new(options.bin_dir.join("provider-sim"))
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--tpm", &TPM.to_string()])
-        .args(["--rpm", "1000000000", "--concurrency", "100000"])
-        .args(["--ms-per-output-token", "0", "--models", "gpt-4o"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("provider-sim starts (build it with --release)");
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("an address");
-    wait_listening(addr);
-    (Process(child), addr)
+    let tpm = TPM.to_string();
+    let args = ["--tpm", &tpm, "--rpm", "1000000000", "--concurrency", "100000"];
+    let pace = ["--ms-per-output-token", "0", "--models", "gpt-4o"];
+    bench_support::start_sim(&options.bin_dir, &[&args[..], &pace].concat())
 }
 
 struct Server {

@@ -25,10 +25,12 @@
 //! target/release/examples/gateway_bench --bin-dir target/release [--baseline-bin /path/to/old/release]
 //! ```
 
+mod bench_support;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,8 +41,8 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 
-/// Longest wait for a process to listen.
-const STARTUP_WAIT_MAX: Duration = Duration::from_secs(30);
+use bench_support::{free_port, wait_listening, Process};
+
 /// Latency samples kept per phase: a bound on memory, far above a phase's calls.
 const SAMPLES_MAX: usize = 4_000_000;
 /// The model of non-streamed calls, on a simulator that answers at once.
@@ -128,16 +130,6 @@ fn usage(problem: &str) -> ! {
     std::process::exit(2);
 }
 
-/// A child process killed when the benchmark ends.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 impl Process {
     fn pid(&self) -> u32 {
         self.0.id()
@@ -190,43 +182,21 @@ fn cpu_per_call_us(before: [u64; 3], after: [u64; 3], calls: u64, hz: u64) -> [u
     [per_call(0), per_call(1), per_call(2)]
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("bound").port()
-}
-
-fn wait_listening(addr: SocketAddr) {
-    let deadline = Instant::now() + STARTUP_WAIT_MAX;
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {addr}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// provider-sim with limits far above the load, writing a token per `ms_per_token`.
 fn start_sim(options: &Options, ms_per_token: u64) -> (Process, SocketAddr) {
-    let port = free_port();
-    let child = Command::new(options.bin_dir.join("provider-sim"))
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--rpm",
-            "1000000000",
-            "--tpm",
-            "1000000000000",
-        ])
-        .args([
-            "--concurrency",
-            "100000",
-            "--ms-per-output-token",
-            &ms_per_token.to_string(),
-        ])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("provider-sim starts (build it with --release)");
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("an address");
-    wait_listening(addr);
-    (Process(child), addr)
+    let ms_per_token = ms_per_token.to_string();
+    let args = [
+        "--rpm",
+        "1000000000",
+        "--tpm",
+        "1000000000000",
+        "--concurrency",
+        "100000",
+    ];
+    bench_support::start_sim(
+        &options.bin_dir,
+        &[&args[..], &["--ms-per-output-token", &ms_per_token]].concat(),
+    )
 }
 
 /// ratelimiterd, memory backend, with a gateway whose model has limits far above the

@@ -20,10 +20,12 @@
 //! target/release/examples/pool_bench --bin-dir target/release [--tigerbeetle 127.0.0.1:3000] [--windows 3]
 //! ```
 
+mod bench_support;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full};
@@ -33,8 +35,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-/// Longest wait for a process to listen.
-const STARTUP_WAIT_MAX: Duration = Duration::from_secs(30);
+use bench_support::{free_port, wait_listening, Process};
+
 /// The pool's summed requests per minute: 100 calls a second at 100 % load.
 const POOL_RPM: u64 = 6_000;
 /// The deployments' shares of the pool, in percent.
@@ -96,49 +98,12 @@ fn usage(problem: &str) -> ! {
     std::process::exit(2);
 }
 
-/// A child process killed when the benchmark ends.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("bound").port()
-}
-
-fn wait_listening(addr: SocketAddr) {
-    let deadline = Instant::now() + STARTUP_WAIT_MAX;
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {addr}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A deployment: provider-sim enforcing `rpm` (tokens and concurrency far above).
 fn start_sim(options: &Options, rpm: u64) -> (Process, SocketAddr) {
-    let port = free_port();
-    let child = Command::new(options.bin_dir.join("provider-sim"))
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--rpm", &rpm.to_string()])
-        .args([
-            "--tpm",
-            "1000000000000",
-            "--concurrency",
-            "100000",
-            "--ms-per-output-token",
-            "0",
-        ])
-        .args(["--models", "gpt-4o,gpt-4o-mini"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("provider-sim starts (build it with --release)");
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("an address");
-    wait_listening(addr);
-    (Process(child), addr)
+    let rpm = rpm.to_string();
+    let args = ["--rpm", &rpm, "--tpm", "1000000000000", "--concurrency", "100000"];
+    let pace = ["--ms-per-output-token", "0", "--models", "gpt-4o,gpt-4o-mini"];
+    bench_support::start_sim(&options.bin_dir, &[&args[..], &pace].concat())
 }
 
 struct Server {
