@@ -522,6 +522,20 @@ async fn the_next_release_of_a_shrunk_rolling_hold_is_its_re_reservation() {
     );
 }
 
+/// `count` holds of one unit on `key`, each reserved and then released: a
+/// reservation and its void, two debits of the key's account.
+async fn reserve_and_release(tb: &impl Limiter, key: &ratelimiter::LimitKey, count: usize) {
+    for _ in 0..count {
+        let lease = LeaseId::generate();
+        assert!(tb
+            .reserve(&reserve_lease(lease, &[(key, 1)]))
+            .await
+            .unwrap()
+            .is_allowed());
+        tb.complete(&complete(lease, &[])).await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_release_is_found_past_a_page_of_released_holds() {
     let tb = backend().await;
@@ -534,15 +548,7 @@ async fn the_next_release_is_found_past_a_page_of_released_holds() {
     assert!(tb.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
     tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
     let released = ratelimiter::tigerbeetle::NEXT_RELEASE_PAGE_TRANSFERS as usize / 2 + 10;
-    for _ in 0..released {
-        let lease = LeaseId::generate();
-        assert!(tb
-            .reserve(&reserve_lease(lease, &[(&key, 1)]))
-            .await
-            .unwrap()
-            .is_allowed());
-        tb.complete(&complete(lease, &[])).await.unwrap();
-    }
+    reserve_and_release(&tb, &key, released).await;
     assert!(tb.reserve(&reserve(&[(&key, 1)])).await.unwrap().is_allowed());
     let end = tb.next_release_ms(&key).await.unwrap().expect("two holds");
     assert!(
@@ -564,15 +570,7 @@ async fn a_hold_behind_more_than_the_pages_read_is_answered_with_a_bound() {
     let asked = std::time::Instant::now();
     // Every page the read may take is filled with reservations and their voids.
     let released = NEXT_RELEASE_PAGES_MAX * NEXT_RELEASE_PAGE_TRANSFERS as usize / 2 + 10;
-    for _ in 0..released {
-        let lease = LeaseId::generate();
-        assert!(tb
-            .reserve(&reserve_lease(lease, &[(&key, 1)]))
-            .await
-            .unwrap()
-            .is_allowed());
-        tb.complete(&complete(lease, &[])).await.unwrap();
-    }
+    reserve_and_release(&tb, &key, released).await;
     let bound = tb
         .next_release_ms(&key)
         .await
