@@ -66,10 +66,7 @@ pub async fn body(
         match state.body.frame().now_or_never() {
             None => break,
             Some(None) => {
-                state.settle();
-                // Completed, and on TigerBeetle its reply awaited, before the
-                // answer is written: a caller's next call finds its hold released.
-                state.lease.finish().await;
+                state.end_whole().await;
                 let mut whole = BytesMut::with_capacity(read);
                 for chunk in state.prefix.drain(..) {
                     whole.extend_from_slice(&chunk);
@@ -113,9 +110,7 @@ fn chunks(state: State) -> impl Stream<Item = Result<Bytes, std::io::Error>> + S
             };
             match frame {
                 None => {
-                    state.settle();
-                    // Completed before the client sees the answer end.
-                    state.lease.finish().await;
+                    state.end_whole().await;
                     return None;
                 }
                 Some(Err(e)) => {
@@ -127,11 +122,8 @@ fn chunks(state: State) -> impl Stream<Item = Result<Bytes, std::io::Error>> + S
                     state.push(&data);
                     if state.body.is_end_stream() {
                         // A length-delimited answer ends for the client with its
-                        // last byte, before this stream ends: complete first, so
-                        // that a caller's next call finds its hold released.
-                        state.settle();
-                        state.lease.finish().await;
-                        state.ended = true;
+                        // last byte, before this stream ends: complete first.
+                        state.end_whole().await;
                         return (!data.is_empty()).then_some((Ok(data), state));
                     }
                     if !data.is_empty() {
@@ -162,17 +154,19 @@ impl State {
         }
     }
 
-    /// The answer ended whole: the lease is settled to its usage, if it had one.
-    fn settle(&mut self) {
-        let Some(answer) = self.scanner.as_ref().and_then(UsageScanner::answer) else {
-            return;
-        };
-        let usage = match self.endpoint.format() {
+    /// The answer ended whole: the lease is settled to its usage, if it had one,
+    /// and completed, on TigerBeetle its reply awaited, before the client sees the
+    /// end, so that a caller's next call finds its hold released.
+    async fn end_whole(&mut self) {
+        self.ended = true;
+        let answer = self.scanner.as_ref().and_then(UsageScanner::answer);
+        let usage = answer.and_then(|answer| match self.endpoint.format() {
             Format::OpenAi => openai::usage_of_body(self.endpoint, &answer),
             Format::Anthropic => anthropic::usage_of_body(&answer),
-        };
+        });
         if let Some(usage) = usage {
             self.lease.settle = Settle::Usage(usage);
         }
+        self.lease.finish().await;
     }
 }
