@@ -31,7 +31,7 @@ pub const RECORD_FORMAT: u32 = 1;
 /// even when every description byte needs a six-byte JSON escape.
 pub const PAYLOAD_BYTES_MAX: usize = 16 * 1024;
 /// Payload bytes in one transfer: `user_data_128`, `user_data_64`, `user_data_32`.
-const PAYLOAD_BYTES_PER_TRANSFER: usize = 28;
+pub(super) const PAYLOAD_BYTES_PER_TRANSFER: usize = 28;
 /// Transfers read per query: the reply of 128-byte transfers stays under the
 /// 32 KiB messages of a `--development` replica.
 pub const QUERY_TRANSFERS_MAX: u32 = 240;
@@ -165,21 +165,47 @@ pub fn encode(state: &LimitState, kind: RecordKind, previous_version: u64) -> Ve
         .with_user_data_128(key_record_id(key))
         .with_user_data_64(previous_version)
         .with_user_data_32(header_data)];
-    for (i, chunk) in payload.chunks(PAYLOAD_BYTES_PER_TRANSFER).enumerate() {
+    transfers.extend(carry_payload(&payload, |i| record_transfer(id(i + 1))));
+    link(&mut transfers);
+    transfers
+}
+
+/// `payload` in the user data of transfers made by `transfer(i)`, 28 bytes each
+/// (`user_data_128`, `_64`, `_32`), the last padded with zeros: how the records
+/// of this log, and the announces beside it, carry their JSON.
+pub(super) fn carry_payload<'a>(
+    payload: &'a [u8],
+    transfer: impl Fn(usize) -> tb::Transfer + 'a,
+) -> impl Iterator<Item = tb::Transfer> + 'a {
+    (payload.chunks(PAYLOAD_BYTES_PER_TRANSFER).enumerate()).map(move |(i, chunk)| {
         let mut bytes = [0u8; PAYLOAD_BYTES_PER_TRANSFER];
         bytes[..chunk.len()].copy_from_slice(chunk);
-        transfers.push(
-            record_transfer(id(i + 1))
-                .with_user_data_128(u128::from_le_bytes(bytes[..16].try_into().expect("16 bytes")))
-                .with_user_data_64(u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")))
-                .with_user_data_32(u32::from_le_bytes(bytes[24..].try_into().expect("4 bytes"))),
-        );
+        transfer(i)
+            .with_user_data_128(u128::from_le_bytes(bytes[..16].try_into().expect("16 bytes")))
+            .with_user_data_64(u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")))
+            .with_user_data_32(u32::from_le_bytes(bytes[24..].try_into().expect("4 bytes")))
+    })
+}
+
+/// The first `length` bytes the transfers of [`carry_payload`] carry.
+pub(super) fn carried_payload(transfers: &[tb::Transfer], length: usize) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(transfers.len() * PAYLOAD_BYTES_PER_TRANSFER);
+    for t in transfers {
+        payload.extend_from_slice(&t.user_data_128().to_le_bytes());
+        payload.extend_from_slice(&t.user_data_64().to_le_bytes());
+        payload.extend_from_slice(&t.user_data_32().to_le_bytes());
     }
-    let last = transfers.len() - 1;
-    for transfer in &mut transfers[..last] {
+    payload.truncate(length);
+    payload
+}
+
+/// Links every transfer of `chain` to the next, the last left unlinked: the
+/// cluster commits the chain all or nothing, and a reader knows where it ends.
+pub(super) fn link(chain: &mut [tb::Transfer]) {
+    let last = chain.len().saturating_sub(1);
+    for transfer in &mut chain[..last] {
         transfer.set_flags(tb::transfer::Flags::LINKED);
     }
-    transfers
 }
 
 fn record_transfer(id: u128) -> tb::Transfer {
@@ -214,13 +240,7 @@ pub fn decode(chain: &[tb::Transfer]) -> Result<Record, String> {
             chain.len() - 1
         ));
     }
-    let mut payload = Vec::with_capacity(chain.len() * PAYLOAD_BYTES_PER_TRANSFER);
-    for t in &chain[1..] {
-        payload.extend_from_slice(&t.user_data_128().to_le_bytes());
-        payload.extend_from_slice(&t.user_data_64().to_le_bytes());
-        payload.extend_from_slice(&t.user_data_32().to_le_bytes());
-    }
-    payload.truncate(length);
+    let payload = carried_payload(&chain[1..], length);
     let state: LimitState = serde_json::from_slice(&payload).map_err(|e| format!("state: {e}"))?;
     Ok(Record {
         version: header.as_raw().timestamp,

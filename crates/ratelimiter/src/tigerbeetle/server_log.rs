@@ -22,7 +22,7 @@ use crate::limiter::FleetServer;
 use crate::{id128, LimiterError};
 
 use super::backend::{unavailable, TigerBeetleBackend};
-use super::definition_log::QUERY_TRANSFERS_MAX;
+use super::definition_log::{carried_payload, carry_payload, link, PAYLOAD_BYTES_PER_TRANSFER, QUERY_TRANSFERS_MAX};
 
 /// The ledger of announces and authors, apart from the definition log's.
 pub const LEDGER_SERVERS: u32 = 5;
@@ -40,8 +40,6 @@ pub const ANNOUNCE_BYTES_MAX: usize = 1_024;
 /// The most servers remembered; past it new ones are counted, not listed, so
 /// a cluster that saw many short-lived servers cannot grow a server's memory.
 pub const SERVERS_SEEN_MAX: usize = 1_000;
-/// Payload bytes in one transfer: `user_data_128`, `user_data_64`, `user_data_32`.
-const PAYLOAD_BYTES_PER_TRANSFER: usize = 28;
 
 /// Who a server is: its host's name and the address its API listens on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,20 +104,8 @@ pub fn announce(identity: &ServerIdentity, started_unix_ms: u64) -> Vec<tb::Tran
         .with_user_data_128(server)
         .with_user_data_64(started_unix_ms)
         .with_user_data_32(header)];
-    for (i, chunk) in payload.chunks(PAYLOAD_BYTES_PER_TRANSFER).enumerate() {
-        let mut bytes = [0u8; PAYLOAD_BYTES_PER_TRANSFER];
-        bytes[..chunk.len()].copy_from_slice(chunk);
-        chain.push(
-            server_transfer(id(i + 1), CODE_ANNOUNCE)
-                .with_user_data_128(u128::from_le_bytes(bytes[..16].try_into().expect("16 bytes")))
-                .with_user_data_64(u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")))
-                .with_user_data_32(u32::from_le_bytes(bytes[24..].try_into().expect("4 bytes"))),
-        );
-    }
-    let last = chain.len() - 1;
-    for transfer in &mut chain[..last] {
-        transfer.set_flags(tb::transfer::Flags::LINKED);
-    }
+    chain.extend(carry_payload(&payload, |i| server_transfer(id(i + 1), CODE_ANNOUNCE)));
+    link(&mut chain);
     chain
 }
 
@@ -134,13 +120,7 @@ fn decode_announce(chain: &[tb::Transfer]) -> Result<(u128, ServerIdentity), Str
     if length > ANNOUNCE_BYTES_MAX || length.div_ceil(PAYLOAD_BYTES_PER_TRANSFER) != chain.len() - 1 {
         return Err(format!("{} transfers cannot hold {length} bytes", chain.len() - 1));
     }
-    let mut payload = Vec::with_capacity(chain.len() * PAYLOAD_BYTES_PER_TRANSFER);
-    for t in &chain[1..] {
-        payload.extend_from_slice(&t.user_data_128().to_le_bytes());
-        payload.extend_from_slice(&t.user_data_64().to_le_bytes());
-        payload.extend_from_slice(&t.user_data_32().to_le_bytes());
-    }
-    payload.truncate(length);
+    let payload = carried_payload(&chain[1..], length);
     let identity = serde_json::from_slice(&payload).map_err(|e| format!("identity: {e}"))?;
     Ok((header.user_data_128(), identity))
 }
