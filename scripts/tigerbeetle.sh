@@ -55,6 +55,16 @@ as_root() {
     if [ "$(id -u)" = "0" ]; then "$@"; else sudo "$@"; fi
 }
 
+# Holds the cache's install lock until this script exits: builds and installs
+# into the shared cache are not safe to run twice at once (parallel test runs or
+# worktrees would delete each other's half-built tree), so the second waits and
+# then finds the first one's result.
+install_lock() {
+    mkdir -p "$CACHE"
+    exec 9>"$CACHE/.install.lock"
+    flock 9
+}
+
 # Installs Debian packages that are missing; one `apt-get update` at most.
 apt_ensure() {
     local missing=()
@@ -65,13 +75,21 @@ apt_ensure() {
     [ "${#missing[@]}" -eq 0 ] && return 0
     command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
     log "installing ${missing[*]} with apt-get"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+    # Another test run may be installing at the same moment: wait for dpkg's
+    # lock rather than fail on it.
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >&2
 }
 
 # The Zig compiler from PyPI's `ziglang` wheel, in a venv of our cache.
 zig_path() {
     local zig
+    zig="$(ls "$ZIG_VENV"/lib/python3*/site-packages/ziglang/zig 2>/dev/null | head -n1 || true)"
+    if [ -n "$zig" ] && [ -x "$zig" ] && [ "$("$zig" version)" = "$ZIG_VERSION" ]; then
+        echo "$zig"
+        return 0
+    fi
+    install_lock
     zig="$(ls "$ZIG_VENV"/lib/python3*/site-packages/ziglang/zig 2>/dev/null | head -n1 || true)"
     if [ -n "$zig" ] && [ -x "$zig" ] && [ "$("$zig" version)" = "$ZIG_VERSION" ]; then
         echo "$zig"
@@ -119,6 +137,11 @@ server_path() {
     fi
     local zig src build
     zig="$(zig_path)"
+    install_lock
+    if [ -x "$TB_BIN" ] && "$TB_BIN" version 2>/dev/null | grep -q "$TB_RELEASE"; then
+        echo "$TB_BIN"
+        return 0
+    fi
     src="$(vendored_tree)"
     build="$TB_DIR/build"
     log "building the TigerBeetle $TB_RELEASE server (a few minutes, once per machine)"
