@@ -17,7 +17,7 @@
 //! `x-ratelimit-remaining-tokens`, `x-ratelimit-reset-requests` "the time until the
 //! rate limit (based on requests) resets to its initial state").
 //!
-//! Counting rule (docs/provider-sim.md): a prompt is [`crate::sim::provider::count_tokens`]
+//! Counting rule (docs/provider-sim.md): a prompt is [`crate::sim::limits::count_tokens`]
 //! of each text (one token per 4 bytes, rounded up, per text) and each image by
 //! OpenAI's rule for the model ([`crate::sim::vision`]); the model writes
 //! `sim_output_tokens` tokens (a body field of the simulator) capped by the output
