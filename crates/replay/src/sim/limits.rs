@@ -51,3 +51,18 @@ pub fn count_tokens(text: &str) -> u64 {
         .expect("usize fits u64")
         .div_ceil(BYTES_PER_TOKEN)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_counted_four_bytes_to_a_token() {
+        assert_eq!(count_tokens(""), 0);
+        assert_eq!(count_tokens("abc"), 1);
+        assert_eq!(count_tokens("abcd"), 1);
+        assert_eq!(count_tokens("abcde"), 2);
+        assert_eq!(Accounting::Actual.charge(100, 50, 20), 120);
+        assert_eq!(Accounting::Openai.charge(100, 50, 20), 150);
+    }
+}
