@@ -32,7 +32,7 @@ import pytest
 START_TIMEOUT_S = 30.0
 #: How long a test waits for a released hold to show (a poll, not a timed assertion).
 SETTLE_TIMEOUT_S = 10.0
-#: The simulator's bytes per token (crates/replay/src/provider.rs, BYTES_PER_TOKEN).
+#: The simulator's bytes per token (crates/replay/src/sim/limits.rs, BYTES_PER_TOKEN).
 BYTES_PER_TOKEN = 4
 #: The upstream key the gateway sends and the simulator requires.
 UPSTREAM_KEY = "sk-sim-upstream-0123456789"

@@ -10,7 +10,7 @@ use axum::Router;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::{admin, auth, echo, health, lease, overload, ui};
+use crate::{admin, auth, console, echo, health, lease, overload};
 
 /// The whole HTTP API on `state`.
 pub fn app(state: AppState) -> Router {
@@ -33,7 +33,7 @@ pub fn app(state: AppState) -> Router {
     let api = api.route_layer(from_fn_with_state(state.clone(), overload::guard));
     Router::new()
         .merge(api)
-        .merge(ui::router(&state))
+        .merge(console::routes::router(&state))
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(health::metrics))
         .fallback(not_found)

@@ -116,30 +116,4 @@ mod tests {
         let unset: ClientTokenConfig = serde_yaml::from_str("{token_env: CLIENT_TOKENS_TEST_UNSET}").unwrap();
         assert!(unset.resolve().unwrap_err().contains("CLIENT_TOKENS_TEST_UNSET"));
     }
-
-    /// The example of docs/http-api.md, "Scoped client tokens", loads as a server configuration.
-    #[test]
-    fn the_documented_example_loads() {
-        let doc = include_str!("../../../docs/http-api.md");
-        let start = doc.find("```yaml\nserver:\n  admin_token").expect("the example") + "```yaml\n".len();
-        let example = &doc[start..start + doc[start..].find("```").unwrap()];
-        for (name, value) in [
-            ("SEARCH_LIMITER_TOKEN", "search-token-0123456789"),
-            ("BILLING_LIMITER_TOKEN", "billing-token-0123456789"),
-            ("OPS_LIMITER_TOKEN", "ops-token-0123456789"),
-        ] {
-            std::env::set_var(name, value);
-        }
-        let config = crate::config::Config::parse(example, std::path::Path::new("docs/http-api.md")).unwrap();
-        let scopes: Vec<KeyScope> = config
-            .server
-            .client_tokens
-            .iter()
-            .map(|t| t.resolve().unwrap().1)
-            .collect();
-        assert_eq!(scopes.len(), 4);
-        assert_eq!(scopes[0], KeyScope::All);
-        assert_eq!(scopes[1], KeyScope::Prefixes(vec!["svc:search:".to_owned()].into()));
-        assert_eq!(scopes[3], KeyScope::All);
-    }
 }

@@ -682,4 +682,32 @@ mod tests {
             parse("profiles:\n  - provider: openai\n    model: m\n    limits: {rpm: 5, tmp: 1}\n").unwrap_err();
         assert!(message.contains("tmp"), "{message}");
     }
+
+    /// The example of docs/http-api.md, "Scoped client tokens", loads as a server configuration.
+    #[test]
+    fn the_documented_example_loads() {
+        use crate::client_tokens::KeyScope;
+
+        let doc = include_str!("../../../docs/http-api.md");
+        let start = doc.find("```yaml\nserver:\n  admin_token").expect("the example") + "```yaml\n".len();
+        let example = &doc[start..start + doc[start..].find("```").unwrap()];
+        for (name, value) in [
+            ("SEARCH_LIMITER_TOKEN", "search-token-0123456789"),
+            ("BILLING_LIMITER_TOKEN", "billing-token-0123456789"),
+            ("OPS_LIMITER_TOKEN", "ops-token-0123456789"),
+        ] {
+            std::env::set_var(name, value);
+        }
+        let config = Config::parse(example, Path::new("docs/http-api.md")).unwrap();
+        let scopes: Vec<KeyScope> = config
+            .server
+            .client_tokens
+            .iter()
+            .map(|t| t.resolve().unwrap().1)
+            .collect();
+        assert_eq!(scopes.len(), 4);
+        assert_eq!(scopes[0], KeyScope::All);
+        assert_eq!(scopes[1], KeyScope::Prefixes(vec!["svc:search:".to_owned()].into()));
+        assert_eq!(scopes[3], KeyScope::All);
+    }
 }

@@ -1,6 +1,10 @@
 //! `ratelimiterd`: the HTTP server of the `ratelimiter` library (docs/http-api.md;
 //! configuration in README.md, "The server: `ratelimiterd`"). The binary is a thin `main`
 //! over [`cli`] and [`server`].
+//!
+//! The operator's console is the folder [`console`]; the server's state
+//! ([`state`]) holds only its leaves (the access rule and the history), so the
+//! console's routes import the state and never the other way (tests/layers.rs).
 
 #![warn(missing_docs)]
 
@@ -13,6 +17,7 @@ pub mod cli;
 pub mod client_tokens;
 pub mod config;
 pub mod connections;
+pub mod console;
 pub mod decrease;
 pub mod echo;
 pub mod error;
@@ -25,10 +30,6 @@ pub mod server;
 pub mod shutdown;
 pub mod snapshots;
 pub mod state;
-pub mod ui;
-pub mod ui_history;
-pub mod ui_query;
-pub mod ui_view;
 pub mod write_stall;
 
 pub use app::app;

@@ -224,7 +224,7 @@ pub async fn serve(
         options.decrease_check_interval,
         shutdown.clone(),
     ));
-    let console = tokio::spawn(crate::ui::sample(state.clone(), shutdown.clone()));
+    let console = tokio::spawn(crate::console::sampler::sample(state.clone(), shutdown.clone()));
     let snapshots = state.snapshots().cloned();
     let periodic = match (&snapshots, options.snapshot_interval) {
         (Some(snapshots), Some(interval)) => Some(tokio::spawn(snapshots.clone().run(interval, shutdown.clone()))),

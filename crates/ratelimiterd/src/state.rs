@@ -13,9 +13,9 @@ use tokio::sync::Semaphore;
 use crate::auth::Auth;
 use crate::backend::SelectedBackend;
 use crate::config::Config;
+use crate::console::Console;
 use crate::metrics::Metrics;
 use crate::snapshots::MemorySnapshots;
-use crate::ui::Console;
 
 /// The state behind every route.
 #[derive(Clone)]

@@ -300,7 +300,7 @@ async fn the_classes_are_shown_with_their_tenants_rates_and_ceilings() {
     h.reserve(ceiling, 20).await;
     let metrics = h.state.gateway_metrics().unwrap();
     let batch = metrics.classes.pair("gpt-4o-mini", "batch");
-    let sample = |at_unix_ms| ratelimiterd::ui_history::GatewaySample {
+    let sample = |at_unix_ms| ratelimiterd::console::history::GatewaySample {
         at_unix_ms,
         calls: metrics.call_totals(),
         queue_waits: Vec::new(),
@@ -411,7 +411,7 @@ async fn the_gateway_and_tenants_are_shown_without_key_material() {
     let metrics = h.state.gateway_metrics().unwrap();
     let counters = metrics.calls("gpt-4o-mini", "acme");
     counters.admitted.fetch_add(3, std::sync::atomic::Ordering::Relaxed);
-    let sample = |at_unix_ms| ratelimiterd::ui_history::GatewaySample {
+    let sample = |at_unix_ms| ratelimiterd::console::history::GatewaySample {
         at_unix_ms,
         calls: metrics.call_totals(),
         queue_waits: Vec::new(),

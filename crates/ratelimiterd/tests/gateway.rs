@@ -1,5 +1,5 @@
 //! The gateway served by the real `ratelimiterd` binary, in front of the provider
-//! simulator (`replay::provider_server`): its limits are ordinary registry
+//! simulator (`replay::sim::server`): its limits are ordinary registry
 //! definitions the admin API shows and changes, its calls are reconciled to the
 //! simulator's usage, its metrics are in `/metrics`; and, with TigerBeetle, two
 //! servers on one cluster are gateways that share one limit.
@@ -16,9 +16,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use ratelimiter::SystemClock;
-use replay::provider::{Accounting, ProviderLimits};
-use replay::provider_server::ProviderServer;
-use replay::sim_control::SimControl;
+use replay::sim::control::SimControl;
+use replay::sim::limits::{Accounting, ProviderLimits};
+use replay::sim::server::ProviderServer;
 use serde_json::{json, Value};
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, WAIT_MAX};
 

@@ -3,9 +3,12 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use ratelimiter::profile::ProfileRules;
 
-use crate::provider::{Accounting, ProviderLimits};
-use crate::sim_profile::{ProfileName, SimProfile};
+use crate::sim::limits::{Accounting, ProviderLimits};
+use crate::sim::profile::{ProfileName, SimProfile};
+use crate::strategy::scheduled::{PromptSizing, ScheduledOptions};
+use crate::strategy::server_multi::Worker;
 use crate::strategy::StrategyKind;
 use crate::trace::TraceFormat;
 
@@ -140,7 +143,7 @@ pub enum ProfileWindows {
     Rolling,
 }
 
-/// How our strategies size a prompt's reservation.
+/// How our strategies size a prompt's reservation (`--prompt-estimate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PromptEstimate {
     /// The byte estimate of docs/client-library.md, "The LLM helper": one token per byte
@@ -176,10 +179,10 @@ impl Args {
                 "--provider-window-seconds must be 1..={PROVIDER_WINDOW_SECONDS_MAX}"
             ));
         }
-        if self.max_output_tokens > crate::provider_server::MAX_TOKENS_MAX {
+        if self.max_output_tokens > crate::sim::wire::MAX_TOKENS_MAX {
             return Err(format!(
                 "--max-output-tokens must be at most {}",
-                crate::provider_server::MAX_TOKENS_MAX
+                crate::sim::wire::MAX_TOKENS_MAX
             ));
         }
         if !(self.speedup > 0.0 && self.speedup <= crate::replayer::SPEEDUP_MAX) {
@@ -216,10 +219,10 @@ impl Args {
             requests_per_day: self.provider_rpd.unwrap_or(defaults.requests_per_day),
             ..defaults
         };
-        if !(1..=crate::sim_profile::MINUTE_MS).contains(&profile.quantum_ms) {
+        if !(1..=crate::sim::profile::MINUTE_MS).contains(&profile.quantum_ms) {
             return Err(format!(
                 "--provider-quantum-ms must be 1..={}",
-                crate::sim_profile::MINUTE_MS
+                crate::sim::profile::MINUTE_MS
             ));
         }
         if profile.output_tpm == 0 || profile.requests_per_day == 0 {
@@ -235,5 +238,143 @@ impl Args {
                 .unwrap_or(WORKERS_MAX)
                 .min(WORKERS_MAX)
         })
+    }
+
+    /// The options of our scheduler strategy for a trace of `jobs` requests,
+    /// reserving by a profile's `rules` when given.
+    pub fn scheduled_options(&self, jobs: usize, rules: Option<ProfileRules>) -> ScheduledOptions {
+        ScheduledOptions {
+            workers: self.workers(),
+            jobs,
+            prompt_sizing: match self.prompt_estimate {
+                PromptEstimate::Bytes => PromptSizing::Bytes,
+                PromptEstimate::Counted => PromptSizing::Counted,
+            },
+            rules,
+        }
+    }
+
+    /// The flags a `server-multi` child repeats from this command line: the
+    /// trace, the speed-up, the provider's limits, the workers and the prompt sizing.
+    pub fn child_flags(&self) -> Vec<String> {
+        let trace = self.trace.as_deref().expect("a replay has a trace");
+        let mut flags: Vec<String> = vec![
+            "--trace".into(),
+            trace.display().to_string(),
+            "--format".into(),
+            value_name(self.format),
+        ];
+        let numbers = [
+            ("--speedup", self.speedup.to_string()),
+            ("--max-output-tokens", self.max_output_tokens.to_string()),
+            ("--provider-rpm", self.provider_rpm.to_string()),
+            ("--provider-tpm", self.provider_tpm.to_string()),
+            ("--provider-window-seconds", self.provider_window_seconds.to_string()),
+            ("--provider-concurrency", self.provider_concurrency.to_string()),
+            (
+                "--provider-ms-per-output-token",
+                self.provider_ms_per_output_token.to_string(),
+            ),
+            ("--provider-accounting", value_name(self.provider_accounting)),
+            ("--workers", self.workers().to_string()),
+            ("--prompt-estimate", value_name(self.prompt_estimate)),
+        ];
+        for (flag, value) in numbers {
+            flags.push(flag.into());
+            flags.push(value);
+        }
+        if let Some(n) = self.requests {
+            flags.extend(["--requests".into(), n.to_string()]);
+        }
+        flags
+    }
+
+    /// A `server-multi` child's settings: provider URL, server URL, start time and shard.
+    pub fn worker(&self) -> Result<Worker, String> {
+        let missing = |flag: &str| format!("a server-multi child needs {flag}");
+        let provider_url = (self.worker_provider_url.clone()).ok_or_else(|| missing("--worker-provider-url"))?;
+        let server_url = self.server_url.clone().ok_or_else(|| missing("--server-url"))?;
+        let start_unix_ms = (self.worker_start_unix_ms).ok_or_else(|| missing("--worker-start-unix-ms"))?;
+        let shard = self.worker_shard.as_deref().ok_or_else(|| missing("--worker-shard"))?;
+        Ok(Worker {
+            provider_url,
+            server_url,
+            start_unix_ms,
+            shard: parse_shard(shard)?,
+        })
+    }
+}
+
+/// A shard written `i/n`, checked (`i < n`).
+fn parse_shard(shard: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("--worker-shard {shard:?} is not i/n with i < n");
+    let (i, n) = shard.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (i.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
+    if i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// The name a value is written with on the command line.
+fn value_name(value: impl clap::ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .expect("no skipped values")
+        .get_name()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::server_multi::ChildRun;
+
+    #[test]
+    fn children_get_their_shard_and_the_parents_limits() {
+        let args = Args::parse_from([
+            "replay",
+            "--trace",
+            "t.csv",
+            "--strategy",
+            "server-multi",
+            "--provider-tpm",
+            "777",
+            "--requests",
+            "9",
+            "--provider-accounting",
+            "openai",
+            "--prompt-estimate",
+            "bytes",
+        ]);
+        let parent_flags = args.child_flags();
+        let run = ChildRun {
+            parent_flags: &parent_flags,
+            clients: args.clients,
+            server_url: "http://s",
+            provider_url: "http://p",
+            start_unix_ms: 42,
+        };
+        let child = Args::parse_from(std::iter::once("replay".to_owned()).chain(run.child_args(
+            1,
+            3,
+            std::path::Path::new("/o.jsonl"),
+        )));
+        assert_eq!(child.provider_limits().unwrap(), args.provider_limits().unwrap());
+        assert_eq!(child.requests, Some(9));
+        assert_eq!(child.workers(), args.workers());
+        assert_eq!(child.prompt_estimate, args.prompt_estimate);
+        let worker = child.worker().unwrap();
+        assert_eq!(
+            (
+                worker.provider_url.as_str(),
+                worker.server_url.as_str(),
+                worker.start_unix_ms,
+                worker.shard
+            ),
+            ("http://p", "http://s", 42, (1, 3))
+        );
+        let bad = Args::parse_from(["replay", "--trace", "t", "--worker-shard", "3/3"]);
+        assert!(bad.worker().is_err());
     }
 }

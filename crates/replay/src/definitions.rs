@@ -3,8 +3,8 @@
 
 use ratelimiter::{LimitDefinition, LimitKey};
 
-use crate::provider::ProviderLimits;
-use crate::run::{MODEL, PROVIDER};
+use crate::names::{MODEL, PROVIDER};
+use crate::sim::limits::ProviderLimits;
 
 /// How long a concurrency hold lives when its client crashed without completing,
 /// in seconds: far longer than any simulated call, so it only matters after a crash.
@@ -45,7 +45,7 @@ pub fn limiter_definitions(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::Accounting;
+    use crate::sim::limits::Accounting;
 
     #[test]
     fn definitions_follow_the_provider() {

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::provider::Accounting;
+use crate::sim::limits::Accounting;
 use crate::trace::TraceRecord;
 
 /// A request as a strategy receives it.

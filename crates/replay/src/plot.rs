@@ -10,7 +10,7 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 
 use crate::outcome::RequestOutcome;
-use crate::provider::Admission;
+use crate::sim::provider::Admission;
 
 /// Points per window: the curve is sampled this often.
 pub const SAMPLES_PER_WINDOW: u64 = 20;

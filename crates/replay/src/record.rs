@@ -7,8 +7,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::outcome::RequestOutcome;
-use crate::provider::{Admission, LedgerCounts, ProviderLimits, TokenLimit};
-use crate::sim_profile::Dimension;
+use crate::sim::limits::ProviderLimits;
+use crate::sim::profile::Dimension;
+use crate::sim::provider::{Admission, LedgerCounts, TokenLimit};
 use crate::summary::RunRecord;
 
 /// Everything a summary and a plot are made from.
@@ -79,7 +80,7 @@ impl SavedRun {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::Accounting;
+    use crate::sim::limits::Accounting;
     use crate::summary::summarize;
 
     #[test]

@@ -13,15 +13,16 @@ use tokio::sync::oneshot;
 
 use crate::cli::{Args, ProfileWindows};
 use crate::definitions::limiter_definitions;
+use crate::names::MODEL;
 use crate::outcome::RequestOutcome;
 use crate::plot;
-use crate::provider::ProviderLimits;
-use crate::provider_client::ProviderClient;
-use crate::provider_server::ProviderServer;
 use crate::record::SavedRun;
 use crate::replayer::{self, Plan};
 use crate::server_process::{self, define_limits, locate_binary, ServerProcess};
-use crate::sim_profile::ProfileName;
+use crate::sim::client::ProviderClient;
+use crate::sim::limits::ProviderLimits;
+use crate::sim::profile::ProfileName;
+use crate::sim::server::ProviderServer;
 use crate::strategy::none::NoLimiter;
 use crate::strategy::scheduled::Scheduled;
 use crate::strategy::server_multi::{self as server_multi, ChildRun};
@@ -31,10 +32,6 @@ use crate::summary::{self, RunRecord, Summary};
 use crate::trace::Trace;
 use ratelimiter::profile::{llm_profile, LlmProfile, Published};
 
-/// The provider name in limit keys and requests.
-pub const PROVIDER: &str = "sim";
-/// The model name in limit keys and requests.
-pub const MODEL: &str = "sim-model";
 /// The delay between setting up and the first arrival, in ms: lets every client
 /// process start before the shared start time.
 pub const START_DELAY_MS: u64 = 300;
@@ -97,7 +94,7 @@ async fn prepare(args: &Args, trace: &Trace, provider_url: &str, clock: &Arc<dyn
             for definition in &definitions {
                 backend.apply_definition(definition).await.map_err(|e| e.to_string())?;
             }
-            let scheduled = Scheduled::with_rules(caller, backend, args.workers(), jobs, args.prompt_estimate, rules)?;
+            let scheduled = Scheduled::new(caller, backend, args.scheduled_options(jobs, rules))?;
             (Some(Arc::new(scheduled)), None, None)
         }
         StrategyKind::Server | StrategyKind::ServerMulti => {
@@ -115,13 +112,10 @@ async fn prepare(args: &Args, trace: &Trace, provider_url: &str, clock: &Arc<dyn
             define_limits(&url, &definitions).await?;
             let strategy: Option<Arc<dyn strategy::Strategy>> = if args.strategy == StrategyKind::Server {
                 let client = Arc::new(server_process::client(&url)?);
-                Some(Arc::new(Scheduled::with_rules(
+                Some(Arc::new(Scheduled::new(
                     caller,
                     client,
-                    args.workers(),
-                    jobs,
-                    args.prompt_estimate,
-                    rules,
+                    args.scheduled_options(jobs, rules),
                 )?))
             } else {
                 None
@@ -271,8 +265,10 @@ async fn replay_prepared(
             Ok(replayer::replay(plan.requests(trace), Arc::clone(strategy), Arc::clone(clock), progress).await)
         }
         (None, Some(url)) => {
+            let parent_flags = args.child_flags();
             let children = ChildRun {
-                args,
+                parent_flags: &parent_flags,
+                clients: args.clients,
                 server_url: url,
                 provider_url,
                 start_unix_ms: plan.start_unix_ms,
@@ -290,25 +286,20 @@ pub async fn run_worker(args: &Args) -> Result<(), String> {
     let limits = args.provider_limits()?;
     let trace = load_trace(args)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    let (provider_url, server_url, start_unix_ms, shard) = server_multi::worker_settings(args)?;
+    let worker = args.worker()?;
     let caller = Caller::new(
-        ProviderClient::new(&provider_url, MODEL),
+        ProviderClient::new(&worker.provider_url, MODEL),
         Arc::clone(&clock),
         limits.accounting,
     );
-    let client = Arc::new(server_process::client(&server_url)?);
-    let strategy = Arc::new(Scheduled::new(
-        caller,
-        client,
-        args.workers(),
-        trace.records().len(),
-        args.prompt_estimate,
-    )?);
+    let client = Arc::new(server_process::client(&worker.server_url)?);
+    let options = args.scheduled_options(trace.records().len(), None);
+    let strategy = Arc::new(Scheduled::new(caller, client, options)?);
     let plan = Plan {
-        start_unix_ms,
+        start_unix_ms: worker.start_unix_ms,
         speedup: args.speedup,
         max_tokens: args.max_output_tokens,
-        shard,
+        shard: worker.shard,
     };
     let outcomes = replayer::replay(plan.requests(&trace), strategy, clock, ProgressBar::hidden()).await;
     let path = args

@@ -17,8 +17,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::outcome::RequestOutcome;
-use crate::provider::{Admission, ProviderLimits, TokenLimit, TOKEN_LIMITS_MAX};
-use crate::sim_profile::Dimension;
+use crate::sim::limits::ProviderLimits;
+use crate::sim::profile::Dimension;
+use crate::sim::provider::{Admission, TokenLimit, TOKEN_LIMITS_MAX};
 
 /// Windows are stepped by this fraction of their length.
 pub const WINDOW_STEPS: u64 = 10;
@@ -341,7 +342,7 @@ impl Backlog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::Accounting;
+    use crate::sim::limits::Accounting;
 
     fn limits() -> ProviderLimits {
         ProviderLimits {

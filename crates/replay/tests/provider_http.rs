@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use ratelimiter::SystemClock;
-use replay::provider::{Accounting, ProviderLimits};
-use replay::provider_server::ProviderServer;
+use replay::sim::limits::{Accounting, ProviderLimits};
+use replay::sim::server::ProviderServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -109,7 +109,7 @@ async fn bad_requests_get_400_and_change_nothing() {
 
 #[tokio::test]
 async fn profiles_answer_with_their_providers_headers_and_bodies() {
-    use replay::sim_profile::{ProfileName, SimProfile};
+    use replay::sim::profile::{ProfileName, SimProfile};
     // Anthropic: 120 RPM in a bucket; 1,000 output tokens a minute held from max_tokens.
     let (addr, provider) = start(limits(120, 100_000, Accounting::Actual)).await;
     let profile = SimProfile {

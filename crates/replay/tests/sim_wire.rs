@@ -12,9 +12,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use ratelimiter::SystemClock;
-use replay::provider::{Accounting, ProviderLimits};
-use replay::provider_server::ProviderServer;
-use replay::sim_control::{SimControl, MODELS_DEFAULT};
+use replay::sim::control::{SimControl, MODELS_DEFAULT};
+use replay::sim::limits::{Accounting, ProviderLimits};
+use replay::sim::server::ProviderServer;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use clap::Parser;
 use ratelimiter::SystemClock;
-use replay::provider::{Accounting, ProviderLimits};
-use replay::provider_server::ProviderServer;
-use replay::sim_control::{SimControl, MODELS_DEFAULT, MODELS_MAX};
-use replay::sim_profile::{ProfileName, SimProfile};
+use replay::sim::control::{SimControl, MODELS_DEFAULT, MODELS_MAX};
+use replay::sim::limits::{Accounting, ProviderLimits};
+use replay::sim::profile::{ProfileName, SimProfile};
+use replay::sim::server::ProviderServer;
 
 /// Serves OpenAI's and Anthropic's endpoints (chat completions, embeddings,
 /// responses, models; messages, count_tokens), streaming included, enforcing RPM,

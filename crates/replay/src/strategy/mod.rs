@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use ratelimiter::Clock;
 
 use crate::outcome::{ReplayRequest, RequestOutcome};
-use crate::prompt;
-use crate::provider::Accounting;
-use crate::provider_client::{CallOutcome, ProviderClient};
+use crate::sim::client::{CallOutcome, ProviderClient};
+use crate::sim::limits::Accounting;
+use crate::sim::prompt;
 
 pub mod grants;
 pub mod none;

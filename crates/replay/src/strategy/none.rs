@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use super::{Caller, Strategy};
 use crate::outcome::{ReplayRequest, RequestOutcome};
-use crate::provider_client::CallOutcome;
+use crate::sim::client::CallOutcome;
 
 /// The most attempts per request, so an overloaded run still ends.
 pub const ATTEMPTS_MAX: u32 = 1_000;

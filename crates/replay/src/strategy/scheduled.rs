@@ -19,13 +19,12 @@ use tokio::sync::oneshot;
 
 use super::grants::GrantLog;
 use super::{Caller, Strategy};
-use crate::cli::PromptEstimate;
+use crate::names::{MODEL, PROVIDER};
 use crate::outcome::{ReplayRequest, RequestOutcome};
-use crate::prompt;
-use crate::provider::{count_tokens, Accounting};
-use crate::provider_client::CallOutcome;
-use crate::provider_server::Usage;
-use crate::run::{MODEL, PROVIDER};
+use crate::sim::client::CallOutcome;
+use crate::sim::limits::{count_tokens, Accounting};
+use crate::sim::prompt;
+use crate::sim::wire::Usage;
 
 /// Submissions per request, so a run against a misconfigured limiter still ends.
 pub const ATTEMPTS_MAX: u32 = 1_000;
@@ -43,12 +42,37 @@ pub fn counted_tokens(accounting: Accounting, usage: &Usage, max_tokens: u64) ->
     }
 }
 
+/// How our scheduler sizes a prompt's reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptSizing {
+    /// The byte estimate of docs/client-library.md, "The LLM helper": one token per byte
+    /// (`JobSpec::prompt_tokens` unset).
+    Bytes,
+    /// The provider's own count, as a client with its tokenizer has it
+    /// (`JobSpec::prompt_tokens` set).
+    Counted,
+}
+
+/// What a [`Scheduled`] strategy is built with.
+#[derive(Debug, Clone)]
+pub struct ScheduledOptions {
+    /// Scheduler workers.
+    pub workers: usize,
+    /// Room for this many jobs (clamped to the scheduler's bounds).
+    pub jobs: usize,
+    /// How a prompt's reservation is sized.
+    pub prompt_sizing: PromptSizing,
+    /// A provider profile's reservation rules (`replay --limiter-profile`): the jobs
+    /// reserve and complete by them and are named after its provider.
+    pub rules: Option<ProfileRules>,
+}
+
 /// Requests as scheduler jobs over a limiter.
 pub struct Scheduled {
     caller: Caller,
     /// The provider named in each job: a profile's provider when one is used.
     provider: String,
-    estimate: PromptEstimate,
+    prompt_sizing: PromptSizing,
     scheduler: Scheduler,
     grants: Arc<GrantLog>,
 }
@@ -62,31 +86,12 @@ impl std::fmt::Debug for Scheduled {
 }
 
 impl Scheduled {
-    /// A scheduler of `workers` workers over `limiter`, room for `jobs` jobs,
-    /// sizing prompts by `estimate`.
-    pub fn new(
-        caller: Caller,
-        limiter: Arc<dyn Limiter>,
-        workers: usize,
-        jobs: usize,
-        estimate: PromptEstimate,
-    ) -> Result<Self, String> {
-        Self::with_rules(caller, limiter, workers, jobs, estimate, None)
-    }
-
-    /// [`Scheduled::new`] whose jobs reserve and complete by a provider profile's
-    /// `rules` (`replay --limiter-profile`), named after its provider.
-    pub fn with_rules(
-        caller: Caller,
-        limiter: Arc<dyn Limiter>,
-        workers: usize,
-        jobs: usize,
-        estimate: PromptEstimate,
-        rules: Option<ProfileRules>,
-    ) -> Result<Self, String> {
-        let jobs = jobs.clamp(1, ratelimiter::scheduler::JOBS_LIMIT_MAX);
+    /// A scheduler over `limiter` as `options` say.
+    pub fn new(caller: Caller, limiter: Arc<dyn Limiter>, options: ScheduledOptions) -> Result<Self, String> {
+        let jobs = options.jobs.clamp(1, ratelimiter::scheduler::JOBS_LIMIT_MAX);
+        let rules = options.rules;
         let provider = rules.as_ref().map_or(PROVIDER, |r| r.provider().as_str()).to_owned();
-        let mut builder = SchedulerConfig::builder(workers)
+        let mut builder = SchedulerConfig::builder(options.workers)
             .jobs_max(jobs)
             .queue_jobs_max(jobs)
             .tenant_jobs_max(jobs);
@@ -98,7 +103,7 @@ impl Scheduled {
         Ok(Self {
             caller,
             provider,
-            estimate,
+            prompt_sizing: options.prompt_sizing,
             scheduler: Scheduler::with_config(Arc::clone(&grants) as Arc<dyn Limiter>, config),
             grants,
         })
@@ -112,9 +117,9 @@ impl Scheduled {
         outcome: RequestOutcome,
     ) -> (Result<(), String>, RequestOutcome, Option<CallOutcome>) {
         let prompt = prompt::synthesize(request.record.input_tokens);
-        let prompt_tokens = match self.estimate {
-            PromptEstimate::Bytes => None,
-            PromptEstimate::Counted => Some(count_tokens(&prompt)),
+        let prompt_tokens = match self.prompt_sizing {
+            PromptSizing::Bytes => None,
+            PromptSizing::Counted => Some(count_tokens(&prompt)),
         };
         let spec = JobSpec {
             job_id: format!("r{}-a{}", request.index, outcome.attempts),

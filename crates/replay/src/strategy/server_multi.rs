@@ -11,9 +11,8 @@ use std::time::Duration;
 use indicatif::ProgressBar;
 use tokio::process::Command;
 
-use crate::cli::Args;
 use crate::outcome::RequestOutcome;
-use crate::provider_server::ProviderServer;
+use crate::sim::server::ProviderServer;
 
 /// How often the parent's progress bar reads the provider's count, in ms.
 pub const PROGRESS_POLL_MS: u64 = 200;
@@ -21,8 +20,11 @@ pub const PROGRESS_POLL_MS: u64 = 200;
 /// What the children of one run share.
 #[derive(Debug, Clone, Copy)]
 pub struct ChildRun<'a> {
-    /// The parent's arguments (trace, speed-up, limits).
-    pub args: &'a Args,
+    /// The flags every child repeats from the parent's command line (trace,
+    /// speed-up, limits, workers, prompt sizing), as the command line writes them.
+    pub parent_flags: &'a [String],
+    /// How many children: the trace is split into this many shards.
+    pub clients: usize,
     /// The shared `ratelimiterd`.
     pub server_url: &'a str,
     /// The parent's provider.
@@ -32,14 +34,11 @@ pub struct ChildRun<'a> {
 }
 
 impl ChildRun<'_> {
-    /// The command line of child `shard` of `shards`, writing to `outcomes`.
+    /// The command line of child `shard` of `shards`, writing to `outcomes`: the
+    /// parent's flags, then the child's own ([`Worker`]).
     pub fn child_args(&self, shard: usize, shards: usize, outcomes: &std::path::Path) -> Vec<String> {
-        let a = self.args;
-        let mut args: Vec<String> = vec![
-            "--trace".into(),
-            a.trace.as_deref().expect("a replay has a trace").display().to_string(),
-            "--format".into(),
-            value_name(a.format),
+        let mut args = self.parent_flags.to_vec();
+        args.extend([
             "--strategy".into(),
             "server".into(),
             "--server-url".into(),
@@ -53,70 +52,32 @@ impl ChildRun<'_> {
             "--outcomes-jsonl".into(),
             outcomes.display().to_string(),
             "--quiet".into(),
-        ];
-        let numbers = [
-            ("--speedup", a.speedup.to_string()),
-            ("--max-output-tokens", a.max_output_tokens.to_string()),
-            ("--provider-rpm", a.provider_rpm.to_string()),
-            ("--provider-tpm", a.provider_tpm.to_string()),
-            ("--provider-window-seconds", a.provider_window_seconds.to_string()),
-            ("--provider-concurrency", a.provider_concurrency.to_string()),
-            (
-                "--provider-ms-per-output-token",
-                a.provider_ms_per_output_token.to_string(),
-            ),
-            ("--provider-accounting", value_name(a.provider_accounting)),
-            ("--workers", a.workers().to_string()),
-            ("--prompt-estimate", value_name(a.prompt_estimate)),
-        ];
-        for (flag, value) in numbers {
-            args.push(flag.into());
-            args.push(value);
-        }
-        if let Some(n) = a.requests {
-            args.extend(["--requests".into(), n.to_string()]);
-        }
+        ]);
         args
     }
 }
 
-fn value_name(value: impl clap::ValueEnum) -> String {
-    value
-        .to_possible_value()
-        .expect("no skipped values")
-        .get_name()
-        .to_owned()
+/// What one child is told by its command line ([`ChildRun::child_args`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worker {
+    /// The parent's provider, to call.
+    pub provider_url: String,
+    /// The shared `ratelimiterd`.
+    pub server_url: String,
+    /// The shared start time, Unix ms.
+    pub start_unix_ms: u64,
+    /// This child's shard: `(i, n)` with `i < n`.
+    pub shard: (usize, usize),
 }
 
-/// A child's settings: provider URL, server URL, start time and shard.
-pub fn worker_settings(args: &Args) -> Result<(String, String, u64, (usize, usize)), String> {
-    let missing = |flag: &str| format!("a server-multi child needs {flag}");
-    let provider = args
-        .worker_provider_url
-        .clone()
-        .ok_or_else(|| missing("--worker-provider-url"))?;
-    let server = args.server_url.clone().ok_or_else(|| missing("--server-url"))?;
-    let start = args
-        .worker_start_unix_ms
-        .ok_or_else(|| missing("--worker-start-unix-ms"))?;
-    let shard = args.worker_shard.as_deref().ok_or_else(|| missing("--worker-shard"))?;
-    let bad = || format!("--worker-shard {shard:?} is not i/n with i < n");
-    let (i, n) = shard.split_once('/').ok_or_else(bad)?;
-    let (i, n): (usize, usize) = (i.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
-    if i >= n {
-        return Err(bad());
-    }
-    Ok((provider, server, start, (i, n)))
-}
-
-/// Runs `args.clients` children and returns every outcome in trace order.
+/// Runs `run.clients` children and returns every outcome in trace order.
 pub async fn run(
     run: &ChildRun<'_>,
     provider: &Arc<ProviderServer>,
     progress: ProgressBar,
 ) -> Result<Vec<RequestOutcome>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the replay binary: {e}"))?;
-    let shards = run.args.clients;
+    let shards = run.clients;
     let dir = std::env::temp_dir().join(format!("replay-multi-{}-{}", std::process::id(), run.start_unix_ms));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let files: Vec<PathBuf> = (0..shards).map(|i| dir.join(format!("outcomes-{i}.jsonl"))).collect();
@@ -169,51 +130,4 @@ fn read_outcomes(files: &[PathBuf]) -> Result<Vec<RequestOutcome>, String> {
     }
     outcomes.sort_by_key(|o: &RequestOutcome| o.index);
     Ok(outcomes)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[test]
-    fn children_get_their_shard_and_the_parents_limits() {
-        let args = Args::parse_from([
-            "replay",
-            "--trace",
-            "t.csv",
-            "--strategy",
-            "server-multi",
-            "--provider-tpm",
-            "777",
-            "--requests",
-            "9",
-            "--provider-accounting",
-            "openai",
-            "--prompt-estimate",
-            "bytes",
-        ]);
-        let run = ChildRun {
-            args: &args,
-            server_url: "http://s",
-            provider_url: "http://p",
-            start_unix_ms: 42,
-        };
-        let child = Args::parse_from(std::iter::once("replay".to_owned()).chain(run.child_args(
-            1,
-            3,
-            std::path::Path::new("/o.jsonl"),
-        )));
-        assert_eq!(child.provider_limits().unwrap(), args.provider_limits().unwrap());
-        assert_eq!(child.requests, Some(9));
-        assert_eq!(child.workers(), args.workers());
-        assert_eq!(child.prompt_estimate, args.prompt_estimate);
-        let (provider, server, start, shard) = worker_settings(&child).unwrap();
-        assert_eq!(
-            (provider.as_str(), server.as_str(), start, shard),
-            ("http://p", "http://s", 42, (1, 3))
-        );
-        let bad = Args::parse_from(["replay", "--trace", "t", "--worker-shard", "3/3"]);
-        assert!(worker_settings(&bad).is_err());
-    }
 }

@@ -15,8 +15,8 @@ use tokio::sync::{Mutex, Semaphore};
 
 use super::{Caller, Strategy};
 use crate::outcome::{ReplayRequest, RequestOutcome};
-use crate::provider::ProviderLimits;
-use crate::provider_client::CallOutcome;
+use crate::sim::client::CallOutcome;
+use crate::sim::limits::ProviderLimits;
 
 /// Attempts per request, the cookbook's `max_attempts`.
 pub const ATTEMPTS_MAX: u32 = 5;
@@ -126,8 +126,8 @@ impl Strategy for TokenBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::Accounting;
-    use crate::provider_client::ProviderClient;
+    use crate::sim::client::ProviderClient;
+    use crate::sim::limits::Accounting;
     use ratelimiter::{Clock, FakeClock};
 
     fn bucket(clock: &FakeClock) -> TokenBucket {

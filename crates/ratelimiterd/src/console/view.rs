@@ -14,9 +14,9 @@ use ratelimiter::{LimitReport, LimitStatus};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::console::history::{basis_points, GatewaySample, History, SAMPLE_INTERVAL_MS};
+use crate::console::query::LimitsQuery;
 use crate::state::AppState;
-use crate::ui_history::{basis_points, GatewaySample, History, SAMPLE_INTERVAL_MS};
-use crate::ui_query::LimitsQuery;
 
 /// How long the page's read waits for the backend's health and each next-release
 /// answer: a console that hangs on a dead cluster tells the operator nothing.

@@ -19,10 +19,10 @@
 //! "rate_limit_error", "message": ...}}`).
 //!
 //! The simulator keeps one token limit (the ledger's); Anthropic's separate input and
-//! output limits are the `anthropic` profile's. Counting as in [`crate::sim_openai`]: the
+//! output limits are the `anthropic` profile's. Counting as in [`crate::sim::openai`]: the
 //! system prompt and every text block, one token per 4 bytes per text; images by
-//! Anthropic's rule ([`crate::sim_vision`]); the prefix marked `cache_control`
-//! through the prompt cache ([`crate::sim_cache`]), whose reads the `anthropic`
+//! Anthropic's rule ([`crate::sim::vision`]); the prefix marked `cache_control`
+//! through the prompt cache ([`crate::sim::cache`]), whose reads the `anthropic`
 //! profile does not charge on its input limit.
 
 use std::sync::Arc;
@@ -34,14 +34,17 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 
-use crate::prompt;
-use crate::provider::{ProviderLimits, Remaining};
-use crate::provider_server::{ProviderServer, MESSAGES_MAX};
-use crate::sim_cache::CacheSplit;
-use crate::sim_control::{
-    admit_cached, error, full_reset_ms, output_bound, output_words, play_fault, prompt_tokens, put_profile_headers,
-    refused, rfc3339, sse_event, sse_response, Content, SseStream, Wire,
-};
+use crate::sim::admission::{admit_cached, full_reset_ms, play_fault, put_profile_headers, refused};
+use crate::sim::cache::CacheSplit;
+use crate::sim::content::{output_bound, output_words, prompt_tokens, Content};
+use crate::sim::errors::{error, Wire};
+use crate::sim::limits::ProviderLimits;
+use crate::sim::prompt;
+use crate::sim::provider::Remaining;
+use crate::sim::reset_time::rfc3339;
+use crate::sim::server::ProviderServer;
+use crate::sim::sse::{sse_event, sse_response, SseStream};
+use crate::sim::wire::MESSAGES_MAX;
 
 /// The body of `POST /v1/messages` and `POST /v1/messages/count_tokens`.
 #[derive(Debug, Deserialize)]

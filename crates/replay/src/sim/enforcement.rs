@@ -1,6 +1,6 @@
 //! How a provider enforces one limit: the meters the simulated provider's
-//! [`Ledger`](crate::provider::Ledger) keeps per limit, chosen by a provider
-//! profile ([`crate::sim_profile`]). docs/provider-profiles.md gives the source
+//! [`Ledger`](crate::sim::provider::Ledger) keeps per limit, chosen by a provider
+//! profile ([`crate::sim::profile`]). docs/provider-profiles.md gives the source
 //! of every rule.
 //!
 //! - [`MeterSpec::SlidingLog`]: each admission counts for exactly one window after it.

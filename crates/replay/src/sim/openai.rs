@@ -17,12 +17,12 @@
 //! `x-ratelimit-remaining-tokens`, `x-ratelimit-reset-requests` "the time until the
 //! rate limit (based on requests) resets to its initial state").
 //!
-//! Counting rule (docs/provider-sim.md): a prompt is [`crate::provider::count_tokens`]
+//! Counting rule (docs/provider-sim.md): a prompt is [`crate::sim::limits::count_tokens`]
 //! of each text (one token per 4 bytes, rounded up, per text) and each image by
-//! OpenAI's rule for the model ([`crate::sim_vision`]); the model writes
+//! OpenAI's rule for the model ([`crate::sim::vision`]); the model writes
 //! `sim_output_tokens` tokens (a body field of the simulator) capped by the output
 //! bound, or the bound itself; each output token is the 4-byte word of
-//! [`crate::prompt::synthesize`] and takes the provider's `ms_per_output_token`.
+//! [`crate::sim::prompt::synthesize`] and takes the provider's `ms_per_output_token`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,14 +35,16 @@ use axum::Json;
 use base64::Engine;
 use serde::Deserialize;
 
-use crate::prompt;
-use crate::provider::{ProviderLimits, Remaining};
-use crate::provider_client::ADMITTED_HEADER;
-use crate::provider_server::{self, ProviderServer, Usage};
-use crate::sim_control::{
-    admit, error, full_reset_ms, openai_duration, output_bound, output_words, play_fault, prompt_tokens,
-    put_profile_headers, refused, sse_event, sse_response, Admitted, Content, SseStream, Wire,
-};
+use crate::sim::admission::{admit, full_reset_ms, play_fault, put_profile_headers, refused, Admitted};
+use crate::sim::content::{output_bound, output_words, prompt_tokens, Content};
+use crate::sim::errors::{error, Wire};
+use crate::sim::limits::ProviderLimits;
+use crate::sim::prompt;
+use crate::sim::provider::Remaining;
+use crate::sim::reset_time::openai_duration;
+use crate::sim::server::{self, ProviderServer};
+use crate::sim::sse::{sse_event, sse_response, SseStream};
+use crate::sim::wire::{Usage, ADMITTED_HEADER, MESSAGES_MAX};
 
 /// The most inputs of one embeddings call, as OpenAI documents ("any array must be
 /// 2048 dimensions or less").
@@ -54,7 +56,7 @@ pub const EMBEDDING_DIMENSIONS_DEFAULT: usize = 16;
 pub const EMBEDDING_DIMENSIONS_MAX: usize = 3_072;
 
 /// A chat request as the simulator reads it (the replay sends the subset
-/// [`provider_server::ChatRequest`]).
+/// [`crate::sim::wire::ChatRequest`]).
 #[derive(Debug, Deserialize)]
 struct ChatBody {
     model: String,
@@ -89,7 +91,7 @@ struct StreamOptions {
 /// until the rolling window is empty again.
 fn headers(limits: &ProviderLimits, remaining: Remaining, reset_ms: u64) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    provider_server::limit_headers(&mut headers, limits, remaining);
+    server::limit_headers(&mut headers, limits, remaining);
     let reset = HeaderValue::from_str(&openai_duration(reset_ms)).expect("ascii");
     headers.insert("x-ratelimit-reset-requests", reset.clone());
     headers.insert("x-ratelimit-reset-tokens", reset);
@@ -148,11 +150,8 @@ pub async fn chat_completions(
         Err(response) => return *response,
     };
     let busy = provider.control.busy();
-    if request.messages.is_empty() || request.messages.len() > provider_server::MESSAGES_MAX {
-        return bad_request(format!(
-            "messages must hold 1..={} entries",
-            provider_server::MESSAGES_MAX
-        ));
+    if request.messages.is_empty() || request.messages.len() > MESSAGES_MAX {
+        return bad_request(format!("messages must hold 1..={} entries", MESSAGES_MAX));
     }
     let bound = match output_bound("max_tokens", request.max_completion_tokens.or(request.max_tokens)) {
         Ok(bound) => bound,

@@ -2,7 +2,7 @@
 //! and not content. Words of three letters and a space make exactly four bytes per
 //! token, as English text averages, so the provider counts what the trace says.
 
-use crate::provider::BYTES_PER_TOKEN;
+use crate::sim::limits::BYTES_PER_TOKEN;
 
 /// Three-letter words the text is made of: plain English, so a byte-counting
 /// estimate sees what it would see on real prompts.
@@ -26,7 +26,7 @@ pub fn synthesize(tokens: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::count_tokens;
+    use crate::sim::limits::count_tokens;
 
     #[test]
     fn synthesized_text_has_the_asked_token_count() {

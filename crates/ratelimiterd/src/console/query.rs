@@ -8,7 +8,7 @@ use std::cmp::Ordering;
 
 use ratelimiter::{LimitReport, LimitStatus};
 
-use crate::ui_history::basis_points;
+use crate::console::history::basis_points;
 
 /// Rows on a page when the query names none.
 pub const PAGE_ROWS_DEFAULT: usize = 50;

@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use gateway::class_metrics::ClassTotals;
 use gateway::metrics::CallTotals;
@@ -72,6 +73,13 @@ pub fn basis_points(report: &LimitReport) -> u16 {
     let capacity = report.state.definition().capacity().max(1) as u128;
     let used = report.in_use as u128 + report.debt as u128;
     (used * 10_000 / capacity).min(BASIS_POINTS_MAX as u128) as u16
+}
+
+/// The wall clock's time, as the history's samples are stamped.
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl History {

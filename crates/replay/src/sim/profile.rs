@@ -1,13 +1,13 @@
 //! Provider profiles of the simulated provider: which limits a provider keeps,
-//! how each is enforced ([`crate::enforcement`]), what a request is charged at
+//! how each is enforced ([`crate::sim::enforcement`]), what a request is charged at
 //! admission and at its end, whether refused requests count, and the headers and
 //! 429 bodies the provider answers with. docs/provider-profiles.md quotes the
 //! provider documentation each rule comes from.
 
 use serde_json::{json, Value};
 
-use crate::enforcement::MeterSpec;
-use crate::provider::{Accounting, ProviderLimits};
+use crate::sim::enforcement::MeterSpec;
+use crate::sim::limits::{Accounting, ProviderLimits};
 
 /// A minute, the window every provider publishes its per-minute limits over.
 pub const MINUTE_MS: u64 = 60_000;

@@ -10,7 +10,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::provider_server::{ChatRequest, Message, Usage};
+use crate::sim::wire::{ChatRequest, Message, Usage, ADMITTED_HEADER};
 
 /// How long one call may take before it counts as failed: far above any
 /// simulated call, so it only ends calls to a provider that stopped answering.
@@ -20,10 +20,6 @@ pub const RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// The retry hint assumed when a 429 carries none, in ms (OpenAI's cookbook waits 15 s;
 /// the simulated provider always sends one, so this is only a fallback).
 pub const RETRY_AFTER_DEFAULT_MS: u64 = 1_000;
-
-/// The simulated provider's header giving the Unix ms at which it admitted
-/// the call: where its window for the call starts (not an OpenAI header).
-pub const ADMITTED_HEADER: &str = "x-sim-admitted-unix-ms";
 
 /// A served call.
 #[derive(Debug, Clone, PartialEq, Eq)]

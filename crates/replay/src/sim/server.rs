@@ -1,0 +1,103 @@
+//! The simulated provider's state: the provider with its [`Ledger`], shared by
+//! every connection, and the concurrency slot a call holds. Its routes are in
+//! [`crate::sim::routes`]; the wire formats, [`crate::sim::openai`] and
+//! [`crate::sim::anthropic`]. Every call is admitted by the ledger, answered 429
+//! with `retry-after` and rate-limit headers when refused, and takes a time that
+//! grows with the output tokens.
+
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, HeaderValue};
+use ratelimiter::Clock;
+
+use crate::sim::control::SimControl;
+use crate::sim::limits::ProviderLimits;
+use crate::sim::profile::SimProfile;
+use crate::sim::provider::{Admission, Ledger, LedgerCounts, Remaining, Ticket, TokenLimit};
+
+/// The provider with its ledger, shared by every connection.
+#[derive(Debug)]
+pub struct ProviderServer {
+    pub(crate) ledger: Mutex<Ledger>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// The models, key, fault switch and call counts of the wire formats.
+    pub(crate) control: Arc<SimControl>,
+}
+
+impl ProviderServer {
+    /// A provider enforcing `limits`, reading time from `clock`.
+    pub fn new(limits: ProviderLimits, clock: Arc<dyn Clock>) -> Arc<Self> {
+        Self::with_control(limits, clock, SimControl::default())
+    }
+
+    /// A provider enforcing `limits` that serves the models of `control` (and
+    /// requires its key).
+    pub fn with_control(limits: ProviderLimits, clock: Arc<dyn Clock>, control: SimControl) -> Arc<Self> {
+        Arc::new(Self {
+            ledger: Mutex::new(Ledger::new(limits)),
+            clock,
+            control: Arc::new(control),
+        })
+    }
+
+    /// The most model calls served at once since the start or the last reset.
+    pub fn in_flight_max(&self) -> u64 {
+        self.control.in_flight_max()
+    }
+
+    /// Every admission so far.
+    pub fn admissions(&self) -> Vec<Admission> {
+        self.ledger.lock().expect("ledger lock").admissions().to_vec()
+    }
+
+    /// The token limits enforced, in the order of [`Admission::settled_tokens`].
+    pub fn token_limits(&self) -> Vec<TokenLimit> {
+        self.ledger.lock().expect("ledger lock").token_limits()
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> LedgerCounts {
+        self.ledger.lock().expect("ledger lock").counts()
+    }
+
+    /// The limits enforced.
+    pub fn limits(&self) -> ProviderLimits {
+        *self.ledger.lock().expect("ledger lock").limits()
+    }
+
+    /// Enforces the limits as `profile`'s provider does from now on, with an
+    /// empty ledger (call it before serving).
+    pub fn set_profile(&self, profile: SimProfile) {
+        let mut ledger = self.ledger.lock().expect("ledger lock");
+        *ledger = Ledger::with_profile(*ledger.limits(), profile, self.clock.now_unix_ms());
+    }
+
+    /// The profile enforced.
+    pub fn profile(&self) -> SimProfile {
+        *self.ledger.lock().expect("ledger lock").profile()
+    }
+}
+
+/// Releases the concurrency slot when the call ends, also when the client hangs
+/// up mid-call and the handler is dropped.
+pub struct Slot {
+    pub(crate) provider: Arc<ProviderServer>,
+    pub(crate) ticket: Ticket,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.provider.ledger.lock().expect("ledger lock").release(self.ticket);
+    }
+}
+
+/// The sliding log's rate-limit headers, in OpenAI's names.
+pub(crate) fn limit_headers(headers: &mut HeaderMap, limits: &ProviderLimits, remaining: Remaining) {
+    let mut put = |name: &'static str, value: u64| {
+        headers.insert(name, HeaderValue::from(value));
+    };
+    put("x-ratelimit-limit-requests", limits.rpm);
+    put("x-ratelimit-limit-tokens", limits.tpm);
+    put("x-ratelimit-remaining-requests", remaining.requests);
+    put("x-ratelimit-remaining-tokens", remaining.tokens);
+}
