@@ -82,7 +82,10 @@ pub fn limiter_error(py: Python<'_>, error: LimiterError, lease_id: Option<Lease
         LimiterError::Conflict(message) => build(py, "LimitConflictError", format!("conflict: {message}"), &[]),
         // Nothing was reserved and the lease id is not burnt: like an
         // unavailable backend, the same lease id is retried after the hint.
-        LimiterError::TooManyLeases { retry_after_ms, message } => {
+        LimiterError::TooManyLeases {
+            retry_after_ms,
+            message,
+        } => {
             let retry = retry_after_ms
                 .into_pyobject(py)
                 .expect("int converts")

@@ -138,7 +138,9 @@ pub fn check_allowed_hosts(hosts: &[String]) -> Result<(), String> {
     for host in hosts {
         let valid = !host.is_empty()
             && host.len() <= HOST_NAME_BYTES_MAX
-            && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
         if !valid {
             return Err(format!(
                 "{host:?} is not a host name (letters, digits, '-' and '.', without a port)"
@@ -201,7 +203,12 @@ mod tests {
             let host = Some("127.0.0.1:8080");
             assert_eq!(policy.check(host, Some("http://127.0.0.1:8080")), Ok(()));
             assert_eq!(policy.check(host, Some("HTTPS://127.0.0.1:8080")), Ok(()));
-            for origin in ["http://attacker.example", "null", "http://127.0.0.1:8081", "http://127.0.0.1"] {
+            for origin in [
+                "http://attacker.example",
+                "null",
+                "http://127.0.0.1:8081",
+                "http://127.0.0.1",
+            ] {
                 assert!(
                     matches!(policy.check(host, Some(origin)), Err(OriginRefusal::ForeignOrigin(_))),
                     "{origin}"
@@ -213,10 +220,19 @@ mod tests {
 
     #[test]
     fn json_content_types() {
-        for json in ["application/json", "Application/JSON; charset=utf-8", " application/json ;x=1"] {
+        for json in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            " application/json ;x=1",
+        ] {
             assert!(is_json_content_type(json), "{json}");
         }
-        for other in ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""] {
+        for other in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "",
+        ] {
             assert!(!is_json_content_type(other), "{other}");
         }
     }

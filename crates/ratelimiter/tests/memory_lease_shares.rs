@@ -71,7 +71,10 @@ async fn one_owner_flooding_reserves_neither_evicts_nor_blocks_another_owners_le
 
     let (mut allowed, mut refused) = (0, 0);
     for _ in 0..FLOOD_RESERVES {
-        match memory.reserve(&request(LeaseId::generate(), Some(&a), &[(&flood_key, 1)])).await {
+        match memory
+            .reserve(&request(LeaseId::generate(), Some(&a), &[(&flood_key, 1)]))
+            .await
+        {
             Ok(outcome) if outcome.is_allowed() => allowed += 1,
             result => {
                 assert_too_many("a beyond its share", &result);
@@ -86,7 +89,9 @@ async fn one_owner_flooding_reserves_neither_evicts_nor_blocks_another_owners_le
     assert_eq!(counters.leases_refused_total, (FLOOD_RESERVES - 250) as u64);
     let message = assert_too_many(
         "the message names the owner and its share",
-        &memory.reserve(&request(LeaseId::generate(), Some(&a), &[(&flood_key, 1)])).await,
+        &memory
+            .reserve(&request(LeaseId::generate(), Some(&a), &[(&flood_key, 1)]))
+            .await,
     );
     assert!(message.contains("client_tokens[0] holds 250 live leases"), "{message}");
 
@@ -96,13 +101,18 @@ async fn one_owner_flooding_reserves_neither_evicts_nor_blocks_another_owners_le
         .await;
     assert_allowed("b again", &granted.unwrap());
     f.assert_in_use("b holds two", &[(&conc, 2), (&tpm, 500)]).await;
-    let done = CompleteRequest::new(victim, None, vec![ratelimiter::Actual {
-        key: tpm.clone(),
-        actual_amount: 100,
-    }])
+    let done = CompleteRequest::new(
+        victim,
+        None,
+        vec![ratelimiter::Actual {
+            key: tpm.clone(),
+            actual_amount: 100,
+        }],
+    )
     .unwrap();
     memory.complete(&done).await.unwrap();
-    f.assert_in_use("reconciled and released", &[(&conc, 1), (&tpm, 100)]).await;
+    f.assert_in_use("reconciled and released", &[(&conc, 1), (&tpm, 100)])
+        .await;
 }
 
 #[tokio::test]
@@ -120,7 +130,8 @@ async fn a_full_table_refuses_rather_than_evict_a_lease_in_force() {
     let message = assert_too_many("full", &f.try_reserve(full, &[(&conc, 1)]).await);
     assert!(message.contains("the lease table is full"), "{message}");
     assert_eq!(memory.counters().leases_evicted_total, 0);
-    f.assert_in_use("nothing reserved for the refused one", &[(&conc, 2), (&tpm, 50)]).await;
+    f.assert_in_use("nothing reserved for the refused one", &[(&conc, 2), (&tpm, 50)])
+        .await;
 
     // The oldest still completes: reconciled and released.
     f.complete(oldest, &[(&tpm, 10)]).await;
@@ -134,6 +145,11 @@ async fn a_full_table_refuses_rather_than_evict_a_lease_in_force() {
     assert_eq!(memory.counters().leases_evicted_total, 1);
     let again = f.reserve(newer, &[(&conc, 1)]).await;
     assert!(again.is_allowed(), "replay of the dropped lease");
-    assert!(assert_allowed("the oldest's replay", &f.reserve(oldest, &[(&conc, 1), (&tpm, 50)]).await) == at);
+    assert!(
+        assert_allowed(
+            "the oldest's replay",
+            &f.reserve(oldest, &[(&conc, 1), (&tpm, 50)]).await
+        ) == at
+    );
     f.assert_in_use("replays reserved nothing", &[(&conc, 1)]).await;
 }

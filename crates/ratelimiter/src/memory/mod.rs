@@ -31,8 +31,8 @@ use crate::metrics::{BackendMetrics, Metric};
 use crate::retry::Jitter;
 use crate::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
 
-pub use config::{MemoryConfig, DECREASE_RETRY_MS_DEFAULT, FAILED_LEASES_MAX_DEFAULT, LEASES_MAX_DEFAULT};
 pub use config::LEASE_SHARE_PERCENT_DEFAULT;
+pub use config::{MemoryConfig, DECREASE_RETRY_MS_DEFAULT, FAILED_LEASES_MAX_DEFAULT, LEASES_MAX_DEFAULT};
 pub use config::{SETTLED_LEASES_MAX_DEFAULT, SETTLED_LEASES_MAX_LIMIT};
 pub use counters::MemoryCounters;
 pub use expiry_queue::EXPIRY_INSTANTS_MAX;

@@ -270,9 +270,9 @@ impl MemoryState {
                 self.config.lease_share_percent,
                 self.config.leases_max
             ),
-            (Crowded::Full(live), _) | (Crowded::OwnerShare(live), None) => format!(
-                "the lease table is full: its {live} leases are all in force; complete some first"
-            ),
+            (Crowded::Full(live), _) | (Crowded::OwnerShare(live), None) => {
+                format!("the lease table is full: its {live} leases are all in force; complete some first")
+            }
         };
         LimiterError::TooManyLeases {
             retry_after_ms: TOO_MANY_LEASES_RETRY_MS,
@@ -330,7 +330,8 @@ impl MemoryState {
             });
         }
         holds.as_mut_slice().sort_unstable_by_key(|h| h.limit);
-        self.leases.insert(id, LiveLease::new(now_unix_ms, holds.as_slice()), owner);
+        self.leases
+            .insert(id, LiveLease::new(now_unix_ms, holds.as_slice()), owner);
     }
 
     /// Remembers a lease that stopped being live, for idempotent retries: for
