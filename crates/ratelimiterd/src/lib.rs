@@ -12,6 +12,7 @@ pub mod body;
 pub mod cli;
 pub mod client_tokens;
 pub mod config;
+pub mod connection_table;
 pub mod connections;
 pub mod decrease;
 pub mod echo;
