@@ -213,7 +213,7 @@ impl LeaseTable {
 
     fn pop_first_ending(&mut self, take: impl Fn(u64) -> bool) -> Option<(u128, LiveLease)> {
         while let Some(&Reverse((ends_at_unix_ms, sequence, id))) = self.ends.peek() {
-            if !self.leases.get(&id).is_some_and(|l| l.sequence == sequence) {
+            if self.leases.get(&id).is_none_or(|l| l.sequence != sequence) {
                 self.ends.pop();
                 continue;
             }
