@@ -951,7 +951,9 @@ fn unknown_routes_methods_and_http_level_garbage_are_answered_and_survived() {
         );
     }
     // A broken chunked body reaches the handler, which cannot read it.
-    let mut bad_chunk = b"POST /v1/reserve HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n".to_vec();
+    let mut bad_chunk =
+        b"POST /v1/reserve HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n"
+            .to_vec();
     bad_chunk
         .extend_from_slice(format!("authorization: Bearer {CLIENT_TOKEN}\r\n\r\n5\r\n{{\"a\"\r\nzz\r\n").as_bytes());
     let answer = raw::exchange(f.addr(), &bad_chunk).expect("an answer to a broken chunk");
