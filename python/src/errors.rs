@@ -80,6 +80,28 @@ pub fn limiter_error(py: Python<'_>, error: LimiterError, lease_id: Option<Lease
             &[("field", text("request".to_owned()))],
         ),
         LimiterError::Conflict(message) => build(py, "LimitConflictError", format!("conflict: {message}"), &[]),
+        // Nothing was reserved and the lease id is not burnt: like an
+        // unavailable backend, the same lease id is retried after the hint.
+        LimiterError::TooManyLeases {
+            retry_after_ms,
+            message,
+        } => {
+            let retry = retry_after_ms
+                .into_pyobject(py)
+                .expect("int converts")
+                .into_any()
+                .unbind();
+            let lease = match lease_id {
+                Some(id) => text(id.to_string()),
+                None => py.None(),
+            };
+            build(
+                py,
+                "LimiterUnavailableError",
+                format!("too_many_leases: {message}; retry with the same lease id"),
+                &[("lease_id", lease), ("retry_after_ms", retry)],
+            )
+        }
         LimiterError::Unavailable { retry_after_ms } => {
             let retry = retry_after_ms
                 .into_pyobject(py)

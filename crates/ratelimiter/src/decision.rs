@@ -77,6 +77,25 @@ pub fn check_actual(lease: LeaseId, key: &LimitKey, held_kind: Option<LimitKind>
     }
 }
 
+/// The largest `actual_amount` a Complete may report, in multiples of the
+/// key's capacity: a call that used a hundred times a limit's whole capacity
+/// is a caller's bug, and unbounded actuals would push a key's debt and the
+/// overage counters towards 2^64.
+pub const ACTUAL_CAPACITY_MULTIPLE_MAX: u64 = 100;
+
+/// Checks an actual's amount against its key's `capacity`: at most
+/// [`ACTUAL_CAPACITY_MULTIPLE_MAX`] times it, else a 400 that changes nothing.
+pub fn check_actual_amount(key: &LimitKey, actual_amount: u64, capacity: u64) -> Result<(), LimiterError> {
+    let bound = capacity.saturating_mul(ACTUAL_CAPACITY_MULTIPLE_MAX);
+    if actual_amount > bound {
+        return Err(LimiterError::InvalidRequest(format!(
+            "actual_amount {actual_amount} for {key} is more than {ACTUAL_CAPACITY_MULTIPLE_MAX} times its capacity \
+             ({bound} at most)"
+        )));
+    }
+    Ok(())
+}
+
 /// What a Complete does to one reserved requirement (docs/decisions.md, "Complete", (c)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reconcile {

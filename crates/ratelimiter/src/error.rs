@@ -24,6 +24,18 @@ pub enum LimiterError {
         /// When to retry, in ms.
         retry_after_ms: u64,
     },
+    /// The lease table has no room for this caller's lease: the caller holds
+    /// its whole share of it, or the table is full of leases still in force
+    /// (docs/memory-backend.md, "Shares of the lease table"). Nothing was
+    /// reserved and the lease id is not burnt: retry it after the hint, once
+    /// some of the caller's leases completed (HTTP 429).
+    #[error("too_many_leases: {message}")]
+    TooManyLeases {
+        /// When to retry, in ms.
+        retry_after_ms: u64,
+        /// Which bound was reached, for the caller.
+        message: String,
+    },
     /// The backend answered with something unexpected. The detail is for logs,
     /// never for response bodies (HTTP 500).
     #[error("backend_error: {0}")]

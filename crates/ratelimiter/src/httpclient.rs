@@ -376,6 +376,10 @@ fn expect_ok(status: StatusCode, bytes: &[u8]) -> Result<(), LimiterError> {
         StatusCode::SERVICE_UNAVAILABLE => LimiterError::Unavailable {
             retry_after_ms: body.retry_after_ms.unwrap_or(RETRY_HINT_MS_DEFAULT),
         },
+        StatusCode::TOO_MANY_REQUESTS => LimiterError::TooManyLeases {
+            retry_after_ms: body.retry_after_ms.unwrap_or(RETRY_HINT_MS_DEFAULT),
+            message: error.strip_prefix("too_many_leases: ").unwrap_or(&error).to_owned(),
+        },
         other => LimiterError::Backend(format!("HTTP {}: {error}", other.as_u16())),
     })
 }
@@ -549,6 +553,14 @@ mod tests {
                 500,
                 r#"{"error":"backend_error"}"#,
                 LimiterError::Backend("HTTP 500: backend_error".into()),
+            ),
+            (
+                429,
+                r#"{"error":"too_many_leases: client_tokens[0] holds 10 live leases","retry_after_ms":1000}"#,
+                LimiterError::TooManyLeases {
+                    retry_after_ms: 1000,
+                    message: "client_tokens[0] holds 10 live leases".into(),
+                },
             ),
         ];
         for (status, body, expected) in cases {

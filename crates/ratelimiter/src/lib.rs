@@ -81,6 +81,8 @@ pub mod llm;
 pub mod local;
 pub mod memory;
 pub mod metrics;
+pub mod origin;
+pub mod owner;
 pub mod pause;
 pub mod profile;
 pub mod provider_headers;
@@ -103,6 +105,7 @@ pub use id::{id128, LeaseId};
 pub use key::LimitKey;
 pub use limiter::{Backend, FleetServer, Limiter};
 pub use memory::{MemoryBackend, MemoryConfig};
+pub use owner::LeaseOwner;
 pub use retry::RetryPolicy;
 pub use wire::{
     Actual, CompleteRequest, CompleteResponse, Denial, Requirement, ReserveOutcome, ReserveRequest, ReserveResponse,

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::id::LeaseId;
 use crate::key::LimitKey;
+use crate::owner::LeaseOwner;
 
 /// The most requirements in one reserve: a lease is one TigerBeetle linked chain,
 /// and chains are kept far below the 8,189-event batch.
@@ -51,6 +52,9 @@ pub struct Actual {
 #[serde(try_from = "ReserveFields", into = "ReserveFields")]
 pub struct ReserveRequest {
     fields: ReserveFields,
+    /// Who the lease belongs to: set by the server from the caller's
+    /// credentials, never read from the wire.
+    owner: Option<LeaseOwner>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,7 +96,28 @@ impl ReserveRequest {
                 requirements,
                 hold_ms: None,
             },
+            owner: None,
         })
+    }
+
+    /// The request reserving for `owner` (docs/memory-backend.md, "Shares of
+    /// the lease table"): the memory backend bounds each owner's live leases.
+    /// `None`: no owner, bounded by the whole table only.
+    pub fn with_owner(mut self, owner: Option<LeaseOwner>) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// The request with another lease id: the caller's id moved into its
+    /// owner's namespace ([`LeaseOwner::lease_id`]).
+    pub fn with_lease_id(mut self, lease_id: LeaseId) -> Self {
+        self.fields.lease_id = lease_id;
+        self
+    }
+
+    /// Who the lease belongs to, when the server said.
+    pub fn owner(&self) -> Option<&LeaseOwner> {
+        self.owner.as_ref()
     }
 
     /// The request holding its reservation for `hold_ms` (1..=[`HOLD_MS_MAX`])
@@ -173,6 +198,13 @@ impl CompleteRequest {
                 actuals,
             },
         })
+    }
+
+    /// The request with another lease id: the caller's id moved into its
+    /// owner's namespace ([`LeaseOwner::lease_id`]).
+    pub fn with_lease_id(mut self, lease_id: LeaseId) -> Self {
+        self.fields.lease_id = lease_id;
+        self
     }
 
     /// The lease being completed.

@@ -136,33 +136,6 @@ async fn concurrency_hints_back_off_and_the_largest_failing_hint_wins() {
     );
 }
 
-#[tokio::test]
-async fn evicted_leases_keep_their_holds_until_timeout_and_stay_idempotent() {
-    let config = MemoryConfig {
-        leases_max: 2,
-        ..exact()
-    };
-    let h = harness(config);
-    let backend = memory(&h, config);
-    let f = Fixture::with_backend(&h, backend.clone());
-    let conc = f.concurrency("conc", 5, 2).await;
-    let tpm = f.rolling("tpm", 100, 2).await;
-    let oldest = LeaseId::generate();
-    let at = assert_allowed("oldest", &f.reserve(oldest, &[(&conc, 1), (&tpm, 50)]).await);
-    f.advance(10).await;
-    f.reserve_new(&[(&conc, 1)]).await;
-    f.reserve_new(&[(&conc, 1)]).await;
-    assert_eq!(backend.counters().leases_evicted_total, 1);
-    assert_eq!(backend.counters().leases_live, 2);
-    f.complete(oldest, &[(&tpm, 1)]).await;
-    f.assert_in_use("not reconciled", &[(&conc, 3), (&tpm, 50)]).await;
-    let again = f.reserve(oldest, &[(&conc, 1), (&tpm, 50)]).await;
-    assert_eq!(assert_allowed("retry of the evicted lease", &again), at);
-    f.assert_in_use("nothing more", &[(&conc, 3), (&tpm, 50)]).await;
-    f.advance(2000).await;
-    f.assert_in_use("timed out", &[(&conc, 0), (&tpm, 0)]).await;
-}
-
 /// Leases settled after the first one, all within its window: far more than
 /// the old direct-mapped cache had slots at `leases_max` 16 (it forgot the first
 /// lease with odds of 1 - (15/16)^20,000).

@@ -38,6 +38,7 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(from_fn_with_state(state.auth().clone(), auth::require_origin))
         .with_state(state)
 }
 

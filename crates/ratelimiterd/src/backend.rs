@@ -66,6 +66,7 @@ pub fn memory_config(config: &Config) -> MemoryConfig {
         retry_policy: config.retry_policy,
         decrease_retry_ms: config.decrease.retry_ms,
         leases_max: config.memory.leases_max,
+        lease_share_percent: config.memory.lease_share_percent,
         settled_leases_max: config.memory.settled_leases_max,
         failed_leases_max: config.memory.failed_leases_max,
         window_margin_ms: config.defaults.window_margin_ms,

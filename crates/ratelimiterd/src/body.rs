@@ -1,7 +1,9 @@
-//! The JSON request body extractor. It reads the body itself, whatever the
-//! `Content-Type`, so every rejection is one of the API's JSON errors: 413 past
-//! the size limit, `invalid_json` for bytes that are not JSON, `invalid_request`
-//! for JSON that breaks a rule.
+//! The JSON request body extractor. It reads the body itself, so every rejection
+//! is one of the API's JSON errors: 415 for a body of another content type than
+//! JSON (a web page can send a form or `text/plain` body to any server without
+//! asking, never a JSON one: `ratelimiter::origin`), 413 past the size limit,
+//! `invalid_json` for bytes that are not JSON, `invalid_request` for JSON that
+//! breaks a rule.
 
 use std::time::Duration;
 
@@ -47,6 +49,12 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
             }
             return Err(too_large);
         }
+        if has_body(&parts.headers, declared) && !is_json(&parts.headers) {
+            if drains(&parts.headers, declared) {
+                drain(body, 0).await;
+            }
+            return Err(ApiError::UnsupportedMediaType);
+        }
         let mut bytes = Vec::new();
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| ApiError::InvalidJson(format!("could not read the body: {e}")))?;
@@ -61,6 +69,20 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
         }
         parse(&bytes).map(JsonBody)
     }
+}
+
+/// True when the request has a body: a `Content-Length` above 0, or a
+/// chunked one. A GET or an empty POST needs no content type.
+fn has_body(headers: &HeaderMap, declared: Option<u64>) -> bool {
+    declared.is_some_and(|length| length > 0) || headers.contains_key(header::TRANSFER_ENCODING)
+}
+
+/// True when the `Content-Type` is JSON.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(ratelimiter::origin::is_json_content_type)
 }
 
 /// The `Content-Length`, when the request declares a valid one.

@@ -45,7 +45,24 @@ pub enum KeyScope {
     Prefixes(std::sync::Arc<[String]>),
 }
 
+/// The characters that end a key's segment: a prefix ending with one covers
+/// exactly the keys under it.
+const KEY_SEPARATORS: [char; 2] = [':', '/'];
+
 impl KeyScope {
+    /// The prefixes that do not end with a separator: `svc:a` also covers
+    /// `svc:ab:rpm`, which is rarely meant (warned at startup).
+    pub fn unterminated_prefixes(&self) -> Vec<&str> {
+        match self {
+            KeyScope::All => Vec::new(),
+            KeyScope::Prefixes(prefixes) => prefixes
+                .iter()
+                .filter(|p| !p.ends_with(KEY_SEPARATORS))
+                .map(String::as_str)
+                .collect(),
+        }
+    }
+
     /// `Err` with the first key of `keys` outside the scope.
     pub fn check<'a>(&self, keys: impl IntoIterator<Item = &'a LimitKey>) -> Result<(), &'a LimitKey> {
         let KeyScope::Prefixes(prefixes) = self else {
@@ -115,5 +132,12 @@ mod tests {
         assert!(empty.resolve().unwrap_err().contains("key_prefixes"));
         let unset: ClientTokenConfig = serde_yaml::from_str("{token_env: CLIENT_TOKENS_TEST_UNSET}").unwrap();
         assert!(unset.resolve().unwrap_err().contains("CLIENT_TOKENS_TEST_UNSET"));
+    }
+
+    #[test]
+    fn prefixes_without_their_separator_are_reported() {
+        let scope = KeyScope::Prefixes(vec!["svc:a".to_owned(), "svc:b:".to_owned(), "tenant/x/".to_owned()].into());
+        assert_eq!(scope.unterminated_prefixes(), ["svc:a"]);
+        assert!(KeyScope::All.unterminated_prefixes().is_empty());
     }
 }

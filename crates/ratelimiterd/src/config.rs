@@ -165,8 +165,18 @@ pub struct ServerConfig {
     pub request_timeout_ms: u64,
     /// Requests served at once; more are answered 503 at once (load shedding).
     pub concurrent_requests_max: usize,
-    /// Connections open at once; more are closed as soon as they are accepted.
+    /// Connections open at once; at the cap a new connection closes the one
+    /// idle the longest (crate::connections), or is closed when none is idle.
     pub connections_max: usize,
+    /// How long a client has to send a request's headers, and how long a
+    /// kept-alive connection may stay idle.
+    pub client_header_timeout_ms: u64,
+    /// How long a write to a client may stay blocked (it stopped reading its
+    /// answers) before the connection is closed.
+    pub client_write_timeout_ms: u64,
+    /// Host names, besides IP addresses and `localhost`, that requests may
+    /// name in `Host` while an endpoint needs no token (ratelimiter::origin).
+    pub allowed_hosts: Vec<String>,
     /// After a shutdown signal, how long in-flight requests get before the server exits.
     pub shutdown_grace_ms: u64,
     /// Serves `POST /v1/echo`, a JSON echo used as the benchmark's reference. Off by default.
@@ -184,6 +194,9 @@ impl Default for ServerConfig {
             request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
             concurrent_requests_max: CONCURRENT_REQUESTS_MAX_DEFAULT,
             connections_max: CONNECTIONS_MAX_DEFAULT,
+            client_header_timeout_ms: crate::connections::HEADER_READ_TIMEOUT_MS,
+            client_write_timeout_ms: crate::connections::WRITE_STALL_TIMEOUT_MS,
+            allowed_hosts: Vec::new(),
             shutdown_grace_ms: SHUTDOWN_GRACE_MS_DEFAULT,
             echo_route: false,
         }
@@ -250,9 +263,12 @@ impl Default for DefinitionDefaults {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MemorySection {
-    /// Live leases kept for reconciliation; past it the oldest lease is forgotten
-    /// and its holds end by window or timeout.
+    /// Live leases kept for reconciliation; a lease is never pushed out while
+    /// a hold of it is in force (ratelimiter::MemoryConfig::leases_max).
     pub leases_max: usize,
+    /// The share of `leases_max` one client token may hold, in percent
+    /// (1..=100); beyond it its reserves are answered 429 `too_many_leases`.
+    pub lease_share_percent: u8,
     /// Settled (completed or evicted) lease ids remembered so that a retry of
     /// their reserve is answered allowed at the original time, reserving nothing;
     /// about 53 bytes each, allocated at startup.
@@ -303,6 +319,7 @@ impl Default for MemorySection {
     fn default() -> Self {
         Self {
             leases_max: ratelimiter::memory::LEASES_MAX_DEFAULT,
+            lease_share_percent: ratelimiter::memory::LEASE_SHARE_PERCENT_DEFAULT,
             settled_leases_max: ratelimiter::memory::SETTLED_LEASES_MAX_DEFAULT,
             failed_leases_max: ratelimiter::memory::FAILED_LEASES_MAX_DEFAULT,
             snapshot_interval_ms: SNAPSHOT_INTERVAL_MS_DEFAULT,
@@ -408,6 +425,11 @@ impl Config {
         .map_err(|m| invalid("server.concurrent_requests_max", m))?;
         check_range(s.shutdown_grace_ms, 0, REQUEST_TIMEOUT_MS_LIMIT)
             .map_err(|m| invalid("server.shutdown_grace_ms", m))?;
+        check_range(s.client_header_timeout_ms, 1, REQUEST_TIMEOUT_MS_LIMIT)
+            .map_err(|m| invalid("server.client_header_timeout_ms", m))?;
+        check_range(s.client_write_timeout_ms, 1, REQUEST_TIMEOUT_MS_LIMIT)
+            .map_err(|m| invalid("server.client_write_timeout_ms", m))?;
+        ratelimiter::origin::check_allowed_hosts(&s.allowed_hosts).map_err(|m| invalid("server.allowed_hosts", m))?;
         if let Some(token) = &s.admin_token {
             check_token(token).map_err(|m| invalid("server.admin_token", m))?;
         }
@@ -432,6 +454,8 @@ impl Config {
             .map_err(|m| invalid("defaults.window_margin_ms", m))?;
         check_range(self.memory.leases_max as u64, 1, MEMORY_ENTRIES_MAX_LIMIT as u64)
             .map_err(|m| invalid("memory.leases_max", m))?;
+        check_range(self.memory.lease_share_percent.into(), 1, 100)
+            .map_err(|m| invalid("memory.lease_share_percent", m))?;
         let settled_max = MEMORY_ENTRIES_MAX_LIMIT.min(ratelimiter::memory::SETTLED_LEASES_MAX_LIMIT);
         check_range(self.memory.settled_leases_max as u64, 2, settled_max as u64)
             .map_err(|m| invalid("memory.settled_leases_max", m))?;

@@ -1,20 +1,25 @@
 //! Accepting and serving connections: HTTP/1.1 with keep-alive, at most
-//! `server.connections_max` open at once, each with a header read timeout so an
-//! idle or slow client cannot hold a connection slot forever, and a graceful end
-//! that lets requests in flight finish.
+//! `server.connections_max` open at once, each with a header read timeout and a
+//! write timeout so an idle, slow or non-reading client cannot hold a
+//! connection slot for long; at the cap the idle connection of the peer holding
+//! the most gives way to the new one ([`crate::connection_table`]); a graceful
+//! end lets requests in flight finish. The limiter's listener and the
+//! gateway's are both served here.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use axum::Router;
+use http_body_util::BodyExt;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::connection_table::{Admitted, ConnectionTable, Slot};
 use crate::shutdown::Shutdown;
 use crate::write_stall::WriteStall;
 
@@ -28,9 +33,17 @@ pub const HEADER_READ_TIMEOUT_MS: u64 = 30_000;
 /// tokio's default of 128, 256 connections opened together cost a reservation
 /// benchmark a p99 of 0.7 s from the due time (BENCHMARKS.md, issue 4).
 pub const LISTEN_BACKLOG: u32 = 4096;
+/// How long a write to the limiter's clients may stay blocked: its answers are
+/// small, so a client that has not read one in 10 s stopped reading (it
+/// pipelines requests and never reads, for instance) and is disconnected.
+pub const WRITE_STALL_TIMEOUT_MS: u64 = 10_000;
 /// The pause after a failed accept (out of file descriptors, for instance), so
 /// the loop does not spin while the condition lasts.
 const ACCEPT_ERROR_BACKOFF_MS: u64 = 50;
+/// How often, at most, each kind of connection trouble (failed accepts,
+/// connections refused or replaced at the cap) is logged: a flood costs one
+/// line per interval, with the count of what it stands for.
+const TROUBLE_LOG_INTERVAL_MS: u64 = 10_000;
 
 /// A listener on `addr` with a queue of [`LISTEN_BACKLOG`] connections; needs a
 /// tokio runtime. Like tokio's own `bind`, it reuses the address of a recently
@@ -52,8 +65,7 @@ pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 pub struct ClientTimeouts {
     /// The header read timeout.
     pub header_read: Duration,
-    /// How long a write may stay blocked; `None`: no bound (the limiter API's
-    /// answers are small and fit the socket's buffer).
+    /// How long a write may stay blocked; `None`: no bound.
     pub write_stall: Option<Duration>,
 }
 
@@ -61,7 +73,49 @@ impl Default for ClientTimeouts {
     fn default() -> Self {
         Self {
             header_read: Duration::from_millis(HEADER_READ_TIMEOUT_MS),
-            write_stall: None,
+            write_stall: Some(Duration::from_millis(WRITE_STALL_TIMEOUT_MS)),
+        }
+    }
+}
+
+impl ClientTimeouts {
+    /// The limiter listener's timeouts of `config` (`server.client_*_timeout_ms`).
+    pub fn of_server(config: &crate::config::ServerConfig) -> Self {
+        Self {
+            header_read: Duration::from_millis(config.client_header_timeout_ms),
+            write_stall: Some(Duration::from_millis(config.client_write_timeout_ms)),
+        }
+    }
+}
+
+/// A warning logged at most once per [`TROUBLE_LOG_INTERVAL_MS`], with the
+/// number of occurrences it stands for.
+#[derive(Debug)]
+struct BoundedWarning {
+    what: &'static str,
+    last: Mutex<Option<Instant>>,
+    unlogged: AtomicU64,
+}
+
+impl BoundedWarning {
+    const fn new(what: &'static str) -> Self {
+        Self {
+            what,
+            last: Mutex::new(None),
+            unlogged: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one occurrence; logs it with the ones since the last line when
+    /// the interval has passed.
+    fn occurred(&self, detail: &dyn std::fmt::Display) {
+        let count = self.unlogged.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut last = self.last.lock().expect("warning lock poisoned");
+        let due = last.is_none_or(|at| at.elapsed() >= Duration::from_millis(TROUBLE_LOG_INTERVAL_MS));
+        if due {
+            *last = Some(Instant::now());
+            self.unlogged.fetch_sub(count, Ordering::Relaxed);
+            tracing::warn!(count, last = %detail, "{}", self.what);
         }
     }
 }
@@ -82,13 +136,16 @@ pub async fn serve_with(
     shutdown: Shutdown,
     grace: Duration,
 ) {
-    let slots = Arc::new(Semaphore::new(connections_max));
+    let table = ConnectionTable::new(connections_max);
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(timeouts.header_read)
         .keep_alive(true);
+    let accept_failed = BoundedWarning::new("accept failed");
+    let refused = BoundedWarning::new("connections refused: every connection is serving a request");
+    let replaced = BoundedWarning::new("idle connections closed to make room for new ones (connections_max)");
     let stop = shutdown.wait();
     tokio::pin!(stop);
     loop {
@@ -97,17 +154,24 @@ pub async fn serve_with(
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
+                    accept_failed.occurred(&e);
                     tokio::time::sleep(Duration::from_millis(ACCEPT_ERROR_BACKOFF_MS)).await;
                     continue;
                 }
             },
         };
-        // Over the limit, close at once: queueing would only move the wait into
-        // the kernel's backlog, where the client cannot see it.
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, connections_max, "connection refused: too many open connections");
-            continue;
+        // Full of connections serving requests: close at once; queueing would
+        // only move the wait into the kernel's backlog, where the client cannot see it.
+        let slot = match table.admit(peer.ip()) {
+            Some(Admitted::Room(slot)) => slot,
+            Some(Admitted::Replaced(slot, closed_peer)) => {
+                replaced.occurred(&format_args!("for {peer}, of {closed_peer}"));
+                slot
+            }
+            None => {
+                refused.occurred(&format_args!("{peer} (connections_max {connections_max})"));
+                continue;
+            }
         };
         // Answers are small: send them at once rather than wait to fill a packet.
         if let Err(e) = tcp.set_nodelay(true) {
@@ -133,21 +197,44 @@ pub async fn serve_with(
     }
 }
 
+/// Serves one connection until it ends, or until another takes its place in
+/// the table ([`ConnectionTable::admit`]). Each request marks the connection
+/// busy until its answer's body is dropped.
 fn spawn_connection<T>(
     builder: &http1::Builder,
     graceful: &GracefulShutdown,
     tcp: T,
     peer: SocketAddr,
     router: Router,
-    slot: OwnedSemaphorePermit,
+    slot: Slot,
 ) where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let connection = builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(router));
-    let connection = graceful.watch(connection);
+    let inner = TowerToHyperService::new(router);
+    let (connection, table) = (slot.connection().clone(), slot.table().clone());
+    let service = hyper::service::service_fn(move |request| {
+        let busy = connection.busy(&table);
+        let call = hyper::service::Service::call(&inner, request);
+        async move {
+            let response = call.await?;
+            Ok::<_, std::convert::Infallible>(response.map(|body| {
+                // The guard lives as long as the body: a streamed answer keeps
+                // its connection busy to its last byte.
+                axum::body::Body::new(body.map_frame(move |frame| {
+                    let _keep_busy = &busy;
+                    frame
+                }))
+            }))
+        }
+    });
+    let served = builder.serve_connection(TokioIo::new(tcp), service);
+    let served = graceful.watch(served);
     tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        tokio::select! {
+            result = served => if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            },
+            () = slot.connection().closed() => tracing::debug!(%peer, "idle connection closed for a new one"),
         }
         drop(slot);
     });

@@ -50,6 +50,24 @@ pub enum ApiError {
         /// When to retry.
         retry_after_ms: u64,
     },
+    /// The caller holds its whole share of the memory backend's lease table, or
+    /// the table is full of leases in force (429): nothing was reserved and the
+    /// lease id is not burnt, so the same request may be sent again after the hint.
+    #[error("too_many_leases: {message}")]
+    TooManyLeases {
+        /// When to retry.
+        retry_after_ms: u64,
+        /// Which bound was reached.
+        message: String,
+    },
+    /// A body sent with another content type than JSON (415): a browser's
+    /// form or `text/plain` post from another site is refused before it is read.
+    #[error("unsupported_media_type: send the body as Content-Type: application/json")]
+    UnsupportedMediaType,
+    /// A request from a browser page of another origin, or naming a host that
+    /// is not this server's (403), on a listener whose endpoints need no token.
+    #[error("forbidden: {0}")]
+    ForbiddenOrigin(String),
     /// Too many requests in flight: this one was shed before doing anything (503).
     #[error("overloaded")]
     Overloaded,
@@ -89,7 +107,9 @@ impl ApiError {
             }
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::ForbiddenOrigin(_) => StatusCode::FORBIDDEN,
+            ApiError::TooManyLeases { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unavailable { .. } | ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Backend(_) | ApiError::Internal(_) | ApiError::NotPersisted { .. } => {
                 StatusCode::INTERNAL_SERVER_ERROR
@@ -121,6 +141,10 @@ impl ApiError {
                 "error": self.to_string(),
                 "retry_after_ms": OVERLOADED_RETRY_AFTER_MS,
             }),
+            ApiError::TooManyLeases { retry_after_ms, .. } => json!({
+                "error": self.to_string(),
+                "retry_after_ms": retry_after_ms,
+            }),
             _ => json!({ "error": self.to_string() }),
         }
     }
@@ -129,6 +153,7 @@ impl ApiError {
         match self {
             ApiError::Unavailable { retry_after_ms } => Some(*retry_after_ms),
             ApiError::Overloaded => Some(OVERLOADED_RETRY_AFTER_MS),
+            ApiError::TooManyLeases { retry_after_ms, .. } => Some(*retry_after_ms),
             _ => None,
         }
     }
@@ -141,6 +166,13 @@ impl From<LimiterError> for ApiError {
             LimiterError::InvalidRequest(message) => ApiError::InvalidRequest(message),
             LimiterError::Conflict(message) => ApiError::Conflict(message),
             LimiterError::Unavailable { retry_after_ms } => ApiError::Unavailable { retry_after_ms },
+            LimiterError::TooManyLeases {
+                retry_after_ms,
+                message,
+            } => ApiError::TooManyLeases {
+                retry_after_ms,
+                message,
+            },
             LimiterError::Backend(detail) => ApiError::Backend(detail),
         }
     }

@@ -1,6 +1,7 @@
 //! `POST /v1/reserve` and `POST /v1/complete` (docs/http-api.md, "POST /v1/reserve" and
 //! "POST /v1/complete"): the hot path. Every log line of a request runs inside a span
-//! carrying its lease id.
+//! carrying its lease id at debug level only: a lease id lets whoever reads it
+//! complete the lease, so it stays out of the logs an operator ships at INFO.
 
 use std::time::Instant;
 
@@ -11,22 +12,29 @@ use axum::Json;
 use ratelimiter::{CompleteRequest, CompleteResponse, LimiterError, ReserveOutcome, ReserveRequest, ReserveResponse};
 use tracing::Instrument;
 
+use crate::auth::Caller;
 use crate::body::JsonBody;
-use crate::client_tokens::KeyScope;
 use crate::error::ApiError;
 use crate::state::AppState;
 
 /// Reserves every requirement or none: 200 for allowed and denied alike.
 pub async fn reserve(
     State(state): State<AppState>,
-    scope: Option<Extension<KeyScope>>,
+    caller: Option<Extension<Caller>>,
     JsonBody(request): JsonBody<ReserveRequest>,
 ) -> Response {
-    if let Err(key) = in_scope(scope.as_ref(), request.requirements().iter().map(|r| &r.key)) {
+    if let Err(key) = in_scope(caller.as_ref(), request.requirements().iter().map(|r| &r.key)) {
         return ApiError::Forbidden(key.clone()).into_response();
     }
+    let span = tracing::debug_span!("reserve", lease_id = %request.lease_id(), job_id = request.job_id());
+    let request = match caller {
+        Some(Extension(Caller { owner: Some(owner), .. })) => {
+            let lease_id = owner.lease_id(request.lease_id());
+            request.with_lease_id(lease_id).with_owner(Some(owner))
+        }
+        _ => request,
+    };
     let started = Instant::now();
-    let span = tracing::info_span!("reserve", lease_id = %request.lease_id(), job_id = request.job_id());
     let response = async {
         match state.backend().reserve(&request).await {
             Ok(outcome) => {
@@ -56,14 +64,23 @@ pub async fn reserve(
 /// for every well-formed request, an unknown or completed lease included.
 pub async fn complete(
     State(state): State<AppState>,
-    scope: Option<Extension<KeyScope>>,
+    caller: Option<Extension<Caller>>,
     JsonBody(request): JsonBody<CompleteRequest>,
 ) -> Response {
-    if let Err(key) = in_scope(scope.as_ref(), request.actuals().iter().map(|a| &a.key)) {
+    if let Err(key) = in_scope(caller.as_ref(), request.actuals().iter().map(|a| &a.key)) {
         return ApiError::Forbidden(key.clone()).into_response();
     }
+    let span = tracing::debug_span!("complete", lease_id = %request.lease_id(), job_id = request.job_id());
+    // In the owner's namespace: another scope's lease id names no lease here,
+    // so it is answered as an unknown one.
+    let request = match caller.as_ref().and_then(|Extension(c)| c.owner.as_ref()) {
+        Some(owner) => {
+            let lease_id = owner.lease_id(request.lease_id());
+            request.with_lease_id(lease_id)
+        }
+        None => request,
+    };
     let started = Instant::now();
-    let span = tracing::info_span!("complete", lease_id = %request.lease_id(), job_id = request.job_id());
     let response = async {
         match state.backend().complete(&request).await {
             Ok(()) => {
@@ -79,11 +96,11 @@ pub async fn complete(
     response
 }
 
-/// `Err` with the first key outside the token's scope (no scope: the route is
-/// open or unguarded, every key).
+/// `Err` with the first key outside the token's scope (no caller: the route is
+/// unguarded, every key).
 fn in_scope<'a>(
-    scope: Option<&Extension<KeyScope>>,
+    caller: Option<&Extension<Caller>>,
     keys: impl IntoIterator<Item = &'a ratelimiter::LimitKey>,
 ) -> Result<(), &'a ratelimiter::LimitKey> {
-    scope.map_or(Ok(()), |Extension(scope)| scope.check(keys))
+    caller.map_or(Ok(()), |Extension(caller)| caller.scope.check(keys))
 }

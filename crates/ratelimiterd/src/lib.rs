@@ -16,6 +16,7 @@ pub mod body;
 pub mod cli;
 pub mod client_tokens;
 pub mod config;
+pub mod connection_table;
 pub mod connections;
 pub mod console;
 pub mod decrease;

@@ -63,6 +63,8 @@ pub struct ServeOptions {
     pub connections_max: usize,
     /// How often the memory backend's state is saved; `None`: only at the stop.
     pub snapshot_interval: Option<Duration>,
+    /// How long the limiter's clients may take to send headers and to read answers.
+    pub timeouts: connections::ClientTimeouts,
 }
 
 impl ServeOptions {
@@ -74,6 +76,7 @@ impl ServeOptions {
             connections_max: config.server.connections_max,
             snapshot_interval: (config.memory.snapshot_interval_ms > 0)
                 .then(|| Duration::from_millis(config.memory.snapshot_interval_ms)),
+            timeouts: connections::ClientTimeouts::of_server(&config.server),
         }
     }
 }
@@ -231,10 +234,11 @@ pub async fn serve(
         _ => None,
     };
     tracing::info!(addr = %local, "listening");
-    connections::serve(
+    connections::serve_with(
         listener,
         app(state),
         options.connections_max,
+        options.timeouts,
         shutdown,
         options.shutdown_grace,
     )

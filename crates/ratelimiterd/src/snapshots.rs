@@ -146,7 +146,7 @@ impl MemorySnapshots {
         let age_ms = unix_ms().saturating_sub(snapshot.taken_at_unix_ms());
         tracing::info!(snapshot = %self.path.display(), age_ms, units_held = report.units_held,
             leases_live = report.leases_live, leases_settled = report.leases_settled,
-            leases_dropped = report.leases_dropped, limits_dropped = report.limits_dropped,
+            leases_dropped = report.leases_dropped, leases_evicted = report.leases_evicted, limits_dropped = report.limits_dropped,
             settled_remembered = report.settled_remembered, failed_remembered = report.failed_remembered,
             clock_step_ms = report.clock_step_ms, "memory snapshot restored");
         if report.clock_step_ms.unsigned_abs() >= CLOCK_STEP_WARN_MS {

@@ -52,7 +52,10 @@ impl AppState {
                 backend_metrics: selected.metrics,
                 snapshots: selected.snapshots,
                 metrics: Arc::new(Metrics::default()),
-                auth: Arc::new(Auth::from_config(server.admin_token.as_deref(), &server.client_tokens)),
+                auth: Arc::new(
+                    Auth::from_config(server.admin_token.as_deref(), &server.client_tokens)
+                        .with_allowed_hosts(&server.allowed_hosts),
+                ),
                 permits: Arc::new(Semaphore::new(server.concurrent_requests_max)),
                 body_bytes_max: server.body_bytes_max,
                 request_timeout: Duration::from_millis(server.request_timeout_ms),

@@ -951,7 +951,9 @@ fn unknown_routes_methods_and_http_level_garbage_are_answered_and_survived() {
         );
     }
     // A broken chunked body reaches the handler, which cannot read it.
-    let mut bad_chunk = b"POST /v1/reserve HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n".to_vec();
+    let mut bad_chunk =
+        b"POST /v1/reserve HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n"
+            .to_vec();
     bad_chunk
         .extend_from_slice(format!("authorization: Bearer {CLIENT_TOKEN}\r\n\r\n5\r\n{{\"a\"\r\nzz\r\n").as_bytes());
     let answer = raw::exchange(f.addr(), &bad_chunk).expect("an answer to a broken chunk");
@@ -959,7 +961,7 @@ fn unknown_routes_methods_and_http_level_garbage_are_answered_and_survived() {
     assert_error_body(&answer, "invalid_json: ", "broken chunk");
     // An undeclared (chunked) body past the limit is cut off at the limit.
     let mut chunked =
-        b"POST /v1/reserve HTTP/1.1\r\nhost: t\r\nconnection: close\r\ntransfer-encoding: chunked\r\n".to_vec();
+        b"POST /v1/reserve HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\nconnection: close\r\ntransfer-encoding: chunked\r\n".to_vec();
     chunked.extend_from_slice(format!("authorization: Bearer {CLIENT_TOKEN}\r\n\r\n").as_bytes());
     for _ in 0..80 {
         chunked.extend_from_slice(format!("400\r\n{}\r\n", "x".repeat(1024)).as_bytes());
@@ -985,7 +987,7 @@ fn an_oversized_body_written_whole_before_reading_gets_its_413() {
     let f = Fixture::start("drain", "");
     let before = f.snapshot();
     let head = |framing: &str| {
-        format!("POST /v1/reserve HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {CLIENT_TOKEN}\r\n{framing}\r\n")
+        format!("POST /v1/reserve HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\nauthorization: Bearer {CLIENT_TOKEN}\r\n{framing}\r\n")
     };
     let mut declared = head(&format!("content-length: {OVERSIZED_BODY_BYTES}\r\n")).into_bytes();
     declared.resize(declared.len() + OVERSIZED_BODY_BYTES, b'x');
@@ -1029,7 +1031,7 @@ fn slow_clients_are_timed_out_and_others_are_served_meanwhile() {
         .map(|_| {
             let mut session = Session::open(f.addr());
             let head = format!(
-                "POST /v1/reserve HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {CLIENT_TOKEN}\r\ncontent-length: {}\r\n\r\n",
+                "POST /v1/reserve HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\nauthorization: Bearer {CLIENT_TOKEN}\r\ncontent-length: {}\r\n\r\n",
                 body.len()
             );
             session.write(head.as_bytes());
@@ -1041,7 +1043,7 @@ fn slow_clients_are_timed_out_and_others_are_served_meanwhile() {
     let _slow_heads: Vec<Session> = (0..16)
         .map(|_| {
             let mut session = Session::open(f.addr());
-            session.write(b"POST /v1/reserve HTTP/1.1\r\nhost: t\r\ncontent-le");
+            session.write(b"POST /v1/reserve HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-le");
             session
         })
         .collect();
@@ -1069,7 +1071,7 @@ fn slow_clients_are_timed_out_and_others_are_served_meanwhile() {
     );
     let mut trickle = Session::open(f.addr());
     let head = format!(
-        "POST /v1/reserve HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {CLIENT_TOKEN}\r\ncontent-length: {}\r\n\r\n",
+        "POST /v1/reserve HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\nauthorization: Bearer {CLIENT_TOKEN}\r\ncontent-length: {}\r\n\r\n",
         padded.len()
     );
     trickle.write(head.as_bytes());

@@ -282,7 +282,7 @@ fn sigterm_lets_the_request_in_flight_finish() {
     let (first, second) = body.split_at(body.len() / 2);
     let mut session = Session::open(server.addr);
     let head = format!(
-        "POST /v1/reserve HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {CLIENT_TOKEN}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        "POST /v1/reserve HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\nauthorization: Bearer {CLIENT_TOKEN}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
     session.write(head.as_bytes());

@@ -265,12 +265,23 @@ async fn malformed_requests_are_400_with_stable_codes() {
 }
 
 #[tokio::test]
-async fn the_content_type_does_not_matter() {
+async fn a_body_needs_the_json_content_type() {
     let h = harness("content-type");
     h.put_limit(rolling("a", 5)).await;
     let body = json!({"lease_id": lease(), "requirements": [{"key": "a", "amount": 1}]}).to_string();
-    for content_type in [None, Some("text/plain"), Some("application/json; charset=utf-8")] {
-        let mut request = Request::builder().method(Method::POST).uri("/v1/reserve");
+    for (content_type, expected) in [
+        (None, StatusCode::UNSUPPORTED_MEDIA_TYPE),
+        (Some("text/plain"), StatusCode::UNSUPPORTED_MEDIA_TYPE),
+        (
+            Some("application/x-www-form-urlencoded"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (Some("application/json; charset=utf-8"), StatusCode::OK),
+    ] {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri("/v1/reserve")
+            .header(header::CONTENT_LENGTH, body.len());
         if let Some(ct) = content_type {
             request = request.header(header::CONTENT_TYPE, ct);
         }
@@ -280,8 +291,10 @@ async fn the_content_type_does_not_matter() {
             .oneshot(request.body(Body::from(body.clone())).unwrap())
             .await
             .unwrap();
-        assert_eq!(response.status(), StatusCode::OK, "{content_type:?}");
+        assert_eq!(response.status(), expected, "{content_type:?}");
     }
+    let (_, report) = h.send(Method::GET, "/v1/admin/limits/a", None, None).await;
+    assert_eq!(report["in_use"], 1, "only the JSON body reserved");
 }
 
 #[tokio::test]

@@ -12,6 +12,10 @@ pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
 /// deployment have in flight. An outstanding four-requirement lease costs about
 /// 230–320 bytes (BENCHMARKS.md), so about 32 MiB when full.
 pub const LEASES_MAX_DEFAULT: usize = 100_000;
+/// The share of `leases_max` one owner (a client token, a gateway tenant) may
+/// hold, in percent: four owners at their whole share fill the table, so one
+/// client flooding reserves leaves three quarters to the others.
+pub const LEASE_SHARE_PERCENT_DEFAULT: u8 = 25;
 /// Settled (completed or evicted) leases remembered for idempotent retries.
 /// Each is remembered for its retention (longest window or timeout plus 60 s)
 /// unless half this many later leases settle first: at 1,000 completes/s that
@@ -36,9 +40,16 @@ pub struct MemoryConfig {
     pub retry_policy: RetryPolicy,
     /// The hint for `limit_decreasing` denials, in ms (1..=3,600,000).
     pub decrease_retry_ms: u64,
-    /// The most live leases kept. When full the oldest goes: its holds then end
-    /// by their window or timeout, unreconciled, and it is remembered as settled.
+    /// The most live leases kept. A lease is never pushed out while one of its
+    /// holds is in force: when the table is full, a lease whose holds all
+    /// ended goes (counted), else the reserve is refused with
+    /// [`crate::LimiterError::TooManyLeases`].
     pub leases_max: usize,
+    /// The share of `leases_max` one owner ([`crate::LeaseOwner`]) may hold,
+    /// in percent (1..=100): beyond it its reserves are refused with
+    /// [`crate::LimiterError::TooManyLeases`]. Leases without an owner are
+    /// bounded by the whole table only.
+    pub lease_share_percent: u8,
     /// The most settled (completed or evicted) leases remembered, so a retry of
     /// their reserve is answered allowed at the original time and reserves
     /// nothing (2..=[`SETTLED_LEASES_MAX_LIMIT`]). Each is kept at least as long
@@ -62,6 +73,7 @@ impl Default for MemoryConfig {
             retry_policy: RetryPolicy::default(),
             decrease_retry_ms: DECREASE_RETRY_MS_DEFAULT,
             leases_max: LEASES_MAX_DEFAULT,
+            lease_share_percent: LEASE_SHARE_PERCENT_DEFAULT,
             settled_leases_max: SETTLED_LEASES_MAX_DEFAULT,
             failed_leases_max: FAILED_LEASES_MAX_DEFAULT,
             window_margin_ms: WINDOW_MARGIN_MS_DEFAULT,
@@ -70,6 +82,12 @@ impl Default for MemoryConfig {
 }
 
 impl MemoryConfig {
+    /// The most live leases one owner may hold: its share of `leases_max`,
+    /// at least 1.
+    pub fn owner_leases_max(&self) -> usize {
+        (self.leases_max.saturating_mul(usize::from(self.lease_share_percent)) / 100).max(1)
+    }
+
     /// Checks the ranges; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
         if !(1..=RETRY_MS_MAX).contains(&self.decrease_retry_ms) {
@@ -80,6 +98,12 @@ impl MemoryConfig {
         }
         if self.leases_max == 0 {
             return Err("leases_max must be at least 1".to_owned());
+        }
+        if !(1..=100).contains(&self.lease_share_percent) {
+            return Err(format!(
+                "lease_share_percent must be 1..=100, got {}",
+                self.lease_share_percent
+            ));
         }
         if !(2..=SETTLED_LEASES_MAX_LIMIT).contains(&self.settled_leases_max) {
             return Err(format!(

@@ -9,8 +9,13 @@ pub struct MemoryCounters {
     pub overage_dropped_total: u64,
     /// Overage units recorded as debt (`overage: debt`).
     pub overage_debt_total: u64,
-    /// Live leases evicted to respect `leases_max`; their completes were not reconciled.
+    /// Live leases dropped to make room in the table: leases whose holds had
+    /// all ended (a late Complete of one records no overage), and leases a
+    /// restore into a smaller `leases_max` had no room for.
     pub leases_evicted_total: u64,
+    /// Reserves refused because the lease table had no room for them: the
+    /// owner held its share, or every lease was still in force.
+    pub leases_refused_total: u64,
     /// Settled (completed or evicted) lease ids forgotten before their retention
     /// ended to respect `settled_leases_max`; a retry of one would be reserved
     /// again. Zero exactly when none was; when one was, every id of the
@@ -45,8 +50,15 @@ impl MemoryCounters {
             },
             Metric {
                 name: "memory_leases_evicted_total",
-                help: "Live leases forgotten to respect memory.leases_max; their completes were not reconciled.",
+                help: "Live leases dropped to make room in the lease table: their holds had ended, or a restore \
+                       into a smaller memory.leases_max had no room for them.",
                 value: counter(self.leases_evicted_total),
+            },
+            Metric {
+                name: "memory_leases_refused_total",
+                help: "Reserves refused with too_many_leases: the owner held its share of memory.leases_max, \
+                       or every lease was still in force.",
+                value: counter(self.leases_refused_total),
             },
             Metric {
                 name: "memory_settled_leases_evicted_total",

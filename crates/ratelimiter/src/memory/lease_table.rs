@@ -1,7 +1,9 @@
 //! Live leases: what each allowed, not yet completed lease holds, so Complete
-//! can release and reconcile it. Bounded; the oldest lease goes first.
+//! can release and reconcile it. Bounded as a whole and per owner; a lease is
+//! never pushed out while a hold of it is in force.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use super::stack_vec::StackVec;
 use super::FastMap;
@@ -38,8 +40,10 @@ pub struct LiveLease {
     pub reserved_at_unix_ms: u64,
     /// Its holds, sorted by limit so two requirement lists compare as sets.
     holds: LeaseHolds,
-    /// Insertion number, telling a stale slot of the age order from a live one.
+    /// Insertion number, telling a stale slot of the end order from a live one.
     sequence: u64,
+    /// The tag of its owner ([`crate::LeaseOwner::tag`]); `None`: no owner.
+    owner: Option<u64>,
 }
 
 impl LiveLease {
@@ -60,6 +64,7 @@ impl LiveLease {
             reserved_at_unix_ms,
             holds,
             sequence: 0,
+            owner: None,
         }
     }
 
@@ -71,7 +76,7 @@ impl LiveLease {
         }
     }
 
-    /// Its insertion number in its table: a lower one is older, evicted first.
+    /// Its insertion number in its table: a lower one is older.
     pub fn age(&self) -> u64 {
         self.sequence
     }
@@ -81,27 +86,52 @@ impl LiveLease {
         let holds = self.holds();
         holds.binary_search_by_key(&limit, |h| h.limit).ok().map(|i| &holds[i])
     }
+
+    /// When its last hold ends: from then on the lease holds nothing.
+    pub fn ends_at_unix_ms(&self) -> u64 {
+        self.holds().iter().map(|h| h.expires_at_unix_ms).max().unwrap_or(0)
+    }
 }
 
-/// Live leases by id, at most `leases_max`, evicting the oldest when full.
+/// Why the table has no room for a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crowded {
+    /// The owner holds its whole share: this many leases.
+    OwnerShare(usize),
+    /// Every slot holds a lease still in force: this many.
+    Full(usize),
+}
+
+/// Live leases by id: at most `leases_max`, and at most `owner_leases_max` of
+/// one owner. A lease is never pushed out while one of its holds is in force;
+/// when there is no room, a lease whose holds have all ended goes first (the
+/// earliest to end), else the new lease is refused.
 #[derive(Debug)]
 pub struct LeaseTable {
     leases_max: usize,
+    owner_leases_max: usize,
     leases: FastMap<u128, LiveLease>,
-    /// Lease ids by age. Completed leases leave their slot behind; the slots are
-    /// compacted when stale ones outnumber live ones, so this stays O(live).
-    age_order: VecDeque<(u128, u64)>,
+    /// Live leases per owner tag; owners holding none are removed.
+    owners: FastMap<u64, usize>,
+    /// Lease ids by the instant their last hold ends, earliest on top.
+    /// Completed leases leave their entry behind; the entries are compacted
+    /// when stale ones outnumber live ones, so this stays O(live).
+    ends: BinaryHeap<Reverse<(u64, u64, u128)>>,
     next_sequence: u64,
 }
 
 impl LeaseTable {
-    /// An empty table for at most `leases_max` leases (at least 1).
-    pub fn new(leases_max: usize) -> Self {
+    /// An empty table for at most `leases_max` leases, `owner_leases_max` of
+    /// one owner (both at least 1).
+    pub fn new(leases_max: usize, owner_leases_max: usize) -> Self {
         assert!(leases_max >= 1, "the lease table needs room for one lease");
+        assert!(owner_leases_max >= 1, "an owner needs room for one lease");
         Self {
             leases_max,
+            owner_leases_max,
             leases: FastMap::default(),
-            age_order: VecDeque::new(),
+            owners: FastMap::default(),
+            ends: BinaryHeap::new(),
             next_sequence: 0,
         }
     }
@@ -116,6 +146,11 @@ impl LeaseTable {
         self.leases.len()
     }
 
+    /// The live leases of the owner tagged `owner`.
+    pub fn owned_by(&self, owner: u64) -> usize {
+        self.owners.get(&owner).copied().unwrap_or(0)
+    }
+
     /// Every live lease, in no order: what a snapshot copies. A walk of the
     /// map's memory in order, several times faster than following the age
     /// order's random lookups; [`LiveLease::age`] sorts them afterwards.
@@ -123,38 +158,70 @@ impl LeaseTable {
         self.leases.iter().map(|(&id, lease)| (id, lease))
     }
 
-    /// Adds a lease that is not in the table; returns the oldest one when it had
-    /// to make room.
-    pub fn insert(&mut self, id: u128, mut lease: LiveLease) -> Option<(u128, LiveLease)> {
+    /// `Some` when a lease of `owner` would find no room now.
+    pub fn crowding(&self, owner: Option<u64>) -> Option<Crowded> {
+        if let Some(held) = owner.map(|o| self.owned_by(o)).filter(|&n| n >= self.owner_leases_max) {
+            return Some(Crowded::OwnerShare(held));
+        }
+        (self.leases.len() >= self.leases_max).then_some(Crowded::Full(self.leases.len()))
+    }
+
+    /// Adds a lease that is not in the table, for `owner`; the caller made
+    /// room ([`LeaseTable::crowding`] is `None` for it).
+    pub fn insert(&mut self, id: u128, mut lease: LiveLease, owner: Option<u64>) {
         assert!(!self.leases.contains_key(&id), "lease inserted twice");
-        let evicted = if self.leases.len() >= self.leases_max {
-            self.pop_oldest()
-        } else {
-            None
-        };
+        debug_assert!(self.leases.len() < self.leases_max, "inserted without room");
         lease.sequence = self.next_sequence;
+        lease.owner = owner;
         self.next_sequence += 1;
-        self.age_order.push_back((id, lease.sequence));
+        if let Some(owner) = owner {
+            *self.owners.entry(owner).or_insert(0) += 1;
+        }
+        self.ends.push(Reverse((lease.ends_at_unix_ms(), lease.sequence, id)));
         self.leases.insert(id, lease);
-        evicted
     }
 
     /// Removes and returns the live lease `id`.
     pub fn remove(&mut self, id: u128) -> Option<LiveLease> {
         let lease = self.leases.remove(&id)?;
-        if self.age_order.len() > 2 * self.leases.len() + 64 {
+        if let Some(owner) = lease.owner {
+            let held = self.owners.get_mut(&owner).expect("an owned lease is counted");
+            *held -= 1;
+            if *held == 0 {
+                self.owners.remove(&owner);
+            }
+        }
+        if self.ends.len() > 2 * self.leases.len() + 64 {
             let leases = &self.leases;
-            self.age_order
-                .retain(|(id, sequence)| leases.get(id).is_some_and(|l| l.sequence == *sequence));
+            self.ends
+                .retain(|Reverse((_, sequence, id))| leases.get(id).is_some_and(|l| l.sequence == *sequence));
         }
         Some(lease)
     }
 
-    fn pop_oldest(&mut self) -> Option<(u128, LiveLease)> {
-        while let Some((id, sequence)) = self.age_order.pop_front() {
-            if self.leases.get(&id).is_some_and(|l| l.sequence == sequence) {
-                return self.leases.remove(&id).map(|lease| (id, lease));
+    /// Removes and returns the live lease that ends first, when all its holds
+    /// ended by `now_unix_ms` (it holds nothing any more).
+    pub fn pop_ended(&mut self, now_unix_ms: u64) -> Option<(u128, LiveLease)> {
+        self.pop_first_ending(|ends_at_unix_ms| ends_at_unix_ms <= now_unix_ms)
+    }
+
+    /// Removes and returns the live lease that ends first, whether or not it
+    /// ended: only for a restore into a smaller table, never for a grant.
+    pub fn pop_first_ending_anyway(&mut self) -> Option<(u128, LiveLease)> {
+        self.pop_first_ending(|_| true)
+    }
+
+    fn pop_first_ending(&mut self, take: impl Fn(u64) -> bool) -> Option<(u128, LiveLease)> {
+        while let Some(&Reverse((ends_at_unix_ms, sequence, id))) = self.ends.peek() {
+            if self.leases.get(&id).is_none_or(|l| l.sequence != sequence) {
+                self.ends.pop();
+                continue;
             }
+            if !take(ends_at_unix_ms) {
+                return None;
+            }
+            self.ends.pop();
+            return self.remove(id).map(|lease| (id, lease));
         }
         None
     }
@@ -190,27 +257,44 @@ mod tests {
     }
 
     #[test]
-    fn the_oldest_live_lease_is_evicted_when_full() {
-        let mut t = LeaseTable::new(2);
-        assert!(t.insert(1, lease(1)).is_none());
-        assert!(t.insert(2, lease(2)).is_none());
-        assert!(t.remove(1).is_some());
-        assert!(t.insert(3, lease(3)).is_none());
-        let (id, evicted) = t.insert(4, lease(4)).unwrap();
-        assert_eq!((id, evicted.reserved_at_unix_ms), (2, 2));
-        assert_eq!(t.len(), 2);
-        assert!(t.get(3).is_some() && t.get(4).is_some());
+    fn a_full_table_takes_the_place_of_an_ended_lease_only() {
+        let mut t = LeaseTable::new(2, 2);
+        t.insert(1, lease(1), None);
+        t.insert(2, lease(30), None);
+        assert_eq!(t.crowding(None), Some(Crowded::Full(2)));
+        assert!(t.pop_ended(10).is_none(), "lease 1 holds until 11");
+        let (id, ended) = t.pop_ended(11).unwrap();
+        assert_eq!((id, ended.reserved_at_unix_ms), (1, 1));
+        assert!(t.pop_ended(11).is_none(), "lease 2 holds until 40");
+        assert_eq!(t.crowding(None), None);
+        t.insert(3, lease(5), None);
+        assert!(t.get(2).is_some() && t.get(3).is_some());
     }
 
     #[test]
-    fn stale_age_slots_stay_bounded() {
-        let mut t = LeaseTable::new(10);
+    fn an_owner_is_bounded_by_its_share_and_others_are_not() {
+        let mut t = LeaseTable::new(10, 2);
+        t.insert(1, lease(1), Some(7));
+        assert_eq!(t.crowding(Some(7)), None);
+        t.insert(2, lease(1), Some(7));
+        assert_eq!(t.crowding(Some(7)), Some(Crowded::OwnerShare(2)));
+        assert_eq!(t.crowding(Some(8)), None);
+        assert_eq!(t.crowding(None), None);
+        t.remove(1);
+        assert_eq!((t.owned_by(7), t.crowding(Some(7))), (1, None));
+        t.remove(2);
+        assert!(t.owners.is_empty(), "an owner without leases is forgotten");
+    }
+
+    #[test]
+    fn stale_end_entries_stay_bounded() {
+        let mut t = LeaseTable::new(10, 10);
         for id in 0..10_000u128 {
-            t.insert(id, lease(id as u64));
+            t.insert(id, lease(id as u64), Some(1));
             t.remove(id);
         }
-        assert!(t.age_order.len() <= 2 * t.len() + 65);
-        t.insert(5, lease(0));
+        assert!(t.ends.len() <= 2 * t.len() + 65);
+        t.insert(5, lease(0), None);
         assert!(t.remove(5).is_some(), "a reused id is live again");
     }
 }

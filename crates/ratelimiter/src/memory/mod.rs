@@ -31,13 +31,14 @@ use crate::metrics::{BackendMetrics, Metric};
 use crate::retry::Jitter;
 use crate::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
 
+pub use config::LEASE_SHARE_PERCENT_DEFAULT;
 pub use config::{MemoryConfig, DECREASE_RETRY_MS_DEFAULT, FAILED_LEASES_MAX_DEFAULT, LEASES_MAX_DEFAULT};
 pub use config::{SETTLED_LEASES_MAX_DEFAULT, SETTLED_LEASES_MAX_LIMIT};
 pub use counters::MemoryCounters;
 pub use expiry_queue::EXPIRY_INSTANTS_MAX;
 pub use snapshot::SNAPSHOT_FORMAT_VERSION_OLDEST;
 pub use snapshot::{MemorySnapshot, RestoreReport, SnapshotError, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_MAGIC};
-pub use state::{LEASE_MEMORY_MARGIN_MS, LIMITS_MAX};
+pub use state::{LEASE_MEMORY_MARGIN_MS, LIMITS_MAX, TOO_MANY_LEASES_RETRY_MS};
 
 use combining_lock::CombiningLock;
 use state::MemoryState;

@@ -190,6 +190,9 @@ pub struct RestoreReport {
     /// Leases left out because a limit they hold no longer exists (or changed
     /// kind); their units on the other limits are still held.
     pub leases_dropped: u64,
+    /// Live leases a smaller `leases_max` than the writer's had no room for
+    /// (the first to end went): their holds stay until they end, unreconciled.
+    pub leases_evicted: u64,
     /// Limits of the snapshot not defined now (or of another kind): their
     /// holds were left out.
     pub limits_dropped: u64,
@@ -482,10 +485,17 @@ impl MemoryState {
             report.leases_settled += 1;
             return;
         }
-        if let Some((evicted_id, evicted)) = self.leases.insert(id, lease) {
-            // A smaller `leases_max` than the writer's: the oldest goes, as in a grant.
-            self.settle(evicted_id, &evicted, now_unix_ms);
+        if self.leases.crowding(None).is_some() {
+            // A smaller `leases_max` than the writer's: the lease that ends
+            // first goes, in the open (counted, and logged by the restore).
+            let (evicted_id, evicted) = (self.leases.pop_ended(now_unix_ms))
+                .or_else(|| self.leases.pop_first_ending_anyway())
+                .expect("a full table holds a lease");
+            self.count_restore_eviction(evicted_id, &evicted, now_unix_ms);
+            report.leases_evicted += 1;
+            report.leases_live -= 1;
         }
+        self.leases.insert(id, lease, None);
         report.leases_live += 1;
     }
 }
@@ -725,12 +735,27 @@ fn write_then_rename(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<(), Snapsh
         _ => PathBuf::from("."),
     };
     fs::create_dir_all(&directory).map_err(io)?;
-    let mut file = File::create(tmp).map_err(io)?;
+    let mut file = private_file(tmp).map_err(io)?;
     file.write_all(bytes).map_err(io)?;
     file.sync_all().map_err(io)?;
     drop(file);
     fs::rename(tmp, path).map_err(io)?;
     File::open(&directory).and_then(|d| d.sync_all()).map_err(io)
+}
+
+/// Creates (or truncates) `path` readable and writable by its owner only
+/// (0600 on Unix): a snapshot holds every live lease id, and whoever reads one
+/// may complete that lease. A file left by an earlier version with wider
+/// permissions is narrowed too.
+fn private_file(path: &Path) -> std::io::Result<File> {
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(path)?;
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    Ok(file)
 }
 
 fn kind_byte(kind: LimitKind) -> u8 {

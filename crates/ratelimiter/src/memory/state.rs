@@ -17,7 +17,7 @@ use crate::wire::{CompleteRequest, Denial, ReserveOutcome, ReserveRequest, ACTUA
 
 use super::config::MemoryConfig;
 use super::counters::MemoryCounters;
-use super::lease_table::{LeaseHold, LeaseTable, LimitIndex, LiveLease};
+use super::lease_table::{Crowded, LeaseHold, LeaseTable, LimitIndex, LiveLease};
 use super::limit::Limit;
 use super::settled_leases::{SettledLease, SettledLeases};
 use super::stack_vec::StackVec;
@@ -31,6 +31,12 @@ pub const LIMITS_MAX: usize = 1 << 20;
 /// ids are remembered: a caller that waited out a window-long hint and retries
 /// with the same id is still answered as TigerBeetle (which never forgets) would.
 pub const LEASE_MEMORY_MARGIN_MS: u64 = 60_000;
+/// The hint of a reserve refused for want of room in the lease table: the
+/// caller's leases end as its calls complete, typically within a second or two.
+pub const TOO_MANY_LEASES_RETRY_MS: u64 = 1_000;
+/// How often, at most, the lease table's pressure (leases dropped, reserves
+/// refused) is logged: a flood of refusals costs one line per interval.
+const PRESSURE_LOG_INTERVAL_MS: u64 = 10_000;
 
 /// The memory backend's data. The fields the snapshot reads and restores
 /// (`snapshot.rs`) are visible to the memory module.
@@ -59,6 +65,9 @@ pub struct MemoryState {
     overage_dropped_total: u64,
     overage_debt_total: u64,
     leases_evicted_total: u64,
+    leases_refused_total: u64,
+    /// When the table's pressure was last logged, and the counts logged then.
+    pressure_logged: (u64, u64, u64),
 }
 
 /// A request's requirements resolved to limits, in request order.
@@ -68,7 +77,7 @@ impl MemoryState {
     /// An empty state; `config` was validated.
     pub fn new(config: MemoryConfig) -> Self {
         Self {
-            leases: LeaseTable::new(config.leases_max),
+            leases: LeaseTable::new(config.leases_max, config.owner_leases_max()),
             settled: SettledLeases::new(config.settled_leases_max),
             failed: RecentIds::new(config.failed_leases_max),
             config,
@@ -81,6 +90,8 @@ impl MemoryState {
             overage_dropped_total: 0,
             overage_debt_total: 0,
             leases_evicted_total: 0,
+            leases_refused_total: 0,
+            pressure_logged: (0, 0, 0),
         }
         .with_fingerprint_seed(rand::random())
     }
@@ -130,7 +141,10 @@ impl MemoryState {
             self.failed.insert(id, now_unix_ms, ());
             return Ok(ReserveOutcome::Denied(denial));
         }
-        self.grant(id, &wanted, now_unix_ms, granted_unix_ms, hold_ms);
+        let owner = request.owner().map(crate::LeaseOwner::tag);
+        self.make_room(owner, now_unix_ms)
+            .map_err(|crowded| self.refuse(crowded, request, now_unix_ms))?;
+        self.grant(id, owner, &wanted, now_unix_ms, granted_unix_ms, hold_ms);
         Ok(ReserveOutcome::Allowed {
             reserved_at_unix_ms: now_unix_ms,
         })
@@ -229,7 +243,78 @@ impl MemoryState {
         }
     }
 
-    fn grant(&mut self, id: u128, wanted: &Wanted, now_unix_ms: u64, granted_unix_ms: u64, hold_ms: Option<u64>) {
+    /// Makes room in the lease table for a lease of `owner`: while there is
+    /// none, the lease whose holds all ended first goes (it holds nothing; it
+    /// is remembered as settled, and counted). `Err` when no lease has ended:
+    /// a lease in force is never pushed out.
+    fn make_room(&mut self, owner: Option<u64>, now_unix_ms: u64) -> Result<(), Crowded> {
+        while let Some(crowded) = self.leases.crowding(owner) {
+            let Some((id, ended)) = self.leases.pop_ended(now_unix_ms) else {
+                return Err(crowded);
+            };
+            self.leases_evicted_total += 1;
+            self.settle(id, &ended, now_unix_ms);
+        }
+        self.log_pressure(now_unix_ms);
+        Ok(())
+    }
+
+    /// The error of a reserve the table has no room for, counted and logged.
+    fn refuse(&mut self, crowded: Crowded, request: &ReserveRequest, now_unix_ms: u64) -> LimiterError {
+        self.leases_refused_total += 1;
+        self.log_pressure(now_unix_ms);
+        let message = match (crowded, request.owner()) {
+            (Crowded::OwnerShare(held), Some(owner)) => format!(
+                "{} holds {held} live leases, its share of the lease table ({}% of {}); complete some first",
+                owner.name(),
+                self.config.lease_share_percent,
+                self.config.leases_max
+            ),
+            (Crowded::Full(live), _) | (Crowded::OwnerShare(live), None) => {
+                format!("the lease table is full: its {live} leases are all in force; complete some first")
+            }
+        };
+        LimiterError::TooManyLeases {
+            retry_after_ms: TOO_MANY_LEASES_RETRY_MS,
+            message,
+        }
+    }
+
+    /// Logs the leases dropped and the reserves refused since the last line,
+    /// at most once per [`PRESSURE_LOG_INTERVAL_MS`]. No lease id is logged.
+    fn log_pressure(&mut self, now_unix_ms: u64) {
+        let (logged_at_unix_ms, evicted, refused) = self.pressure_logged;
+        let changed = (self.leases_evicted_total, self.leases_refused_total) != (evicted, refused);
+        if !changed || now_unix_ms < logged_at_unix_ms.saturating_add(PRESSURE_LOG_INTERVAL_MS) {
+            return;
+        }
+        tracing::warn!(
+            ended_leases_dropped = self.leases_evicted_total - evicted,
+            reserves_refused = self.leases_refused_total - refused,
+            leases_live = self.leases.len(),
+            leases_max = self.config.leases_max,
+            "the lease table is crowded: leases whose holds ended were dropped, or reserves refused with \
+             too_many_leases"
+        );
+        self.pressure_logged = (now_unix_ms, self.leases_evicted_total, self.leases_refused_total);
+    }
+
+    /// Counts a live lease a restore had no room for (a smaller
+    /// `leases_max`): its holds stay until they end, unreconciled.
+    pub(super) fn count_restore_eviction(&mut self, id: u128, lease: &LiveLease, now_unix_ms: u64) {
+        self.leases_evicted_total += 1;
+        self.settle(id, lease, now_unix_ms);
+    }
+
+    fn grant(
+        &mut self,
+        id: u128,
+        owner: Option<u64>,
+        wanted: &Wanted,
+        now_unix_ms: u64,
+        granted_unix_ms: u64,
+        hold_ms: Option<u64>,
+    ) {
         let mut holds = StackVec::<LeaseHold, REQUIREMENTS_MAX>::new();
         for &(i, amount) in wanted.as_slice() {
             let expires_at_unix_ms = self.hold_end(&self.limits[i as usize], granted_unix_ms, hold_ms);
@@ -245,12 +330,8 @@ impl MemoryState {
             });
         }
         holds.as_mut_slice().sort_unstable_by_key(|h| h.limit);
-        let lease = LiveLease::new(now_unix_ms, holds.as_slice());
-        if let Some((evicted_id, evicted)) = self.leases.insert(id, lease) {
-            // Its holds stay until they end; only reconciliation is lost.
-            self.leases_evicted_total += 1;
-            self.settle(evicted_id, &evicted, now_unix_ms);
-        }
+        self.leases
+            .insert(id, LiveLease::new(now_unix_ms, holds.as_slice()), owner);
     }
 
     /// Remembers a lease that stopped being live, for idempotent retries: for
@@ -290,6 +371,8 @@ impl MemoryState {
             let held_kind = hold.map(|h| self.limits[h.limit as usize].kind());
             decision::check_actual(request.lease_id(), &actual.key, held_kind)?;
             let hold = hold.expect("check_actual accepts only held keys");
+            let capacity = self.limits[hold.limit as usize].state().definition().capacity();
+            decision::check_actual_amount(&actual.key, actual.actual_amount, capacity)?;
             actuals.push((hold.limit, actual.actual_amount));
         }
         let lease = self.leases.remove(id).expect("the lease was just found");
@@ -425,6 +508,7 @@ impl MemoryState {
             overage_dropped_total: self.overage_dropped_total,
             overage_debt_total: self.overage_debt_total,
             leases_evicted_total: self.leases_evicted_total,
+            leases_refused_total: self.leases_refused_total,
             settled_leases_evicted_total: self.settled.evicted_total(),
             failed_leases_evicted_total: self.failed.evicted_total(),
             leases_live: self.leases.len() as u64,

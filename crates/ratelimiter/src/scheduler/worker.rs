@@ -154,7 +154,13 @@ async fn reserve(shared: &Shared, entry: &mut Entry) -> Reserved {
                     },
                 }
             }
-            Err(LimiterError::Unavailable { retry_after_ms }) if retry_after_ms > 0 => retry_after_ms,
+            // Refused for want of room in the lease table: nothing reserved, the
+            // same lease id is tried again after the hint.
+            Err(LimiterError::Unavailable { retry_after_ms } | LimiterError::TooManyLeases { retry_after_ms, .. })
+                if retry_after_ms > 0 =>
+            {
+                retry_after_ms
+            }
             Err(LimiterError::Unavailable { .. } | LimiterError::Backend(_)) => shared.config.fallback_retry_ms(),
             Err(error) => return Reserved::Failed(JobError::Limiter(error)),
         };

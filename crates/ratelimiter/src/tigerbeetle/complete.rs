@@ -299,7 +299,7 @@ impl TigerBeetleBackend {
     /// Counts what a written chain dropped and recorded as debt.
     fn count_overages(&self, lease: LeaseId, chain: &CompleteChain) {
         if chain.dropped_units > 0 {
-            tracing::info!(lease = %lease, units = chain.dropped_units, "overage dropped (overage: none)");
+            tracing::info!(units = chain.dropped_units, "overage dropped (overage: none)");
             self.overage_dropped_units
                 .fetch_add(chain.dropped_units, std::sync::atomic::Ordering::Relaxed);
         }

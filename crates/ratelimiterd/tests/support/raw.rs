@@ -207,6 +207,9 @@ pub fn request_bytes(method: &str, path: &str, token: Option<&str>, body: &[u8])
     if let Some(token) = token {
         head.push_str(&format!("authorization: Bearer {token}\r\n"));
     }
+    if !body.is_empty() {
+        head.push_str("content-type: application/json\r\n");
+    }
     head.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
     let mut bytes = head.into_bytes();
     bytes.extend_from_slice(body);
