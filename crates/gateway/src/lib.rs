@@ -21,14 +21,14 @@
 
 #![warn(missing_docs)]
 
+pub mod admission;
 pub mod config;
 pub mod counting;
-pub mod wire;
 pub mod limits;
-pub mod routing;
 pub mod observe;
-pub mod admission;
 pub mod proxy;
+pub mod routing;
+pub mod wire;
 
 pub use config::GatewayConfig;
 pub use observe::{class_metrics, metrics};

@@ -162,7 +162,11 @@ fn check_tree(src: &Path) -> Vec<Violation> {
     assert!(!files.is_empty(), "no source under {}", src.display());
     let mut out = Vec::new();
     for file in files {
-        let relative = file.strip_prefix(src).expect("under src").to_string_lossy().replace('\\', "/");
+        let relative = file
+            .strip_prefix(src)
+            .expect("under src")
+            .to_string_lossy()
+            .replace('\\', "/");
         let text = std::fs::read_to_string(&file).expect("a readable source");
         out.extend(check_file(&relative, &text));
     }
@@ -177,7 +181,12 @@ fn every_gateway_layer_uses_only_the_layers_below_it() {
     let listed: Vec<String> = (violations.iter())
         .map(|v| format!("{}: {} ({})", v.file, v.path, v.why))
         .collect();
-    assert!(listed.is_empty(), "{} layering violations:\n{}", listed.len(), listed.join("\n"));
+    assert!(
+        listed.is_empty(),
+        "{} layering violations:\n{}",
+        listed.len(),
+        listed.join("\n")
+    );
 }
 
 #[test]

@@ -40,7 +40,10 @@ impl Admission {
         classes: Arc<Classes>,
         metrics: Arc<GatewayMetrics>,
     ) -> Self {
-        assert!(callers.last().is_some_and(|c| c.keys.is_none()), "the caller without a tenant is last");
+        assert!(
+            callers.last().is_some_and(|c| c.keys.is_none()),
+            "the caller without a tenant is last"
+        );
         Self {
             limiter,
             backend,
@@ -167,7 +170,10 @@ impl Admission {
         ctx.counters.queued.fetch_add(1, Ordering::Relaxed);
         ctx.class_counters.queued.fetch_add(1, Ordering::Relaxed);
         let waited = Instant::now();
-        let receiver = match model.queue.enqueue(&self.limiter, &model.pool, ctx.caller.index, ctx.need.clone()) {
+        let receiver = match model
+            .queue
+            .enqueue(&self.limiter, &model.pool, ctx.caller.index, ctx.need.clone())
+        {
             Ok(receiver) => receiver,
             Err(_) => return Err(self.refuse(ctx, queue_denial(ctx)).await),
         };
@@ -303,7 +309,11 @@ fn queue_denial(ctx: &CallContext) -> Denial {
         .or(keys.tpm.clone())
         .or(keys.input_tpm.clone())
         .unwrap_or_else(|| LimitKey::new("queue").expect("valid"));
-    own_denial(ctx.model.queue.last_denial(), ctx.caller.key_prefix().as_deref(), fallback)
+    own_denial(
+        ctx.model.queue.last_denial(),
+        ctx.caller.key_prefix().as_deref(),
+        fallback,
+    )
 }
 
 /// `last` when it names the model or the caller's own tenant (keys under

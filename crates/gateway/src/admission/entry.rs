@@ -65,13 +65,15 @@ impl ModelEntry {
     /// The (model, `caller`) counters, made at the pair's first call.
     pub fn counters(&self, caller: &Caller, metrics: &GatewayMetrics) -> Arc<CallCounters> {
         let slot = &self.counters[caller.index];
-        slot.get_or_init(|| metrics.calls(&self.config.name, &caller.name)).clone()
+        slot.get_or_init(|| metrics.calls(&self.config.name, &caller.name))
+            .clone()
     }
 
     /// The (model, `class`) counters, made at the pair's first call.
     pub fn class_counters(&self, class: usize, classes: &Classes, metrics: &GatewayMetrics) -> Arc<ClassCounters> {
         let slot = &self.class_counters[class];
-        slot.get_or_init(|| metrics.classes.pair(&self.config.name, classes.name(class))).clone()
+        slot.get_or_init(|| metrics.classes.pair(&self.config.name, classes.name(class)))
+            .clone()
     }
 }
 

@@ -17,8 +17,8 @@ use ratelimiter::scheduler::{ClassTurns, WorkClass};
 use ratelimiter::{Denial, Limiter};
 use tokio::sync::{oneshot, Notify};
 
-use crate::routing::{Grant, Need, Pool, Refusal};
 use crate::limits::{denial_key, CapacityFreed};
+use crate::routing::{Grant, Need, Pool, Refusal};
 
 /// The most calls waiting on one model; more are answered 429 at once, so a
 /// stampede cannot grow memory without bound.
@@ -283,8 +283,8 @@ async fn pump(queue: Arc<ModelQueue>, limiter: Arc<dyn Limiter>, pool: Arc<Pool>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelConfig;
     use crate::config::resolve;
+    use crate::config::ModelConfig;
     use crate::routing::{Deployment, DeploymentState};
     use ratelimiter::{
         Backend, CompleteRequest, LeaseId, LimitDefinition, LimitKey, MemoryBackend, MemoryConfig, Requirement,
@@ -310,10 +310,17 @@ mod tests {
         let model: ModelConfig =
             serde_yaml::from_str("{name: m, upstream: test, concurrency: 1, max_output_tokens_default: 1}").unwrap();
         let resolved = &resolve(&model)[0];
-        let stats = Arc::new(DeploymentState::new("m", "test", "m", None));
+        let stats = Arc::new(DeploymentState::new(
+            "m",
+            "test",
+            "m",
+            None,
+            Arc::new(SystemClock::new()),
+        ));
         let pool = Arc::new(Pool::new(
             vec![Deployment::new("m", resolved, 0, &[], stats)],
             model.routing,
+            Arc::new(SystemClock::new()),
         ));
         let need = Need {
             tenant: None,
@@ -382,7 +389,10 @@ mod tests {
             share: 1,
             headroom: Default::default(),
         };
-        let classes = Arc::new(crate::limits::classes::Classes::new(&[class("interactive"), class("batch")]));
+        let classes = Arc::new(crate::limits::classes::Classes::new(&[
+            class("interactive"),
+            class("batch"),
+        ]));
         let queue = Arc::new(ModelQueue::new(classes.work_classes()));
         let mut receivers = Vec::new();
         for (tenant, class) in [(0, 1), (1, 1), (2, 1), (3, 0), (3, 0)] {

@@ -91,7 +91,6 @@ pub fn validate_classes(configs: &[ClassConfig], tenant_classes: &[Option<&str>]
     Ok(())
 }
 
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -16,12 +16,17 @@ mod validate;
 use serde::Deserialize;
 
 pub use breaker::{BreakerConfig, FAILURES_DEFAULT, FAILURES_LIMIT, OPEN_MS_DEFAULT, OPEN_MS_LIMIT};
-pub use classes::{validate_classes, ClassConfig, Headroom, HEADROOM_PPM_ONE};
-pub use headers::check_forwardable;
 #[cfg(test)]
 pub(crate) use classes::tests::configs as class_configs;
-pub use model::{DeploymentLimits, Encoding, Ignored, ModelConfig, TenantConfig, UnknownFields, UpstreamConfig, UpstreamKind};
-pub use pool::{resolve, validate_formats, validate_shape, DeploymentConfig, Resolved, Routing, DEPLOYMENTS_MAX, PRIORITY_MAX, WEIGHT_MAX};
+pub use classes::{validate_classes, ClassConfig, Headroom, HEADROOM_PPM_ONE};
+pub use headers::check_forwardable;
+pub use model::{
+    DeploymentLimits, Encoding, Ignored, ModelConfig, TenantConfig, UnknownFields, UpstreamConfig, UpstreamKind,
+};
+pub use pool::{
+    resolve, validate_formats, validate_shape, DeploymentConfig, Resolved, Routing, DEPLOYMENTS_MAX, PRIORITY_MAX,
+    WEIGHT_MAX,
+};
 
 /// The default largest request body: prompts with a few images inlined as base64.
 pub const BODY_BYTES_MAX_DEFAULT: usize = 8 * 1024 * 1024;
@@ -154,5 +159,3 @@ fn invalid(entry: impl Into<String>, message: impl Into<String>) -> GatewayConfi
         message: message.into(),
     }
 }
-
-

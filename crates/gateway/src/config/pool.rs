@@ -182,4 +182,3 @@ pub fn validate_formats(
     }
     Ok(())
 }
-

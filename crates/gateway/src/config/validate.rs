@@ -109,8 +109,7 @@ impl GatewayConfig {
                 ));
             }
             for (j, name) in upstream.forward_headers.iter().enumerate() {
-                check_forwardable(name)
-                    .map_err(|m| invalid(format!("upstreams[{i}].forward_headers[{j}]"), m))?;
+                check_forwardable(name).map_err(|m| invalid(format!("upstreams[{i}].forward_headers[{j}]"), m))?;
             }
         }
         Ok(())

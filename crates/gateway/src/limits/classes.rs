@@ -16,11 +16,11 @@
 //!   waiting classes in proportion to their shares, round robin between tenants
 //!   within a class: the library scheduler's rule, `ratelimiter::scheduler::ClassTurns`.
 
+use crate::config::{ClassConfig, HEADROOM_PPM_ONE};
+use crate::wire::error::{ErrorKind, GatewayError};
 use axum::http::HeaderMap;
 use ratelimiter::scheduler::{ClassTurns, WorkClass};
 use ratelimiter::{Actual, DefinitionFields, LimitDefinition, LimitKey, Requirement};
-use crate::config::{ClassConfig, HEADROOM_PPM_ONE};
-use crate::wire::error::{ErrorKind, GatewayError};
 
 /// The request header that asks for a lower class than the tenant's own.
 pub const CLASS_HEADER: &str = "x-ratelimit-class";

@@ -146,7 +146,8 @@ fn definitions_as_given(config: &GatewayConfig) -> Vec<LimitDefinition> {
         LimitDefinition::concurrency(key.clone(), capacity, hold_seconds).expect("validated capacities")
     };
     let mut out = Vec::new();
-    let deployments = (config.models.iter()).flat_map(|model| crate::config::resolve(model).into_iter().map(|d| d.model));
+    let deployments =
+        (config.models.iter()).flat_map(|model| crate::config::resolve(model).into_iter().map(|d| d.model));
     for model in &deployments.collect::<Vec<_>>() {
         if let Some(profile) = model.llm_profile(&model.upstream) {
             // The profile's definitions, its concurrency holds outliving the upstream timeout.

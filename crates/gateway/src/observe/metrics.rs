@@ -282,17 +282,17 @@ impl GatewayMetrics {
 
 /// A deployment's state, as the admin API shows it.
 fn deployment_json(d: &DeploymentState) -> serde_json::Value {
-        serde_json::json!({
-            "model": d.model,
-            "upstream": d.upstream,
-            "upstream_model": d.upstream_model,
-            "admitted": d.admitted.load(Ordering::Relaxed),
-            "admitted_after_denial": d.admitted_after_denial.load(Ordering::Relaxed),
-            "denied": d.denied.load(Ordering::Relaxed),
-            "failed_over": d.failed_over.load(Ordering::Relaxed),
-            "breaker": d.breaker_state().label(),
-            "paused_until_unix_ms": d.cooldown.until_unix_ms(),
-        })
+    serde_json::json!({
+        "model": d.model,
+        "upstream": d.upstream,
+        "upstream_model": d.upstream_model,
+        "admitted": d.admitted.load(Ordering::Relaxed),
+        "admitted_after_denial": d.admitted_after_denial.load(Ordering::Relaxed),
+        "denied": d.denied.load(Ordering::Relaxed),
+        "failed_over": d.failed_over.load(Ordering::Relaxed),
+        "breaker": d.breaker_state().label(),
+        "paused_until_unix_ms": d.cooldown.until_unix_ms(),
+    })
 }
 
 /// Appends one histogram in the Prometheus text format.
@@ -343,7 +343,13 @@ mod tests {
     #[test]
     fn a_deployment_shows_from_its_first_call_and_in_the_admin_view() {
         let metrics = GatewayMetrics::default();
-        let stats = Arc::new(DeploymentState::new("gpt", "east", "gpt-ptu", None));
+        let stats = Arc::new(DeploymentState::new(
+            "gpt",
+            "east",
+            "gpt-ptu",
+            None,
+            Arc::new(ratelimiter::SystemClock::new()),
+        ));
         metrics.add_deployment(stats.clone());
         let mut text = String::new();
         metrics.render(&mut text);

@@ -98,9 +98,17 @@ impl ModelStatus {
                 let labels: Vec<&str> = deployments.iter().map(|d| d.label.as_ref()).collect();
                 labels.join(", ")
             },
-            paused_ms_left: if single { deployments[0].state.cooldown.left_ms() } else { None },
+            paused_ms_left: if single {
+                deployments[0].state.cooldown.left_ms()
+            } else {
+                None
+            },
             queue_len,
-            deployments: if single { Vec::new() } else { DeploymentStatus::of_pool(pool) },
+            deployments: if single {
+                Vec::new()
+            } else {
+                DeploymentStatus::of_pool(pool)
+            },
         }
     }
 

@@ -9,9 +9,8 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 
+use super::answer;
 use super::gateway::Gateway;
-use super::passthrough;
-use super::stream::event_stream;
 use super::upstream::{response_headers, Upstream, UpstreamError};
 use crate::admission::{CallContext, CallLease, ModelEntry};
 use crate::config::UpstreamKind;
@@ -46,7 +45,9 @@ pub async fn forward(
     let last = ctx.is_last_try();
     let sent = Instant::now();
     let body = deployment.body(&ctx.call.upstream_body);
-    let result = (gateway.client).send(upstream, Method::POST, ctx.endpoint.path(), headers, body).await;
+    let result = (gateway.client)
+        .send(upstream, Method::POST, ctx.endpoint.path(), headers, body)
+        .await;
     model.metrics.upstream_latency.observe(sent.elapsed());
     let failed = |error: GatewayError| error.with_header(DEPLOYMENT_HEADER, deployment.label.to_string());
     let response = match result {
@@ -80,13 +81,13 @@ pub async fn forward(
         return Ok(Forwarded::FailedOver);
     }
     let stream = parts.status.is_success() && ctx.call.stream && is_event_stream(&parts.headers);
+    let idle_timeout = gateway.client.timeout();
     let answer_body = if stream {
-        let reader = event_stream(body, ctx.endpoint, ctx.call.drop_usage_chunk, lease, gateway.client.timeout());
-        Body::from_stream(reader)
+        answer::events(body, (ctx.endpoint, ctx.call.drop_usage_chunk), lease, idle_timeout)
     } else {
         // Passed on as it arrives; only a success's usage is read, on the way.
         let scan = parts.status.is_success();
-        passthrough::body(body, ctx.endpoint, scan, lease, gateway.client.timeout()).await
+        answer::whole(body, (ctx.endpoint, scan), lease, idle_timeout).await
     };
     let mut response = answer(parts.status, parts.headers, answer_body);
     if let Ok(value) = axum::http::HeaderValue::from_str(&deployment.label) {
@@ -197,4 +198,3 @@ pub fn answer(status: StatusCode, upstream_headers: HeaderMap, body: Body) -> Re
     *response.headers_mut() = response_headers(upstream_headers);
     response
 }
-

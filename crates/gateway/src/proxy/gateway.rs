@@ -6,19 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use ratelimiter::{Backend, LimitDefinition, Limiter, ReserveOutcome, ReserveRequest};
+use ratelimiter::clock::Clock;
+use ratelimiter::{Backend, LimitDefinition, Limiter, ReserveOutcome, ReserveRequest, SystemClock};
 
 use super::auth::{find_tenant, presented_key, read_tenant_keys, TenantKey};
 use super::upstream::{Upstream, UpstreamClient};
 use crate::admission::tenant_caps::TenantCaps;
 use crate::admission::{Admission, Caller, ModelEntry};
-use crate::config::{GatewayConfig, UpstreamKind};
+use crate::config::GatewayConfig;
 use crate::limits::{self, Classes, TenantKeys};
 use crate::observe::metrics::GatewayMetrics;
 use crate::observe::status::{ClassStatus, ModelStatus};
 use crate::routing::Pool;
 use crate::wire::call::Endpoint;
-use crate::wire::error::{ErrorKind, Format, GatewayError};
+use crate::wire::error::{ErrorKind, GatewayError};
 
 /// The gateway: configuration resolved, upstream keys read, the limiter to reserve on.
 pub struct Gateway {
@@ -62,6 +63,17 @@ impl Gateway {
         backend: Arc<dyn Backend>,
         client: UpstreamClient,
     ) -> Result<Self, String> {
+        Self::with_clock(config, backend, client, Arc::new(SystemClock::new()))
+    }
+
+    /// [`Gateway::with_client`] on `clock`: the deployments' load windows and
+    /// this server's pauses after a provider 429 count on it.
+    pub fn with_clock(
+        config: &GatewayConfig,
+        backend: Arc<dyn Backend>,
+        client: UpstreamClient,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, String> {
         config.validate().map_err(|e| e.to_string())?;
         let upstreams = (config.upstreams.iter().cloned())
             .map(Upstream::new)
@@ -77,7 +89,7 @@ impl Gateway {
         let callers = callers(config, &classes);
         let mut models = HashMap::new();
         for model in &config.models {
-            let pool = Arc::new(Pool::of(model, &config.upstreams, &definitions));
+            let pool = Arc::new(Pool::of(model, &config.upstreams, &definitions, &clock));
             for deployment in &pool.deployments {
                 metrics.add_deployment(deployment.state.clone());
             }
@@ -175,11 +187,7 @@ impl Gateway {
             .models
             .get(name)
             .ok_or_else(|| GatewayError::model_not_found(name))?;
-        let fits = match endpoint.format() {
-            Format::OpenAi => model.kind.is_openai(),
-            Format::Anthropic => model.kind == UpstreamKind::Anthropic,
-        };
-        if fits {
+        if endpoint.format().is_spoken_by(model.kind) {
             Ok(model)
         } else {
             Err(GatewayError::model_not_found(name))

@@ -3,14 +3,13 @@
 //! and failing over, the answer passed back over one upstream-body reader, the
 //! upstream client, the headers that cross, and the tenants' keys.
 
+pub mod answer;
 pub mod auth;
 pub mod body;
 pub mod forward;
 pub mod gateway;
 pub mod headers;
-pub mod passthrough;
 pub mod service;
-pub mod stream;
 pub mod upstream;
 
 pub use gateway::Gateway;

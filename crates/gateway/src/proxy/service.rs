@@ -20,7 +20,6 @@ use crate::admission::tenant_caps::HoldingBody;
 use crate::admission::{Caller, ModelEntry};
 use crate::wire::call::{model_name, parse_object, Endpoint};
 use crate::wire::error::{ErrorKind, Format, GatewayError, Shaped};
-use crate::wire::{anthropic, openai};
 
 /// The gateway's router: the provider endpoints, and 404 in the provider's shape
 /// for everything else.
@@ -39,26 +38,16 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .with_state(gateway)
 }
 
-/// Anthropic's SDKs send `anthropic-version` on every call: the shape of answers
-/// to paths that belong to neither provider follows it.
-fn format_of(headers: &HeaderMap) -> Format {
-    if headers.contains_key("anthropic-version") {
-        Format::Anthropic
-    } else {
-        Format::OpenAi
-    }
-}
-
 async fn not_found(method: Method, uri: axum::http::Uri, headers: HeaderMap) -> Response {
     let error = GatewayError::new(
         ErrorKind::RouteNotFound,
         format!("Invalid URL ({method} {})", uri.path()),
     );
-    error.into_response(format_of(&headers))
+    error.into_response(Format::of_headers(&headers))
 }
 
 async fn list_models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    let format = format_of(&headers);
+    let format = Format::of_headers(&headers);
     if let Err(e) = gateway.authenticate(&headers) {
         return e.into_response(format);
     }
@@ -66,22 +55,7 @@ async fn list_models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) ->
         let model = &gateway.models[name];
         (name, model.pool.deployments[0].label.as_ref())
     });
-    let body = match format {
-        Format::OpenAi => {
-            let data: Vec<_> = entries
-                .map(|(id, owner)| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner}))
-                .collect();
-            serde_json::json!({"object": "list", "data": data})
-        }
-        Format::Anthropic => {
-            let data: Vec<_> = entries
-                .map(|(id, _)| serde_json::json!({"id": id, "type": "model", "display_name": id, "created_at": "1970-01-01T00:00:00Z"}))
-                .collect();
-            let first = data.first().and_then(|m| m["id"].as_str().map(str::to_owned));
-            let last = data.last().and_then(|m| m["id"].as_str().map(str::to_owned));
-            serde_json::json!({"data": data, "has_more": false, "first_id": first, "last_id": last})
-        }
-    };
+    let body = format.models_list(entries);
     Json(body).into_response()
 }
 
@@ -118,11 +92,10 @@ async fn serve(
         // Sent to a pool's first deployment.
         return count_tokens(&gateway, &model, &caller, &headers, bytes).await;
     }
-    let call = match endpoint.format() {
-        Format::OpenAi => openai::read_call(endpoint, object, &model.counter, bytes)?,
-        Format::Anthropic => anthropic::read_call(object, &model.counter, bytes)?,
-    };
-    let mut ctx = gateway.admission.context((caller, class), model, (endpoint, call), started);
+    let call = endpoint.read_call(object, &model.counter, bytes)?;
+    let mut ctx = gateway
+        .admission
+        .context((caller, class), model, (endpoint, call), started);
     // Each deployment of the pool is tried at most once (docs/gateway.md, "Pools").
     loop {
         let lease = gateway.admission.admit(&mut ctx).await?;

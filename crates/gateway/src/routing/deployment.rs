@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use ratelimiter::clock::Clock;
 use ratelimiter::LimitDefinition;
 
 use super::breaker::{Breaker, BreakerState};
@@ -117,12 +118,14 @@ pub struct DeploymentState {
 }
 
 impl DeploymentState {
-    /// Fresh counters of a deployment, with a breaker of `breaker` when given.
+    /// Fresh counters of a deployment, with a breaker of `breaker` when given,
+    /// its pauses on `clock`.
     pub fn new(
         model: &str,
         upstream: &str,
         upstream_model: &str,
         breaker: Option<BreakerConfig>,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
             model: model.to_owned(),
@@ -133,15 +136,13 @@ impl DeploymentState {
             denied: AtomicU64::new(0),
             failed_over: AtomicU64::new(0),
             breaker: breaker.map(Breaker::new),
-            cooldown: Cooldown::default(),
+            cooldown: Cooldown::new(clock),
         }
     }
 
     /// The breaker's state now; `closed` without a breaker.
     pub fn breaker_state(&self) -> BreakerState {
-        (self.breaker.as_ref()).map_or(BreakerState::Closed, |b| {
-            b.state(std::time::Instant::now())
-        })
+        (self.breaker.as_ref()).map_or(BreakerState::Closed, |b| b.state(std::time::Instant::now()))
     }
 
     /// Whether it saw a call, or has a breaker open or a pause running.
@@ -151,6 +152,4 @@ impl DeploymentState {
             || self.breaker_state() != BreakerState::Closed
             || self.cooldown.until_unix_ms().is_some()
     }
-
 }
-

@@ -9,9 +9,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderMap;
+use ratelimiter::clock::Clock;
 use ratelimiter::pause::{Pause, REHOLD_INTERVAL_MS};
 use ratelimiter::Backend;
 
@@ -21,28 +21,39 @@ use crate::limits::ModelKeys;
 /// denies with the hint of the held key (the end of its one-minute window); the
 /// gateway's 429 hints the provider's own time instead, which this server knows.
 /// Other servers of a fleet answer the backend's hint (docs/gateway.md).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Cooldown {
     until_unix_ms: AtomicU64,
-}
-
-fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    /// The gateway's clock.
+    clock: Arc<dyn Clock>,
 }
 
 impl Cooldown {
+    /// No cooldown yet, on `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            until_unix_ms: AtomicU64::new(0),
+            clock,
+        }
+    }
+
+    fn now_unix_ms(&self) -> u64 {
+        self.clock.now_unix_ms()
+    }
+
     /// The time left, in ms, while a cooldown runs.
     pub fn left_ms(&self) -> Option<u64> {
-        let left = self.until_unix_ms.load(Ordering::Relaxed).saturating_sub(now_unix_ms());
+        let left = self
+            .until_unix_ms
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.now_unix_ms());
         (left > 0).then_some(left)
     }
 
     /// When the cooldown ends (unix ms), while one runs.
     pub fn until_unix_ms(&self) -> Option<u64> {
         let until = self.until_unix_ms.load(Ordering::Relaxed);
-        (until > now_unix_ms()).then_some(until)
+        (until > self.now_unix_ms()).then_some(until)
     }
 
     /// Makes the cooldown last until `until_unix_ms` at least; true when that is a
@@ -77,7 +88,7 @@ pub fn start(backend: Arc<dyn Backend>, keys: &ModelKeys, headers: &HeaderMap, c
     };
     let pause = Pause::after_429(&provider_headers(headers));
     let hold_ms = pause.duration_ms();
-    if !cooldown.extend_to(now_unix_ms().saturating_add(hold_ms)) {
+    if !cooldown.extend_to(cooldown.now_unix_ms().saturating_add(hold_ms)) {
         return;
     }
     tokio::spawn(async move {
@@ -97,18 +108,22 @@ mod tests {
     use axum::http::HeaderValue;
 
     #[test]
-    fn a_cooldown_counts_down_and_only_grows() {
-        let cooldown = Cooldown::default();
+    fn a_cooldown_counts_down_on_the_gateways_clock_and_only_grows() {
+        let clock = Arc::new(ratelimiter::clock::FakeClock::new(1_000_000));
+        let cooldown = Cooldown::new(clock.clone());
+        let now = || clock.now_unix_ms();
         assert_eq!(cooldown.left_ms(), None);
-        assert!(cooldown.extend_to(now_unix_ms() + 5_000), "the first pause starts");
-        assert!(!cooldown.extend_to(now_unix_ms() + 1_000), "one ending sooner does not");
-        assert!(
-            !cooldown.extend_to(now_unix_ms() + 5_010),
-            "nor one ending a few ms later"
-        );
-        let left = cooldown.left_ms().unwrap();
-        assert!(left > 1_000 && left <= 5_010, "{left}");
-        assert!(cooldown.extend_to(now_unix_ms() + 60_000), "one ending much later does");
+        assert!(cooldown.extend_to(now() + 5_000), "the first pause starts");
+        assert!(!cooldown.extend_to(now() + 1_000), "one ending sooner does not");
+        assert!(!cooldown.extend_to(now() + 5_010), "nor one ending a few ms later");
+        assert_eq!(cooldown.left_ms(), Some(5_010));
+        clock.advance_ms(2_000);
+        assert_eq!(cooldown.left_ms(), Some(3_010), "it counts down with the clock");
+        assert_eq!(cooldown.until_unix_ms(), Some(1_005_010));
+        clock.advance_ms(3_010);
+        assert_eq!(cooldown.left_ms(), None, "and ends with it");
+        assert_eq!(cooldown.until_unix_ms(), None);
+        assert!(cooldown.extend_to(now() + 60_000), "a new pause starts");
     }
 
     #[test]

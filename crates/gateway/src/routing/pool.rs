@@ -7,8 +7,9 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
+use ratelimiter::clock::Clock;
 use ratelimiter::{Denial, LeaseId, LimitDefinition, Limiter, ReserveRequest};
 
 use super::breaker::{BreakerState, Pass};
@@ -94,27 +95,74 @@ impl Drop for Grant {
     }
 }
 
+/// What stood in a call's way on the deployments tried so far.
+#[derive(Default)]
+struct Refused {
+    /// The earliest temporary denial.
+    temporary: Option<Denial>,
+    /// The first permanent denial (the call fits that deployment even empty).
+    permanent: Option<Denial>,
+    /// The time to the first half-open of an open breaker.
+    failing_ms: Option<u64>,
+}
+
+impl Refused {
+    fn failing(&mut self, retry_after_ms: u64) {
+        self.failing_ms = Some(self.failing_ms.map_or(retry_after_ms, |m| m.min(retry_after_ms)));
+    }
+
+    fn denied(&mut self, denial: Denial) {
+        if denial.is_permanent() {
+            self.permanent.get_or_insert(denial);
+        } else if (self.temporary.as_ref()).is_none_or(|t| denial.retry_after_ms() < t.retry_after_ms()) {
+            self.temporary = Some(denial);
+        }
+    }
+
+    fn any_denial(&self) -> bool {
+        self.temporary.is_some() || self.permanent.is_some()
+    }
+
+    /// The call's refusal: the earliest temporary denial; else, when only open
+    /// breakers stood in the way, the time to the first half-open; else the
+    /// permanent denial.
+    fn refusal(self) -> Refusal {
+        if let Some(denial) = self.temporary {
+            return Refusal::Denied(denial);
+        }
+        if let Some(retry_after_ms) = self.failing_ms {
+            return Refusal::Failing { retry_after_ms };
+        }
+        self.permanent
+            .map_or(Refusal::Failing { retry_after_ms: 0 }, Refusal::Denied)
+    }
+}
+
 /// A model's deployments and how they are chosen.
 pub struct Pool {
     /// The deployments, as configured.
     pub deployments: Vec<Deployment>,
     routing: Routing,
     turns: WeightedTurns,
-}
-
-fn unix_seconds() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    /// The gateway's clock: the seconds of the deployments' load windows.
+    clock: Arc<dyn Clock>,
 }
 
 impl Pool {
-    /// A pool of `deployments` picked by `routing`.
-    pub fn new(deployments: Vec<Deployment>, routing: Routing) -> Self {
+    /// A pool of `deployments` picked by `routing`, their load counted on `clock`.
+    pub fn new(deployments: Vec<Deployment>, routing: Routing, clock: Arc<dyn Clock>) -> Self {
         assert!(!deployments.is_empty() && deployments.len() <= DEPLOYMENTS_MAX);
         Self {
             turns: WeightedTurns::new(deployments.len()),
             deployments,
             routing,
+            clock,
         }
+    }
+
+    /// The clock's unix seconds: the load windows' slots.
+    fn unix_seconds(&self) -> u64 {
+        self.clock.now_unix_ms() / 1000
     }
 
     /// The pool of `model`: its deployments on `upstreams`, with their share of
@@ -124,6 +172,7 @@ impl Pool {
         model: &ModelConfig,
         upstreams: &[UpstreamConfig],
         definitions: &[LimitDefinition],
+        clock: &Arc<dyn Clock>,
     ) -> Self {
         let breaker = (!model.deployments.is_empty()).then(|| model.breaker.unwrap_or_default());
         let deployments = resolve(model)
@@ -137,11 +186,12 @@ impl Pool {
                     &resolved.model.upstream,
                     &resolved.model.name,
                     breaker,
+                    clock.clone(),
                 ));
                 Deployment::new(&model.name, resolved, upstream, definitions, state)
             })
             .collect();
-        Self::new(deployments, model.routing)
+        Self::new(deployments, model.routing, clock.clone())
     }
 
     /// Whether a failure may move a call to another deployment: the pool has one
@@ -157,7 +207,7 @@ impl Pool {
 
     /// The order this call tries the deployments it has not tried yet.
     fn order(&self, need: &Need) -> Vec<Candidate> {
-        let now_s = unix_seconds();
+        let now_s = self.unix_seconds();
         let mut candidates: Vec<Candidate> = (self.deployments.iter().enumerate())
             .filter(|(i, _)| need.tried & (1 << i) == 0)
             .map(|(index, d)| Candidate {
@@ -188,14 +238,12 @@ impl Pool {
         need: &Need,
     ) -> Result<Grant, Refusal> {
         let now = Instant::now();
-        let mut temporary: Option<Denial> = None;
-        let mut permanent: Option<Denial> = None;
-        let mut failing_ms: Option<u64> = None;
+        let mut refused = Refused::default();
         for candidate in self.order(need) {
             let deployment = &self.deployments[candidate.index];
             let pass = match deployment.state.breaker.as_ref().map(|b| b.pass(now)) {
                 Some(Pass::Wait { retry_after_ms }) => {
-                    failing_ms = Some(failing_ms.map_or(retry_after_ms, |m| m.min(retry_after_ms)));
+                    refused.failing(retry_after_ms);
                     continue;
                 }
                 Some(pass) => pass,
@@ -226,7 +274,7 @@ impl Pool {
             match reserve_guarded(limiter, request, Some(queue.clone())).await {
                 Ok(Reservation::Allowed(lease)) => {
                     grant.lease = Some(lease);
-                    if temporary.is_some() || permanent.is_some() {
+                    if refused.any_denial() {
                         deployment.state.admitted_after_denial.fetch_add(1, Ordering::Relaxed);
                     }
                     self.granted(&mut grant);
@@ -235,32 +283,19 @@ impl Pool {
                 Ok(Reservation::Denied(denial)) => {
                     drop(grant);
                     deployment.state.denied.fetch_add(1, Ordering::Relaxed);
-                    if denial.is_permanent() {
-                        permanent.get_or_insert(denial);
-                    } else if temporary
-                        .as_ref()
-                        .is_none_or(|t| denial.retry_after_ms() < t.retry_after_ms())
-                    {
-                        temporary = Some(denial);
-                    }
+                    refused.denied(denial);
                 }
                 Err(e) => return Err(Refusal::Backend(e)),
             }
         }
-        if let Some(denial) = temporary {
-            return Err(Refusal::Denied(denial));
-        }
-        if let Some(retry_after_ms) = failing_ms {
-            return Err(Refusal::Failing { retry_after_ms });
-        }
-        Err(permanent.map_or(Refusal::Failing { retry_after_ms: 0 }, Refusal::Denied))
+        Err(refused.refusal())
     }
 
     fn granted(&self, grant: &mut Grant) {
         let deployment = &self.deployments[grant.deployment];
         deployment
             .load
-            .admitted(unix_seconds(), grant.reserved.0, grant.reserved.1);
+            .admitted(self.unix_seconds(), grant.reserved.0, grant.reserved.1);
         grant.counted = true;
         deployment.state.admitted.fetch_add(1, Ordering::Relaxed);
     }
@@ -297,6 +332,10 @@ mod tests {
 
     use bytes::Bytes;
 
+    fn clock() -> Arc<dyn Clock> {
+        Arc::new(ratelimiter::SystemClock::new())
+    }
+
     /// A pool without a queue behind it.
     struct NoWaiters;
 
@@ -323,7 +362,7 @@ mod tests {
             (2, Some(100))
         );
         assert_eq!(resolved[1].model.max_wait_ms, 5);
-        let stats = Arc::new(DeploymentState::new("gpt-4o", "east", "gpt-4o-ptu", None));
+        let stats = Arc::new(DeploymentState::new("gpt-4o", "east", "gpt-4o-ptu", None, clock()));
         let east = Deployment::new("gpt-4o", &resolved[0], 0, &[], stats.clone());
         let body = Bytes::from_static(br#"{"model":"gpt-4o","messages":[],"max_tokens":3}"#);
         let sent: serde_json::Value = serde_json::from_slice(&east.body(&body)).unwrap();
@@ -358,10 +397,11 @@ mod tests {
             failures: 1,
             open_ms: 1,
         };
-        let stats = Arc::new(DeploymentState::new("m", "test", "m", Some(breaker)));
+        let stats = Arc::new(DeploymentState::new("m", "test", "m", Some(breaker), clock()));
         let pool = Arc::new(Pool::new(
             vec![Deployment::new("m", &resolve(&model)[0], 0, &[], stats.clone())],
             model.routing,
+            clock(),
         ));
         // The breaker opens, then half-opens: the next grant carries its one probe.
         pool.record(0, Pass::Go, false);
@@ -392,5 +432,58 @@ mod tests {
         assert_eq!(grant.pass, Pass::Probe, "the probe was given back");
         assert!(grant.take().is_some());
         assert_eq!(backend.limit_report(&slot).await.unwrap().unwrap().in_use, 1);
+    }
+
+    #[tokio::test]
+    async fn the_load_windows_count_on_the_gateways_clock() {
+        use ratelimiter::{Backend, FakeClock, LimitKey, MemoryBackend, MemoryConfig, SystemClock};
+        let backend = Arc::new(MemoryBackend::new(
+            Arc::new(SystemClock::new()),
+            MemoryConfig::default(),
+        ));
+        for upstream in ["a", "b"] {
+            let key = LimitKey::new(format!("global:llm:{upstream}:m:rpm")).unwrap();
+            backend
+                .apply_definition(&LimitDefinition::rolling(key, 10, 60).unwrap())
+                .await
+                .unwrap();
+        }
+        let limiter: Arc<dyn Limiter> = backend.clone();
+        let model: ModelConfig = serde_yaml::from_str(
+            "{name: m, max_output_tokens_default: 1, deployments: [{upstream: a, rpm: 10}, {upstream: b, rpm: 10}]}",
+        )
+        .unwrap();
+        let fake = Arc::new(FakeClock::new(1_000_000));
+        let clock: Arc<dyn Clock> = fake.clone();
+        let deployments = (resolve(&model).iter().enumerate())
+            .map(|(i, resolved)| {
+                let state = DeploymentState::new("m", &resolved.model.upstream, "m", None, clock.clone());
+                Deployment::new("m", resolved, i, &[], Arc::new(state))
+            })
+            .collect();
+        let pool = Arc::new(Pool::new(deployments, model.routing, clock));
+        let need = Need {
+            tenant: None,
+            input_tokens: 0,
+            prompt_characters: 0,
+            output_tokens: 0,
+            tried: 0,
+            class: 0,
+            classes: Arc::new(Classes::new(&[])),
+        };
+        let queue: Arc<dyn CapacityFreed> = Arc::new(NoWaiters);
+        let first = pool.reserve(&limiter, &queue, &need).await.unwrap();
+        assert_eq!(first.deployment, 0, "both empty: the first listed");
+        assert!(first.take().is_some());
+        let order = |pool: &Pool| pool.order(&need).iter().map(|c| c.index).collect::<Vec<_>>();
+        assert_eq!(order(&pool), [1, 0], "the emptier deployment first");
+        fake.advance_ms(59_000);
+        assert_eq!(order(&pool), [1, 0], "within the minute, the call still counts");
+        fake.advance_ms(2_000);
+        assert_eq!(
+            order(&pool),
+            [0, 1],
+            "a minute later on the gateway's clock, it is gone"
+        );
     }
 }

@@ -18,4 +18,3 @@ pub enum Refusal {
         retry_after_ms: u64,
     },
 }
-

@@ -4,10 +4,10 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use crate::counting::tokens::Counter;
 use crate::wire::call::{optional_bool, optional_u64, required_array, Call};
 use crate::wire::error::GatewayError;
 use crate::wire::sse;
-use crate::counting::tokens::Counter;
 use crate::wire::usage::{number, EventAction, Usage, UsageFields};
 
 /// The API version sent upstream when the client names none (the one the SDKs send).
@@ -99,8 +99,8 @@ impl StreamUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::call::parse_object;
     use crate::config::Encoding;
+    use crate::wire::call::parse_object;
     use serde_json::json;
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod anthropic;
 pub mod call;
 pub mod error;
+pub mod format;
 pub mod openai;
 pub mod sse;
 pub mod usage;

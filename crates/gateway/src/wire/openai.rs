@@ -4,10 +4,10 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use crate::counting::tokens::{prompt_characters, Counter};
 use crate::wire::call::{optional_bool, optional_u64, required_array, Call, Endpoint};
 use crate::wire::error::GatewayError;
 use crate::wire::sse;
-use crate::counting::tokens::{prompt_characters, Counter};
 use crate::wire::usage::{EventAction, Usage, UsageFields};
 
 /// The most choices one chat request may ask for (OpenAI's documented maximum).
@@ -21,96 +21,117 @@ pub fn read_call(
     counter: &Counter,
     body: Bytes,
 ) -> Result<Call, GatewayError> {
-    let output_default = counter.output_default_tokens;
     // Counted in place: the object moves into a value the counter reads, never copied.
-    let mut request = Value::Object(object);
+    let request = Value::Object(object);
     let prompt_characters = prompt_characters(&request);
-    let object = request.as_object().expect("built from an object");
     match endpoint {
-        Endpoint::Embeddings => {
-            let input = match object.get("input") {
-                Some(input @ (Value::String(_) | Value::Array(_))) => input,
-                Some(_) => return Err(GatewayError::invalid("input: must be a string or an array.")),
-                None => return Err(GatewayError::invalid("input: Field required.")),
-            };
-            Ok(Call {
-                stream: false,
-                input_tokens: counter.openai_embeddings(input),
-                prompt_characters,
-                output_tokens: 0,
-                calibration_sample: None,
-                drop_usage_chunk: false,
-                upstream_body: body,
-            })
-        }
-        Endpoint::ChatCompletions => {
-            let messages = required_array(object, "messages")?;
-            if messages.is_empty() || !messages.iter().all(|m| m.get("role").is_some_and(Value::is_string)) {
-                return Err(GatewayError::invalid(
-                    "messages: must be a non-empty array of objects with a string role.",
-                ));
-            }
-            let stream = optional_bool(object, "stream")?;
-            let n = optional_u64(object, "n")?.unwrap_or(1);
-            if !(1..=N_MAX).contains(&n) {
-                return Err(GatewayError::invalid(format!("n: must be 1..={N_MAX}.")));
-            }
-            let bound = optional_u64(object, "max_completion_tokens")?
-                .or(optional_u64(object, "max_tokens")?)
-                .unwrap_or(output_default);
-            let tally = counter.openai_chat(&request);
-            let wants_usage = match object.get("stream_options") {
-                None | Some(Value::Null) => false,
-                Some(Value::Object(options)) => optional_bool(options, "include_usage")?,
-                Some(_) => return Err(GatewayError::invalid("stream_options: must be an object.")),
-            };
-            let drop_usage_chunk = stream && !wants_usage;
-            let upstream_body = if drop_usage_chunk {
-                // The usage chunk is how the gateway learns a stream's usage; the
-                // client did not ask for it, so it is removed on the way back.
-                let object = request.as_object_mut().expect("built from an object");
-                let options = object
-                    .entry("stream_options")
-                    .or_insert_with(|| Value::Object(Map::new()));
-                if let Value::Object(options) = options {
-                    options.insert("include_usage".into(), Value::Bool(true));
-                }
-                Bytes::from(serde_json::to_vec(&request).expect("a JSON object serializes"))
-            } else {
-                body
-            };
-            Ok(Call {
-                stream,
-                // OpenAI counts the prompt once per request and the output per choice;
-                // the reservation charges the prompt per choice too, which never under-counts.
-                input_tokens: counter.reserve(tally).saturating_mul(n),
-                prompt_characters: prompt_characters.saturating_mul(n),
-                output_tokens: bound.saturating_mul(n),
-                calibration_sample: counter.calibration_sample(tally),
-                drop_usage_chunk,
-                upstream_body,
-            })
-        }
-        Endpoint::Responses => {
-            match object.get("input") {
-                None | Some(Value::String(_) | Value::Array(_)) => {}
-                Some(_) => return Err(GatewayError::invalid("input: must be a string or an array.")),
-            }
-            let stream = optional_bool(object, "stream")?;
-            let bound = optional_u64(object, "max_output_tokens")?.unwrap_or(output_default);
-            let tally = counter.openai_responses(&request);
-            Ok(Call {
-                stream,
-                input_tokens: counter.reserve(tally),
-                prompt_characters,
-                output_tokens: bound,
-                calibration_sample: counter.calibration_sample(tally),
-                drop_usage_chunk: false,
-                upstream_body: body,
-            })
-        }
+        Endpoint::Embeddings => read_embeddings(&request, counter, prompt_characters, body),
+        Endpoint::ChatCompletions => read_chat(request, counter, prompt_characters, body),
+        Endpoint::Responses => read_responses(&request, counter, prompt_characters, body),
         Endpoint::Messages | Endpoint::CountTokens => unreachable!("an Anthropic endpoint in the OpenAI reader"),
     }
+}
+
+/// An embeddings request: its input counted, no output.
+fn read_embeddings(
+    request: &Value,
+    counter: &Counter,
+    prompt_characters: u64,
+    body: Bytes,
+) -> Result<Call, GatewayError> {
+    let object = request.as_object().expect("built from an object");
+    let input = match object.get("input") {
+        Some(input @ (Value::String(_) | Value::Array(_))) => input,
+        Some(_) => return Err(GatewayError::invalid("input: must be a string or an array.")),
+        None => return Err(GatewayError::invalid("input: Field required.")),
+    };
+    Ok(Call {
+        stream: false,
+        input_tokens: counter.openai_embeddings(input),
+        prompt_characters,
+        output_tokens: 0,
+        calibration_sample: None,
+        drop_usage_chunk: false,
+        upstream_body: body,
+    })
+}
+
+/// A chat completions request: its messages counted per choice, its output
+/// bounded per choice, and a stream asked for its usage chunk.
+fn read_chat(mut request: Value, counter: &Counter, prompt_characters: u64, body: Bytes) -> Result<Call, GatewayError> {
+    let object = request.as_object().expect("built from an object");
+    let messages = required_array(object, "messages")?;
+    if messages.is_empty() || !messages.iter().all(|m| m.get("role").is_some_and(Value::is_string)) {
+        return Err(GatewayError::invalid(
+            "messages: must be a non-empty array of objects with a string role.",
+        ));
+    }
+    let stream = optional_bool(object, "stream")?;
+    let n = optional_u64(object, "n")?.unwrap_or(1);
+    if !(1..=N_MAX).contains(&n) {
+        return Err(GatewayError::invalid(format!("n: must be 1..={N_MAX}.")));
+    }
+    let bound = optional_u64(object, "max_completion_tokens")?
+        .or(optional_u64(object, "max_tokens")?)
+        .unwrap_or(counter.output_default_tokens);
+    let tally = counter.openai_chat(&request);
+    let wants_usage = match object.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(options)) => optional_bool(options, "include_usage")?,
+        Some(_) => return Err(GatewayError::invalid("stream_options: must be an object.")),
+    };
+    let drop_usage_chunk = stream && !wants_usage;
+    let upstream_body = if drop_usage_chunk {
+        // The usage chunk is how the gateway learns a stream's usage; the
+        // client did not ask for it, so it is removed on the way back.
+        let object = request.as_object_mut().expect("built from an object");
+        let options = object
+            .entry("stream_options")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(options) = options {
+            options.insert("include_usage".into(), Value::Bool(true));
+        }
+        Bytes::from(serde_json::to_vec(&request).expect("a JSON object serializes"))
+    } else {
+        body
+    };
+    Ok(Call {
+        stream,
+        // OpenAI counts the prompt once per request and the output per choice;
+        // the reservation charges the prompt per choice too, which never under-counts.
+        input_tokens: counter.reserve(tally).saturating_mul(n),
+        prompt_characters: prompt_characters.saturating_mul(n),
+        output_tokens: bound.saturating_mul(n),
+        calibration_sample: counter.calibration_sample(tally),
+        drop_usage_chunk,
+        upstream_body,
+    })
+}
+
+/// A Responses API request: its input counted, its output bounded.
+fn read_responses(
+    request: &Value,
+    counter: &Counter,
+    prompt_characters: u64,
+    body: Bytes,
+) -> Result<Call, GatewayError> {
+    let object = request.as_object().expect("built from an object");
+    match object.get("input") {
+        None | Some(Value::String(_) | Value::Array(_)) => {}
+        Some(_) => return Err(GatewayError::invalid("input: must be a string or an array.")),
+    }
+    let stream = optional_bool(object, "stream")?;
+    let bound = optional_u64(object, "max_output_tokens")?.unwrap_or(counter.output_default_tokens);
+    let tally = counter.openai_responses(request);
+    Ok(Call {
+        stream,
+        input_tokens: counter.reserve(tally),
+        prompt_characters,
+        output_tokens: bound,
+        calibration_sample: counter.calibration_sample(tally),
+        drop_usage_chunk: false,
+        upstream_body: body,
+    })
 }
 
 /// The usage of a whole (non-stream) answer of `endpoint`, from its JSON bytes.
@@ -198,8 +219,8 @@ pub(crate) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::call::parse_object;
     use crate::config::Encoding;
+    use crate::wire::call::parse_object;
     use serde_json::json;
 
     #[test]
