@@ -109,14 +109,14 @@ async fn every_documented_gateway_configuration_starts_and_serves_its_models() {
             .unwrap_or_else(|e| panic!("{place}: the example is refused: {e}"));
         // A pool's deployments may send other names upstream: the simulator serves them too.
         let models: Vec<String> = (parsed.models.iter())
-            .flat_map(|m| gateway::pool::resolve(m).into_iter().map(|d| d.model.name))
+            .flat_map(|m| gateway::config::resolve(m).into_iter().map(|d| d.model.name))
             .collect();
         let sim = start_sim(models).await;
         let (config, key) = localize(section, sim);
         let gateway = start_gateway(&config, memory_backend()).await;
         let client = client();
         for model in &config.models {
-            let first = &gateway::pool::resolve(model)[0].model.upstream;
+            let first = &gateway::config::resolve(model)[0].model.upstream;
             let upstream = config.upstreams.iter().find(|u| &u.name == first).unwrap();
             let (path, body) = match upstream.kind {
                 gateway::config::UpstreamKind::Anthropic => (

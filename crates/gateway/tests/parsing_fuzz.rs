@@ -191,16 +191,16 @@ proptest! {
             object.insert("usage".into(), usage);
         }
         let body = Value::Object(object).to_string().into_bytes();
-        let whole = gateway::usage::UsageFields::of_answer(&body);
+        let whole = gateway::wire::usage::UsageFields::of_answer(&body);
         let mut cuts: Vec<usize> = splits.iter().map(|i| i.index(body.len() + 1)).collect();
         cuts.sort_unstable();
-        let mut scanner = gateway::usage_scan::UsageScanner::default();
+        let mut scanner = gateway::wire::usage_scan::UsageScanner::default();
         let mut from = 0;
         for cut in cuts.into_iter().chain([body.len()]) {
             scanner.push(&body[from..cut]);
             from = cut;
         }
-        let scanned = scanner.answer().and_then(|a| gateway::usage::UsageFields::of_answer(&a));
+        let scanned = scanner.answer().and_then(|a| gateway::wire::usage::UsageFields::of_answer(&a));
         prop_assert_eq!(scanned, whole, "{}", String::from_utf8_lossy(&body));
     }
 }

@@ -120,9 +120,9 @@ async fn count_tokens_is_forwarded_without_a_reservation_and_the_claude_estimate
         assert_eq!(response.status(), 200);
         let counted: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
         let provider_count = counted["input_tokens"].as_u64().unwrap();
-        let estimate = gateway::tokens::Counter::new(
+        let estimate = gateway::counting::tokens::Counter::new(
             gateway::config::Encoding::Bytes,
-            gateway::model_table::lookup("claude-sonnet-4-5"),
+            gateway::counting::model_table::lookup("claude-sonnet-4-5"),
         )
         .anthropic_messages(&body)
         .total();

@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway::upstream::UpstreamClient;
+use gateway::proxy::upstream::UpstreamClient;
 use gateway::Gateway;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;

@@ -1,0 +1,112 @@
+//! The gateway's entries a call is admitted against: each served model (its
+//! pool, counter, queue and counters) and each caller (a tenant, or the one
+//! caller of a gateway without tenants).
+
+use std::sync::{Arc, OnceLock};
+
+use super::queue::ModelQueue;
+use super::tenant_caps::TenantCaps;
+use crate::config::{ModelConfig, UpstreamKind};
+use crate::counting::tokens::Counter;
+use crate::limits::{Classes, TenantKeys};
+use crate::observe::class_metrics::ClassCounters;
+use crate::observe::metrics::{CallCounters, GatewayMetrics, ModelMetrics, NO_TENANT};
+use crate::routing::Pool;
+
+/// One served model.
+pub struct ModelEntry {
+    /// Its configuration.
+    pub config: ModelConfig,
+    /// The wire format of its deployments (one per pool).
+    pub kind: UpstreamKind,
+    /// The name, shared by every call's log line.
+    pub name: Arc<str>,
+    /// Its deployments (one for a model of the single-deployment form).
+    pub pool: Arc<Pool>,
+    /// Counts its calls before a deployment is chosen: by the name clients send
+    /// (every deployment of a pool serves that model).
+    pub counter: Counter,
+    /// The (model, caller) counters, indexed by caller: found per call by index,
+    /// not by a label lookup; each made (and shown in the metrics) at its pair's
+    /// first call.
+    counters: Vec<OnceLock<Arc<CallCounters>>>,
+    /// Its fair queue.
+    pub queue: Arc<ModelQueue>,
+    /// Its histograms and provider figures.
+    pub metrics: Arc<ModelMetrics>,
+    /// The (model, class) counters, indexed by class; each made (and shown in the
+    /// metrics) at its pair's first call, like the (model, caller) ones.
+    class_counters: Vec<OnceLock<Arc<ClassCounters>>>,
+}
+
+impl ModelEntry {
+    /// The entry of `config` served by `pool` in wire format `kind`, for
+    /// `callers` callers and the gateway's `classes`.
+    pub fn new(
+        config: &ModelConfig,
+        (pool, kind): (Arc<Pool>, UpstreamKind),
+        callers: usize,
+        classes: &Classes,
+        metrics: &GatewayMetrics,
+    ) -> Self {
+        Self {
+            config: config.clone(),
+            kind,
+            name: Arc::from(config.name.as_str()),
+            pool,
+            counter: Counter::for_model(kind, config),
+            counters: (0..callers).map(|_| OnceLock::new()).collect(),
+            queue: Arc::new(ModelQueue::new(classes.work_classes())),
+            metrics: metrics.model(&config.name),
+            class_counters: classes.work_classes().iter().map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// The (model, `caller`) counters, made at the pair's first call.
+    pub fn counters(&self, caller: &Caller, metrics: &GatewayMetrics) -> Arc<CallCounters> {
+        let slot = &self.counters[caller.index];
+        slot.get_or_init(|| metrics.calls(&self.config.name, &caller.name))
+            .clone()
+    }
+
+    /// The (model, `class`) counters, made at the pair's first call.
+    pub fn class_counters(&self, class: usize, classes: &Classes, metrics: &GatewayMetrics) -> Arc<ClassCounters> {
+        let slot = &self.class_counters[class];
+        slot.get_or_init(|| metrics.classes.pair(&self.config.name, classes.name(class)))
+            .clone()
+    }
+}
+
+/// Who calls: a tenant, or the one caller of a gateway without tenants (the
+/// last of the gateway's callers, named [`NO_TENANT`], without keys, in the
+/// top class).
+pub struct Caller {
+    /// Its index among the gateway's callers: its queue turn, its counters.
+    pub index: usize,
+    /// The tenant's name, or [`NO_TENANT`]; a metrics label and the log's.
+    pub name: Arc<str>,
+    /// The tenant's keys; `None` for the caller without a tenant.
+    pub keys: Option<Arc<TenantKeys>>,
+    /// Its class (an index into the gateway's classes).
+    pub class: usize,
+    /// Its calls open and waiting.
+    pub caps: Arc<TenantCaps>,
+}
+
+impl Caller {
+    /// The caller without a tenant, at `index`, under `caps`.
+    pub fn no_tenant(index: usize, caps: TenantCaps) -> Self {
+        Self {
+            index,
+            name: Arc::from(NO_TENANT),
+            keys: None,
+            class: 0,
+            caps: Arc::new(caps),
+        }
+    }
+
+    /// The prefix of the tenant's own keys (`tenant:<name>:`); `None` without a tenant.
+    pub fn key_prefix(&self) -> Option<String> {
+        self.keys.as_ref().map(|_| format!("tenant:{}:", self.name))
+    }
+}

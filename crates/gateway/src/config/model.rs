@@ -1,0 +1,242 @@
+//! The entries of the `gateway:` section: upstreams, models with their limits,
+//! and tenants.
+
+use std::collections::BTreeMap;
+
+use ratelimiter::profile::{llm_profile_keyed, LlmProfile, ProfileError, Published};
+use serde::Deserialize;
+
+use super::GatewayConfig;
+
+/// The wire format an upstream speaks.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamKind {
+    /// api.openai.com.
+    Openai,
+    /// api.anthropic.com.
+    Anthropic,
+    /// Any server of the OpenAI wire format (vLLM, Ollama, ...).
+    OpenaiCompatible,
+}
+
+impl UpstreamKind {
+    /// True for the formats of OpenAI's API.
+    pub fn is_openai(self) -> bool {
+        matches!(self, UpstreamKind::Openai | UpstreamKind::OpenaiCompatible)
+    }
+}
+
+/// One `upstreams:` entry.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// The provider part of the limit keys (`global:llm:<name>:<model>:rpm`).
+    pub name: String,
+    /// The wire format.
+    pub kind: UpstreamKind,
+    /// Everything before `/v1/...`, e.g. `http://127.0.0.1:9000`.
+    pub base_url: String,
+    /// The environment variable holding the upstream's key; never the key itself,
+    /// so configuration files can be shared. `None`: no key is sent (local servers).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Client request headers passed to this upstream besides `anthropic-version`
+    /// (such as `anthropic-beta`, `openai-organization`, `openai-project`): none
+    /// unless listed, so a client cannot pick the organization, project or beta
+    /// features the gateway's key is used with.
+    #[serde(default)]
+    pub forward_headers: Vec<String>,
+}
+
+/// The tokenizer used to count a model's prompts.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    /// GPT-4o, GPT-4.1, GPT-5, o-series.
+    O200kBase,
+    /// GPT-4, GPT-3.5, text-embedding-3.
+    Cl100kBase,
+    /// One token per UTF-8 byte: an upper bound for every BPE tokenizer, for models
+    /// whose tokenizer is not public (Claude) or not embedded (open models).
+    Bytes,
+}
+
+/// One `models:` entry: one deployment (`upstream` and its limits), or a pool of
+/// them (`deployments`; docs/gateway.md, "Pools").
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct ModelConfig {
+    /// The model name clients send, forwarded unchanged (in a pool: rewritten to
+    /// each deployment's `model`).
+    pub name: String,
+    /// The `upstreams:` entry serving it; empty for a pool, whose `deployments`
+    /// name theirs.
+    #[serde(default)]
+    pub upstream: String,
+    /// The deployment's limits and provider profile (single-deployment form;
+    /// a pool's are in each of its `deployments`).
+    #[serde(flatten)]
+    pub limits: DeploymentLimits,
+    /// The output bound reserved when a chat or Responses request names none;
+    /// default the model's largest output (`tokens::output_default`). Anthropic
+    /// requests must name theirs and embeddings have none, so neither needs it.
+    #[serde(default)]
+    pub max_output_tokens_default: Option<u64>,
+    /// How long a denied request may wait in the model's queue; 0 answers 429 at once.
+    #[serde(default)]
+    pub max_wait_ms: u64,
+    /// The prompt tokenizer; default by model name (docs/gateway.md, "Counting").
+    #[serde(default)]
+    pub encoding: Option<Encoding>,
+    /// Tokens reserved per image part whose size the gateway cannot know without
+    /// fetching it (by URL or file id); default the most the model's image rule
+    /// bills (`model_table`).
+    #[serde(default)]
+    pub image_tokens: Option<u64>,
+    /// Tokens reserved per file, document or audio part the gateway cannot
+    /// count (a file id, a PDF, audio); default the model's context window.
+    #[serde(default)]
+    pub file_tokens: Option<u64>,
+    /// Tokens reserved for the stored context a Responses call continues
+    /// (`previous_response_id`, `conversation`, a stored `prompt`, each
+    /// `item_reference`); default the model's context window.
+    #[serde(default)]
+    pub stored_context_tokens: Option<u64>,
+    /// How a pool picks among its deployments of one priority.
+    #[serde(default)]
+    pub routing: super::Routing,
+    /// The pool's deployments, instead of `upstream` and the limits above.
+    #[serde(default)]
+    pub deployments: Vec<super::DeploymentConfig>,
+    /// The circuit breaker of each of the pool's deployments (pools only).
+    #[serde(default)]
+    pub breaker: Option<super::BreakerConfig>,
+}
+
+impl ModelConfig {
+    /// The model's provider profile, keyed by the name of `upstream` (the keys stay
+    /// `global:llm:<upstream>:<model>:...`); `None` without `profile`.
+    pub fn llm_profile(&self, upstream: &str) -> Option<Result<LlmProfile, ProfileError>> {
+        let provider = self.limits.profile.as_deref()?;
+        Some(llm_profile_keyed(
+            provider,
+            upstream,
+            &self.name,
+            &self.limits.published,
+        ))
+    }
+}
+
+/// The limits and provider profile one deployment is held to: a model's own in
+/// the single-deployment form, or each entry of its `deployments`. One struct,
+/// flattened into both entries, so that each limit field is declared, documented
+/// and checked once.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct DeploymentLimits {
+    /// The numbers the provider publishes for the deployment (`rpm`, `tpm`,
+    /// `input_tpm`, `output_tpm`, `concurrency`, and a profile's `rpd`,
+    /// `largest_request_tokens`, `quantum_seconds`): the library's own struct,
+    /// so that a profile is built from exactly what the entry says.
+    #[serde(flatten)]
+    pub published: Published,
+    /// Whether Anthropic's cache reads count on this deployment's input limit: they do
+    /// for the older models Anthropic marks so (docs/gateway.md, "Reconciling").
+    #[serde(default)]
+    pub count_cache_reads: bool,
+    /// The provider profile (`openai`, `azure`, `anthropic`, `gemini`, `bedrock`;
+    /// docs/provider-profiles.md): the model's definitions and what a call
+    /// reserves and reconciles to follow that provider's documented enforcement,
+    /// built by `ratelimiter::profile::llm_profile_keyed` from the numbers above.
+    /// `None`: the gateway's own per-minute limits (docs/gateway.md, "Limits").
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Keys no field of the entry took, refused by [`GatewayConfig::validate`].
+    /// Last, and here rather than in the entry: serde hands a flattened field
+    /// only the keys the fields before it left.
+    #[serde(flatten)]
+    pub unknown: UnknownFields,
+}
+
+impl DeploymentLimits {
+    /// Each field by its YAML name, and whether the entry sets it: a pool's own
+    /// entry must set none of them (they belong in each deployment).
+    pub fn fields_set(&self) -> [(&'static str, bool); 10] {
+        let p = &self.published;
+        [
+            ("rpm", p.rpm.is_some()),
+            ("tpm", p.tpm.is_some()),
+            ("input_tpm", p.input_tpm.is_some()),
+            ("output_tpm", p.output_tpm.is_some()),
+            ("concurrency", p.concurrency.is_some()),
+            ("profile", self.profile.is_some()),
+            ("rpd", p.rpd.is_some()),
+            ("largest_request_tokens", p.largest_request_tokens.is_some()),
+            ("quantum_seconds", p.quantum_seconds.is_some()),
+            ("count_cache_reads", self.count_cache_reads),
+        ]
+    }
+}
+
+/// The keys of an entry that no field took. Serde's `deny_unknown_fields` does
+/// not combine with `flatten`, so the entries that flatten [`DeploymentLimits`]
+/// collect their leftover keys here and [`GatewayConfig::validate`] refuses any:
+/// a misspelt limit must not fall back to "unlimited".
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct UnknownFields(BTreeMap<String, Ignored>);
+
+impl UnknownFields {
+    /// The first unknown key, if any, in alphabetical order.
+    pub fn first(&self) -> Option<&str> {
+        self.0.keys().next().map(String::as_str)
+    }
+}
+
+/// A value read and dropped: only its key matters to [`UnknownFields`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ignored;
+
+impl<'de> Deserialize<'de> for Ignored {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(deserializer).map(|_| Ignored)
+    }
+}
+
+/// One `tenants:` entry.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// The tenant part of the limit keys (`tenant:<name>:llm:daily_tokens`).
+    pub name: String,
+    /// The environment variable holding the tenant's gateway key.
+    pub api_key_env: String,
+    /// Tokens per rolling day.
+    #[serde(default)]
+    pub daily_tokens: Option<u64>,
+    /// Requests per minute, over every model.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// Calls in flight, over every model.
+    #[serde(default)]
+    pub concurrency: Option<u64>,
+    /// Calls open at once (each holds a connection); default `tenant_connections_max`.
+    #[serde(default)]
+    pub connections_max: Option<usize>,
+    /// Calls waiting in queues at once; default `tenant_queued_max`.
+    #[serde(default)]
+    pub queued_max: Option<usize>,
+    /// The tenant's class (an entry of `classes`); none: the lowest class.
+    #[serde(default)]
+    pub class: Option<String>,
+}
+
+impl TenantConfig {
+    /// The tenant's cap on open calls.
+    pub fn connections_max(&self, gateway: &GatewayConfig) -> usize {
+        self.connections_max.unwrap_or(gateway.tenant_connections_max)
+    }
+
+    /// The tenant's cap on waiting calls.
+    pub fn queued_max(&self, gateway: &GatewayConfig) -> usize {
+        self.queued_max.unwrap_or(gateway.tenant_queued_max)
+    }
+}

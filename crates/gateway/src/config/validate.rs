@@ -1,0 +1,283 @@
+//! The section's own rules, those a parse cannot check.
+
+use std::collections::HashSet;
+
+use ratelimiter::LimitKey;
+
+use super::{
+    check_forwardable, invalid, resolve, validate_classes, validate_formats, validate_shape, GatewayConfig,
+    GatewayConfigError, ModelConfig, UnknownFields, BODY_BYTES_MAX_LIMIT, CLIENT_TIMEOUT_MS_LIMIT, ENTRIES_MAX,
+    FORWARD_HEADERS_MAX, MAX_WAIT_MS_LIMIT, TENANT_CAP_LIMIT, UPSTREAM_TIMEOUT_MS_LIMIT,
+};
+
+impl GatewayConfig {
+    /// Checks every rule of the section's own shape that a parse cannot: ranges,
+    /// references, unique names, valid key names. The rules on the limits the
+    /// section implies follow in [`GatewayConfig::validate`] (`limits/validate.rs`).
+    pub fn validate_schema(&self) -> Result<(), GatewayConfigError> {
+        if self.body_bytes_max == 0 || self.body_bytes_max > BODY_BYTES_MAX_LIMIT {
+            return Err(invalid("body_bytes_max", format!("must be 1..={BODY_BYTES_MAX_LIMIT}")));
+        }
+        if self.upstream_timeout_ms == 0 || self.upstream_timeout_ms > UPSTREAM_TIMEOUT_MS_LIMIT {
+            return Err(invalid(
+                "upstream_timeout_ms",
+                format!("must be 1..={UPSTREAM_TIMEOUT_MS_LIMIT}"),
+            ));
+        }
+        for (what, len) in [
+            ("upstreams", self.upstreams.len()),
+            ("models", self.models.len()),
+            ("tenants", self.tenants.len()),
+        ] {
+            if len > ENTRIES_MAX {
+                return Err(invalid(what, format!("at most {ENTRIES_MAX} entries")));
+            }
+        }
+        self.validate_clients()?;
+        self.validate_upstreams()?;
+        self.validate_models()?;
+        self.validate_tenants()?;
+        self.validate_classes()
+    }
+
+    fn validate_classes(&self) -> Result<(), GatewayConfigError> {
+        let tenant_classes: Vec<Option<&str>> = self.tenants.iter().map(|t| t.class.as_deref()).collect();
+        validate_classes(&self.classes, &tenant_classes).map_err(|(entry, message)| invalid(entry, message))
+    }
+
+    /// The client timeouts and caps, and that a gateway without tenants is meant.
+    fn validate_clients(&self) -> Result<(), GatewayConfigError> {
+        if self.tenants.is_empty() && !self.allow_anonymous {
+            return Err(invalid(
+                "tenants",
+                "is empty: anyone reaching the listener could call with the upstreams' keys; add tenants, \
+                 or set allow_anonymous: true to serve without keys",
+            ));
+        }
+        if !self.tenants.is_empty() && self.allow_anonymous {
+            return Err(invalid(
+                "allow_anonymous",
+                "is true but tenants are given: their keys would not be asked; remove one of the two",
+            ));
+        }
+        for (field, value) in [
+            ("client_header_timeout_ms", self.client_header_timeout_ms),
+            ("client_body_timeout_ms", self.client_body_timeout_ms),
+            ("client_write_timeout_ms", self.client_write_timeout_ms),
+        ] {
+            if value == 0 || value > CLIENT_TIMEOUT_MS_LIMIT {
+                return Err(invalid(field, format!("must be 1..={CLIENT_TIMEOUT_MS_LIMIT}")));
+            }
+        }
+        let mut caps = vec![
+            ("tenant_connections_max".to_owned(), Some(self.tenant_connections_max)),
+            ("tenant_queued_max".to_owned(), Some(self.tenant_queued_max)),
+        ];
+        for (i, tenant) in self.tenants.iter().enumerate() {
+            caps.push((format!("tenants[{i}].connections_max"), tenant.connections_max));
+            caps.push((format!("tenants[{i}].queued_max"), tenant.queued_max));
+        }
+        for (field, value) in caps {
+            if value.is_some_and(|v| v == 0 || v > TENANT_CAP_LIMIT) {
+                return Err(invalid(field, format!("must be 1..={TENANT_CAP_LIMIT}")));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_upstreams(&self) -> Result<(), GatewayConfigError> {
+        let mut names = HashSet::new();
+        for (i, upstream) in self.upstreams.iter().enumerate() {
+            check_name(&format!("upstreams[{i}].name"), &upstream.name)?;
+            if !names.insert(upstream.name.as_str()) {
+                return Err(invalid(format!("upstreams[{i}].name"), "appears twice"));
+            }
+            let rest = upstream
+                .base_url
+                .strip_prefix("https://")
+                .or_else(|| upstream.base_url.strip_prefix("http://"));
+            if rest.is_none_or(|host| host.is_empty()) || upstream.base_url.parse::<axum::http::Uri>().is_err() {
+                return Err(invalid(
+                    format!("upstreams[{i}].base_url"),
+                    "must be an http:// or https:// URL",
+                ));
+            }
+            if upstream.forward_headers.len() > FORWARD_HEADERS_MAX {
+                return Err(invalid(
+                    format!("upstreams[{i}].forward_headers"),
+                    format!("at most {FORWARD_HEADERS_MAX} entries"),
+                ));
+            }
+            for (j, name) in upstream.forward_headers.iter().enumerate() {
+                check_forwardable(name).map_err(|m| invalid(format!("upstreams[{i}].forward_headers[{j}]"), m))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_models(&self) -> Result<(), GatewayConfigError> {
+        let mut names = HashSet::new();
+        let mut deployment_keys = HashSet::new();
+        for (i, model) in self.models.iter().enumerate() {
+            let entry = |field: &str| format!("models[{i}].{field}");
+            check_name(&entry("name"), &model.name)?;
+            if !names.insert(model.name.as_str()) {
+                return Err(invalid(entry("name"), "appears twice"));
+            }
+            check_known(&model.limits.unknown, &entry)?;
+            for (j, deployment) in model.deployments.iter().enumerate() {
+                check_known(&deployment.limits.unknown, &|f: &str| {
+                    entry(&format!("deployments[{j}].{f}"))
+                })?;
+            }
+            for (field, value) in [
+                ("image_tokens", model.image_tokens),
+                ("file_tokens", model.file_tokens),
+                ("stored_context_tokens", model.stored_context_tokens),
+                ("max_output_tokens_default", model.max_output_tokens_default),
+            ] {
+                if value == Some(0) {
+                    return Err(invalid(entry(field), "must be at least 1 (leave it out for no limit)"));
+                }
+            }
+            if model.max_wait_ms > MAX_WAIT_MS_LIMIT {
+                return Err(invalid(
+                    entry("max_wait_ms"),
+                    format!("must be 0..={MAX_WAIT_MS_LIMIT}"),
+                ));
+            }
+            validate_shape(model, &entry)?;
+            for (j, deployment) in resolve(model).iter().enumerate() {
+                let prefix = if model.deployments.is_empty() {
+                    format!("models[{i}]")
+                } else {
+                    format!("models[{i}].deployments[{j}]")
+                };
+                let entry = |field: &str| format!("{prefix}.{field}");
+                if !deployment_keys.insert((deployment.model.upstream.clone(), deployment.model.name.clone())) {
+                    return Err(invalid(
+                        entry("model"),
+                        format!(
+                            "model {:?}: the deployment {}/{} is already served by another entry (its limit keys would be shared)",
+                            model.name, deployment.model.upstream, deployment.model.name
+                        ),
+                    ));
+                }
+                self.validate_deployment(&deployment.model, &entry).map_err(|e| {
+                    if model.deployments.is_empty() {
+                        e
+                    } else {
+                        invalid(e.entry, format!("model {:?}: {}", model.name, e.message))
+                    }
+                })?;
+            }
+            validate_formats(model, &self.upstreams, &entry)?;
+        }
+        Ok(())
+    }
+
+    /// The rules of one deployment, in its single-deployment form (a model without
+    /// `deployments` is its own one deployment).
+    fn validate_deployment(
+        &self,
+        model: &ModelConfig,
+        entry: &dyn Fn(&str) -> String,
+    ) -> Result<(), GatewayConfigError> {
+        let Some(upstream) = self.upstreams.iter().find(|u| u.name == model.upstream) else {
+            return Err(invalid(
+                entry("upstream"),
+                format!("no upstream named {:?}", model.upstream),
+            ));
+        };
+        for (field, value) in [
+            ("rpm", model.limits.published.rpm),
+            ("tpm", model.limits.published.tpm),
+            ("input_tpm", model.limits.published.input_tpm),
+            ("output_tpm", model.limits.published.output_tpm),
+            ("concurrency", model.limits.published.concurrency),
+        ] {
+            if value == Some(0) {
+                return Err(invalid(entry(field), "must be at least 1 (leave it out for no limit)"));
+            }
+        }
+        if model.limits.published.tpm.is_some()
+            && (model.limits.published.input_tpm.is_some() || model.limits.published.output_tpm.is_some())
+        {
+            return Err(invalid(entry("tpm"), "give tpm, or input_tpm and output_tpm, not both"));
+        }
+        if upstream.kind.is_openai()
+            && (model.limits.published.input_tpm.is_some() || model.limits.published.output_tpm.is_some())
+        {
+            return Err(invalid(entry("input_tpm"), "OpenAI models have one tpm"));
+        }
+        check_name(&entry("model"), &model.name)?;
+        LimitKey::llm_rpm(&upstream.name, &model.name).map_err(|e| invalid(entry("name"), e.to_string()))?;
+        Self::validate_profile(model, &upstream.name, entry)?;
+        Ok(())
+    }
+
+    /// A profile must name a known provider and have the numbers it needs; the
+    /// profile's own fields are errors without one.
+    fn validate_profile(
+        model: &ModelConfig,
+        upstream: &str,
+        entry: &dyn Fn(&str) -> String,
+    ) -> Result<(), GatewayConfigError> {
+        match model.llm_profile(upstream) {
+            Some(Err(e)) => Err(invalid(entry("profile"), e.to_string())),
+            Some(Ok(_)) => Ok(()),
+            None => {
+                for (field, value) in [
+                    ("rpd", model.limits.published.rpd),
+                    ("largest_request_tokens", model.limits.published.largest_request_tokens),
+                    ("quantum_seconds", model.limits.published.quantum_seconds),
+                ] {
+                    if value.is_some() {
+                        return Err(invalid(entry(field), "is a profile's number: give a profile too"));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn validate_tenants(&self) -> Result<(), GatewayConfigError> {
+        let mut names = HashSet::new();
+        for (i, tenant) in self.tenants.iter().enumerate() {
+            let entry = |field: &str| format!("tenants[{i}].{field}");
+            check_name(&entry("name"), &tenant.name)?;
+            if !names.insert(tenant.name.as_str()) {
+                return Err(invalid(entry("name"), "appears twice"));
+            }
+            for (field, value) in [
+                ("daily_tokens", tenant.daily_tokens),
+                ("rpm", tenant.rpm),
+                ("concurrency", tenant.concurrency),
+            ] {
+                if value == Some(0) {
+                    return Err(invalid(entry(field), "must be at least 1 (leave it out for no limit)"));
+                }
+            }
+            LimitKey::tenant_daily_tokens(&tenant.name).map_err(|e| invalid(entry("name"), e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// An entry with a key no field took is refused, its key named: the same rule
+/// as `deny_unknown_fields` elsewhere, for the entries that flatten their limits.
+fn check_known(unknown: &UnknownFields, entry: &dyn Fn(&str) -> String) -> Result<(), GatewayConfigError> {
+    match unknown.first() {
+        Some(field) => Err(invalid(entry(field), "unknown field")),
+        None => Ok(()),
+    }
+}
+
+fn check_name(entry: &str, name: &str) -> Result<(), GatewayConfigError> {
+    if name.is_empty() || name.contains(':') {
+        return Err(invalid(entry, "must be non-empty and must not contain ':'"));
+    }
+    LimitKey::new(name)
+        .map(|_| ())
+        .map_err(|e| invalid(entry, e.to_string()))
+}

@@ -1,0 +1,35 @@
+//! The limits a call reserves (docs/gateway.md, "Limits"): the keys the
+//! configuration implies, what one call requires and completes on them, the
+//! classes' ceilings over them, and the guard of a reservation until its call
+//! owns it.
+
+pub mod classes;
+pub mod keys;
+pub mod reservation;
+
+use crate::config::{GatewayConfig, GatewayConfigError};
+
+pub use classes::{ceiling_capacity, Classes, CLASS_HEADER};
+pub use keys::{
+    actuals, definitions, definitions_without_ceilings, prompt_charge, requirements, ModelKeys, TenantKeys,
+    CONCURRENCY_TIMEOUT_MARGIN_SECONDS,
+};
+pub use reservation::{
+    denial_key, release_unused, reserve_guarded, run_if_ready, spawn_if_pending, CapacityFreed, Reservation, Reserved,
+};
+
+impl GatewayConfig {
+    /// Checks every rule a parse cannot: the section's own shape
+    /// ([`GatewayConfig::validate_schema`]), then that every limit the section
+    /// implies, the classes' ceilings included, is a valid definition.
+    pub fn validate(&self) -> Result<(), GatewayConfigError> {
+        self.validate_schema()?;
+        Classes::new(&self.classes)
+            .ceiling_definitions(&definitions_without_ceilings(self))
+            .map(|_| ())
+            .map_err(|message| GatewayConfigError {
+                entry: "classes".to_owned(),
+                message,
+            })
+    }
+}

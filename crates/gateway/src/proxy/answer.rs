@@ -1,0 +1,256 @@
+//! The client's body of an upstream answer (docs/gateway.md, "Forwarding"), over
+//! one reader of the upstream's body for streams and whole answers alike: each
+//! chunk goes on the moment it can (a stream's events once whole), the usage is
+//! read on the way (from a stream's events, or by [`UsageScanner`] over a whole
+//! answer), and the call's lease is settled and completed when the answer ends,
+//! before the client sees its end. A client gone, an upstream failing or
+//! pausing past the idle timeout: the lease drops with what it was settled to
+//! so far. Memory per call is a chunk (an event) and the scanner's bounded
+//! `usage` value, whatever the answer's size.
+
+use std::collections::VecDeque;
+use std::io;
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::{Bytes, BytesMut};
+use futures_util::stream::{self, Stream};
+use futures_util::FutureExt;
+use http_body_util::BodyExt;
+use hyper::body::{Body as _, Incoming};
+
+use crate::admission::CallLease;
+use crate::wire::call::Endpoint;
+use crate::wire::format::StreamUsage;
+use crate::wire::sse;
+use crate::wire::usage::{EventAction, Usage};
+use crate::wire::usage_scan::UsageScanner;
+
+/// The largest answer sent as one body when it has all arrived by the time its
+/// headers have (a typical chat answer): it goes out with its length, its lease
+/// settled before, with no stream to run.
+pub const WHOLE_ANSWER_BYTES_MAX: usize = 256 * 1024;
+
+/// What an answer's bytes go through on their way to the client.
+enum Reader {
+    /// A stream: each event forwarded once whole, its usage read from the events.
+    Events {
+        splitter: sse::Splitter,
+        usage: StreamUsage,
+    },
+    /// A whole answer, forwarded as it comes; its usage scanned (`None`: not read,
+    /// an error answer).
+    Whole {
+        endpoint: Endpoint,
+        scanner: Option<UsageScanner>,
+    },
+}
+
+impl Reader {
+    /// The bytes of `data` to forward now.
+    fn push(&mut self, data: Bytes) -> Result<Bytes, io::Error> {
+        match self {
+            Reader::Events { splitter, usage } => {
+                let events = splitter.push(&data).map_err(|e| io::Error::other(e.to_string()))?;
+                let mut out = Vec::with_capacity(data.len());
+                for event in events {
+                    if usage.on_event(&event) == EventAction::Forward {
+                        out.extend_from_slice(&event);
+                    }
+                }
+                Ok(Bytes::from(out))
+            }
+            Reader::Whole { scanner, .. } => {
+                if let Some(scanner) = scanner {
+                    scanner.push(&data);
+                }
+                Ok(data)
+            }
+        }
+    }
+
+    /// The answer ended whole: the bytes left to forward, and its usage if read.
+    fn end(&mut self) -> (Bytes, Option<Usage>) {
+        match self {
+            Reader::Events { splitter, usage } => (splitter.finish().unwrap_or_default(), usage.final_usage()),
+            Reader::Whole { endpoint, scanner } => {
+                let answer = scanner.as_ref().and_then(UsageScanner::answer);
+                (Bytes::new(), answer.and_then(|answer| endpoint.usage_of_body(&answer)))
+            }
+        }
+    }
+
+    /// What a stall of the upstream is called in the client's error.
+    fn stalled(&self) -> &'static str {
+        match self {
+            Reader::Events { .. } => "upstream stream stalled",
+            Reader::Whole { .. } => "upstream answer stalled",
+        }
+    }
+}
+
+/// One answer on its way: the upstream's body, its reader, the call's lease.
+struct Answer {
+    body: Incoming,
+    reader: Reader,
+    lease: CallLease,
+    idle_timeout: Duration,
+    /// Chunks read before the stream started, sent first.
+    prefix: VecDeque<Bytes>,
+    /// An upstream error met before the stream started, sent after the prefix.
+    failed: Option<io::Error>,
+    ended: bool,
+}
+
+/// The client's stream of an event-stream answer of `endpoint`: each event
+/// forwarded the moment it is whole (`drop_usage_chunk`: the usage chunk the
+/// gateway asked for is not), the usage read on the way.
+pub fn events(
+    body: Incoming,
+    (endpoint, drop_usage_chunk): (Endpoint, bool),
+    lease: CallLease,
+    idle_timeout: Duration,
+) -> Body {
+    let reader = Reader::Events {
+        splitter: sse::Splitter::default(),
+        usage: endpoint.stream_usage(drop_usage_chunk),
+    };
+    Body::from_stream(chunks(Answer::new(body, reader, lease, idle_timeout)))
+}
+
+/// The client's body of a whole answer of `endpoint`: whole when it has all
+/// arrived already (up to [`WHOLE_ANSWER_BYTES_MAX`]), else forwarded chunk by
+/// chunk; with `scan`, its usage read and the lease settled to it once the
+/// answer ended whole.
+pub async fn whole(
+    body: Incoming,
+    (endpoint, scan): (Endpoint, bool),
+    lease: CallLease,
+    idle_timeout: Duration,
+) -> Body {
+    let reader = Reader::Whole {
+        endpoint,
+        scanner: scan.then(UsageScanner::default),
+    };
+    let mut answer = Answer::new(body, reader, lease, idle_timeout);
+    let mut read = 0;
+    while read <= WHOLE_ANSWER_BYTES_MAX {
+        match answer.body.frame().now_or_never() {
+            None => break,
+            Some(None) => {
+                let rest = answer.end().await;
+                let mut whole = BytesMut::with_capacity(read + rest.len());
+                for chunk in answer.prefix.drain(..).chain([rest]) {
+                    whole.extend_from_slice(&chunk);
+                }
+                return Body::from(whole.freeze());
+            }
+            Some(Some(Err(e))) => {
+                answer.failed = Some(io::Error::other(e.to_string()));
+                break;
+            }
+            Some(Some(Ok(frame))) => {
+                let Ok(data) = frame.into_data() else { continue };
+                read += data.len();
+                match answer.reader.push(data) {
+                    Ok(out) => answer.prefix.push_back(out),
+                    Err(e) => {
+                        answer.failed = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    Body::from_stream(chunks(answer))
+}
+
+impl Answer {
+    fn new(body: Incoming, reader: Reader, lease: CallLease, idle_timeout: Duration) -> Self {
+        Self {
+            body,
+            reader,
+            lease,
+            idle_timeout,
+            prefix: VecDeque::new(),
+            failed: None,
+            ended: false,
+        }
+    }
+
+    /// The next data of the upstream's body (`None` at its end), or an error: the
+    /// upstream's, or a `TimedOut` when nothing comes within the idle timeout.
+    async fn next_data(&mut self) -> Result<Option<Bytes>, io::Error> {
+        loop {
+            let frame = (tokio::time::timeout(self.idle_timeout, self.body.frame()).await)
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, self.reader.stalled()))?;
+            match frame {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(io::Error::other(e.to_string())),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Ok(Some(data));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The answer ended whole: the lease is settled to its usage, if read, and
+    /// completed, on TigerBeetle its reply awaited, before the client sees the
+    /// end, so that a caller's next call finds its hold released. Returns the
+    /// bytes left to forward.
+    async fn end(&mut self) -> Bytes {
+        self.ended = true;
+        let (rest, usage) = self.reader.end();
+        if let Some(usage) = usage {
+            self.lease.settled(usage);
+        }
+        self.lease.finish().await;
+        rest
+    }
+
+    /// The next chunk for the client, `None` once the answer ended.
+    async fn next_chunk(&mut self) -> Option<Result<Bytes, io::Error>> {
+        if let Some(chunk) = self.prefix.pop_front() {
+            return Some(Ok(chunk));
+        }
+        if let Some(error) = self.failed.take() {
+            self.ended = true;
+            return Some(Err(error));
+        }
+        while !self.ended {
+            let out = match self.next_data().await {
+                Ok(Some(data)) => self.reader.push(data),
+                Ok(None) => Ok(self.end().await),
+                Err(e) => Err(e),
+            };
+            let mut out = match out {
+                Ok(out) => out,
+                Err(e) => {
+                    self.ended = true;
+                    return Some(Err(e));
+                }
+            };
+            if !self.ended && self.body.is_end_stream() {
+                // A length-delimited answer ends for the client with its last
+                // byte, before this stream ends: complete first.
+                let rest = self.end().await;
+                if !rest.is_empty() {
+                    out = [out, rest].concat().into();
+                }
+            }
+            if !out.is_empty() {
+                return Some(Ok(out));
+            }
+        }
+        None
+    }
+}
+
+fn chunks(answer: Answer) -> impl Stream<Item = Result<Bytes, io::Error>> + Send + 'static {
+    stream::unfold(answer, |mut answer| async move {
+        let chunk = answer.next_chunk().await?;
+        Some((chunk, answer))
+    })
+}

@@ -1,0 +1,200 @@
+//! One try of a call on a deployment of its pool (docs/gateway.md, "Pools"):
+//! sent, its answer's status read, the provider's limit headers watched, and
+//! either the answer passed back or the call failed over to the next deployment.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::Response;
+
+use super::answer;
+use super::gateway::Gateway;
+use super::upstream::{response_headers, Upstream, UpstreamError};
+use crate::admission::{CallContext, CallLease, ModelEntry};
+use crate::config::UpstreamKind;
+use crate::routing::{pause, Deployment};
+use crate::wire::error::{ErrorKind, GatewayError};
+
+/// What one try on a deployment came to.
+pub enum Forwarded {
+    /// The client's answer.
+    Answer(Response),
+    /// The deployment failed before any byte reached the client and another
+    /// deployment of the pool is left: the call goes on there.
+    FailedOver,
+}
+
+/// The name of the deployment that served a call, in its answer.
+const DEPLOYMENT_HEADER: &str = "x-ratelimit-deployment";
+
+/// Sends the call of `ctx` to its lease's deployment and answers the client; the
+/// lease completes when the answer (or the stream) ends. A 429, a 5xx, the
+/// gateway's credentials refused (401, 403), no connection or a timeout fails
+/// over while another deployment is left (docs/gateway.md, "Pools").
+pub async fn forward(
+    gateway: &Gateway,
+    ctx: &CallContext,
+    headers: &HeaderMap,
+    mut lease: CallLease,
+) -> Result<Forwarded, GatewayError> {
+    let model = &ctx.model;
+    let deployment = &model.pool.deployments[lease.deployment()];
+    let upstream = &gateway.upstreams[deployment.upstream];
+    let last = ctx.is_last_try();
+    let sent = Instant::now();
+    let body = deployment.body(&ctx.call.upstream_body);
+    let result = (gateway.client)
+        .send(upstream, Method::POST, ctx.endpoint.path(), headers, body)
+        .await;
+    model.metrics.upstream_latency.observe(sent.elapsed());
+    let failed = |error: GatewayError| error.with_header(DEPLOYMENT_HEADER, deployment.label.to_string());
+    let response = match result {
+        Ok(response) => response,
+        Err(error) => {
+            let unreachable = matches!(error, UpstreamError::Unreachable(_));
+            let error = upstream_error(error);
+            if unreachable {
+                lease.refused(error.status());
+            } else {
+                lease.failed(error.status());
+            }
+            return try_next(lease, last).await.ok_or_else(|| failed(error));
+        }
+    };
+    let (parts, body) = response.into_parts();
+    observe_provider_limits(model, deployment, &parts.headers);
+    if let Some(error) = credentials_refused(upstream, parts.status) {
+        // Nothing was served: the provider refused the gateway's key for this
+        // deployment, not the call; another deployment's key may hold.
+        lease.refused(error.status());
+        return try_next(lease, last).await.ok_or_else(|| failed(error));
+    }
+    lease.answered(parts.status);
+    if parts.status == StatusCode::TOO_MANY_REQUESTS {
+        let backend = gateway.admission.backend().clone();
+        pause::start(backend, &deployment.keys, &parts.headers, &deployment.state.cooldown);
+    }
+    if !last && (parts.status == StatusCode::TOO_MANY_REQUESTS || parts.status.is_server_error()) {
+        lease.failed_over().await;
+        return Ok(Forwarded::FailedOver);
+    }
+    let stream = parts.status.is_success() && ctx.call.stream && is_event_stream(&parts.headers);
+    let idle_timeout = gateway.client.timeout();
+    let answer_body = if stream {
+        answer::events(body, (ctx.endpoint, ctx.call.drop_usage_chunk), lease, idle_timeout)
+    } else {
+        // Passed on as it arrives; only a success's usage is read, on the way.
+        let scan = parts.status.is_success();
+        answer::whole(body, (ctx.endpoint, scan), lease, idle_timeout).await
+    };
+    let mut response = answer(parts.status, parts.headers, answer_body);
+    if let Ok(value) = axum::http::HeaderValue::from_str(&deployment.label) {
+        response.headers_mut().insert(DEPLOYMENT_HEADER, value);
+    }
+    Ok(Forwarded::Answer(response))
+}
+
+/// Whether an answer's headers say it is an event stream.
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    (headers.get("content-type"))
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// A failed try: failed over when a deployment is left (`Some`), else `None`:
+/// the client gets the failure.
+async fn try_next(lease: CallLease, last: bool) -> Option<Forwarded> {
+    if last {
+        return None;
+    }
+    lease.failed_over().await;
+    Some(Forwarded::FailedOver)
+}
+
+/// An upstream 401 or 403 is the provider refusing the gateway's own key (the
+/// client's never reaches it): the client gets a 502 saying so, in its
+/// provider's shape, and never the provider's body, which may quote the key.
+pub fn credentials_refused(upstream: &Upstream, status: StatusCode) -> Option<GatewayError> {
+    if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
+        return None;
+    }
+    tracing::error!(upstream = %upstream.config.name, status = status.as_u16(),
+        "gateway: the upstream refused the gateway's credentials; check its api_key_env");
+    Some(GatewayError::new(
+        ErrorKind::BadGateway,
+        format!(
+            "The upstream provider refused the gateway's upstream credentials ({}); the call was not served. \
+             The gateway's operator has to fix the upstream key.",
+            status.as_u16()
+        ),
+    ))
+}
+
+/// Reads the provider's rate-limit headers (by the library's
+/// `ratelimiter::provider_headers`) into the model's gauges, and warns once when the
+/// configured limit is above the provider's.
+fn observe_provider_limits(model: &ModelEntry, deployment: &Deployment, headers: &HeaderMap) {
+    let read = pause::provider_headers(headers);
+    let dimension = |name: &str| read.limits.iter().find(|l| l.dimension == name);
+    let requests = dimension("rpm");
+    let tokens = match model.kind {
+        UpstreamKind::Anthropic => dimension("itpm"),
+        _ => dimension("tpm"),
+    };
+    if let Some(value) = requests.and_then(|l| l.remaining) {
+        model
+            .metrics
+            .provider_remaining_requests
+            .store(value.saturating_add(1), Ordering::Relaxed);
+    }
+    if let Some(value) = tokens.and_then(|l| l.remaining) {
+        model
+            .metrics
+            .provider_remaining_tokens
+            .store(value.saturating_add(1), Ordering::Relaxed);
+    }
+    let (limit_requests, limit_tokens) = (requests.and_then(|l| l.limit), tokens.and_then(|l| l.limit));
+    let config = &deployment.config;
+    let configured_tokens = config.limits.published.tpm.or(config.limits.published.input_tpm);
+    let above = if deployment.keys.profile.is_some() {
+        // A profile's sub-windows are compared per minute by the library.
+        let upstream = &config.upstream;
+        !ratelimiter::provider_headers::below_configured(&read, upstream, &config.name, &deployment.definitions)
+            .is_empty()
+    } else {
+        matches!((config.limits.published.rpm, limit_requests), (Some(ours), Some(theirs)) if ours > theirs)
+            || matches!((configured_tokens, limit_tokens), (Some(ours), Some(theirs)) if ours > theirs)
+    };
+    if above && !deployment.warned_above_provider.swap(true, Ordering::Relaxed) {
+        tracing::warn!(model = %model.config.name, upstream = %config.upstream, ?limit_requests, ?limit_tokens,
+            configured_rpm = ?config.limits.published.rpm, configured_tokens = ?configured_tokens,
+            "gateway: the configured limit is above the provider's; expect provider 429s");
+    }
+}
+
+/// The client's error for an upstream that failed.
+pub fn upstream_error(error: UpstreamError) -> GatewayError {
+    tracing::warn!(error = %error, "gateway: upstream call failed");
+    match error {
+        UpstreamError::Timeout => {
+            GatewayError::new(ErrorKind::Timeout, "The upstream provider did not answer in time.")
+        }
+        UpstreamError::Unreachable(_) => {
+            GatewayError::new(ErrorKind::BadGateway, "The upstream provider could not be reached.")
+        }
+        UpstreamError::Failed(_) => {
+            GatewayError::new(ErrorKind::BadGateway, "The upstream provider's connection failed.")
+        }
+    }
+}
+
+/// The client's answer: the upstream's status and headers (moved, not copied;
+/// hop-by-hop ones removed) and `body`.
+pub fn answer(status: StatusCode, upstream_headers: HeaderMap, body: Body) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = response_headers(upstream_headers);
+    response
+}

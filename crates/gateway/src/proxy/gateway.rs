@@ -1,0 +1,234 @@
+//! The gateway built from its configuration: upstreams and keys read, every
+//! model's pool and entry made, the admission shared by every call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use ratelimiter::clock::Clock;
+use ratelimiter::{Backend, LimitDefinition, Limiter, ReserveOutcome, ReserveRequest, SystemClock};
+
+use super::auth::{find_tenant, presented_key, read_tenant_keys, TenantKey};
+use super::upstream::{Upstream, UpstreamClient};
+use crate::admission::tenant_caps::TenantCaps;
+use crate::admission::{Admission, Caller, ModelEntry};
+use crate::config::GatewayConfig;
+use crate::limits::{self, Classes, TenantKeys};
+use crate::observe::metrics::GatewayMetrics;
+use crate::observe::status::{ClassStatus, ModelStatus};
+use crate::routing::Pool;
+use crate::wire::call::Endpoint;
+use crate::wire::error::{ErrorKind, GatewayError};
+
+/// The gateway: configuration resolved, upstream keys read, the limiter to reserve on.
+pub struct Gateway {
+    pub(super) admission: Admission,
+    pub(super) models: HashMap<String, Arc<ModelEntry>>,
+    pub(super) model_names: Vec<String>,
+    pub(super) upstreams: Vec<Upstream>,
+    tenant_keys: Vec<TenantKey>,
+    pub(super) client: UpstreamClient,
+    metrics: Arc<GatewayMetrics>,
+    pub(super) body_bytes_max: usize,
+    /// How long a client has to send its whole body.
+    pub(super) body_timeout: Duration,
+    definitions: Vec<LimitDefinition>,
+}
+
+/// A limiter view of a backend (the trait object cannot be upcast on this Rust).
+struct BackendLimiter(Arc<dyn Backend>);
+
+#[async_trait::async_trait]
+impl Limiter for BackendLimiter {
+    async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, ratelimiter::LimiterError> {
+        self.0.reserve(request).await
+    }
+    async fn complete(&self, request: &ratelimiter::CompleteRequest) -> Result<(), ratelimiter::LimiterError> {
+        self.0.complete(request).await
+    }
+}
+
+impl Gateway {
+    /// The gateway of a validated `config` on `backend`; reads the upstream and
+    /// tenant keys from the environment (an unset variable is an error).
+    pub fn new(config: &GatewayConfig, backend: Arc<dyn Backend>) -> Result<Self, String> {
+        let client = UpstreamClient::new(Duration::from_millis(config.upstream_timeout_ms));
+        Self::with_client(config, backend, client)
+    }
+
+    /// [`Gateway::new`] with its own upstream client (one that trusts a private CA).
+    pub fn with_client(
+        config: &GatewayConfig,
+        backend: Arc<dyn Backend>,
+        client: UpstreamClient,
+    ) -> Result<Self, String> {
+        Self::with_clock(config, backend, client, Arc::new(SystemClock::new()))
+    }
+
+    /// [`Gateway::with_client`] on `clock`: the deployments' load windows and
+    /// this server's pauses after a provider 429 count on it.
+    pub fn with_clock(
+        config: &GatewayConfig,
+        backend: Arc<dyn Backend>,
+        client: UpstreamClient,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, String> {
+        config.validate().map_err(|e| e.to_string())?;
+        let upstreams = (config.upstreams.iter().cloned())
+            .map(Upstream::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        let metrics = Arc::new(GatewayMetrics::default());
+        let definitions = limits::definitions(config);
+        let tenant_keys = read_tenant_keys(&config.tenants)?;
+        if config.allow_anonymous {
+            tracing::warn!(gateway_addr = %config.listen_addr,
+                "gateway: allow_anonymous is set: anyone who reaches the listener may call, without a key");
+        }
+        let classes = Arc::new(Classes::new(&config.classes));
+        let callers = callers(config, &classes);
+        let mut models = HashMap::new();
+        for model in &config.models {
+            let pool = Arc::new(Pool::of(model, &config.upstreams, &definitions, &clock));
+            for deployment in &pool.deployments {
+                metrics.add_deployment(deployment.state.clone());
+            }
+            let kind = upstreams[pool.deployments[0].upstream].config.kind;
+            let entry = ModelEntry::new(model, (pool, kind), callers.len(), &classes, &metrics);
+            warn_bounds_above_limits(&entry);
+            // The vocabulary loads on first use: at startup, not on a client's first call.
+            entry.counter.text("warm");
+            models.insert(model.name.clone(), Arc::new(entry));
+        }
+        let limiter: Arc<dyn Limiter> = Arc::new(BackendLimiter(backend.clone()));
+        Ok(Self {
+            admission: Admission::new((limiter, backend), callers, classes, metrics.clone()),
+            models,
+            model_names: config.models.iter().map(|m| m.name.clone()).collect(),
+            upstreams,
+            tenant_keys,
+            client,
+            metrics,
+            body_bytes_max: config.body_bytes_max,
+            body_timeout: Duration::from_millis(config.client_body_timeout_ms),
+            definitions,
+        })
+    }
+
+    /// The limit definitions the configuration implies; the server defines them
+    /// in its registry at startup, where the admin API shows and changes them.
+    pub fn definitions(&self) -> &[LimitDefinition] {
+        &self.definitions
+    }
+
+    /// The classes' ceilings over `definition` when it is one of this gateway's
+    /// model limits (docs/gateway.md, "Classes"): what an admin change of that limit
+    /// must define with it. Empty for any other key; an error when a ceiling would
+    /// hold nothing.
+    pub fn ceilings_over(&self, definition: &LimitDefinition) -> Result<Vec<LimitDefinition>, String> {
+        if !self.definitions.iter().any(|d| d.key() == definition.key()) {
+            return Ok(Vec::new());
+        }
+        self.admission.classes().ceilings_over(definition)
+    }
+
+    /// The gateway's metrics, rendered by the server's `/metrics`.
+    pub fn metrics(&self) -> &Arc<GatewayMetrics> {
+        &self.metrics
+    }
+
+    /// Each model's live state, in configuration order, for the operator's console.
+    pub fn status(&self) -> Vec<ModelStatus> {
+        (self.model_names.iter())
+            .map(|name| {
+                let model = &self.models[name];
+                let single = model.config.deployments.is_empty();
+                ModelStatus::of(name, &model.pool, single, model.queue.waiting())
+            })
+            .collect()
+    }
+
+    /// Each priority class, highest first, with its tenants and what waits in it
+    /// per model now, for the operator's console.
+    pub fn class_status(&self) -> Vec<ClassStatus> {
+        let queues: Vec<(&String, Vec<usize>)> = (self.model_names.iter())
+            .map(|name| (name, self.models[name].queue.waiting_by_class()))
+            .collect();
+        let classes = self.admission.classes();
+        (0..classes.work_classes().len())
+            .map(|class| {
+                let tenants = (self.admission.tenants().iter())
+                    .filter(|t| t.class == class)
+                    .map(|t| t.name.to_string());
+                let queue_len = (queues.iter()).map(|(name, by_class)| ((*name).clone(), by_class[class]));
+                ClassStatus::of(classes, class, tenants.collect(), queue_len.collect())
+            })
+            .collect()
+    }
+
+    /// The caller `headers` authenticate: a tenant by its key, or the caller
+    /// without a tenant when the gateway has none.
+    pub(super) fn authenticate(&self, headers: &HeaderMap) -> Result<&Arc<Caller>, GatewayError> {
+        if self.tenant_keys.is_empty() {
+            return Ok(self.admission.caller(self.admission.no_tenant()));
+        }
+        let unauthorized = |m: &str| GatewayError::new(ErrorKind::Authentication, m);
+        let key = presented_key(headers).ok_or_else(|| {
+            unauthorized("You didn't provide an API key: send it as `Authorization: Bearer <key>` or `x-api-key`.")
+        })?;
+        find_tenant(&self.tenant_keys, key)
+            .map(|index| self.admission.caller(index))
+            .ok_or_else(|| unauthorized("Incorrect API key provided."))
+    }
+
+    /// The model `name` when it is served in `endpoint`'s wire format.
+    pub(super) fn model_for(&self, endpoint: Endpoint, name: &str) -> Result<&Arc<ModelEntry>, GatewayError> {
+        let model = self
+            .models
+            .get(name)
+            .ok_or_else(|| GatewayError::model_not_found(name))?;
+        if endpoint.format().is_spoken_by(model.kind) {
+            Ok(model)
+        } else {
+            Err(GatewayError::model_not_found(name))
+        }
+    }
+}
+
+/// The gateway's callers: each tenant, then the caller without a tenant (whose
+/// caps are the gateway's).
+fn callers(config: &GatewayConfig, classes: &Classes) -> Vec<Caller> {
+    let tenants = config.tenants.iter().enumerate().map(|(index, tenant)| {
+        let entry = format!("gateway.tenants[{}]", tenant.name);
+        Caller {
+            index,
+            name: Arc::from(tenant.name.as_str()),
+            keys: Some(Arc::new(TenantKeys::new(tenant))),
+            class: classes.of_tenant(tenant.class.as_deref()),
+            caps: Arc::new(TenantCaps::new(
+                entry,
+                tenant.connections_max(config),
+                tenant.queued_max(config),
+            )),
+        }
+    });
+    let caps = TenantCaps::new(
+        "gateway".to_owned(),
+        config.tenant_connections_max,
+        config.tenant_queued_max,
+    );
+    let mut callers: Vec<Caller> = tenants.collect();
+    callers.push(Caller::no_tenant(callers.len(), caps));
+    callers
+}
+
+/// Warns of each deployment on which calls counted at a model's bound can
+/// never be admitted.
+fn warn_bounds_above_limits(model: &ModelEntry) {
+    for deployment in &model.pool.deployments {
+        for (field, tokens, limit) in model.counter.bounds_above_limits(&deployment.config) {
+            tracing::warn!(model = %model.config.name, upstream = %deployment.label, field, tokens, limit,
+                "gateway: calls counted at this bound can never be admitted on this deployment; set the model's field to what its calls send");
+        }
+    }
+}

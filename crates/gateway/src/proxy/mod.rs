@@ -1,0 +1,16 @@
+//! The HTTP side (docs/gateway.md): the gateway built from its configuration,
+//! the service and its routes, the client's body, forwarding to a deployment
+//! and failing over, the answer passed back over one upstream-body reader, the
+//! upstream client, the headers that cross, and the tenants' keys.
+
+pub mod answer;
+pub mod auth;
+pub mod body;
+pub mod forward;
+pub mod gateway;
+pub mod headers;
+pub mod service;
+pub mod upstream;
+
+pub use gateway::Gateway;
+pub use service::router;

@@ -1,0 +1,136 @@
+//! The proxy service (docs/gateway.md): authenticate, read and count, admit
+//! (waiting in the model's fair queue when denied), forward, stream back,
+//! reconcile; and the routes that answer without a call.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+
+use super::body::{read_body, read_upstream_body};
+use super::forward::{answer, credentials_refused, forward, upstream_error, Forwarded};
+use super::gateway::Gateway;
+use crate::admission::tenant_caps::HoldingBody;
+use crate::admission::{Caller, ModelEntry};
+use crate::wire::call::{model_name, parse_object, Endpoint};
+use crate::wire::error::{ErrorKind, Format, GatewayError, Shaped};
+
+/// The gateway's router: the provider endpoints, and 404 in the provider's shape
+/// for everything else.
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    let endpoint = |e: Endpoint| {
+        move |State(g): State<Arc<Gateway>>, headers: HeaderMap, body: Body| async move { handle(g, e, headers, body).await }
+    };
+    Router::new()
+        .route("/v1/chat/completions", post(endpoint(Endpoint::ChatCompletions)))
+        .route("/v1/embeddings", post(endpoint(Endpoint::Embeddings)))
+        .route("/v1/responses", post(endpoint(Endpoint::Responses)))
+        .route("/v1/messages", post(endpoint(Endpoint::Messages)))
+        .route("/v1/messages/count_tokens", post(endpoint(Endpoint::CountTokens)))
+        .route("/v1/models", get(list_models))
+        .fallback(not_found)
+        .with_state(gateway)
+}
+
+async fn not_found(method: Method, uri: axum::http::Uri, headers: HeaderMap) -> Response {
+    let error = GatewayError::new(
+        ErrorKind::RouteNotFound,
+        format!("Invalid URL ({method} {})", uri.path()),
+    );
+    error.into_response(Format::of_headers(&headers))
+}
+
+async fn list_models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let format = Format::of_headers(&headers);
+    if let Err(e) = gateway.authenticate(&headers) {
+        return e.into_response(format);
+    }
+    let entries = gateway.model_names.iter().map(|name| {
+        let model = &gateway.models[name];
+        (name, model.pool.deployments[0].label.as_ref())
+    });
+    let body = format.models_list(entries);
+    Json(body).into_response()
+}
+
+async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
+    let opened = gateway.authenticate(&headers).and_then(|caller| {
+        let held = caller.caps.open()?;
+        Ok((caller.clone(), held))
+    });
+    let (caller, held) = match opened {
+        Ok(opened) => opened,
+        Err(error) => return Shaped(endpoint.format(), error).into_response(),
+    };
+    let response = match serve(gateway, endpoint, caller, headers, body).await {
+        Ok(response) => response,
+        Err(error) => Shaped(endpoint.format(), error).into_response(),
+    };
+    // The call stays open, on its tenant's cap, until its answer's last byte.
+    response.map(|body| HoldingBody::wrap(body, held))
+}
+
+async fn serve(
+    gateway: Arc<Gateway>,
+    endpoint: Endpoint,
+    caller: Arc<Caller>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, GatewayError> {
+    let started = Instant::now();
+    let class = gateway.admission.classes().of_request(caller.class, &headers)?;
+    let bytes = read_body(&headers, body, gateway.body_bytes_max, gateway.body_timeout).await?;
+    let object = parse_object(&bytes)?;
+    let model = gateway.model_for(endpoint, model_name(&object)?)?.clone();
+    if endpoint == Endpoint::CountTokens {
+        // Sent to a pool's first deployment.
+        return count_tokens(&gateway, &model, &caller, &headers, bytes).await;
+    }
+    let call = endpoint.read_call(object, &model.counter, bytes)?;
+    let mut ctx = gateway
+        .admission
+        .context((caller, class), model, (endpoint, call), started);
+    // Each deployment of the pool is tried at most once (docs/gateway.md, "Pools").
+    loop {
+        let lease = gateway.admission.admit(&mut ctx).await?;
+        if let Forwarded::Answer(response) = forward(&gateway, &ctx, &headers, lease).await? {
+            return Ok(response);
+        }
+    }
+}
+
+/// Anthropic's token counting, sent to the pool's first deployment: counted on
+/// its tenant's `rpm` only ([`crate::admission::Admission::count_tokens`]).
+async fn count_tokens(
+    gateway: &Gateway,
+    model: &ModelEntry,
+    caller: &Caller,
+    headers: &HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, GatewayError> {
+    let deployment = &model.pool.deployments[0];
+    let upstream = &gateway.upstreams[deployment.upstream];
+    gateway.admission.count_tokens(caller).await?;
+    let response = (gateway.client)
+        .send(
+            upstream,
+            Method::POST,
+            Endpoint::CountTokens.path(),
+            headers,
+            deployment.body(&bytes),
+        )
+        .await
+        .map_err(upstream_error)?;
+    let (parts, body) = response.into_parts();
+    if let Some(error) = credentials_refused(upstream, parts.status) {
+        return Err(error);
+    }
+    let body = read_upstream_body(body, gateway.client.timeout()).await?;
+    Ok(answer(parts.status, parts.headers, Body::from(body)))
+}

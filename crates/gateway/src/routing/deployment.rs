@@ -1,0 +1,155 @@
+//! One deployment of a model's pool, ready to serve, and its state: the breaker
+//! and this server's pause that decide whether it is tried, and its counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ratelimiter::clock::Clock;
+use ratelimiter::LimitDefinition;
+
+use super::breaker::{Breaker, BreakerState};
+use super::order::{Capacity, LoadWindow};
+use super::pause::Cooldown;
+use crate::config::{BreakerConfig, ModelConfig, Resolved};
+use crate::limits::ModelKeys;
+
+/// One deployment, ready to serve.
+pub struct Deployment {
+    /// Its single-deployment form.
+    pub config: ModelConfig,
+    /// Its upstream (index into the gateway's upstreams).
+    pub upstream: usize,
+    /// The upstream's name: the `x-ratelimit-deployment` header and the labels.
+    pub label: Arc<str>,
+    /// Its limit keys.
+    pub keys: Arc<ModelKeys>,
+    /// Its own definitions, compared with the provider's headers.
+    pub definitions: Vec<LimitDefinition>,
+    /// The model name to write into the body when it differs from the client's.
+    pub rewrite: Option<String>,
+    /// Lower is tried first.
+    pub priority: u32,
+    /// Its share under weighted routing.
+    pub weight: u32,
+    /// This server's reservations on it over the last minute.
+    pub load: LoadWindow,
+    /// Counters, breaker and pause, shown by the metrics and the admin API.
+    pub state: Arc<DeploymentState>,
+    /// Whether the configured limit above the provider's was logged.
+    pub warned_above_provider: std::sync::atomic::AtomicBool,
+}
+
+impl Deployment {
+    /// The deployment of `resolved` for the model the clients call `model`.
+    pub fn new(
+        model: &str,
+        resolved: &Resolved,
+        upstream: usize,
+        definitions: &[LimitDefinition],
+        state: Arc<DeploymentState>,
+    ) -> Self {
+        let config = resolved.model.clone();
+        let prefix = format!("global:llm:{}:{}:", config.upstream, config.name);
+        Self {
+            upstream,
+            label: Arc::from(config.upstream.as_str()),
+            keys: Arc::new(ModelKeys::new(&config.upstream, &config)),
+            definitions: (definitions.iter())
+                .filter(|d| d.key().as_str().starts_with(&prefix))
+                .cloned()
+                .collect(),
+            rewrite: (config.name != model).then(|| config.name.clone()),
+            priority: resolved.priority,
+            weight: resolved.weight,
+            load: LoadWindow::new(Capacity {
+                requests: config.limits.published.rpm,
+                tokens: config.limits.published.tpm,
+                input_tokens: config.limits.published.input_tpm,
+                output_tokens: config.limits.published.output_tpm,
+                concurrency: config.limits.published.concurrency,
+            }),
+            state,
+            warned_above_provider: std::sync::atomic::AtomicBool::new(false),
+            config,
+        }
+    }
+
+    /// The body sent to this deployment: `body` with `model` rewritten when the
+    /// deployment's name differs (the answer keeps what the upstream returns).
+    pub fn body(&self, body: &Bytes) -> Bytes {
+        let Some(name) = &self.rewrite else {
+            return body.clone();
+        };
+        match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
+            Ok(mut object) => {
+                object.insert("model".to_owned(), serde_json::Value::String(name.clone()));
+                serde_json::to_vec(&object).map_or_else(|_| body.clone(), Bytes::from)
+            }
+            Err(_) => body.clone(),
+        }
+    }
+}
+
+/// The state of one deployment of a model (docs/gateway.md, "Pools"): its
+/// breaker and this server's pause, which choose whether it is tried, and its
+/// counters, shown in `/metrics` and by the admin API (`GET /v1/admin/gateway/deployments`).
+#[derive(Debug)]
+pub struct DeploymentState {
+    /// The model name clients send.
+    pub model: String,
+    /// The upstream's name (never its URL or key).
+    pub upstream: String,
+    /// The model name sent to it.
+    pub upstream_model: String,
+    /// Calls reserved on it.
+    pub admitted: AtomicU64,
+    /// Of them, calls reserved after another deployment's keys denied them in the
+    /// same admission (not the first deployment tried).
+    pub admitted_after_denial: AtomicU64,
+    /// Reservations its keys (or the tenant's) denied.
+    pub denied: AtomicU64,
+    /// Calls it failed (429, 5xx, no connection, timeout) that went on to another deployment.
+    pub failed_over: AtomicU64,
+    /// Its breaker (deployments of a pool only); this server's.
+    pub breaker: Option<Breaker>,
+    /// This server's pause after its provider's 429.
+    pub cooldown: Cooldown,
+}
+
+impl DeploymentState {
+    /// Fresh counters of a deployment, with a breaker of `breaker` when given,
+    /// its pauses on `clock`.
+    pub fn new(
+        model: &str,
+        upstream: &str,
+        upstream_model: &str,
+        breaker: Option<BreakerConfig>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            model: model.to_owned(),
+            upstream: upstream.to_owned(),
+            upstream_model: upstream_model.to_owned(),
+            admitted: AtomicU64::new(0),
+            admitted_after_denial: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+            failed_over: AtomicU64::new(0),
+            breaker: breaker.map(Breaker::new),
+            cooldown: Cooldown::new(clock),
+        }
+    }
+
+    /// The breaker's state now; `closed` without a breaker.
+    pub fn breaker_state(&self) -> BreakerState {
+        (self.breaker.as_ref()).map_or(BreakerState::Closed, |b| b.state(std::time::Instant::now()))
+    }
+
+    /// Whether it saw a call, or has a breaker open or a pause running.
+    pub fn is_active(&self) -> bool {
+        self.admitted.load(Ordering::Relaxed) > 0
+            || self.denied.load(Ordering::Relaxed) > 0
+            || self.breaker_state() != BreakerState::Closed
+            || self.cooldown.until_unix_ms().is_some()
+    }
+}

@@ -1,0 +1,153 @@
+//! Anthropic's wire format: Messages requests, their usage, and their event
+//! streams (docs/gateway.md, "Anthropic").
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use crate::counting::tokens::Counter;
+use crate::wire::call::{optional_bool, optional_u64, required_array, Call};
+use crate::wire::error::GatewayError;
+use crate::wire::sse;
+use crate::wire::usage::{number, EventAction, Usage, UsageFields};
+
+/// The API version sent upstream when the client names none (the one the SDKs send).
+pub const API_VERSION_DEFAULT: &str = "2023-06-01";
+
+/// Reads a Messages request: `messages` and `max_tokens` are required by the API,
+/// so a request without them is answered here, before anything is reserved.
+pub fn read_call(object: Map<String, Value>, counter: &Counter, body: Bytes) -> Result<Call, GatewayError> {
+    let messages = required_array(&object, "messages")?;
+    if !messages.iter().all(Value::is_object) {
+        return Err(GatewayError::invalid("messages: each message must be an object."));
+    }
+    let Some(max_tokens) = optional_u64(&object, "max_tokens")? else {
+        return Err(GatewayError::invalid("max_tokens: Field required."));
+    };
+    let stream = optional_bool(&object, "stream")?;
+    let tally = counter.anthropic_messages(&Value::Object(object));
+    Ok(Call {
+        stream,
+        input_tokens: counter.reserve(tally),
+        prompt_characters: 0,
+        output_tokens: max_tokens,
+        calibration_sample: counter.calibration_sample(tally),
+        drop_usage_chunk: false,
+        upstream_body: body,
+    })
+}
+
+/// Usage from an Anthropic `usage` object: input plus cache creation on the input
+/// side (Anthropic counts both on ITPM), cache reads apart: they are billed
+/// ([`Usage::billed`]) but not counted on ITPM by current models
+/// (<https://docs.anthropic.com/en/api/rate-limits>).
+fn usage_of(usage: &UsageFields) -> Usage {
+    Usage {
+        input_tokens: usage.input_tokens.saturating_add(usage.cache_creation_input_tokens),
+        output_tokens: usage.output_tokens,
+        cache_read_tokens: usage.cache_read_input_tokens,
+    }
+}
+
+/// The usage of a whole (non-stream) answer, from its JSON bytes.
+pub fn usage_of_body(body: &[u8]) -> Option<Usage> {
+    UsageFields::of_answer(body).map(|fields| usage_of(&fields))
+}
+
+/// Usage from a Messages stream: `message_start` carries the input side,
+/// `message_delta` the output so far, cumulative: the last one wins.
+#[derive(Debug, Default)]
+pub struct StreamUsage {
+    /// The usage seen so far; `None` until `message_start`.
+    pub usage: Option<Usage>,
+    /// Whether `message_delta` was seen: only then is the output count final
+    /// (`message_start` reports the output of the first token only).
+    pub final_seen: bool,
+}
+
+impl StreamUsage {
+    /// Reads one event; every event is forwarded.
+    pub fn on_event(&mut self, event: &[u8]) -> EventAction {
+        let name = sse::name(event);
+        let is_start = name == Some(b"message_start");
+        let is_delta = name == Some(b"message_delta");
+        if !is_start && !is_delta {
+            return EventAction::Forward;
+        }
+        let Some(value) = sse::data(event).and_then(|d| serde_json::from_slice::<Value>(&d).ok()) else {
+            return EventAction::Forward;
+        };
+        if is_start {
+            if let Some(usage) = value.get("message").and_then(|m| m.get("usage")) {
+                self.usage = Some(usage_of(&UsageFields::of_value(usage)));
+            }
+        } else if let Some(delta) = value.get("usage").filter(|u| u.is_object()) {
+            let mut usage = self.usage.unwrap_or_default();
+            // Cumulative counts: take the latest of each field the event carries.
+            if delta.get("input_tokens").is_some() || delta.get("cache_creation_input_tokens").is_some() {
+                let latest = usage_of(&UsageFields::of_value(delta));
+                usage.input_tokens = usage.input_tokens.max(latest.input_tokens);
+                usage.cache_read_tokens = usage.cache_read_tokens.max(latest.cache_read_tokens);
+            }
+            usage.output_tokens = number(delta, "output_tokens");
+            self.usage = Some(usage);
+            self.final_seen = true;
+        }
+        EventAction::Forward
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Encoding;
+    use crate::wire::call::parse_object;
+    use serde_json::json;
+
+    #[test]
+    fn max_tokens_and_messages_are_required() {
+        let counter = Counter::new(Encoding::Bytes, crate::counting::model_table::lookup("claude"));
+        let read = |body: Value| {
+            let bytes = Bytes::from(body.to_string());
+            read_call(parse_object(&bytes).unwrap(), &counter, bytes)
+        };
+        let ok = read(json!({"model": "c", "max_tokens": 50, "messages": [{"role": "user", "content": "hey"}]}));
+        let call = ok.unwrap();
+        assert_eq!((call.input_tokens, call.output_tokens), (8 + 3, 50));
+        assert!(read(json!({"model": "c", "messages": []})).is_err());
+        assert!(read(json!({"model": "c", "max_tokens": 5})).is_err());
+        assert!(read(json!({"model": "c", "max_tokens": "5", "messages": []})).is_err());
+    }
+
+    #[test]
+    fn stream_usage_takes_the_last_cumulative_delta() {
+        let mut reader = StreamUsage::default();
+        let start = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":20,\"cache_creation_input_tokens\":5,\"cache_read_input_tokens\":7,\"output_tokens\":1}}}\n\n";
+        reader.on_event(start);
+        assert!(!reader.final_seen);
+        let delta = |n: u64| {
+            format!(
+                "event: message_delta\ndata: {{\"type\":\"message_delta\",\"usage\":{{\"output_tokens\":{n}}}}}\n\n"
+            )
+        };
+        reader.on_event(delta(10).as_bytes());
+        reader.on_event(delta(15).as_bytes());
+        let usage = reader.usage.unwrap();
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens),
+            (25, 15, 7)
+        );
+        assert!(reader.final_seen);
+        let body = json!({"usage": {"input_tokens": 3, "output_tokens": 4, "cache_creation_input_tokens": 2}});
+        assert_eq!(usage_of_body(body.to_string().as_bytes()).unwrap().input_tokens, 5);
+    }
+
+    #[test]
+    fn cache_reads_are_billed_but_not_on_the_input_limit() {
+        // 50 input, 300 cache writes, 5,000 cache reads, 0 output: 5,350 billed,
+        // 350 on ITPM.
+        let body = json!({"usage": {"input_tokens": 50, "cache_creation_input_tokens": 300,
+            "cache_read_input_tokens": 5000, "output_tokens": 0}});
+        let usage = usage_of_body(body.to_string().as_bytes()).unwrap();
+        assert_eq!((usage.input_tokens, usage.billed()), (350, 5_350));
+    }
+}
