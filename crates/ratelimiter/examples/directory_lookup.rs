@@ -1,16 +1,22 @@
 //! The gateway's key lookup (`DirectoryIndex::authenticate`: one SHA-256 of the
 //! presented key and one hash-map probe) with 1 key and with 100,000 keys, in
 //! the same run, alternating rounds; prints the median ns per lookup of each
-//! and their ratio (BENCHMARKS.md, "Gateway keys").
+//! and their ratio. Then what 100,000 keys add to a memory-backend server's
+//! start: opening the directory's file (read, parse, index) against an empty
+//! one, and the resident memory it adds (BENCHMARKS.md, "Gateway keys").
 //!
 //! cargo run --release -p ratelimiter --example directory_lookup
 
 use std::hint::black_box;
 use std::time::Instant;
 
+use std::sync::Arc;
+
 use ratelimiter::directory::{
-    Change, DirectoryIndex, KeyHash, KeyLimits, KeyRecord, Recorded, Source, TenantFields, TenantRecord,
+    Change, Directory, DirectoryIndex, FileStore, KeyHash, KeyLimits, KeyRecord, Recorded, Source, TenantFields,
+    TenantRecord,
 };
+use ratelimiter::SystemClock;
 
 /// Lookups per round.
 const LOOKUPS: usize = 1_000_000;
@@ -23,8 +29,7 @@ fn key_text(i: usize) -> String {
     format!("rlk-benchmark-key-{i:0>40}")
 }
 
-fn index_of(keys: usize) -> DirectoryIndex {
-    let mut index = DirectoryIndex::default();
+fn changes(keys: usize) -> Vec<Change> {
     let tenant = TenantRecord {
         name: "acme".into(),
         id: "T".into(),
@@ -33,10 +38,7 @@ fn index_of(keys: usize) -> DirectoryIndex {
         created_at_unix_ms: 1,
         updated_at_unix_ms: 1,
     };
-    index.apply(Recorded {
-        version: 1,
-        change: Change::PutTenant { tenant },
-    });
+    let mut out = vec![Change::PutTenant { tenant }];
     for i in 0..keys {
         let key = KeyRecord {
             id: format!("K{i}"),
@@ -44,7 +46,10 @@ fn index_of(keys: usize) -> DirectoryIndex {
             tenant_id: "T".into(),
             name: String::new(),
             models: None,
-            limits: KeyLimits::default(),
+            limits: KeyLimits {
+                rpm: Some(600),
+                ..Default::default()
+            },
             limits_of: format!("K{i}"),
             hash: KeyHash::of(&key_text(i)),
             hint: "abcd".into(),
@@ -53,12 +58,54 @@ fn index_of(keys: usize) -> DirectoryIndex {
             revoked_at_unix_ms: None,
             rotated_to: None,
         };
+        out.push(Change::CreateKey { key });
+    }
+    out
+}
+
+fn index_of(keys: usize) -> DirectoryIndex {
+    let mut index = DirectoryIndex::default();
+    for (i, change) in changes(keys).into_iter().enumerate() {
         index.apply(Recorded {
-            version: i as u64 + 2,
-            change: Change::CreateKey { key },
+            version: i as u64 + 1,
+            change,
         });
     }
     index
+}
+
+/// This process's resident memory, KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    (status.lines())
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Opens a directory file of `keys` keys as a start does: the ms it takes and
+/// the KiB of resident memory it adds while open.
+fn open_file(path: &std::path::Path, keys: usize) -> (f64, u64) {
+    let mut text = Vec::new();
+    for change in changes(keys) {
+        serde_json::to_writer(&mut text, &change).unwrap();
+        text.push(b'\n');
+    }
+    std::fs::write(path, text).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let before = rss_kib();
+    let started = Instant::now();
+    let directory = runtime.block_on(async {
+        let store = Arc::new(FileStore::open(path).unwrap());
+        Directory::open(store, Arc::new(SystemClock::new()), Vec::new())
+            .await
+            .unwrap()
+    });
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1_000.0;
+    let added = rss_kib().saturating_sub(before);
+    assert_eq!(directory.sizes().1, keys);
+    drop(directory);
+    (elapsed_ms, added)
 }
 
 /// ns per lookup, the presented keys cycling over `presented`.
@@ -93,5 +140,24 @@ fn main() {
     println!(
         "lookup with 1 key: {one:.0} ns; with {KEYS_LARGE} keys: {many:.0} ns; ratio {:.2}",
         many / one
+    );
+    drop((small, large, presented_large));
+    let path = std::env::temp_dir().join(format!("directory-lookup-{}.jsonl", std::process::id()));
+    let (mut empty, mut full) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        empty.push(open_file(&path, 0));
+        full.push(open_file(&path, KEYS_LARGE));
+    }
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let _ = std::fs::remove_file(&path);
+    let ms = |v: &[(f64, u64)]| median(v.iter().map(|x| x.0).collect());
+    let kib = |v: &[(f64, u64)]| v.iter().map(|x| x.1).max().unwrap_or(0);
+    println!(
+        "opening the directory at start: 0 keys {:.1} ms; {KEYS_LARGE} keys ({} MB file) {:.0} ms, +{} MiB resident ({} bytes a key)",
+        ms(&empty),
+        size / 1_000_000,
+        ms(&full),
+        kib(&full) / 1024,
+        kib(&full) * 1024 / KEYS_LARGE as u64
     );
 }

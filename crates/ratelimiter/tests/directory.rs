@@ -108,6 +108,10 @@ async fn keys_live_expire_rotate_with_grace_and_die_with_their_tenant() {
         directory.authenticate(&rotated.key.text).await.unwrap_err(),
         Refusal::Revoked
     );
+    assert!(
+        directory.key(&rotated.record.id).unwrap().revoked_at_unix_ms.is_some(),
+        "revoked with its tenant"
+    );
     // A new tenant of the same name does not bring the old keys back.
     directory.create_tenant("acme", TenantFields::default()).await.unwrap();
     assert_eq!(
@@ -201,6 +205,9 @@ async fn tenants_of_the_configuration_take_keys_but_change_with_the_file_only() 
         Refusal::Revoked,
         "its tenant left the file"
     );
+    drop(without);
+    let back = open(&path, &clock, yaml()).await;
+    assert!(back.authenticate(&key.key.text).await.is_ok(), "and came back");
 }
 
 #[test]

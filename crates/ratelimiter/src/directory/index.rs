@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::change::{Change, Recorded};
 use super::secret::{KeyHash, PRESENTED_KEY_BYTES_MAX};
+use super::tenant::CONFIG_TENANT_ID_PREFIX;
 use super::{KeyRecord, KeyStatus, Source, TenantRecord};
 
 /// A key the gateway may serve, with the tenant it charges.
@@ -133,13 +134,16 @@ impl DirectoryIndex {
         true
     }
 
-    /// Inserts a new key; a key whose tenant is not live (deleted by a change
-    /// the store ordered first) is kept revoked, so it never works.
+    /// Inserts a new key; a key whose stored tenant is not live (deleted by a
+    /// change the store ordered first) is kept revoked, so it never works. A
+    /// key of a YAML tenant absent from this start's file is not: the lookup
+    /// refuses it while the entry is missing, and it works again with it.
     fn insert_key(&mut self, mut key: KeyRecord) -> bool {
         if self.keys.contains_key(&key.id) || self.by_hash.contains_key(&key.hash) {
             return false;
         }
-        if !self.tenant_is_live(&key.tenant, &key.tenant_id) {
+        let of_config = key.tenant_id.starts_with(CONFIG_TENANT_ID_PREFIX);
+        if !of_config && !self.tenant_is_live(&key.tenant, &key.tenant_id) {
             key.revoked_at_unix_ms.get_or_insert(key.created_at_unix_ms);
         }
         let key = Arc::new(key);

@@ -87,8 +87,10 @@ pub struct KeyRecord {
     /// The models it may use; none: its tenant's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub models: Option<Vec<String>>,
-    /// Its own limits.
-    #[serde(flatten)]
+    /// Its own limits (an object of its own, not flattened: a flattened
+    /// field makes every record parse through a buffer, several times slower
+    /// to read at start).
+    #[serde(default)]
     pub limits: KeyLimits,
     /// The id whose limit keys it charges: its own, or for a key made by a
     /// rotation, the first key's, so a rotation does not reset the counters

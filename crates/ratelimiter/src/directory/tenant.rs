@@ -13,6 +13,9 @@ pub const TENANT_CAP_MAX: u64 = 100_000;
 /// provider's limit, low enough that a typo of many digits is refused.
 pub const LIMIT_VALUE_MAX: u64 = 1_000_000_000_000_000;
 
+/// The start of the incarnation id of every YAML tenant (`config:<name>`).
+pub const CONFIG_TENANT_ID_PREFIX: &str = "config:";
+
 /// Where a tenant comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -105,8 +108,8 @@ pub struct TenantRecord {
     pub id: String,
     /// Where it comes from.
     pub source: Source,
-    /// Its settings.
-    #[serde(flatten)]
+    /// Its settings (an object of its own: see [`super::KeyRecord::limits`]).
+    #[serde(default)]
     pub fields: TenantFields,
     /// When it was created, ms since the Unix epoch.
     pub created_at_unix_ms: u64,
@@ -120,7 +123,7 @@ impl TenantRecord {
     pub fn from_config(name: &str, fields: TenantFields) -> Self {
         Self {
             name: name.to_owned(),
-            id: format!("config:{name}"),
+            id: format!("{CONFIG_TENANT_ID_PREFIX}{name}"),
             source: Source::Config,
             fields,
             created_at_unix_ms: 0,
