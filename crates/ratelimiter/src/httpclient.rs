@@ -243,6 +243,25 @@ impl HttpClient {
         }
     }
 
+    /// An admin request answered in JSON, such as the gateway's tenants and
+    /// keys (`POST /v1/admin/gateway/keys`): its status and body, whatever
+    /// the status, so the caller prints the server's error as it came.
+    /// `method` is `GET`, `POST`, `PATCH` or `DELETE`.
+    pub async fn admin_json(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<(u16, serde_json::Value), LimiterError> {
+        let method = Method::from_bytes(method.as_bytes())
+            .map_err(|e| LimiterError::InvalidRequest(format!("method {method}: {e}")))?;
+        let body = body.map(|b| serde_json::to_vec(b).expect("JSON serializes"));
+        let (status, bytes) = self.send(method, path, body).await?;
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        Ok((status.as_u16(), value))
+    }
+
     /// The servers this client uses, in failover order, normalised.
     pub fn servers(&self) -> &[String] {
         &self.base_urls

@@ -71,6 +71,7 @@ pub mod bucket;
 pub mod clock;
 pub mod decision;
 pub mod definition;
+pub mod directory;
 pub mod error;
 #[cfg(feature = "http-client")]
 pub mod httpclient;

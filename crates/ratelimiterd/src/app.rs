@@ -25,6 +25,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/admin/gateway/deployments", get(admin::gateway_deployments))
         .route("/v1/admin/gateway/classes", get(admin::gateway_classes))
         .route("/v1/admin/servers", get(admin::fleet_servers))
+        .merge(directory_routes(&state))
         .route_layer(from_fn_with_state(state.auth().clone(), auth::require_admin));
     let mut api = client.merge(admin);
     if state.echo_route() {
@@ -40,6 +41,21 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.auth().clone(), auth::require_origin))
         .with_state(state)
+}
+
+/// The gateway's tenants and keys (docs/http-api.md, "Tenants and keys").
+fn directory_routes(state: &AppState) -> Router<AppState> {
+    use crate::directory_api as d;
+    Router::new()
+        .route("/v1/admin/gateway/tenants", post(d::create_tenant).get(d::list_tenants))
+        .route(
+            "/v1/admin/gateway/tenants/{name}",
+            get(d::get_tenant).patch(d::update_tenant).delete(d::delete_tenant),
+        )
+        .route("/v1/admin/gateway/keys", post(d::create_key).get(d::list_keys))
+        .route("/v1/admin/gateway/keys/{id}", get(d::get_key).delete(d::revoke_key))
+        .route("/v1/admin/gateway/keys/{id}/rotate", post(d::rotate_key))
+        .route_layer(from_fn_with_state(state.clone(), d::served))
 }
 
 async fn not_found(method: Method, OriginalUri(uri): OriginalUri) -> Response {

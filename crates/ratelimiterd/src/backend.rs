@@ -20,6 +20,9 @@ pub struct SelectedBackend {
     /// The memory backend's snapshots; `None` on TigerBeetle, which keeps its
     /// state itself.
     pub snapshots: Option<Arc<MemorySnapshots>>,
+    /// Where the gateway's tenants and keys are kept when the backend keeps
+    /// them (TigerBeetle's cluster); `None`: a file beside the registry.
+    pub directory_store: Option<Arc<dyn ratelimiter::directory::DirectoryStore>>,
 }
 
 impl SelectedBackend {
@@ -30,6 +33,7 @@ impl SelectedBackend {
             backend: backend.clone(),
             metrics: backend,
             snapshots: None,
+            directory_store: None,
         }
     }
 
@@ -45,6 +49,7 @@ impl SelectedBackend {
                 snapshots: snapshots.clone(),
             }),
             snapshots: Some(snapshots),
+            directory_store: None,
         }
     }
 }
@@ -98,7 +103,13 @@ async fn build_tigerbeetle(config: &Config) -> Result<SelectedBackend, String> {
     let backend = Arc::new(backend);
     // Reads the fleet's definitions until the backend is dropped.
     backend.start_definitions_refresh();
-    Ok(SelectedBackend::of(backend))
+    let directory_store = Arc::new(ratelimiter::tigerbeetle::TigerBeetleDirectoryStore::new(
+        backend.clone(),
+    ));
+    Ok(SelectedBackend {
+        directory_store: Some(directory_store),
+        ..SelectedBackend::of(backend)
+    })
 }
 
 /// This host's name, as the fleet's servers are listed by (docs/console.md, "Backend").

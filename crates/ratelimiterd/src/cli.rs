@@ -99,6 +99,18 @@ pub enum Command {
         #[command(subcommand)]
         command: LimitsCommand,
     },
+    /// The gateway's tenants on a running server: create, list, get, update, delete.
+    Tenants {
+        /// Which tenants operation.
+        #[command(subcommand)]
+        command: crate::cli_directory::TenantsCommand,
+    },
+    /// The gateway's keys on a running server: create, list, get, revoke, rotate.
+    Keys {
+        /// Which keys operation.
+        #[command(subcommand)]
+        command: crate::cli_directory::KeysCommand,
+    },
     /// Try one reservation on a running server; prints the answer. Exit 0 when
     /// allowed, 3 when denied, 1 on error.
     Reserve {
@@ -288,6 +300,16 @@ pub async fn run_client(command: Command, remote: &Remote) -> Result<ExitCode, S
                     None => return Err(format!("unknown_limit_key: {key}")),
                 },
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tenants { command } => {
+            let request = crate::cli_directory::tenants_request(&command);
+            crate::cli_directory::run(&remote.client()?, request).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Keys { command } => {
+            let request = crate::cli_directory::keys_request(&command);
+            crate::cli_directory::run(&remote.client()?, request).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Reserve {

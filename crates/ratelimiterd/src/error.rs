@@ -88,6 +88,18 @@ pub enum ApiError {
         /// The whole error, for the log.
         detail: String,
     },
+    /// The admin API names a tenant or key that does not exist (404).
+    #[error("not_found: {0}")]
+    UnknownRecord(String),
+    /// The gateway's tenants and keys could not be written (500, code
+    /// `internal_error`): the message says so and that nothing changed.
+    #[error("internal_error: the tenants and keys could not be written ({reason}); nothing changed")]
+    NotRecorded {
+        /// The operating system's or the cluster's reason, without paths.
+        reason: String,
+        /// The whole error, for the log.
+        detail: String,
+    },
     /// No route has this path (404).
     #[error("not_found: no endpoint {0}")]
     RouteNotFound(String),
@@ -102,18 +114,20 @@ impl ApiError {
         match self {
             ApiError::InvalidJson(_) | ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::UnknownReserveKey(_) | ApiError::UnknownKey(_) | ApiError::RouteNotFound(_) => {
-                StatusCode::NOT_FOUND
-            }
+            ApiError::UnknownReserveKey(_)
+            | ApiError::UnknownKey(_)
+            | ApiError::RouteNotFound(_)
+            | ApiError::UnknownRecord(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) | ApiError::ForbiddenOrigin(_) => StatusCode::FORBIDDEN,
             ApiError::TooManyLeases { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unavailable { .. } | ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Backend(_) | ApiError::Internal(_) | ApiError::NotPersisted { .. } => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            ApiError::Backend(_)
+            | ApiError::Internal(_)
+            | ApiError::NotPersisted { .. }
+            | ApiError::NotRecorded { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
@@ -187,6 +201,19 @@ impl From<ratelimiter::admin::AdminError> for ApiError {
     }
 }
 
+impl From<ratelimiter::directory::DirectoryError> for ApiError {
+    fn from(error: ratelimiter::directory::DirectoryError) -> Self {
+        use ratelimiter::directory::DirectoryError as E;
+        match error {
+            E::Invalid { .. } => ApiError::InvalidRequest(error.to_string()),
+            E::UnknownTenant(_) | E::UnknownKey(_) => ApiError::UnknownRecord(error.to_string()),
+            E::Exists(_) | E::Conflict(_) | E::Full(_) => ApiError::Conflict(error.to_string()),
+            E::NotPersisted { reason, detail } => ApiError::NotRecorded { reason, detail },
+            E::Unavailable { retry_after_ms } => ApiError::Unavailable { retry_after_ms },
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match &self {
@@ -194,6 +221,9 @@ impl IntoResponse for ApiError {
             ApiError::Internal(detail) => tracing::error!(%detail, "internal error"),
             ApiError::NotPersisted { detail, .. } => {
                 tracing::error!(%detail, "limit definition refused: the registry file could not be written")
+            }
+            ApiError::NotRecorded { detail, .. } => {
+                tracing::error!(%detail, "a change of the gateway's tenants and keys could not be written")
             }
             ApiError::Unavailable { .. } => tracing::warn!("backend unavailable"),
             _ => tracing::debug!(error = %self, "request rejected"),

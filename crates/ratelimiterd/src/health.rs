@@ -40,6 +40,9 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     let mut text = state.metrics().render();
     crate::metrics::render_backend(&mut text, &state.backend_metrics().metrics());
     crate::metrics::render_backend(&mut text, &state.admin().metrics());
+    if let Some(directory) = state.directory() {
+        crate::metrics::render_backend(&mut text, &directory.metrics());
+    }
     if let Some(gateway) = state.gateway_metrics() {
         gateway.render(&mut text);
     }

@@ -38,6 +38,10 @@ pub enum ServerError {
     /// and what the operator can do).
     #[error("{0}")]
     Snapshot(String),
+    /// The gateway's tenants and keys could not be read (the message names
+    /// the file and line, or the cluster's error).
+    #[error("{0}")]
+    Directory(String),
     /// The gateway could not start (a key missing from the environment, a limit
     /// the backend refused).
     #[error("gateway: {0}")]
@@ -89,6 +93,20 @@ impl ServeOptions {
 /// cluster once.
 pub async fn start(config: &Config) -> Result<AppState, ServerError> {
     let state = restore(config).await?;
+    let started = std::time::Instant::now();
+    state
+        .open_directory(config, Arc::new(ratelimiter::SystemClock::new()))
+        .await
+        .map_err(ServerError::Directory)?;
+    if let Some(directory) = state.directory() {
+        let (tenants, keys) = directory.sizes();
+        tracing::info!(
+            tenants,
+            keys,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "gateway tenants and keys read"
+        );
+    }
     for entry in &config.profiles {
         let profile = entry.profile().expect("profiles are validated at load");
         for definition in profile.definitions {

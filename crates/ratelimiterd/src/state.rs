@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratelimiter::admin::Admin;
+use ratelimiter::directory::{Directory, DirectoryStore};
 use ratelimiter::metrics::BackendMetrics;
 use ratelimiter::registry::Registry;
 use ratelimiter::Backend;
@@ -14,6 +15,7 @@ use crate::auth::Auth;
 use crate::backend::SelectedBackend;
 use crate::config::Config;
 use crate::console::Console;
+use crate::directory_setup::GatewayScope;
 use crate::metrics::Metrics;
 use crate::snapshots::MemorySnapshots;
 
@@ -37,6 +39,11 @@ struct Shared {
     gateway_metrics: std::sync::OnceLock<Arc<gateway::metrics::GatewayMetrics>>,
     gateway: std::sync::OnceLock<Arc<gateway::Gateway>>,
     console: Arc<Console>,
+    /// The store of the gateway's tenants and keys the backend keeps (the
+    /// cluster), until [`AppState::open_directory`] opens it.
+    directory_store: std::sync::Mutex<Option<Arc<dyn DirectoryStore>>>,
+    directory: std::sync::OnceLock<Arc<Directory>>,
+    gateway_scope: GatewayScope,
 }
 
 impl AppState {
@@ -63,6 +70,9 @@ impl AppState {
                 gateway_metrics: std::sync::OnceLock::new(),
                 gateway: std::sync::OnceLock::new(),
                 console: Arc::new(Console::new(config)),
+                directory_store: std::sync::Mutex::new(selected.directory_store),
+                directory: std::sync::OnceLock::new(),
+                gateway_scope: GatewayScope::of(config),
             }),
         }
     }
@@ -128,5 +138,25 @@ impl AppState {
     /// Whether `POST /v1/echo` is served.
     pub fn echo_route(&self) -> bool {
         self.shared.echo_route
+    }
+    /// The gateway's tenants and keys, once [`AppState::open_directory`] opened them.
+    pub fn directory(&self) -> Option<&Arc<Directory>> {
+        self.shared.directory.get()
+    }
+    /// What the gateway's configuration lets a tenant or key name.
+    pub fn gateway_scope(&self) -> &GatewayScope {
+        &self.shared.gateway_scope
+    }
+    /// Opens the gateway's tenants and keys (docs/gateway.md, "Tenants and
+    /// keys"): in the backend's store when it keeps one, else in the file
+    /// beside `config`'s registry; once (a second call changes nothing).
+    pub async fn open_directory(&self, config: &Config, clock: Arc<dyn ratelimiter::Clock>) -> Result<(), String> {
+        if self.directory().is_some() {
+            return Ok(());
+        }
+        let store = self.shared.directory_store.lock().expect("directory store lock").take();
+        let directory = crate::directory_setup::open(config, store, clock).await?;
+        let _ = self.shared.directory.set(directory);
+        Ok(())
     }
 }

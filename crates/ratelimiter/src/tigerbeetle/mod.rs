@@ -19,6 +19,8 @@
 //!   from its pending transfers and refills (docs/tigerbeetle-backend.md, "Next release").
 //! - [`server_log`]: the fleet's servers as the cluster saw them (announces at
 //!   start, the writer of each definition record).
+//! - [`directory_log`]: the gateway's tenants and keys, a log every server
+//!   of a fleet reads (docs/gateway.md, "Tenants and keys").
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.
 
 #[cfg(feature = "tigerbeetle")]
@@ -32,6 +34,8 @@ pub mod definition_log;
 mod definitions;
 #[cfg(feature = "tigerbeetle")]
 pub mod denied_leases;
+#[cfg(feature = "tigerbeetle")]
+pub mod directory_log;
 #[cfg(feature = "tigerbeetle")]
 pub mod harness;
 #[cfg(feature = "tigerbeetle")]
@@ -74,6 +78,8 @@ pub use config::{ConfigFields, SubmitMode, TigerBeetleConfig};
 pub use counters::TigerBeetleCounters;
 #[cfg(feature = "tigerbeetle")]
 pub use definitions::DEFINITIONS_REFRESH_INTERVAL_MS;
+#[cfg(feature = "tigerbeetle")]
+pub use directory_log::TigerBeetleDirectoryStore;
 #[cfg(feature = "tigerbeetle")]
 pub use harness::LocalCluster;
 #[cfg(feature = "tigerbeetle")]

@@ -1,0 +1,254 @@
+//! What a server knows of the directory: every tenant and key, with the one
+//! lookup of the gateway's hot path, a key's hash to its key and tenant, in
+//! one hash-map probe whatever the number of keys.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use super::change::{Change, Recorded};
+use super::secret::{KeyHash, PRESENTED_KEY_BYTES_MAX};
+use super::tenant::CONFIG_TENANT_ID_PREFIX;
+use super::{KeyRecord, KeyStatus, Source, TenantRecord};
+
+/// A key the gateway may serve, with the tenant it charges.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    /// The key.
+    pub key: Arc<KeyRecord>,
+    /// Its tenant, live.
+    pub tenant: Arc<TenantRecord>,
+}
+
+impl Authenticated {
+    /// True when both the key's scope and its tenant's allow `model`.
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.key.allows_model(model) && self.tenant.allows_model(model)
+    }
+}
+
+/// Why a presented key is refused (every one an HTTP 401 in the provider's shape).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// No key has this hash.
+    Unknown,
+    /// The key's life ended (it may say so).
+    Expired,
+    /// The key was revoked, or its tenant deleted.
+    Revoked,
+}
+
+/// Every tenant and key, and the changes' bookkeeping.
+#[derive(Debug, Default)]
+pub struct DirectoryIndex {
+    tenants: BTreeMap<String, Arc<TenantRecord>>,
+    keys: BTreeMap<String, Arc<KeyRecord>>,
+    /// The hot path's map: SHA-256 of a key → the key.
+    by_hash: HashMap<KeyHash, Arc<KeyRecord>, foldhash::fast::RandomState>,
+    /// Tenant name → ids of its keys (revoked ones included), for lists and deletes.
+    by_tenant: BTreeMap<String, BTreeSet<String>>,
+    /// Subject → the version of its last change ([`Change::subject`]).
+    versions: HashMap<String, u64>,
+    newest_version: u64,
+    skipped_total: u64,
+}
+
+impl DirectoryIndex {
+    /// Sets the YAML's tenants: they stand beside the stored ones, win over a
+    /// stored one of the same name, and change only with the file.
+    pub fn set_config_tenants(&mut self, tenants: Vec<TenantRecord>) {
+        self.tenants.retain(|_, t| t.source != Source::Config);
+        for tenant in tenants {
+            assert_eq!(tenant.source, Source::Config, "the YAML's tenants");
+            if self.tenants.contains_key(&tenant.name) {
+                tracing::warn!(tenant = %tenant.name, "a tenant of the configuration replaces the stored tenant of the same name; the stored one's keys stop working");
+            }
+            self.tenants.insert(tenant.name.clone(), Arc::new(tenant));
+        }
+    }
+
+    /// Applies one change in the store's order; false when it changed nothing
+    /// (a change that no longer applies, such as a put over a YAML tenant).
+    pub fn apply(&mut self, recorded: Recorded) -> bool {
+        let subject = recorded.change.subject();
+        let applied = match recorded.change {
+            Change::PutTenant { tenant } => self.put_tenant(tenant),
+            Change::DeleteTenant { name, id, at_unix_ms } => self.delete_tenant(&name, &id, at_unix_ms),
+            Change::CreateKey { key } => self.insert_key(key),
+            Change::RevokeKey { id, at_unix_ms } => self.update_key(&id, |key| {
+                key.revoked_at_unix_ms.get_or_insert(at_unix_ms);
+            }),
+            Change::RotateKey {
+                id,
+                expires_at_unix_ms,
+                key,
+            } => {
+                let new_id = key.id.clone();
+                let old = self.update_key(&id, |old| {
+                    let at = old
+                        .expires_at_unix_ms
+                        .map_or(expires_at_unix_ms, |e| e.min(expires_at_unix_ms));
+                    old.expires_at_unix_ms = Some(at);
+                    old.rotated_to = Some(new_id);
+                });
+                old && self.insert_key(key)
+            }
+        };
+        self.versions.insert(subject, recorded.version);
+        self.newest_version = self.newest_version.max(recorded.version);
+        if !applied {
+            self.skipped_total += 1;
+        }
+        applied
+    }
+
+    fn put_tenant(&mut self, tenant: TenantRecord) -> bool {
+        if self
+            .tenants
+            .get(&tenant.name)
+            .is_some_and(|t| t.source == Source::Config)
+        {
+            tracing::warn!(tenant = %tenant.name, "a stored change of a tenant of the configuration; skipped");
+            return false;
+        }
+        self.tenants.insert(tenant.name.clone(), Arc::new(tenant));
+        true
+    }
+
+    fn delete_tenant(&mut self, name: &str, id: &str, at_unix_ms: u64) -> bool {
+        if self
+            .tenants
+            .get(name)
+            .is_none_or(|t| t.id != id || t.source == Source::Config)
+        {
+            return false;
+        }
+        self.tenants.remove(name);
+        let ids: Vec<String> = self.by_tenant.get(name).into_iter().flatten().cloned().collect();
+        for key_id in ids {
+            self.update_key(&key_id, |key| {
+                if key.tenant_id == id {
+                    key.revoked_at_unix_ms.get_or_insert(at_unix_ms);
+                }
+            });
+        }
+        true
+    }
+
+    /// Inserts a new key; a key whose stored tenant is not live (deleted by a
+    /// change the store ordered first) is kept revoked, so it never works. A
+    /// key of a YAML tenant absent from this start's file is not: the lookup
+    /// refuses it while the entry is missing, and it works again with it.
+    fn insert_key(&mut self, mut key: KeyRecord) -> bool {
+        if self.keys.contains_key(&key.id) || self.by_hash.contains_key(&key.hash) {
+            return false;
+        }
+        let of_config = key.tenant_id.starts_with(CONFIG_TENANT_ID_PREFIX);
+        if !of_config && !self.tenant_is_live(&key.tenant, &key.tenant_id) {
+            key.revoked_at_unix_ms.get_or_insert(key.created_at_unix_ms);
+        }
+        let key = Arc::new(key);
+        self.by_tenant
+            .entry(key.tenant.clone())
+            .or_default()
+            .insert(key.id.clone());
+        self.by_hash.insert(key.hash, key.clone());
+        self.keys.insert(key.id.clone(), key);
+        true
+    }
+
+    fn update_key(&mut self, id: &str, change: impl FnOnce(&mut KeyRecord)) -> bool {
+        let Some(current) = self.keys.get(id) else {
+            return false;
+        };
+        let mut key = KeyRecord::clone(current);
+        change(&mut key);
+        let key = Arc::new(key);
+        self.by_hash.insert(key.hash, key.clone());
+        self.keys.insert(key.id.clone(), key);
+        true
+    }
+
+    fn tenant_is_live(&self, name: &str, id: &str) -> bool {
+        self.tenants.get(name).is_some_and(|t| t.id == id)
+    }
+
+    /// The key of `presented` and its tenant, if the key works at
+    /// `now_unix_ms`: one SHA-256 and one hash-map probe. A key longer than
+    /// [`PRESENTED_KEY_BYTES_MAX`] is unknown without being hashed.
+    pub fn authenticate(&self, presented: &str, now_unix_ms: u64) -> Result<Authenticated, Refusal> {
+        if presented.len() > PRESENTED_KEY_BYTES_MAX {
+            return Err(Refusal::Unknown);
+        }
+        self.authenticate_hash(&KeyHash::of(presented), now_unix_ms)
+    }
+
+    /// [`DirectoryIndex::authenticate`] of a hash already computed.
+    pub fn authenticate_hash(&self, hash: &KeyHash, now_unix_ms: u64) -> Result<Authenticated, Refusal> {
+        let key = self.by_hash.get(hash).ok_or(Refusal::Unknown)?;
+        match key.status(now_unix_ms) {
+            KeyStatus::Revoked => return Err(Refusal::Revoked),
+            KeyStatus::Expired => return Err(Refusal::Expired),
+            KeyStatus::Active => {}
+        }
+        match self.tenants.get(&key.tenant) {
+            Some(tenant) if tenant.id == key.tenant_id => Ok(Authenticated {
+                key: key.clone(),
+                tenant: tenant.clone(),
+            }),
+            _ => Err(Refusal::Revoked),
+        }
+    }
+
+    /// True when some key has this hash (in any state).
+    pub fn knows_hash(&self, hash: &KeyHash) -> bool {
+        self.by_hash.contains_key(hash)
+    }
+
+    /// The live tenant named `name`.
+    pub fn tenant(&self, name: &str) -> Option<&Arc<TenantRecord>> {
+        self.tenants.get(name)
+    }
+
+    /// Every live tenant, by name.
+    pub fn tenants(&self) -> impl Iterator<Item = &Arc<TenantRecord>> {
+        self.tenants.values()
+    }
+
+    /// The key of id `id`, in any state.
+    pub fn key(&self, id: &str) -> Option<&Arc<KeyRecord>> {
+        self.keys.get(id)
+    }
+
+    /// Every key (revoked ones included), by id, or those of one tenant name.
+    pub fn keys<'a>(&'a self, tenant: Option<&'a str>) -> Box<dyn Iterator<Item = &'a Arc<KeyRecord>> + 'a> {
+        match tenant {
+            None => Box::new(self.keys.values()),
+            Some(name) => Box::new((self.by_tenant.get(name).into_iter().flatten()).filter_map(|id| self.keys.get(id))),
+        }
+    }
+
+    /// How many keys are kept, revoked ones included.
+    pub fn keys_len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// How many tenants live, the YAML's included.
+    pub fn tenants_len(&self) -> usize {
+        self.tenants.len()
+    }
+
+    /// The version of `subject`'s last change (0: none).
+    pub fn version_of(&self, subject: &str) -> u64 {
+        self.versions.get(subject).copied().unwrap_or(0)
+    }
+
+    /// The version of the newest change applied.
+    pub fn newest_version(&self) -> u64 {
+        self.newest_version
+    }
+
+    /// Changes read that no longer applied.
+    pub fn skipped_total(&self) -> u64 {
+        self.skipped_total
+    }
+}

@@ -1,0 +1,538 @@
+//! [`Directory`]: the tenants and keys of the gateway, kept in a
+//! [`DirectoryStore`] and served from memory. Every change is validated
+//! against a view read up to date, recorded durably, read back, logged and
+//! counted; the gateway's lookup reads only the in-memory index.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use super::change::Change;
+use super::index::{Authenticated, DirectoryIndex, Refusal};
+use super::secret::NewKey;
+use super::store::{Appended, DirectoryStore};
+use super::{DirectoryError, KeyRecord, KeySpec, Source, TenantFields, TenantPatch, TenantRecord};
+use crate::Clock;
+
+/// How often a server reads a shared store: a key created, revoked or rotated
+/// on any server of a fleet is served or refused the same by every other
+/// within this plus one read (the fleet test asserts under 1 s). Four reads a
+/// second of an empty page cost the cluster next to nothing.
+pub const DIRECTORY_REFRESH_INTERVAL_MS: u64 = 250;
+/// The shortest time between two reads made for keys this server does not
+/// know: a flood of wrong keys makes at most ten reads a second, whatever
+/// its rate, and a key just created elsewhere waits at most this long.
+pub const UNKNOWN_KEY_READ_INTERVAL_MS: u64 = 100;
+/// Attempts of a change whose subject another server changed at the same
+/// instant: each one reads the store again and validates anew.
+pub const WRITE_ATTEMPTS_MAX: usize = 3;
+/// The most tenants kept (the YAML's included): tenants are listed whole.
+pub const TENANTS_MAX: usize = 100_000;
+/// The most keys kept, revoked ones included: about 400 bytes each in
+/// memory, 400 MB at the bound.
+pub const KEYS_MAX: usize = 1_000_000;
+
+/// A key just created: its record and its text, shown this once.
+#[derive(Debug)]
+pub struct CreatedKey {
+    /// The record kept.
+    pub record: KeyRecord,
+    /// The key to hand over; nothing keeps it after the answer.
+    pub key: NewKey,
+}
+
+/// Counters of the directory, exported by the server.
+#[derive(Debug, Default)]
+struct Counters {
+    tenants_created: AtomicU64,
+    tenants_updated: AtomicU64,
+    tenants_deleted: AtomicU64,
+    keys_created: AtomicU64,
+    keys_revoked: AtomicU64,
+    keys_rotated: AtomicU64,
+    reads_started: AtomicU64,
+    reads_done: AtomicU64,
+    read_failures: AtomicU64,
+    unknown_key_reads: AtomicU64,
+}
+
+/// The directory of one server.
+#[derive(Debug)]
+pub struct Directory {
+    store: Arc<dyn DirectoryStore>,
+    index: RwLock<DirectoryIndex>,
+    clock: Arc<dyn Clock>,
+    /// Serializes this server's changes (another server's are ordered by the store).
+    writes: tokio::sync::Mutex<()>,
+    /// Serializes reads of the store.
+    reads: tokio::sync::Mutex<()>,
+    /// Serializes and spaces the reads made for unknown keys.
+    unknown_reads: tokio::sync::Mutex<Option<Instant>>,
+    counters: Counters,
+}
+
+impl Directory {
+    /// Opens the directory of `store` with the YAML's tenants, reads every
+    /// change recorded, and compacts the store when it is worth it.
+    pub async fn open(
+        store: Arc<dyn DirectoryStore>,
+        clock: Arc<dyn Clock>,
+        config_tenants: Vec<TenantRecord>,
+    ) -> Result<Self, DirectoryError> {
+        let mut index = DirectoryIndex::default();
+        index.set_config_tenants(config_tenants);
+        let directory = Self {
+            store,
+            index: RwLock::new(index),
+            clock,
+            writes: tokio::sync::Mutex::new(()),
+            reads: tokio::sync::Mutex::new(()),
+            unknown_reads: tokio::sync::Mutex::new(None),
+            counters: Counters::default(),
+        };
+        directory.refresh().await?;
+        let records = directory.snapshot_changes();
+        directory.store.compact(records).await?;
+        Ok(directory)
+    }
+
+    /// Every record as the changes that recreate it: API tenants first, then keys.
+    fn snapshot_changes(&self) -> Vec<Change> {
+        let index = self.index.read().expect("directory lock");
+        let tenants = (index.tenants())
+            .filter(|t| t.source == Source::Api)
+            .map(|t| Change::PutTenant {
+                tenant: TenantRecord::clone(t),
+            });
+        let keys = index.keys(None).map(|k| Change::CreateKey {
+            key: KeyRecord::clone(k),
+        });
+        tenants.chain(keys).collect()
+    }
+
+    /// Reads the store up to date: every change recorded before the call is
+    /// applied when it returns. A caller that waited while another read ran
+    /// returns as soon as a read that started after its arrival has finished.
+    pub async fn refresh(&self) -> Result<(), DirectoryError> {
+        let arrived = self.counters.reads_started.load(Ordering::Acquire);
+        let _gate = self.reads.lock().await;
+        if self.counters.reads_done.load(Ordering::Acquire) > arrived {
+            return Ok(());
+        }
+        let started = self.counters.reads_started.fetch_add(1, Ordering::AcqRel) + 1;
+        let changes = match self.store.read_new().await {
+            Ok(changes) => changes,
+            Err(e) => {
+                self.counters.read_failures.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        if !changes.is_empty() {
+            let mut index = self.index.write().expect("directory lock");
+            for change in changes {
+                index.apply(change);
+            }
+        }
+        self.counters.reads_done.store(started, Ordering::Release);
+        Ok(())
+    }
+
+    /// Starts the task that reads a shared store every
+    /// [`DIRECTORY_REFRESH_INTERVAL_MS`]; none for a store of this server
+    /// alone. It ends when the directory is dropped.
+    pub fn start_refresh(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        if !self.store.shared() {
+            return None;
+        }
+        let directory: Weak<Self> = Arc::downgrade(self);
+        Some(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(DIRECTORY_REFRESH_INTERVAL_MS)).await;
+                let Some(directory) = directory.upgrade() else {
+                    return;
+                };
+                if let Err(e) = directory.refresh().await {
+                    tracing::warn!(error = %e, "reading the gateway's tenants and keys failed; will retry");
+                }
+            }
+        }))
+    }
+
+    /// The gateway's lookup: the key `presented` and its live tenant, or why
+    /// it is refused. One SHA-256 and one hash-map probe; for a key this
+    /// server does not know, on a shared store, one read of the store first
+    /// (another server may have just created it), spaced by
+    /// [`UNKNOWN_KEY_READ_INTERVAL_MS`] whatever the number of unknown keys.
+    pub async fn authenticate(&self, presented: &str) -> Result<Authenticated, Refusal> {
+        let first = self.authenticate_now(presented);
+        if !matches!(first, Err(Refusal::Unknown)) || !self.store.shared() {
+            return first;
+        }
+        if let Err(e) = self.read_for_unknown_key().await {
+            tracing::warn!(error = %e, "reading the directory for an unknown key failed");
+        }
+        self.authenticate_now(presented)
+    }
+
+    /// The lookup without any read of the store.
+    pub fn authenticate_now(&self, presented: &str) -> Result<Authenticated, Refusal> {
+        let now = self.clock.now_unix_ms();
+        self.index.read().expect("directory lock").authenticate(presented, now)
+    }
+
+    async fn read_for_unknown_key(&self) -> Result<(), DirectoryError> {
+        let arrived = self.counters.reads_started.load(Ordering::Acquire);
+        let mut last = self.unknown_reads.lock().await;
+        if self.counters.reads_done.load(Ordering::Acquire) > arrived {
+            return Ok(());
+        }
+        let spacing = Duration::from_millis(UNKNOWN_KEY_READ_INTERVAL_MS);
+        if let Some(wait) = last.and_then(|at| spacing.checked_sub(at.elapsed())) {
+            tokio::time::sleep(wait).await;
+        }
+        *last = Some(Instant::now());
+        self.counters.unknown_key_reads.fetch_add(1, Ordering::Relaxed);
+        self.refresh().await
+    }
+
+    /// Validates with `make` against a view read up to date, records the
+    /// change it returns, and reads it back; again (up to
+    /// [`WRITE_ATTEMPTS_MAX`]) when another server changed the subject at the
+    /// same instant.
+    async fn write<T>(
+        &self,
+        make: impl Fn(&DirectoryIndex, u64) -> Result<(Change, T), DirectoryError>,
+    ) -> Result<T, DirectoryError> {
+        let _writes = self.writes.lock().await;
+        for _ in 0..WRITE_ATTEMPTS_MAX {
+            self.refresh().await?;
+            let (change, out, previous) = {
+                let index = self.index.read().expect("directory lock");
+                let (change, out) = make(&index, self.clock.now_unix_ms())?;
+                let previous = index.version_of(&change.subject());
+                (change, out, previous)
+            };
+            match self.store.append(&change, previous).await? {
+                Appended::Written => {
+                    self.refresh().await?;
+                    log_change(&change);
+                    return Ok(out);
+                }
+                Appended::Superseded => continue,
+            }
+        }
+        Err(DirectoryError::Conflict(
+            "other servers changed this record at the same instant; retry".to_owned(),
+        ))
+    }
+}
+
+/// The one log line of a change: what, the tenant and the key's id, never the key.
+fn log_change(change: &Change) {
+    let (tenant, key_id) = match change {
+        Change::PutTenant { tenant } => (tenant.name.as_str(), ""),
+        Change::DeleteTenant { name, .. } => (name.as_str(), ""),
+        Change::CreateKey { key } | Change::RotateKey { key, .. } => (key.tenant.as_str(), key.id.as_str()),
+        Change::RevokeKey { id, .. } => ("", id.as_str()),
+    };
+    let replaces = match change {
+        Change::RotateKey { id, .. } => id.as_str(),
+        _ => "",
+    };
+    tracing::info!(
+        change = change.kind(),
+        tenant,
+        key_id,
+        replaces,
+        "gateway directory changed"
+    );
+}
+
+/// A new id: a ULID, ordered by creation, unique without coordination.
+fn new_id(now_unix_ms: u64) -> String {
+    ulid::Ulid::from_parts(now_unix_ms, rand::random::<u128>()).to_string()
+}
+
+impl Directory {
+    /// Creates the tenant `name`: 409 when a live tenant has the name.
+    pub async fn create_tenant(&self, name: &str, fields: TenantFields) -> Result<TenantRecord, DirectoryError> {
+        super::name::check_tenant_name("name", name)?;
+        fields.validate()?;
+        let id = new_id(self.clock.now_unix_ms());
+        let tenant = self
+            .write(|index, now| {
+                if index.tenant(name).is_some() {
+                    return Err(DirectoryError::Exists(name.to_owned()));
+                }
+                if index.tenants_len() >= TENANTS_MAX {
+                    return Err(DirectoryError::Full(format!(
+                        "the directory holds {TENANTS_MAX} tenants, its most"
+                    )));
+                }
+                let tenant = TenantRecord {
+                    name: name.to_owned(),
+                    id: id.clone(),
+                    source: Source::Api,
+                    fields: fields.clone(),
+                    created_at_unix_ms: now,
+                    updated_at_unix_ms: now,
+                };
+                Ok((Change::PutTenant { tenant: tenant.clone() }, tenant))
+            })
+            .await?;
+        self.counters.tenants_created.fetch_add(1, Ordering::Relaxed);
+        Ok(tenant)
+    }
+
+    /// Changes the fields `patch` names on the tenant `name`; a tenant of the
+    /// YAML changes with the file only (409).
+    pub async fn update_tenant(&self, name: &str, patch: &TenantPatch) -> Result<TenantRecord, DirectoryError> {
+        let tenant = self
+            .write(|index, now| {
+                let current = live_api_tenant(index, name)?;
+                let tenant = TenantRecord {
+                    fields: patch.applied_to(&current.fields)?,
+                    updated_at_unix_ms: now,
+                    ..TenantRecord::clone(current)
+                };
+                Ok((Change::PutTenant { tenant: tenant.clone() }, tenant))
+            })
+            .await?;
+        self.counters.tenants_updated.fetch_add(1, Ordering::Relaxed);
+        Ok(tenant)
+    }
+
+    /// Deletes the tenant `name` and revokes its keys, in one change; returns
+    /// the tenant and how many of its keys were working.
+    pub async fn delete_tenant(&self, name: &str) -> Result<(TenantRecord, usize), DirectoryError> {
+        let deleted = self
+            .write(|index, now| {
+                let tenant = live_api_tenant(index, name)?;
+                let working = index
+                    .keys(Some(name))
+                    .filter(|k| index.authenticate_hash(&k.hash, now).is_ok())
+                    .count();
+                let change = Change::DeleteTenant {
+                    name: name.to_owned(),
+                    id: tenant.id.clone(),
+                    at_unix_ms: now,
+                };
+                Ok((change, (TenantRecord::clone(tenant), working)))
+            })
+            .await?;
+        self.counters.tenants_deleted.fetch_add(1, Ordering::Relaxed);
+        Ok(deleted)
+    }
+
+    /// Creates a key for `spec.tenant`. A tenant deleted by another server
+    /// while the key was written leaves no working key: the store orders the
+    /// two changes, and a key ordered after its tenant's deletion is revoked
+    /// as it is read (the answer is then 404, as if the tenant had been gone).
+    pub async fn create_key(&self, spec: &KeySpec) -> Result<CreatedKey, DirectoryError> {
+        spec.validate()?;
+        let key = NewKey::generate();
+        let id = new_id(self.clock.now_unix_ms());
+        let record = self
+            .write(|index, now| {
+                let tenant = index
+                    .tenant(&spec.tenant)
+                    .ok_or_else(|| DirectoryError::UnknownTenant(spec.tenant.clone()))?;
+                if index.keys_len() >= KEYS_MAX {
+                    return Err(DirectoryError::Full(format!(
+                        "the directory holds {KEYS_MAX} keys, its most"
+                    )));
+                }
+                let record = KeyRecord {
+                    id: id.clone(),
+                    tenant: tenant.name.clone(),
+                    tenant_id: tenant.id.clone(),
+                    name: spec.name.clone(),
+                    models: spec.models.clone(),
+                    limits: spec.limits.clone(),
+                    limits_of: id.clone(),
+                    hash: key.hash,
+                    hint: key.hint.clone(),
+                    created_at_unix_ms: now,
+                    expires_at_unix_ms: spec.expires_in_seconds.map(|s| now + s * 1_000),
+                    revoked_at_unix_ms: None,
+                    rotated_to: None,
+                };
+                Ok((Change::CreateKey { key: record.clone() }, record))
+            })
+            .await?;
+        self.check_key_lives(&record)?;
+        self.counters.keys_created.fetch_add(1, Ordering::Relaxed);
+        Ok(CreatedKey { record, key })
+    }
+
+    /// After a key was recorded: its tenant may have been deleted by a change
+    /// ordered before it, in which case the key was recorded revoked.
+    fn check_key_lives(&self, record: &KeyRecord) -> Result<(), DirectoryError> {
+        let index = self.index.read().expect("directory lock");
+        match index.key(&record.id) {
+            Some(kept) if kept.revoked_at_unix_ms.is_none() => Ok(()),
+            _ => Err(DirectoryError::UnknownTenant(record.tenant.clone())),
+        }
+    }
+
+    /// Revokes the key `id` (a key already revoked stays as it is); returns it.
+    pub async fn revoke_key(&self, id: &str) -> Result<KeyRecord, DirectoryError> {
+        let fresh = self
+            .write(|index, now| {
+                let key = index.key(id).ok_or_else(|| DirectoryError::UnknownKey(id.to_owned()))?;
+                let fresh = key.revoked_at_unix_ms.is_none();
+                Ok((
+                    Change::RevokeKey {
+                        id: id.to_owned(),
+                        at_unix_ms: now,
+                    },
+                    fresh,
+                ))
+            })
+            .await?;
+        if fresh {
+            self.counters.keys_revoked.fetch_add(1, Ordering::Relaxed);
+        }
+        self.key(id).ok_or_else(|| DirectoryError::UnknownKey(id.to_owned()))
+    }
+
+    /// Replaces the key `id` by a new one of the same tenant, scope and
+    /// limits (the same limit keys: one budget across the two); the old one
+    /// keeps working `grace_seconds` more. A key that does not work any more
+    /// cannot be rotated (409).
+    pub async fn rotate_key(&self, id: &str, grace_seconds: u64) -> Result<CreatedKey, DirectoryError> {
+        if grace_seconds > super::key::GRACE_SECONDS_MAX {
+            return Err(DirectoryError::invalid(
+                "grace_seconds",
+                format!("must be 0..={}", super::key::GRACE_SECONDS_MAX),
+            ));
+        }
+        let key = NewKey::generate();
+        let new_id = new_id(self.clock.now_unix_ms());
+        let record = self
+            .write(|index, now| {
+                let old = index.key(id).ok_or_else(|| DirectoryError::UnknownKey(id.to_owned()))?;
+                if index.authenticate_hash(&old.hash, now).is_err() {
+                    return Err(DirectoryError::Conflict(format!(
+                        "key {id} is {:?}: only a working key is rotated; create a new one",
+                        old.status(now)
+                    )));
+                }
+                let record = KeyRecord {
+                    id: new_id.clone(),
+                    hash: key.hash,
+                    hint: key.hint.clone(),
+                    created_at_unix_ms: now,
+                    revoked_at_unix_ms: None,
+                    rotated_to: None,
+                    ..KeyRecord::clone(old)
+                };
+                let change = Change::RotateKey {
+                    id: id.to_owned(),
+                    expires_at_unix_ms: now + grace_seconds * 1_000,
+                    key: record.clone(),
+                };
+                Ok((change, record))
+            })
+            .await?;
+        self.check_key_lives(&record)?;
+        self.counters.keys_rotated.fetch_add(1, Ordering::Relaxed);
+        Ok(CreatedKey { record, key })
+    }
+}
+
+fn live_api_tenant<'a>(index: &'a DirectoryIndex, name: &str) -> Result<&'a Arc<TenantRecord>, DirectoryError> {
+    let tenant = index
+        .tenant(name)
+        .ok_or_else(|| DirectoryError::UnknownTenant(name.to_owned()))?;
+    if tenant.source == Source::Config {
+        return Err(DirectoryError::Conflict(format!(
+            "tenant {name} is defined in the configuration file: change it there (the API may add and revoke its keys)"
+        )));
+    }
+    Ok(tenant)
+}
+
+impl Directory {
+    /// The live tenant `name`.
+    pub fn tenant(&self, name: &str) -> Option<TenantRecord> {
+        let index = self.index.read().expect("directory lock");
+        index.tenant(name).map(|t| TenantRecord::clone(t))
+    }
+
+    /// Every live tenant, by name.
+    pub fn tenants(&self) -> Vec<TenantRecord> {
+        let index = self.index.read().expect("directory lock");
+        index.tenants().map(|t| TenantRecord::clone(t)).collect()
+    }
+
+    /// The key `id`, in any state.
+    pub fn key(&self, id: &str) -> Option<KeyRecord> {
+        let index = self.index.read().expect("directory lock");
+        index.key(id).map(|k| KeyRecord::clone(k))
+    }
+
+    /// Every key, or those of the tenant named `tenant`, by id; with the
+    /// status each has now (a key whose tenant is gone is revoked).
+    pub fn keys(&self, tenant: Option<&str>) -> Vec<super::KeyView> {
+        let index = self.index.read().expect("directory lock");
+        let now = self.clock.now_unix_ms();
+        index.keys(tenant).map(|k| view(&index, k, now)).collect()
+    }
+
+    /// What the API shows of the key `id` now.
+    pub fn key_view(&self, id: &str) -> Option<super::KeyView> {
+        let index = self.index.read().expect("directory lock");
+        let now = self.clock.now_unix_ms();
+        index.key(id).map(|k| view(&index, k, now))
+    }
+
+    /// How many tenants live and how many keys are kept (revoked ones included).
+    pub fn sizes(&self) -> (usize, usize) {
+        let index = self.index.read().expect("directory lock");
+        (index.tenants_len(), index.keys_len())
+    }
+
+    /// Reads of the store made for unknown keys so far.
+    pub fn unknown_key_reads(&self) -> u64 {
+        self.counters.unknown_key_reads.load(Ordering::Relaxed)
+    }
+
+    /// Reads of the store so far (periodic, for unknown keys, around writes).
+    pub fn reads(&self) -> u64 {
+        self.counters.reads_started.load(Ordering::Relaxed)
+    }
+
+    /// The directory's counters and sizes, for `/metrics`.
+    pub fn metrics(&self) -> Vec<crate::metrics::Metric> {
+        use crate::metrics::{Metric, MetricValue};
+        let load = |c: &AtomicU64| MetricValue::Counter(c.load(Ordering::Relaxed));
+        let c = &self.counters;
+        let (tenants, keys) = {
+            let index = self.index.read().expect("directory lock");
+            (index.tenants_len() as u64, index.keys_len() as u64)
+        };
+        vec![
+            Metric { name: "gateway_tenants_created_total", help: "Gateway tenants created through the admin API on this server.", value: load(&c.tenants_created) },
+            Metric { name: "gateway_tenants_updated_total", help: "Gateway tenants changed through the admin API on this server.", value: load(&c.tenants_updated) },
+            Metric { name: "gateway_tenants_deleted_total", help: "Gateway tenants deleted (their keys revoked) through the admin API on this server.", value: load(&c.tenants_deleted) },
+            Metric { name: "gateway_keys_created_total", help: "Gateway keys created through the admin API on this server.", value: load(&c.keys_created) },
+            Metric { name: "gateway_keys_revoked_total", help: "Gateway keys revoked through the admin API on this server.", value: load(&c.keys_revoked) },
+            Metric { name: "gateway_keys_rotated_total", help: "Gateway keys rotated through the admin API on this server.", value: load(&c.keys_rotated) },
+            Metric { name: "gateway_directory_reads_total", help: "Reads of the store of tenants and keys (periodic on a shared store, around changes, for unknown keys).", value: load(&c.reads_started) },
+            Metric { name: "gateway_directory_unknown_key_reads_total", help: "Reads of the store made because a presented key was unknown: at most ten a second however many wrong keys arrive.", value: load(&c.unknown_key_reads) },
+            Metric { name: "gateway_directory_read_failures_total", help: "Reads of the store of tenants and keys that failed: the server serves what it read last.", value: load(&c.read_failures) },
+            Metric { name: "gateway_tenants", help: "Live gateway tenants known to this server, the configuration's included.", value: MetricValue::Gauge(tenants) },
+            Metric { name: "gateway_keys", help: "Gateway keys known to this server, revoked and expired ones included.", value: MetricValue::Gauge(keys) },
+        ]
+    }
+}
+
+/// A key's view, revoked when its tenant is gone.
+fn view(index: &DirectoryIndex, key: &KeyRecord, now: u64) -> super::KeyView {
+    let mut view = key.view(now);
+    if view.status == super::KeyStatus::Active && index.authenticate_hash(&key.hash, now).is_err() {
+        view.status = super::KeyStatus::Revoked;
+    }
+    view
+}

@@ -1,0 +1,333 @@
+//! The gateway's tenants and keys (`ratelimiter::directory`) on the memory
+//! backend's file store: the life of a key (scope, expiry, rotation with its
+//! grace, revocation, a tenant's deletion), durability across a reopen, a
+//! torn last line, the YAML's tenants, a key ordered after its tenant's
+//! deletion, and the bound on reads a flood of unknown keys causes.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use ratelimiter::directory::{
+    Appended, Change, Directory, DirectoryError, DirectoryIndex, DirectoryStore, FileStore, KeyLimits, KeySpec,
+    Recorded, Refusal, Source, TenantFields, TenantPatch, TenantRecord, UNKNOWN_KEY_READ_INTERVAL_MS,
+};
+use ratelimiter::FakeClock;
+
+fn temp_file(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ratelimiter-directory-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("gateway-directory.jsonl")
+}
+
+async fn open(path: &PathBuf, clock: &FakeClock, config: Vec<TenantRecord>) -> Directory {
+    let store = Arc::new(FileStore::open(path).unwrap());
+    Directory::open(store, Arc::new(clock.clone()), config).await.unwrap()
+}
+
+fn spec(tenant: &str) -> KeySpec {
+    KeySpec {
+        tenant: tenant.to_owned(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn keys_live_expire_rotate_with_grace_and_die_with_their_tenant() {
+    let path = temp_file("life");
+    let clock = FakeClock::new(1_700_000_000_000);
+    let directory = open(&path, &clock, Vec::new()).await;
+    let fields = TenantFields {
+        models: Some(vec!["gpt-4o-mini".into(), "claude".into()]),
+        ..Default::default()
+    };
+    directory.create_tenant("acme", fields.clone()).await.unwrap();
+    let exists = directory.create_tenant("acme", fields).await.unwrap_err();
+    assert_eq!(exists, DirectoryError::Exists("acme".into()));
+
+    let scoped = KeySpec {
+        models: Some(vec!["claude".into()]),
+        expires_in_seconds: Some(60),
+        limits: KeyLimits {
+            rpm: Some(3),
+            ..Default::default()
+        },
+        ..spec("acme")
+    };
+    let key = directory.create_key(&scoped).await.unwrap();
+    let found = directory.authenticate(&key.key.text).await.unwrap();
+    assert_eq!(
+        (found.tenant.name.as_str(), found.key.id.as_str()),
+        ("acme", key.record.id.as_str())
+    );
+    assert!(found.allows_model("claude") && !found.allows_model("gpt-4o-mini"));
+    assert_eq!(
+        found.key.limit_key("rpm").as_str(),
+        format!("key:{}:llm:rpm", key.record.id)
+    );
+    assert_eq!(directory.authenticate("rlk-wrong").await.unwrap_err(), Refusal::Unknown);
+    clock.advance_ms(60_000);
+    assert_eq!(
+        directory.authenticate(&key.key.text).await.unwrap_err(),
+        Refusal::Expired
+    );
+
+    let plain = directory.create_key(&spec("acme")).await.unwrap();
+    let rotated = directory.rotate_key(&plain.record.id, 30).await.unwrap();
+    assert_eq!(
+        rotated.record.limits_of, plain.record.id,
+        "one budget across a rotation"
+    );
+    clock.advance_ms(29_999);
+    assert!(
+        directory.authenticate(&plain.key.text).await.is_ok(),
+        "within the grace"
+    );
+    assert!(directory.authenticate(&rotated.key.text).await.is_ok());
+    clock.advance_ms(1);
+    assert_eq!(
+        directory.authenticate(&plain.key.text).await.unwrap_err(),
+        Refusal::Expired
+    );
+    let again = directory.rotate_key(&plain.record.id, 0).await.unwrap_err();
+    assert!(matches!(again, DirectoryError::Conflict(_)), "{again:?}");
+
+    let other = directory.create_key(&spec("acme")).await.unwrap();
+    directory.revoke_key(&other.record.id).await.unwrap();
+    assert_eq!(
+        directory.authenticate(&other.key.text).await.unwrap_err(),
+        Refusal::Revoked
+    );
+
+    let (_, working) = directory.delete_tenant("acme").await.unwrap();
+    assert_eq!(working, 1, "the rotated key was the one working");
+    assert_eq!(
+        directory.authenticate(&rotated.key.text).await.unwrap_err(),
+        Refusal::Revoked
+    );
+    assert!(
+        directory.key(&rotated.record.id).unwrap().revoked_at_unix_ms.is_some(),
+        "revoked with its tenant"
+    );
+    // A new tenant of the same name does not bring the old keys back.
+    directory.create_tenant("acme", TenantFields::default()).await.unwrap();
+    assert_eq!(
+        directory.authenticate(&rotated.key.text).await.unwrap_err(),
+        Refusal::Revoked
+    );
+    assert_eq!(
+        directory.create_key(&spec("nobody")).await.unwrap_err(),
+        DirectoryError::UnknownTenant("nobody".into())
+    );
+}
+
+#[tokio::test]
+async fn every_acknowledged_change_is_read_back_after_a_reopen_and_a_torn_line_is_cut() {
+    let path = temp_file("reopen");
+    let clock = FakeClock::new(1_700_000_000_000);
+    let (kept, revoked) = {
+        let directory = open(&path, &clock, Vec::new()).await;
+        directory.create_tenant("acme", TenantFields::default()).await.unwrap();
+        let patch = TenantPatch {
+            rpm: Some(Some(7)),
+            ..Default::default()
+        };
+        directory.update_tenant("acme", &patch).await.unwrap();
+        let kept = directory.create_key(&spec("acme")).await.unwrap();
+        let revoked = directory.create_key(&spec("acme")).await.unwrap();
+        directory.revoke_key(&revoked.record.id).await.unwrap();
+        (kept, revoked)
+    };
+    // A crash in the middle of a write leaves part of a line: never acknowledged.
+    let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    std::io::Write::write_all(&mut file, b"{\"change\":\"create_key\",\"key\":{").unwrap();
+    drop(file);
+    let directory = open(&path, &clock, Vec::new()).await;
+    assert_eq!(directory.tenant("acme").unwrap().fields.rpm, Some(7));
+    assert!(directory.authenticate(&kept.key.text).await.is_ok());
+    assert_eq!(
+        directory.authenticate(&revoked.key.text).await.unwrap_err(),
+        Refusal::Revoked
+    );
+    assert!(std::fs::read(&path).unwrap().ends_with(b"\n"), "the torn line was cut");
+    directory.create_key(&spec("acme")).await.unwrap();
+    // A damaged line in the middle is an error naming it, not an empty directory.
+    std::fs::write(&path, "not json\n").unwrap();
+    let error = FileStore::open(&path).unwrap_err();
+    assert!(error.contains("line 1"), "{error}");
+}
+
+#[tokio::test]
+async fn tenants_of_the_configuration_take_keys_but_change_with_the_file_only() {
+    let path = temp_file("config");
+    let clock = FakeClock::new(1_700_000_000_000);
+    let yaml = || {
+        vec![TenantRecord::from_config(
+            "team",
+            TenantFields {
+                rpm: Some(5),
+                ..Default::default()
+            },
+        )]
+    };
+    let key = {
+        let directory = open(&path, &clock, yaml()).await;
+        assert_eq!(directory.tenants()[0].source, Source::Config);
+        let refused = directory
+            .update_tenant("team", &TenantPatch::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, DirectoryError::Conflict(_)), "{refused:?}");
+        assert!(matches!(
+            directory.delete_tenant("team").await.unwrap_err(),
+            DirectoryError::Conflict(_)
+        ));
+        assert_eq!(
+            directory
+                .create_tenant("team", TenantFields::default())
+                .await
+                .unwrap_err(),
+            DirectoryError::Exists("team".into())
+        );
+        directory.create_key(&spec("team")).await.unwrap()
+    };
+    let directory = open(&path, &clock, yaml()).await;
+    assert!(
+        directory.authenticate(&key.key.text).await.is_ok(),
+        "the key outlives a restart"
+    );
+    let without = open(&path, &clock, Vec::new()).await;
+    assert_eq!(
+        without.authenticate(&key.key.text).await.unwrap_err(),
+        Refusal::Revoked,
+        "its tenant left the file"
+    );
+    drop(without);
+    let back = open(&path, &clock, yaml()).await;
+    assert!(back.authenticate(&key.key.text).await.is_ok(), "and came back");
+}
+
+#[test]
+fn a_key_ordered_after_its_tenants_deletion_never_works() {
+    let tenant = TenantRecord {
+        name: "acme".into(),
+        id: "T1".into(),
+        source: Source::Api,
+        fields: TenantFields::default(),
+        created_at_unix_ms: 1,
+        updated_at_unix_ms: 1,
+    };
+    let key = ratelimiter::directory::NewKey::generate();
+    let record = ratelimiter::directory::KeyRecord {
+        id: "K1".into(),
+        tenant: "acme".into(),
+        tenant_id: "T1".into(),
+        name: String::new(),
+        models: None,
+        limits: KeyLimits::default(),
+        limits_of: "K1".into(),
+        hash: key.hash,
+        hint: key.hint.clone(),
+        created_at_unix_ms: 3,
+        expires_at_unix_ms: None,
+        revoked_at_unix_ms: None,
+        rotated_to: None,
+    };
+    let mut index = DirectoryIndex::default();
+    let changes = [
+        Change::PutTenant { tenant: tenant.clone() },
+        Change::DeleteTenant {
+            name: "acme".into(),
+            id: "T1".into(),
+            at_unix_ms: 2,
+        },
+        // Validated by a server that had not seen the deletion yet.
+        Change::CreateKey { key: record },
+        // The name taken again: another tenant.
+        Change::PutTenant {
+            tenant: TenantRecord {
+                id: "T2".into(),
+                ..tenant
+            },
+        },
+    ];
+    for (i, change) in changes.into_iter().enumerate() {
+        index.apply(Recorded {
+            version: i as u64 + 1,
+            change,
+        });
+    }
+    assert_eq!(index.authenticate(&key.text, 10).unwrap_err(), Refusal::Revoked);
+    assert!(index.key("K1").unwrap().revoked_at_unix_ms.is_some());
+}
+
+/// A store shared with other servers (as the cluster is), counting its reads.
+#[derive(Debug)]
+struct SharedStore {
+    inner: FileStore,
+    reads: AtomicU64,
+}
+
+#[async_trait]
+impl DirectoryStore for SharedStore {
+    async fn read_new(&self) -> Result<Vec<Recorded>, DirectoryError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.read_new().await
+    }
+    async fn append(&self, change: &Change, previous_version: u64) -> Result<Appended, DirectoryError> {
+        self.inner.append(change, previous_version).await
+    }
+    fn shared(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_unknown_keys_reads_the_store_at_most_once_per_interval() {
+    let store = Arc::new(SharedStore {
+        inner: FileStore::open(temp_file("flood")).unwrap(),
+        reads: AtomicU64::new(0),
+    });
+    let clock = FakeClock::new(1_700_000_000_000);
+    let directory = Arc::new(
+        Directory::open(store.clone(), Arc::new(clock), Vec::new())
+            .await
+            .unwrap(),
+    );
+    directory.create_tenant("acme", TenantFields::default()).await.unwrap();
+    let good = directory.create_key(&spec("acme")).await.unwrap();
+    let before = store.reads.load(Ordering::Relaxed);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..50)
+        .map(|t| {
+            let directory = directory.clone();
+            tokio::spawn(async move {
+                for i in 0..20 {
+                    let wrong = format!("rlk-wrong-{t}-{i}");
+                    assert_eq!(directory.authenticate(&wrong).await.unwrap_err(), Refusal::Unknown);
+                }
+            })
+        })
+        .collect();
+    // A known key answers at once all along: the flood stalls nobody else.
+    for _ in 0..20 {
+        let at = Instant::now();
+        assert!(directory.authenticate(&good.key.text).await.is_ok());
+        assert!(at.elapsed().as_millis() < 50, "a known key waited {:?}", at.elapsed());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let reads = store.reads.load(Ordering::Relaxed) - before;
+    let allowed = started.elapsed().as_millis() as u64 / UNKNOWN_KEY_READ_INTERVAL_MS + 2;
+    assert!(
+        reads <= allowed,
+        "1,000 unknown keys made {reads} reads in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(directory.unknown_key_reads(), reads);
+}

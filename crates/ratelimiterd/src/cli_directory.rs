@@ -1,0 +1,284 @@
+//! `ratelimiterd tenants …` and `ratelimiterd keys …`: the gateway's tenants
+//! and keys on a running server (docs/http-api.md, "Tenants and keys"),
+//! printing the server's JSON answer like the other operator commands.
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Map, Value};
+
+/// `tenants` operations.
+#[derive(Debug, Subcommand)]
+pub enum TenantsCommand {
+    /// Create a tenant (POST /v1/admin/gateway/tenants); prints it.
+    Create {
+        /// Its name: 1..=64 of [A-Za-z0-9_.-], starting with a letter or digit.
+        name: String,
+        /// Its settings.
+        #[command(flatten)]
+        fields: TenantArgs,
+    },
+    /// List every tenant, the configuration's included.
+    List,
+    /// Show one tenant.
+    Get {
+        /// Its name.
+        name: String,
+    },
+    /// Change a tenant's settings; the others stay.
+    Update {
+        /// Its name.
+        name: String,
+        /// The settings to change.
+        #[command(flatten)]
+        fields: TenantArgs,
+        /// A setting to remove (no limit, every model, the lowest class); repeat for several.
+        #[arg(long = "clear", value_name = "FIELD")]
+        clear: Vec<String>,
+    },
+    /// Delete a tenant and revoke its keys.
+    Delete {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// A tenant's settings on the command line.
+#[derive(Debug, Args)]
+pub struct TenantArgs {
+    /// Its priority class (an entry of gateway.classes).
+    #[arg(long)]
+    pub class: Option<String>,
+    /// Requests per minute over every model.
+    #[arg(long)]
+    pub rpm: Option<u64>,
+    /// Calls in flight over every model.
+    #[arg(long)]
+    pub concurrency: Option<u64>,
+    /// Tokens per rolling day.
+    #[arg(long)]
+    pub daily_tokens: Option<u64>,
+    /// Calls open at once.
+    #[arg(long)]
+    pub connections_max: Option<u64>,
+    /// Calls waiting in queues at once.
+    #[arg(long)]
+    pub queued_max: Option<u64>,
+    /// A model it may use; repeat for several (none: every model).
+    #[arg(long = "model", value_name = "MODEL")]
+    pub models: Vec<String>,
+}
+
+/// `keys` operations.
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key (POST /v1/admin/gateway/keys); prints it with the key, shown this once.
+    Create(KeyArgs),
+    /// List keys (never their text).
+    List {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Show one key.
+    Get {
+        /// Its id.
+        id: String,
+    },
+    /// Revoke a key: refused by every server of the fleet within a second.
+    Revoke {
+        /// Its id.
+        id: String,
+    },
+    /// Replace a key by a new one of the same tenant, scope and limits; prints the new key.
+    Rotate {
+        /// Its id.
+        id: String,
+        /// How long the old key keeps working, in seconds.
+        #[arg(long, default_value_t = 0)]
+        grace_seconds: u64,
+    },
+}
+
+/// A key's settings on the command line.
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// The tenant it charges.
+    #[arg(long)]
+    pub tenant: String,
+    /// A label for people.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A model it may use, within its tenant's; repeat for several.
+    #[arg(long = "model", value_name = "MODEL")]
+    pub models: Vec<String>,
+    /// Its life, in seconds (none: until revoked).
+    #[arg(long)]
+    pub expires_in_seconds: Option<u64>,
+    /// Its own requests per minute.
+    #[arg(long)]
+    pub rpm: Option<u64>,
+    /// Its own calls in flight.
+    #[arg(long)]
+    pub concurrency: Option<u64>,
+    /// Its own tokens per rolling day.
+    #[arg(long)]
+    pub daily_tokens: Option<u64>,
+}
+
+/// Inserts `value` under `name` when given.
+fn put(body: &mut Map<String, Value>, name: &str, value: Option<Value>) {
+    if let Some(value) = value {
+        body.insert(name.to_owned(), value);
+    }
+}
+
+impl TenantArgs {
+    /// The body fields given on the command line.
+    pub fn body(&self) -> Map<String, Value> {
+        let mut body = Map::new();
+        put(&mut body, "class", self.class.as_ref().map(|v| json!(v)));
+        put(&mut body, "rpm", self.rpm.map(|v| json!(v)));
+        put(&mut body, "concurrency", self.concurrency.map(|v| json!(v)));
+        put(&mut body, "daily_tokens", self.daily_tokens.map(|v| json!(v)));
+        put(&mut body, "connections_max", self.connections_max.map(|v| json!(v)));
+        put(&mut body, "queued_max", self.queued_max.map(|v| json!(v)));
+        put(
+            &mut body,
+            "models",
+            (!self.models.is_empty()).then(|| json!(self.models)),
+        );
+        body
+    }
+}
+
+impl KeyArgs {
+    /// The body of the create request.
+    pub fn body(&self) -> Map<String, Value> {
+        let mut body = Map::new();
+        body.insert("tenant".to_owned(), json!(self.tenant));
+        put(&mut body, "name", self.name.as_ref().map(|v| json!(v)));
+        put(
+            &mut body,
+            "models",
+            (!self.models.is_empty()).then(|| json!(self.models)),
+        );
+        put(
+            &mut body,
+            "expires_in_seconds",
+            self.expires_in_seconds.map(|v| json!(v)),
+        );
+        put(&mut body, "rpm", self.rpm.map(|v| json!(v)));
+        put(&mut body, "concurrency", self.concurrency.map(|v| json!(v)));
+        put(&mut body, "daily_tokens", self.daily_tokens.map(|v| json!(v)));
+        body
+    }
+}
+
+/// The request a `tenants` command sends: method, path and body.
+pub fn tenants_request(command: &TenantsCommand) -> (&'static str, String, Option<Value>) {
+    const BASE: &str = "/v1/admin/gateway/tenants";
+    match command {
+        TenantsCommand::Create { name, fields } => {
+            let mut body = fields.body();
+            body.insert("name".to_owned(), json!(name));
+            ("POST", BASE.to_owned(), Some(Value::Object(body)))
+        }
+        TenantsCommand::List => ("GET", BASE.to_owned(), None),
+        TenantsCommand::Get { name } => ("GET", format!("{BASE}/{name}"), None),
+        TenantsCommand::Update { name, fields, clear } => {
+            let mut body = fields.body();
+            for field in clear {
+                body.insert(field.clone(), Value::Null);
+            }
+            ("PATCH", format!("{BASE}/{name}"), Some(Value::Object(body)))
+        }
+        TenantsCommand::Delete { name } => ("DELETE", format!("{BASE}/{name}"), None),
+    }
+}
+
+/// The request a `keys` command sends: method, path and body.
+pub fn keys_request(command: &KeysCommand) -> (&'static str, String, Option<Value>) {
+    const BASE: &str = "/v1/admin/gateway/keys";
+    match command {
+        KeysCommand::Create(args) => ("POST", BASE.to_owned(), Some(Value::Object(args.body()))),
+        KeysCommand::List { tenant: None } => ("GET", BASE.to_owned(), None),
+        KeysCommand::List { tenant: Some(tenant) } => ("GET", format!("{BASE}?tenant={tenant}"), None),
+        KeysCommand::Get { id } => ("GET", format!("{BASE}/{id}"), None),
+        KeysCommand::Revoke { id } => ("DELETE", format!("{BASE}/{id}"), None),
+        KeysCommand::Rotate { id, grace_seconds } => (
+            "POST",
+            format!("{BASE}/{id}/rotate"),
+            Some(json!({"grace_seconds": grace_seconds})),
+        ),
+    }
+}
+
+/// Sends `request` and prints the answer; an answer that is not a success is
+/// the error (its JSON printed as the message).
+pub async fn run(
+    client: &ratelimiter::httpclient::HttpClient,
+    (method, path, body): (&'static str, String, Option<Value>),
+) -> Result<(), String> {
+    // Names are checked by the server; a name that needs escaping is refused there.
+    let (status, answer) = client
+        .admin_json(method, &path, body.as_ref())
+        .await
+        .map_err(|e| e.to_string())?;
+    let text = serde_json::to_string_pretty(&answer).expect("json");
+    if (200..300).contains(&status) {
+        println!("{text}");
+        Ok(())
+    } else {
+        Err(format!("{status}: {text}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn request(args: &[&str]) -> (&'static str, String, Option<Value>) {
+        let cli = Cli::try_parse_from(std::iter::once("ratelimiterd").chain(args.iter().copied())).unwrap();
+        match cli.command {
+            Some(Command::Tenants { command }) => tenants_request(&command),
+            Some(Command::Keys { command }) => keys_request(&command),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_command_sends_its_method_path_and_body() {
+        let (method, path, body) = request(&[
+            "tenants", "create", "search", "--rpm", "60", "--model", "a", "--model", "b",
+        ]);
+        assert_eq!((method, path.as_str()), ("POST", "/v1/admin/gateway/tenants"));
+        assert_eq!(
+            body.unwrap(),
+            json!({"name": "search", "rpm": 60, "models": ["a", "b"]})
+        );
+        let (method, path, body) = request(&["tenants", "update", "search", "--concurrency", "2", "--clear", "rpm"]);
+        assert_eq!((method, path.as_str()), ("PATCH", "/v1/admin/gateway/tenants/search"));
+        assert_eq!(body.unwrap(), json!({"concurrency": 2, "rpm": null}));
+        assert_eq!(request(&["tenants", "delete", "search"]).0, "DELETE");
+        let (method, _, body) = request(&["keys", "create", "--tenant", "search", "--expires-in-seconds", "60"]);
+        assert_eq!(
+            (method, body.unwrap()),
+            ("POST", json!({"tenant": "search", "expires_in_seconds": 60}))
+        );
+        assert_eq!(
+            request(&["keys", "list", "--tenant", "search"]).1,
+            "/v1/admin/gateway/keys?tenant=search"
+        );
+        assert_eq!(
+            request(&["keys", "revoke", "K1"]),
+            ("DELETE", "/v1/admin/gateway/keys/K1".to_owned(), None)
+        );
+        let (method, path, body) = request(&["keys", "rotate", "K1", "--grace-seconds", "30"]);
+        assert_eq!(
+            (method, path.as_str(), body.unwrap()),
+            ("POST", "/v1/admin/gateway/keys/K1/rotate", json!({"grace_seconds": 30}))
+        );
+    }
+}

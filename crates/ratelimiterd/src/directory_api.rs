@@ -1,0 +1,275 @@
+//! The admin routes of the gateway's tenants and keys (docs/http-api.md,
+//! "Tenants and keys"). The domain (validation, durability, the fleet) is the
+//! library's [`ratelimiter::directory::Directory`]; these handlers read the
+//! fields, check them against the gateway's configuration, define a key's own
+//! limits, and shape the answers. Served only where the console would be:
+//! with `server.admin_token`, or on a loopback listener (nobody on the
+//! network mints keys on a server without a token).
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use ratelimiter::directory::{CreatedKey, Directory, KeyLimits, KeySpec, TenantFields, TenantPatch, TenantRecord};
+use serde_json::{json, Value};
+
+use crate::directory_body::Fields;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::ui::Access;
+
+/// Refuses every tenant and key route where the console is off (no admin
+/// token on a listener beyond loopback), and before the directory is open.
+pub async fn served(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if state.console().access() == Access::Off || state.directory().is_none() {
+        let path = request.uri().path().to_owned();
+        return ApiError::RouteNotFound(format!(
+            "{path} (tenants and keys are served with server.admin_token set, or on a loopback listener)"
+        ))
+        .into_response();
+    }
+    next.run(request).await
+}
+
+fn directory(state: &AppState) -> &std::sync::Arc<Directory> {
+    state.directory().expect("checked by `served`")
+}
+
+fn path_name(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    path.map(|Path(name)| name)
+        .map_err(|e| ApiError::InvalidRequest(e.body_text()))
+}
+
+/// A tenant as the API shows it; times in Unix seconds, `null` for the YAML's.
+pub fn tenant_json(tenant: &TenantRecord) -> Value {
+    let f = &tenant.fields;
+    let seconds = |ms: u64| (ms > 0).then_some(ms / 1_000);
+    json!({
+        "name": tenant.name,
+        "source": tenant.source,
+        "class": f.class,
+        "rpm": f.rpm,
+        "concurrency": f.concurrency,
+        "daily_tokens": f.daily_tokens,
+        "connections_max": f.connections_max,
+        "queued_max": f.queued_max,
+        "models": f.models,
+        "created_at": seconds(tenant.created_at_unix_ms),
+        "updated_at": seconds(tenant.updated_at_unix_ms),
+    })
+}
+
+fn tenant_fields(fields: &mut Fields) -> Result<TenantFields, ApiError> {
+    Ok(TenantFields {
+        class: fields.take("class")?,
+        rpm: fields.take("rpm")?,
+        concurrency: fields.take("concurrency")?,
+        daily_tokens: fields.take("daily_tokens")?,
+        connections_max: fields.take("connections_max")?,
+        queued_max: fields.take("queued_max")?,
+        models: fields.take("models")?,
+    })
+}
+
+/// `POST /v1/admin/gateway/tenants`: 201 with the tenant; 409 for a name in use.
+pub async fn create_tenant(State(state): State<AppState>, mut fields: Fields) -> Result<Response, ApiError> {
+    let name: String = fields.require("name")?;
+    let tenant = tenant_fields(&mut fields)?;
+    fields.finish()?;
+    state.gateway_scope().check_class(tenant.class.as_deref())?;
+    state.gateway_scope().check_models(tenant.models.as_deref(), None)?;
+    let created = directory(&state).create_tenant(&name, tenant).await?;
+    Ok((StatusCode::CREATED, Json(tenant_json(&created))).into_response())
+}
+
+/// `GET /v1/admin/gateway/tenants`: every live tenant, the YAML's included, by name.
+pub async fn list_tenants(State(state): State<AppState>) -> Json<Value> {
+    Json(directory(&state).tenants().iter().map(tenant_json).collect())
+}
+
+/// `GET /v1/admin/gateway/tenants/{name}`.
+pub async fn get_tenant(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let name = path_name(name)?;
+    let tenant = directory(&state).tenant(&name);
+    tenant
+        .map(|t| Json(tenant_json(&t)))
+        .ok_or_else(|| unknown_tenant(&name))
+}
+
+fn unknown_tenant(name: &str) -> ApiError {
+    ApiError::UnknownRecord(format!("unknown tenant {name}"))
+}
+
+/// `PATCH /v1/admin/gateway/tenants/{name}`: the fields given replace, `null` clears.
+pub async fn update_tenant(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    mut fields: Fields,
+) -> Result<Json<Value>, ApiError> {
+    let name = path_name(name)?;
+    let patch = TenantPatch {
+        class: fields.take_patch("class")?,
+        rpm: fields.take_patch("rpm")?,
+        concurrency: fields.take_patch("concurrency")?,
+        daily_tokens: fields.take_patch("daily_tokens")?,
+        connections_max: fields.take_patch("connections_max")?,
+        queued_max: fields.take_patch("queued_max")?,
+        models: fields.take_patch("models")?,
+    };
+    fields.finish()?;
+    state
+        .gateway_scope()
+        .check_class(patch.class.clone().flatten().as_deref())?;
+    state
+        .gateway_scope()
+        .check_models(patch.models.clone().flatten().as_deref(), None)?;
+    let updated = directory(&state).update_tenant(&name, &patch).await?;
+    Ok(Json(tenant_json(&updated)))
+}
+
+/// `DELETE /v1/admin/gateway/tenants/{name}`: the tenant and its keys, revoked with it.
+pub async fn delete_tenant(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let name = path_name(name)?;
+    let (tenant, keys_revoked) = directory(&state).delete_tenant(&name).await?;
+    Ok(Json(
+        json!({"deleted": tenant_json(&tenant), "keys_revoked": keys_revoked}),
+    ))
+}
+
+/// The 201 of a key created or rotated: the key's text, this once.
+fn created_json(created: &CreatedKey) -> Value {
+    let record = &created.record;
+    json!({
+        "id": record.id,
+        "key": created.key.text,
+        "tenant": record.tenant,
+        "name": record.name,
+        "models": record.models,
+        "rpm": record.limits.rpm,
+        "concurrency": record.limits.concurrency,
+        "daily_tokens": record.limits.daily_tokens,
+        "hint": format!("…{}", record.hint),
+        "created_at": record.created_at_unix_ms / 1_000,
+        "expires_at": record.expires_at_unix_ms.map(|ms| ms / 1_000),
+    })
+}
+
+/// `POST /v1/admin/gateway/keys`: 201 with the key, shown this once; 404
+/// for an unknown tenant. The key's own limits are defined right after it
+/// (`key:<id>:llm:rpm`, …); if that fails, the key is revoked and the
+/// answer is the failure.
+pub async fn create_key(State(state): State<AppState>, mut fields: Fields) -> Result<Response, ApiError> {
+    let spec = KeySpec {
+        tenant: fields.require("tenant")?,
+        name: fields.take("name")?.unwrap_or_default(),
+        models: fields.take("models")?,
+        expires_in_seconds: fields.take("expires_in_seconds")?,
+        limits: KeyLimits {
+            rpm: fields.take("rpm")?,
+            concurrency: fields.take("concurrency")?,
+            daily_tokens: fields.take("daily_tokens")?,
+        },
+    };
+    fields.finish()?;
+    spec.validate()?;
+    let directory = directory(&state).clone();
+    let tenant = directory
+        .tenant(&spec.tenant)
+        .ok_or_else(|| unknown_tenant(&spec.tenant))?;
+    state
+        .gateway_scope()
+        .check_models(spec.models.as_deref(), tenant.fields.models.as_deref())?;
+    // In its own task: a client hanging up cannot stop it between the key and its limits.
+    let change = tokio::spawn(async move {
+        let created = directory.create_key(&spec).await?;
+        let hold_seconds = state.gateway_scope().concurrency_hold_seconds();
+        for definition in created.record.limit_definitions(hold_seconds) {
+            if let Err(e) = state.admin().define(definition).await {
+                let _ = directory.revoke_key(&created.record.id).await;
+                return Err(ApiError::from(e));
+            }
+        }
+        Ok::<_, ApiError>(created)
+    });
+    let created = change
+        .await
+        .map_err(|e| ApiError::Internal(format!("creating a key failed: {e}")))??;
+    Ok((StatusCode::CREATED, Json(created_json(&created))).into_response())
+}
+
+/// The `tenant` of a key list's query (`?tenant=<name>`), the only parameter
+/// known. Tenant names need no escaping, so the value is taken as written (a
+/// name with escapes names no tenant).
+fn tenant_filter(query: Option<&str>) -> Result<Option<&str>, ApiError> {
+    let mut tenant = None;
+    for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("tenant", value)) if tenant.is_none() => tenant = Some(value),
+            _ => {
+                let name = pair.split('=').next().unwrap_or_default();
+                return Err(ApiError::InvalidRequest(format!(
+                    "{name}: unknown or repeated query parameter"
+                )));
+            }
+        }
+    }
+    Ok(tenant)
+}
+
+/// `GET /v1/admin/gateway/keys[?tenant=]`: keys by id, never their text or hash.
+pub async fn list_keys(State(state): State<AppState>, uri: axum::http::Uri) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant_filter(uri.query())?;
+    let keys = directory(&state).keys(tenant);
+    Ok(Json(serde_json::to_value(keys).expect("key views serialize")))
+}
+
+/// `GET /v1/admin/gateway/keys/{id}`.
+pub async fn get_key(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_name(id)?;
+    let view = directory(&state).key_view(&id).ok_or_else(|| unknown_key(&id))?;
+    Ok(Json(serde_json::to_value(view).expect("a key view serializes")))
+}
+
+fn unknown_key(id: &str) -> ApiError {
+    ApiError::UnknownRecord(format!("unknown key {id}"))
+}
+
+/// `DELETE /v1/admin/gateway/keys/{id}`: revokes; 200 with the key, revoked.
+pub async fn revoke_key(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_name(id)?;
+    let directory = directory(&state);
+    directory.revoke_key(&id).await?;
+    let view = directory.key_view(&id).ok_or_else(|| unknown_key(&id))?;
+    Ok(Json(serde_json::to_value(view).expect("a key view serializes")))
+}
+
+/// `POST /v1/admin/gateway/keys/{id}/rotate` `{"grace_seconds"}` (default 0):
+/// 201 with the new key; the old one works until the grace ends.
+pub async fn rotate_key(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    mut fields: Fields,
+) -> Result<Response, ApiError> {
+    let id = path_name(id)?;
+    let grace_seconds: u64 = fields.take("grace_seconds")?.unwrap_or(0);
+    fields.finish()?;
+    let created = directory(&state).rotate_key(&id, grace_seconds).await?;
+    let mut body = created_json(&created);
+    let old = directory(&state).key(&id).ok_or_else(|| unknown_key(&id))?;
+    body["replaces"] = json!({"id": id, "expires_at": old.expires_at_unix_ms.map(|ms| ms / 1_000)});
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
