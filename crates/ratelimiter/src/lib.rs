@@ -82,6 +82,7 @@ pub mod local;
 pub mod memory;
 pub mod metrics;
 pub mod pause;
+pub mod price;
 pub mod profile;
 pub mod provider_headers;
 pub mod recent_ids;
