@@ -82,6 +82,7 @@ pub mod local;
 pub mod memory;
 pub mod metrics;
 pub mod pause;
+pub mod period;
 pub mod price;
 pub mod profile;
 pub mod provider_headers;
@@ -104,6 +105,7 @@ pub use id::{id128, LeaseId};
 pub use key::LimitKey;
 pub use limiter::{Backend, FleetServer, Limiter};
 pub use memory::{MemoryBackend, MemoryConfig};
+pub use period::Period;
 pub use retry::RetryPolicy;
 pub use wire::{
     Actual, CompleteRequest, CompleteResponse, Denial, Requirement, ReserveOutcome, ReserveRequest, ReserveResponse,
