@@ -47,6 +47,17 @@ where
     })
 }
 
+/// The answer to a requirement of a limit with a calendar period that does not fit
+/// now and cannot fit before the period ends (docs/decisions.md, "Reserve
+/// precedence", row 7): final, as an amount above the whole capacity is, since no
+/// retry can be granted before the period's boundary frees everything at once. It
+/// is `exceeds_capacity:<key>` with no retry hint, which callers already treat as
+/// "never" (a gateway answers 429 with `x-should-retry: false`). Unlike row 5 it
+/// follows a real attempt, so it burns the lease id, as row 7 does.
+pub fn period_exhausted(key: LimitKey) -> Denial {
+    Denial::ExceedsCapacity { key }
+}
+
 /// The answer to a granted lease id asked for again with other requirements:
 /// a lease id names one set of requirements for ever.
 pub fn lease_reused(lease: LeaseId) -> LimiterError {

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bucket::BucketShape;
 use crate::key::LimitKey;
+use crate::period::Period;
 
 /// The longest rolling window: 31 days, long enough for monthly budgets.
 pub const WINDOW_SECONDS_MAX: u64 = 2_678_400;
@@ -142,6 +143,12 @@ pub struct DefinitionFields {
     /// What happens to usage above the reservation.
     #[serde(default)]
     pub overage: Overage,
+    /// Rolling only, instead of `window_seconds` (then 0) and `window_margin_ms`
+    /// (then absent): every hold ends at the end of the calendar period in UTC it
+    /// was granted in ([`Period`]), so the limit resets at each boundary (a budget
+    /// of so much a day, week or month). `None` (absent in JSON): the rolling window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<Period>,
 }
 
 impl LimitDefinition {
@@ -185,6 +192,24 @@ impl LimitDefinition {
             unit: String::new(),
             description: String::new(),
             overage: Overage::None,
+            period: None,
+        })
+    }
+
+    /// A rolling limit of `capacity` units per calendar `period` in UTC: every
+    /// hold ends at the end of the period it was granted in.
+    pub fn per_period(key: LimitKey, capacity: u64, period: Period) -> Result<Self, DefinitionError> {
+        Self::new(DefinitionFields {
+            key,
+            kind: LimitKind::Rolling,
+            capacity,
+            window_seconds: 0,
+            window_margin_ms: None,
+            timeout_seconds: 0,
+            unit: String::new(),
+            description: String::new(),
+            overage: Overage::None,
+            period: Some(period),
         })
     }
 
@@ -242,12 +267,26 @@ impl LimitDefinition {
     pub fn window_margin_ms(&self) -> Option<u64> {
         self.fields.window_margin_ms
     }
+    /// The calendar period whose end ends every hold, when the limit has one.
+    pub fn period(&self) -> Option<Period> {
+        self.fields.period
+    }
+    /// When a hold of this limit granted at `granted_unix_ms` ends: at the end of
+    /// its period, else after [`LimitDefinition::hold_with_margin_ms`].
+    pub fn hold_end_unix_ms(&self, granted_unix_ms: u64, default_margin_ms: u64) -> u64 {
+        match self.fields.period {
+            Some(period) => period.end_unix_ms(granted_unix_ms),
+            None => granted_unix_ms + self.hold_with_margin_ms(default_margin_ms),
+        }
+    }
     /// The window or the timeout, in ms, without the margin: what retry hints
-    /// scale with.
+    /// scale with. A period's longest length for a limit with a period.
     pub fn hold_ms(&self) -> u64 {
-        match self.fields.kind {
-            LimitKind::Rolling | LimitKind::Bucket => self.fields.window_seconds * 1000,
-            LimitKind::Concurrency => self.fields.timeout_seconds * 1000,
+        match (self.fields.kind, self.fields.period) {
+            (LimitKind::Rolling, Some(period)) => period.longest_ms(),
+            (LimitKind::Rolling | LimitKind::Bucket, None) => self.fields.window_seconds * 1000,
+            (LimitKind::Bucket, Some(_)) => unreachable!("only rolling limits take a period"),
+            (LimitKind::Concurrency, _) => self.fields.timeout_seconds * 1000,
         }
     }
     /// How long one reservation holds at most, in ms: a rolling limit's window
@@ -258,6 +297,8 @@ impl LimitDefinition {
     /// margin off altogether.
     pub fn hold_with_margin_ms(&self, default_margin_ms: u64) -> u64 {
         match self.fields.kind {
+            // The boundary is the limit's own, not a provider's: no margin.
+            LimitKind::Rolling if self.fields.period.is_some() => self.hold_ms(),
             LimitKind::Rolling | LimitKind::Bucket => {
                 let proportional = self.hold_ms() / WINDOW_MARGIN_WINDOW_DIVISOR;
                 let default = match default_margin_ms {
@@ -292,6 +333,9 @@ fn validate_fields(f: &DefinitionFields) -> Result<(), DefinitionError> {
     let invalid = |message: String| Err(DefinitionError::Invalid(message));
     if f.capacity == 0 {
         return invalid(format!("limit {}: capacity must be at least 1", f.key));
+    }
+    if let Some(period) = f.period {
+        return validate_period(f, period);
     }
     match f.kind {
         LimitKind::Rolling | LimitKind::Bucket => {
@@ -336,6 +380,31 @@ fn validate_fields(f: &DefinitionFields) -> Result<(), DefinitionError> {
         ));
     }
     Ok(())
+}
+
+/// Checks a limit with a calendar period: rolling, with neither a window, a
+/// margin nor a timeout (its holds end at the period's boundary), and labels of
+/// bounded length.
+fn validate_period(f: &DefinitionFields, period: Period) -> Result<(), DefinitionError> {
+    let invalid = |message: String| Err(DefinitionError::Invalid(message));
+    if f.kind != LimitKind::Rolling {
+        return invalid(format!(
+            "limit {}: only rolling limits take a period, not {}",
+            f.key, f.kind
+        ));
+    }
+    if f.window_seconds != 0 || f.window_margin_ms.is_some() || f.timeout_seconds != 0 {
+        return invalid(format!(
+            "limit {}: a limit with period {period} takes no window_seconds, window_margin_ms or timeout_seconds",
+            f.key
+        ));
+    }
+    let labels = DefinitionFields {
+        period: None,
+        window_seconds: 1,
+        ..f.clone()
+    };
+    validate_fields(&labels)
 }
 
 /// Checks that a bucket keeps a burst of at least 1 under its own margin, or the
@@ -503,6 +572,8 @@ struct StateRecord {
     description: String,
     #[serde(default)]
     overage: Overage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    period: Option<Period>,
     #[serde(default = "active_status")]
     status: LimitStatus,
     #[serde(default)]
@@ -527,6 +598,7 @@ impl TryFrom<StateRecord> for LimitState {
             unit: r.unit,
             description: r.description,
             overage: r.overage,
+            period: r.period,
         })?;
         match r.status {
             LimitStatus::Active if r.pending_decrease_to != 0 => Err(DefinitionError::Invalid(format!(
@@ -552,6 +624,7 @@ impl From<LimitState> for StateRecord {
             unit: f.unit,
             description: f.description,
             overage: f.overage,
+            period: f.period,
             status: s.status,
             pending_decrease_to: s.pending_decrease_to,
         }
@@ -679,6 +752,65 @@ mod tests {
             assert_eq!(json.contains("window_margin_ms"), margin.is_some(), "{json}");
             assert_eq!(serde_json::from_str::<LimitState>(&json).unwrap(), state);
         }
+    }
+
+    #[test]
+    fn periods_are_rolling_limits_without_a_window() {
+        let json = r#"{"key":"tenant:acme:usd","kind":"rolling","capacity":20000000,"period":"day"}"#;
+        let def: LimitDefinition = serde_json::from_str(json).unwrap();
+        assert_eq!(def.period(), Some(Period::Day));
+        assert_eq!(
+            def,
+            LimitDefinition::per_period(key("tenant:acme:usd"), 20_000_000, Period::Day).unwrap()
+        );
+        assert_eq!(def.hold_ms(), 86_400_000);
+        assert_eq!(
+            def.hold_with_margin_ms(WINDOW_MARGIN_MS_DEFAULT),
+            86_400_000,
+            "no margin"
+        );
+        // 2026-11-28T12:00Z: held to midnight, not for 24 hours.
+        assert_eq!(def.hold_end_unix_ms(1_795_867_200_000, 50), 1_795_910_400_000);
+        let rolling = LimitDefinition::rolling(key("k"), 1, 60).unwrap();
+        assert_eq!(rolling.hold_end_unix_ms(1_000, 50), 1_000 + 60_240);
+        assert_eq!(serde_json::to_value(&def).unwrap()["period"], "day");
+        assert!(serde_json::to_value(&rolling).unwrap().get("period").is_none());
+        for period in ["week", "month"] {
+            let json = format!(r#"{{"key":"k","kind":"rolling","capacity":1,"period":"{period}"}}"#);
+            assert!(serde_json::from_str::<LimitDefinition>(&json).is_ok(), "{period}");
+        }
+        for bad in [
+            r#"{"key":"k","kind":"rolling","capacity":1,"period":"year"}"#,
+            r#"{"key":"k","kind":"rolling","capacity":1,"period":"day","window_seconds":86400}"#,
+            r#"{"key":"k","kind":"rolling","capacity":1,"period":"day","window_margin_ms":0}"#,
+            r#"{"key":"k","kind":"rolling","capacity":0,"period":"day"}"#,
+            r#"{"key":"k","kind":"bucket","capacity":100,"period":"day"}"#,
+            r#"{"key":"k","kind":"concurrency","capacity":1,"timeout_seconds":5,"period":"day"}"#,
+        ] {
+            assert!(serde_json::from_str::<LimitDefinition>(bad).is_err(), "{bad}");
+        }
+        let long_unit = format!(
+            r#"{{"key":"k","kind":"rolling","capacity":1,"period":"day","unit":"{}"}}"#,
+            "u".repeat(UNIT_BYTES_MAX + 1)
+        );
+        assert!(
+            serde_json::from_str::<LimitDefinition>(&long_unit).is_err(),
+            "labels are checked too"
+        );
+    }
+
+    #[test]
+    fn states_carry_the_period_and_old_records_still_decode() {
+        let def = LimitDefinition::per_period(key("k"), 500, Period::Month).unwrap();
+        let state = LimitState::decreasing(def, 100).unwrap();
+        let json = serde_json::to_string(&state).unwrap();
+        assert!(json.contains(r#""period":"month""#), "{json}");
+        assert_eq!(serde_json::from_str::<LimitState>(&json).unwrap(), state);
+        // A record written before periods existed: no field, the rolling window.
+        let old = r#"{"key":"k","kind":"rolling","capacity":5,"window_seconds":60,"timeout_seconds":0,"unit":"","description":"","overage":"none","status":"active","pending_decrease_to":0}"#;
+        let decoded: LimitState = serde_json::from_str(old).unwrap();
+        assert_eq!(decoded.definition().period(), None);
+        assert_eq!(serde_json::to_string(&decoded).unwrap(), old, "re-encoded the same");
     }
 
     #[test]

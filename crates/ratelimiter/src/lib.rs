@@ -85,6 +85,8 @@ pub mod metrics;
 pub mod origin;
 pub mod owner;
 pub mod pause;
+pub mod period;
+pub mod price;
 pub mod profile;
 pub mod provider_headers;
 pub mod recent_ids;
@@ -107,6 +109,7 @@ pub use key::LimitKey;
 pub use limiter::{Backend, FleetServer, Limiter};
 pub use memory::{MemoryBackend, MemoryConfig};
 pub use owner::LeaseOwner;
+pub use period::Period;
 pub use retry::RetryPolicy;
 pub use wire::{
     Actual, CompleteRequest, CompleteResponse, Denial, Requirement, ReserveOutcome, ReserveRequest, ReserveResponse,

@@ -273,6 +273,7 @@ impl PutArgs {
                 OverageArg::None => Overage::None,
                 OverageArg::Debt => Overage::Debt,
             },
+            period: None,
         })
         .map_err(|e| e.to_string())
     }

@@ -143,7 +143,20 @@ impl Limit {
     /// When a hold made at `now_unix_ms` ends: after the window plus its margin
     /// (`default_margin_ms` when the definition gives none), or the timeout.
     pub fn hold_until(&self, now_unix_ms: u64, default_margin_ms: u64) -> u64 {
-        now_unix_ms + self.state.definition().hold_with_margin_ms(default_margin_ms)
+        (self.state.definition()).hold_end_unix_ms(now_unix_ms, default_margin_ms)
+    }
+
+    /// False when the limit has a calendar period and `units`, which do not fit
+    /// now, cannot fit before the period ends either: no hold on the key ends
+    /// early enough to make room (every hold of the period ends at its end), so
+    /// only the next period can grant them. True otherwise, a limit without a
+    /// period included. The caller expired old holds first.
+    pub fn fits_before_period_end(&self, now_unix_ms: u64, units: u64) -> bool {
+        let Some(period) = self.state.definition().period() else {
+            return true;
+        };
+        let wait_ms = self.exact_wait_ms(now_unix_ms, units);
+        now_unix_ms.saturating_add(wait_ms) < period.end_unix_ms(now_unix_ms)
     }
 
     /// Forgets every hold that ended at or before `now_unix_ms`; a bucket adds

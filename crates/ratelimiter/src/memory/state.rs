@@ -203,7 +203,9 @@ impl MemoryState {
     }
 
     /// `None` when every requirement fits; else the denial naming the first key
-    /// that does not, with the largest hint of all the keys that do not.
+    /// that does not, with the largest hint of all the keys that do not. A key with
+    /// a calendar period that cannot fit before its period ends is a final answer
+    /// ([`Limit::fits_before_period_end`]), which comes first.
     fn shortfall(
         &mut self,
         wanted: &Wanted,
@@ -213,11 +215,15 @@ impl MemoryState {
         jitter: &Jitter,
     ) -> Option<Denial> {
         let mut first = None;
+        let mut never = None;
         let mut retry_after_ms = 0;
         for &(i, amount) in wanted.as_slice() {
             let limit = &self.limits[i as usize];
             if limit.fits(amount, self.hold_end(limit, granted_unix_ms, hold_ms)) {
                 continue;
+            }
+            if never.is_none() && !limit.fits_before_period_end(now_unix_ms, amount) {
+                never = Some(i);
             }
             first.get_or_insert(i);
             let hint_ms = hint_ms(
@@ -228,6 +234,10 @@ impl MemoryState {
                 jitter,
             );
             retry_after_ms = retry_after_ms.max(hint_ms);
+        }
+        if let Some(i) = never {
+            let key = self.limits[i as usize].state().definition().key().clone();
+            return Some(decision::period_exhausted(key));
         }
         let key = self.limits[first? as usize].state().definition().key().clone();
         Some(Denial::InsufficientCapacity { key, retry_after_ms })

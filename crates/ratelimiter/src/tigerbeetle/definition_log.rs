@@ -409,6 +409,18 @@ mod tests {
     }
 
     #[test]
+    fn a_period_round_trips_and_changes_the_record() {
+        let key = LimitKey::new("k:tpm").unwrap();
+        let month = LimitState::active(LimitDefinition::per_period(key, 10, crate::Period::Month).unwrap());
+        let chain = stamped(encode(&month, RecordKind::Put, 5), 100);
+        let record = decode(&chain).unwrap();
+        assert_eq!(record.state.definition().period(), Some(crate::Period::Month));
+        assert_eq!(record.state, month);
+        let rolling = encode(&state(10, ""), RecordKind::Put, 5);
+        assert_ne!(encode(&month, RecordKind::Put, 5)[0].id(), rolling[0].id());
+    }
+
+    #[test]
     fn the_same_change_has_the_same_ids_and_another_has_others() {
         let a = encode(&state(10, ""), RecordKind::Put, 5);
         let ids = |chain: &[tb::Transfer]| chain.iter().map(|t| t.id()).collect::<Vec<_>>();

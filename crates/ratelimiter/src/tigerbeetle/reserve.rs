@@ -152,7 +152,12 @@ impl TigerBeetleBackend {
                 key: r.key.clone(),
                 amount: r.amount,
                 kind: s.definition().kind(),
-                timeout_seconds: u64::from(lease_timeout_seconds(s, margin_ms, request.hold_ms())),
+                timeout_seconds: u64::from(lease_timeout_seconds(
+                    s,
+                    margin_ms,
+                    request.hold_ms(),
+                    reserved_at_unix_ms,
+                )),
                 reservation_id: ids::reservation_id(lease, i),
             })
             .collect();
@@ -212,6 +217,12 @@ impl TigerBeetleBackend {
             // The reservations are in request order.
             let requirement = &request.requirements()[failure.index];
             let key = &requirement.key;
+            // Every hold on a key with a calendar period ends at the period's end:
+            // what does not fit now does not fit before then (docs/decisions.md,
+            // "Reserve precedence", row 7).
+            if self.state_of(key).is_some_and(|s| s.definition().period().is_some()) {
+                return Ok(ReserveOutcome::Denied(decision::period_exhausted(key.clone())));
+            }
             let bucket = buckets.iter().find(|b| &b.key == key);
             let retry_after_ms = match bucket {
                 Some(bucket) => self.bucket_hint(bucket, requirement.amount).await,
@@ -375,14 +386,26 @@ pub(super) fn timeout_seconds(state: &LimitState, default_margin_ms: u64) -> u32
     u32::try_from(hold_ms.div_ceil(1000)).expect("windows, margins and timeouts are validated to fit u32")
 }
 
-/// The TigerBeetle timeout of one reservation of a request: its own `hold_ms`
-/// rounded up to whole seconds (pending transfers time out in seconds, so such a
-/// hold ends up to 1 s late, never early) when it gave one, else
-/// [`timeout_seconds`].
-pub(super) fn lease_timeout_seconds(state: &LimitState, default_margin_ms: u64, hold_ms: Option<u64>) -> u32 {
-    match hold_ms {
-        Some(hold_ms) => u32::try_from(hold_ms.div_ceil(1000)).expect("hold_ms is at most a day"),
-        None => timeout_seconds(state, default_margin_ms),
+/// The TigerBeetle timeout of one reservation of a request granted at
+/// `reserved_at_unix_ms`: its own `hold_ms` rounded up to whole seconds (pending
+/// transfers time out in seconds, so such a hold ends up to 1 s late, never early)
+/// when it gave one; for a limit with a calendar period, the seconds from the grant
+/// to the period's end, rounded up (the timeout runs from the cluster's timestamp, a
+/// moment after the grant, so the hold ends at the boundary or up to a second
+/// after it, never before); else [`timeout_seconds`].
+pub(super) fn lease_timeout_seconds(
+    state: &LimitState,
+    default_margin_ms: u64,
+    hold_ms: Option<u64>,
+    reserved_at_unix_ms: u64,
+) -> u32 {
+    match (hold_ms, state.definition().period()) {
+        (Some(hold_ms), _) => u32::try_from(hold_ms.div_ceil(1000)).expect("hold_ms is at most a day"),
+        (None, Some(period)) => {
+            let left_ms = period.end_unix_ms(reserved_at_unix_ms) - reserved_at_unix_ms;
+            u32::try_from(left_ms.div_ceil(1000)).expect("a period is at most 31 days")
+        }
+        (None, None) => timeout_seconds(state, default_margin_ms),
     }
 }
 
@@ -398,7 +421,7 @@ fn reserve_chain(
     default_margin_ms: u64,
 ) -> Vec<tb::Transfer> {
     let holds = request.requirements().iter().zip(states).map(|(r, s)| {
-        let timeout = lease_timeout_seconds(s, default_margin_ms, request.hold_ms());
+        let timeout = lease_timeout_seconds(s, default_margin_ms, request.hold_ms(), reserved_at_unix_ms);
         (&r.key, r.amount, timeout)
     });
     let chain = lease_chain(request.lease_id(), reserved_at_unix_ms, holds);
@@ -481,16 +504,37 @@ mod tests {
         );
         let held = state(concurrency);
         assert_eq!(
-            lease_timeout_seconds(&held, 50, None),
+            lease_timeout_seconds(&held, 50, None, 0),
             30,
             "no hold_ms: the definition's"
         );
         assert_eq!(
-            lease_timeout_seconds(&held, 50, Some(1)),
+            lease_timeout_seconds(&held, 50, Some(1), 0),
             1,
             "hold_ms rounds up to a second"
         );
-        assert_eq!(lease_timeout_seconds(&held, 50, Some(2_001)), 3);
-        assert_eq!(lease_timeout_seconds(&held, 50, Some(crate::wire::HOLD_MS_MAX)), 86_400);
+        assert_eq!(lease_timeout_seconds(&held, 50, Some(2_001), 0), 3);
+        assert_eq!(
+            lease_timeout_seconds(&held, 50, Some(crate::wire::HOLD_MS_MAX), 0),
+            86_400
+        );
+    }
+
+    #[test]
+    fn a_period_hold_times_out_at_the_period_end() {
+        let key = LimitKey::new("budget").unwrap();
+        let day = state(LimitDefinition::per_period(key.clone(), 1, crate::Period::Day).unwrap());
+        // 2026-11-28T23:59:58.500Z: 1.5 s to midnight, rounded up to 2.
+        let late = 1_795_910_398_500;
+        assert_eq!(lease_timeout_seconds(&day, 50, None, late), 2);
+        assert_eq!(
+            lease_timeout_seconds(&day, 50, None, 1_795_910_400_000),
+            86_400,
+            "at midnight: a whole day"
+        );
+        let month = state(LimitDefinition::per_period(key, 1, crate::Period::Month).unwrap());
+        // From 2026-11-28T00:00Z to 2026-12-01T00:00Z: three days.
+        assert_eq!(lease_timeout_seconds(&month, 50, None, 1_795_824_000_000), 3 * 86_400);
+        assert_eq!(lease_timeout_seconds(&month, 50, Some(1_000), late), 1, "hold_ms wins");
     }
 }

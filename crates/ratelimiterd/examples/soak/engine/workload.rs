@@ -102,6 +102,7 @@ fn definition(key: &str, kind: LimitKind, capacity: u64, hold_seconds: u64, over
         unit: String::new(),
         description: "soak".to_owned(),
         overage,
+        period: None,
     })
     .expect("soak definitions are valid")
 }
