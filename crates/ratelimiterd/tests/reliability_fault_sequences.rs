@@ -403,7 +403,11 @@ fn a_server_grants_again_soon_after_any_sequence_of_network_faults() {
         "",
         "",
     );
-    let replica_port = cluster.address().parse::<std::net::SocketAddr>().expect("replica address").port();
+    let replica_port = cluster
+        .address()
+        .parse::<std::net::SocketAddr>()
+        .expect("replica address")
+        .port();
     let run = LeaseId::generate();
     let keys = [format!("seq:{run}:inflight"), format!("seq:{run}:tpm")];
     for definition in [
@@ -569,7 +573,12 @@ fn report(rig: &Rig, recoveries: &[Recovery]) {
         direct.unavailable,
         read(&rig.direct, "sessions_renewed_total"),
     );
-    let sum = |name: &str| metric_sum(&rig.proxied, &format!("ratelimiterd_tigerbeetle_replica_connections_{name}"));
+    let sum = |name: &str| {
+        metric_sum(
+            &rig.proxied,
+            &format!("ratelimiterd_tigerbeetle_replica_connections_{name}"),
+        )
+    };
     println!(
         "proxied server's connections to the replica: {} open, {} opened ({} while cut off), {} closed",
         sum("open"),
