@@ -512,6 +512,9 @@ struct Probe {
     /// it lets go of the client, which then closes.
     task: tokio::task::JoinHandle<()>,
     started: Instant,
+    /// Whether a reading found the network resetting or refusing connections
+    /// while this probe was open: its client has backed off.
+    saw_reset: bool,
     /// Counts the probe among the open clients while it lives.
     _open: OpenClient,
 }
@@ -538,22 +541,25 @@ impl Watch {
     /// registration to land later as a session nobody uses and its connection
     /// held open at the replica by whatever holds the network (the client
     /// library reconnects by itself if that connection fails). A probe that
-    /// was opened under resets is young when the network holds connections
-    /// again, and stays: its first resend comes soon.
+    /// met resets has backed off (its resends up to 10 s apart): when the
+    /// network holds connections again it stays only while it is young, and
+    /// otherwise gives way to a fresh one, whose first resend comes soon.
     fn judge(&mut self, held: bool) {
-        let Some(probe) = &self.probe else {
+        let Some(probe) = &mut self.probe else {
             return;
         };
-        if !probe_may_stay(held, probe.started.elapsed()) {
+        probe.saw_reset |= !held;
+        if !probe_may_stay(held, probe.saw_reset, probe.started.elapsed()) {
             self.probe = None;
         }
     }
 }
 
 /// Whether a probe of age `age` stays open when the network holds
-/// connections open (`held`) or not (see [`Watch::judge`]).
-fn probe_may_stay(held: bool, age: Duration) -> bool {
-    held || age < Duration::from_millis(PROBE_TIMEOUT_MS)
+/// connections open (`held`) or not, given whether it met resets while open
+/// (`saw_reset`; see [`Watch::judge`]).
+fn probe_may_stay(held: bool, saw_reset: bool, age: Duration) -> bool {
+    (held && !saw_reset) || age < Duration::from_millis(PROBE_TIMEOUT_MS)
 }
 
 /// The watchdog's loop: nothing to do while no session is stalled but read
@@ -625,6 +631,7 @@ impl ClientPool {
             answer,
             task,
             started: Instant::now(),
+            saw_reset: false,
             _open: OpenClient::new(&self.clients_open),
         })
     }
@@ -679,12 +686,15 @@ mod tests {
     fn a_held_probe_stays_until_answered_and_a_reset_one_gives_way_soon() {
         let young = Duration::from_millis(PROBE_TIMEOUT_MS - 1);
         let old = Duration::from_millis(PROBE_TIMEOUT_MS);
-        assert!(probe_may_stay(false, young));
-        assert!(!probe_may_stay(false, old), "a reset probe has backed off");
-        // Held: its registration is on its way; closing it would leave the
-        // registration to land as a session nobody uses, and its connection
-        // held open at the replica.
-        assert!(probe_may_stay(true, old));
-        assert!(probe_may_stay(true, Duration::from_secs(3_600)));
+        assert!(probe_may_stay(false, true, young));
+        assert!(!probe_may_stay(false, true, old), "a reset probe has backed off");
+        // Held all along: its registration is on its way; closing it would
+        // leave the registration to land as a session nobody uses, and its
+        // connection held open at the replica.
+        assert!(probe_may_stay(true, false, old));
+        assert!(probe_may_stay(true, false, Duration::from_secs(3_600)));
+        // Held after resets: backed off, it gives way once no longer young.
+        assert!(probe_may_stay(true, true, young));
+        assert!(!probe_may_stay(true, true, old));
     }
 }
