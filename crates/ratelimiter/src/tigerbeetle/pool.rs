@@ -512,9 +512,10 @@ struct Probe {
     /// it lets go of the client, which then closes.
     task: tokio::task::JoinHandle<()>,
     started: Instant,
-    /// Whether a reading found the network resetting or refusing connections
-    /// while this probe was open: its client has backed off.
-    saw_reset: bool,
+    /// How long readings found the network resetting or refusing connections
+    /// while this probe was open (ms, [`WATCH_INTERVAL_MS`] a reading): its
+    /// client backs off with every failed attempt.
+    reset_ms: u64,
     /// Counts the probe among the open clients while it lives.
     _open: OpenClient,
 }
@@ -541,25 +542,32 @@ impl Watch {
     /// registration to land later as a session nobody uses and its connection
     /// held open at the replica by whatever holds the network (the client
     /// library reconnects by itself if that connection fails). A probe that
-    /// met resets has backed off (its resends up to 10 s apart): when the
-    /// network holds connections again it stays only while it is young, and
-    /// otherwise gives way to a fresh one, whose first resend comes soon.
+    /// met resets for [`PROBE_TIMEOUT_MS`] or more has backed off (its resends
+    /// up to 10 s apart): when the network holds connections again it gives
+    /// way to a fresh one, whose first resend comes soon. (A fresh probe's
+    /// first readings may find no connection up yet; those few do not count.)
     fn judge(&mut self, held: bool) {
         let Some(probe) = &mut self.probe else {
             return;
         };
-        probe.saw_reset |= !held;
-        if !probe_may_stay(held, probe.saw_reset, probe.started.elapsed()) {
+        if !held {
+            probe.reset_ms += WATCH_INTERVAL_MS;
+        }
+        if !probe_may_stay(held, probe.reset_ms, probe.started.elapsed()) {
             self.probe = None;
         }
     }
 }
 
 /// Whether a probe of age `age` stays open when the network holds
-/// connections open (`held`) or not, given whether it met resets while open
-/// (`saw_reset`; see [`Watch::judge`]).
-fn probe_may_stay(held: bool, saw_reset: bool, age: Duration) -> bool {
-    (held && !saw_reset) || age < Duration::from_millis(PROBE_TIMEOUT_MS)
+/// connections open (`held`) or not, given how long it met resets while open
+/// (`reset_ms`; see [`Watch::judge`]).
+fn probe_may_stay(held: bool, reset_ms: u64, age: Duration) -> bool {
+    if held {
+        reset_ms < PROBE_TIMEOUT_MS
+    } else {
+        age < Duration::from_millis(PROBE_TIMEOUT_MS)
+    }
 }
 
 /// The watchdog's loop: nothing to do while no session is stalled but read
@@ -631,7 +639,7 @@ impl ClientPool {
             answer,
             task,
             started: Instant::now(),
-            saw_reset: false,
+            reset_ms: 0,
             _open: OpenClient::new(&self.clients_open),
         })
     }
@@ -686,15 +694,15 @@ mod tests {
     fn a_held_probe_stays_until_answered_and_a_reset_one_gives_way_soon() {
         let young = Duration::from_millis(PROBE_TIMEOUT_MS - 1);
         let old = Duration::from_millis(PROBE_TIMEOUT_MS);
-        assert!(probe_may_stay(false, true, young));
-        assert!(!probe_may_stay(false, true, old), "a reset probe has backed off");
-        // Held all along: its registration is on its way; closing it would
-        // leave the registration to land as a session nobody uses, and its
-        // connection held open at the replica.
-        assert!(probe_may_stay(true, false, old));
-        assert!(probe_may_stay(true, false, Duration::from_secs(3_600)));
-        // Held after resets: backed off, it gives way once no longer young.
-        assert!(probe_may_stay(true, true, young));
-        assert!(!probe_may_stay(true, true, old));
+        assert!(probe_may_stay(false, 0, young));
+        assert!(!probe_may_stay(false, 0, old), "a reset probe has backed off");
+        // Held: its registration is on its way; closing it would leave the
+        // registration to land as a session nobody uses, and its connection
+        // held open at the replica. A few readings before its connection was
+        // up do not count.
+        assert!(probe_may_stay(true, 0, Duration::from_secs(3_600)));
+        assert!(probe_may_stay(true, 2 * WATCH_INTERVAL_MS, old));
+        // Held after resets for as long as a reset probe lives: backed off.
+        assert!(!probe_may_stay(true, PROBE_TIMEOUT_MS, old));
     }
 }
