@@ -9,8 +9,8 @@
 //! (docs/tigerbeetle-backend.md, "Connections").
 //!
 //! The same reading tells the watchdog whether the network holds connections
-//! open (a connection of ours to a replica stayed established from one
-//! reading to the next) without opening one to find out: a connection opened
+//! open (a connection of ours to a replica is established) without opening
+//! one to find out: a connection opened
 //! only to look, then closed, is one a proxy that accepts during a black
 //! hole holds open at the replica, taking one of its connection slots until
 //! bytes flow again.
@@ -53,19 +53,12 @@ pub struct ReplicaConnectionCounts {
 #[derive(Debug)]
 struct Tally {
     replica: SocketAddr,
-    /// Socket inodes open at the last reading, and those of them established.
-    known: Mutex<Known>,
+    /// Socket inodes open at the last reading.
+    known: Mutex<HashSet<u64>>,
     open: AtomicU64,
     opened: AtomicU64,
     opened_cut_off: AtomicU64,
     closed: AtomicU64,
-}
-
-/// The sockets of one replica at the last reading.
-#[derive(Debug, Default)]
-struct Known {
-    open: HashSet<u64>,
-    established: HashSet<u64>,
 }
 
 /// What one reading of the kernel's table found, all replicas together.
@@ -73,9 +66,11 @@ struct Known {
 pub struct Reading {
     /// Connections open now.
     pub open: u64,
-    /// True when a connection established at the previous reading still is:
-    /// the network holds connections open (a replica that listens, a slow
-    /// cluster, or a black hole), rather than resetting or refusing them.
+    /// True when a connection is established: the network holds connections
+    /// open (a replica that listens, a slow cluster, a black hole, a proxy),
+    /// rather than resetting or refusing them (a connection reset as it is
+    /// accepted is established for a moment only, and a refused or dropped
+    /// one never).
     pub held: bool,
 }
 
@@ -92,7 +87,7 @@ impl ReplicaConnections {
         let tallies = (replicas.iter())
             .map(|&replica| Tally {
                 replica,
-                known: Mutex::new(Known::default()),
+                known: Mutex::new(HashSet::new()),
                 open: AtomicU64::new(0),
                 opened: AtomicU64::new(0),
                 opened_cut_off: AtomicU64::new(0),
@@ -115,13 +110,9 @@ impl ReplicaConnections {
         for tally in &self.tallies {
             let ours = || table.iter().filter(|socket| socket.peer == tally.replica);
             let open: HashSet<u64> = ours().map(|socket| socket.inode).collect();
-            let established: HashSet<u64> = (ours())
-                .filter(|socket| socket.state == TCP_ESTABLISHED)
-                .map(|socket| socket.inode)
-                .collect();
             let mut known = tally.known.lock().expect("connections lock");
-            let opened = open.difference(&known.open).count() as u64;
-            let closed = known.open.difference(&open).count() as u64;
+            let opened = open.difference(&known).count() as u64;
+            let closed = known.difference(&open).count() as u64;
             tally.opened.fetch_add(opened, Ordering::Relaxed);
             if cut_off {
                 tally.opened_cut_off.fetch_add(opened, Ordering::Relaxed);
@@ -129,8 +120,8 @@ impl ReplicaConnections {
             tally.closed.fetch_add(closed, Ordering::Relaxed);
             tally.open.store(open.len() as u64, Ordering::Relaxed);
             reading.open += open.len() as u64;
-            reading.held |= established.intersection(&known.established).next().is_some();
-            *known = Known { open, established };
+            reading.held |= ours().any(|socket| socket.state == TCP_ESTABLISHED);
+            *known = open;
         }
         reading
     }
@@ -255,11 +246,11 @@ mod tests {
         let _elsewhere = TcpStream::connect(other.local_addr().expect("address")).expect("connect");
         let reading = connections.read(true);
         assert_eq!(reading.open, 2, "only the replica's, and only ours");
-        assert!(!reading.held, "established for one reading only");
+        assert!(reading.held, "established");
         drop(first);
         let reading = connections.read(false);
         assert_eq!(reading.open, 1);
-        assert!(reading.held, "the second stayed established");
+        assert!(reading.held, "the second is still established");
         let counts = &connections.counts()[0];
         assert_eq!(
             (counts.open, counts.opened, counts.opened_cut_off, counts.closed),
@@ -274,16 +265,19 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn connections_reset_as_they_open_are_never_seen_held() {
-        let resetting = TcpListener::bind("127.0.0.1:0").expect("a port");
-        let replica = resetting.local_addr().expect("address");
+    fn a_connection_its_peer_closed_is_not_held_and_one_it_keeps_is() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a port");
+        let replica = listener.local_addr().expect("address");
         let connections = ReplicaConnections::new(&[replica]);
-        for _ in 0..3 {
-            let client = TcpStream::connect(replica).expect("connect");
-            drop(resetting.accept().expect("accept"));
-            drop(client);
-            assert!(!connections.read(true).held);
-        }
-        assert_eq!(connections.counts()[0].open, 0);
+        let closed = TcpStream::connect(replica).expect("connect");
+        drop(listener.accept().expect("accept"));
+        // Our end stays open, its peer gone: not a connection the network holds.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let reading = connections.read(true);
+        assert_eq!((reading.open, reading.held), (1, false));
+        let _kept = TcpStream::connect(replica).expect("connect");
+        let _accepted = listener.accept().expect("accept");
+        assert!(connections.read(true).held);
+        drop(closed);
     }
 }
