@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::directory_body::Fields;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::ui::Access;
+use crate::console::access::Access;
 
 /// Refuses every tenant and key route where the console is off (no admin
 /// token on a listener beyond loopback), and before the directory is open.

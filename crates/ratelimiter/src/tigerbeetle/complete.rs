@@ -100,7 +100,7 @@ impl TigerBeetleBackend {
             }
         }
         match settled {
-            Some(Round::Written) => self.count_overages(lease, &chain),
+            Some(Round::Written) => self.count_overages(&chain),
             Some(_) => {}
             None => {
                 tracing::error!(lease = %lease, rounds = COMPLETE_ROUNDS_MAX, "complete did not settle");
@@ -297,7 +297,7 @@ impl TigerBeetleBackend {
     }
 
     /// Counts what a written chain dropped and recorded as debt.
-    fn count_overages(&self, lease: LeaseId, chain: &CompleteChain) {
+    fn count_overages(&self, chain: &CompleteChain) {
         if chain.dropped_units > 0 {
             tracing::info!(units = chain.dropped_units, "overage dropped (overage: none)");
             self.overage_dropped_units
