@@ -15,10 +15,10 @@ use axum::Json;
 use ratelimiter::directory::{CreatedKey, Directory, KeyLimits, KeySpec, TenantFields, TenantPatch, TenantRecord};
 use serde_json::{json, Value};
 
+use crate::console::access::Access;
 use crate::directory_body::Fields;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::console::access::Access;
 
 /// Refuses every tenant and key route where the console is off (no admin
 /// token on a listener beyond loopback), and before the directory is open.
