@@ -79,11 +79,14 @@ impl Default for ClientTimeouts {
 }
 
 impl ClientTimeouts {
-    /// The limiter listener's timeouts of `config` (`server.client_*_timeout_ms`).
-    pub fn of_server(config: &crate::config::ServerConfig) -> Self {
+    /// The limiter listener's timeouts (`server.client_header_timeout_ms` and
+    /// `server.client_write_timeout_ms`). Takes the values rather than the
+    /// configuration, whose defaults are this module's constants: the two
+    /// modules do not import each other.
+    pub fn of_server(header_timeout_ms: u64, write_timeout_ms: u64) -> Self {
         Self {
-            header_read: Duration::from_millis(config.client_header_timeout_ms),
-            write_stall: Some(Duration::from_millis(config.client_write_timeout_ms)),
+            header_read: Duration::from_millis(header_timeout_ms),
+            write_stall: Some(Duration::from_millis(write_timeout_ms)),
         }
     }
 }

@@ -80,7 +80,10 @@ impl ServeOptions {
             connections_max: config.server.connections_max,
             snapshot_interval: (config.memory.snapshot_interval_ms > 0)
                 .then(|| Duration::from_millis(config.memory.snapshot_interval_ms)),
-            timeouts: connections::ClientTimeouts::of_server(&config.server),
+            timeouts: connections::ClientTimeouts::of_server(
+                config.server.client_header_timeout_ms,
+                config.server.client_write_timeout_ms,
+            ),
         }
     }
 }

@@ -540,9 +540,10 @@ fn sums_and_actuals_near_u64_max_neither_wrap_nor_crash() {
     }
     assert_eq!(f.report(max2)["in_use"], json!(max));
 
-    // An actual of u64::MAX on a key where others hold units: the overage can
-    // never fit; under `debt` it becomes debt (saturating), under `none` it is dropped.
+    // An actual of u64::MAX is more than the documented multiple of any
+    // capacity (`ACTUAL_CAPACITY_MULTIPLE_MAX`): refused, and nothing changes.
     for key in [debt, rolling] {
+        let before = f.report(key)["in_use"].as_u64().unwrap();
         for _ in 0..2 {
             let l = lease();
             assert_eq!(
@@ -550,20 +551,20 @@ fn sums_and_actuals_near_u64_max_neither_wrap_nor_crash() {
                 true
             );
             let done = f.complete(&l, json!([{"key": key, "actual_amount": max}]));
-            assert_eq!(
-                (done.status, done.json()),
-                (200, json!({"ok": true})),
-                "logs:\n{}",
-                f.logs()
+            assert_eq!(done.status, 400, "{}; logs:\n{}", done.text(), f.logs());
+            assert!(
+                done.json()["error"].as_str().unwrap().starts_with("invalid_request: "),
+                "{}",
+                done.text()
             );
         }
         let report = f.report(key);
-        assert_eq!(report["in_use"], 20, "{report}");
-        let debt = if key == debt { max } else { 0 };
-        assert_eq!(report["debt"], json!(debt), "{report}");
+        assert_eq!(report["in_use"], json!(before + 10), "{report}");
+        assert_eq!(report["debt"], json!(0), "{report}");
         // The accounting is intact: exactly the rest of the capacity is granted.
+        let rest = 1000 - before - 10;
         assert_eq!(
-            f.reserve(&lease(), json!([{"key": key, "amount": 980}])).json()["allowed"],
+            f.reserve(&lease(), json!([{"key": key, "amount": rest}])).json()["allowed"],
             true
         );
         assert_eq!(

@@ -72,6 +72,9 @@ fn call(daemon: &Daemon, method: &str, path: &str, body: &str, authorization: Op
         bytes.extend_from_slice(value);
         bytes.extend_from_slice(b"\r\n");
     }
+    if !body.is_empty() {
+        bytes.extend_from_slice(b"content-type: application/json\r\n");
+    }
     bytes.extend_from_slice(format!("content-length: {}\r\n\r\n{body}", body.len()).as_bytes());
     raw::exchange(daemon.addr, &bytes).unwrap_or_else(|e| panic!("{method} {path}: no answer: {e}"))
 }
