@@ -473,7 +473,11 @@ fn a_connection_past_the_limit_replaces_the_idle_one() {
     let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n");
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
-    assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
     let mut rest = Vec::new();
     let read = holder.read_to_end(&mut rest);
     assert!(
