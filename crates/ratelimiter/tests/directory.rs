@@ -5,7 +5,7 @@
 //! deletion, and the bound on reads a flood of unknown keys causes.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -269,12 +269,17 @@ fn a_key_ordered_after_its_tenants_deletion_never_works() {
 struct SharedStore {
     inner: FileStore,
     reads: AtomicU64,
+    /// True while the store does not answer, as a cluster that is down.
+    down: AtomicBool,
 }
 
 #[async_trait]
 impl DirectoryStore for SharedStore {
     async fn read_new(&self) -> Result<Vec<Recorded>, DirectoryError> {
         self.reads.fetch_add(1, Ordering::Relaxed);
+        if self.down.load(Ordering::Relaxed) {
+            return Err(DirectoryError::Unavailable { retry_after_ms: 100 });
+        }
         self.inner.read_new().await
     }
     async fn append(&self, change: &Change, previous_version: u64) -> Result<Appended, DirectoryError> {
@@ -290,6 +295,7 @@ async fn a_flood_of_unknown_keys_reads_the_store_at_most_once_per_interval() {
     let store = Arc::new(SharedStore {
         inner: FileStore::open(temp_file("flood")).unwrap(),
         reads: AtomicU64::new(0),
+        down: AtomicBool::new(false),
     });
     let clock = FakeClock::new(1_700_000_000_000);
     let directory = Arc::new(
@@ -330,4 +336,27 @@ async fn a_flood_of_unknown_keys_reads_the_store_at_most_once_per_interval() {
         started.elapsed()
     );
     assert_eq!(directory.unknown_key_reads(), reads);
+}
+
+#[tokio::test]
+async fn a_shared_store_down_at_start_opens_and_is_read_once_it_answers() {
+    let path = temp_file("down-at-start");
+    let clock = FakeClock::new(1_700_000_000_000);
+    // Another server of the fleet made a key while this one was away.
+    let other = open(&path, &clock, Vec::new()).await;
+    other.create_tenant("acme", TenantFields::default()).await.unwrap();
+    let made = other.create_key(&spec("acme")).await.unwrap();
+    let store = Arc::new(SharedStore {
+        inner: FileStore::open(&path).unwrap(),
+        reads: AtomicU64::new(0),
+        down: AtomicBool::new(true),
+    });
+    let directory = Directory::open(store.clone(), Arc::new(clock), Vec::new())
+        .await
+        .expect("a fleet's server starts while its cluster is down");
+    assert_eq!(directory.authenticate(&made.key.text).await.unwrap_err(), Refusal::Unknown);
+    store.down.store(false, Ordering::Relaxed);
+    tokio::time::sleep(std::time::Duration::from_millis(UNKNOWN_KEY_READ_INTERVAL_MS)).await;
+    let found = directory.authenticate(&made.key.text).await.unwrap();
+    assert_eq!(found.tenant.name, "acme");
 }

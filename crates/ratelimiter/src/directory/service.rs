@@ -73,7 +73,9 @@ pub struct Directory {
 
 impl Directory {
     /// Opens the directory of `store` with the YAML's tenants, reads every
-    /// change recorded, and compacts the store when it is worth it.
+    /// change recorded, and compacts the store when it is worth it. A shared
+    /// store that does not answer yet is read later by the periodic read
+    /// ([`Directory::start_refresh`]); a local one must answer now.
     pub async fn open(
         store: Arc<dyn DirectoryStore>,
         clock: Arc<dyn Clock>,
@@ -90,7 +92,18 @@ impl Directory {
             unknown_reads: tokio::sync::Mutex::new(None),
             counters: Counters::default(),
         };
-        directory.refresh().await?;
+        match directory.refresh().await {
+            Ok(()) => {}
+            // A fleet's server starts while its cluster is down, as it does
+            // for its limits: it admits nothing until the cluster answers, and
+            // its periodic read loads the directory then. A key it meets
+            // before is read for at once, as an unknown key is.
+            Err(DirectoryError::Unavailable { .. }) if directory.store.shared() => {
+                tracing::warn!("the gateway's tenants and keys are not read yet: the cluster does not answer; will retry");
+                return Ok(directory);
+            }
+            Err(e) => return Err(e),
+        }
         let records = directory.snapshot_changes();
         directory.store.compact(records).await?;
         Ok(directory)
