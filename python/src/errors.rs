@@ -62,6 +62,31 @@ pub fn panicked(py: Python<'_>, payload: &(dyn std::any::Any + Send)) -> PyErr {
     )
 }
 
+/// A `LimiterUnavailableError`: nothing was reserved for sure or the outcome
+/// is unknown, and the same lease id is what makes the retry safe.
+fn retry_same_lease(py: Python<'_>, message: String, lease_id: Option<LeaseId>, retry_after_ms: u64) -> PyErr {
+    let retry = retry_after_ms
+        .into_pyobject(py)
+        .expect("int converts")
+        .into_any()
+        .unbind();
+    let lease = match lease_id {
+        Some(id) => id
+            .to_string()
+            .into_pyobject(py)
+            .expect("str converts")
+            .into_any()
+            .unbind(),
+        None => py.None(),
+    };
+    build(
+        py,
+        "LimiterUnavailableError",
+        message,
+        &[("lease_id", lease), ("retry_after_ms", retry)],
+    )
+}
+
 /// Maps a limiter's operating error to its exception. `lease_id` is the lease
 /// the call was about, carried by retryable errors so the caller retries it.
 pub fn limiter_error(py: Python<'_>, error: LimiterError, lease_id: Option<LeaseId>) -> PyErr {
@@ -85,40 +110,18 @@ pub fn limiter_error(py: Python<'_>, error: LimiterError, lease_id: Option<Lease
         LimiterError::TooManyLeases {
             retry_after_ms,
             message,
-        } => {
-            let retry = retry_after_ms
-                .into_pyobject(py)
-                .expect("int converts")
-                .into_any()
-                .unbind();
-            let lease = match lease_id {
-                Some(id) => text(id.to_string()),
-                None => py.None(),
-            };
-            build(
-                py,
-                "LimiterUnavailableError",
-                format!("too_many_leases: {message}; retry with the same lease id"),
-                &[("lease_id", lease), ("retry_after_ms", retry)],
-            )
-        }
-        LimiterError::Unavailable { retry_after_ms } => {
-            let retry = retry_after_ms
-                .into_pyobject(py)
-                .expect("int converts")
-                .into_any()
-                .unbind();
-            let lease = match lease_id {
-                Some(id) => text(id.to_string()),
-                None => py.None(),
-            };
-            build(
-                py,
-                "LimiterUnavailableError",
-                "backend_unavailable: the outcome is unknown; retry with the same lease id".to_owned(),
-                &[("lease_id", lease), ("retry_after_ms", retry)],
-            )
-        }
+        } => retry_same_lease(
+            py,
+            format!("too_many_leases: {message}; retry with the same lease id"),
+            lease_id,
+            retry_after_ms,
+        ),
+        LimiterError::Unavailable { retry_after_ms } => retry_same_lease(
+            py,
+            "backend_unavailable: the outcome is unknown; retry with the same lease id".to_owned(),
+            lease_id,
+            retry_after_ms,
+        ),
         LimiterError::Backend(message) => build(py, "BackendError", format!("backend_error: {message}"), &[]),
     }
 }

@@ -238,3 +238,27 @@ fn a_put_without_an_answer_bounds_by_the_larger_capacity() {
     assert_eq!(verdict.violations_total, 1, "{verdict:?}");
     assert_eq!(verdict.violations[0].capacity, 6);
 }
+
+#[test]
+fn a_sample_is_held_to_the_largest_capacity_in_force_while_it_was_read() {
+    // The state says 10, but an increase to 20 was answered while the sample
+    // read its balances: 15 in use is what a correct server may show, 21 is not.
+    let (limits, mut records) = setup();
+    records.changes.push(change(ROLLING, 50, 52, 20, 0));
+    let sample = |in_use| Observation {
+        limit: ROLLING,
+        sent_ms: 49,
+        answered_ms: 53,
+        capacity: 10,
+        active: true,
+        in_use,
+    };
+    records.observations.push(sample(15));
+    assert!(
+        check(&limits, &records).anomalies.is_empty(),
+        "{:?}",
+        check(&limits, &records)
+    );
+    records.observations.push(sample(21));
+    assert_eq!(check(&limits, &records).anomalies.len(), 1);
+}

@@ -87,16 +87,9 @@ pub fn check(limits: &[LimitSpec], records: &Records) -> Verdict {
     let mut verdict = Verdict::default();
     let completions = first_completions(&records.completions);
     check_grants_unique(&records.grants, &mut verdict);
-    for observation in &records.observations {
-        if observation.in_use > observation.capacity && verdict.anomalies.len() < VIOLATIONS_KEPT_MAX {
-            verdict.anomalies.push(format!(
-                "{} reported in_use {} over capacity {} at {}",
-                limits[observation.limit].key, observation.in_use, observation.capacity, observation.answered_ms
-            ));
-        }
-    }
     for (index, spec) in limits.iter().enumerate() {
         let bounds = capacity_bounds(index, records);
+        check_samples(index, spec, records, &bounds.points, &mut verdict);
         let events = hold_events(index, spec, &records.grants, &completions);
         let mut summary = sweep(spec, &events, &bounds.points, &mut verdict);
         summary.decreases = bounds.decreases;
@@ -241,6 +234,33 @@ fn sweep(spec: &LimitSpec, events: &[Event], bounds: &[(u64, u64)], verdict: &mu
         }
     }
     summary
+}
+
+/// Flags the samples of limit `index` that report more units in use than
+/// any capacity that could be in force while they were read. A sample's state
+/// and its balances are not read at one instant on every backend (on
+/// TigerBeetle the states, then the accounts), so a change answered between
+/// the two may show a capacity that was not the one the units were held
+/// under: the bound over the whole request is what a correct server keeps.
+fn check_samples(index: usize, spec: &LimitSpec, records: &Records, points: &[(u64, u64)], verdict: &mut Verdict) {
+    for observation in records.observations.iter().filter(|o| o.limit == index) {
+        let bound = bound_between(points, observation.sent_ms, observation.answered_ms);
+        if observation.in_use > bound && verdict.anomalies.len() < VIOLATIONS_KEPT_MAX {
+            verdict.anomalies.push(format!(
+                "{} reported in_use {} over capacity {} (at most {bound} in force from {} to {})",
+                spec.key, observation.in_use, observation.capacity, observation.sent_ms, observation.answered_ms
+            ));
+        }
+    }
+}
+
+/// The largest capacity bound in force at any instant of `[from_ms, to_ms]`.
+fn bound_between(points: &[(u64, u64)], from_ms: u64, to_ms: u64) -> u64 {
+    let inside = points
+        .iter()
+        .filter(|&&(at, _)| at > from_ms && at <= to_ms)
+        .map(|&(_, most)| most);
+    inside.fold(bound_at(points, from_ms), u64::max)
 }
 
 /// The capacity bound at `at_ms`: the value of the last point at or before it.
