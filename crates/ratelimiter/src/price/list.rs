@@ -1,8 +1,9 @@
 //! The compiled list of providers' list prices (docs/prices.md, "List prices"): used
 //! for a model whose configuration gives no price. Each row names the provider's
-//! pricing page it was read from and the day it was read. A model whose price could
-//! not be read from its provider's own page is left out rather than guessed: its
-//! configuration must give a price, or budgets refuse it ([`super::resolve_price`]).
+//! pricing page it comes from and the day it was read (from the page itself, or from
+//! copies of it that agree, as each provider's constant says). A model whose price
+//! could not be verified so is left out rather than guessed: its configuration must
+//! give a price, or budgets refuse it ([`super::resolve_price`]).
 //!
 //! Prices are the standard (pay-as-you-go, non-batch) rates for prompts within the
 //! model's standard context window; a deployment billed otherwise (batch, a
