@@ -273,7 +273,13 @@ mod tests {
         assert_eq!(gpt_4o.price.input_micro_usd_per_mtok(), 2_500_000);
         assert_eq!(gpt_4o.price.cache_read_micro_usd_per_mtok(), 1_250_000);
         assert_eq!(gpt_4o.price.output_micro_usd_per_mtok(), 10 * USD);
-        assert_eq!(list_price("openai", "gpt-5-mini").unwrap().price.output_micro_usd_per_mtok(), 2 * USD);
+        assert_eq!(
+            list_price("openai", "gpt-5-mini")
+                .unwrap()
+                .price
+                .output_micro_usd_per_mtok(),
+            2 * USD
+        );
         // A dated OpenAI snapshot may be priced otherwise (gpt-4o-2024-05-13 was $5/$15).
         assert!(list_price("openai", "gpt-4o-2024-05-13").is_none());
         assert!(list_price("openai", "gpt-4o-2024-08-06").is_none());
@@ -281,6 +287,9 @@ mod tests {
         let flash = list_price("gemini", "gemini-2.5-flash").expect("listed");
         assert_eq!(flash.price.input_micro_usd_per_mtok(), 300_000);
         assert_eq!(flash.price.output_micro_usd_per_mtok(), 2_500_000);
-        assert!(list_price("gemini", "gemini-2.5-pro").is_none(), "tiered by prompt length: left out");
+        assert!(
+            list_price("gemini", "gemini-2.5-pro").is_none(),
+            "tiered by prompt length: left out"
+        );
     }
 }
