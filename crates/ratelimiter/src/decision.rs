@@ -47,11 +47,25 @@ where
     })
 }
 
-/// The answer to a requirement of a limit with a calendar period that does not fit
-/// now and cannot fit before the period ends (docs/decisions.md, "Reserve
-/// precedence", row 7): final, as an amount above the whole capacity is, since no
-/// retry can be granted before the period's boundary frees everything at once. It
-/// is `exceeds_capacity:<key>` with no retry hint, which callers already treat as
+/// Whether a requirement of `amount` on a limit with a calendar period, which does
+/// not fit now, can never be granted in this period (docs/decisions.md, "Reserve
+/// precedence", row 7): `settled_units` are held to the period's end by calls already
+/// completed (their reservations reconciled to what they used), and only they
+/// certainly stay. If every call still in flight reported a usage of 0 and every hold
+/// that ends before the boundary ended, `capacity - settled_units` would be free; when
+/// even that is less than `amount`, no retry can succeed before the boundary. Otherwise
+/// the answer is "not now": in-flight calls may free room when they complete.
+///
+/// Both backends decide with this comparison; what they supply is the settled units
+/// (the memory backend from its holds, TigerBeetle from the key's settled account).
+pub fn period_is_spent(capacity: u64, settled_units: u64, amount: u64) -> bool {
+    amount > capacity.saturating_sub(settled_units)
+}
+
+/// The answer to a requirement of a limit with a calendar period whose period is
+/// spent ([`period_is_spent`]): final, as an amount above the whole capacity is,
+/// since no retry can be granted before the period's boundary. It is
+/// `exceeds_capacity:<key>` with no retry hint, which callers already treat as
 /// "never" (a gateway answers 429 with `x-should-retry: false`). Unlike row 5 it
 /// follows a real attempt, so it burns the lease id, as row 7 does.
 pub fn period_exhausted(key: LimitKey) -> Denial {
@@ -247,6 +261,20 @@ mod tests {
             reconcile(Rolling, 10, Some(13), true),
             Reconcile::OverageAfterWindow { extra: 3 }
         );
+    }
+
+    #[test]
+    fn a_period_is_spent_only_by_what_completed_calls_hold() {
+        // $20 a day: $15 settled; a $5 call may still wait for in-flight calls.
+        assert!(!period_is_spent(20, 15, 5));
+        assert!(period_is_spent(20, 15, 6), "more than what the settled spend leaves");
+        assert!(
+            !period_is_spent(20, 0, 20),
+            "nothing settled: in-flight calls may free it all"
+        );
+        assert!(period_is_spent(20, 25, 1), "settled beyond the capacity (overage)");
+        assert!(period_is_spent(u64::MAX, u64::MAX, 1));
+        assert!(!period_is_spent(u64::MAX, 0, u64::MAX));
     }
 
     #[test]

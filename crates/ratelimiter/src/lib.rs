@@ -93,6 +93,7 @@ pub mod recent_ids;
 pub mod registry;
 pub mod retry;
 pub mod scheduler;
+pub mod spend;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod tigerbeetle;

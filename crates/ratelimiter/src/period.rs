@@ -94,7 +94,7 @@ impl Period {
 /// The (year, month 1..=12, day 1..=31) of day `days` of Unix time, in the
 /// proleptic Gregorian calendar (H. Hinnant's `civil_from_days`, restricted to
 /// days from 1970 on, which is all a `u64` Unix time can name).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
+pub(crate) fn civil_from_days(days: u64) -> (u64, u64, u64) {
     // Shifted so that eras of 400 years start on 0000-03-01.
     let z = days + 719_468;
     let era = z / 146_097;
@@ -110,7 +110,7 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 
 /// Day of Unix time of `year`-`month`-`day` (the inverse of [`civil_from_days`];
 /// `year` at least 1970).
-fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+pub(crate) fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
     let year = if month <= 2 { year - 1 } else { year };
     let era = year / 400;
     let yoe = year - era * 400;

@@ -269,17 +269,19 @@ impl From<RollingBackoffPolicy> for RollingBackoffFields {
 impl RetryPolicy {
     /// The hint (docs/retry-hints.md, "ADR 0010 backoff") for one failing requirement of
     /// `definition`, after `streak` earlier denials of its key, jitter included.
+    ///
+    /// A limit with a calendar period denies "not now" only while calls in flight
+    /// hold part of it ([`crate::decision::period_is_spent`]): room comes back when
+    /// they complete, as on a concurrency limit, not on a window's time scale, so it
+    /// takes the concurrency backoff.
     pub fn retry_after_ms(&self, definition: &LimitDefinition, streak: u32, jitter: &Jitter) -> u64 {
-        match definition.kind() {
-            LimitKind::Concurrency => {
-                let backoff_ms = self.concurrency.backoff_ms(definition.hold_ms(), streak);
-                backoff_ms + jitter.sample_ms(self.concurrency.fields.jitter_ms)
-            }
-            LimitKind::Rolling | LimitKind::Bucket => {
-                let backoff_ms = self.rolling.backoff_ms(definition.hold_ms(), streak);
-                backoff_ms + jitter.sample_ms(self.rolling.fields.jitter_ms)
-            }
+        let completes_free_room = definition.kind() == LimitKind::Concurrency || definition.period().is_some();
+        if completes_free_room {
+            let backoff_ms = self.concurrency.backoff_ms(definition.hold_ms(), streak);
+            return backoff_ms + jitter.sample_ms(self.concurrency.fields.jitter_ms);
         }
+        let backoff_ms = self.rolling.backoff_ms(definition.hold_ms(), streak);
+        backoff_ms + jitter.sample_ms(self.rolling.fields.jitter_ms)
     }
 
     /// The jitter bound of `kind`, for hints computed elsewhere (the memory
@@ -585,6 +587,19 @@ mod tests {
         assert_eq!(policy.retry_after_ms(&ten, 0, &jitter), 1000);
         assert_eq!(policy.retry_after_ms(&ten, 1, &jitter), 1500);
         assert_eq!(policy.retry_after_ms(&ten, 50, &jitter), 5000);
+    }
+
+    #[test]
+    fn a_period_waits_for_completes_as_a_concurrency_limit_does() {
+        let policy = no_jitter();
+        let jitter = Jitter::seeded(1);
+        let day = LimitDefinition::per_period(key("budget"), 20, crate::Period::Day).unwrap();
+        let hints: Vec<u64> = (0..8).map(|s| policy.retry_after_ms(&day, s, &jitter)).collect();
+        assert_eq!(
+            hints,
+            [50, 100, 200, 400, 800, 1600, 2000, 2000],
+            "not a day's window fraction"
+        );
     }
 
     #[test]

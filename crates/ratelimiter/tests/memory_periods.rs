@@ -1,7 +1,9 @@
 //! Limits with a calendar period on the memory backend (docs/decisions.md, "Model"),
 //! on a fake clock: every hold ends at the period's end in UTC, the limit resets at
 //! the boundary and not a millisecond before, a reconciled reservation keeps that
-//! end, and what cannot fit before the period ends is refused as final.
+//! end, and a denial is final ("never") only when what completed calls settled
+//! leaves no room for the amount; while calls in flight hold the room, it is
+//! "not now", with a retry hint.
 
 use std::sync::Arc;
 
@@ -75,15 +77,24 @@ async fn resets_exactly_at(period: Period, start: u64, boundary: u64) {
     // Reconciled to less: the difference is free at once, the rest still held to the boundary.
     complete(&backend, lease, CAPACITY - 1_000).await;
     assert_eq!(in_use(&backend).await, CAPACITY - 1_000, "{period}");
+    let last = LeaseId::generate();
     assert!(
-        granted(&reserve(&backend, 1_000).await),
+        granted(&reserve_held(&backend, last, 1_000, None).await),
         "{period}: the reconciled room"
     );
+    assert!(
+        matches!(
+            reserve(&backend, 1).await,
+            ReserveOutcome::Denied(Denial::InsufficientCapacity { .. })
+        ),
+        "{period}: a call in flight may still free room: not now"
+    );
+    complete(&backend, last, 1_000).await;
     clock.advance_ms(boundary - 1 - start);
     assert_eq!(
         reserve(&backend, 1).await,
         ReserveOutcome::Denied(Denial::ExceedsCapacity { key: key() }),
-        "{period}: spent until the period ends, and said to be final"
+        "{period}: settled until the period ends, and said to be final"
     );
     assert_eq!(
         in_use(&backend).await,
@@ -124,13 +135,22 @@ async fn a_month_budget_resets_on_the_first_utc() {
     resets_exactly_at(Period::Month, SAT_2026_11_28, TUE_2026_12_01).await;
 }
 
+/// The retry hint of a denial; panics on a grant.
+fn retry_hint_ms(outcome: &ReserveOutcome) -> u64 {
+    match outcome {
+        ReserveOutcome::Denied(denial) => denial.retry_after_ms(),
+        ReserveOutcome::Allowed { .. } => panic!("granted"),
+    }
+}
+
 #[tokio::test]
-async fn only_what_cannot_fit_before_the_period_ends_is_final() {
+async fn a_hold_ending_before_the_boundary_makes_a_denial_transient() {
     let clock = FakeClock::new(SAT_2026_11_28);
     let backend = backend(&clock, Period::Day).await;
-    // A hold of its own 10 s ends long before midnight: what waits for it is "not now".
-    let paused = reserve_held(&backend, LeaseId::generate(), CAPACITY, Some(10_000)).await;
-    assert!(granted(&paused));
+    // A hold of its own 10 s, completed: settled, but it ends long before midnight.
+    let paused = LeaseId::generate();
+    assert!(granted(&reserve_held(&backend, paused, CAPACITY, Some(10_000)).await));
+    complete(&backend, paused, CAPACITY).await;
     match reserve(&backend, 1).await {
         ReserveOutcome::Denied(Denial::InsufficientCapacity { key: k, retry_after_ms }) => {
             assert_eq!(k, key());
@@ -140,16 +160,81 @@ async fn only_what_cannot_fit_before_the_period_ends_is_final() {
     }
     clock.advance_ms(10_000);
     assert!(granted(&reserve(&backend, CAPACITY).await));
-    // Now everything is held to midnight: a retry cannot succeed today.
-    let denied = LeaseId::generate();
-    let never = reserve_held(&backend, denied, 1, None).await;
+}
+
+#[tokio::test]
+async fn in_flight_calls_make_a_denial_retryable_and_settled_spend_makes_it_final() {
+    let clock = FakeClock::new(SAT_2026_11_28 + 12 * 3_600_000);
+    let backend = backend(&clock, Period::Day).await;
+    // The whole budget in flight: every unit may come back when the call completes.
+    let first = LeaseId::generate();
+    assert!(granted(&reserve_held(&backend, first, CAPACITY, None).await));
+    let not_now = reserve(&backend, CAPACITY).await;
+    assert!(
+        matches!(not_now, ReserveOutcome::Denied(Denial::InsufficientCapacity { .. })),
+        "{not_now:?}"
+    );
+    let hint = retry_hint_ms(&not_now);
+    assert!(
+        (50..=2_025).contains(&hint),
+        "retried on the backoff of Completes, not at midnight: {hint}"
+    );
+    // Completed at a quarter: $5 settled, the rest free at once.
+    complete(&backend, first, CAPACITY / 4).await;
+    let second = LeaseId::generate();
+    assert!(granted(&reserve_held(&backend, second, CAPACITY / 2, None).await));
+    // $5 settled, $10 in flight, $5 free: $10 more may come once the call completes.
+    let not_now = reserve(&backend, CAPACITY / 2 + 1).await;
+    assert!(
+        matches!(not_now, ReserveOutcome::Denied(Denial::InsufficientCapacity { .. })),
+        "{not_now:?}"
+    );
+    // Beyond what the settled $5 leaves, whatever the call in flight reports: never.
+    let never = reserve(&backend, CAPACITY * 3 / 4 + 1).await;
     assert_eq!(never, ReserveOutcome::Denied(Denial::ExceedsCapacity { key: key() }));
-    if let ReserveOutcome::Denied(denial) = &never {
-        assert_eq!(denial.retry_after_ms(), 0, "no retry hint");
-    }
+    // Completed without an actual: its whole reservation is settled.
+    let no_actual = CompleteRequest::new(second, None, Vec::new()).unwrap();
+    backend.complete(&no_actual).await.unwrap();
+    let denied = LeaseId::generate();
+    let final_answer = reserve_held(&backend, denied, CAPACITY / 4 + 1, None).await;
+    assert_eq!(
+        final_answer,
+        ReserveOutcome::Denied(Denial::ExceedsCapacity { key: key() })
+    );
+    assert_eq!(retry_hint_ms(&final_answer), 0, "no retry hint");
     assert_eq!(
         reserve_held(&backend, denied, 1, None).await,
         ReserveOutcome::Denied(Denial::LeaseAlreadyFailed),
         "a real attempt: the lease id is burnt, as on TigerBeetle"
+    );
+    assert!(
+        granted(&reserve(&backend, CAPACITY / 4).await),
+        "what the settled $15 leaves"
+    );
+    // Midnight: a new period, nothing settled.
+    clock.advance_ms(12 * 3_600_000);
+    assert!(granted(&reserve(&backend, CAPACITY).await));
+}
+
+#[tokio::test]
+async fn a_restored_lease_is_still_in_flight() {
+    let clock = FakeClock::new(SAT_2026_11_28);
+    let first = backend(&clock, Period::Day).await;
+    let lease = LeaseId::generate();
+    assert!(granted(&reserve_held(&first, lease, CAPACITY, None).await));
+    let snapshot = first.snapshot();
+    let second = backend(&clock, Period::Day).await;
+    second.restore(&snapshot).unwrap();
+    assert!(
+        matches!(
+            reserve(&second, 1).await,
+            ReserveOutcome::Denied(Denial::InsufficientCapacity { .. })
+        ),
+        "the restored call may still complete below its reservation"
+    );
+    complete(&second, lease, CAPACITY).await;
+    assert_eq!(
+        reserve(&second, 1).await,
+        ReserveOutcome::Denied(Denial::ExceedsCapacity { key: key() })
     );
 }

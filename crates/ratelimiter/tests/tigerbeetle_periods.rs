@@ -1,8 +1,10 @@
 //! Limits with a calendar period on TigerBeetle (docs/tigerbeetle-backend.md,
 //! "Calendar periods"): a reservation's pending timeout runs to the period's end,
 //! computed from the server's injected clock; Complete's re-reservation ends there
-//! too; a day budget refuses as final what does not fit, and resets when the
-//! boundary passes. The server's clock is a [`FakeClock`] set just before a UTC
+//! too; a day budget refuses what does not fit as "not now" while calls in flight
+//! hold it and as final once completed calls settled it (read from the key's
+//! settled account), and resets when the boundary passes, its settled account
+//! with it. The server's clock is a [`FakeClock`] set just before a UTC
 //! midnight; the cluster is real.
 
 #![cfg(feature = "tigerbeetle")]
@@ -48,6 +50,18 @@ async fn timeout_of(id: u128) -> (u32, u64) {
     (transfer.timeout(), end_ns)
 }
 
+/// What completed calls hold on the period key `key`: its settled account's
+/// pending debits.
+async fn settled(key: &LimitKey) -> u64 {
+    let client = tb::Client::new(0, tigerbeetle_common::cluster().address()).unwrap();
+    let found = client
+        .lookup_accounts(vec![ids::settled_account_id(key)])
+        .await
+        .unwrap();
+    let account = found.first().expect("a period key has a settled account");
+    u64::try_from(account.debits_pending()).unwrap()
+}
+
 async fn granted(backend: &TigerBeetleBackend, lease: LeaseId, key: &LimitKey, amount: u64) {
     let outcome = backend.reserve(&reserve_lease(lease, &[(key, amount)])).await.unwrap();
     assert!(matches!(outcome, ReserveOutcome::Allowed { .. }), "{outcome:?}");
@@ -65,11 +79,10 @@ async fn a_day_budget_is_held_to_midnight_refuses_what_does_not_fit_and_resets()
     let (timeout, original_end_ns) = timeout_of(ids::reservation_id(lease, 0)).await;
     assert_eq!(timeout, 3, "the seconds to midnight, not a day");
 
-    let never = backend.reserve(&reserve(&[(&key, 1)])).await.unwrap();
-    assert_eq!(
-        never,
-        ReserveOutcome::Denied(Denial::ExceedsCapacity { key: key.clone() }),
-        "final: nothing frees before midnight"
+    let not_now = backend.reserve(&reserve(&[(&key, 1)])).await.unwrap();
+    assert!(
+        matches!(not_now, ReserveOutcome::Denied(Denial::InsufficientCapacity { .. })),
+        "the call in flight may complete below its reservation: {not_now:?}"
     );
 
     // Reconciled to less: the rest is re-reserved to the same end, not a day.
@@ -86,13 +99,22 @@ async fn a_day_budget_is_held_to_midnight_refuses_what_does_not_fit_and_resets()
         (rereserved_end_ns - original_end_ns) / 1_000_000
     );
     assert_eq!(in_use(&backend, &key).await, CAPACITY - 100);
-    granted(&backend, LeaseId::generate(), &key, 100).await;
+    assert_eq!(settled(&key).await, CAPACITY - 100);
+    let last = LeaseId::generate();
+    granted(&backend, last, &key, 100).await;
+    backend.complete(&complete(last, &[(&key, 100)])).await.unwrap();
+    let never = backend.reserve(&reserve(&[(&key, 1)])).await.unwrap();
+    assert_eq!(
+        never,
+        ReserveOutcome::Denied(Denial::ExceedsCapacity { key: key.clone() }),
+        "final: completed calls settled the whole day"
+    );
 
     // Midnight passes for the server and the cluster: the budget is whole again,
     // and a reservation of the new day is held for all of it.
     clock.advance_ms(3_000);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3) + EXPIRY_SLACK;
-    while in_use(&backend, &key).await > 0 {
+    while in_use(&backend, &key).await > 0 || settled(&key).await > 0 {
         assert!(tokio::time::Instant::now() < deadline, "the day's holds did not expire");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -113,4 +135,63 @@ async fn week_and_month_holds_time_out_at_their_boundaries() {
         let (timeout, _) = timeout_of(ids::reservation_id(lease, 0)).await;
         assert_eq!(u64::from(timeout), days * DAY_MS / 1_000, "{period}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_calls_make_a_denial_retryable_and_settled_spend_makes_it_final() {
+    // Saturday noon UTC for the server: nothing expires during the test.
+    let clock = FakeClock::new(SAT_2026_11_28_MS + DAY_MS / 2);
+    let backend = backend_with(SubmitMode::Batching, Arc::new(clock)).await;
+    let key = define(&backend, Period::Day).await;
+    let first = LeaseId::generate();
+    granted(&backend, first, &key, CAPACITY).await;
+    match backend.reserve(&reserve(&[(&key, CAPACITY)])).await.unwrap() {
+        ReserveOutcome::Denied(Denial::InsufficientCapacity { key: k, retry_after_ms }) => {
+            assert_eq!(k, key);
+            assert!(
+                (50..=2_025).contains(&retry_after_ms),
+                "the backoff of Completes, not a window's: {retry_after_ms}"
+            );
+        }
+        other => panic!("expected not now, got {other:?}"),
+    }
+    // Completed at a quarter: that much settled, the rest free at once.
+    backend
+        .complete(&complete(first, &[(&key, CAPACITY / 4)]))
+        .await
+        .unwrap();
+    assert_eq!(settled(&key).await, CAPACITY / 4);
+    let second = LeaseId::generate();
+    granted(&backend, second, &key, CAPACITY / 2).await;
+    let not_now = backend.reserve(&reserve(&[(&key, CAPACITY / 2 + 1)])).await.unwrap();
+    assert!(
+        matches!(not_now, ReserveOutcome::Denied(Denial::InsufficientCapacity { .. })),
+        "{not_now:?}"
+    );
+    let never = backend
+        .reserve(&reserve(&[(&key, CAPACITY * 3 / 4 + 1)]))
+        .await
+        .unwrap();
+    assert_eq!(
+        never,
+        ReserveOutcome::Denied(Denial::ExceedsCapacity { key: key.clone() }),
+        "more than the settled quarter leaves, whatever the call in flight reports"
+    );
+    // Completed without an actual: the whole reservation stays, settled.
+    backend.complete(&complete(second, &[])).await.unwrap();
+    assert_eq!(settled(&key).await, CAPACITY * 3 / 4);
+    let never = backend.reserve(&reserve(&[(&key, CAPACITY / 4 + 1)])).await.unwrap();
+    assert_eq!(
+        never,
+        ReserveOutcome::Denied(Denial::ExceedsCapacity { key: key.clone() })
+    );
+    // A call above its reservation: the overage is reserved and settled too.
+    let third = LeaseId::generate();
+    granted(&backend, third, &key, CAPACITY / 8).await;
+    backend
+        .complete(&complete(third, &[(&key, CAPACITY / 4)]))
+        .await
+        .unwrap();
+    assert_eq!(settled(&key).await, CAPACITY);
+    assert_eq!(in_use(&backend, &key).await, CAPACITY);
 }

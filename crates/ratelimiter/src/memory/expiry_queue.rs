@@ -111,6 +111,16 @@ impl ExpiryQueue {
         }
     }
 
+    /// Gives back up to `units` of what is held until `expires_at_unix_ms`: all of
+    /// it when less is held there. For a record that may lag its holds (a limit's
+    /// in-flight record after its definition changed), where [`ExpiryQueue::release`]
+    /// would be a programming error.
+    pub fn release_up_to(&mut self, expires_at_unix_ms: u64, units: u64) {
+        if let Ok(i) = self.position(expires_at_unix_ms) {
+            self.release(expires_at_unix_ms, units.min(self.buckets[i].units));
+        }
+    }
+
     /// Milliseconds from `now_unix_ms` until at least `units` units have expired,
     /// or `None` when fewer are held. Walks only the instants that must pass.
     pub fn ms_until_released(&self, now_unix_ms: u64, units: u64) -> Option<u64> {
@@ -122,6 +132,16 @@ impl ExpiryQueue {
             }
         }
         None
+    }
+
+    /// Units held until `instant` or later (those that expire at or after it),
+    /// as of the last [`ExpiryQueue::expire`]. Walks from the latest instant back
+    /// over only those at or after `instant`.
+    pub fn units_from(&self, instant: u64) -> u64 {
+        (self.buckets.iter().rev())
+            .take_while(|b| b.expires_at_unix_ms >= instant)
+            .map(|b| b.units)
+            .sum()
     }
 
     /// Every instant kept with its units, earliest first: what a snapshot saves.
@@ -189,6 +209,23 @@ mod tests {
         assert_eq!(q.first_expiry_unix_ms(), Some(200));
         q.expire(200);
         assert_eq!(q.first_expiry_unix_ms(), None);
+    }
+
+    #[test]
+    fn units_from_counts_the_instants_at_or_after() {
+        let mut q = ExpiryQueue::default();
+        assert_eq!(q.units_from(0), 0);
+        q.hold(100, 1);
+        q.hold(200, 2);
+        q.hold(300, 4);
+        assert_eq!(q.units_from(0), 7);
+        assert_eq!(q.units_from(200), 6, "an instant equal to the bound counts");
+        assert_eq!(q.units_from(201), 4);
+        assert_eq!(q.units_from(301), 0);
+        q.release_up_to(300, 10);
+        assert_eq!(q.units_from(200), 2, "all that was held there, not more");
+        q.release_up_to(250, 1);
+        assert_eq!(q.in_use(), 3, "nothing held at that instant");
     }
 
     #[test]

@@ -13,6 +13,11 @@ pub struct Limit {
     state: LimitState,
     /// Rolling and concurrency holds, by expiry instant; empty for a bucket.
     holds: ExpiryQueue,
+    /// For a limit with a calendar period, the part of `holds` that calls still in
+    /// flight hold (reserved, not completed), by expiry instant: the rest is what
+    /// completed calls settled ([`Limit::settled_through_period_end`]). Empty for
+    /// other limits.
+    in_flight: ExpiryQueue,
     /// A bucket's level; `None` for the other kinds.
     bucket: Option<BucketLevel>,
     debt: u64,
@@ -63,6 +68,7 @@ impl Limit {
         Ok(Self {
             state,
             holds: ExpiryQueue::default(),
+            in_flight: ExpiryQueue::default(),
             bucket,
             debt: 0,
             streak: Streak::default(),
@@ -146,17 +152,42 @@ impl Limit {
         (self.state.definition()).hold_end_unix_ms(now_unix_ms, default_margin_ms)
     }
 
-    /// False when the limit has a calendar period and `units`, which do not fit
-    /// now, cannot fit before the period ends either: no hold on the key ends
-    /// early enough to make room (every hold of the period ends at its end), so
-    /// only the next period can grant them. True otherwise, a limit without a
-    /// period included. The caller expired old holds first.
-    pub fn fits_before_period_end(&self, now_unix_ms: u64, units: u64) -> bool {
-        let Some(period) = self.state.definition().period() else {
-            return true;
-        };
-        let wait_ms = self.exact_wait_ms(now_unix_ms, units);
-        now_unix_ms.saturating_add(wait_ms) < period.end_unix_ms(now_unix_ms)
+    /// For a limit with a calendar period, the units that completed calls hold until
+    /// the end of the period holding `now_unix_ms` or later: what stays held until
+    /// the boundary even if every call in flight completes with a usage of 0
+    /// ([`crate::decision::period_is_spent`]). `None` for a limit without a period.
+    /// The caller expired old holds first.
+    pub fn settled_through_period_end(&self, now_unix_ms: u64) -> Option<u64> {
+        let end_unix_ms = self.state.definition().period()?.end_unix_ms(now_unix_ms);
+        let held = self.holds.units_from(end_unix_ms);
+        // A restore may have dropped a hold its lease still names: never below 0.
+        Some(held.saturating_sub(self.in_flight.units_from(end_unix_ms)))
+    }
+
+    /// True when the limit has a calendar period, whose holds are told apart as in
+    /// flight or settled.
+    pub fn has_period(&self) -> bool {
+        self.state.definition().period().is_some()
+    }
+
+    /// Records that a call in flight holds `units` of this limit until
+    /// `expires_at_unix_ms` (a grant, or a live lease restored); nothing for a
+    /// limit without a period. The hold itself is made by [`Limit::hold`].
+    pub fn hold_in_flight(&mut self, expires_at_unix_ms: u64, units: u64) {
+        if self.has_period() && units > 0 {
+            self.in_flight.hold(expires_at_unix_ms, units);
+        }
+    }
+
+    /// Records that the call holding `units` until `expires_at_unix_ms` is no
+    /// longer in flight (completed, or dropped without a Complete): what it still
+    /// holds then counts as settled.
+    pub fn settle_in_flight(&mut self, expires_at_unix_ms: u64, units: u64) {
+        if units > 0 {
+            // Up to: a hold granted before the definition gave the period was
+            // never recorded as in flight.
+            self.in_flight.release_up_to(expires_at_unix_ms, units);
+        }
     }
 
     /// Forgets every hold that ended at or before `now_unix_ms`; a bucket adds
@@ -171,7 +202,10 @@ impl Limit {
                     bucket.boundary = boundary;
                 }
             }
-            None => self.holds.expire(now_unix_ms),
+            None => {
+                self.holds.expire(now_unix_ms);
+                self.in_flight.expire(now_unix_ms);
+            }
         }
     }
 

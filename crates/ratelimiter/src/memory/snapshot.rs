@@ -495,6 +495,9 @@ impl MemoryState {
             report.leases_evicted += 1;
             report.leases_live -= 1;
         }
+        for hold in lease.holds().iter().filter(|h| h.expires_at_unix_ms > now_unix_ms) {
+            (self.limits[hold.limit as usize]).hold_in_flight(hold.expires_at_unix_ms, hold.amount);
+        }
         self.leases.insert(id, lease, None);
         report.leases_live += 1;
     }

@@ -204,8 +204,8 @@ impl MemoryState {
 
     /// `None` when every requirement fits; else the denial naming the first key
     /// that does not, with the largest hint of all the keys that do not. A key with
-    /// a calendar period that cannot fit before its period ends is a final answer
-    /// ([`Limit::fits_before_period_end`]), which comes first.
+    /// a calendar period whose period is spent (what completed calls settled leaves
+    /// no room: [`decision::period_is_spent`]) is a final answer, which comes first.
     fn shortfall(
         &mut self,
         wanted: &Wanted,
@@ -222,7 +222,9 @@ impl MemoryState {
             if limit.fits(amount, self.hold_end(limit, granted_unix_ms, hold_ms)) {
                 continue;
             }
-            if never.is_none() && !limit.fits_before_period_end(now_unix_ms, amount) {
+            let settled = limit.settled_through_period_end(now_unix_ms);
+            let spent = settled.is_some_and(|settled| decision::period_is_spent(limit.capacity(), settled, amount));
+            if never.is_none() && spent {
                 never = Some(i);
             }
             first.get_or_insert(i);
@@ -313,6 +315,10 @@ impl MemoryState {
     /// `leases_max`): its holds stay until they end, unreconciled.
     pub(super) fn count_restore_eviction(&mut self, id: u128, lease: &LiveLease, now_unix_ms: u64) {
         self.leases_evicted_total += 1;
+        // No Complete can reach it now: what it holds stays held, as settled.
+        for hold in lease.holds() {
+            (self.limits[hold.limit as usize]).settle_in_flight(hold.expires_at_unix_ms, hold.amount);
+        }
         self.settle(id, lease, now_unix_ms);
     }
 
@@ -330,7 +336,8 @@ impl MemoryState {
             let expires_at_unix_ms = self.hold_end(&self.limits[i as usize], granted_unix_ms, hold_ms);
             let limit = &mut self.limits[i as usize];
             limit.hold(expires_at_unix_ms, amount);
-            if limit.kind() == LimitKind::Concurrency {
+            limit.hold_in_flight(expires_at_unix_ms, amount);
+            if limit.kind() == LimitKind::Concurrency || limit.has_period() {
                 limit.streak_mut().record_allow(now_unix_ms);
             }
             holds.push(LeaseHold {
@@ -387,7 +394,9 @@ impl MemoryState {
         }
         let lease = self.leases.remove(id).expect("the lease was just found");
         for hold in lease.holds() {
-            self.limits[hold.limit as usize].expire(now_unix_ms);
+            let limit = &mut self.limits[hold.limit as usize];
+            limit.expire(now_unix_ms);
+            limit.settle_in_flight(hold.expires_at_unix_ms, hold.amount);
             let actual = actuals.as_slice().iter().find(|(i, _)| *i == hold.limit);
             self.reconcile(hold, actual.map(|&(_, units)| units), now_unix_ms);
         }
@@ -534,6 +543,17 @@ impl MemoryState {
 /// added.
 fn hint_ms(policy: &RetryPolicy, limit: &mut Limit, amount: u64, now_unix_ms: u64, jitter: &Jitter) -> u64 {
     let kind = limit.kind();
+    if let Some(period) = limit.state().definition().period() {
+        // Room comes back before the boundary when a shorter hold ends (the exact
+        // wait) or when calls in flight complete (the backoff of a key freed by
+        // Completes, [`RetryPolicy::retry_after_ms`]).
+        let exact_ms = limit.exact_wait_ms(now_unix_ms, amount);
+        if now_unix_ms.saturating_add(exact_ms) < period.end_unix_ms(now_unix_ms) {
+            return exact_ms + jitter.sample_ms(policy.jitter_ms(kind));
+        }
+        let streak = limit.streak_mut().record_deny(now_unix_ms);
+        return policy.retry_after_ms(limit.state().definition(), streak, jitter);
+    }
     let base_ms = match kind {
         LimitKind::Rolling | LimitKind::Bucket => limit.exact_wait_ms(now_unix_ms, amount),
         LimitKind::Concurrency => {

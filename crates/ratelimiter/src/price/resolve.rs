@@ -80,15 +80,15 @@ mod tests {
 
     #[test]
     fn an_unknown_model_is_an_error_naming_it() {
-        let error = resolve_price(None, None, "openai", "gpt-4o").unwrap_err();
+        let error = resolve_price(None, None, "openai", "gpt-4o-2024-05-13").unwrap_err();
         assert_eq!(
             error,
             PriceError::Unknown {
                 provider: "openai".to_owned(),
-                model: "gpt-4o".to_owned()
+                model: "gpt-4o-2024-05-13".to_owned()
             }
         );
-        assert!(error.to_string().contains("openai/gpt-4o"), "{error}");
+        assert!(error.to_string().contains("openai/gpt-4o-2024-05-13"), "{error}");
         let free = resolve_price(None, Some(&ModelPrice::FREE), "local", "llama").unwrap();
         assert_eq!(free.price, ModelPrice::FREE, "a self-hosted model says it is free");
     }

@@ -186,8 +186,9 @@ impl TigerBeetleBackend {
         }
     }
 
-    /// Creates the operator, resource and (for `overage: debt`) debt accounts,
-    /// and the definition log's accounts; existing ones are fine.
+    /// Creates the operator, resource, (for `overage: debt`) debt, (for a bucket)
+    /// taken and (for a calendar period) settled accounts, and the definition
+    /// log's accounts; existing ones are fine.
     async fn create_accounts(&self, definition: &LimitDefinition) -> Result<(), LimiterError> {
         let mut accounts = vec![ids::operator_account(), ids::resource_account(definition.key())];
         if definition.overage() == Overage::Debt {
@@ -195,6 +196,9 @@ impl TigerBeetleBackend {
         }
         if definition.kind() == LimitKind::Bucket {
             accounts.push(ids::taken_account(definition.key()));
+        }
+        if definition.period().is_some() {
+            accounts.push(ids::settled_account(definition.key()));
         }
         accounts.extend(super::definition_log::log_accounts());
         accounts.extend(ids::lease_marker_accounts());
@@ -372,6 +376,14 @@ impl TigerBeetleBackend {
             taken: balances[1].unwrap_or_default().net(),
             ..balances[0].unwrap_or_default()
         })
+    }
+
+    /// The units that completed calls hold until the end of the period of the
+    /// period key `key`: its settled account's pending debits (none when the
+    /// account does not exist).
+    pub(super) async fn settled_units(&self, key: &LimitKey) -> Result<u64, LimiterError> {
+        let balances = self.balances(vec![ids::settled_account_id(key)]).await?;
+        Ok(saturate(balances[0].unwrap_or_default().debits_pending))
     }
 
     /// The balances of `accounts`, in order; `None` for accounts not found.

@@ -12,7 +12,7 @@
 //! are dropped from the chain, which is sent again.
 
 use crate::decision::{self, OverageFallback, Reconcile};
-use crate::{CompleteRequest, LeaseId, LimitKind, LimiterError};
+use crate::{CompleteRequest, LeaseId, LimitKey, LimitKind, LimiterError};
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend};
@@ -29,10 +29,13 @@ use tb::error::CreateTransferErrorKind as Kind;
 enum Purpose {
     /// The lease's completion record, which opens the chain.
     Record,
-    /// Releases a reservation.
-    Void,
-    /// Re-reserves the actual amount after a void.
-    Shrink,
+    /// Releases the reservation of `record.held[usize]`.
+    Void(usize),
+    /// Re-reserves the actual amount of `record.held[usize]` after a void.
+    Shrink(usize),
+    /// Records on a period key's settled account what `record.held[usize]` holds
+    /// after the Complete, until the hold ends ([`settled_transfer`]).
+    Settled(usize),
     /// Gives a bucket the units its lease took and did not use.
     Refund,
     /// Reserves usage beyond the reservation; `usize` is the held requirement.
@@ -183,6 +186,10 @@ impl TigerBeetleBackend {
     ) -> CompleteChain {
         let digest = ids::actuals_digest(request.actuals().iter().map(|a| (&a.key, a.actual_amount)));
         let (mut transfers, mut purposes, unreservable) = complete_transfers(lease, request, record, elapsed_ms);
+        for (i, transfer) in self.settled_transfers(lease, request, record, elapsed_ms) {
+            transfers.push(transfer);
+            purposes.push(Purpose::Settled(i));
+        }
         transfers.insert(0, ids::completion_record(lease, digest));
         purposes.insert(0, Purpose::Record);
         let mut chain = CompleteChain {
@@ -231,26 +238,45 @@ impl TigerBeetleBackend {
             Purpose::Record if matches!(kind, Kind::Exists) || is_different_existing(kind) => Ok(Round::Decided),
             // Written by an earlier version's Complete of the lease, which
             // wrote no record: decided too.
-            Purpose::Void | Purpose::Shrink | Purpose::Refund | Purpose::Overage(_) | Purpose::Debt(..)
+            Purpose::Void(_)
+            | Purpose::Shrink(_)
+            | Purpose::Settled(_)
+            | Purpose::Refund
+            | Purpose::Overage(_)
+            | Purpose::Debt(..)
                 if matches!(kind, Kind::Exists) || written_elsewhere(kind) =>
             {
                 Ok(Round::Decided)
             }
-            Purpose::Void if released => {
+            // The reservation is gone (its hold ended): nothing of it stays
+            // held, so nothing of it is settled either.
+            Purpose::Void(i) if released => {
                 chain.remove(index);
+                chain.remove_settled(i);
                 Ok(Round::Again)
             }
             // The shrunk reservation is not needed for safety: what it
             // re-reserves was just freed, so it only fails when the void did
             // not free it.
-            Purpose::Shrink if matches!(kind, Kind::ExceedsCredits | Kind::IdAlreadyFailed) => {
+            Purpose::Shrink(i) if matches!(kind, Kind::ExceedsCredits | Kind::IdAlreadyFailed) => {
                 tracing::debug!(lease = %lease, code = ?kind, "shrunk reservation not created");
                 chain.remove(index);
+                chain.remove_settled(i);
                 Ok(Round::Again)
             }
             Purpose::Overage(i) if matches!(kind, Kind::ExceedsCredits | Kind::IdAlreadyFailed) => {
                 let units = u64::try_from(chain.transfers[index].amount()).expect("an overage fits u64");
                 self.overage_to_debt(lease, record, chain, Some(index), i, units);
+                // Only the reservation stays held: that much is settled.
+                chain.settle_only(i, record.held[i].amount);
+                Ok(Round::Again)
+            }
+            // A period key defined before settled accounts existed: its
+            // Complete still reconciles; its denials stay "not now" until it
+            // is defined again (which creates the account).
+            Purpose::Settled(_) if matches!(kind, Kind::DebitAccountNotFound) => {
+                tracing::warn!(lease = %lease, "a period key has no settled account; apply its definition again");
+                chain.remove(index);
                 Ok(Round::Again)
             }
             purpose => {
@@ -296,6 +322,48 @@ impl TigerBeetleBackend {
         chain.purposes.push(Purpose::Debt(i, units));
     }
 
+    /// The settled-account records of a Complete (docs/tigerbeetle-backend.md,
+    /// "Calendar periods"): for each held requirement on a key with a calendar
+    /// period whose hold runs to the period's end, what stays held after the
+    /// shared reconcile plan, as a pending transfer on the key's settled account
+    /// that ends with the hold (rounded down to whole seconds, so never after it).
+    /// Each is indexed by its held requirement.
+    fn settled_transfers(
+        &self,
+        lease: LeaseId,
+        request: &CompleteRequest,
+        record: &LeaseRecord,
+        elapsed_ms: u64,
+    ) -> Vec<(usize, tb::Transfer)> {
+        let mut settled = Vec::new();
+        for (i, held) in record.held.iter().enumerate() {
+            let Some(period) = self.state_of(&held.key).and_then(|s| s.definition().period()) else {
+                continue;
+            };
+            let to_period_end_ms = period.end_unix_ms(record.reserved_at_unix_ms) - record.reserved_at_unix_ms;
+            if held.timeout_seconds.saturating_mul(1000) < to_period_end_ms {
+                // A hold of the reserve's own shorter `hold_ms`: it frees its
+                // units before the boundary, so they never count as settled.
+                continue;
+            }
+            let left_seconds = (held.timeout_seconds.saturating_mul(1000)).saturating_sub(elapsed_ms) / 1000;
+            let actual = (request.actuals().iter())
+                .find(|a| a.key == held.key)
+                .map(|a| a.actual_amount);
+            let window_over = left_seconds == 0;
+            let kept = match decision::reconcile(held.kind, held.amount, actual, window_over) {
+                Reconcile::Keep if !window_over => held.amount,
+                Reconcile::Shrink { release } => held.amount - release,
+                Reconcile::Overage { extra } => held.amount.saturating_add(extra),
+                Reconcile::Keep | Reconcile::Release | Reconcile::OverageAfterWindow { .. } => 0,
+            };
+            if kept > 0 && left_seconds > 0 {
+                settled.push((i, settled_transfer(lease, &held.key, kept, left_seconds)));
+            }
+        }
+        settled
+    }
+
     /// Counts what a written chain dropped and recorded as debt.
     fn count_overages(&self, chain: &CompleteChain) {
         if chain.dropped_units > 0 {
@@ -318,6 +386,20 @@ impl CompleteChain {
     fn remove(&mut self, index: usize) {
         self.transfers.remove(index);
         self.purposes.remove(index);
+    }
+
+    /// Drops the settled-account record of `record.held[held]`, if any.
+    fn remove_settled(&mut self, held: usize) {
+        if let Some(index) = self.purposes.iter().position(|p| *p == Purpose::Settled(held)) {
+            self.remove(index);
+        }
+    }
+
+    /// Sets the settled-account record of `record.held[held]`, if any, to `units`.
+    fn settle_only(&mut self, held: usize, units: u64) {
+        if let Some(index) = self.purposes.iter().position(|p| *p == Purpose::Settled(held)) {
+            self.transfers[index].set_amount(u128::from(units));
+        }
     }
 }
 
@@ -393,14 +475,14 @@ fn complete_transfers(
             }
             Reconcile::Release => {
                 transfers.push(void(lease, held));
-                purposes.push(Purpose::Void);
+                purposes.push(Purpose::Void(i));
             }
             Reconcile::Shrink { release } => {
                 transfers.push(void(lease, held));
-                purposes.push(Purpose::Void);
+                purposes.push(Purpose::Void(i));
                 if release < held.amount {
                     transfers.push(rereserve(lease, held, held.amount - release, remaining));
-                    purposes.push(Purpose::Shrink);
+                    purposes.push(Purpose::Shrink(i));
                 }
             }
             Reconcile::Overage { extra } => {
@@ -426,6 +508,22 @@ fn void(lease: LeaseId, held: &HeldRequirement) -> tb::Transfer {
     tb::Transfer::new(ids::void_transfer_id(lease, &held.key))
         .with_pending_id(held.reservation_id)
         .with_flags(tb::transfer::Flags::VOID_PENDING_TRANSFER)
+        .with_user_data_128(lease.to_u128())
+}
+
+/// The pending record of `units` that `lease` holds on the period key `key` for
+/// `seconds` more, on the key's settled account: it limits nothing (the account is
+/// unconstrained) and ends, as the hold, by timing out.
+fn settled_transfer(lease: LeaseId, key: &LimitKey, units: u64, seconds: u64) -> tb::Transfer {
+    let timeout = u32::try_from(seconds).expect("at most a validated period");
+    tb::Transfer::new(ids::settled_transfer_id(lease, key))
+        .with_debit_account_id(ids::settled_account_id(key))
+        .with_credit_account_id(ids::operator_account_id())
+        .with_amount(u128::from(units))
+        .with_ledger(ids::LEDGER_LIMITS)
+        .with_code(ids::CODE_SETTLED)
+        .with_flags(tb::transfer::Flags::PENDING)
+        .with_timeout(timeout)
         .with_user_data_128(lease.to_u128())
 }
 

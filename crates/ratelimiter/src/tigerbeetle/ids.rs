@@ -5,7 +5,9 @@
 //! One ledger holds every limit. The operator account is the source and sink of
 //! capacity; each limit has a resource account whose balance is its capacity and
 //! whose pending debits are the units in use; `overage: debt` limits also have a
-//! debt account that records usage beyond what could be reserved.
+//! debt account that records usage beyond what could be reserved; limits with a
+//! calendar period also have a settled account, whose pending debits are what
+//! completed calls hold until the period's end.
 
 use crate::{id128, LeaseId, LimitKey};
 use tigerbeetle_unofficial as tb;
@@ -29,6 +31,10 @@ pub const CODE_REFILL: u16 = 5;
 /// The code of a bucket's refunds (taken → resource, a Complete that used less
 /// than it took: [`refund_transfer_id`]).
 pub const CODE_REFUND: u16 = 6;
+/// The code of the pending transfers that mirror, on a period key's settled
+/// account, what a completed call holds until the period's end
+/// ([`settled_transfer_id`]).
+pub const CODE_SETTLED: u16 = 7;
 
 /// The ledger of lease records: the denied marker of a lease and its
 /// completion record, zero-amount transfers at ids derived from the lease id
@@ -50,6 +56,9 @@ pub const CODE_LEASE_COMPLETED: u16 = 34;
 pub const CODE_CLOCK_PROBE: u16 = 35;
 /// The account code of the two lease-marker accounts.
 pub const ACCOUNT_CODE_LEASES: u16 = 5;
+
+/// The account code of settled accounts ([`settled_account`]).
+pub const ACCOUNT_CODE_SETTLED: u16 = 10;
 
 /// The account code of the operator account.
 pub const ACCOUNT_CODE_OPERATOR: u16 = 1;
@@ -75,6 +84,11 @@ pub fn resource_account_id(key: &LimitKey) -> u128 {
 /// The debt account's id of `key`: `acct:debt:<key>`.
 pub fn debt_account_id(key: &LimitKey) -> u128 {
     id128(&format!("acct:debt:{key}"))
+}
+
+/// The settled account's id of the period key `key`: `acct:settled:<key>`.
+pub fn settled_account_id(key: &LimitKey) -> u128 {
+    id128(&format!("acct:settled:{key}"))
 }
 
 /// The taken account's id of the bucket `key`: `acct:taken:<key>`. Its
@@ -207,6 +221,13 @@ pub fn rereserve_transfer_id(lease: LeaseId, key: &LimitKey) -> u128 {
     id128(&format!("xfer:rereserve:{lease}:{key}"))
 }
 
+/// The id of the pending transfer that records on the settled account of the
+/// period key `key` what `lease` holds after its Complete:
+/// `xfer:settled:<lease_id>:<key>`, so a retried Complete records it once.
+pub fn settled_transfer_id(lease: LeaseId, key: &LimitKey) -> u128 {
+    id128(&format!("xfer:settled:{lease}:{key}"))
+}
+
 /// The id of the posted transfer that records overage of `key` for `lease` as
 /// debt: `xfer:debt:<lease_id>:<key>`.
 pub fn debt_transfer_id(lease: LeaseId, key: &LimitKey) -> u128 {
@@ -251,6 +272,15 @@ pub fn resource_account(key: &LimitKey) -> tb::Account {
 pub fn taken_account(key: &LimitKey) -> tb::Account {
     tb::Account::new(taken_account_id(key), LEDGER_LIMITS, ACCOUNT_CODE_TAKEN)
         .with_flags(tb::account::Flags::DEBITS_MUST_NOT_EXCEED_CREDITS)
+}
+
+/// The settled account of the period key `key` (docs/tigerbeetle-backend.md,
+/// "Calendar periods"): unconstrained, it limits nothing; its pending debits are
+/// the units that completed calls hold until the period's end, each mirrored by a
+/// pending transfer of the same timeout as the hold, so they leave it together.
+/// What a denial reads to tell "never" from "not now".
+pub fn settled_account(key: &LimitKey) -> tb::Account {
+    tb::Account::new(settled_account_id(key), LEDGER_LIMITS, ACCOUNT_CODE_SETTLED)
 }
 
 /// The debt account of `key`: unconstrained, its net debit is the recorded debt.

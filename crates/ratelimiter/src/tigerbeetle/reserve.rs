@@ -217,10 +217,11 @@ impl TigerBeetleBackend {
             // The reservations are in request order.
             let requirement = &request.requirements()[failure.index];
             let key = &requirement.key;
-            // Every hold on a key with a calendar period ends at the period's end:
-            // what does not fit now does not fit before then (docs/decisions.md,
-            // "Reserve precedence", row 7).
-            if self.state_of(key).is_some_and(|s| s.definition().period().is_some()) {
+            // A key with a calendar period: "never" when what completed calls
+            // settled leaves no room (docs/decisions.md, "Reserve precedence",
+            // row 7), else "not now" below, with the backoff of a key freed by
+            // Completes.
+            if self.period_is_spent(key, requirement.amount).await {
                 return Ok(ReserveOutcome::Denied(decision::period_exhausted(key.clone())));
             }
             let bucket = buckets.iter().find(|b| &b.key == key);
@@ -264,6 +265,24 @@ impl TigerBeetleBackend {
             "reserve chain failed: {}",
             codes.join(",")
         )))
+    }
+
+    /// Whether `amount` more can never fit on `key` in this period
+    /// ([`decision::period_is_spent`] over the key's settled account). False for a
+    /// key without a period, and when the settled account cannot be read: the
+    /// denial then stays "not now", which a retry corrects, rather than a "never"
+    /// that might be wrong. One lookup, on the denial path of period keys only.
+    async fn period_is_spent(&self, key: &crate::LimitKey, amount: u64) -> bool {
+        let Some(state) = self.state_of(key).filter(|s| s.definition().period().is_some()) else {
+            return false;
+        };
+        match self.settled_units(key).await {
+            Ok(settled) => decision::period_is_spent(state.definition().capacity(), settled, amount),
+            Err(error) => {
+                tracing::warn!(key = %key, %error, "the settled units of a period key could not be read");
+                false
+            }
+        }
     }
 
     /// The answer to a request with a standing denial from a lease this server

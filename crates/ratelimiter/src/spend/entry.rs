@@ -1,0 +1,122 @@
+//! One completed call, as the spend ledger records it.
+
+use serde::{Deserialize, Serialize};
+
+use super::SpendError;
+
+/// The longest tenant, key, model or deployment name recorded, in bytes: names in
+/// the gateway's configuration and directory are far shorter, and a bound keeps
+/// one entry a short line.
+pub const SPEND_NAME_BYTES_MAX: usize = 256;
+
+/// One completed call: who made it, through what, when, what it used and what it
+/// cost. Tokens are as the provider reported them; `micro_usd` is the billed cost
+/// (`crate::price::billed_micro_usd`). Only valid entries exist
+/// ([`SpendEntry::validate`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpendEntry {
+    /// When the call completed, in ms since the Unix epoch: its day in UTC is the
+    /// day it counts on.
+    pub at_unix_ms: u64,
+    /// The tenant.
+    pub tenant: String,
+    /// The key's id; empty for a call made without a gateway key.
+    pub key: String,
+    /// The model the call asked for.
+    pub model: String,
+    /// The deployment that served it.
+    pub deployment: String,
+    /// Prompt tokens not read from the provider's cache (cache writes included).
+    pub input_tokens: u64,
+    /// Prompt tokens read from the provider's cache.
+    pub cached_tokens: u64,
+    /// Output tokens, reasoning included.
+    pub output_tokens: u64,
+    /// The billed cost, in micro-dollars.
+    pub micro_usd: u64,
+}
+
+impl SpendEntry {
+    /// Checks the names: tenant, model and deployment are not empty; no name is
+    /// longer than [`SPEND_NAME_BYTES_MAX`] or holds a control character. The
+    /// error names the field.
+    pub fn validate(&self) -> Result<(), SpendError> {
+        for (field, value, required) in [
+            ("tenant", &self.tenant, true),
+            ("key", &self.key, false),
+            ("model", &self.model, true),
+            ("deployment", &self.deployment, true),
+        ] {
+            let invalid = |why: &str| Err(SpendError::Invalid(format!("{field}: {why}")));
+            if required && value.is_empty() {
+                return invalid("must not be empty");
+            }
+            if value.len() > SPEND_NAME_BYTES_MAX {
+                return invalid(&format!("at most {SPEND_NAME_BYTES_MAX} bytes, got {}", value.len()));
+            }
+            if value.chars().any(char::is_control) {
+                return invalid("must not hold a control character");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> SpendEntry {
+        SpendEntry {
+            at_unix_ms: 0,
+            tenant: "acme".into(),
+            key: String::new(),
+            model: "gpt-4o".into(),
+            deployment: "azure-east".into(),
+            input_tokens: 1,
+            cached_tokens: 0,
+            output_tokens: 1,
+            micro_usd: 13,
+        }
+    }
+
+    #[test]
+    fn names_are_checked_field_by_field() {
+        assert!(entry().validate().is_ok(), "an empty key is a call without one");
+        let cases = [
+            (
+                SpendEntry {
+                    tenant: String::new(),
+                    ..entry()
+                },
+                "tenant: must not be empty",
+            ),
+            (
+                SpendEntry {
+                    model: "m\n".into(),
+                    ..entry()
+                },
+                "model: must not hold",
+            ),
+            (
+                SpendEntry {
+                    deployment: String::new(),
+                    ..entry()
+                },
+                "deployment: must not be empty",
+            ),
+            (
+                SpendEntry {
+                    key: "k".repeat(SPEND_NAME_BYTES_MAX + 1),
+                    ..entry()
+                },
+                "key: at most 256 bytes",
+            ),
+        ];
+        for (bad, message) in cases {
+            let error = bad.validate().unwrap_err().to_string();
+            assert!(error.contains(message), "{error}");
+        }
+    }
+}

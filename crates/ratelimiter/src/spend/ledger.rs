@@ -1,0 +1,253 @@
+//! The memory backend's spend ledger: a file of one JSON entry per line beside
+//! the registry. An entry is appended with one write and synced (`fdatasync`)
+//! before [`SpendLedger::append`] returns, so an acknowledged call's spend
+//! survives a SIGKILL or a power cut the next instant; a line torn by a crash
+//! mid-write was never acknowledged and is cut at the next open. The sums per
+//! day, tenant, key, model and deployment are kept in memory, so a report reads
+//! no file and its cost grows with the groups, not the calls.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::{SpendEntry, SpendError, SpendField, SpendQuery, SpendRow, UtcDay};
+
+/// The file's name, in the registry's directory: one directory holds everything
+/// a server keeps.
+pub const SPEND_FILE_NAME: &str = "gateway-spend.jsonl";
+/// The largest file opened: about 80 million calls at some 200 bytes each, read
+/// in a minute or so at start. A ledger growing past it wants the TigerBeetle
+/// backend, or the file moved aside (its sums are then no longer reported).
+pub const SPEND_FILE_BYTES_MAX: u64 = 16 << 30;
+
+/// Where the spend ledger of the server whose registry is `registry_path` lives.
+pub fn spend_path(registry_path: &Path) -> PathBuf {
+    match registry_path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.join(SPEND_FILE_NAME),
+        _ => PathBuf::from(SPEND_FILE_NAME),
+    }
+}
+
+/// The finest group: what the sums are kept by.
+type GroupKey = (UtcDay, String, String, String, String);
+
+/// The sums of a group's calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Totals {
+    calls: u64,
+    input_tokens: u64,
+    cached_tokens: u64,
+    output_tokens: u64,
+    micro_usd: u64,
+}
+
+impl Totals {
+    /// Adds `other`, saturating: a sum is a report, never a balance that wraps.
+    fn add(&mut self, other: &Totals) {
+        self.calls = self.calls.saturating_add(other.calls);
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.micro_usd = self.micro_usd.saturating_add(other.micro_usd);
+    }
+
+    fn of(entry: &SpendEntry) -> Self {
+        Self {
+            calls: 1,
+            input_tokens: entry.input_tokens,
+            cached_tokens: entry.cached_tokens,
+            output_tokens: entry.output_tokens,
+            micro_usd: entry.micro_usd,
+        }
+    }
+}
+
+/// The ledger: its file and the sums of every entry in it.
+#[derive(Debug)]
+pub struct SpendLedger {
+    path: PathBuf,
+    state: Mutex<LedgerState>,
+}
+
+#[derive(Debug)]
+struct LedgerState {
+    /// The length of the file's whole lines: a failed append is cut back to it.
+    length_bytes: u64,
+    /// Set when a failed append could not be cut back: nothing more is written
+    /// until a restart cuts the torn line.
+    broken: bool,
+    totals: BTreeMap<GroupKey, Totals>,
+}
+
+impl SpendLedger {
+    /// Opens the ledger at `path` (none yet: an empty ledger), cutting a torn last
+    /// line. A line that is not a valid entry is an error naming it: the server
+    /// does not start on a ledger it cannot read whole.
+    pub fn open(path: impl Into<PathBuf>) -> Result<Self, String> {
+        let path = path.into();
+        let name = path.display().to_string();
+        let fail = |e: &dyn std::fmt::Display| format!("spend ledger {name}: {e}");
+        let file = match File::open(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(fail(&e)),
+            Ok(file) => Some(file),
+        };
+        let mut totals = BTreeMap::new();
+        let mut whole = 0u64;
+        if let Some(file) = file {
+            let length = file.metadata().map_err(|e| fail(&e))?.len();
+            if length > SPEND_FILE_BYTES_MAX {
+                return Err(fail(&format!("larger than {SPEND_FILE_BYTES_MAX} bytes")));
+            }
+            whole = read_entries(BufReader::new(file), &mut totals).map_err(|e| fail(&e))?;
+            if whole < length {
+                tracing::warn!(ledger = %name, torn_bytes = length - whole,
+                    "the spend ledger's last entry was cut by a crash before it was acknowledged; dropped");
+                let file = OpenOptions::new().write(true).open(&path).map_err(|e| fail(&e))?;
+                file.set_len(whole)
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| fail(&e))?;
+            }
+        }
+        Ok(Self {
+            path,
+            state: Mutex::new(LedgerState {
+                length_bytes: whole,
+                broken: false,
+                totals,
+            }),
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Records `entry`: validated (a bad one changes nothing), written as one line
+    /// and synced before this returns, then counted in the sums. Blocking file
+    /// I/O: call it off an async runtime's worker threads (`spawn_blocking`).
+    pub fn append(&self, entry: &SpendEntry) -> Result<(), SpendError> {
+        entry.validate()?;
+        let mut line = serde_json::to_vec(entry).expect("an entry serializes");
+        line.push(b'\n');
+        let mut state = self.state.lock().expect("the spend ledger's lock is never poisoned");
+        if state.broken {
+            return Err(self.not_persisted(
+                "a failed write could not be cut back; restart the server to repair the file".to_owned(),
+            ));
+        }
+        self.append_line(&mut state, &line)?;
+        state
+            .totals
+            .entry(group_key(entry))
+            .or_default()
+            .add(&Totals::of(entry));
+        Ok(())
+    }
+
+    /// The report `query` asks for: one row per group of the calls completed on
+    /// its days, ordered by the grouped fields (tenant, key, model, deployment,
+    /// day); no row for a group without calls.
+    pub fn query(&self, query: &SpendQuery) -> Vec<SpendRow> {
+        let state = self.state.lock().expect("the spend ledger's lock is never poisoned");
+        let start = (query.from(), String::new(), String::new(), String::new(), String::new());
+        let mut groups: BTreeMap<SpendRow, Totals> = BTreeMap::new();
+        for ((day, tenant, key, model, deployment), totals) in state.totals.range(start..) {
+            if *day > query.to() {
+                break;
+            }
+            let pick = |field, value: &String| query.groups_by(field).then(|| value.clone());
+            let group = SpendRow {
+                tenant: pick(SpendField::Tenant, tenant),
+                key: pick(SpendField::Key, key),
+                model: pick(SpendField::Model, model),
+                deployment: pick(SpendField::Deployment, deployment),
+                day: query.groups_by(SpendField::Day).then_some(*day),
+                ..SpendRow::default()
+            };
+            groups.entry(group).or_default().add(totals);
+        }
+        (groups.into_iter())
+            .map(|(group, t)| SpendRow {
+                calls: t.calls,
+                input_tokens: t.input_tokens,
+                cached_tokens: t.cached_tokens,
+                output_tokens: t.output_tokens,
+                micro_usd: t.micro_usd,
+                ..group
+            })
+            .collect()
+    }
+
+    fn append_line(&self, state: &mut LedgerState, line: &[u8]) -> Result<(), SpendError> {
+        let fresh = state.length_bytes == 0;
+        if fresh {
+            if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                fs::create_dir_all(parent).map_err(|e| self.not_persisted(e.to_string()))?;
+            }
+        }
+        let mut file = (OpenOptions::new().create(true).append(true).open(&self.path))
+            .map_err(|e| self.not_persisted(e.to_string()))?;
+        if let Err(e) = file.write_all(line).and_then(|()| file.sync_data()) {
+            // Cut what may have been written, so the next append starts a line.
+            if file.set_len(state.length_bytes).and_then(|()| file.sync_all()).is_err() {
+                state.broken = true;
+            }
+            return Err(self.not_persisted(e.to_string()));
+        }
+        if fresh {
+            // The file's own entry in its directory must be durable too.
+            sync_parent(&self.path).map_err(|e| self.not_persisted(e.to_string()))?;
+        }
+        state.length_bytes += line.len() as u64;
+        Ok(())
+    }
+
+    fn not_persisted(&self, reason: String) -> SpendError {
+        SpendError::NotPersisted {
+            path: self.path.display().to_string(),
+            reason,
+        }
+    }
+}
+
+/// Reads every whole line of `reader` into `totals`; returns the length of the
+/// whole lines (a last line without its newline was torn and is not read).
+fn read_entries(mut reader: impl BufRead, totals: &mut BTreeMap<GroupKey, Totals>) -> Result<u64, String> {
+    let (mut whole, mut number) = (0u64, 0u64);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = reader.read_until(b'\n', &mut line).map_err(|e| e.to_string())?;
+        if read == 0 || line.last() != Some(&b'\n') {
+            return Ok(whole);
+        }
+        number += 1;
+        let entry: SpendEntry = serde_json::from_slice(&line).map_err(|e| format!("line {number}: {e}"))?;
+        entry.validate().map_err(|e| format!("line {number}: {e}"))?;
+        totals.entry(group_key(&entry)).or_default().add(&Totals::of(&entry));
+        whole += read as u64;
+    }
+}
+
+/// The finest group of `entry`: its day in UTC and its names.
+fn group_key(entry: &SpendEntry) -> GroupKey {
+    (
+        UtcDay::of_unix_ms(entry.at_unix_ms),
+        entry.tenant.clone(),
+        entry.key.clone(),
+        entry.model.clone(),
+        entry.deployment.clone(),
+    )
+}
+
+fn sync_parent(path: &Path) -> std::io::Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    File::open(parent)?.sync_all()
+}
