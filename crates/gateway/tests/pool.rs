@@ -11,8 +11,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gateway::proxy::upstream::UpstreamClient;
 use http_body_util::BodyExt;
-use ratelimiter::{Backend, SystemClock};
+use ratelimiter::{Backend, FakeClock, SystemClock};
 use replay::provider::{Accounting, ProviderLimits};
 use replay::provider_server::ProviderServer;
 use replay::sim_control::SimControl;
@@ -48,6 +49,30 @@ async fn pool_gateway(
     timeout_ms: u64,
     models: &str,
 ) -> (SocketAddr, Arc<dyn Backend>, Arc<gateway::metrics::GatewayMetrics>) {
+    let config = pool_config(sims, timeout_ms, models);
+    let backend = memory_backend();
+    let (gateway, metrics) = start_gateway_with_metrics(&config, backend.clone()).await;
+    (gateway, backend, metrics)
+}
+
+/// [`pool_gateway`] on a fake clock, returned: its breakers and pauses move only
+/// when the test advances it (the backend keeps the system clock).
+async fn pool_gateway_on_fake_clock(
+    sims: &[SocketAddr],
+    models: &str,
+) -> (SocketAddr, Arc<gateway::metrics::GatewayMetrics>, Arc<FakeClock>) {
+    let timeout_ms = 5_000;
+    let config = pool_config(sims, timeout_ms, models);
+    let backend = memory_backend();
+    let fake = Arc::new(FakeClock::new(1_000_000));
+    let client = UpstreamClient::new(Duration::from_millis(timeout_ms));
+    let gateway = gateway::Gateway::with_clock(&config, backend.clone(), client, fake.clone()).unwrap();
+    let (gateway, metrics) = serve_gateway(gateway, backend).await;
+    (gateway, metrics, fake)
+}
+
+/// The configuration of [`pool_gateway`].
+fn pool_config(sims: &[SocketAddr], timeout_ms: u64, models: &str) -> gateway::GatewayConfig {
     std::env::set_var("GATEWAY_POOL_ACME_KEY", TENANT_KEY);
     let upstreams: String = (sims.iter().enumerate())
         .map(|(i, addr)| format!("  - {{name: d{i}, kind: openai-compatible, base_url: \"http://{addr}\"}}\n"))
@@ -55,10 +80,7 @@ async fn pool_gateway(
     let yaml = format!(
         "listen_addr: \"127.0.0.1:0\"\nupstream_timeout_ms: {timeout_ms}\nupstreams:\n{upstreams}models:\n{models}tenants:\n  - {{name: acme, api_key_env: GATEWAY_POOL_ACME_KEY, daily_tokens: 1000000}}\n"
     );
-    let config: gateway::GatewayConfig = serde_yaml::from_str(&yaml).unwrap();
-    let backend = memory_backend();
-    let (gateway, metrics) = start_gateway_with_metrics(&config, backend.clone()).await;
-    (gateway, backend, metrics)
+    serde_yaml::from_str(&yaml).unwrap()
 }
 
 fn call(stream: bool) -> Value {
@@ -306,11 +328,12 @@ async fn every_deployment_failing_answers_the_last_error_each_tried_once() {
 }
 
 #[tokio::test]
-async fn the_breaker_opens_after_failures_in_a_row_then_a_probe_closes_it() {
+async fn the_breaker_opens_after_failures_in_a_row_then_half_opens_on_the_gateways_clock_and_a_probe_closes_it() {
     let sims = [start_deployment(0).await, start_deployment(0).await];
     arm(sims[0], json!({"mode": "status", "status": 500, "count": 2})).await;
-    let breaker = "    breaker: {failures: 2, open_ms: 400}\n";
-    let (gateway, _, metrics) = pool_gateway(&sims, 5_000, &two("ordered", 100, 0, breaker)).await;
+    // Open for a minute: on the wall clock it would stay open for the whole test.
+    let breaker = "    breaker: {failures: 2, open_ms: 60000}\n";
+    let (gateway, metrics, clock) = pool_gateway_on_fake_clock(&sims, &two("ordered", 100, 0, breaker)).await;
     for _ in 0..4 {
         let (status, _, body) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
         assert_eq!(status, 200, "{body}");
@@ -327,7 +350,15 @@ async fn the_breaker_opens_after_failures_in_a_row_then_a_probe_closes_it() {
         text.contains("ratelimiterd_gateway_deployment_breaker_open{model=\"gpt-4o\",upstream=\"d0\",upstream_model=\"gpt-4o-ptu\"} 1"),
         "{text}"
     );
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    clock.advance_ms(59_999);
+    let (status, headers, _) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
+    assert_eq!(
+        (status.as_u16(), headers["x-ratelimit-deployment"].to_str().unwrap()),
+        (200, "d1"),
+        "a ms before its time the breaker is still open"
+    );
+    assert_eq!(metrics.deployments_json()[0]["breaker"], "open");
+    clock.advance_ms(1);
     assert_eq!(metrics.deployments_json()[0]["breaker"], "half_open");
     // The probe (the fault is spent) succeeds and closes the breaker.
     let (status, headers, _) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
@@ -336,6 +367,11 @@ async fn the_breaker_opens_after_failures_in_a_row_then_a_probe_closes_it() {
         (200, "d0")
     );
     assert_eq!(metrics.deployments_json()[0]["breaker"], "closed");
+    assert_eq!(
+        sim_calls(sims[0]).await,
+        3,
+        "the probe was the one call sent while not closed"
+    );
 }
 
 #[tokio::test]
@@ -361,7 +397,7 @@ async fn with_every_breaker_open_a_call_gets_a_502_with_the_time_to_the_first_pr
         arm(sim, json!({"mode": "status", "status": 500, "count": 1})).await;
     }
     let breaker = "    breaker: {failures: 1, open_ms: 20000}\n";
-    let (gateway, _, metrics) = pool_gateway(&sims, 5_000, &two("ordered", 100, 0, breaker)).await;
+    let (gateway, metrics, clock) = pool_gateway_on_fake_clock(&sims, &two("ordered", 100, 0, breaker)).await;
     let (status, _, body) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
     assert_eq!(status, 500, "the last deployment's error: {body}");
     let deployments = metrics.deployments_json();
@@ -371,8 +407,14 @@ async fn with_every_breaker_open_a_call_gets_a_502_with_the_time_to_the_first_pr
     );
     let (status, headers, body) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
     assert_eq!(status, 502, "{body}");
-    let hint: u64 = headers["retry-after-ms"].to_str().unwrap().parse().unwrap();
-    assert!(hint > 15_000 && hint <= 20_000, "{hint}");
+    assert_eq!(headers["retry-after-ms"], "20000", "the whole open time: {body}");
+    clock.advance_ms(5_000);
+    let (status, headers, body) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(
+        headers["retry-after-ms"], "15000",
+        "counted down on the gateway's clock"
+    );
     assert_eq!(
         (sim_calls(sims[0]).await, sim_calls(sims[1]).await),
         (1, 1),
@@ -460,12 +502,12 @@ async fn a_probe_whose_client_left_is_given_back_and_the_next_call_probes() {
     let sims = [start_deployment(0).await, start_deployment(0).await];
     arm(sims[0], json!({"mode": "status", "status": 500, "count": 1})).await;
     let breaker = "    breaker: {failures: 1, open_ms: 300}\n";
-    let (gateway, _, metrics) = pool_gateway(&sims, 10_000, &two("ordered", 100, 0, breaker)).await;
+    let (gateway, metrics, clock) = pool_gateway_on_fake_clock(&sims, &two("ordered", 100, 0, breaker)).await;
     let (status, headers, body) = post(&client(), gateway, "/v1/chat/completions", call(false)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(headers["x-ratelimit-deployment"], "d1");
     assert_eq!(metrics.deployments_json()[0]["breaker"], "open");
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    clock.advance_ms(300);
     // The half-open breaker's one probe goes to d0, which hangs; its client leaves.
     arm(sims[0], json!({"mode": "hang", "count": 1})).await;
     let gone = tokio::spawn(async move { post(&client(), gateway, "/v1/chat/completions", call(false)).await });

@@ -13,8 +13,9 @@
 //!   costs the machine, which the closed loop's ratio is the inverse of.
 //!
 //! `--baseline-bin DIR` runs a second `ratelimiterd` (another build, e.g. main's)
-//! as a third path in the same rounds, so a change is measured against its base
-//! under the same noise; `--snapshots off` turns the servers' memory snapshots off.
+//! as a third path in the same rounds (the two servers' order alternating by
+//! round), so a change is measured against its base under the same noise, and
+//! prints each figure's after / before ratio per round as a median and spread; `--snapshots off` turns the servers' memory snapshots off.
 //! `--server-cpu N` pins the servers to CPU N (with `taskset`); run the bench itself
 //! under `taskset -c M` (its simulators inherit it) to give the gateway a core of its
 //! own, as in a deployment where the gateway does not share cores with its callers and
@@ -572,6 +573,72 @@ fn print_summary(options: &Options, direct: &PathFigures, paths: &[(&str, &PathF
     }
 }
 
+/// The median of `values` and their spread over the rounds, as `median [min, max]`.
+fn spread(values: &[f64], decimals: usize) -> String {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let (low, high) = (sorted[0], sorted[sorted.len() - 1]);
+    format!(
+        "{:.decimals$} [{low:.decimals$}, {high:.decimals$}]",
+        median_f64(&sorted)
+    )
+}
+
+/// The gateway against the baseline build, round by round (the two ran in the
+/// same round, under the same noise): after / before ratios of each figure, and
+/// the latency each adds over the same round's direct path, as the median of the
+/// rounds with their spread.
+fn print_against_baseline(direct: &PathFigures, gateway: &PathFigures, baseline: &PathFigures) {
+    let ratio = |after: &[u64], before: &[u64]| -> Vec<f64> {
+        after
+            .iter()
+            .zip(before)
+            .map(|(a, b)| *a as f64 / (*b).max(1) as f64)
+            .collect()
+    };
+    let added_ms = |path: &[u64], direct: &[u64]| -> Vec<f64> {
+        path.iter()
+            .zip(direct)
+            .map(|(p, d)| (*p as f64 - *d as f64) / 1000.0)
+            .collect()
+    };
+    println!("\ngateway against baseline, per round (median [min, max] over the rounds):");
+    println!("| figure | gateway / baseline | added by gateway, ms | added by baseline, ms |");
+    println!("| --- | ---: | ---: | ---: |");
+    type Pick = fn(&PathFigures) -> &[u64];
+    let rows: [(&str, Pick); 4] = [
+        ("latency p50", |f| &f.latency.p50),
+        ("latency p99", |f| &f.latency.p99),
+        ("ttft p50", |f| &f.ttft.p50),
+        ("ttft p99", |f| &f.ttft.p99),
+    ];
+    for (name, pick) in rows {
+        println!(
+            "| {name} | {} | {} | {} |",
+            spread(&ratio(pick(gateway), pick(baseline)), 3),
+            spread(&added_ms(pick(gateway), pick(direct)), 3),
+            spread(&added_ms(pick(baseline), pick(direct)), 3),
+        );
+    }
+    let rates: Vec<f64> = (gateway.max_rate.iter())
+        .zip(&baseline.max_rate)
+        .map(|(g, b)| g / b)
+        .collect();
+    println!("| max rate, closed loop | {} | | |", spread(&rates, 3));
+    let server_cpu = |f: &PathFigures, closed: bool| -> Vec<u64> {
+        (if closed { &f.cpu_closed } else { &f.cpu_open })
+            .iter()
+            .map(|c| c[2])
+            .collect()
+    };
+    for (label, closed) in [("open loop", false), ("closed loop", true)] {
+        println!(
+            "| server CPU per call, {label} | {} | | |",
+            spread(&ratio(&server_cpu(gateway, closed), &server_cpu(baseline, closed)), 3)
+        );
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let options = parse_options();
@@ -642,15 +709,8 @@ async fn main() {
     );
     let servers: Vec<(&str, &PathFigures)> = paths.iter().zip(&figures).skip(1).map(|(p, f)| (p.name, f)).collect();
     print_summary(&options, &figures[0], &servers);
-    if servers.len() == 2 {
-        let ratios: Vec<f64> = (figures[1].max_rate.iter())
-            .zip(&figures[2].max_rate)
-            .map(|(n, b)| n / b)
-            .collect();
-        println!(
-            "gateway / baseline max rate, median of the rounds' ratios: {:.2}",
-            median_f64(&ratios)
-        );
+    if let [direct, gateway, baseline] = &figures[..] {
+        print_against_baseline(direct, gateway, baseline);
     }
     for (name, api) in std::iter::once(("gateway", server.api)).chain(baseline.as_ref().map(|b| ("baseline", b.api))) {
         println!("{name}: {}", snapshot_pauses(api).await);

@@ -66,8 +66,10 @@ impl Gateway {
         Self::with_clock(config, backend, client, Arc::new(SystemClock::new()))
     }
 
-    /// [`Gateway::with_client`] on `clock`: the deployments' load windows and
-    /// this server's pauses after a provider 429 count on it.
+    /// [`Gateway::with_client`] on `clock`: the deployments' load windows, their
+    /// breakers and this server's pauses after a provider 429 count on it (the
+    /// latency histograms and the call's log measure real time; the socket, body
+    /// and queue timeouts run on tokio's timer).
     pub fn with_clock(
         config: &GatewayConfig,
         backend: Arc<dyn Backend>,

@@ -4,10 +4,13 @@
 //! and lets exactly one call through as a probe: a success closes it, a failure
 //! opens it again. The state is this server's (each server of a fleet learns a
 //! failing deployment from its own calls); a provider 429 is not a failure here,
-//! it pauses the deployment fleet-wide instead (`cooldown.rs`).
+//! it pauses the deployment fleet-wide instead (`pause.rs`). Its time is the
+//! gateway's injected clock, so tests drive it through open, half-open and
+//! closed without sleeping.
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+
+use ratelimiter::clock::Clock;
 
 use crate::config::BreakerConfig;
 #[cfg(test)]
@@ -38,8 +41,8 @@ impl BreakerState {
 #[derive(Debug)]
 struct Inner {
     failures_in_a_row: u32,
-    /// `Some`: open until then (half-open after it).
-    open_until: Option<Instant>,
+    /// `Some`: open until then, in the clock's unix ms (half-open from then on).
+    open_until_unix_ms: Option<u64>,
     /// A half-open probe is on its way.
     probing: bool,
 }
@@ -49,6 +52,8 @@ struct Inner {
 pub struct Breaker {
     config: BreakerConfig,
     inner: Mutex<Inner>,
+    /// The gateway's clock.
+    clock: Arc<dyn Clock>,
 }
 
 /// Whether a call may be sent to the deployment now.
@@ -69,36 +74,39 @@ pub enum Pass {
 const PROBE_RECHECK_MS: u64 = 100;
 
 impl Breaker {
-    /// A closed breaker.
-    pub fn new(config: BreakerConfig) -> Self {
+    /// A closed breaker, timed on `clock`.
+    pub fn new(config: BreakerConfig, clock: Arc<dyn Clock>) -> Self {
         Self {
             config,
             inner: Mutex::new(Inner {
                 failures_in_a_row: 0,
-                open_until: None,
+                open_until_unix_ms: None,
                 probing: false,
             }),
+            clock,
         }
     }
 
-    /// The state at `now`.
-    pub fn state(&self, now: Instant) -> BreakerState {
+    /// The state now.
+    pub fn state(&self) -> BreakerState {
+        let now_unix_ms = self.clock.now_unix_ms();
         let inner = self.inner.lock().expect("breaker lock");
-        match inner.open_until {
+        match inner.open_until_unix_ms {
             None => BreakerState::Closed,
-            Some(until) if now < until => BreakerState::Open,
+            Some(until) if now_unix_ms < until => BreakerState::Open,
             Some(_) => BreakerState::HalfOpen,
         }
     }
 
-    /// Whether a call may go at `now`; a [`Pass::Probe`] holds the one probe
+    /// Whether a call may go now; a [`Pass::Probe`] holds the one probe
     /// until [`Breaker::record`] (or [`Breaker::abandon`]) is called.
-    pub fn pass(&self, now: Instant) -> Pass {
+    pub fn pass(&self) -> Pass {
+        let now_unix_ms = self.clock.now_unix_ms();
         let mut inner = self.inner.lock().expect("breaker lock");
-        match inner.open_until {
+        match inner.open_until_unix_ms {
             None => Pass::Go,
-            Some(until) if now < until => Pass::Wait {
-                retry_after_ms: u64::try_from((until - now).as_millis()).unwrap_or(u64::MAX).max(1),
+            Some(until) if now_unix_ms < until => Pass::Wait {
+                retry_after_ms: until - now_unix_ms,
             },
             Some(_) if inner.probing => Pass::Wait {
                 retry_after_ms: PROBE_RECHECK_MS,
@@ -117,22 +125,23 @@ impl Breaker {
         }
     }
 
-    /// Records a sent call's outcome at `now`: a success closes, a failure counts
+    /// Records a sent call's outcome now: a success closes, a failure counts
     /// and opens the breaker at `failures` in a row (a failed probe at once).
-    pub fn record(&self, pass: Pass, success: bool, now: Instant) {
+    pub fn record(&self, pass: Pass, success: bool) {
+        let now_unix_ms = self.clock.now_unix_ms();
         let mut inner = self.inner.lock().expect("breaker lock");
         if pass == Pass::Probe {
             inner.probing = false;
         }
         if success {
             inner.failures_in_a_row = 0;
-            inner.open_until = None;
+            inner.open_until_unix_ms = None;
             return;
         }
         inner.failures_in_a_row = inner.failures_in_a_row.saturating_add(1);
-        let half_open = inner.open_until.is_some_and(|until| now >= until);
+        let half_open = inner.open_until_unix_ms.is_some_and(|until| now_unix_ms >= until);
         if half_open || inner.failures_in_a_row >= self.config.failures {
-            inner.open_until = Some(now + Duration::from_millis(self.config.open_ms));
+            inner.open_until_unix_ms = Some(now_unix_ms.saturating_add(self.config.open_ms));
             if !half_open {
                 tracing::warn!(
                     failures = inner.failures_in_a_row,
@@ -147,42 +156,48 @@ impl Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ratelimiter::FakeClock;
 
     #[test]
-    fn opens_after_failures_in_a_row_then_lets_one_probe_through() {
-        let breaker = Breaker::new(BreakerConfig {
-            failures: 2,
-            open_ms: 1_000,
-        });
-        let t0 = Instant::now();
-        assert_eq!(breaker.pass(t0), Pass::Go);
-        breaker.record(Pass::Go, false, t0);
-        breaker.record(Pass::Go, true, t0);
-        breaker.record(Pass::Go, false, t0);
+    fn opens_after_failures_in_a_row_then_lets_one_probe_through_on_its_clock() {
+        let clock = Arc::new(FakeClock::new(1_000_000));
+        let breaker = Breaker::new(
+            BreakerConfig {
+                failures: 2,
+                open_ms: 1_000,
+            },
+            clock.clone(),
+        );
+        assert_eq!(breaker.pass(), Pass::Go);
+        breaker.record(Pass::Go, false);
+        breaker.record(Pass::Go, true);
+        breaker.record(Pass::Go, false);
         assert_eq!(
-            breaker.state(t0),
+            breaker.state(),
             BreakerState::Closed,
             "a success in between resets the count"
         );
-        breaker.record(Pass::Go, false, t0);
-        assert_eq!(breaker.state(t0), BreakerState::Open);
-        assert!(matches!(breaker.pass(t0), Pass::Wait { retry_after_ms: 1_000 }));
-        let later = t0 + Duration::from_millis(1_000);
-        assert_eq!(breaker.state(later), BreakerState::HalfOpen);
-        assert_eq!(breaker.pass(later), Pass::Probe, "one probe");
-        assert!(matches!(breaker.pass(later), Pass::Wait { .. }), "only one");
+        breaker.record(Pass::Go, false);
+        assert_eq!(breaker.state(), BreakerState::Open);
+        assert_eq!(breaker.pass(), Pass::Wait { retry_after_ms: 1_000 });
+        clock.advance_ms(999);
+        assert_eq!(breaker.pass(), Pass::Wait { retry_after_ms: 1 }, "the hint counts down");
+        clock.advance_ms(1);
+        assert_eq!(breaker.state(), BreakerState::HalfOpen);
+        assert_eq!(breaker.pass(), Pass::Probe, "one probe");
+        assert!(matches!(breaker.pass(), Pass::Wait { .. }), "only one");
         // A failed probe opens it again for the whole time.
-        breaker.record(Pass::Probe, false, later);
-        assert_eq!(breaker.state(later), BreakerState::Open);
-        let again = later + Duration::from_millis(1_000);
-        let probe = breaker.pass(again);
+        breaker.record(Pass::Probe, false);
+        assert_eq!(breaker.state(), BreakerState::Open);
+        clock.advance_ms(1_000);
+        let probe = breaker.pass();
         assert_eq!(probe, Pass::Probe);
         // A probe given back unused lets the next caller probe.
         breaker.abandon(probe);
-        assert_eq!(breaker.pass(again), Pass::Probe);
-        breaker.record(Pass::Probe, true, again);
-        assert_eq!(breaker.state(again), BreakerState::Closed);
-        assert_eq!(breaker.pass(again), Pass::Go);
+        assert_eq!(breaker.pass(), Pass::Probe);
+        breaker.record(Pass::Probe, true);
+        assert_eq!(breaker.state(), BreakerState::Closed);
+        assert_eq!(breaker.pass(), Pass::Go);
     }
 
     #[test]

@@ -119,7 +119,7 @@ pub struct DeploymentState {
 
 impl DeploymentState {
     /// Fresh counters of a deployment, with a breaker of `breaker` when given,
-    /// its pauses on `clock`.
+    /// its breaker and pauses on `clock`.
     pub fn new(
         model: &str,
         upstream: &str,
@@ -135,14 +135,14 @@ impl DeploymentState {
             admitted_after_denial: AtomicU64::new(0),
             denied: AtomicU64::new(0),
             failed_over: AtomicU64::new(0),
-            breaker: breaker.map(Breaker::new),
+            breaker: breaker.map(|config| Breaker::new(config, clock.clone())),
             cooldown: Cooldown::new(clock),
         }
     }
 
     /// The breaker's state now; `closed` without a breaker.
     pub fn breaker_state(&self) -> BreakerState {
-        (self.breaker.as_ref()).map_or(BreakerState::Closed, |b| b.state(std::time::Instant::now()))
+        (self.breaker.as_ref()).map_or(BreakerState::Closed, Breaker::state)
     }
 
     /// Whether it saw a call, or has a breaker open or a pause running.

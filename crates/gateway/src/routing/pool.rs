@@ -7,12 +7,11 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use ratelimiter::clock::Clock;
 use ratelimiter::{Denial, LeaseId, LimitDefinition, Limiter, ReserveRequest};
 
-use super::breaker::{BreakerState, Pass};
+use super::breaker::{Breaker, BreakerState, Pass};
 use super::deployment::{Deployment, DeploymentState};
 use super::order::{self, Candidate, WeightedTurns};
 use super::pause;
@@ -144,7 +143,8 @@ pub struct Pool {
     pub deployments: Vec<Deployment>,
     routing: Routing,
     turns: WeightedTurns,
-    /// The gateway's clock: the seconds of the deployments' load windows.
+    /// The gateway's clock: the seconds of the deployments' load windows (the
+    /// deployments' breakers and pauses hold it too).
     clock: Arc<dyn Clock>,
 }
 
@@ -199,10 +199,9 @@ impl Pool {
     /// call with none left gets the failed deployment's own answer, not a wait
     /// for a breaker to half-open).
     pub fn can_fail_over(&self, tried: u32) -> bool {
-        let now = Instant::now();
         (self.deployments.iter().enumerate())
             .filter(|(i, _)| tried & (1 << i) == 0)
-            .any(|(_, d)| (d.state.breaker.as_ref()).is_none_or(|b| b.state(now) != BreakerState::Open))
+            .any(|(_, d)| (d.state.breaker.as_ref()).is_none_or(|b| b.state() != BreakerState::Open))
     }
 
     /// The order this call tries the deployments it has not tried yet.
@@ -237,11 +236,10 @@ impl Pool {
         queue: &Arc<dyn CapacityFreed>,
         need: &Need,
     ) -> Result<Grant, Refusal> {
-        let now = Instant::now();
         let mut refused = Refused::default();
         for candidate in self.order(need) {
             let deployment = &self.deployments[candidate.index];
-            let pass = match deployment.state.breaker.as_ref().map(|b| b.pass(now)) {
+            let pass = match deployment.state.breaker.as_ref().map(Breaker::pass) {
                 Some(Pass::Wait { retry_after_ms }) => {
                     refused.failing(retry_after_ms);
                     continue;
@@ -311,7 +309,7 @@ impl Pool {
     /// failure (5xx, no connection, timeout) counts on its breaker.
     pub fn record(&self, index: usize, pass: Pass, success: bool) {
         if let Some(breaker) = &self.deployments[index].state.breaker {
-            breaker.record(pass, success, Instant::now());
+            breaker.record(pass, success);
         }
     }
 
@@ -397,15 +395,17 @@ mod tests {
             failures: 1,
             open_ms: 1,
         };
-        let stats = Arc::new(DeploymentState::new("m", "test", "m", Some(breaker), clock()));
+        let fake = Arc::new(ratelimiter::FakeClock::new(1_000_000));
+        let clock: Arc<dyn Clock> = fake.clone();
+        let stats = Arc::new(DeploymentState::new("m", "test", "m", Some(breaker), clock.clone()));
         let pool = Arc::new(Pool::new(
             vec![Deployment::new("m", &resolve(&model)[0], 0, &[], stats.clone())],
             model.routing,
-            clock(),
+            clock,
         ));
         // The breaker opens, then half-opens: the next grant carries its one probe.
         pool.record(0, Pass::Go, false);
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        fake.advance_ms(1);
         let need = Need {
             tenant: None,
             input_tokens: 1,
