@@ -57,7 +57,14 @@ fn gateway_section(sim: SocketAddr) -> String {
 /// The gateway's address, from the server's `gateway serving gateway_addr=...` line.
 fn gateway_addr(daemon: &Daemon) -> SocketAddr {
     (daemon.logs().iter())
-        .find_map(|line| line.split("gateway_addr=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .find_map(|line| {
+            line.split("gateway_addr=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
         .expect("the gateway logs its address before the server listens")
 }
 
@@ -66,7 +73,13 @@ struct Answer {
     body: Value,
 }
 
-async fn send(client: &HttpClient, method: hyper::Method, url: String, headers: &[(&str, &str)], body: Option<Value>) -> Answer {
+async fn send(
+    client: &HttpClient,
+    method: hyper::Method,
+    url: String,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> Answer {
     let mut request = hyper::Request::builder()
         .method(method)
         .uri(url)
@@ -89,22 +102,55 @@ fn client() -> HttpClient {
 }
 
 /// An admin call on the server at `server`; asserts its status.
-async fn admin(client: &HttpClient, server: SocketAddr, method: hyper::Method, path: &str, body: Option<Value>, status: u16) -> Value {
+async fn admin(
+    client: &HttpClient,
+    server: SocketAddr,
+    method: hyper::Method,
+    path: &str,
+    body: Option<Value>,
+    status: u16,
+) -> Value {
     let bearer = format!("Bearer {ADMIN_TOKEN}");
-    let answer = send(client, method, format!("http://{server}{path}"), &[("authorization", &bearer)], body).await;
+    let answer = send(
+        client,
+        method,
+        format!("http://{server}{path}"),
+        &[("authorization", &bearer)],
+        body,
+    )
+    .await;
     assert_eq!(answer.status, status, "{path}: {}", answer.body);
     answer.body
 }
 
 /// A key made through the admin API: `(id, key)`.
 async fn create_key(client: &HttpClient, server: SocketAddr, spec: Value) -> (String, String) {
-    let created = admin(client, server, hyper::Method::POST, "/v1/admin/gateway/keys", Some(spec), 201).await;
-    (created["id"].as_str().unwrap().to_owned(), created["key"].as_str().unwrap().to_owned())
+    let created = admin(
+        client,
+        server,
+        hyper::Method::POST,
+        "/v1/admin/gateway/keys",
+        Some(spec),
+        201,
+    )
+    .await;
+    (
+        created["id"].as_str().unwrap().to_owned(),
+        created["key"].as_str().unwrap().to_owned(),
+    )
 }
 
 /// What `key` holds now on `server`.
 async fn in_use(client: &HttpClient, server: SocketAddr, key: &str) -> u64 {
-    let report = admin(client, server, hyper::Method::GET, &format!("/v1/admin/limits/{key}"), None, 200).await;
+    let report = admin(
+        client,
+        server,
+        hyper::Method::GET,
+        &format!("/v1/admin/limits/{key}"),
+        None,
+        200,
+    )
+    .await;
     report["in_use"].as_u64().unwrap()
 }
 
@@ -114,7 +160,14 @@ async fn chat(client: &HttpClient, gateway: SocketAddr, key: &str, model: &str) 
         "messages": [{"role": "user", "content": "Hi"}]});
     let bearer = format!("Bearer {key}");
     let url = format!("http://{gateway}/v1/chat/completions");
-    send(client, hyper::Method::POST, url, &[("authorization", &bearer)], Some(body)).await
+    send(
+        client,
+        hyper::Method::POST,
+        url,
+        &[("authorization", &bearer)],
+        Some(body),
+    )
+    .await
 }
 
 /// A short Anthropic Messages call of `model` with `key` as `x-api-key`.
@@ -122,13 +175,27 @@ async fn message(client: &HttpClient, gateway: SocketAddr, key: &str, model: &st
     let body = json!({"model": model, "max_tokens": 5, "sim_output_tokens": 5,
         "messages": [{"role": "user", "content": "Hi"}]});
     let headers = [("x-api-key", key), ("anthropic-version", "2023-06-01")];
-    send(client, hyper::Method::POST, format!("http://{gateway}/v1/messages"), &headers, Some(body)).await
+    send(
+        client,
+        hyper::Method::POST,
+        format!("http://{gateway}/v1/messages"),
+        &headers,
+        Some(body),
+    )
+    .await
 }
 
 /// The model ids `/v1/models` lists to `key`.
 async fn models(client: &HttpClient, gateway: SocketAddr, key: &str) -> Vec<String> {
     let bearer = format!("Bearer {key}");
-    let answer = send(client, hyper::Method::GET, format!("http://{gateway}/v1/models"), &[("authorization", &bearer)], None).await;
+    let answer = send(
+        client,
+        hyper::Method::GET,
+        format!("http://{gateway}/v1/models"),
+        &[("authorization", &bearer)],
+        None,
+    )
+    .await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     (answer.body["data"].as_array().unwrap().iter())
         .map(|m| m["id"].as_str().unwrap().to_owned())
@@ -143,9 +210,21 @@ async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope(
     let (gateway, server) = (gateway_addr(&daemon), daemon.addr);
     let client = client();
     let tenant = json!({"name": "team", "rpm": 100, "models": ["gpt-4o-mini", "claude-sonnet-4-5"]});
-    admin(&client, server, hyper::Method::POST, "/v1/admin/gateway/tenants", Some(tenant), 201).await;
-    let (limited_id, limited) =
-        create_key(&client, server, json!({"tenant": "team", "rpm": 3, "models": ["gpt-4o-mini"]})).await;
+    admin(
+        &client,
+        server,
+        hyper::Method::POST,
+        "/v1/admin/gateway/tenants",
+        Some(tenant),
+        201,
+    )
+    .await;
+    let (limited_id, limited) = create_key(
+        &client,
+        server,
+        json!({"tenant": "team", "rpm": 3, "models": ["gpt-4o-mini"]}),
+    )
+    .await;
     let (_, other) = create_key(&client, server, json!({"tenant": "team"})).await;
 
     // The fourth call of a key with rpm 3 is a 429 naming the key's own limit;
@@ -157,7 +236,10 @@ async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope(
     let refused = chat(&client, gateway, &limited, "gpt-4o-mini").await;
     assert_eq!(refused.status, 429, "{}", refused.body);
     let message_text = refused.body["error"]["message"].as_str().unwrap();
-    assert!(message_text.contains(&format!("key:{limited_id}:llm:rpm")), "{message_text}");
+    assert!(
+        message_text.contains(&format!("key:{limited_id}:llm:rpm")),
+        "{message_text}"
+    );
     assert_eq!(chat(&client, gateway, &other, "gpt-4o-mini").await.status, 200);
     // The tenant made through the API is charged as a configured one: 3 + 1 calls.
     assert_eq!(in_use(&client, server, "tenant:team:llm:rpm").await, 4);
@@ -165,24 +247,53 @@ async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope(
 
     // A model outside the key's scope: 403 in the provider's shape, nothing reserved.
     let model_rpm = "global:llm:simanthropic:claude-sonnet-4-5:rpm";
-    let before = (in_use(&client, server, model_rpm).await, in_use(&client, server, "tenant:team:llm:rpm").await);
+    let before = (
+        in_use(&client, server, model_rpm).await,
+        in_use(&client, server, "tenant:team:llm:rpm").await,
+    );
     let forbidden = message(&client, gateway, &limited, "claude-sonnet-4-5").await;
     assert_eq!(forbidden.status, 403, "{}", forbidden.body);
     assert_eq!(forbidden.body["type"], "error", "{}", forbidden.body);
-    assert_eq!(forbidden.body["error"]["type"], "permission_error", "{}", forbidden.body);
-    let after = (in_use(&client, server, model_rpm).await, in_use(&client, server, "tenant:team:llm:rpm").await);
+    assert_eq!(
+        forbidden.body["error"]["type"], "permission_error",
+        "{}",
+        forbidden.body
+    );
+    let after = (
+        in_use(&client, server, model_rpm).await,
+        in_use(&client, server, "tenant:team:llm:rpm").await,
+    );
     assert_eq!(before, after, "a call outside the scope reserves nothing");
-    let (_, claude_only) =
-        create_key(&client, server, json!({"tenant": "team", "models": ["claude-sonnet-4-5"]})).await;
+    let (_, claude_only) = create_key(
+        &client,
+        server,
+        json!({"tenant": "team", "models": ["claude-sonnet-4-5"]}),
+    )
+    .await;
     let forbidden = chat(&client, gateway, &claude_only, "gpt-4o-mini").await;
     assert_eq!(forbidden.status, 403, "{}", forbidden.body);
-    assert_eq!(forbidden.body["error"]["code"], "permission_denied", "{}", forbidden.body);
-    assert_eq!(message(&client, gateway, &claude_only, "claude-sonnet-4-5").await.status, 200);
+    assert_eq!(
+        forbidden.body["error"]["code"], "permission_denied",
+        "{}",
+        forbidden.body
+    );
+    assert_eq!(
+        message(&client, gateway, &claude_only, "claude-sonnet-4-5")
+            .await
+            .status,
+        200
+    );
 
     // `/v1/models` lists what each key may use.
     assert_eq!(models(&client, gateway, &limited).await, ["gpt-4o-mini"]);
-    assert_eq!(models(&client, gateway, &other).await, ["gpt-4o-mini", "claude-sonnet-4-5"]);
-    assert_eq!(models(&client, gateway, YAML_KEY).await, ["gpt-4o-mini", "claude-sonnet-4-5"]);
+    assert_eq!(
+        models(&client, gateway, &other).await,
+        ["gpt-4o-mini", "claude-sonnet-4-5"]
+    );
+    assert_eq!(
+        models(&client, gateway, YAML_KEY).await,
+        ["gpt-4o-mini", "claude-sonnet-4-5"]
+    );
 
     // A key of the configured tenant works beside the tenant's own key.
     let (_, of_yaml) = create_key(&client, server, json!({"tenant": "yaml-team"})).await;
@@ -192,12 +303,23 @@ async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope(
     // Revoked, unknown: 401 in the provider's shape.
     let (revoked_id, revoked) = create_key(&client, server, json!({"tenant": "team"})).await;
     assert_eq!(chat(&client, gateway, &revoked, "gpt-4o-mini").await.status, 200);
-    admin(&client, server, hyper::Method::DELETE, &format!("/v1/admin/gateway/keys/{revoked_id}"), None, 200).await;
+    admin(
+        &client,
+        server,
+        hyper::Method::DELETE,
+        &format!("/v1/admin/gateway/keys/{revoked_id}"),
+        None,
+        200,
+    )
+    .await;
     let refused = chat(&client, gateway, &revoked, "gpt-4o-mini").await;
     assert_eq!(refused.status, 401, "{}", refused.body);
     assert_eq!(refused.body["error"]["code"], "invalid_api_key", "{}", refused.body);
     let refused = message(&client, gateway, &revoked, "claude-sonnet-4-5").await;
-    assert_eq!((refused.status, &refused.body["error"]["type"]), (401, &json!("authentication_error")));
+    assert_eq!(
+        (refused.status, &refused.body["error"]["type"]),
+        (401, &json!("authentication_error"))
+    );
     let unknown = format!("{}x", &other[..other.len() - 1]);
     assert_eq!(chat(&client, gateway, &unknown, "gpt-4o-mini").await.status, 401);
 
@@ -206,7 +328,15 @@ async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope(
     let (old_id, old) = create_key(&client, server, json!({"tenant": "team"})).await;
     let (_, expiring) = create_key(&client, server, json!({"tenant": "team", "expires_in_seconds": 2})).await;
     let path = format!("/v1/admin/gateway/keys/{old_id}/rotate");
-    let rotated = admin(&client, server, hyper::Method::POST, &path, Some(json!({"grace_seconds": 2})), 201).await;
+    let rotated = admin(
+        &client,
+        server,
+        hyper::Method::POST,
+        &path,
+        Some(json!({"grace_seconds": 2})),
+        201,
+    )
+    .await;
     let new = rotated["key"].as_str().unwrap().to_owned();
     let rotated_at = Instant::now();
     assert_eq!(chat(&client, gateway, &old, "gpt-4o-mini").await.status, 200);
@@ -217,7 +347,11 @@ async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope(
     assert_eq!(chat(&client, gateway, &new, "gpt-4o-mini").await.status, 200);
     let expired = chat(&client, gateway, &expiring, "gpt-4o-mini").await;
     assert_eq!(expired.status, 401, "{}", expired.body);
-    assert!(expired.body["error"]["message"].as_str().unwrap().contains("expired"), "{}", expired.body);
+    assert!(
+        expired.body["error"]["message"].as_str().unwrap().contains("expired"),
+        "{}",
+        expired.body
+    );
 
     // No key text in the server's log.
     let logs = daemon.logs().join("\n");
@@ -239,7 +373,11 @@ mod fleet {
             if answer.status == status {
                 return started.elapsed();
             }
-            assert!(started.elapsed() < Duration::from_secs(10), "never {status}: {}", answer.body);
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "never {status}: {}",
+                answer.body
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -258,7 +396,15 @@ mod fleet {
         let gateway_b = gateway_addr(&b);
         let client = client();
         let tenant = json!({"name": "fleet-team", "rpm": 100});
-        admin(&client, a.addr, hyper::Method::POST, "/v1/admin/gateway/tenants", Some(tenant), 201).await;
+        admin(
+            &client,
+            a.addr,
+            hyper::Method::POST,
+            "/v1/admin/gateway/tenants",
+            Some(tenant),
+            201,
+        )
+        .await;
         let (id, key) = create_key(&client, a.addr, json!({"tenant": "fleet-team", "rpm": 50})).await;
         // Created on A, served by B at its first call (B reads the cluster for a key it does not know).
         let answer = chat(&client, gateway_b, &key, "gpt-4o-mini").await;
@@ -267,8 +413,19 @@ mod fleet {
         assert_eq!(in_use(&client, a.addr, "tenant:fleet-team:llm:rpm").await, 1);
         assert_eq!(in_use(&client, a.addr, &format!("key:{id}:llm:rpm")).await, 1);
         // Revoked on A: refused by B within a second.
-        admin(&client, a.addr, hyper::Method::DELETE, &format!("/v1/admin/gateway/keys/{id}"), None, 200).await;
+        admin(
+            &client,
+            a.addr,
+            hyper::Method::DELETE,
+            &format!("/v1/admin/gateway/keys/{id}"),
+            None,
+            200,
+        )
+        .await;
         let took = until_status(&client, gateway_b, &key, 401).await;
-        assert!(took < Duration::from_secs(1), "B refused the revoked key after {took:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "B refused the revoked key after {took:?}"
+        );
     }
 }

@@ -218,7 +218,7 @@ impl Admission {
 
     /// Anthropic's token counting is free at the provider and limited apart by
     /// it, so no model limit is reserved; the call is counted on its tenant's
-    /// `rpm`, so a tenant cannot flood the upstream through it.
+    /// `rpm` and its key's own, so a tenant cannot flood the upstream through it.
     pub async fn count_tokens(&self, caller: &Caller) -> Result<(), GatewayError> {
         let Some(keys) = caller.keys.as_ref() else {
             return Ok(());

@@ -434,6 +434,41 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_keys_own_limits_join_its_tenants_in_one_reservation() {
+        let keys = ModelKeys::new("anthropic", &model());
+        let own = KeyLimitKeys {
+            rpm: Some(key("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:rpm".into())),
+            daily_tokens: Some(key("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:daily_tokens".into())),
+            concurrency: None,
+        };
+        let tenant = TenantKeys::of("team", (Some(600), None, None)).with_key(own);
+        let got: Vec<(String, u64)> = requirements(&keys, Some(&tenant), 120, 0)
+            .iter()
+            .skip(4)
+            .map(|r| (r.key.to_string(), r.amount))
+            .collect();
+        let expected = [
+            ("tenant:team:llm:rpm", 1),
+            ("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:daily_tokens", 120),
+            ("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:rpm", 1),
+        ];
+        assert_eq!(got, expected.map(|(k, a)| (k.to_owned(), a)));
+        let usage = Usage {
+            input_tokens: 30,
+            output_tokens: 7,
+            cache_read_tokens: 100,
+        };
+        let last = actuals(&keys, Some(&tenant), (120, 0), &usage).pop().unwrap();
+        assert_eq!(
+            (last.key.as_str(), last.actual_amount),
+            ("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:daily_tokens", 137),
+            "the key's budget is charged what is billed"
+        );
+        let budgets: Vec<&str> = tenant.budgets().map(LimitKey::as_str).collect();
+        assert_eq!(budgets, ["key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:daily_tokens"]);
+    }
+
+    #[test]
     fn a_profiled_model_reserves_and_reconciles_by_its_providers_rules() {
         // Anthropic's profile: rpm, itpm and otpm, keyed by the upstream's name.
         let base = model();

@@ -74,7 +74,10 @@ impl KeyCallers {
             Ok(found) => found,
             Err(Refusal::Unknown) => return Ok(None),
             Err(Refusal::Expired) => {
-                return Err(GatewayError::new(ErrorKind::Authentication, "This API key has expired."));
+                return Err(GatewayError::new(
+                    ErrorKind::Authentication,
+                    "This API key has expired.",
+                ));
             }
             Err(Refusal::Revoked) => return Err(incorrect_key()),
         };
