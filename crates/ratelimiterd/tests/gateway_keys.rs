@@ -365,6 +365,9 @@ mod fleet {
     use super::*;
     use ratelimiter::tigerbeetle::LocalCluster;
 
+    /// Keys created and revoked on A and checked on B, for the agreement's figures.
+    const AGREEMENT_ROUNDS: usize = 50;
+
     /// Polls (bounded) until a call with `key` on `gateway` answers `status`; the time it took.
     async fn until_status(client: &HttpClient, gateway: SocketAddr, key: &str, status: u16) -> Duration {
         let started = Instant::now();
@@ -427,5 +430,47 @@ mod fleet {
             took < Duration::from_secs(1),
             "B refused the revoked key after {took:?}"
         );
+        // Fifty of each, for the figures (BENCHMARKS.md, "Gateway keys").
+        // On a tenant without limits: the polls are many calls.
+        let open = json!({"name": "fleet-open"});
+        admin(
+            &client,
+            a.addr,
+            hyper::Method::POST,
+            "/v1/admin/gateway/tenants",
+            Some(open),
+            201,
+        )
+        .await;
+        let (mut created, mut revoked) = (Vec::new(), Vec::new());
+        for _ in 0..AGREEMENT_ROUNDS {
+            let (id, key) = create_key(&client, a.addr, json!({"tenant": "fleet-open"})).await;
+            created.push(until_status(&client, gateway_b, &key, 200).await);
+            admin(
+                &client,
+                a.addr,
+                hyper::Method::DELETE,
+                &format!("/v1/admin/gateway/keys/{id}"),
+                None,
+                200,
+            )
+            .await;
+            revoked.push(until_status(&client, gateway_b, &key, 401).await);
+        }
+        for (what, mut times) in [
+            ("created on A, served by B", created),
+            ("revoked on A, refused by B", revoked),
+        ] {
+            times.sort();
+            let at = |p: f64| times[((times.len() as f64 * p) as usize).min(times.len() - 1)];
+            eprintln!(
+                "{what}: p50 {:?}, p99 {:?}, max {:?} over {}",
+                at(0.5),
+                at(0.99),
+                times[times.len() - 1],
+                times.len()
+            );
+            assert!(times[times.len() - 1] < Duration::from_secs(1), "{what}: {times:?}");
+        }
     }
 }
