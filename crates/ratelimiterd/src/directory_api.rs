@@ -80,8 +80,30 @@ pub async fn create_tenant(State(state): State<AppState>, mut fields: Fields) ->
     fields.finish()?;
     state.gateway_scope().check_class(tenant.class.as_deref())?;
     state.gateway_scope().check_models(tenant.models.as_deref(), None)?;
-    let created = directory(&state).create_tenant(&name, tenant).await?;
+    // In its own task: a client hanging up cannot stop it between the tenant and its limits.
+    let change = tokio::spawn(async move {
+        let directory = directory(&state).clone();
+        let created = directory.create_tenant(&name, tenant).await?;
+        if let Err(e) = define_tenant_limits(&state, &created).await {
+            let _ = directory.delete_tenant(&created.name).await;
+            return Err(e);
+        }
+        Ok::<_, ApiError>(created)
+    });
+    let created = change
+        .await
+        .map_err(|e| ApiError::Internal(format!("creating a tenant failed: {e}")))??;
     Ok((StatusCode::CREATED, Json(tenant_json(&created))).into_response())
+}
+
+/// Defines the tenant's own limits (`tenant:<name>:llm:rpm`, …) as a
+/// configured tenant's are: the gateway reserves them on its every call.
+async fn define_tenant_limits(state: &AppState, tenant: &TenantRecord) -> Result<(), ApiError> {
+    let hold_seconds = state.gateway_scope().concurrency_hold_seconds();
+    for definition in gateway::limits::directory_tenant_definitions(tenant, hold_seconds) {
+        state.admin().define(definition).await?;
+    }
+    Ok(())
 }
 
 /// `GET /v1/admin/gateway/tenants`: every live tenant, the YAML's included, by name.
@@ -128,7 +150,18 @@ pub async fn update_tenant(
     state
         .gateway_scope()
         .check_models(patch.models.clone().flatten().as_deref(), None)?;
+    // The limits the change sets are defined before the tenant names them, so
+    // no call meets a limit not defined yet.
+    let current = directory(&state).tenant(&name).ok_or_else(|| unknown_tenant(&name))?;
+    if current.source == ratelimiter::directory::Source::Api {
+        let next = TenantRecord {
+            fields: patch.applied_to(&current.fields)?,
+            ..current
+        };
+        define_tenant_limits(&state, &next).await?;
+    }
     let updated = directory(&state).update_tenant(&name, &patch).await?;
+    define_tenant_limits(&state, &updated).await?;
     Ok(Json(tenant_json(&updated)))
 }
 
@@ -191,7 +224,7 @@ pub async fn create_key(State(state): State<AppState>, mut fields: Fields) -> Re
     let change = tokio::spawn(async move {
         let created = directory.create_key(&spec).await?;
         let hold_seconds = state.gateway_scope().concurrency_hold_seconds();
-        for definition in created.record.limit_definitions(hold_seconds) {
+        for definition in gateway::limits::directory_key_definitions(&created.record, hold_seconds) {
             if let Err(e) = state.admin().define(definition).await {
                 let _ = directory.revoke_key(&created.record.id).await;
                 return Err(ApiError::from(e));

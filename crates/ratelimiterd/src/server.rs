@@ -193,7 +193,10 @@ pub async fn start_gateway(
     options: ServeOptions,
     shutdown: Shutdown,
 ) -> Result<tokio::task::JoinHandle<()>, ServerError> {
-    let gateway = gateway::Gateway::new(section, state.backend().clone()).map_err(ServerError::Gateway)?;
+    let mut gateway = gateway::Gateway::new(section, state.backend().clone()).map_err(ServerError::Gateway)?;
+    if let Some(directory) = state.directory() {
+        gateway = gateway.with_directory(directory.clone());
+    }
     for definition in gateway.definitions() {
         state
             .admin()

@@ -14,7 +14,7 @@ use super::context::CallContext;
 use super::entry::{Caller, ModelEntry};
 use super::lease::CallLease;
 use super::queue::PUMP_SLEEP_MAX_MS;
-use crate::limits::{denial_key, reserve_guarded, CapacityFreed, Classes, Reservation};
+use crate::limits::{denial_key, reserve_guarded, CapacityFreed, Classes, Reservation, KEY_LIMIT_PREFIX};
 use crate::observe::metrics::GatewayMetrics;
 use crate::routing::{Grant, Need, Refusal};
 use crate::wire::call::{Call, Endpoint};
@@ -147,7 +147,10 @@ impl Admission {
             match model.pool.reserve(&self.limiter, &queue, &ctx.need).await {
                 Ok(grant) => return Ok(grant),
                 Err(Refusal::Denied(denial)) => {
-                    if denial.is_permanent() || self.is_budget(ctx, &denial) || max_wait_ms == 0 {
+                    // A key's own limit frees only as its own calls age out: waiting
+                    // would hold a turn of the shared queue, so it is answered at once.
+                    let own_key = is_key_limit(&denial);
+                    if denial.is_permanent() || self.is_budget(ctx, &denial) || own_key || max_wait_ms == 0 {
                         return Err(self.refuse(ctx, denial).await);
                     }
                 }
@@ -192,10 +195,14 @@ impl Admission {
         }
     }
 
-    /// Whether `denial` names the caller's daily token budget.
+    /// Whether `denial` names a daily token budget of the caller (its
+    /// tenant's, or its key's own).
     fn is_budget(&self, ctx: &CallContext, denial: &Denial) -> bool {
-        let budget_key = ctx.caller.keys.as_ref().and_then(|k| k.daily_tokens.as_ref());
-        budget_key.is_some_and(|k| denial_key(denial) == Some(k.as_str()))
+        let Some(keys) = ctx.caller.keys.as_ref() else {
+            return false;
+        };
+        let denied = denial_key(denial);
+        keys.budgets().any(|k| denied == Some(k.as_str()))
     }
 
     /// The answer to a denial: 400 when the call can never fit, else a 429.
@@ -211,13 +218,20 @@ impl Admission {
 
     /// Anthropic's token counting is free at the provider and limited apart by
     /// it, so no model limit is reserved; the call is counted on its tenant's
-    /// `rpm`, so a tenant cannot flood the upstream through it.
+    /// `rpm` and its key's own, so a tenant cannot flood the upstream through it.
     pub async fn count_tokens(&self, caller: &Caller) -> Result<(), GatewayError> {
-        let Some(key) = caller.keys.as_ref().and_then(|k| k.rpm.clone()) else {
+        let Some(keys) = caller.keys.as_ref() else {
             return Ok(());
         };
-        let request = ReserveRequest::new(LeaseId::generate(), None, vec![Requirement { key, amount: 1 }])
-            .map_err(|e| GatewayError::invalid(e.0))?;
+        let own = keys.key.as_ref().and_then(|k| k.rpm.clone());
+        let requirements: Vec<Requirement> = (keys.rpm.clone().into_iter().chain(own))
+            .map(|key| Requirement { key, amount: 1 })
+            .collect();
+        if requirements.is_empty() {
+            return Ok(());
+        }
+        let request =
+            ReserveRequest::new(LeaseId::generate(), None, requirements).map_err(|e| GatewayError::invalid(e.0))?;
         let lease_id = match reserve_guarded(&self.limiter, request, None).await {
             Ok(Reservation::Allowed(reserved)) => reserved.take(),
             Ok(Reservation::Denied(denial)) => return Err(self.rate_limited(&denial, false, None).await),
@@ -236,7 +250,8 @@ impl Admission {
         let retry_after_ms = denial.retry_after_ms().min(cap_ms.unwrap_or(u64::MAX)).max(1);
         let key = denial_key(denial).unwrap_or("");
         let message = if budget {
-            format!("The tenant's daily token budget ({key}) is spent; it frees as the day's calls age out.")
+            let whose = if is_key_limit(denial) { "key" } else { "tenant" };
+            format!("The {whose}'s daily token budget ({key}) is spent; it frees as the day's calls age out.")
         } else {
             format!("Rate limit reached on {key}. Please try again in {retry_after_ms}ms.")
         };
@@ -322,7 +337,9 @@ fn queue_denial(ctx: &CallContext) -> Denial {
 fn own_denial(last: Option<Denial>, own_prefix: Option<&str>, fallback: LimitKey) -> Denial {
     let own = |denial: &Denial| {
         let key = denial_key(denial).unwrap_or("");
-        !key.starts_with("tenant:") || own_prefix.is_some_and(|p| key.starts_with(p))
+        // A key's own limit is a key's business too (a call's own key is answered at once).
+        let of_caller = key.starts_with("tenant:") || key.starts_with(KEY_LIMIT_PREFIX);
+        !of_caller || own_prefix.is_some_and(|p| key.starts_with(p))
     };
     match last {
         Some(denial) if own(&denial) => denial,
@@ -331,6 +348,11 @@ fn own_denial(last: Option<Denial>, own_prefix: Option<&str>, fallback: LimitKey
             retry_after_ms: last.map_or(PUMP_SLEEP_MAX_MS, |d| d.retry_after_ms()),
         },
     }
+}
+
+/// Whether `denial` names a directory key's own limit (`key:<id>:llm:…`).
+fn is_key_limit(denial: &Denial) -> bool {
+    denial_key(denial).is_some_and(|k| k.starts_with(KEY_LIMIT_PREFIX))
 }
 
 /// The answer when the backend failed a reserve: nothing was sent.

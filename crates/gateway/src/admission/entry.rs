@@ -62,9 +62,13 @@ impl ModelEntry {
         }
     }
 
-    /// The (model, `caller`) counters, made at the pair's first call.
+    /// The (model, `caller`) counters, made at the pair's first call; a
+    /// tenant of the directory (an index beyond the configuration's callers)
+    /// finds its own in the metrics by name.
     pub fn counters(&self, caller: &Caller, metrics: &GatewayMetrics) -> Arc<CallCounters> {
-        let slot = &self.counters[caller.index];
+        let Some(slot) = self.counters.get(caller.index) else {
+            return metrics.calls(&self.config.name, &caller.name);
+        };
         slot.get_or_init(|| metrics.calls(&self.config.name, &caller.name))
             .clone()
     }

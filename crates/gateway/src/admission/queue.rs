@@ -265,7 +265,7 @@ async fn pump(queue: Arc<ModelQueue>, limiter: Arc<dyn Limiter>, pool: Arc<Pool>
         let tenant_bound = denial
             .as_ref()
             .and_then(denial_key)
-            .is_some_and(|k| k.starts_with("tenant:"));
+            .is_some_and(|k| k.starts_with("tenant:") || k.starts_with(crate::limits::KEY_LIMIT_PREFIX));
         queue.put_back(tenant, waiter, denial, tenant_bound);
         tenant_denials_in_a_row = if tenant_bound { tenant_denials_in_a_row + 1 } else { 0 };
         let tenants = queue.state.lock().expect("queue lock").tenants_waiting();

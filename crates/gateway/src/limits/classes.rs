@@ -97,6 +97,11 @@ impl Classes {
         }
     }
 
+    /// True when the gateway has a class named `name`.
+    pub fn knows(&self, name: &str) -> bool {
+        self.index(name).is_some()
+    }
+
     fn index(&self, name: &str) -> Option<usize> {
         self.classes.iter().position(|c| c.name() == name)
     }

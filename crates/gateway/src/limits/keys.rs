@@ -1,6 +1,7 @@
 //! The limits the configuration implies, as ordinary registry definitions, and
 //! what one call reserves and completes on them (docs/gateway.md, "Limits").
 
+use ratelimiter::directory::{KeyRecord, TenantRecord};
 use ratelimiter::profile::{ProfileCall, ProfileRules, ProviderUsage};
 use ratelimiter::{Actual, LimitDefinition, LimitKey, LimitKind, Overage, Requirement};
 
@@ -30,7 +31,8 @@ pub struct ModelKeys {
     pub profile: Option<ProfileRules>,
 }
 
-/// One tenant's keys; `None` where the configuration sets no limit.
+/// One caller's keys: its tenant's, and for a key of the directory the key's
+/// own, reserved in the same all-or-nothing reservation; `None` where no limit is set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TenantKeys {
     /// `tenant:<name>:llm:daily_tokens`.
@@ -39,7 +41,24 @@ pub struct TenantKeys {
     pub rpm: Option<LimitKey>,
     /// `tenant:<name>:llm:concurrency`.
     pub concurrency: Option<LimitKey>,
+    /// The presented key's own limits; `None` for a tenant's configured key.
+    pub key: Option<KeyLimitKeys>,
 }
+
+/// A directory key's own limits (`key:<id>:llm:<dimension>`, docs/gateway.md,
+/// "Tenants and keys"); `None` where the key sets no limit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyLimitKeys {
+    /// `key:<id>:llm:daily_tokens`.
+    pub daily_tokens: Option<LimitKey>,
+    /// `key:<id>:llm:rpm`.
+    pub rpm: Option<LimitKey>,
+    /// `key:<id>:llm:concurrency`.
+    pub concurrency: Option<LimitKey>,
+}
+
+/// The start of every directory key's own limit keys.
+pub const KEY_LIMIT_PREFIX: &str = "key:";
 
 fn key(text: String) -> LimitKey {
     LimitKey::new(text).expect("names were validated with the configuration")
@@ -87,12 +106,33 @@ fn profile_call(input: u64, output: u64) -> ProfileCall<'static> {
 impl TenantKeys {
     /// The keys of `tenant`.
     pub fn new(tenant: &TenantConfig) -> Self {
-        let own = |dimension: &str| key(format!("tenant:{}:llm:{dimension}", tenant.name));
+        Self::of(&tenant.name, (tenant.rpm, tenant.concurrency, tenant.daily_tokens))
+    }
+
+    /// The keys of the tenant `name` with `(rpm, concurrency, daily_tokens)`
+    /// set or not: a tenant of the configuration or of the directory alike.
+    pub fn of(name: &str, (rpm, concurrency, daily_tokens): (Option<u64>, Option<u64>, Option<u64>)) -> Self {
+        let own = |dimension: &str| key(format!("tenant:{name}:llm:{dimension}"));
         Self {
-            daily_tokens: tenant.daily_tokens.map(|_| own("daily_tokens")),
-            rpm: tenant.rpm.map(|_| own("rpm")),
-            concurrency: tenant.concurrency.map(|_| own("concurrency")),
+            daily_tokens: daily_tokens.map(|_| own("daily_tokens")),
+            rpm: rpm.map(|_| own("rpm")),
+            concurrency: concurrency.map(|_| own("concurrency")),
+            key: None,
         }
+    }
+
+    /// These keys with a directory key's own limits beside them.
+    pub fn with_key(&self, key: KeyLimitKeys) -> Self {
+        Self {
+            key: Some(key),
+            ..self.clone()
+        }
+    }
+
+    /// The daily token budgets: the tenant's, and the key's own.
+    pub fn budgets(&self) -> impl Iterator<Item = &LimitKey> {
+        let key = self.key.as_ref().and_then(|k| k.daily_tokens.as_ref());
+        self.daily_tokens.iter().chain(key)
     }
 }
 
@@ -103,7 +143,7 @@ const REQUEST_DIMENSIONS: [&str; 2] = ["rpm", "rpd"];
 /// `definition` as the gateway applies it: a token limit records usage above a
 /// full window as debt (`overage: debt`, docs/decisions.md), so a provider's count
 /// above the reservation stays visible to the admin API instead of being dropped.
-fn with_debt(definition: LimitDefinition) -> LimitDefinition {
+pub fn with_debt(definition: LimitDefinition) -> LimitDefinition {
     let dimension = definition.key().as_str().rsplit(':').next().unwrap_or("");
     if definition.kind() != LimitKind::Concurrency && !REQUEST_DIMENSIONS.contains(&dimension) {
         definition.with_overage(Overage::Debt)
@@ -138,7 +178,7 @@ pub fn definitions_without_ceilings(config: &GatewayConfig) -> Vec<LimitDefiniti
 
 /// [`definitions`] before the gateway's overage policy.
 fn definitions_as_given(config: &GatewayConfig) -> Vec<LimitDefinition> {
-    let hold_seconds = config.upstream_timeout_ms.div_ceil(1000) + CONCURRENCY_TIMEOUT_MARGIN_SECONDS;
+    let hold_seconds = concurrency_hold_seconds(config.upstream_timeout_ms);
     let rolling = |key: &LimitKey, capacity: u64, window: u64| {
         LimitDefinition::rolling(key.clone(), capacity, window).expect("validated capacities")
     };
@@ -177,18 +217,69 @@ fn definitions_as_given(config: &GatewayConfig) -> Vec<LimitDefinition> {
         }
     }
     for tenant in &config.tenants {
-        let keys = TenantKeys::new(tenant);
-        if let (Some(key), Some(capacity)) = (&keys.daily_tokens, tenant.daily_tokens) {
-            out.push(rolling(key, capacity, DAY_WINDOW_SECONDS));
-        }
-        if let (Some(key), Some(capacity)) = (&keys.rpm, tenant.rpm) {
-            out.push(rolling(key, capacity, MINUTE_WINDOW_SECONDS));
-        }
-        if let (Some(key), Some(capacity)) = (&keys.concurrency, tenant.concurrency) {
-            out.push(concurrency(key, capacity));
-        }
+        out.extend(tenant_definitions_as_given(
+            &tenant.name,
+            (tenant.rpm, tenant.concurrency, tenant.daily_tokens),
+            hold_seconds,
+        ));
     }
     out
+}
+
+/// The definitions of the tenant `name`'s `(rpm, concurrency, daily_tokens)`.
+fn tenant_definitions_as_given(
+    name: &str,
+    limits: (Option<u64>, Option<u64>, Option<u64>),
+    hold_seconds: u64,
+) -> Vec<LimitDefinition> {
+    let keys = TenantKeys::of(name, limits);
+    let (rpm, concurrency, daily_tokens) = limits;
+    let valid = "validated capacities";
+    let mut out = Vec::new();
+    if let (Some(key), Some(capacity)) = (keys.daily_tokens, daily_tokens) {
+        out.push(LimitDefinition::rolling(key, capacity, DAY_WINDOW_SECONDS).expect(valid));
+    }
+    if let (Some(key), Some(capacity)) = (keys.rpm, rpm) {
+        out.push(LimitDefinition::rolling(key, capacity, MINUTE_WINDOW_SECONDS).expect(valid));
+    }
+    if let (Some(key), Some(capacity)) = (keys.concurrency, concurrency) {
+        out.push(LimitDefinition::concurrency(key, capacity, hold_seconds).expect(valid));
+    }
+    out
+}
+
+/// How long a concurrency slot of a gateway with `upstream_timeout_ms` is
+/// held at most: a call in flight always ends (and releases) first.
+pub fn concurrency_hold_seconds(upstream_timeout_ms: u64) -> u64 {
+    upstream_timeout_ms.div_ceil(1000) + CONCURRENCY_TIMEOUT_MARGIN_SECONDS
+}
+
+/// The definitions of a directory tenant's own limits, the same as a
+/// configured tenant's: what the server defines when the tenant is created or changed.
+pub fn directory_tenant_definitions(tenant: &TenantRecord, hold_seconds: u64) -> Vec<LimitDefinition> {
+    let f = &tenant.fields;
+    let limits = (f.rpm, f.concurrency, f.daily_tokens);
+    (tenant_definitions_as_given(&tenant.name, limits, hold_seconds).into_iter())
+        .map(with_debt)
+        .collect()
+}
+
+/// The definitions of a directory key's own limits, with the gateway's
+/// overage policy: what the server defines when the key is created.
+pub fn directory_key_definitions(key: &KeyRecord, hold_seconds: u64) -> Vec<LimitDefinition> {
+    key.limit_definitions(hold_seconds).into_iter().map(with_debt).collect()
+}
+
+impl KeyLimitKeys {
+    /// The limit keys of `key`'s own limits (shared by the keys of one rotation).
+    pub fn of(key: &KeyRecord) -> Self {
+        let l = &key.limits;
+        Self {
+            daily_tokens: l.daily_tokens.map(|_| key.limit_key("daily_tokens")),
+            rpm: l.rpm.map(|_| key.limit_key("rpm")),
+            concurrency: l.concurrency.map(|_| key.limit_key("concurrency")),
+        }
+    }
 }
 
 /// What one call reserves, all or nothing: one request, its token bound on every
@@ -220,6 +311,11 @@ pub fn requirements(model: &ModelKeys, tenant: Option<&TenantKeys>, input: u64, 
         push(&tenant.daily_tokens, total);
         push(&tenant.rpm, 1);
         push(&tenant.concurrency, 1);
+        if let Some(key) = &tenant.key {
+            push(&key.daily_tokens, total);
+            push(&key.rpm, 1);
+            push(&key.concurrency, 1);
+        }
     }
     out
 }
@@ -253,6 +349,9 @@ pub fn actuals(model: &ModelKeys, tenant: Option<&TenantKeys>, reserved: (u64, u
     if let Some(tenant) = tenant {
         // A budget counts what the provider bills, cache reads included.
         push(&tenant.daily_tokens, usage.billed());
+        if let Some(key) = &tenant.key {
+            push(&key.daily_tokens, usage.billed());
+        }
     }
     out
 }
@@ -332,6 +431,41 @@ mod tests {
                 ("tenant:acme:llm:daily_tokens".to_owned(), 137),
             ]
         );
+    }
+
+    #[test]
+    fn a_directory_keys_own_limits_join_its_tenants_in_one_reservation() {
+        let keys = ModelKeys::new("anthropic", &model());
+        let own = KeyLimitKeys {
+            rpm: Some(key("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:rpm".into())),
+            daily_tokens: Some(key("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:daily_tokens".into())),
+            concurrency: None,
+        };
+        let tenant = TenantKeys::of("team", (Some(600), None, None)).with_key(own);
+        let got: Vec<(String, u64)> = requirements(&keys, Some(&tenant), 120, 0)
+            .iter()
+            .skip(4)
+            .map(|r| (r.key.to_string(), r.amount))
+            .collect();
+        let expected = [
+            ("tenant:team:llm:rpm", 1),
+            ("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:daily_tokens", 120),
+            ("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:rpm", 1),
+        ];
+        assert_eq!(got, expected.map(|(k, a)| (k.to_owned(), a)));
+        let usage = Usage {
+            input_tokens: 30,
+            output_tokens: 7,
+            cache_read_tokens: 100,
+        };
+        let last = actuals(&keys, Some(&tenant), (120, 0), &usage).pop().unwrap();
+        assert_eq!(
+            (last.key.as_str(), last.actual_amount),
+            ("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:daily_tokens", 137),
+            "the key's budget is charged what is billed"
+        );
+        let budgets: Vec<&str> = tenant.budgets().map(LimitKey::as_str).collect();
+        assert_eq!(budgets, ["key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:daily_tokens"]);
     }
 
     #[test]

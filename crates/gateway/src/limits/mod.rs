@@ -11,8 +11,9 @@ use crate::config::{GatewayConfig, GatewayConfigError};
 
 pub use classes::{ceiling_capacity, Classes, CLASS_HEADER};
 pub use keys::{
-    actuals, definitions, definitions_without_ceilings, prompt_charge, requirements, ModelKeys, TenantKeys,
-    CONCURRENCY_TIMEOUT_MARGIN_SECONDS,
+    actuals, concurrency_hold_seconds, definitions, definitions_without_ceilings, directory_key_definitions,
+    directory_tenant_definitions, prompt_charge, requirements, KeyLimitKeys, ModelKeys, TenantKeys,
+    CONCURRENCY_TIMEOUT_MARGIN_SECONDS, KEY_LIMIT_PREFIX,
 };
 pub use reservation::{
     denial_key, release_unused, reserve_guarded, run_if_ready, spawn_if_pending, CapacityFreed, Reservation, Reserved,

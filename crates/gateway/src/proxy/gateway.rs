@@ -10,6 +10,7 @@ use ratelimiter::clock::Clock;
 use ratelimiter::{Backend, LimitDefinition, Limiter, ReserveOutcome, ReserveRequest, SystemClock};
 
 use super::auth::{find_tenant, presented_key, read_tenant_keys, TenantKey};
+use super::key_callers::{incorrect_key, Authorized, KeyCallers};
 use super::upstream::{Upstream, UpstreamClient};
 use crate::admission::tenant_caps::TenantCaps;
 use crate::admission::{Admission, Caller, ModelEntry};
@@ -28,6 +29,10 @@ pub struct Gateway {
     pub(super) model_names: Vec<String>,
     pub(super) upstreams: Vec<Upstream>,
     tenant_keys: Vec<TenantKey>,
+    /// The keys made through the admin API, when the server keeps a directory.
+    key_callers: Option<KeyCallers>,
+    /// The gateway's `tenant_connections_max` and `tenant_queued_max`, for the directory's tenants.
+    caps_default: (usize, usize),
     pub(super) client: UpstreamClient,
     metrics: Arc<GatewayMetrics>,
     pub(super) body_bytes_max: usize,
@@ -109,6 +114,8 @@ impl Gateway {
             model_names: config.models.iter().map(|m| m.name.clone()).collect(),
             upstreams,
             tenant_keys,
+            key_callers: None,
+            caps_default: (config.tenant_connections_max, config.tenant_queued_max),
             client,
             metrics,
             body_bytes_max: config.body_bytes_max,
@@ -168,19 +175,41 @@ impl Gateway {
             .collect()
     }
 
-    /// The caller `headers` authenticate: a tenant by its key, or the caller
-    /// without a tenant when the gateway has none.
-    pub(super) fn authenticate(&self, headers: &HeaderMap) -> Result<&Arc<Caller>, GatewayError> {
-        if self.tenant_keys.is_empty() {
-            return Ok(self.admission.caller(self.admission.no_tenant()));
+    /// This gateway serving the keys of `directory` too (docs/gateway.md,
+    /// "Tenants and keys"): a key made through the admin API authenticates as
+    /// its tenant, with its own limits and scope of models.
+    pub fn with_directory(mut self, directory: Arc<ratelimiter::directory::Directory>) -> Self {
+        let first_index = self.admission.no_tenant() + 1;
+        self.key_callers = Some(KeyCallers::new(directory, first_index, self.caps_default));
+        self
+    }
+
+    /// The caller `headers` authenticate: a key of the directory, a tenant by
+    /// its configured key, or the caller without a tenant when the gateway has
+    /// none (a directory key presented to it still counts as that key's).
+    pub(super) async fn authenticate(&self, headers: &HeaderMap) -> Result<Authorized, GatewayError> {
+        let presented = presented_key(headers);
+        if let (Some(key), Some(callers)) = (presented, &self.key_callers) {
+            if let Some(found) = callers.authorize(key, &self.admission).await? {
+                return Ok(found);
+            }
         }
-        let unauthorized = |m: &str| GatewayError::new(ErrorKind::Authentication, m);
-        let key = presented_key(headers).ok_or_else(|| {
-            unauthorized("You didn't provide an API key: send it as `Authorization: Bearer <key>` or `x-api-key`.")
+        let caller = |index: usize| Authorized {
+            caller: self.admission.caller(index).clone(),
+            key: None,
+        };
+        if self.tenant_keys.is_empty() {
+            return Ok(caller(self.admission.no_tenant()));
+        }
+        let key = presented.ok_or_else(|| {
+            GatewayError::new(
+                ErrorKind::Authentication,
+                "You didn't provide an API key: send it as `Authorization: Bearer <key>` or `x-api-key`.",
+            )
         })?;
         find_tenant(&self.tenant_keys, key)
-            .map(|index| self.admission.caller(index))
-            .ok_or_else(|| unauthorized("Incorrect API key provided."))
+            .map(caller)
+            .ok_or_else(incorrect_key)
     }
 
     /// The model `name` when it is served in `endpoint`'s wire format.

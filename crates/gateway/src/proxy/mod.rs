@@ -1,7 +1,8 @@
 //! The HTTP side (docs/gateway.md): the gateway built from its configuration,
 //! the service and its routes, the client's body, forwarding to a deployment
 //! and failing over, the answer passed back over one upstream-body reader, the
-//! upstream client, the headers that cross, and the tenants' keys.
+//! upstream client, the headers that cross, the tenants' keys, and the
+//! callers of the directory's keys.
 
 pub mod answer;
 pub mod auth;
@@ -9,6 +10,7 @@ pub mod body;
 pub mod forward;
 pub mod gateway;
 pub mod headers;
+pub mod key_callers;
 pub mod service;
 pub mod upstream;
 

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use super::body::{read_body, read_upstream_body};
 use super::forward::{answer, credentials_refused, forward, upstream_error, Forwarded};
 use super::gateway::Gateway;
+use super::key_callers::Authorized;
 use crate::admission::tenant_caps::HoldingBody;
 use crate::admission::{Caller, ModelEntry};
 use crate::wire::call::{model_name, parse_object, Endpoint};
@@ -46,12 +47,15 @@ async fn not_found(method: Method, uri: axum::http::Uri, headers: HeaderMap) -> 
     error.into_response(Format::of_headers(&headers))
 }
 
+/// The models the caller may use: every served one, or a directory key's scope.
 async fn list_models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
     let format = Format::of_headers(&headers);
-    if let Err(e) = gateway.authenticate(&headers) {
-        return e.into_response(format);
-    }
-    let entries = gateway.model_names.iter().map(|name| {
+    let authorized = match gateway.authenticate(&headers).await {
+        Ok(authorized) => authorized,
+        Err(e) => return e.into_response(format),
+    };
+    let allowed = gateway.model_names.iter().filter(|name| authorized.allows_model(name));
+    let entries = allowed.map(|name| {
         let model = &gateway.models[name];
         (name, model.pool.deployments[0].label.as_ref())
     });
@@ -60,15 +64,15 @@ async fn list_models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) ->
 }
 
 async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
-    let opened = gateway.authenticate(&headers).and_then(|caller| {
-        let held = caller.caps.open()?;
-        Ok((caller.clone(), held))
+    let opened = gateway.authenticate(&headers).await.and_then(|authorized| {
+        let held = authorized.caller.caps.open()?;
+        Ok((authorized, held))
     });
-    let (caller, held) = match opened {
+    let (authorized, held) = match opened {
         Ok(opened) => opened,
         Err(error) => return Shaped(endpoint.format(), error).into_response(),
     };
-    let response = match serve(gateway, endpoint, caller, headers, body).await {
+    let response = match serve(gateway, endpoint, authorized, headers, body).await {
         Ok(response) => response,
         Err(error) => Shaped(endpoint.format(), error).into_response(),
     };
@@ -79,15 +83,24 @@ async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, b
 async fn serve(
     gateway: Arc<Gateway>,
     endpoint: Endpoint,
-    caller: Arc<Caller>,
+    authorized: Authorized,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, GatewayError> {
     let started = Instant::now();
+    let caller = authorized.caller.clone();
     let class = gateway.admission.classes().of_request(caller.class, &headers)?;
     let bytes = read_body(&headers, body, gateway.body_bytes_max, gateway.body_timeout).await?;
     let object = parse_object(&bytes)?;
-    let model = gateway.model_for(endpoint, model_name(&object)?)?.clone();
+    let name = model_name(&object)?;
+    let model = gateway.model_for(endpoint, name)?.clone();
+    if !authorized.allows_model(name) {
+        // Before anything is reserved or sent.
+        return Err(GatewayError::new(
+            ErrorKind::PermissionDenied,
+            format!("This API key may not use the model `{name}`."),
+        ));
+    }
     if endpoint == Endpoint::CountTokens {
         // Sent to a pool's first deployment.
         return count_tokens(&gateway, &model, &caller, &headers, bytes).await;

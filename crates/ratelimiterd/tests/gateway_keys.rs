@@ -1,0 +1,476 @@
+//! Keys made through the admin API, served by the real `ratelimiterd` binary's
+//! gateway in front of the provider simulator (docs/gateway.md, "Tenants and
+//! keys"): a key authenticates as its tenant, its own limits are reserved
+//! with the tenant's and the model's, a model outside its scope is a 403 with
+//! nothing reserved, `/v1/models` lists its scope, a revoked, expired or
+//! unknown key is a 401, a rotated key works through its grace only; and, on
+//! TigerBeetle, two servers of one cluster agree on a key within a second.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use ratelimiter::SystemClock;
+use replay::sim::control::SimControl;
+use replay::sim::limits::{Accounting, ProviderLimits};
+use replay::sim::server::ProviderServer;
+use serde_json::{json, Value};
+use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN};
+
+/// The configured tenant's key (from the environment, as the configuration says).
+const YAML_KEY: &str = "gateway-keys-test-yaml-key-0123456789";
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// The simulator on a free loopback port.
+async fn start_sim() -> SocketAddr {
+    let limits = ProviderLimits {
+        rpm: 10_000,
+        tpm: 10_000_000,
+        window_ms: 60_000,
+        concurrency: 64,
+        ms_per_output_token: 0,
+        accounting: Accounting::Actual,
+    };
+    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(provider.serve(listener, std::future::pending()));
+    addr
+}
+
+/// A gateway serving one OpenAI and one Anthropic model, with one configured tenant.
+fn gateway_section(sim: SocketAddr) -> String {
+    std::env::set_var("GATEWAY_KEYS_TEST_KEY", YAML_KEY);
+    format!(
+        "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n    - {{name: simanthropic, kind: anthropic, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: claude-sonnet-4-5, upstream: simanthropic, rpm: 1000, input_tpm: 100000, output_tpm: 100000, concurrency: 8, max_output_tokens_default: 64}}\n  tenants:\n    - {{name: yaml-team, api_key_env: GATEWAY_KEYS_TEST_KEY}}\n"
+    )
+}
+
+/// The gateway's address, from the server's `gateway serving gateway_addr=...` line.
+fn gateway_addr(daemon: &Daemon) -> SocketAddr {
+    (daemon.logs().iter())
+        .find_map(|line| {
+            line.split("gateway_addr=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .expect("the gateway logs its address before the server listens")
+}
+
+struct Answer {
+    status: u16,
+    body: Value,
+}
+
+async fn send(
+    client: &HttpClient,
+    method: hyper::Method,
+    url: String,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> Answer {
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+    let response = client.request(request.body(Full::new(body)).unwrap()).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    }
+}
+
+fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+/// An admin call on the server at `server`; asserts its status.
+async fn admin(
+    client: &HttpClient,
+    server: SocketAddr,
+    method: hyper::Method,
+    path: &str,
+    body: Option<Value>,
+    status: u16,
+) -> Value {
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let answer = send(
+        client,
+        method,
+        format!("http://{server}{path}"),
+        &[("authorization", &bearer)],
+        body,
+    )
+    .await;
+    assert_eq!(answer.status, status, "{path}: {}", answer.body);
+    answer.body
+}
+
+/// A key made through the admin API: `(id, key)`.
+async fn create_key(client: &HttpClient, server: SocketAddr, spec: Value) -> (String, String) {
+    let created = admin(
+        client,
+        server,
+        hyper::Method::POST,
+        "/v1/admin/gateway/keys",
+        Some(spec),
+        201,
+    )
+    .await;
+    (
+        created["id"].as_str().unwrap().to_owned(),
+        created["key"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// What `key` holds now on `server`.
+async fn in_use(client: &HttpClient, server: SocketAddr, key: &str) -> u64 {
+    let report = admin(
+        client,
+        server,
+        hyper::Method::GET,
+        &format!("/v1/admin/limits/{key}"),
+        None,
+        200,
+    )
+    .await;
+    report["in_use"].as_u64().unwrap()
+}
+
+/// A short OpenAI chat call of `model` with `key` as the bearer.
+async fn chat(client: &HttpClient, gateway: SocketAddr, key: &str, model: &str) -> Answer {
+    let body = json!({"model": model, "max_tokens": 5, "sim_output_tokens": 5,
+        "messages": [{"role": "user", "content": "Hi"}]});
+    let bearer = format!("Bearer {key}");
+    let url = format!("http://{gateway}/v1/chat/completions");
+    send(
+        client,
+        hyper::Method::POST,
+        url,
+        &[("authorization", &bearer)],
+        Some(body),
+    )
+    .await
+}
+
+/// A short Anthropic Messages call of `model` with `key` as `x-api-key`.
+async fn message(client: &HttpClient, gateway: SocketAddr, key: &str, model: &str) -> Answer {
+    let body = json!({"model": model, "max_tokens": 5, "sim_output_tokens": 5,
+        "messages": [{"role": "user", "content": "Hi"}]});
+    let headers = [("x-api-key", key), ("anthropic-version", "2023-06-01")];
+    send(
+        client,
+        hyper::Method::POST,
+        format!("http://{gateway}/v1/messages"),
+        &headers,
+        Some(body),
+    )
+    .await
+}
+
+/// The model ids `/v1/models` lists to `key`.
+async fn models(client: &HttpClient, gateway: SocketAddr, key: &str) -> Vec<String> {
+    let bearer = format!("Bearer {key}");
+    let answer = send(
+        client,
+        hyper::Method::GET,
+        format!("http://{gateway}/v1/models"),
+        &[("authorization", &bearer)],
+        None,
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    (answer.body["data"].as_array().unwrap().iter())
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope() {
+    let sim = start_sim().await;
+    let dir = temp_dir("gateway-keys");
+    let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &gateway_section(sim));
+    let (gateway, server) = (gateway_addr(&daemon), daemon.addr);
+    let client = client();
+    let tenant = json!({"name": "team", "rpm": 100, "models": ["gpt-4o-mini", "claude-sonnet-4-5"]});
+    admin(
+        &client,
+        server,
+        hyper::Method::POST,
+        "/v1/admin/gateway/tenants",
+        Some(tenant),
+        201,
+    )
+    .await;
+    let (limited_id, limited) = create_key(
+        &client,
+        server,
+        json!({"tenant": "team", "rpm": 3, "models": ["gpt-4o-mini"]}),
+    )
+    .await;
+    let (_, other) = create_key(&client, server, json!({"tenant": "team"})).await;
+
+    // The fourth call of a key with rpm 3 is a 429 naming the key's own limit;
+    // another key of the same tenant still passes.
+    for i in 0..3 {
+        let answer = chat(&client, gateway, &limited, "gpt-4o-mini").await;
+        assert_eq!(answer.status, 200, "call {i}: {}", answer.body);
+    }
+    let refused = chat(&client, gateway, &limited, "gpt-4o-mini").await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    let message_text = refused.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message_text.contains(&format!("key:{limited_id}:llm:rpm")),
+        "{message_text}"
+    );
+    assert_eq!(chat(&client, gateway, &other, "gpt-4o-mini").await.status, 200);
+    // The tenant made through the API is charged as a configured one: 3 + 1 calls.
+    assert_eq!(in_use(&client, server, "tenant:team:llm:rpm").await, 4);
+    assert_eq!(in_use(&client, server, &format!("key:{limited_id}:llm:rpm")).await, 3);
+
+    // A model outside the key's scope: 403 in the provider's shape, nothing reserved.
+    let model_rpm = "global:llm:simanthropic:claude-sonnet-4-5:rpm";
+    let before = (
+        in_use(&client, server, model_rpm).await,
+        in_use(&client, server, "tenant:team:llm:rpm").await,
+    );
+    let forbidden = message(&client, gateway, &limited, "claude-sonnet-4-5").await;
+    assert_eq!(forbidden.status, 403, "{}", forbidden.body);
+    assert_eq!(forbidden.body["type"], "error", "{}", forbidden.body);
+    assert_eq!(
+        forbidden.body["error"]["type"], "permission_error",
+        "{}",
+        forbidden.body
+    );
+    let after = (
+        in_use(&client, server, model_rpm).await,
+        in_use(&client, server, "tenant:team:llm:rpm").await,
+    );
+    assert_eq!(before, after, "a call outside the scope reserves nothing");
+    let (_, claude_only) = create_key(
+        &client,
+        server,
+        json!({"tenant": "team", "models": ["claude-sonnet-4-5"]}),
+    )
+    .await;
+    let forbidden = chat(&client, gateway, &claude_only, "gpt-4o-mini").await;
+    assert_eq!(forbidden.status, 403, "{}", forbidden.body);
+    assert_eq!(
+        forbidden.body["error"]["code"], "permission_denied",
+        "{}",
+        forbidden.body
+    );
+    assert_eq!(
+        message(&client, gateway, &claude_only, "claude-sonnet-4-5")
+            .await
+            .status,
+        200
+    );
+
+    // `/v1/models` lists what each key may use.
+    assert_eq!(models(&client, gateway, &limited).await, ["gpt-4o-mini"]);
+    assert_eq!(
+        models(&client, gateway, &other).await,
+        ["gpt-4o-mini", "claude-sonnet-4-5"]
+    );
+    assert_eq!(
+        models(&client, gateway, YAML_KEY).await,
+        ["gpt-4o-mini", "claude-sonnet-4-5"]
+    );
+
+    // A key of the configured tenant works beside the tenant's own key.
+    let (_, of_yaml) = create_key(&client, server, json!({"tenant": "yaml-team"})).await;
+    assert_eq!(chat(&client, gateway, &of_yaml, "gpt-4o-mini").await.status, 200);
+    assert_eq!(chat(&client, gateway, YAML_KEY, "gpt-4o-mini").await.status, 200);
+
+    // Revoked, unknown: 401 in the provider's shape.
+    let (revoked_id, revoked) = create_key(&client, server, json!({"tenant": "team"})).await;
+    assert_eq!(chat(&client, gateway, &revoked, "gpt-4o-mini").await.status, 200);
+    admin(
+        &client,
+        server,
+        hyper::Method::DELETE,
+        &format!("/v1/admin/gateway/keys/{revoked_id}"),
+        None,
+        200,
+    )
+    .await;
+    let refused = chat(&client, gateway, &revoked, "gpt-4o-mini").await;
+    assert_eq!(refused.status, 401, "{}", refused.body);
+    assert_eq!(refused.body["error"]["code"], "invalid_api_key", "{}", refused.body);
+    let refused = message(&client, gateway, &revoked, "claude-sonnet-4-5").await;
+    assert_eq!(
+        (refused.status, &refused.body["error"]["type"]),
+        (401, &json!("authentication_error"))
+    );
+    let unknown = format!("{}x", &other[..other.len() - 1]);
+    assert_eq!(chat(&client, gateway, &unknown, "gpt-4o-mini").await.status, 401);
+
+    // Rotated: the old key works through its grace, then is refused; an
+    // expired key says so.
+    let (old_id, old) = create_key(&client, server, json!({"tenant": "team"})).await;
+    let (_, expiring) = create_key(&client, server, json!({"tenant": "team", "expires_in_seconds": 2})).await;
+    let path = format!("/v1/admin/gateway/keys/{old_id}/rotate");
+    let rotated = admin(
+        &client,
+        server,
+        hyper::Method::POST,
+        &path,
+        Some(json!({"grace_seconds": 2})),
+        201,
+    )
+    .await;
+    let new = rotated["key"].as_str().unwrap().to_owned();
+    let rotated_at = Instant::now();
+    assert_eq!(chat(&client, gateway, &old, "gpt-4o-mini").await.status, 200);
+    assert_eq!(chat(&client, gateway, &new, "gpt-4o-mini").await.status, 200);
+    assert_eq!(chat(&client, gateway, &expiring, "gpt-4o-mini").await.status, 200);
+    tokio::time::sleep(Duration::from_millis(2_100).saturating_sub(rotated_at.elapsed())).await;
+    assert_eq!(chat(&client, gateway, &old, "gpt-4o-mini").await.status, 401);
+    assert_eq!(chat(&client, gateway, &new, "gpt-4o-mini").await.status, 200);
+    let expired = chat(&client, gateway, &expiring, "gpt-4o-mini").await;
+    assert_eq!(expired.status, 401, "{}", expired.body);
+    assert!(
+        expired.body["error"]["message"].as_str().unwrap().contains("expired"),
+        "{}",
+        expired.body
+    );
+
+    // No key text in the server's log.
+    let logs = daemon.logs().join("\n");
+    for key in [&limited, &other, &revoked, &old, &new] {
+        assert!(!logs.contains(key.as_str()), "a key was logged");
+    }
+}
+
+#[cfg(feature = "tigerbeetle")]
+mod fleet {
+    use super::*;
+    use ratelimiter::tigerbeetle::LocalCluster;
+
+    /// Keys created and revoked on A and checked on B, for the agreement's figures.
+    const AGREEMENT_ROUNDS: usize = 50;
+
+    /// Polls (bounded) until a call with `key` on `gateway` answers `status`; the time it took.
+    async fn until_status(client: &HttpClient, gateway: SocketAddr, key: &str, status: u16) -> Duration {
+        let started = Instant::now();
+        loop {
+            let answer = chat(client, gateway, key, "gpt-4o-mini").await;
+            if answer.status == status {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "never {status}: {}",
+                answer.body
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_created_or_revoked_on_one_server_is_served_or_refused_by_the_other() {
+        let cluster = LocalCluster::start().expect("starting a local TigerBeetle");
+        let sim = start_sim().await;
+        let backend = BackendConfig::TigerBeetle {
+            addresses: cluster.address(),
+            settings: "  sessions: 2\n  request_timeout_ms: 2000\n",
+        };
+        let (dir_a, dir_b) = (temp_dir("gateway-keys-fleet-a"), temp_dir("gateway-keys-fleet-b"));
+        let a = Daemon::start_on(&dir_a, backend, "", &gateway_section(sim));
+        let b = Daemon::start_on(&dir_b, backend, "", &gateway_section(sim));
+        let gateway_b = gateway_addr(&b);
+        let client = client();
+        let tenant = json!({"name": "fleet-team", "rpm": 100});
+        admin(
+            &client,
+            a.addr,
+            hyper::Method::POST,
+            "/v1/admin/gateway/tenants",
+            Some(tenant),
+            201,
+        )
+        .await;
+        let (id, key) = create_key(&client, a.addr, json!({"tenant": "fleet-team", "rpm": 50})).await;
+        // Created on A, served by B at its first call (B reads the cluster for a key it does not know).
+        let answer = chat(&client, gateway_b, &key, "gpt-4o-mini").await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        // The tenant's and the key's limits are the cluster's: A sees B's call.
+        assert_eq!(in_use(&client, a.addr, "tenant:fleet-team:llm:rpm").await, 1);
+        assert_eq!(in_use(&client, a.addr, &format!("key:{id}:llm:rpm")).await, 1);
+        // Revoked on A: refused by B within a second.
+        admin(
+            &client,
+            a.addr,
+            hyper::Method::DELETE,
+            &format!("/v1/admin/gateway/keys/{id}"),
+            None,
+            200,
+        )
+        .await;
+        let took = until_status(&client, gateway_b, &key, 401).await;
+        assert!(
+            took < Duration::from_secs(1),
+            "B refused the revoked key after {took:?}"
+        );
+        // Fifty of each, for the figures (BENCHMARKS.md, "Gateway keys").
+        // On a tenant without limits: the polls are many calls.
+        let open = json!({"name": "fleet-open"});
+        admin(
+            &client,
+            a.addr,
+            hyper::Method::POST,
+            "/v1/admin/gateway/tenants",
+            Some(open),
+            201,
+        )
+        .await;
+        let (mut created, mut revoked) = (Vec::new(), Vec::new());
+        for _ in 0..AGREEMENT_ROUNDS {
+            let (id, key) = create_key(&client, a.addr, json!({"tenant": "fleet-open"})).await;
+            created.push(until_status(&client, gateway_b, &key, 200).await);
+            admin(
+                &client,
+                a.addr,
+                hyper::Method::DELETE,
+                &format!("/v1/admin/gateway/keys/{id}"),
+                None,
+                200,
+            )
+            .await;
+            revoked.push(until_status(&client, gateway_b, &key, 401).await);
+        }
+        for (what, mut times) in [
+            ("created on A, served by B", created),
+            ("revoked on A, refused by B", revoked),
+        ] {
+            times.sort();
+            let at = |p: f64| times[((times.len() as f64 * p) as usize).min(times.len() - 1)];
+            eprintln!(
+                "{what}: p50 {:?}, p99 {:?}, max {:?} over {}",
+                at(0.5),
+                at(0.99),
+                times[times.len() - 1],
+                times.len()
+            );
+            assert!(times[times.len() - 1] < Duration::from_secs(1), "{what}: {times:?}");
+        }
+    }
+}
