@@ -14,6 +14,8 @@ use super::context::CallContext;
 use super::entry::{Caller, ModelEntry};
 use super::lease::CallLease;
 use super::queue::PUMP_SLEEP_MAX_MS;
+#[cfg(doc)]
+use super::queue::ModelQueue;
 use crate::limits::{denial_key, reserve_guarded, CapacityFreed, Classes, Reservation};
 use crate::observe::metrics::GatewayMetrics;
 use crate::routing::{Grant, Need, Refusal};
@@ -142,7 +144,8 @@ impl Admission {
     async fn grant(&self, ctx: &CallContext) -> Result<Grant, GatewayError> {
         let model = &ctx.model;
         let max_wait_ms = model.config.max_wait_ms;
-        if !model.queue.is_busy(ctx.need.class) {
+        let mut denied = None;
+        if !model.queue.is_busy(ctx.need.class, ctx.caller.index) {
             let queue: Arc<dyn CapacityFreed> = model.queue.clone();
             match model.pool.reserve(&self.limiter, &queue, &ctx.need).await {
                 Ok(grant) => return Ok(grant),
@@ -150,6 +153,7 @@ impl Admission {
                     if denial.is_permanent() || self.is_budget(ctx, &denial) || max_wait_ms == 0 {
                         return Err(self.refuse(ctx, denial).await);
                     }
+                    denied = Some(denial);
                 }
                 Err(Refusal::Failing { retry_after_ms }) if retry_after_ms == 0 || max_wait_ms == 0 => {
                     return Err(failing(retry_after_ms));
@@ -159,25 +163,24 @@ impl Admission {
                 Err(Refusal::QueueFull) => return Err(queue_failed()),
             }
         }
-        self.wait(ctx, max_wait_ms).await
+        self.wait(ctx, max_wait_ms, denied).await
     }
 
-    /// The call's wait in the model's queue, up to `max_wait_ms`.
-    async fn wait(&self, ctx: &CallContext, max_wait_ms: u64) -> Result<Grant, GatewayError> {
+    /// The call's wait in the model's queue, up to `max_wait_ms`; `denied` is the
+    /// denial of its try before it queued, if any (see [`ModelQueue::enqueue`]).
+    async fn wait(&self, ctx: &CallContext, max_wait_ms: u64, denied: Option<Denial>) -> Result<Grant, GatewayError> {
         let model = &ctx.model;
         // Held while the call waits: one tenant cannot fill the queue for the others.
         let _waiting = ctx.caller.caps.wait()?;
         ctx.counters.queued.fetch_add(1, Ordering::Relaxed);
         ctx.class_counters.queued.fetch_add(1, Ordering::Relaxed);
         let waited = Instant::now();
-        let receiver = match model
-            .queue
-            .enqueue(&self.limiter, &model.pool, ctx.caller.index, ctx.need.clone())
-        {
-            Ok(receiver) => receiver,
-            Err(_) => return Err(self.refuse(ctx, queue_denial(ctx)).await),
+        let line = (ctx.caller.index, ctx.need.clone());
+        let mut ticket = match model.queue.enqueue(&self.limiter, &model.pool, line, denied) {
+            Ok(ticket) => ticket,
+            Err(_) => return Err(self.refuse(ctx, queue_denial(ctx, None)).await),
         };
-        let outcome = tokio::time::timeout(Duration::from_millis(max_wait_ms), receiver).await;
+        let outcome = tokio::time::timeout(Duration::from_millis(max_wait_ms), &mut ticket.grant).await;
         model.metrics.queue_wait.observe(waited.elapsed());
         ctx.class_counters.queue_wait.observe(waited.elapsed());
         match outcome {
@@ -187,8 +190,10 @@ impl Admission {
             Ok(Ok(Err(Refusal::Failing { retry_after_ms }))) => Err(failing(retry_after_ms)),
             Ok(Ok(Err(Refusal::QueueFull))) | Ok(Err(_)) => Err(queue_failed()),
             // No denial seen while waiting: only open breakers stood in the way.
-            Err(_) if model.queue.last_denial().is_none() => Err(failing(PUMP_SLEEP_MAX_MS)),
-            Err(_) => Err(self.refuse(ctx, queue_denial(ctx)).await),
+            Err(_) if ticket.last_denial().is_none() && model.queue.last_denial().is_none() => {
+                Err(failing(PUMP_SLEEP_MAX_MS))
+            }
+            Err(_) => Err(self.refuse(ctx, queue_denial(ctx, ticket.last_denial())).await),
         }
     }
 
@@ -300,9 +305,14 @@ fn failing(retry_after_ms: u64) -> GatewayError {
     error
 }
 
-/// The denial a call that waited in vain is answered with: the last one the
-/// model's queue saw, unless it names another tenant's limit (see [`own_denial`]).
-fn queue_denial(ctx: &CallContext) -> Denial {
+/// The denial a call that waited in vain is answered with: its own last denial
+/// (the key that denied *this* call, with its hint); else, never tried, the last
+/// one the model's queue saw on a shared key, unless it names another tenant's
+/// limit (see [`own_denial`]).
+fn queue_denial(ctx: &CallContext, own: Option<Denial>) -> Denial {
+    if let Some(denial) = own {
+        return denial;
+    }
     let keys = &ctx.model.pool.deployments[0].keys;
     let fallback = (keys.rpm.clone())
         .or(keys.concurrency.clone())
