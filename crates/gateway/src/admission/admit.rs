@@ -8,14 +8,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimiter::{Backend, CompleteRequest, Denial, LeaseId, LimitKey, Limiter, Requirement, ReserveRequest};
+use ratelimiter::{
+    Backend, CompleteRequest, Denial, LeaseId, LimitKey, Limiter, LimiterError, Requirement, ReserveRequest,
+};
 
 use super::context::CallContext;
 use super::entry::{Caller, ModelEntry};
 use super::lease::CallLease;
-use super::queue::PUMP_SLEEP_MAX_MS;
 #[cfg(doc)]
 use super::queue::ModelQueue;
+use super::queue::PUMP_SLEEP_MAX_MS;
 use crate::limits::{denial_key, reserve_guarded, CapacityFreed, Classes, Reservation};
 use crate::observe::metrics::GatewayMetrics;
 use crate::routing::{Grant, Need, Refusal};
@@ -101,6 +103,7 @@ impl Admission {
             tried: 0,
             class,
             classes: self.classes.clone(),
+            owner: Some(caller.lease_owner()),
         };
         CallContext {
             counters: model.counters(&caller, &self.metrics),
@@ -222,7 +225,8 @@ impl Admission {
             return Ok(());
         };
         let request = ReserveRequest::new(LeaseId::generate(), None, vec![Requirement { key, amount: 1 }])
-            .map_err(|e| GatewayError::invalid(e.0))?;
+            .map_err(|e| GatewayError::invalid(e.0))?
+            .with_owner(Some(caller.lease_owner()));
         let lease_id = match reserve_guarded(&self.limiter, request, None).await {
             Ok(Reservation::Allowed(reserved)) => reserved.take(),
             Ok(Reservation::Denied(denial)) => return Err(self.rate_limited(&denial, false, None).await),
@@ -343,8 +347,23 @@ fn own_denial(last: Option<Denial>, own_prefix: Option<&str>, fallback: LimitKey
     }
 }
 
-/// The answer when the backend failed a reserve: nothing was sent.
+/// The answer when the backend failed a reserve: nothing was sent. A tenant
+/// holding its whole share of the lease table (or a table full of leases in
+/// force) is a 429 that says so, with the backend's hint.
 pub fn backend_error(error: ratelimiter::LimiterError) -> GatewayError {
+    if let LimiterError::TooManyLeases {
+        retry_after_ms,
+        message,
+    } = &error
+    {
+        let retry_after_ms = (*retry_after_ms).max(1);
+        return GatewayError::new(
+            ErrorKind::RateLimited { budget: false },
+            format!("Too many calls in flight: {message}."),
+        )
+        .with_header("retry-after-ms", retry_after_ms.to_string())
+        .with_header("retry-after", retry_after_ms.div_ceil(1000).to_string());
+    }
     tracing::error!(error = %error, "gateway: the backend failed a reserve");
     GatewayError::new(
         ErrorKind::Internal,

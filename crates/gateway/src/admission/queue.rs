@@ -143,7 +143,10 @@ impl State {
             self.parked.remove(&(class, tenant));
             self.line_in_turn(class, tenant, false);
         }
-        self.parked.values().min().map(|until| until.saturating_duration_since(now))
+        self.parked
+            .values()
+            .min()
+            .map(|until| until.saturating_duration_since(now))
     }
 }
 
@@ -335,7 +338,8 @@ impl ModelQueue {
                 }
                 state.parked.insert(line, Instant::now() + Duration::from_millis(ms));
             }
-            None => state.line_in_turn(class, tenant, true),
+            // Its class was in turn a moment ago and keeps its pass: no rejoin.
+            None => state.order[class].push_front(tenant),
         }
     }
 }
@@ -451,6 +455,7 @@ mod tests {
             tried: 0,
             class: 0,
             classes: Arc::new(crate::limits::classes::Classes::new(&[])),
+            owner: None,
         };
         (backend, limiter, pool, need)
     }
@@ -466,7 +471,13 @@ mod tests {
         // Tenant 0 queues three calls before tenant 1 queues one.
         let mut waiting = Vec::new();
         for tenant in [0, 0, 0, 1] {
-            waiting.push((tenant, queue.enqueue(&limiter, &pool, (tenant, need.clone()), None).unwrap().grant));
+            waiting.push((
+                tenant,
+                queue
+                    .enqueue(&limiter, &pool, (tenant, need.clone()), None)
+                    .unwrap()
+                    .grant,
+            ));
         }
         assert!(queue.is_busy(0, 7));
         let mut order = Vec::new();
@@ -557,14 +568,23 @@ mod tests {
         let mut waiting = Vec::new();
         // Batch queues first, from many tenants: neither earns it more turns.
         for tenant in 0..40 {
-            waiting.push((1, queue.enqueue(&limiter, &pool, (tenant, of_class(1)), None).unwrap().grant));
+            waiting.push((
+                1,
+                queue
+                    .enqueue(&limiter, &pool, (tenant, of_class(1)), None)
+                    .unwrap()
+                    .grant,
+            ));
         }
         assert!(
             queue.is_busy(1, 7) && !queue.is_busy(0, 7),
             "batch waiters do not hold interactive back"
         );
         for _ in 0..40 {
-            waiting.push((0, queue.enqueue(&limiter, &pool, (99, of_class(0)), None).unwrap().grant));
+            waiting.push((
+                0,
+                queue.enqueue(&limiter, &pool, (99, of_class(0)), None).unwrap().grant,
+            ));
         }
         let mut order = Vec::new();
         let mut held = holder;

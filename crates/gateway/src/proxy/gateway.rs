@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use ratelimiter::clock::Clock;
+use ratelimiter::origin::OriginPolicy;
 use ratelimiter::{Backend, LimitDefinition, Limiter, ReserveOutcome, ReserveRequest, SystemClock};
 
 use super::auth::{find_tenant, presented_key, read_tenant_keys, TenantKey};
@@ -34,6 +35,8 @@ pub struct Gateway {
     /// How long a client has to send its whole body.
     pub(super) body_timeout: Duration,
     definitions: Vec<LimitDefinition>,
+    /// With `allow_anonymous`, the rule for requests from browsers (`proxy/origin.rs`).
+    pub(super) origin: Option<OriginPolicy>,
 }
 
 /// A limiter view of a backend (the trait object cannot be upcast on this Rust).
@@ -112,6 +115,9 @@ impl Gateway {
             body_bytes_max: config.body_bytes_max,
             body_timeout: Duration::from_millis(config.client_body_timeout_ms),
             definitions,
+            origin: config
+                .allow_anonymous
+                .then(|| OriginPolicy::new(&config.allowed_hosts, true)),
         })
     }
 

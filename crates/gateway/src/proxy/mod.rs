@@ -9,6 +9,7 @@ pub mod body;
 pub mod forward;
 pub mod gateway;
 pub mod headers;
+pub mod origin;
 pub mod service;
 pub mod upstream;
 

@@ -35,6 +35,10 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/messages/count_tokens", post(endpoint(Endpoint::CountTokens)))
         .route("/v1/models", get(list_models))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            super::origin::require_origin,
+        ))
         .with_state(gateway)
 }
 

@@ -32,6 +32,10 @@ pub enum ErrorKind {
     TooLarge,
     /// A body that did not arrive within `gateway.client_body_timeout_ms`.
     ClientTimeout,
+    /// A body of another type than JSON on a listener without keys: what a web
+    /// page can send to another origin without asking (docs/gateway.md,
+    /// "Requests from browsers").
+    UnsupportedMediaType,
     /// Denied by the gateway's limits after the wait; `budget` when the tenant's
     /// daily budget is spent (retrying the same day cannot help).
     RateLimited {
@@ -102,6 +106,7 @@ impl GatewayError {
             ErrorKind::ModelNotFound | ErrorKind::RouteNotFound => StatusCode::NOT_FOUND,
             ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::ClientTimeout => StatusCode::REQUEST_TIMEOUT,
+            ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorKind::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -120,6 +125,7 @@ impl GatewayError {
                     ErrorKind::ModelNotFound => ("invalid_request_error", Some("model_not_found")),
                     ErrorKind::TooLarge => ("invalid_request_error", Some("request_too_large")),
                     ErrorKind::ClientTimeout => ("invalid_request_error", Some("request_timeout")),
+                    ErrorKind::UnsupportedMediaType => ("invalid_request_error", Some("unsupported_media_type")),
                     ErrorKind::RateLimited { budget: false } => ("requests", Some("rate_limit_exceeded")),
                     ErrorKind::RateLimited { budget: true } => ("insufficient_quota", Some("insufficient_quota")),
                     ErrorKind::BadGateway | ErrorKind::Timeout | ErrorKind::Internal => ("server_error", None),
@@ -128,7 +134,9 @@ impl GatewayError {
             }
             Format::Anthropic => {
                 let kind = match self.kind {
-                    ErrorKind::InvalidRequest | ErrorKind::ClientTimeout => "invalid_request_error",
+                    ErrorKind::InvalidRequest | ErrorKind::ClientTimeout | ErrorKind::UnsupportedMediaType => {
+                        "invalid_request_error"
+                    }
                     ErrorKind::Authentication => "authentication_error",
                     ErrorKind::PermissionDenied => "permission_error",
                     ErrorKind::ModelNotFound | ErrorKind::RouteNotFound => "not_found_error",
