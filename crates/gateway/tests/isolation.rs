@@ -1,5 +1,8 @@
-//! Tenants isolated from one another (docs/gateway.md, "Isolation"): one tenant's
-//! calls in flight cannot crowd another's out of the backend's lease table.
+//! Tenants isolated from one another and from web pages (docs/gateway.md,
+//! "Isolation"): one tenant's calls in flight cannot crowd another's out of the
+//! backend's lease table; a tenant continues only the stored responses the
+//! gateway handed to it; an anonymous gateway answers only its own origin and
+//! JSON bodies; a client's model name is echoed cut.
 
 mod support;
 
@@ -186,4 +189,120 @@ async fn an_anonymous_gateway_answers_only_its_own_origin_and_json_bodies() {
     // A GET needs no content type.
     let (status, answer) = raw(gateway, &format!("GET /v1/models HTTP/1.1\r\n{host}"), "").await;
     assert_eq!(status, 200, "{answer}");
+}
+
+/// The provider simulator (`replay`), which stores nothing and answers every
+/// Responses call with a new `resp_` id.
+async fn start_sim() -> SocketAddr {
+    use replay::provider::{Accounting, ProviderLimits};
+    let limits = ProviderLimits {
+        rpm: 100_000,
+        tpm: 100_000_000,
+        window_ms: 60_000,
+        concurrency: 1_000,
+        ms_per_output_token: 0,
+        accounting: Accounting::Actual,
+    };
+    let control = replay::sim_control::SimControl::default();
+    let provider = replay::provider_server::ProviderServer::with_control(limits, Arc::new(SystemClock::new()), control);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
+    addr
+}
+
+/// POSTs a Responses call with `key`; answers the status and body.
+async fn respond(
+    client: &HttpClient,
+    gateway: SocketAddr,
+    key: &str,
+    fields: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let mut body = serde_json::json!({"model": "gpt-4o-mini", "input": "Write one line.", "max_output_tokens": 20,
+        "sim_output_tokens": 12});
+    body.as_object_mut()
+        .unwrap()
+        .extend(fields.as_object().unwrap().clone());
+    let bearer = format!("Bearer {key}");
+    let response = post_raw(
+        client,
+        gateway,
+        "/v1/responses",
+        body.to_string(),
+        &[("authorization", &bearer)],
+    )
+    .await;
+    let status = response.status().as_u16();
+    let text = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    let value = match text.split("\n\n").find(|e| e.contains("response.completed")) {
+        // A stream: its final event's response.
+        Some(done) => {
+            serde_json::from_str::<serde_json::Value>(done.split("data: ").nth(1).unwrap()).unwrap()["response"].clone()
+        }
+        None => serde_json::from_str(&text).unwrap(),
+    };
+    (status, value)
+}
+
+#[tokio::test]
+async fn a_tenant_continues_only_the_responses_the_gateway_handed_to_it() {
+    let sim = start_sim().await;
+    std::env::set_var("GATEWAY_TEST_WEB_KEY", WEB_KEY);
+    std::env::set_var("GATEWAY_TEST_ETL_KEY", ETL_KEY);
+    let yaml = format!(
+        r#"listen_addr: "127.0.0.1:0"
+upstreams:
+  - {{name: sim, kind: openai, base_url: "http://{sim}"}}
+models:
+  - {{name: gpt-4o-mini, upstream: sim, rpm: 10000, tpm: 10000000, max_output_tokens_default: 64}}
+tenants:
+  - {{name: web, api_key_env: GATEWAY_TEST_WEB_KEY}}
+  - {{name: etl, api_key_env: GATEWAY_TEST_ETL_KEY}}
+"#
+    );
+    let backend = memory_backend();
+    let gateway = start_gateway(&serde_yaml::from_str(&yaml).unwrap(), backend.clone()).await;
+    let client = client();
+    for stream in [false, true] {
+        let (status, first) = respond(&client, gateway, WEB_KEY, serde_json::json!({"stream": stream})).await;
+        assert_eq!(status, 200, "{first}");
+        let id = first["id"].as_str().unwrap().to_owned();
+        assert!(id.starts_with("resp_"), "{first}");
+        let follow = serde_json::json!({"previous_response_id": id});
+        // Another tenant that learned the id: answered as an unknown id, nothing reserved.
+        let rpm = "global:llm:sim:gpt-4o-mini:rpm";
+        let before = in_use(&backend, rpm).await;
+        let (status, refused) = respond(&client, gateway, ETL_KEY, follow.clone()).await;
+        assert_eq!(status, 400, "{refused}");
+        assert_eq!(refused["error"]["code"], "previous_response_not_found");
+        assert_eq!(refused["error"]["param"], "previous_response_id");
+        assert_eq!(
+            refused["error"]["message"],
+            format!("Previous response with id '{id}' not found.")
+        );
+        assert_eq!(in_use(&backend, rpm).await, before);
+        // The tenant it was handed to continues it.
+        let (status, next) = respond(&client, gateway, WEB_KEY, follow).await;
+        assert_eq!(status, 200, "stream {stream}: {next}");
+    }
+    let unknown = serde_json::json!({"previous_response_id": "resp_never_handed_out"});
+    let (status, refused) = respond(&client, gateway, WEB_KEY, unknown).await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (400, Some("previous_response_not_found"))
+    );
+}
+
+#[tokio::test]
+async fn a_huge_model_name_is_echoed_cut() {
+    let (provider, _) = start_provider().await;
+    let backend = memory_backend();
+    let gateway = start_gateway(&anonymous_config(provider), backend).await;
+    let name = "m".repeat(500_000);
+    let body = serde_json::json!({"model": name, "messages": [{"role": "user", "content": "Hi."}]});
+    let response = post_raw(&client(), gateway, "/v1/chat/completions", body.to_string(), &[]).await;
+    assert_eq!(response.status(), 404);
+    let text = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    assert!(text.len() < 1_024, "{} bytes echoed", text.len());
+    assert!(text.contains("… (500000 bytes)"), "{text}");
 }

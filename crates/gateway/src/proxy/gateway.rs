@@ -11,6 +11,7 @@ use ratelimiter::origin::OriginPolicy;
 use ratelimiter::{Backend, LimitDefinition, Limiter, ReserveOutcome, ReserveRequest, SystemClock};
 
 use super::auth::{find_tenant, presented_key, read_tenant_keys, TenantKey};
+use super::response_ids::ResponseIds;
 use super::upstream::{Upstream, UpstreamClient};
 use crate::admission::tenant_caps::TenantCaps;
 use crate::admission::{Admission, Caller, ModelEntry};
@@ -37,6 +38,8 @@ pub struct Gateway {
     definitions: Vec<LimitDefinition>,
     /// With `allow_anonymous`, the rule for requests from browsers (`proxy/origin.rs`).
     pub(super) origin: Option<OriginPolicy>,
+    /// The response ids handed to each tenant (`proxy/response_ids.rs`).
+    pub(super) response_ids: Arc<ResponseIds>,
 }
 
 /// A limiter view of a backend (the trait object cannot be upcast on this Rust).
@@ -118,6 +121,7 @@ impl Gateway {
             origin: config
                 .allow_anonymous
                 .then(|| OriginPolicy::new(&config.allowed_hosts, true)),
+            response_ids: Arc::new(ResponseIds::default()),
         })
     }
 

@@ -10,6 +10,7 @@ pub mod forward;
 pub mod gateway;
 pub mod headers;
 pub mod origin;
+pub mod response_ids;
 pub mod service;
 pub mod upstream;
 

@@ -92,6 +92,7 @@ async fn serve(
     let bytes = read_body(&headers, body, gateway.body_bytes_max, gateway.body_timeout).await?;
     let object = parse_object(&bytes)?;
     let model = gateway.model_for(endpoint, model_name(&object)?)?.clone();
+    gateway.response_ids.check(endpoint, &caller.name, &object)?;
     if endpoint == Endpoint::CountTokens {
         // Sent to a pool's first deployment.
         return count_tokens(&gateway, &model, &caller, &headers, bytes).await;
