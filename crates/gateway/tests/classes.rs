@@ -137,15 +137,20 @@ async fn a_tenant_waiting_on_its_own_limit_never_holds_back_another_tenant() {
     }
     // Let the flood fill the queue.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let mut slowest_ms = 0;
+    let mut latencies_ms = Vec::new();
     for _ in 0..10 {
         let started = std::time::Instant::now();
         let (status, body) = chat_as(&client, gateway, ETL_KEY, &[]).await;
+        latencies_ms.push(started.elapsed().as_millis());
         assert_eq!(status, 200, "the batch tenant is not held back: {body}");
-        slowest_ms = slowest_ms.max(started.elapsed().as_millis());
     }
     flooding.store(false, std::sync::atomic::Ordering::Relaxed);
-    eprintln!("the other tenant's slowest call during the flood: {slowest_ms} ms");
+    latencies_ms.sort_unstable();
+    let slowest_ms = latencies_ms[latencies_ms.len() - 1];
+    eprintln!(
+        "the other tenant's calls during the flood: median {} ms, slowest {slowest_ms} ms",
+        latencies_ms[latencies_ms.len() / 2]
+    );
     assert!(
         slowest_ms < OTHER_TENANT_LATENCY_MAX_MS,
         "the batch tenant waited {slowest_ms} ms behind another tenant's own limit"
