@@ -339,7 +339,11 @@ impl ModelQueue {
                 state.parked.insert(line, Instant::now() + Duration::from_millis(ms));
             }
             // Its class was in turn a moment ago and keeps its pass: no rejoin.
-            None => state.order[class].push_front(tenant),
+            // (A call of the tenant that queued meanwhile may have parked the line.)
+            None => {
+                state.parked.remove(&line);
+                state.order[class].push_front(tenant);
+            }
         }
     }
 }
