@@ -84,3 +84,92 @@ async fn bad_classes_are_configuration_errors_naming_the_entry() {
         .to_string();
     assert!(error.contains("headroom must be in [0, 1)"), "{error}");
 }
+
+/// The longest the other tenant's call may take while one tenant floods its own
+/// limit: a small part of `max_wait_ms` (2 s), so a call that queued behind the
+/// flood fails it, and room for a loaded 2-core machine.
+const OTHER_TENANT_LATENCY_MAX_MS: u128 = 400;
+
+/// Two classes and a model with ample room (500 rpm); the interactive tenant has
+/// a small rpm of its own, the batch tenant none.
+fn own_limit_config(provider: std::net::SocketAddr) -> gateway::GatewayConfig {
+    std::env::set_var("GATEWAY_TEST_WEB_KEY", WEB_KEY);
+    std::env::set_var("GATEWAY_TEST_ETL_KEY", ETL_KEY);
+    let yaml = format!(
+        r#"listen_addr: "127.0.0.1:0"
+upstreams:
+  - {{name: openai, kind: openai, base_url: "http://{provider}"}}
+models:
+  - {{name: gpt-4o-mini, upstream: openai, rpm: 500, tpm: 1000000, max_output_tokens_default: 50, max_wait_ms: 2000}}
+classes:
+  - {{name: interactive, share: 4, headroom: 0.1}}
+  - {{name: batch, share: 1}}
+tenants:
+  - {{name: web, api_key_env: GATEWAY_TEST_WEB_KEY, class: interactive, rpm: 2}}
+  - {{name: etl, api_key_env: GATEWAY_TEST_ETL_KEY, class: batch}}
+"#
+    );
+    serde_yaml::from_str(&yaml).unwrap()
+}
+
+#[tokio::test]
+async fn a_tenant_waiting_on_its_own_limit_never_holds_back_another_tenant() {
+    let (provider, _) = start_provider().await;
+    let backend = memory_backend();
+    let gateway = start_gateway(&own_limit_config(provider), backend.clone()).await;
+    let client = client();
+    // The reference: the batch tenant's calls with nobody else calling.
+    let mut alone_ms = Vec::new();
+    for _ in 0..10 {
+        let started = std::time::Instant::now();
+        assert_eq!(chat_as(&client, gateway, ETL_KEY, &[]).await.0, 200);
+        alone_ms.push(started.elapsed().as_millis());
+    }
+    alone_ms.sort_unstable();
+    // The interactive tenant spends its own rpm, then loops over it on 4 connections.
+    for _ in 0..2 {
+        assert_eq!(chat_as(&client, gateway, WEB_KEY, &[]).await.0, 200);
+    }
+    let flooding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut flood = Vec::new();
+    for _ in 0..4 {
+        let (client, flooding) = (client.clone(), flooding.clone());
+        flood.push(tokio::spawn(async move {
+            let mut refused = Vec::new();
+            while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+                let (status, body) = chat_as(&client, gateway, WEB_KEY, &[]).await;
+                refused.push((status.as_u16(), body));
+            }
+            refused
+        }));
+    }
+    // Let the flood fill the queue.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut latencies_ms = Vec::new();
+    for _ in 0..10 {
+        let started = std::time::Instant::now();
+        let (status, body) = chat_as(&client, gateway, ETL_KEY, &[]).await;
+        latencies_ms.push(started.elapsed().as_millis());
+        assert_eq!(status, 200, "the batch tenant is not held back: {body}");
+    }
+    flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+    latencies_ms.sort_unstable();
+    let slowest_ms = latencies_ms[latencies_ms.len() - 1];
+    eprintln!(
+        "the other tenant's calls during the flood: median {} ms, slowest {slowest_ms} ms; alone: median {} ms, slowest {} ms",
+        latencies_ms[latencies_ms.len() / 2],
+        alone_ms[alone_ms.len() / 2],
+        alone_ms[alone_ms.len() - 1]
+    );
+    assert!(
+        slowest_ms < OTHER_TENANT_LATENCY_MAX_MS,
+        "the batch tenant waited {slowest_ms} ms behind another tenant's own limit"
+    );
+    // Each flooding call's 429 names its own tenant's key, with its own hint.
+    for task in flood {
+        for (status, body) in task.await.unwrap() {
+            assert_eq!(status, 429, "{body}");
+            assert!(body.contains("tenant:web:llm:rpm"), "{body}");
+        }
+    }
+}

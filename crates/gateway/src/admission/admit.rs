@@ -8,12 +8,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimiter::{Backend, CompleteRequest, Denial, LeaseId, LimitKey, Limiter, Requirement, ReserveRequest};
+use ratelimiter::{
+    Backend, CompleteRequest, Denial, LeaseId, LimitKey, Limiter, LimiterError, Requirement, ReserveRequest,
+};
 
 use super::context::CallContext;
 use super::entry::{Caller, ModelEntry};
 use super::lease::CallLease;
-use super::queue::PUMP_SLEEP_MAX_MS;
+#[cfg(doc)]
+use super::queue::ModelQueue;
+use super::queue::{is_own_key, PUMP_SLEEP_MAX_MS};
 use crate::limits::{denial_key, reserve_guarded, CapacityFreed, Classes, Reservation, KEY_LIMIT_PREFIX};
 use crate::observe::metrics::GatewayMetrics;
 use crate::routing::{Grant, Need, Refusal};
@@ -99,6 +103,7 @@ impl Admission {
             tried: 0,
             class,
             classes: self.classes.clone(),
+            owner: Some(caller.lease_owner()),
         };
         CallContext {
             counters: model.counters(&caller, &self.metrics),
@@ -142,17 +147,16 @@ impl Admission {
     async fn grant(&self, ctx: &CallContext) -> Result<Grant, GatewayError> {
         let model = &ctx.model;
         let max_wait_ms = model.config.max_wait_ms;
-        if !model.queue.is_busy(ctx.need.class) {
+        let mut denied = None;
+        if !model.queue.is_busy(ctx.need.class, ctx.caller.index) {
             let queue: Arc<dyn CapacityFreed> = model.queue.clone();
             match model.pool.reserve(&self.limiter, &queue, &ctx.need).await {
                 Ok(grant) => return Ok(grant),
                 Err(Refusal::Denied(denial)) => {
-                    // A key's own limit frees only as its own calls age out: waiting
-                    // would hold a turn of the shared queue, so it is answered at once.
-                    let own_key = is_key_limit(&denial);
-                    if denial.is_permanent() || self.is_budget(ctx, &denial) || own_key || max_wait_ms == 0 {
+                    if denial.is_permanent() || self.is_budget(ctx, &denial) || max_wait_ms == 0 {
                         return Err(self.refuse(ctx, denial).await);
                     }
+                    denied = Some(denial);
                 }
                 Err(Refusal::Failing { retry_after_ms }) if retry_after_ms == 0 || max_wait_ms == 0 => {
                     return Err(failing(retry_after_ms));
@@ -162,25 +166,24 @@ impl Admission {
                 Err(Refusal::QueueFull) => return Err(queue_failed()),
             }
         }
-        self.wait(ctx, max_wait_ms).await
+        self.wait(ctx, max_wait_ms, denied).await
     }
 
-    /// The call's wait in the model's queue, up to `max_wait_ms`.
-    async fn wait(&self, ctx: &CallContext, max_wait_ms: u64) -> Result<Grant, GatewayError> {
+    /// The call's wait in the model's queue, up to `max_wait_ms`; `denied` is the
+    /// denial of its try before it queued, if any (see [`ModelQueue::enqueue`]).
+    async fn wait(&self, ctx: &CallContext, max_wait_ms: u64, denied: Option<Denial>) -> Result<Grant, GatewayError> {
         let model = &ctx.model;
         // Held while the call waits: one tenant cannot fill the queue for the others.
         let _waiting = ctx.caller.caps.wait()?;
         ctx.counters.queued.fetch_add(1, Ordering::Relaxed);
         ctx.class_counters.queued.fetch_add(1, Ordering::Relaxed);
         let waited = Instant::now();
-        let receiver = match model
-            .queue
-            .enqueue(&self.limiter, &model.pool, ctx.caller.index, ctx.need.clone())
-        {
-            Ok(receiver) => receiver,
-            Err(_) => return Err(self.refuse(ctx, queue_denial(ctx)).await),
+        let line = (ctx.caller.index, ctx.need.clone());
+        let mut ticket = match model.queue.enqueue(&self.limiter, &model.pool, line, denied) {
+            Ok(ticket) => ticket,
+            Err(_) => return Err(self.refuse(ctx, queue_denial(ctx, None)).await),
         };
-        let outcome = tokio::time::timeout(Duration::from_millis(max_wait_ms), receiver).await;
+        let outcome = tokio::time::timeout(Duration::from_millis(max_wait_ms), &mut ticket.grant).await;
         model.metrics.queue_wait.observe(waited.elapsed());
         ctx.class_counters.queue_wait.observe(waited.elapsed());
         match outcome {
@@ -190,8 +193,10 @@ impl Admission {
             Ok(Ok(Err(Refusal::Failing { retry_after_ms }))) => Err(failing(retry_after_ms)),
             Ok(Ok(Err(Refusal::QueueFull))) | Ok(Err(_)) => Err(queue_failed()),
             // No denial seen while waiting: only open breakers stood in the way.
-            Err(_) if model.queue.last_denial().is_none() => Err(failing(PUMP_SLEEP_MAX_MS)),
-            Err(_) => Err(self.refuse(ctx, queue_denial(ctx)).await),
+            Err(_) if ticket.last_denial().is_none() && model.queue.last_denial().is_none() => {
+                Err(failing(PUMP_SLEEP_MAX_MS))
+            }
+            Err(_) => Err(self.refuse(ctx, queue_denial(ctx, ticket.last_denial())).await),
         }
     }
 
@@ -230,8 +235,9 @@ impl Admission {
         if requirements.is_empty() {
             return Ok(());
         }
-        let request =
-            ReserveRequest::new(LeaseId::generate(), None, requirements).map_err(|e| GatewayError::invalid(e.0))?;
+        let request = ReserveRequest::new(LeaseId::generate(), None, requirements)
+            .map_err(|e| GatewayError::invalid(e.0))?
+            .with_owner(Some(caller.lease_owner()));
         let lease_id = match reserve_guarded(&self.limiter, request, None).await {
             Ok(Reservation::Allowed(reserved)) => reserved.take(),
             Ok(Reservation::Denied(denial)) => return Err(self.rate_limited(&denial, false, None).await),
@@ -250,7 +256,11 @@ impl Admission {
         let retry_after_ms = denial.retry_after_ms().min(cap_ms.unwrap_or(u64::MAX)).max(1);
         let key = denial_key(denial).unwrap_or("");
         let message = if budget {
-            let whose = if is_key_limit(denial) { "key" } else { "tenant" };
+            let whose = if key.starts_with(KEY_LIMIT_PREFIX) {
+                "key"
+            } else {
+                "tenant"
+            };
             format!("The {whose}'s daily token budget ({key}) is spent; it frees as the day's calls age out.")
         } else {
             format!("Rate limit reached on {key}. Please try again in {retry_after_ms}ms.")
@@ -315,9 +325,14 @@ fn failing(retry_after_ms: u64) -> GatewayError {
     error
 }
 
-/// The denial a call that waited in vain is answered with: the last one the
-/// model's queue saw, unless it names another tenant's limit (see [`own_denial`]).
-fn queue_denial(ctx: &CallContext) -> Denial {
+/// The denial a call that waited in vain is answered with: its own last denial
+/// (the key that denied *this* call, with its hint); else, never tried, the last
+/// one the model's queue saw on a shared key, unless it names another tenant's
+/// limit (see [`own_denial`]).
+fn queue_denial(ctx: &CallContext, own: Option<Denial>) -> Denial {
+    if let Some(denial) = own {
+        return denial;
+    }
     let keys = &ctx.model.pool.deployments[0].keys;
     let fallback = (keys.rpm.clone())
         .or(keys.concurrency.clone())
@@ -337,9 +352,7 @@ fn queue_denial(ctx: &CallContext) -> Denial {
 fn own_denial(last: Option<Denial>, own_prefix: Option<&str>, fallback: LimitKey) -> Denial {
     let own = |denial: &Denial| {
         let key = denial_key(denial).unwrap_or("");
-        // A key's own limit is a key's business too (a call's own key is answered at once).
-        let of_caller = key.starts_with("tenant:") || key.starts_with(KEY_LIMIT_PREFIX);
-        !of_caller || own_prefix.is_some_and(|p| key.starts_with(p))
+        !is_own_key(key) || own_prefix.is_some_and(|p| key.starts_with(p))
     };
     match last {
         Some(denial) if own(&denial) => denial,
@@ -350,13 +363,23 @@ fn own_denial(last: Option<Denial>, own_prefix: Option<&str>, fallback: LimitKey
     }
 }
 
-/// Whether `denial` names a directory key's own limit (`key:<id>:llm:…`).
-fn is_key_limit(denial: &Denial) -> bool {
-    denial_key(denial).is_some_and(|k| k.starts_with(KEY_LIMIT_PREFIX))
-}
-
-/// The answer when the backend failed a reserve: nothing was sent.
+/// The answer when the backend failed a reserve: nothing was sent. A tenant
+/// holding its whole share of the lease table (or a table full of leases in
+/// force) is a 429 that says so, with the backend's hint.
 pub fn backend_error(error: ratelimiter::LimiterError) -> GatewayError {
+    if let LimiterError::TooManyLeases {
+        retry_after_ms,
+        message,
+    } = &error
+    {
+        let retry_after_ms = (*retry_after_ms).max(1);
+        return GatewayError::new(
+            ErrorKind::RateLimited { budget: false },
+            format!("Too many calls in flight: {message}."),
+        )
+        .with_header("retry-after-ms", retry_after_ms.to_string())
+        .with_header("retry-after", retry_after_ms.div_ceil(1000).to_string());
+    }
     tracing::error!(error = %error, "gateway: the backend failed a reserve");
     GatewayError::new(
         ErrorKind::Internal,

@@ -4,6 +4,8 @@
 
 use std::sync::{Arc, OnceLock};
 
+use ratelimiter::LeaseOwner;
+
 use super::queue::ModelQueue;
 use super::tenant_caps::TenantCaps;
 use crate::config::{ModelConfig, UpstreamKind};
@@ -12,6 +14,10 @@ use crate::limits::{Classes, TenantKeys};
 use crate::observe::class_metrics::ClassCounters;
 use crate::observe::metrics::{CallCounters, GatewayMetrics, ModelMetrics, NO_TENANT};
 use crate::routing::Pool;
+
+/// What a tenant's lease owner is called before its name: the name a
+/// `too_many_leases` refusal shows.
+pub const LEASE_OWNER_PREFIX: &str = "gateway tenant ";
 
 /// One served model.
 pub struct ModelEntry {
@@ -107,6 +113,14 @@ impl Caller {
             class: 0,
             caps: Arc::new(caps),
         }
+    }
+
+    /// The owner its leases are charged to in the backend's lease table
+    /// (docs/memory-backend.md, "Shares of the lease table"): one per tenant, so
+    /// one tenant holding its whole share cannot crowd out another's live leases.
+    /// The gateway makes its own lease ids, so no namespace is needed.
+    pub fn lease_owner(&self) -> LeaseOwner {
+        LeaseOwner::new(format!("{LEASE_OWNER_PREFIX}{}", self.name))
     }
 
     /// The prefix of the tenant's own keys (`tenant:<name>:`); `None` without a tenant.

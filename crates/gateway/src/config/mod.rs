@@ -96,6 +96,11 @@ pub struct GatewayConfig {
     /// a key. Refused with tenants; warned about at every start.
     #[serde(default)]
     pub allow_anonymous: bool,
+    /// With `allow_anonymous`, the host names the listener answers to besides IP
+    /// addresses and `localhost` (docs/gateway.md, "Requests from browsers"): a
+    /// web page that rebinds its own name to the gateway is refused.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
     /// How long a client has to send a request's headers.
     #[serde(default = "client_header_timeout_ms_default")]
     pub client_header_timeout_ms: u64,

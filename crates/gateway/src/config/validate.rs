@@ -60,6 +60,7 @@ impl GatewayConfig {
                 "is true but tenants are given: their keys would not be asked; remove one of the two",
             ));
         }
+        ratelimiter::origin::check_allowed_hosts(&self.allowed_hosts).map_err(|m| invalid("allowed_hosts", m))?;
         for (field, value) in [
             ("client_header_timeout_ms", self.client_header_timeout_ms),
             ("client_body_timeout_ms", self.client_body_timeout_ms),

@@ -19,6 +19,7 @@ use futures_util::FutureExt;
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
 
+use super::response_ids::RememberResponseId;
 use crate::admission::CallLease;
 use crate::wire::call::Endpoint;
 use crate::wire::format::StreamUsage;
@@ -80,6 +81,14 @@ impl Reader {
         }
     }
 
+    /// The answer's response id (the Responses API's), once it ended whole.
+    fn response_id(&self) -> Option<String> {
+        match self {
+            Reader::Events { usage, .. } => usage.response_id().map(str::to_owned),
+            Reader::Whole { scanner, .. } => scanner.as_ref().and_then(UsageScanner::id),
+        }
+    }
+
     /// What a stall of the upstream is called in the client's error.
     fn stalled(&self) -> &'static str {
         match self {
@@ -100,6 +109,8 @@ struct Answer {
     /// An upstream error met before the stream started, sent after the prefix.
     failed: Option<io::Error>,
     ended: bool,
+    /// Where the answer's response id goes when it ended whole (Responses only).
+    remember: Option<RememberResponseId>,
 }
 
 /// The client's stream of an event-stream answer of `endpoint`: each event
@@ -108,14 +119,16 @@ struct Answer {
 pub fn events(
     body: Incoming,
     (endpoint, drop_usage_chunk): (Endpoint, bool),
-    lease: CallLease,
+    (lease, remember): (CallLease, Option<RememberResponseId>),
     idle_timeout: Duration,
 ) -> Body {
     let reader = Reader::Events {
         splitter: sse::Splitter::default(),
         usage: endpoint.stream_usage(drop_usage_chunk),
     };
-    Body::from_stream(chunks(Answer::new(body, reader, lease, idle_timeout)))
+    let mut answer = Answer::new(body, reader, lease, idle_timeout);
+    answer.remember = remember;
+    Body::from_stream(chunks(answer))
 }
 
 /// The client's body of a whole answer of `endpoint`: whole when it has all
@@ -125,7 +138,7 @@ pub fn events(
 pub async fn whole(
     body: Incoming,
     (endpoint, scan): (Endpoint, bool),
-    lease: CallLease,
+    (lease, remember): (CallLease, Option<RememberResponseId>),
     idle_timeout: Duration,
 ) -> Body {
     let reader = Reader::Whole {
@@ -133,6 +146,7 @@ pub async fn whole(
         scanner: scan.then(UsageScanner::default),
     };
     let mut answer = Answer::new(body, reader, lease, idle_timeout);
+    answer.remember = remember;
     let mut read = 0;
     while read <= WHOLE_ANSWER_BYTES_MAX {
         match answer.body.frame().now_or_never() {
@@ -175,6 +189,7 @@ impl Answer {
             prefix: VecDeque::new(),
             failed: None,
             ended: false,
+            remember: None,
         }
     }
 
@@ -197,12 +212,18 @@ impl Answer {
     }
 
     /// The answer ended whole: the lease is settled to its usage, if read, and
-    /// completed, on TigerBeetle its reply awaited, before the client sees the
-    /// end, so that a caller's next call finds its hold released. Returns the
-    /// bytes left to forward.
+    /// completed, on TigerBeetle its reply awaited, and its response id
+    /// remembered for its tenant, before the client sees the end, so that a
+    /// caller's next call finds its hold released and may continue the
+    /// response. Returns the bytes left to forward.
     async fn end(&mut self) -> Bytes {
         self.ended = true;
         let (rest, usage) = self.reader.end();
+        if let Some(remember) = &self.remember {
+            if let Some(id) = self.reader.response_id() {
+                remember.remember(&id);
+            }
+        }
         if let Some(usage) = usage {
             self.lease.settled(usage);
         }

@@ -11,10 +11,12 @@ use axum::response::Response;
 
 use super::answer;
 use super::gateway::Gateway;
+use super::response_ids::RememberResponseId;
 use super::upstream::{response_headers, Upstream, UpstreamError};
 use crate::admission::{CallContext, CallLease, ModelEntry};
 use crate::config::UpstreamKind;
 use crate::routing::{pause, Deployment};
+use crate::wire::call::Endpoint;
 use crate::wire::error::{ErrorKind, GatewayError};
 
 /// What one try on a deployment came to.
@@ -82,12 +84,22 @@ pub async fn forward(
     }
     let stream = parts.status.is_success() && ctx.call.stream && is_event_stream(&parts.headers);
     let idle_timeout = gateway.client.timeout();
+    // A stored response's id is remembered for the tenant it was handed to.
+    let remember = (ctx.endpoint == Endpoint::Responses && parts.status.is_success()).then(|| RememberResponseId {
+        ids: gateway.response_ids.clone(),
+        tenant: ctx.caller.name.clone(),
+    });
     let answer_body = if stream {
-        answer::events(body, (ctx.endpoint, ctx.call.drop_usage_chunk), lease, idle_timeout)
+        answer::events(
+            body,
+            (ctx.endpoint, ctx.call.drop_usage_chunk),
+            (lease, remember),
+            idle_timeout,
+        )
     } else {
         // Passed on as it arrives; only a success's usage is read, on the way.
         let scan = parts.status.is_success();
-        answer::whole(body, (ctx.endpoint, scan), lease, idle_timeout).await
+        answer::whole(body, (ctx.endpoint, scan), (lease, remember), idle_timeout).await
     };
     let mut response = answer(parts.status, parts.headers, answer_body);
     if let Ok(value) = axum::http::HeaderValue::from_str(&deployment.label) {

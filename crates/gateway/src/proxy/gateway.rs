@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use ratelimiter::clock::Clock;
+use ratelimiter::origin::OriginPolicy;
 use ratelimiter::{Backend, LimitDefinition, Limiter, ReserveOutcome, ReserveRequest, SystemClock};
 
 use super::auth::{find_tenant, presented_key, read_tenant_keys, TenantKey};
 use super::key_callers::{incorrect_key, Authorized, KeyCallers};
+use super::response_ids::ResponseIds;
 use super::upstream::{Upstream, UpstreamClient};
 use crate::admission::tenant_caps::TenantCaps;
 use crate::admission::{Admission, Caller, ModelEntry};
@@ -39,6 +41,10 @@ pub struct Gateway {
     /// How long a client has to send its whole body.
     pub(super) body_timeout: Duration,
     definitions: Vec<LimitDefinition>,
+    /// With `allow_anonymous`, the rule for requests from browsers (`proxy/origin.rs`).
+    pub(super) origin: Option<OriginPolicy>,
+    /// The response ids handed to each tenant (`proxy/response_ids.rs`).
+    pub(super) response_ids: Arc<ResponseIds>,
 }
 
 /// A limiter view of a backend (the trait object cannot be upcast on this Rust).
@@ -121,6 +127,10 @@ impl Gateway {
             body_bytes_max: config.body_bytes_max,
             body_timeout: Duration::from_millis(config.client_body_timeout_ms),
             definitions,
+            origin: config
+                .allow_anonymous
+                .then(|| OriginPolicy::new(&config.allowed_hosts, true)),
+            response_ids: Arc::new(ResponseIds::default()),
         })
     }
 

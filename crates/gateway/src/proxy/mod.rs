@@ -11,6 +11,8 @@ pub mod forward;
 pub mod gateway;
 pub mod headers;
 pub mod key_callers;
+pub mod origin;
+pub mod response_ids;
 pub mod service;
 pub mod upstream;
 

@@ -36,6 +36,10 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/messages/count_tokens", post(endpoint(Endpoint::CountTokens)))
         .route("/v1/models", get(list_models))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            super::origin::require_origin,
+        ))
         .with_state(gateway)
 }
 
@@ -98,9 +102,13 @@ async fn serve(
         // Before anything is reserved or sent.
         return Err(GatewayError::new(
             ErrorKind::PermissionDenied,
-            format!("This API key may not use the model `{name}`."),
+            format!(
+                "This API key may not use the model `{}`.",
+                crate::wire::error::echoed(name)
+            ),
         ));
     }
+    gateway.response_ids.check(endpoint, &caller.name, &object)?;
     if endpoint == Endpoint::CountTokens {
         // Sent to a pool's first deployment.
         return count_tokens(&gateway, &model, &caller, &headers, bytes).await;

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use ratelimiter::clock::Clock;
-use ratelimiter::{Denial, LeaseId, LimitDefinition, Limiter, ReserveRequest};
+use ratelimiter::{Denial, LeaseId, LeaseOwner, LimitDefinition, Limiter, ReserveRequest};
 
 use super::breaker::{Breaker, BreakerState, Pass};
 use super::deployment::{Deployment, DeploymentState};
@@ -36,6 +36,9 @@ pub struct Need {
     pub class: usize,
     /// The gateway's classes.
     pub classes: Arc<Classes>,
+    /// Who the call's leases are charged to (its tenant): bounded to its share
+    /// of the backend's lease table.
+    pub owner: Option<LeaseOwner>,
 }
 
 /// A reservation granted on one deployment, and its guard until the call takes
@@ -268,7 +271,8 @@ impl Pool {
                 return Ok(grant);
             }
             let request = ReserveRequest::new(LeaseId::generate(), None, requirements)
-                .map_err(|e| Refusal::Backend(ratelimiter::LimiterError::InvalidRequest(e.0)))?;
+                .map_err(|e| Refusal::Backend(ratelimiter::LimiterError::InvalidRequest(e.0)))?
+                .with_owner(need.owner.clone());
             match reserve_guarded(limiter, request, Some(queue.clone())).await {
                 Ok(Reservation::Allowed(lease)) => {
                     grant.lease = Some(lease);
@@ -414,6 +418,7 @@ mod tests {
             tried: 0,
             class: 0,
             classes: Arc::new(Classes::new(&[])),
+            owner: None,
         };
         let queue: Arc<dyn CapacityFreed> = Arc::new(NoWaiters);
         let grant = pool.reserve(&limiter, &queue, &need).await.unwrap();
@@ -470,6 +475,7 @@ mod tests {
             tried: 0,
             class: 0,
             classes: Arc::new(Classes::new(&[])),
+            owner: None,
         };
         let queue: Arc<dyn CapacityFreed> = Arc::new(NoWaiters);
         let first = pool.reserve(&limiter, &queue, &need).await.unwrap();

@@ -2,6 +2,8 @@
 //! provider (docs/gateway.md, "Error shapes"): the SDKs parse these bodies into
 //! their own exception classes, so the shape matters as much as the status.
 
+use std::borrow::Cow;
+
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -32,6 +34,13 @@ pub enum ErrorKind {
     TooLarge,
     /// A body that did not arrive within `gateway.client_body_timeout_ms`.
     ClientTimeout,
+    /// A body of another type than JSON on a listener without keys: what a web
+    /// page can send to another origin without asking (docs/gateway.md,
+    /// "Requests from browsers").
+    UnsupportedMediaType,
+    /// A `previous_response_id` the gateway did not hand to this tenant: answered
+    /// as OpenAI answers an unknown id.
+    PreviousResponseNotFound,
     /// Denied by the gateway's limits after the wait; `budget` when the tenant's
     /// daily budget is spent (retrying the same day cannot help).
     RateLimited {
@@ -44,6 +53,24 @@ pub enum ErrorKind {
     Timeout,
     /// The backend failed; details are logged, not answered.
     Internal,
+}
+
+/// The most bytes of a client's value (a model name, a response id) the
+/// gateway echoes back in an error: far more than any provider's model name or
+/// id, so a real one is shown whole, while a 1 MB name costs no 1 MB answer.
+pub const ECHO_BYTES_MAX: usize = 256;
+
+/// `value` as an error shows it: whole up to [`ECHO_BYTES_MAX`] bytes; longer,
+/// its first bytes (cut on a character boundary), then `…` and its length.
+pub fn echoed(value: &str) -> Cow<'_, str> {
+    if value.len() <= ECHO_BYTES_MAX {
+        return Cow::Borrowed(value);
+    }
+    let mut end = ECHO_BYTES_MAX;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}… ({} bytes)", &value[..end], value.len()))
 }
 
 /// An error answer: kind, message and extra headers (retry hints, rate limits).
@@ -73,11 +100,23 @@ impl GatewayError {
         Self::new(ErrorKind::InvalidRequest, message)
     }
 
-    /// A 404 `model_not_found`.
+    /// A 404 `model_not_found`, echoing the name at most [`ECHO_BYTES_MAX`] long.
     pub fn model_not_found(model: &str) -> Self {
         Self::new(
             ErrorKind::ModelNotFound,
-            format!("The model `{model}` does not exist or is not served on this endpoint by this gateway."),
+            format!(
+                "The model `{}` does not exist or is not served on this endpoint by this gateway.",
+                echoed(model)
+            ),
+        )
+    }
+
+    /// A 400 `previous_response_not_found`: OpenAI's answer to a stored
+    /// response id it does not know; the id echoed at most [`ECHO_BYTES_MAX`] long.
+    pub fn previous_response_not_found(id: &str) -> Self {
+        Self::new(
+            ErrorKind::PreviousResponseNotFound,
+            format!("Previous response with id '{}' not found.", echoed(id)),
         )
     }
 
@@ -102,6 +141,8 @@ impl GatewayError {
             ErrorKind::ModelNotFound | ErrorKind::RouteNotFound => StatusCode::NOT_FOUND,
             ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::ClientTimeout => StatusCode::REQUEST_TIMEOUT,
+            ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorKind::PreviousResponseNotFound => StatusCode::BAD_REQUEST,
             ErrorKind::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -120,15 +161,23 @@ impl GatewayError {
                     ErrorKind::ModelNotFound => ("invalid_request_error", Some("model_not_found")),
                     ErrorKind::TooLarge => ("invalid_request_error", Some("request_too_large")),
                     ErrorKind::ClientTimeout => ("invalid_request_error", Some("request_timeout")),
+                    ErrorKind::UnsupportedMediaType => ("invalid_request_error", Some("unsupported_media_type")),
+                    ErrorKind::PreviousResponseNotFound => {
+                        ("invalid_request_error", Some("previous_response_not_found"))
+                    }
                     ErrorKind::RateLimited { budget: false } => ("requests", Some("rate_limit_exceeded")),
                     ErrorKind::RateLimited { budget: true } => ("insufficient_quota", Some("insufficient_quota")),
                     ErrorKind::BadGateway | ErrorKind::Timeout | ErrorKind::Internal => ("server_error", None),
                 };
-                json!({"error": {"message": self.message, "type": kind, "param": null, "code": code}})
+                let param = (self.kind == ErrorKind::PreviousResponseNotFound).then_some("previous_response_id");
+                json!({"error": {"message": self.message, "type": kind, "param": param, "code": code}})
             }
             Format::Anthropic => {
                 let kind = match self.kind {
-                    ErrorKind::InvalidRequest | ErrorKind::ClientTimeout => "invalid_request_error",
+                    ErrorKind::InvalidRequest
+                    | ErrorKind::ClientTimeout
+                    | ErrorKind::UnsupportedMediaType
+                    | ErrorKind::PreviousResponseNotFound => "invalid_request_error",
                     ErrorKind::Authentication => "authentication_error",
                     ErrorKind::PermissionDenied => "permission_error",
                     ErrorKind::ModelNotFound | ErrorKind::RouteNotFound => "not_found_error",
@@ -162,6 +211,18 @@ impl IntoResponse for Shaped {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_model_name_is_echoed_cut() {
+        let short = "gpt-4o-mini";
+        assert_eq!(echoed(short), short);
+        let long = "é".repeat(500_000);
+        let echoed = echoed(&long);
+        assert!(echoed.len() <= ECHO_BYTES_MAX + 30, "{}", echoed.len());
+        assert!(echoed.ends_with("… (1000000 bytes)"), "{echoed}");
+        let message = GatewayError::model_not_found(&long).message;
+        assert!(message.len() < 2 * ECHO_BYTES_MAX, "{}", message.len());
+    }
 
     #[test]
     fn shapes_follow_each_provider() {

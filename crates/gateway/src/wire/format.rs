@@ -100,6 +100,14 @@ impl StreamUsage {
         }
     }
 
+    /// The Responses API's id, read with the final usage (OpenAI only).
+    pub fn response_id(&self) -> Option<&str> {
+        match self {
+            StreamUsage::OpenAi(reader) => reader.response_id.as_deref(),
+            StreamUsage::Anthropic(_) => None,
+        }
+    }
+
     /// The final usage, once the stream ended normally.
     pub fn final_usage(&self) -> Option<Usage> {
         match self {

@@ -167,6 +167,8 @@ pub struct StreamUsage {
     drop_usage_chunk: bool,
     /// The usage seen, once its event passed.
     pub usage: Option<Usage>,
+    /// The Responses API's id, read from the event that carried the usage.
+    pub response_id: Option<String>,
 }
 
 impl StreamUsage {
@@ -176,6 +178,7 @@ impl StreamUsage {
             endpoint,
             drop_usage_chunk,
             usage: None,
+            response_id: None,
         }
     }
 
@@ -200,6 +203,10 @@ impl StreamUsage {
             return EventAction::Forward;
         };
         self.usage = Some(usage_of(self.endpoint, &UsageFields::of_value(usage)));
+        if self.endpoint == Endpoint::Responses {
+            let id = value.get("response").and_then(|r| r.get("id")).and_then(Value::as_str);
+            self.response_id = id.map(str::to_owned);
+        }
         let usage_only = value
             .get("choices")
             .and_then(Value::as_array)

@@ -8,9 +8,16 @@
 //! doubt (an answer cut short, two `usage` keys, a key written with escapes, a
 //! `usage` value larger than the bound) reads as no usage: the call then keeps
 //! its whole reservation, never less than the provider counted.
+//!
+//! The top-level `id` is kept the same way, bounded by [`ID_BYTES_MAX`]: the
+//! Responses API's id, which the gateway remembers for the tenant it answered
+//! (`proxy/response_ids.rs`).
 
 /// The largest `usage` value kept: the providers' are a few hundred bytes.
 pub const USAGE_BYTES_MAX: usize = 64 * 1024;
+/// The largest `id` value kept (quotes included): the providers' ids are tens
+/// of bytes; a longer one reads as no id.
+pub const ID_BYTES_MAX: usize = 256;
 /// The longest key compared with `usage`; longer keys are skipped unread.
 const KEY_BYTES_MAX: usize = 8;
 /// The deepest nesting followed; a deeper answer reads as no usage.
@@ -46,6 +53,12 @@ pub struct UsageScanner {
     capturing: bool,
     captured: Vec<u8>,
     usage_seen: u32,
+    /// The same for the top-level `id`; `id_too_long` when past [`ID_BYTES_MAX`].
+    key_is_id: bool,
+    capturing_id: bool,
+    captured_id: Vec<u8>,
+    id_seen: u32,
+    id_too_long: bool,
 }
 
 impl Default for UsageScanner {
@@ -60,6 +73,11 @@ impl Default for UsageScanner {
             capturing: false,
             captured: Vec::new(),
             usage_seen: 0,
+            key_is_id: false,
+            capturing_id: false,
+            captured_id: Vec::new(),
+            id_seen: 0,
+            id_too_long: false,
         }
     }
 }
@@ -122,6 +140,11 @@ impl UsageScanner {
                     self.capturing = true;
                     self.captured.clear();
                 }
+                if self.key_is_id {
+                    self.id_seen += 1;
+                    self.capturing_id = true;
+                    self.captured_id.clear();
+                }
             }
             _ => self.value_byte(byte),
         }
@@ -140,7 +163,9 @@ impl UsageScanner {
         } else if byte == b'"' {
             self.in_string = false;
             if in_key {
-                self.key_is_usage = self.key.take().is_some_and(|k| k == b"usage");
+                let key = self.key.take();
+                self.key_is_usage = key.as_deref() == Some(b"usage");
+                self.key_is_id = key.as_deref() == Some(b"id");
                 self.top = Top::ExpectColon;
                 return;
             }
@@ -169,6 +194,13 @@ impl UsageScanner {
     }
 
     fn keep(&mut self, byte: u8) {
+        if self.capturing_id {
+            if self.captured_id.len() < ID_BYTES_MAX {
+                self.captured_id.push(byte);
+            } else {
+                self.id_too_long = true;
+            }
+        }
         if !self.capturing {
             return;
         }
@@ -182,6 +214,18 @@ impl UsageScanner {
     fn end_value(&mut self) {
         self.capturing = false;
         self.key_is_usage = false;
+        self.capturing_id = false;
+        self.key_is_id = false;
+    }
+
+    /// The top-level `id` when it is a string, once the whole object has been
+    /// read; `None` when in doubt, as for the usage.
+    pub fn id(&self) -> Option<String> {
+        let whole = self.top == Top::Done && !self.in_string;
+        if !whole || self.id_seen != 1 || self.id_too_long {
+            return None;
+        }
+        serde_json::from_slice::<String>(&self.captured_id).ok()
     }
 
     /// The `usage` value's bytes, once the whole object has been read; `None`
@@ -226,6 +270,29 @@ mod tests {
         }
         let bytes: Vec<&[u8]> = body.chunks(1).collect();
         assert_eq!(scan(&bytes).unwrap().prompt_tokens, 9);
+    }
+
+    #[test]
+    fn the_top_level_id_is_read_and_a_nested_or_long_one_is_not() {
+        let body = br#"{"id" : "resp_1","output":[{"id":"msg_2"}],"usage":{"input_tokens":3}}"#;
+        for split in 0..body.len() {
+            let mut scanner = UsageScanner::default();
+            scanner.push(&body[..split]);
+            scanner.push(&body[split..]);
+            assert_eq!(scanner.id().as_deref(), Some("resp_1"), "split at {split}");
+            assert!(scanner.answer().is_some());
+        }
+        let long = format!(r#"{{"id":"{}"}}"#, "x".repeat(ID_BYTES_MAX));
+        for body in [
+            long.as_bytes(),
+            br#"{"id":7}"#,
+            br#"{"id":"a","id":"b"}"#,
+            br#"{"id":"a""#,
+        ] {
+            let mut scanner = UsageScanner::default();
+            scanner.push(body);
+            assert_eq!(scanner.id(), None, "{}", String::from_utf8_lossy(body));
+        }
     }
 
     #[test]

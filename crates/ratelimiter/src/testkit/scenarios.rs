@@ -321,8 +321,9 @@ pub async fn first_complete_decides(h: &dyn Harness) {
         .await;
 }
 
-/// An actual for a key the lease did not reserve, or for a concurrency key, is
-/// an invalid request that changes nothing.
+/// An actual for a key the lease did not reserve, for a concurrency key, or of
+/// more than `ACTUAL_CAPACITY_MULTIPLE_MAX` times its key's capacity, is an
+/// invalid request that changes nothing.
 pub async fn complete_rejects_bad_actuals(h: &dyn Harness) {
     let f = Fixture::new(h).await;
     let tpm = f.rolling("tpm", 10, 3).await;
@@ -333,6 +334,10 @@ pub async fn complete_rejects_bad_actuals(h: &dyn Harness) {
     let bad = [
         ("a key not reserved", vec![(&tpm, 2), (&other, 1)]),
         ("a concurrency key", vec![(&conc, 1)]),
+        (
+            "more than 100 times the capacity",
+            vec![(&tpm, 10 * crate::decision::ACTUAL_CAPACITY_MULTIPLE_MAX + 1)],
+        ),
     ];
     for (what, actuals) in bad {
         let result = f.try_complete(lease, &actuals).await;

@@ -83,6 +83,7 @@ impl TigerBeetleBackend {
             return Ok(());
         }
         check_actuals(lease, request, &record)?;
+        self.check_actual_amounts(request).await?;
         self.ensure_lease_marker_accounts().await?;
         let mut record = self.without_missing_takes(record).await?;
         let elapsed_ms = self.elapsed_ms(&record).await;
@@ -113,6 +114,19 @@ impl TigerBeetleBackend {
         record.completed = true;
         record.held = Vec::new();
         self.leases.update(lease, record);
+        Ok(())
+    }
+
+    /// Each actual at most [`decision::ACTUAL_CAPACITY_MULTIPLE_MAX`] times its
+    /// key's capacity, as on the memory backend: else a 400 before any transfer,
+    /// so a key's debt and the overage counters never run towards 2^64.
+    async fn check_actual_amounts(&self, request: &CompleteRequest) -> Result<(), LimiterError> {
+        for actual in request.actuals() {
+            if let Some(state) = self.state_of_fresh(&actual.key).await? {
+                let capacity = state.definition().capacity();
+                decision::check_actual_amount(&actual.key, actual.actual_amount, capacity)?;
+            }
+        }
         Ok(())
     }
 
