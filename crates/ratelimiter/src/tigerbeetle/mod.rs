@@ -29,6 +29,8 @@ pub mod backend;
 pub mod cluster_clock;
 pub mod config;
 #[cfg(feature = "tigerbeetle")]
+pub mod connections;
+#[cfg(feature = "tigerbeetle")]
 pub mod definition_log;
 #[cfg(feature = "tigerbeetle")]
 mod definitions;
