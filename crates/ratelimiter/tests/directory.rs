@@ -354,7 +354,10 @@ async fn a_shared_store_down_at_start_opens_and_is_read_once_it_answers() {
     let directory = Directory::open(store.clone(), Arc::new(clock), Vec::new())
         .await
         .expect("a fleet's server starts while its cluster is down");
-    assert_eq!(directory.authenticate(&made.key.text).await.unwrap_err(), Refusal::Unknown);
+    assert_eq!(
+        directory.authenticate(&made.key.text).await.unwrap_err(),
+        Refusal::Unknown
+    );
     store.down.store(false, Ordering::Relaxed);
     tokio::time::sleep(std::time::Duration::from_millis(UNKNOWN_KEY_READ_INTERVAL_MS)).await;
     let found = directory.authenticate(&made.key.text).await.unwrap();

@@ -99,7 +99,9 @@ impl Directory {
             // its periodic read loads the directory then. A key it meets
             // before is read for at once, as an unknown key is.
             Err(DirectoryError::Unavailable { .. }) if directory.store.shared() => {
-                tracing::warn!("the gateway's tenants and keys are not read yet: the cluster does not answer; will retry");
+                tracing::warn!(
+                    "the gateway's tenants and keys are not read yet: the cluster does not answer; will retry"
+                );
                 return Ok(directory);
             }
             Err(e) => return Err(e),
