@@ -10,29 +10,20 @@
 //!
 //! The same reading tells the watchdog whether the network holds connections
 //! open (a connection of ours to a replica is established) without opening
-//! one to find out: a connection opened
-//! only to look, then closed, is one a proxy that accepts during a black
-//! hole holds open at the replica, taking one of its connection slots until
-//! bytes flow again.
+//! one to find out: a connection opened only to look, then closed, is one a
+//! proxy that accepts during a black hole holds open at the replica, taking
+//! one of its connection slots until bytes flow again.
 //!
-//! On Linux the table is read from `/proc/self/fd` (this process's socket
-//! inodes) and `/proc/self/net/tcp{,6}` (every socket of its network
-//! namespace with its inode, peer and state); elsewhere nothing is counted
-//! and no connection is ever seen held.
+//! The table is read as [`super::socket_table`] says (netlink on Linux, a
+//! millisecond however many sockets the host holds); where it cannot be
+//! read nothing is counted and no connection is ever seen held.
 
 use std::collections::HashSet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// The TCP state of a connection both ends have set up (`TCP_ESTABLISHED`).
-const TCP_ESTABLISHED: u8 = 0x01;
-/// The TCP state the kernel writes for a socket that is closed and only
-/// waits out its last segments (`TCP_TIME_WAIT`); it holds nothing of the
-/// peer and has no inode.
-const TCP_TIME_WAIT: u8 = 0x06;
-/// The TCP state of a listening socket (`TCP_LISTEN`).
-const TCP_LISTEN: u8 = 0x0A;
+use super::socket_table::{self, TCP_ESTABLISHED};
 
 /// What this process holds to one replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,7 +94,7 @@ impl ReplicaConnections {
     /// together. A connection that opens and closes between two readings is
     /// not seen.
     pub fn read(&self, cut_off: bool) -> Reading {
-        let Some(table) = kernel_table() else {
+        let Some(table) = socket_table::own_sockets() else {
             return Reading::default();
         };
         let mut reading = Reading::default();
@@ -141,96 +132,10 @@ impl ReplicaConnections {
     }
 }
 
-/// One TCP socket of this process that has a peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Socket {
-    inode: u64,
-    peer: SocketAddr,
-    /// The kernel's TCP state (`TCP_ESTABLISHED`, ...).
-    state: u8,
-}
-
-/// This process's TCP sockets that have a peer; `None` where the kernel's
-/// table cannot be read (not Linux).
-fn kernel_table() -> Option<Vec<Socket>> {
-    let ours = own_socket_inodes()?;
-    let mut sockets = Vec::new();
-    for file in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(file) else {
-            continue;
-        };
-        sockets.extend(
-            text.lines()
-                .skip(1)
-                .filter_map(parse_socket_line)
-                .filter(|socket| ours.contains(&socket.inode)),
-        );
-    }
-    Some(sockets)
-}
-
-/// The inodes of the sockets among this process's open files.
-fn own_socket_inodes() -> Option<HashSet<u64>> {
-    let entries = std::fs::read_dir("/proc/self/fd").ok()?;
-    Some(
-        entries
-            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
-            .filter_map(|target| {
-                let target = target.to_str()?;
-                target.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
-            })
-            .collect(),
-    )
-}
-
-/// One line of `/proc/net/tcp{,6}`, for a socket that has a peer (not
-/// listening, not waiting out its close).
-fn parse_socket_line(line: &str) -> Option<Socket> {
-    let fields: Vec<&str> = line.split_whitespace().collect();
-    // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
-    let peer = parse_address(fields.get(2)?)?;
-    let state = u8::from_str_radix(fields.get(3)?, 16).ok()?;
-    let inode: u64 = fields.get(9)?.parse().ok()?;
-    if state == TCP_TIME_WAIT || state == TCP_LISTEN || inode == 0 {
-        return None;
-    }
-    Some(Socket { inode, peer, state })
-}
-
-/// An address of the kernel's table: the IP as the kernel's words in host
-/// order, printed in hex, then `:` and the port in hex.
-fn parse_address(text: &str) -> Option<SocketAddr> {
-    let (ip, port) = text.split_once(':')?;
-    let port = u16::from_str_radix(port, 16).ok()?;
-    let ip = match ip.len() {
-        8 => IpAddr::V4(Ipv4Addr::from(u32::from_str_radix(ip, 16).ok()?.to_ne_bytes())),
-        32 => {
-            let mut bytes = [0u8; 16];
-            for (word, chunk) in bytes.chunks_mut(4).enumerate() {
-                let value = u32::from_str_radix(ip.get(word * 8..word * 8 + 8)?, 16).ok()?;
-                chunk.copy_from_slice(&value.to_ne_bytes());
-            }
-            let v6 = Ipv6Addr::from(bytes);
-            v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
-        }
-        _ => return None,
-    };
-    Some(SocketAddr::new(ip, port))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
-
-    #[test]
-    fn the_kernels_address_format_is_read_on_this_host() {
-        let localhost = SocketAddr::from(([127, 0, 0, 1], 3000));
-        // 127.0.0.1 is the host-order word 0x0100007F on a little-endian host.
-        let word = u32::from_ne_bytes([127, 0, 0, 1]);
-        assert_eq!(parse_address(&format!("{word:08X}:0BB8")), Some(localhost));
-        assert_eq!(parse_address("zz:0BB8"), None);
-    }
 
     #[cfg(target_os = "linux")]
     #[test]

@@ -51,6 +51,8 @@ pub mod pool;
 #[cfg(feature = "tigerbeetle")]
 pub mod server_log;
 #[cfg(feature = "tigerbeetle")]
+mod socket_table;
+#[cfg(feature = "tigerbeetle")]
 pub mod submitter;
 
 #[cfg(feature = "tigerbeetle")]

@@ -18,23 +18,25 @@
 //! them open, or resets and refuses them) and keeps one fresh client open (a
 //! probe) that sends a lookup. While the network resets or refuses
 //! connections, the probe gives way to a fresh one every
-//! [`PROBE_TIMEOUT_MS`], so that a young one is waiting when the network
-//! returns; while it holds them (a black hole, or a slow cluster), the probe
-//! stays until answered: its registration is on its way, and closing it would
-//! leave that registration to land later as a session nobody uses, and its
-//! connection, if a proxy accepted it, held open at the replica, taking one of
-//! the bounded connection slots the replica serves every client with. The
-//! watchdog opens no connection of its own to look. When a probe is answered
-//! the cluster is reachable, and the probe's client, registered already,
+//! [`PROBE_RESET_LIFETIME_MS`], so that one that has not backed off is
+//! waiting when the network returns; while it holds them (a black hole, or a
+//! slow cluster), the probe stays until answered: its registration is on its
+//! way, and closing it would leave that registration to land later as a
+//! session nobody uses, and its connection, if a proxy accepted it, held open
+//! at the replica, taking one of the bounded connection slots the replica
+//! serves every client with. The watchdog opens no connection of its own to
+//! look. When a probe is answered the cluster is reachable, and the probe's client, registered already,
 //! replaces a stalled session; the requests still waiting on the old client
 //! end with an error (outcome unknown, as after a timeout), their slots come
-//! free, and the old client is closed. The pool opens at most one client per
-//! [`PROBE_TIMEOUT_MS`] (probes, and sessions reopened after an eviction), so
-//! whatever the network does, a server registers at most two sessions a
-//! second, holds at most its sessions, one probe and the clients it is
-//! closing, and, while the network holds connections, opens none beyond its
-//! one probe (docs/tigerbeetle-backend.md, "Sessions", "When the network
-//! fails", "Connections").
+//! free, and the old client is closed. The watchdog reads the table every
+//! [`WATCH_INTERVAL_MS`] and wakes at once when the probe is answered. The
+//! pool opens at most one client per [`CLIENT_SPACING_MS`] (probes, and
+//! sessions reopened after an eviction), so whatever the network does, a
+//! server registers at most two sessions a second, holds at most its
+//! sessions, one probe and the clients it is closing, and, while the network
+//! holds connections, opens none beyond its one probe
+//! (docs/tigerbeetle-backend.md, "Sessions", "When the network fails",
+//! "Connections").
 
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -56,19 +58,27 @@ pub const STALL_MS: u64 = 1_000;
 /// How often the watchdog looks at the sessions, and reads the table of the
 /// connections to the replicas while one is stalled.
 pub const WATCH_INTERVAL_MS: u64 = 100;
-/// How long a probe client lives while the replicas' ports reset or refuse
-/// connections, and the fewest ms between two clients a pool opens (probes,
-/// and sessions reopened after an eviction). A fresh client registers as it
-/// opens, before its connection is up, so its first answer comes when it
-/// resends, about 650 ms later on a healthy cluster (measured; TigerBeetle
-/// 0.16 resends after twice its 300 ms round-trip estimate), and it backs off
-/// with every failed attempt. Probes that give way to fresh ones this often
-/// while the network fails leave, when it returns, a probe at most this old,
-/// whose first resend comes within 0.6 s, instead of a probe opened only then.
-/// Nothing of such a probe reaches a replica, so replacing it costs the
-/// cluster nothing; and the spacing bounds the sessions a server can register
-/// to two a second, whatever the network does.
-pub const PROBE_TIMEOUT_MS: u64 = 500;
+/// The fewest ms between two clients a pool opens (probes, and sessions
+/// reopened after an eviction): whatever the network does, a server
+/// registers at most two sessions a second.
+pub const CLIENT_SPACING_MS: u64 = 500;
+/// How long a probe client lives while the network resets or refuses its
+/// connections. Its first answer can come only with its client's first
+/// resend of its registration (the first send, made as it opens, finds no
+/// connection yet): after twice the client's 300 ms round-trip estimate, 60
+/// of its 10 ms ticks, which is 0.6 s on an idle host and was up to 1.4 s on
+/// a loaded 2-core one, where those ticks run late (TigerBeetle 0.16,
+/// measured). A probe closed before that never resent, and the next starts
+/// the count again: with probes given way every 500 ms, the server waited
+/// 1.2–2.2 s after resets ended for the first answer, from a probe opened
+/// only then. From its first resend on, a probe resends every 600 ms plus a
+/// jitter of at most 10 × 2^attempt ms (20, 40, 80 ms for the next three),
+/// so at this age its next resend after the network returns comes as soon as
+/// a fresh probe's first would; older, its resends back off toward 10 s
+/// apart, and it gives way. (Its attempts to connect, if refused, are up to
+/// 1 s apart by then, the client library's cap.) Nothing of such a probe
+/// reaches a replica, so replacing it costs the cluster nothing.
+pub const PROBE_RESET_LIFETIME_MS: u64 = 2_000;
 /// How often the watchdog reads the kernel's table of this process's
 /// connections to the replicas while no session is stalled, for the metrics
 /// (every tick while one is): once a second costs nothing measurable.
@@ -178,7 +188,7 @@ pub struct ClientPool {
     /// Probes open now (0 or 1).
     probes_open: AtomicUsize,
     /// When the pool last opened a client (ms of its clock), to space them by
-    /// [`PROBE_TIMEOUT_MS`]; `u64::MAX` before the first after the sessions.
+    /// [`CLIENT_SPACING_MS`]; `u64::MAX` before the first after the sessions.
     client_opened_ms: AtomicU64,
     /// The connections this process holds to each replica, from the kernel.
     connections: ReplicaConnections,
@@ -377,13 +387,13 @@ impl ClientPool {
         true
     }
 
-    /// Takes the right to open a client now: true when [`PROBE_TIMEOUT_MS`]
+    /// Takes the right to open a client now: true when [`CLIENT_SPACING_MS`]
     /// have passed since the pool last opened one (or it opened none yet), and
     /// no one else took it meanwhile.
     fn claim_client_open(&self) -> bool {
         let last = self.client_opened_ms.load(Ordering::Acquire);
         let now = self.now_ms();
-        if last != u64::MAX && now.saturating_sub(last) < PROBE_TIMEOUT_MS {
+        if last != u64::MAX && now.saturating_sub(last) < CLIENT_SPACING_MS {
             return false;
         }
         (self.client_opened_ms)
@@ -392,7 +402,7 @@ impl ClientPool {
     }
 
     /// Replaces the client of `session` after the cluster evicted it, no
-    /// sooner than [`PROBE_TIMEOUT_MS`] after the pool's last new client: a
+    /// sooner than [`CLIENT_SPACING_MS`] after the pool's last new client: a
     /// replica that evicts sessions as fast as they register (more sessions
     /// than it serves, across a fleet) is not answered by a storm of
     /// registrations that would evict other servers' sessions in turn.
@@ -405,7 +415,7 @@ impl ClientPool {
             if self.claim_client_open() {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(PROBE_TIMEOUT_MS / 5)).await;
+            tokio::time::sleep(Duration::from_millis(CLIENT_SPACING_MS / 5)).await;
         }
         match new_client(self.cluster_id, &self.addresses) {
             Ok(client) => {
@@ -513,9 +523,11 @@ struct Probe {
     task: tokio::task::JoinHandle<()>,
     started: Instant,
     /// How long readings found the network resetting or refusing connections
-    /// while this probe was open (ms, [`WATCH_INTERVAL_MS`] a reading): its
-    /// client backs off with every failed attempt.
-    reset_ms: u64,
+    /// while this probe was open: its client backs off with every failed
+    /// attempt.
+    reset_for: Duration,
+    /// When the watchdog last judged it (see [`Watch::judge`]).
+    judged: Instant,
     /// Counts the probe among the open clients while it lives.
     _open: OpenClient,
 }
@@ -536,49 +548,68 @@ struct Watch {
 impl Watch {
     /// Decides whether the probe open may stay, given whether the network
     /// holds connections open: a probe whose connections are reset or refused
-    /// closes after [`PROBE_TIMEOUT_MS`] (nothing of it reached a replica, and
-    /// its client backs off); a probe held open stays until it is answered,
-    /// since its registration is on its way, and closing it would leave that
-    /// registration to land later as a session nobody uses and its connection
-    /// held open at the replica by whatever holds the network (the client
-    /// library reconnects by itself if that connection fails). A probe that
-    /// met resets for [`PROBE_TIMEOUT_MS`] or more has backed off (its resends
-    /// up to 10 s apart): when the network holds connections again it gives
-    /// way to a fresh one, whose first resend comes soon. (A fresh probe's
-    /// first readings may find no connection up yet; those few do not count.)
+    /// closes after [`PROBE_RESET_LIFETIME_MS`] (nothing of it reached a
+    /// replica, and its client has backed off); a probe held open stays until
+    /// it is answered, since its registration is on its way, and closing it
+    /// would leave that registration to land later as a session nobody uses
+    /// and its connection held open at the replica by whatever holds the
+    /// network (the client library reconnects by itself if that connection
+    /// fails). A probe that met resets for as long as a reset probe lives has
+    /// backed off: when the network holds connections again it gives way to a
+    /// fresh one. The time between two readings counts as met resets when
+    /// the second finds none held (a slow reading counts for what it took).
     fn judge(&mut self, held: bool) {
         let Some(probe) = &mut self.probe else {
             return;
         };
+        let now = Instant::now();
         if !held {
-            probe.reset_ms += WATCH_INTERVAL_MS;
+            probe.reset_for += now.saturating_duration_since(probe.judged);
         }
-        if !probe_may_stay(held, probe.reset_ms, probe.started.elapsed()) {
+        probe.judged = now;
+        if !probe_may_stay(held, probe.reset_for, probe.started.elapsed()) {
             self.probe = None;
+        }
+    }
+
+    /// Waits for the next tick, or for the open probe's answer if it comes
+    /// first: `Some(true)` when the cluster answered it, `Some(false)` when
+    /// its client failed (evicted, shut down), `None` at a tick.
+    async fn next_answer_or_tick(&mut self, ticks: &mut tokio::time::Interval) -> Option<bool> {
+        let Some(probe) = &mut self.probe else {
+            ticks.tick().await;
+            return None;
+        };
+        tokio::select! {
+            _ = ticks.tick() => None,
+            answer = &mut probe.answer => Some(answer.unwrap_or(false)),
         }
     }
 }
 
 /// Whether a probe of age `age` stays open when the network holds
 /// connections open (`held`) or not, given how long it met resets while open
-/// (`reset_ms`; see [`Watch::judge`]).
-fn probe_may_stay(held: bool, reset_ms: u64, age: Duration) -> bool {
+/// (`reset_for`; see [`Watch::judge`]).
+fn probe_may_stay(held: bool, reset_for: Duration, age: Duration) -> bool {
+    let lifetime = Duration::from_millis(PROBE_RESET_LIFETIME_MS);
     if held {
-        reset_ms < PROBE_TIMEOUT_MS
+        reset_for < lifetime
     } else {
-        age < Duration::from_millis(PROBE_TIMEOUT_MS)
+        age < lifetime
     }
 }
 
 /// The watchdog's loop: nothing to do while no session is stalled but read
-/// the table of connections once in a while, for the metrics.
+/// the table of connections once in a while, for the metrics. While a probe
+/// is open it wakes as soon as the probe is answered, not at its next tick,
+/// and puts the probe's client in place of a stalled session at once.
 async fn watch_sessions(pool: Weak<ClientPool>) {
     let mut ticks = tokio::time::interval(Duration::from_millis(WATCH_INTERVAL_MS));
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut watch = Watch::default();
     let mut last_read = Instant::now();
     loop {
-        ticks.tick().await;
+        let answered = watch.next_answer_or_tick(&mut ticks).await;
         let Some(pool) = pool.upgrade() else {
             return;
         };
@@ -593,22 +624,20 @@ async fn watch_sessions(pool: Weak<ClientPool>) {
             }
             continue;
         }
+        match answered {
+            Some(true) => {
+                let probe = watch.probe.take().expect("an answered probe");
+                pool.replace_stalled(probe, stalled);
+                pool.probes_open.store(0, Ordering::Relaxed);
+                continue;
+            }
+            // Evicted or shut down: the next probe waits for its turn.
+            Some(false) => watch.probe = None,
+            None => {}
+        }
         last_read = Instant::now();
         let held = pool.connections.read(true).held;
         pool.network_holds.store(held, Ordering::Relaxed);
-        if let Some(probe) = &mut watch.probe {
-            match probe.answer.try_recv() {
-                Ok(true) => {
-                    let probe = watch.probe.take().expect("a probe");
-                    pool.replace_stalled(probe, stalled);
-                    pool.probes_open.store(0, Ordering::Relaxed);
-                    continue;
-                }
-                // Evicted or shut down: the next probe waits for its turn.
-                Ok(false) | Err(tokio::sync::oneshot::error::TryRecvError::Closed) => watch.probe = None,
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
-            }
-        }
         watch.judge(held);
         if watch.probe.is_none() && pool.claim_client_open() {
             watch.probe = pool.start_probe();
@@ -639,7 +668,8 @@ impl ClientPool {
             answer,
             task,
             started: Instant::now(),
-            reset_ms: 0,
+            reset_for: Duration::ZERO,
+            judged: Instant::now(),
             _open: OpenClient::new(&self.clients_open),
         })
     }
@@ -691,18 +721,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_held_probe_stays_until_answered_and_a_reset_one_gives_way_soon() {
-        let young = Duration::from_millis(PROBE_TIMEOUT_MS - 1);
-        let old = Duration::from_millis(PROBE_TIMEOUT_MS);
-        assert!(probe_may_stay(false, 0, young));
-        assert!(!probe_may_stay(false, 0, old), "a reset probe has backed off");
+    fn a_held_probe_stays_until_answered_and_a_reset_one_gives_way_once_backed_off() {
+        let lifetime = Duration::from_millis(PROBE_RESET_LIFETIME_MS);
+        let young = lifetime - Duration::from_millis(1);
+        // Past its first resend even where the client's ticks run late.
+        assert!(probe_may_stay(false, Duration::ZERO, Duration::from_millis(1_400)));
+        assert!(probe_may_stay(false, young, young));
+        assert!(!probe_may_stay(false, young, lifetime), "a reset probe has backed off");
         // Held: its registration is on its way; closing it would leave the
         // registration to land as a session nobody uses, and its connection
-        // held open at the replica. A few readings before its connection was
-        // up do not count.
-        assert!(probe_may_stay(true, 0, Duration::from_secs(3_600)));
-        assert!(probe_may_stay(true, 2 * WATCH_INTERVAL_MS, old));
+        // held open at the replica.
+        assert!(probe_may_stay(true, Duration::ZERO, Duration::from_secs(3_600)));
+        assert!(probe_may_stay(true, young, lifetime));
         // Held after resets for as long as a reset probe lives: backed off.
-        assert!(!probe_may_stay(true, PROBE_TIMEOUT_MS, old));
+        assert!(!probe_may_stay(true, lifetime, lifetime));
     }
 }
