@@ -63,6 +63,8 @@ pub struct Reading {
     /// accepted is established for a moment only, and a refused or dropped
     /// one never).
     pub held: bool,
+    /// Connections seen closed since the previous reading.
+    pub closed: u64,
 }
 
 /// The connections this process holds to each replica of a cluster, counted
@@ -111,6 +113,7 @@ impl ReplicaConnections {
             tally.closed.fetch_add(closed, Ordering::Relaxed);
             tally.open.store(open.len() as u64, Ordering::Relaxed);
             reading.open += open.len() as u64;
+            reading.closed += closed;
             reading.held |= ours().any(|socket| socket.state == TCP_ESTABLISHED);
             *known = open;
         }

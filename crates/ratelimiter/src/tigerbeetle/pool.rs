@@ -558,7 +558,13 @@ impl Watch {
     /// backed off: when the network holds connections again it gives way to a
     /// fresh one. The time between two readings counts as met resets when
     /// the second finds none held (a slow reading counts for what it took).
-    fn judge(&mut self, held: bool) {
+    /// A probe held for as long has backed off too: when a connection of ours
+    /// closes while the network holds (`closed`; a black hole passes no
+    /// close, so one that arrives means bytes flow again, from a replica
+    /// restarted behind it, say), it gives way to a fresh one, whose
+    /// registration goes out on a live connection, instead of waiting out its
+    /// backoff if the replica dropped its registration.
+    fn judge(&mut self, held: bool, closed: bool) {
         let Some(probe) = &mut self.probe else {
             return;
         };
@@ -567,7 +573,7 @@ impl Watch {
             probe.reset_for += now.saturating_duration_since(probe.judged);
         }
         probe.judged = now;
-        if !probe_may_stay(held, probe.reset_for, probe.started.elapsed()) {
+        if !probe_may_stay(held, closed, probe.reset_for, probe.started.elapsed()) {
             self.probe = None;
         }
     }
@@ -588,12 +594,13 @@ impl Watch {
 }
 
 /// Whether a probe of age `age` stays open when the network holds
-/// connections open (`held`) or not, given how long it met resets while open
-/// (`reset_for`; see [`Watch::judge`]).
-fn probe_may_stay(held: bool, reset_for: Duration, age: Duration) -> bool {
+/// connections open (`held`) or not, given whether a connection of ours
+/// closed since the last reading (`closed`) and how long the probe met resets
+/// while open (`reset_for`; see [`Watch::judge`]).
+fn probe_may_stay(held: bool, closed: bool, reset_for: Duration, age: Duration) -> bool {
     let lifetime = Duration::from_millis(PROBE_RESET_LIFETIME_MS);
     if held {
-        reset_for < lifetime
+        reset_for < lifetime && !(closed && age >= lifetime)
     } else {
         age < lifetime
     }
@@ -636,9 +643,9 @@ async fn watch_sessions(pool: Weak<ClientPool>) {
             None => {}
         }
         last_read = Instant::now();
-        let held = pool.connections.read(true).held;
-        pool.network_holds.store(held, Ordering::Relaxed);
-        watch.judge(held);
+        let reading = pool.connections.read(true);
+        pool.network_holds.store(reading.held, Ordering::Relaxed);
+        watch.judge(reading.held, reading.closed > 0);
         if watch.probe.is_none() && pool.claim_client_open() {
             watch.probe = pool.start_probe();
         }
@@ -724,16 +731,26 @@ mod tests {
     fn a_held_probe_stays_until_answered_and_a_reset_one_gives_way_once_backed_off() {
         let lifetime = Duration::from_millis(PROBE_RESET_LIFETIME_MS);
         let young = lifetime - Duration::from_millis(1);
+        let none = Duration::ZERO;
         // Past its first resend even where the client's ticks run late.
-        assert!(probe_may_stay(false, Duration::ZERO, Duration::from_millis(1_400)));
-        assert!(probe_may_stay(false, young, young));
-        assert!(!probe_may_stay(false, young, lifetime), "a reset probe has backed off");
+        assert!(probe_may_stay(false, false, none, Duration::from_millis(1_400)));
+        assert!(probe_may_stay(false, false, young, young));
+        assert!(
+            !probe_may_stay(false, false, young, lifetime),
+            "a reset probe has backed off"
+        );
         // Held: its registration is on its way; closing it would leave the
         // registration to land as a session nobody uses, and its connection
         // held open at the replica.
-        assert!(probe_may_stay(true, Duration::ZERO, Duration::from_secs(3_600)));
-        assert!(probe_may_stay(true, young, lifetime));
+        assert!(probe_may_stay(true, false, none, Duration::from_secs(3_600)));
+        assert!(probe_may_stay(true, false, young, lifetime));
         // Held after resets for as long as a reset probe lives: backed off.
-        assert!(!probe_may_stay(true, lifetime, lifetime));
+        assert!(!probe_may_stay(true, false, lifetime, lifetime));
+        // Held and backed off while a connection closed: bytes flow again.
+        assert!(!probe_may_stay(true, true, none, lifetime));
+        assert!(
+            probe_may_stay(true, true, none, young),
+            "a young held probe resends soon"
+        );
     }
 }
