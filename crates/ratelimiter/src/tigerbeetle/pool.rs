@@ -600,7 +600,7 @@ impl Watch {
 fn probe_may_stay(held: bool, closed: bool, reset_for: Duration, age: Duration) -> bool {
     let lifetime = Duration::from_millis(PROBE_RESET_LIFETIME_MS);
     if held {
-        reset_for < lifetime && !(closed && age >= lifetime)
+        reset_for < lifetime && (!closed || age < lifetime)
     } else {
         age < lifetime
     }
