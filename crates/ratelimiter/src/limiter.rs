@@ -66,6 +66,13 @@ pub trait Backend: Limiter {
     /// `Ok` when the backend answers.
     async fn health(&self) -> Result<(), LimiterError>;
 
+    /// Why the backend is unhealthy now, in words for an operator (`/healthz`
+    /// shows it with its 503); `None` when it has nothing to add to what its
+    /// health check met (the default).
+    fn unhealthy_reason(&self) -> Option<String> {
+        None
+    }
+
     /// Whether the backend keeps the definitions itself (the TigerBeetle
     /// backend keeps them in the cluster, shared by a fleet); when false, the
     /// caller persists them ([`crate::admin::Admin`] writes the registry file).

@@ -82,10 +82,31 @@ pub struct Metric {
     pub value: MetricValue,
 }
 
+/// A metric of a backend with one series per value of one label (a
+/// replica's address, ...), since what it counts is kept apart per value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabeledMetric {
+    /// Lower-case words joined by `_`, units and `_total` last (a counter
+    /// when it ends in `_total`, a gauge otherwise).
+    pub name: &'static str,
+    /// One sentence saying what is counted and why it matters.
+    pub help: &'static str,
+    /// The label's name.
+    pub label: &'static str,
+    /// Each label value and its value now.
+    pub series: Vec<(String, u64)>,
+}
+
 /// A backend that reports its own counters.
 pub trait BackendMetrics: Send + Sync {
     /// Every metric of the backend, read now, in a stable order.
     fn metrics(&self) -> Vec<Metric>;
+
+    /// The metrics kept per label value, read now; a backend with none has
+    /// nothing to add (the default).
+    fn labeled_metrics(&self) -> Vec<LabeledMetric> {
+        Vec::new()
+    }
 }
 
 #[cfg(test)]

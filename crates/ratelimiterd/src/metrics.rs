@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use ratelimiter::metrics::{Histogram, HistogramSnapshot, Metric, MetricValue, BUCKET_BOUNDS_MICROS};
+use ratelimiter::metrics::{Histogram, HistogramSnapshot, LabeledMetric, Metric, MetricValue, BUCKET_BOUNDS_MICROS};
 use ratelimiter::{Denial, LimitKey, ReserveOutcome, ReserveRequest};
 
 /// The most keys with their own counters. Past it, outcomes are counted under the
@@ -182,6 +182,28 @@ pub fn render_backend(out: &mut String, metrics: &[Metric]) {
                 let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
                 render_histogram(out, &name, "", &snapshot);
             }
+        }
+    }
+}
+
+/// Appends a backend's metrics kept per label value (`ratelimiterd_` prefixed):
+/// counters when their name ends in `_total`, gauges otherwise.
+pub fn render_labeled(out: &mut String, metrics: &[LabeledMetric]) {
+    for metric in metrics {
+        let name = format!("{PREFIX}{}", metric.name);
+        let kind = if metric.name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} {kind}", metric.help);
+        for (value_of_label, value) in &metric.series {
+            let _ = writeln!(
+                out,
+                "{name}{{{}=\"{}\"}} {value}",
+                metric.label,
+                escape_label(value_of_label)
+            );
         }
     }
 }

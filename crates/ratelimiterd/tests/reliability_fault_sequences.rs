@@ -1,13 +1,17 @@
 //! Sequences of network faults between a real `ratelimiterd` and its real
 //! TigerBeetle replica, through a TCP proxy of the test's own: a long black
-//! hole and then a period where every new connection is reset as it is
-//! accepted, a reset then a black hole, two resets, and the replica killed and
-//! restarted while the network is black-holed. Clients reserve and complete
-//! on the server all along (and on a second server that reaches the replica
+//! hole through a proxy that still accepts (and connects each new connection
+//! to the replica, passing no byte) and then resets, a long black hole and
+//! then a period where every new connection is reset as it is accepted, a
+//! reset then a black hole, two resets, and the replica killed and restarted
+//! while the network is black-holed. Clients reserve and complete on the
+//! server all along (and on a second server that reaches the replica
 //! directly). After every fault the network returns, and the test measures how
-//! long the server takes to grant again; while it is cut off, the test samples
-//! its queue, its requests outstanding and the client sessions it holds open,
-//! which must stay within their bounds however long the fault lasts.
+//! long the server takes to grant again and the replica to empty its accept
+//! queue; while it is cut off, the test samples its queue, its requests
+//! outstanding, the client sessions it holds open, and with `ss` the
+//! connections it holds to the replica and those the replica holds and
+//! queues, which must stay within their bounds however long the fault lasts.
 //!
 //! The figures are printed (`--nocapture`) and kept in RELIABILITY.md; the
 //! bound asserted on recovery leaves a margin for a loaded machine.
@@ -24,7 +28,7 @@ use ratelimiter::tigerbeetle::LocalCluster;
 use ratelimiter::LeaseId;
 use serde_json::{json, Value};
 use support::proxy::{Mode, Proxy};
-use support::{raw, temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN};
+use support::{raw, sockets, temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN};
 
 /// The request timeout of the servers: a call during an outage is answered
 /// 503 after it.
@@ -34,6 +38,19 @@ const REQUEST_TIMEOUT_MS: u64 = 2_000;
 const CLIENTS: usize = 12;
 /// Clients on the server that reaches the replica directly.
 const DIRECT_CLIENTS: usize = 2;
+/// Clients that reserve on the proxied server only (a 503 is not made again
+/// elsewhere): they keep calling it all through every fault.
+const PROXIED_ONLY_CLIENTS: usize = 3;
+/// The most connections the proxied server may hold to the replica's address
+/// (the proxy) at any moment, and the most the replica may hold that the
+/// proxy opened for it: one per client open ([`CLIENTS_OPEN_MAX`]), one port
+/// check, and the ones closed a moment ago that the network has not passed
+/// on yet.
+const SERVER_CONNECTIONS_MAX: u64 = 6;
+/// The replica's accept queue must be empty this soon after the network
+/// returns: a queue that stays means the replica is not accepting (every
+/// connection slot it has is taken).
+const ACCEPT_QUEUE_DRAINED_MAX: Duration = RECOVERY_MAX;
 /// The goal: the server grants within this long of the network's return.
 const RECOVERY_GOAL: Duration = Duration::from_secs(1);
 /// The bound asserted: the goal plus a margin for a loaded 2-core machine
@@ -43,6 +60,8 @@ const RECOVERY_MAX: Duration = Duration::from_millis(2_500);
 const RECOVERY_WAIT: Duration = Duration::from_secs(15);
 /// How often the server's bounds are sampled while it is cut off.
 const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+/// How often the sockets and the server's clients are printed.
+const TRACE_EVERY: Duration = Duration::from_secs(1);
 /// The most client sessions the proxied server may hold open at any moment:
 /// its one session, one probe, and one replaced client still closing.
 const CLIENTS_OPEN_MAX: u64 = 3;
@@ -51,15 +70,19 @@ const CLIENTS_OPEN_MAX: u64 = 3;
 /// that gave up calls again before its item is dropped; an item whose caller
 /// gave up must not stay.
 const QUEUED_MAX: u64 = 2 * CLIENTS as u64;
-/// A probe held by a black hole is replaced this rarely at most (the
-/// backend's `PROBE_HELD_MAX_MS`): every probe that reaches the replica
-/// registers a session, which may evict another server's.
-const HELD_PROBE_EVERY: Duration = Duration::from_secs(10);
-/// While the replica's port holds connections, the server checks it this
-/// rarely at most (the backend's `HELD_CHECK_INTERVAL_MS`); with its probes and
-/// its session's reconnections, a black hole holds at most three connections
-/// a second of it (checks every 100 ms would make it ten).
-const HELD_CHECK_EVERY: Duration = Duration::from_secs(1);
+/// The most probes the server may open while the network holds its
+/// connections (black holes), however long: the one open when the hole
+/// began (opened under resets just before) and one more. A held probe stays
+/// until answered: every probe closed while held leaves its registration to
+/// land once the network passes (a session nobody uses, which may evict
+/// another server's) and its connection held at the replica.
+const HELD_PROBES_MAX: u64 = 2;
+/// The most new connections a black hole may hold for the server, however
+/// long: a reconnection of each client open ([`CLIENTS_OPEN_MAX`]) and the
+/// probes'. Each one a proxy that accepts during the hole holds open at the
+/// replica, taking one of the connection slots it serves every client with
+/// (32 on the test's replica), until the network passes.
+const HELD_CONNECTIONS_MAX: u64 = CLIENTS_OPEN_MAX + HELD_PROBES_MAX + 1;
 /// Names a factor for every fault's length, for a manual run (3.5 makes the
 /// first black hole 52 s).
 const SCALE_ENV: &str = "FAULT_SEQUENCE_SCALE";
@@ -112,6 +135,17 @@ fn metric(server: &Daemon, name: &str) -> Option<u64> {
     let text = answer.text();
     text.lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The sum of the series of the labeled metric `name` on `server` (0 when
+/// it exports none).
+fn metric_sum(server: &Daemon, name: &str) -> u64 {
+    let answer = raw::request(server.addr, "GET", "/metrics", None, b"");
+    let text = answer.text();
+    text.lines()
+        .filter_map(|line| line.strip_prefix(name)?.strip_prefix('{'))
+        .filter_map(|rest| rest.rsplit_once(' ')?.1.trim().parse::<u64>().ok())
+        .sum()
 }
 
 /// What the clients of one server saw.
@@ -176,11 +210,40 @@ struct Bounds {
     /// per 10 ms tick, once the network passes).
     held_connections: u64,
     held_for: Duration,
+    /// Connections the proxied server held to the replica's address (the
+    /// proxy), as the kernel counts them.
+    server_connections: u64,
+    /// Connections on the replica's port (accepted or queued, both servers').
+    replica_connections: u64,
+    /// The replica's accept queue.
+    accept_queue: u64,
 }
 
 impl Bounds {
-    fn sample(&mut self, server: &Daemon) {
+    fn sample(&mut self, rig: &Rig, mode: Mode, since: Instant) {
+        let server = &rig.proxied;
         let read = |name| metric(server, name).unwrap_or(0);
+        let replica = sockets::on_port(rig.replica_port);
+        let held = sockets::clients_of(rig.proxy.addr.port());
+        self.server_connections = self.server_connections.max(held);
+        self.replica_connections = self.replica_connections.max(replica.connections);
+        self.accept_queue = self.accept_queue.max(replica.accept_queue);
+        if rig.trace_at.lock().unwrap().elapsed() >= TRACE_EVERY {
+            *rig.trace_at.lock().unwrap() = Instant::now();
+            println!(
+                "  {mode:?} +{:.1} s: server's connections {held} (its metric: {}); replica's {} ({} closed by peer), \
+                 accept queue {}; clients open {}, probes open {}, probes {}, replaced {}",
+                since.elapsed().as_secs_f64(),
+                metric_sum(server, "ratelimiterd_tigerbeetle_replica_connections_open"),
+                replica.connections,
+                replica.closed_by_peer,
+                replica.accept_queue,
+                read("ratelimiterd_tigerbeetle_clients_open"),
+                read("ratelimiterd_tigerbeetle_probes_open"),
+                read("ratelimiterd_tigerbeetle_session_probes_total"),
+                read("ratelimiterd_tigerbeetle_sessions_replaced_total"),
+            );
+        }
         self.queue_depth = self.queue_depth.max(read("ratelimiterd_tigerbeetle_queue_depth"));
         self.outstanding = (self.outstanding).max(read("ratelimiterd_tigerbeetle_requests_outstanding"));
         self.clients_open = (self.clients_open).max(read("ratelimiterd_tigerbeetle_clients_open"));
@@ -198,6 +261,10 @@ struct Rig {
     seen_direct: Mutex<Seen>,
     stop: AtomicBool,
     keys: [String; 2],
+    /// The replica's port, whose connections and accept queue are sampled.
+    replica_port: u16,
+    /// When the sockets were last printed.
+    trace_at: Mutex<Instant>,
 }
 
 /// One recovery: how long after the network's return the first grant and
@@ -208,6 +275,8 @@ struct Recovery {
     after: String,
     first_grant: Option<Duration>,
     healthy: Option<Duration>,
+    /// When the replica's accept queue was first empty after the return.
+    queue_drained: Option<Duration>,
     bounds: Bounds,
 }
 
@@ -224,12 +293,13 @@ impl Rig {
                     let probes_before = probes();
                     let accepted_before = self.proxy.accepted();
                     self.proxy.set(mode);
-                    let until = Instant::now() + length;
+                    let since = Instant::now();
+                    let until = since + length;
                     while Instant::now() < until {
-                        bounds.sample(&self.proxied);
+                        bounds.sample(self, mode, since);
                         std::thread::sleep(SAMPLE_EVERY.min(until.saturating_duration_since(Instant::now())));
                     }
-                    if mode == Mode::BlackHole {
+                    if matches!(mode, Mode::BlackHole | Mode::AcceptHold) {
                         bounds.held_probes += probes() - probes_before;
                         bounds.held_connections += self.proxy.accepted() - accepted_before;
                         bounds.held_for += length;
@@ -238,12 +308,13 @@ impl Rig {
                 Step::KillReplica => self.cluster.kill().expect("kill the replica"),
                 Step::StartReplica => self.cluster.start_again().expect("restart the replica"),
                 Step::Heal => {
-                    let (first_grant, healthy) = self.heal();
+                    let (first_grant, healthy, queue_drained) = self.heal();
                     recoveries.push(Recovery {
                         sequence,
                         after: done.join(", "),
                         first_grant,
                         healthy,
+                        queue_drained,
                         bounds,
                     });
                     bounds = Bounds::default();
@@ -256,13 +327,20 @@ impl Rig {
         recoveries
     }
 
-    /// Lets the traffic through and waits for the first grant after it.
-    fn heal(&self) -> (Option<Duration>, Option<Duration>) {
+    /// Lets the traffic through and waits for the first grant after it, for
+    /// `/healthz` 200 and for the replica's accept queue to be empty.
+    fn heal(&self) -> (Option<Duration>, Option<Duration>, Option<Duration>) {
         self.proxy.set(Mode::Forward);
         let returned = Instant::now();
         let mut healthy = None;
         let mut first_grant = None;
-        while returned.elapsed() < RECOVERY_WAIT && (first_grant.is_none() || healthy.is_none()) {
+        let mut queue_drained = None;
+        while returned.elapsed() < RECOVERY_WAIT
+            && (first_grant.is_none() || healthy.is_none() || queue_drained.is_none())
+        {
+            if queue_drained.is_none() && sockets::on_port(self.replica_port).accept_queue == 0 {
+                queue_drained = Some(returned.elapsed());
+            }
             if first_grant.is_none() && (self.seen.lock().unwrap().last_grant).is_some_and(|at| at > returned) {
                 first_grant = Some(returned.elapsed());
             }
@@ -276,7 +354,13 @@ impl Rig {
             let seen = self.seen.lock().unwrap();
             seen.last_grant.map(|at| at.saturating_duration_since(returned))
         });
-        (first_grant, healthy)
+        let replica = sockets::on_port(self.replica_port);
+        println!(
+            "  healed: first grant {first_grant:?}, /healthz 200 {healthy:?}, accept queue empty {queue_drained:?}; \
+             then the replica's connections {}, accept queue {}",
+            replica.connections, replica.accept_queue
+        );
+        (first_grant, healthy, queue_drained)
     }
 }
 
@@ -319,6 +403,11 @@ fn a_server_grants_again_soon_after_any_sequence_of_network_faults() {
         "",
         "",
     );
+    let replica_port = cluster
+        .address()
+        .parse::<std::net::SocketAddr>()
+        .expect("replica address")
+        .port();
     let run = LeaseId::generate();
     let keys = [format!("seq:{run}:inflight"), format!("seq:{run}:tpm")];
     for definition in [
@@ -336,6 +425,8 @@ fn a_server_grants_again_soon_after_any_sequence_of_network_faults() {
         seen_direct: Mutex::new(Seen::default()),
         stop: AtomicBool::new(false),
         keys,
+        replica_port,
+        trace_at: Mutex::new(Instant::now()),
     };
     let recoveries: Vec<Recovery> = std::thread::scope(|scope| {
         for _ in 0..CLIENTS {
@@ -343,6 +434,9 @@ fn a_server_grants_again_soon_after_any_sequence_of_network_faults() {
         }
         for _ in 0..DIRECT_CLIENTS {
             scope.spawn(|| client(&rig, &rig.direct, None, &rig.seen_direct));
+        }
+        for _ in 0..PROXIED_ONLY_CLIENTS {
+            scope.spawn(|| client(&rig, &rig.proxied, None, &rig.seen));
         }
         std::thread::sleep(Duration::from_millis(500));
         let mut all = Vec::new();
@@ -387,6 +481,17 @@ fn chosen_sequences() -> Vec<(&'static str, Vec<Step>)> {
 /// The sequences, each ended by the network's return.
 fn sequences() -> Vec<(&'static str, Vec<Step>)> {
     vec![
+        (
+            "held connections, then resets",
+            vec![
+                Step::Net(Mode::Forward, scaled(8.0)),
+                Step::Net(Mode::AcceptHold, scaled(15.0)),
+                Step::Heal,
+                Step::Net(Mode::Forward, scaled(12.0)),
+                Step::Net(Mode::Reset, scaled(12.0)),
+                Step::Heal,
+            ],
+        ),
         (
             "black hole, then resets",
             vec![
@@ -433,12 +538,18 @@ fn sequences() -> Vec<(&'static str, Vec<Step>)> {
 fn report(rig: &Rig, recoveries: &[Recovery]) {
     for r in recoveries {
         println!(
-            "{} (after {}): first grant {:?}, /healthz 200 {:?}; while cut off at most: queue {}, outstanding {}, \
+            "{} (after {}): first grant {:?}, /healthz 200 {:?}, the replica's accept queue empty {:?}; \
+             while cut off at most: the server's connections {}, the replica's {}, its accept queue {}, \
+             queue {}, outstanding {}, \
              clients open {}, probes open {}; {} probes opened, {} connections held in {:?} of black hole",
             r.sequence,
             r.after,
             r.first_grant,
             r.healthy,
+            r.queue_drained,
+            r.bounds.server_connections,
+            r.bounds.replica_connections,
+            r.bounds.accept_queue,
             r.bounds.queue_depth,
             r.bounds.outstanding,
             r.bounds.clients_open,
@@ -461,6 +572,19 @@ fn report(rig: &Rig, recoveries: &[Recovery]) {
         direct.granted,
         direct.unavailable,
         read(&rig.direct, "sessions_renewed_total"),
+    );
+    let sum = |name: &str| {
+        metric_sum(
+            &rig.proxied,
+            &format!("ratelimiterd_tigerbeetle_replica_connections_{name}"),
+        )
+    };
+    println!(
+        "proxied server's connections to the replica: {} open, {} opened ({} while cut off), {} closed",
+        sum("open"),
+        sum("opened_total"),
+        sum("opened_cut_off_total"),
+        sum("closed_total")
     );
     assert!(seen.other.is_empty(), "unexpected answers: {:?}", seen.other);
     assert!(direct.other.is_empty(), "unexpected answers: {:?}", direct.other);
@@ -491,6 +615,20 @@ fn report(rig: &Rig, recoveries: &[Recovery]) {
             r.sequence,
             r.after
         );
+        let drained = r.queue_drained.unwrap_or(RECOVERY_WAIT);
+        assert!(
+            drained <= ACCEPT_QUEUE_DRAINED_MAX,
+            "{} (after {}): the replica's accept queue not empty {drained:?} after the network's return",
+            r.sequence,
+            r.after
+        );
+        assert!(
+            r.bounds.server_connections <= SERVER_CONNECTIONS_MAX,
+            "{} (after {}): the server held {} connections to the replica",
+            r.sequence,
+            r.after,
+            r.bounds.server_connections
+        );
         assert!(
             r.healthy.is_some(),
             "{} (after {}): /healthz never 200",
@@ -504,18 +642,16 @@ fn report(rig: &Rig, recoveries: &[Recovery]) {
             r.after,
             r.bounds.clients_open
         );
-        let held_probes_max = 2 + r.bounds.held_for.as_secs() / HELD_PROBE_EVERY.as_secs();
         assert!(
-            r.bounds.held_probes <= held_probes_max,
+            r.bounds.held_probes <= HELD_PROBES_MAX,
             "{} (after {}): {} probes opened in {:?} of black hole, each a session registered once it passes",
             r.sequence,
             r.after,
             r.bounds.held_probes,
             r.bounds.held_for
         );
-        let held_connections_max = 3 * r.bounds.held_for.as_secs() / HELD_CHECK_EVERY.as_secs() + CLIENTS_OPEN_MAX;
         assert!(
-            r.bounds.held_connections <= held_connections_max,
+            r.bounds.held_connections <= HELD_CONNECTIONS_MAX,
             "{} (after {}): {} connections held in {:?} of black hole",
             r.sequence,
             r.after,

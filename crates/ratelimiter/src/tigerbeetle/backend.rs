@@ -196,6 +196,12 @@ impl TigerBeetleBackend {
         self.submitter.stats()
     }
 
+    /// The TCP connections this server holds to each replica (open, opened,
+    /// opened while cut off, closed), as the kernel lists them.
+    pub fn replica_connections(&self) -> Vec<super::connections::ReplicaConnectionCounts> {
+        self.pool.replica_connections()
+    }
+
     /// Every counter of the backend, read now.
     pub fn counters(&self) -> TigerBeetleCounters {
         let stats = self.submitter.stats();
@@ -311,5 +317,9 @@ impl Backend for TigerBeetleBackend {
 
     async fn health(&self) -> Result<(), LimiterError> {
         self.check_health().await
+    }
+
+    fn unhealthy_reason(&self) -> Option<String> {
+        self.pool.stall_reason()
     }
 }

@@ -1,6 +1,8 @@
 //! The TigerBeetle backend's counters and their backend-neutral metrics.
 
-use crate::metrics::{BackendMetrics, Metric, MetricValue};
+use crate::metrics::{BackendMetrics, LabeledMetric, Metric, MetricValue};
+
+use super::connections::ReplicaConnectionCounts;
 
 use super::backend::TigerBeetleBackend;
 use super::submitter::SubmitterSnapshot;
@@ -277,4 +279,44 @@ impl BackendMetrics for TigerBeetleBackend {
         });
         metrics
     }
+
+    fn labeled_metrics(&self) -> Vec<LabeledMetric> {
+        replica_connection_metrics(&self.replica_connections())
+    }
+}
+
+/// The connections this server holds to each replica (read from the kernel by
+/// the pool's watchdog), one series per replica address.
+fn replica_connection_metrics(counts: &[ReplicaConnectionCounts]) -> Vec<LabeledMetric> {
+    type Line = (&'static str, &'static str, fn(&ReplicaConnectionCounts) -> u64);
+    const LINES: [Line; 4] = [
+        (
+            "tigerbeetle_replica_connections_open",
+            "TCP connections this server holds to the replica now (each one of the replica's bounded connection slots).",
+            |c| c.open,
+        ),
+        (
+            "tigerbeetle_replica_connections_opened_total",
+            "TCP connections to the replica seen opened (by the client sessions and probes).",
+            |c| c.opened,
+        ),
+        (
+            "tigerbeetle_replica_connections_opened_cut_off_total",
+            "TCP connections to the replica seen opened while a session was stalled (cut off).",
+            |c| c.opened_cut_off,
+        ),
+        (
+            "tigerbeetle_replica_connections_closed_total",
+            "TCP connections to the replica seen closed.",
+            |c| c.closed,
+        ),
+    ];
+    (LINES.iter())
+        .map(|&(name, help, read)| LabeledMetric {
+            name,
+            help,
+            label: "replica",
+            series: counts.iter().map(|c| (c.replica.to_string(), read(c))).collect(),
+        })
+        .collect()
 }

@@ -29,6 +29,8 @@ pub mod backend;
 pub mod cluster_clock;
 pub mod config;
 #[cfg(feature = "tigerbeetle")]
+pub mod connections;
+#[cfg(feature = "tigerbeetle")]
 pub mod definition_log;
 #[cfg(feature = "tigerbeetle")]
 mod definitions;
@@ -48,6 +50,8 @@ mod lease_lookup;
 pub mod pool;
 #[cfg(feature = "tigerbeetle")]
 pub mod server_log;
+#[cfg(feature = "tigerbeetle")]
+mod socket_table;
 #[cfg(feature = "tigerbeetle")]
 pub mod submitter;
 

@@ -12,30 +12,35 @@
 //! request, and up to 1 s between connection attempts, in TigerBeetle 0.16), so
 //! after connections were reset or refused for a while, a client can take
 //! seconds to notice that the cluster is back. The watchdog does not wait for
-//! it: while a session has had a request unanswered for [`STALL_MS`], it checks
-//! what the replicas' ports do with a connection (refuse it, reset it, or hold
-//! it open) and keeps one fresh client open (a probe) that sends a lookup.
-//! While the ports reset or refuse, the probe gives way to a fresh one every
-//! [`PROBE_TIMEOUT_MS`], so that a young one is waiting when the network
-//! returns; while they hold connections (a black hole, or a slow cluster), the
-//! probe stays until answered, up to [`PROBE_HELD_MAX_MS`]: its registration
-//! is on its way, and closing it would leave that registration to land later
-//! as a session nobody uses, which the replica, serving a bounded number of
-//! sessions, would make room for by evicting another (perhaps another
-//! server's). When a probe is answered the cluster is reachable, and the
-//! probe's client, registered already, replaces a stalled session; the
-//! requests still waiting on the old client end with an error (outcome
-//! unknown, as after a timeout), their slots come free, and the old client is
-//! closed. The pool opens at most one client per [`PROBE_TIMEOUT_MS`] (probes,
-//! and sessions reopened after an eviction), so whatever the network does, a
-//! server registers at most two sessions a second, and holds at most its
-//! sessions, one probe and the clients it is closing
-//! (docs/tigerbeetle-backend.md, "Sessions", "When the network fails").
+//! it: while a session has had a request unanswered for [`STALL_MS`], it reads
+//! the kernel's table of this process's connections to the replicas
+//! ([`super::connections`]) to learn what the network does with them (holds
+//! them open, or resets and refuses them) and keeps one fresh client open (a
+//! probe) that sends a lookup. While the network resets or refuses
+//! connections, the probe gives way to a fresh one every
+//! [`PROBE_RESET_LIFETIME_MS`], so that one that has not backed off is
+//! waiting when the network returns; while it holds them (a black hole, or a
+//! slow cluster), the probe stays until answered: its registration is on its
+//! way, and closing it would leave that registration to land later as a
+//! session nobody uses, and its connection, if a proxy accepted it, held open
+//! at the replica, taking one of the bounded connection slots the replica
+//! serves every client with. The watchdog opens no connection of its own to
+//! look. When a probe is answered the cluster is reachable, and the probe's client, registered already,
+//! replaces a stalled session; the requests still waiting on the old client
+//! end with an error (outcome unknown, as after a timeout), their slots come
+//! free, and the old client is closed. The watchdog reads the table every
+//! [`WATCH_INTERVAL_MS`] and wakes at once when the probe is answered. The
+//! pool opens at most one client per [`CLIENT_SPACING_MS`] (probes, and
+//! sessions reopened after an eviction), so whatever the network does, a
+//! server registers at most two sessions a second, holds at most its
+//! sessions, one probe and the clients it is closing, and, while the network
+//! holds connections, opens none beyond its one probe
+//! (docs/tigerbeetle-backend.md, "Sessions", "When the network fails",
+//! "Connections").
 
 use std::future::Future;
-use std::io::{ErrorKind, Read};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -44,51 +49,40 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::MissedTickBehavior;
 
 use super::config::TigerBeetleConfig;
+use super::connections::{ReplicaConnectionCounts, ReplicaConnections};
 
 /// How long a request may stay unanswered before its session counts as
 /// stalled: far above a commit's round trip (milliseconds, even under load),
 /// and short enough that a balancer hears of an outage within 2 s.
 pub const STALL_MS: u64 = 1_000;
-/// How often the watchdog looks at the sessions, and checks a replica's port
-/// while one is stalled: a refused port that opens again is seen this soon.
+/// How often the watchdog looks at the sessions, and reads the table of the
+/// connections to the replicas while one is stalled.
 pub const WATCH_INTERVAL_MS: u64 = 100;
-/// How long a probe client lives while the replicas' ports reset or refuse
-/// connections, and the fewest ms between two clients a pool opens (probes,
-/// and sessions reopened after an eviction). A fresh client registers as it
-/// opens, before its connection is up, so its first answer comes when it
-/// resends, about 650 ms later on a healthy cluster (measured; TigerBeetle
-/// 0.16 resends after twice its 300 ms round-trip estimate), and it backs off
-/// with every failed attempt. Probes that give way to fresh ones this often
-/// while the network fails leave, when it returns, a probe at most this old,
-/// whose first resend comes within 0.6 s, instead of a probe opened only then.
-/// Nothing of such a probe reaches a replica, so replacing it costs the
-/// cluster nothing; and the spacing bounds the sessions a server can register
-/// to two a second, whatever the network does.
-pub const PROBE_TIMEOUT_MS: u64 = 500;
-/// How long a probe client lives while a replica's port holds connections
-/// open but the probe is not answered: the cluster is slow, or the network
-/// holds what it is sent (a black hole). Its registration is then on its way,
-/// and is answered as soon as the network passes; a probe closed before that
-/// would leave its registration to land later as a session nobody uses, which
-/// the replica counts against its bound (8 + `--limit-pipeline-requests`
-/// sessions) and makes room for by evicting its least recently used session,
-/// perhaps another server's. So a held probe is replaced only this rarely, in
-/// case its connection died unseen.
-pub const PROBE_HELD_MAX_MS: u64 = 10_000;
-/// How often the watchdog checks the replicas' ports while they hold
-/// connections open and a probe is waiting: each check is a connection a
-/// black hole holds and delivers once it passes, and a replica accepts one
-/// connection per 10 ms tick, ahead of the clients that reconnect (checked
-/// every 100 ms, an 8 s black hole left the replica accepting and closing held
-/// checks for 0.7 s after it passed); one a second still sees resets within a
-/// second.
-pub const HELD_CHECK_INTERVAL_MS: u64 = 1_000;
-/// How long the check of a replica's port waits for the connection.
-pub const CONNECT_CHECK_TIMEOUT_MS: u64 = 200;
-/// How long the check of a replica's port waits, once connected, for the peer
-/// to close the connection: a port that resets what it accepts does so at
-/// once, and a replica never closes a connection that has sent nothing.
-pub const RESET_CHECK_MS: u64 = 50;
+/// The fewest ms between two clients a pool opens (probes, and sessions
+/// reopened after an eviction): whatever the network does, a server
+/// registers at most two sessions a second.
+pub const CLIENT_SPACING_MS: u64 = 500;
+/// How long a probe client lives while the network resets or refuses its
+/// connections. Its first answer can come only with its client's first
+/// resend of its registration (the first send, made as it opens, finds no
+/// connection yet): after twice the client's 300 ms round-trip estimate, 60
+/// of its 10 ms ticks, which is 0.6 s on an idle host and was up to 1.4 s on
+/// a loaded 2-core one, where those ticks run late (TigerBeetle 0.16,
+/// measured). A probe closed before that never resent, and the next starts
+/// the count again: with probes given way every 500 ms, the server waited
+/// 1.2–2.2 s after resets ended for the first answer, from a probe opened
+/// only then. From its first resend on, a probe resends every 600 ms plus a
+/// jitter of at most 10 × 2^attempt ms (20, 40, 80 ms for the next three),
+/// so at this age its next resend after the network returns comes as soon as
+/// a fresh probe's first would; older, its resends back off toward 10 s
+/// apart, and it gives way. (Its attempts to connect, if refused, are up to
+/// 1 s apart by then, the client library's cap.) Nothing of such a probe
+/// reaches a replica, so replacing it costs the cluster nothing.
+pub const PROBE_RESET_LIFETIME_MS: u64 = 2_000;
+/// How often the watchdog reads the kernel's table of this process's
+/// connections to the replicas while no session is stalled, for the metrics
+/// (every tick while one is): once a second costs nothing measurable.
+pub const CONNECTIONS_READ_INTERVAL_MS: u64 = 1_000;
 /// The account id a probe looks up: any id will do, the answer is what counts.
 const PROBE_ACCOUNT_ID: u128 = 1;
 
@@ -194,8 +188,12 @@ pub struct ClientPool {
     /// Probes open now (0 or 1).
     probes_open: AtomicUsize,
     /// When the pool last opened a client (ms of its clock), to space them by
-    /// [`PROBE_TIMEOUT_MS`]; `u64::MAX` before the first after the sessions.
+    /// [`CLIENT_SPACING_MS`]; `u64::MAX` before the first after the sessions.
     client_opened_ms: AtomicU64,
+    /// The connections this process holds to each replica, from the kernel.
+    connections: ReplicaConnections,
+    /// Whether the last reading of those found a connection held open.
+    network_holds: AtomicBool,
     /// The next session to use, round robin.
     next: AtomicUsize,
     /// The origin of the pool's millisecond clock.
@@ -247,6 +245,8 @@ impl ClientPool {
             clients_open,
             probes_open: AtomicUsize::new(0),
             client_opened_ms: AtomicU64::new(u64::MAX),
+            connections: ReplicaConnections::new(&socket_addresses(&addresses)),
+            network_holds: AtomicBool::new(false),
             next: AtomicUsize::new(0),
             opened: Instant::now(),
             cluster_id: config.cluster_id(),
@@ -295,6 +295,38 @@ impl ClientPool {
     /// Probes open now (at most one).
     pub fn probes_open(&self) -> usize {
         self.probes_open.load(Ordering::Relaxed)
+    }
+
+    /// The connections this process holds to each replica, as of the
+    /// watchdog's last reading of the kernel's table (every
+    /// [`WATCH_INTERVAL_MS`] while a session is stalled, every
+    /// [`CONNECTIONS_READ_INTERVAL_MS`] otherwise).
+    pub fn replica_connections(&self) -> Vec<ReplicaConnectionCounts> {
+        self.connections.counts()
+    }
+
+    /// Why the pool cannot serve now, in words for an operator (`/healthz`):
+    /// which session has been stalled and how long, what the network does
+    /// with the connections, the probe and the connections open. `None`
+    /// while no session is stalled.
+    pub fn stall_reason(&self) -> Option<String> {
+        let now = self.now_ms();
+        let stalled_ms = (self.sessions.iter())
+            .map(|s| self.live(s))
+            .filter(|live| live.stalled(now))
+            .map(|live| now.saturating_sub(live.moved_ms.load(Ordering::Acquire)))
+            .max()?;
+        let network = if self.network_holds.load(Ordering::Relaxed) {
+            "holds its connections open without an answer (a black hole, a proxy cut from the replicas, or a slow cluster)"
+        } else {
+            "resets or refuses its connections"
+        };
+        let open: u64 = self.connections.counts().iter().map(|c| c.open).sum();
+        Some(format!(
+            "a TigerBeetle session has had a request unanswered for {stalled_ms} ms; the network {network}; \
+             {} probe session open, {open} connections open to the replicas",
+            self.probes_open()
+        ))
     }
 
     /// True while some session has had a request unanswered for [`STALL_MS`]:
@@ -355,13 +387,13 @@ impl ClientPool {
         true
     }
 
-    /// Takes the right to open a client now: true when [`PROBE_TIMEOUT_MS`]
+    /// Takes the right to open a client now: true when [`CLIENT_SPACING_MS`]
     /// have passed since the pool last opened one (or it opened none yet), and
     /// no one else took it meanwhile.
     fn claim_client_open(&self) -> bool {
         let last = self.client_opened_ms.load(Ordering::Acquire);
         let now = self.now_ms();
-        if last != u64::MAX && now.saturating_sub(last) < PROBE_TIMEOUT_MS {
+        if last != u64::MAX && now.saturating_sub(last) < CLIENT_SPACING_MS {
             return false;
         }
         (self.client_opened_ms)
@@ -370,7 +402,7 @@ impl ClientPool {
     }
 
     /// Replaces the client of `session` after the cluster evicted it, no
-    /// sooner than [`PROBE_TIMEOUT_MS`] after the pool's last new client: a
+    /// sooner than [`CLIENT_SPACING_MS`] after the pool's last new client: a
     /// replica that evicts sessions as fast as they register (more sessions
     /// than it serves, across a fleet) is not answered by a storm of
     /// registrations that would evict other servers' sessions in turn.
@@ -383,7 +415,7 @@ impl ClientPool {
             if self.claim_client_open() {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(PROBE_TIMEOUT_MS / 5)).await;
+            tokio::time::sleep(Duration::from_millis(CLIENT_SPACING_MS / 5)).await;
         }
         match new_client(self.cluster_id, &self.addresses) {
             Ok(client) => {
@@ -463,22 +495,22 @@ impl ClientPool {
             .filter(|(_, live)| live.stalled(now))
             .collect()
     }
+}
 
-    /// The replica addresses as socket addresses (a bare port is loopback, as
-    /// for the client library).
-    fn socket_addresses(&self) -> Vec<SocketAddr> {
-        self.addresses
-            .split(',')
-            .filter_map(|a| {
-                let a = if a.bytes().all(|b| b.is_ascii_digit()) {
-                    format!("127.0.0.1:{a}")
-                } else {
-                    a.to_owned()
-                };
-                a.to_socket_addrs().ok()?.next()
-            })
-            .collect()
-    }
+/// The replica addresses as socket addresses (a bare port is loopback, as for
+/// the client library).
+fn socket_addresses(addresses: &str) -> Vec<SocketAddr> {
+    addresses
+        .split(',')
+        .filter_map(|a| {
+            let a = if a.bytes().all(|b| b.is_ascii_digit()) {
+                format!("127.0.0.1:{a}")
+            } else {
+                a.to_owned()
+            };
+            a.to_socket_addrs().ok()?.next()
+        })
+        .collect()
 }
 
 /// A fresh client whose lookup is on its way.
@@ -490,6 +522,12 @@ struct Probe {
     /// it lets go of the client, which then closes.
     task: tokio::task::JoinHandle<()>,
     started: Instant,
+    /// How long readings found the network resetting or refusing connections
+    /// while this probe was open: its client backs off with every failed
+    /// attempt.
+    reset_for: Duration,
+    /// When the watchdog last judged it (see [`Watch::judge`]).
+    judged: Instant,
     /// Counts the probe among the open clients while it lives.
     _open: OpenClient,
 }
@@ -500,98 +538,114 @@ impl Drop for Probe {
     }
 }
 
-/// What a check of the replicas' ports found, from worst to best.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Reach {
-    /// No replica's port accepted a connection in time: refused, or a
-    /// network that drops what it is sent.
-    Unreachable,
-    /// A port accepted and closed the connection at once (a replica
-    /// restarting behind a balancer, a firewall resetting connections).
-    Reset,
-    /// A port accepted and held the connection open: a replica that listens,
-    /// or a network that holds what it is sent (a black hole).
-    Holds,
-}
-
 /// What the watchdog keeps between its ticks.
 #[derive(Default)]
 struct Watch {
     /// The one probe open, if any.
     probe: Option<Probe>,
-    /// When the last check found the ports holding connections; `None` when
-    /// it found them resetting or refusing.
-    held_since_check: Option<Instant>,
 }
 
 impl Watch {
-    /// Decides whether the probe open may stay, given what the port check
-    /// found: a probe whose connections are reset or refused closes after
-    /// [`PROBE_TIMEOUT_MS`] (nothing of it reached a replica, and its client
-    /// backs off); a probe held open closes only after [`PROBE_HELD_MAX_MS`],
-    /// since its registration is on its way and closing it would only leave
-    /// that registration to land later as a session nobody uses. A probe
-    /// that was opened under resets is young when the ports hold connections
-    /// again, and stays: its first resend comes soon.
-    fn judge(&mut self, reach: Reach) {
-        let Some(probe) = &self.probe else {
+    /// Decides whether the probe open may stay, given whether the network
+    /// holds connections open: a probe whose connections are reset or refused
+    /// closes after [`PROBE_RESET_LIFETIME_MS`] (nothing of it reached a
+    /// replica, and its client has backed off); a probe held open stays until
+    /// it is answered, since its registration is on its way, and closing it
+    /// would leave that registration to land later as a session nobody uses
+    /// and its connection held open at the replica by whatever holds the
+    /// network (the client library reconnects by itself if that connection
+    /// fails). A probe that met resets for as long as a reset probe lives has
+    /// backed off: when the network holds connections again it gives way to a
+    /// fresh one. The time between two readings counts as met resets when
+    /// the second finds none held (a slow reading counts for what it took).
+    /// A probe held for as long has backed off too: when a connection of ours
+    /// closes while the network holds (`closed`; a black hole passes no
+    /// close, so one that arrives means bytes flow again, from a replica
+    /// restarted behind it, say), it gives way to a fresh one, whose
+    /// registration goes out on a live connection, instead of waiting out its
+    /// backoff if the replica dropped its registration.
+    fn judge(&mut self, held: bool, closed: bool) {
+        let Some(probe) = &mut self.probe else {
             return;
         };
-        if !probe_may_stay(reach, probe.started.elapsed()) {
+        let now = Instant::now();
+        if !held {
+            probe.reset_for += now.saturating_duration_since(probe.judged);
+        }
+        probe.judged = now;
+        if !probe_may_stay(held, closed, probe.reset_for, probe.started.elapsed()) {
             self.probe = None;
+        }
+    }
+
+    /// Waits for the next tick, or for the open probe's answer if it comes
+    /// first: `Some(true)` when the cluster answered it, `Some(false)` when
+    /// its client failed (evicted, shut down), `None` at a tick.
+    async fn next_answer_or_tick(&mut self, ticks: &mut tokio::time::Interval) -> Option<bool> {
+        let Some(probe) = &mut self.probe else {
+            ticks.tick().await;
+            return None;
+        };
+        tokio::select! {
+            _ = ticks.tick() => None,
+            answer = &mut probe.answer => Some(answer.unwrap_or(false)),
         }
     }
 }
 
-/// Whether a probe of age `age` stays open when the ports do what `reach`
-/// says (see [`Watch::judge`]).
-fn probe_may_stay(reach: Reach, age: Duration) -> bool {
-    match reach {
-        Reach::Holds => age < Duration::from_millis(PROBE_HELD_MAX_MS),
-        Reach::Reset | Reach::Unreachable => age < Duration::from_millis(PROBE_TIMEOUT_MS),
+/// Whether a probe of age `age` stays open when the network holds
+/// connections open (`held`) or not, given whether a connection of ours
+/// closed since the last reading (`closed`) and how long the probe met resets
+/// while open (`reset_for`; see [`Watch::judge`]).
+fn probe_may_stay(held: bool, closed: bool, reset_for: Duration, age: Duration) -> bool {
+    let lifetime = Duration::from_millis(PROBE_RESET_LIFETIME_MS);
+    if held {
+        reset_for < lifetime && (!closed || age < lifetime)
+    } else {
+        age < lifetime
     }
 }
 
-/// The watchdog's loop: nothing to do while no session is stalled.
+/// The watchdog's loop: nothing to do while no session is stalled but read
+/// the table of connections once in a while, for the metrics. While a probe
+/// is open it wakes as soon as the probe is answered, not at its next tick,
+/// and puts the probe's client in place of a stalled session at once.
 async fn watch_sessions(pool: Weak<ClientPool>) {
     let mut ticks = tokio::time::interval(Duration::from_millis(WATCH_INTERVAL_MS));
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut watch = Watch::default();
+    let mut last_read = Instant::now();
     loop {
-        ticks.tick().await;
+        let answered = watch.next_answer_or_tick(&mut ticks).await;
         let Some(pool) = pool.upgrade() else {
             return;
         };
         let stalled = pool.stalled_sessions();
         if stalled.is_empty() {
             watch = Watch::default();
+            pool.probes_open.store(0, Ordering::Relaxed);
+            if last_read.elapsed() >= Duration::from_millis(CONNECTIONS_READ_INTERVAL_MS) {
+                last_read = Instant::now();
+                pool.network_holds
+                    .store(pool.connections.read(false).held, Ordering::Relaxed);
+            }
             continue;
         }
-        if let Some(probe) = &mut watch.probe {
-            match probe.answer.try_recv() {
-                Ok(true) => {
-                    let probe = watch.probe.take().expect("a probe");
-                    pool.replace_stalled(probe, stalled);
-                    continue;
-                }
-                // Evicted or shut down: the next probe waits for its turn.
-                Ok(false) | Err(tokio::sync::oneshot::error::TryRecvError::Closed) => watch.probe = None,
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
+        match answered {
+            Some(true) => {
+                let probe = watch.probe.take().expect("an answered probe");
+                pool.replace_stalled(probe, stalled);
+                pool.probes_open.store(0, Ordering::Relaxed);
+                continue;
             }
+            // Evicted or shut down: the next probe waits for its turn.
+            Some(false) => watch.probe = None,
+            None => {}
         }
-        let reach = match watch.held_since_check {
-            Some(checked)
-                if watch.probe.is_some() && checked.elapsed() < Duration::from_millis(HELD_CHECK_INTERVAL_MS) =>
-            {
-                Reach::Holds
-            }
-            _ => {
-                let reach = pool.reach().await;
-                watch.held_since_check = (reach == Reach::Holds).then(Instant::now);
-                reach
-            }
-        };
-        watch.judge(reach);
+        last_read = Instant::now();
+        let reading = pool.connections.read(true);
+        pool.network_holds.store(reading.held, Ordering::Relaxed);
+        watch.judge(reading.held, reading.closed > 0);
         if watch.probe.is_none() && pool.claim_client_open() {
             watch.probe = pool.start_probe();
         }
@@ -621,21 +675,10 @@ impl ClientPool {
             answer,
             task,
             started: Instant::now(),
+            reset_for: Duration::ZERO,
+            judged: Instant::now(),
             _open: OpenClient::new(&self.clients_open),
         })
-    }
-
-    /// The best of what the replicas' ports do with a connection now.
-    async fn reach(&self) -> Reach {
-        let checks = self
-            .socket_addresses()
-            .into_iter()
-            .map(|address| tokio::task::spawn_blocking(move || check_port(address)));
-        let mut best = Reach::Unreachable;
-        for check in checks.collect::<Vec<_>>() {
-            best = best.max(check.await.unwrap_or(Reach::Unreachable));
-        }
-        best
     }
 
     /// Replaces one stalled session by the client of an answered probe, which
@@ -657,26 +700,6 @@ impl ClientPool {
                 "TigerBeetle session stalled while a fresh one is answered: replaced"
             );
         }
-    }
-}
-
-/// Connects to `address` and waits [`RESET_CHECK_MS`] for the peer to close
-/// the connection: what a replica's port does with a connection now.
-fn check_port(address: SocketAddr) -> Reach {
-    let Ok(mut stream) = TcpStream::connect_timeout(&address, Duration::from_millis(CONNECT_CHECK_TIMEOUT_MS)) else {
-        return Reach::Unreachable;
-    };
-    if stream
-        .set_read_timeout(Some(Duration::from_millis(RESET_CHECK_MS)))
-        .is_err()
-    {
-        return Reach::Holds;
-    }
-    match stream.read(&mut [0u8; 1]) {
-        Ok(0) => Reach::Reset,
-        Ok(_) => Reach::Holds,
-        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Reach::Holds,
-        Err(_) => Reach::Reset,
     }
 }
 
@@ -703,48 +726,31 @@ fn new_client(cluster_id: u128, addresses: &str) -> Result<tb::Client, PoolError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
 
     #[test]
-    fn a_port_check_tells_a_held_connection_from_a_reset_one_and_a_refused_one() {
-        let holding = TcpListener::bind("127.0.0.1:0").expect("a port");
-        let held = std::thread::spawn({
-            let holding = holding.try_clone().expect("listener");
-            move || {
-                let (connection, _) = holding.accept().expect("accept");
-                std::thread::sleep(Duration::from_millis(RESET_CHECK_MS * 4));
-                drop(connection);
-            }
-        });
-        assert_eq!(check_port(holding.local_addr().expect("address")), Reach::Holds);
-        held.join().expect("holder");
-
-        let resetting = TcpListener::bind("127.0.0.1:0").expect("a port");
-        let address = resetting.local_addr().expect("address");
-        let reset = std::thread::spawn(move || drop(resetting.accept().expect("accept")));
-        assert_eq!(check_port(address), Reach::Reset);
-        reset.join().expect("resetter");
-
-        let closed = TcpListener::bind("127.0.0.1:0").expect("a port");
-        let address = closed.local_addr().expect("address");
-        drop(closed);
-        assert_eq!(check_port(address), Reach::Unreachable);
-    }
-
-    #[test]
-    fn a_held_probe_stays_until_its_registration_can_land_and_a_reset_one_gives_way_soon() {
-        let young = Duration::from_millis(PROBE_TIMEOUT_MS - 1);
-        let old = Duration::from_millis(PROBE_TIMEOUT_MS);
-        assert!(probe_may_stay(Reach::Reset, young));
-        assert!(!probe_may_stay(Reach::Reset, old), "a reset probe has backed off");
-        assert!(!probe_may_stay(Reach::Unreachable, old));
+    fn a_held_probe_stays_until_answered_and_a_reset_one_gives_way_once_backed_off() {
+        let lifetime = Duration::from_millis(PROBE_RESET_LIFETIME_MS);
+        let young = lifetime - Duration::from_millis(1);
+        let none = Duration::ZERO;
+        // Past its first resend even where the client's ticks run late.
+        assert!(probe_may_stay(false, false, none, Duration::from_millis(1_400)));
+        assert!(probe_may_stay(false, false, young, young));
+        assert!(
+            !probe_may_stay(false, false, young, lifetime),
+            "a reset probe has backed off"
+        );
         // Held: its registration is on its way; closing it would leave the
-        // registration to land as a session nobody uses.
-        assert!(probe_may_stay(Reach::Holds, old));
-        assert!(probe_may_stay(
-            Reach::Holds,
-            Duration::from_millis(PROBE_HELD_MAX_MS - 1)
-        ));
-        assert!(!probe_may_stay(Reach::Holds, Duration::from_millis(PROBE_HELD_MAX_MS)));
+        // registration to land as a session nobody uses, and its connection
+        // held open at the replica.
+        assert!(probe_may_stay(true, false, none, Duration::from_secs(3_600)));
+        assert!(probe_may_stay(true, false, young, lifetime));
+        // Held after resets for as long as a reset probe lives: backed off.
+        assert!(!probe_may_stay(true, false, lifetime, lifetime));
+        // Held and backed off while a connection closed: bytes flow again.
+        assert!(!probe_may_stay(true, true, none, lifetime));
+        assert!(
+            probe_may_stay(true, true, none, young),
+            "a young held probe resends soon"
+        );
     }
 }

@@ -10,6 +10,7 @@
 pub mod daemon;
 pub mod proxy;
 pub mod raw;
+pub mod sockets;
 
 // Each test binary names a part of these, too.
 #[allow(unused_imports)]

@@ -2,8 +2,11 @@
 //! server from its cluster: it forwards, black-holes (holds every byte and
 //! every new connection, as a network that drops packets while TCP keeps
 //! retrying), resets every connection and refuses new ones (a replica
-//! restarting, a firewall or balancer flushing connections), or resets every
-//! connection as soon as it is accepted.
+//! restarting, a firewall or balancer flushing connections), resets every
+//! connection as soon as it is accepted, or accepts and holds: a black hole
+//! that still accepts every new connection and opens one to the replica for
+//! it, moving no byte either way (a sidecar or TCP balancer in front of a
+//! network that drops packets).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +24,10 @@ pub enum Mode {
     Forward,
     /// Holds every byte and every new connection until forwarding resumes.
     BlackHole,
+    /// Holds every byte, but accepts every new connection and connects it to
+    /// the replica at once: the replica accepts a connection on which nothing
+    /// arrives (and whose close arrives only once bytes flow again).
+    AcceptHold,
     /// Resets every connection and closes its port: connections are refused.
     Refuse,
     /// Resets every connection, and every new one as soon as it is accepted.
@@ -132,7 +139,7 @@ async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Re
     // does not block: the deprecation is about a lingering close).
     #[allow(deprecated)]
     let _ = client.set_linger(Some(Duration::ZERO));
-    if !wait_forwarding(&mut mode).await {
+    if *mode.borrow_and_update() != Mode::AcceptHold && !wait_forwarding(&mut mode).await {
         return;
     }
     let Ok(server) = TcpStream::connect(upstream).await else {
@@ -154,7 +161,7 @@ async fn wait_forwarding(mode: &mut watch::Receiver<Mode>) -> bool {
         match *mode.borrow_and_update() {
             Mode::Forward => return true,
             Mode::Refuse | Mode::Reset => return false,
-            Mode::BlackHole => {}
+            Mode::BlackHole | Mode::AcceptHold => {}
         }
         if mode.changed().await.is_err() {
             return false;
