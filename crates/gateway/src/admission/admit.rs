@@ -17,8 +17,8 @@ use super::entry::{Caller, ModelEntry};
 use super::lease::CallLease;
 #[cfg(doc)]
 use super::queue::ModelQueue;
-use super::queue::{is_own_key, PUMP_SLEEP_MAX_MS};
-use crate::limits::{denial_key, reserve_guarded, CapacityFreed, Classes, Reservation, KEY_LIMIT_PREFIX};
+use super::queue::PUMP_SLEEP_MAX_MS;
+use crate::limits::{denial_key, is_own_key, reserve_guarded, CapacityFreed, Classes, Reservation, KEY_LIMIT_PREFIX};
 use crate::observe::metrics::GatewayMetrics;
 use crate::routing::{Grant, Need, Refusal};
 use crate::wire::call::{Call, Endpoint};

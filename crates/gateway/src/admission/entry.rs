@@ -10,7 +10,7 @@ use super::queue::ModelQueue;
 use super::tenant_caps::TenantCaps;
 use crate::config::{ModelConfig, UpstreamKind};
 use crate::counting::tokens::Counter;
-use crate::limits::{Classes, TenantKeys};
+use crate::limits::{Classes, TenantKeys, TENANT_LIMIT_PREFIX};
 use crate::observe::class_metrics::ClassCounters;
 use crate::observe::metrics::{CallCounters, GatewayMetrics, ModelMetrics, NO_TENANT};
 use crate::routing::Pool;
@@ -125,6 +125,8 @@ impl Caller {
 
     /// The prefix of the tenant's own keys (`tenant:<name>:`); `None` without a tenant.
     pub fn key_prefix(&self) -> Option<String> {
-        self.keys.as_ref().map(|_| format!("tenant:{}:", self.name))
+        self.keys
+            .as_ref()
+            .map(|_| format!("{TENANT_LIMIT_PREFIX}{}:", self.name))
     }
 }

@@ -24,7 +24,7 @@ use ratelimiter::scheduler::{ClassTurns, WorkClass};
 use ratelimiter::{Denial, Limiter};
 use tokio::sync::{oneshot, Notify};
 
-use crate::limits::{denial_key, CapacityFreed};
+use crate::limits::{denial_key, is_own_key, CapacityFreed};
 use crate::routing::{Grant, Need, Pool, Refusal};
 
 /// The most calls waiting on one model; more are answered 429 at once, so a
@@ -34,15 +34,6 @@ pub const WAITERS_MAX: usize = 10_000;
 /// completion on another server of a fleet frees capacity without waking us.
 /// It is also the longest a line stays parked on its own limit, for the same reason.
 pub const PUMP_SLEEP_MAX_MS: u64 = 100;
-/// The prefixes of the keys a caller owns alone: its tenant's limits and its
-/// API key's. A wait on one of them is the caller's own business.
-pub const OWN_KEY_PREFIXES: [&str; 2] = ["tenant:", "key:"];
-
-/// Whether `key` limits one caller alone (a tenant's or an API key's limit), as
-/// opposed to a key every caller shares (a model's, a deployment's, a ceiling).
-pub fn is_own_key(key: &str) -> bool {
-    OWN_KEY_PREFIXES.iter().any(|prefix| key.starts_with(prefix))
-}
 
 /// The last denial of one waiting call, shared between the pump, which records
 /// it, and the call, which answers its 429 with it.

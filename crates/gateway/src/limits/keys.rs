@@ -57,8 +57,18 @@ pub struct KeyLimitKeys {
     pub concurrency: Option<LimitKey>,
 }
 
-/// The start of every directory key's own limit keys.
-pub const KEY_LIMIT_PREFIX: &str = "key:";
+pub use ratelimiter::directory::KEY_LIMIT_PREFIX;
+/// The start of every tenant's own limit keys (`tenant:<name>:llm:<dimension>`).
+pub const TENANT_LIMIT_PREFIX: &str = "tenant:";
+/// The prefixes of the keys a caller owns alone: its tenant's limits and its
+/// API key's. A wait on one of them is the caller's own business.
+pub const OWN_KEY_PREFIXES: [&str; 2] = [TENANT_LIMIT_PREFIX, KEY_LIMIT_PREFIX];
+
+/// Whether `key` limits one caller alone (a tenant's or an API key's limit), as
+/// opposed to a key every caller shares (a model's, a deployment's, a ceiling).
+pub fn is_own_key(key: &str) -> bool {
+    OWN_KEY_PREFIXES.iter().any(|prefix| key.starts_with(prefix))
+}
 
 fn key(text: String) -> LimitKey {
     LimitKey::new(text).expect("names were validated with the configuration")
@@ -112,7 +122,7 @@ impl TenantKeys {
     /// The keys of the tenant `name` with `(rpm, concurrency, daily_tokens)`
     /// set or not: a tenant of the configuration or of the directory alike.
     pub fn of(name: &str, (rpm, concurrency, daily_tokens): (Option<u64>, Option<u64>, Option<u64>)) -> Self {
-        let own = |dimension: &str| key(format!("tenant:{name}:llm:{dimension}"));
+        let own = |dimension: &str| key(format!("{TENANT_LIMIT_PREFIX}{name}:llm:{dimension}"));
         Self {
             daily_tokens: daily_tokens.map(|_| own("daily_tokens")),
             rpm: rpm.map(|_| own("rpm")),

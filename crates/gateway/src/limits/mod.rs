@@ -12,8 +12,8 @@ use crate::config::{GatewayConfig, GatewayConfigError};
 pub use classes::{ceiling_capacity, Classes, CLASS_HEADER};
 pub use keys::{
     actuals, concurrency_hold_seconds, definitions, definitions_without_ceilings, directory_key_definitions,
-    directory_tenant_definitions, prompt_charge, requirements, KeyLimitKeys, ModelKeys, TenantKeys,
-    CONCURRENCY_TIMEOUT_MARGIN_SECONDS, KEY_LIMIT_PREFIX,
+    directory_tenant_definitions, is_own_key, prompt_charge, requirements, KeyLimitKeys, ModelKeys, TenantKeys,
+    CONCURRENCY_TIMEOUT_MARGIN_SECONDS, KEY_LIMIT_PREFIX, OWN_KEY_PREFIXES, TENANT_LIMIT_PREFIX,
 };
 pub use reservation::{
     denial_key, release_unused, reserve_guarded, run_if_ready, spawn_if_pending, CapacityFreed, Reservation, Reserved,

@@ -4,6 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The start of every key's own limit keys (`key:<id>:llm:<dimension>`): the
+/// gateway tells a key's own limit from a shared one by it.
+pub const KEY_LIMIT_PREFIX: &str = "key:";
+
 use super::name::{check_key_name, check_models};
 use super::secret::KeyHash;
 use super::tenant::check_limit;
@@ -139,7 +143,7 @@ impl KeyRecord {
 
     /// `key:<limits_of>:llm:<dimension>`: the limit key of one of its limits.
     pub fn limit_key(&self, dimension: &str) -> LimitKey {
-        LimitKey::new(format!("key:{}:llm:{dimension}", self.limits_of))
+        LimitKey::new(format!("{KEY_LIMIT_PREFIX}{}:llm:{dimension}", self.limits_of))
             .expect("a ULID and a dimension make a valid key")
     }
 

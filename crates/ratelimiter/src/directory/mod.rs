@@ -31,7 +31,7 @@ pub use index::{Authenticated, DirectoryIndex, Refusal};
 pub use journal::{journal_path, FileStore, COMPACT_CHANGES_MIN, JOURNAL_FILE_NAME};
 pub use key::{
     KeyLimits, KeyRecord, KeySpec, KeyStatus, KeyView, DAY_WINDOW_SECONDS, EXPIRES_IN_SECONDS_MAX, GRACE_SECONDS_MAX,
-    MINUTE_WINDOW_SECONDS,
+    KEY_LIMIT_PREFIX, MINUTE_WINDOW_SECONDS,
 };
 pub use secret::{KeyHash, NewKey, KEY_HINT_CHARS, KEY_PREFIX, KEY_RANDOM_BYTES, PRESENTED_KEY_BYTES_MAX};
 pub use service::{
