@@ -6,63 +6,23 @@
 //! cargo build --release -p ratelimiterd --bin ratelimiterd --example directory_start
 //! target/release/examples/directory_start
 
+#[path = "support/directory_file.rs"]
+mod directory_file;
 #[path = "support/fleet_server.rs"]
 #[allow(dead_code)]
 mod fleet_server;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ratelimiter::directory::{
-    Change, KeyHash, KeyLimits, KeyRecord, NewKey, Source, TenantFields, TenantRecord, JOURNAL_FILE_NAME,
-};
+use ratelimiter::directory::{KeyLimits, JOURNAL_FILE_NAME};
 
 /// Keys of the large directory.
 const KEYS: usize = 100_000;
 /// Rounds of each, alternating.
 const ROUNDS: usize = 5;
-
-/// Writes a directory file of one tenant and `keys` keys into `dir`.
-fn write_directory(dir: &Path, keys: usize) {
-    std::fs::create_dir_all(dir).unwrap();
-    let mut out = std::io::BufWriter::new(std::fs::File::create(dir.join(JOURNAL_FILE_NAME)).unwrap());
-    let tenant = TenantRecord {
-        name: "acme".into(),
-        id: "01JTENANT0000000000000000".into(),
-        source: Source::Api,
-        fields: TenantFields::default(),
-        created_at_unix_ms: 1_700_000_000_000,
-        updated_at_unix_ms: 1_700_000_000_000,
-    };
-    serde_json::to_writer(&mut out, &Change::PutTenant { tenant: tenant.clone() }).unwrap();
-    out.write_all(b"\n").unwrap();
-    let hint = NewKey::generate().hint;
-    for i in 0..keys {
-        let id = format!("K{i:0>25}");
-        let key = KeyRecord {
-            id: id.clone(),
-            tenant: tenant.name.clone(),
-            tenant_id: tenant.id.clone(),
-            name: format!("app-{i}"),
-            models: None,
-            limits: KeyLimits {
-                rpm: Some(600),
-                ..Default::default()
-            },
-            limits_of: id,
-            hash: KeyHash::of(&format!("rlk-start-{i}")),
-            hint: hint.clone(),
-            created_at_unix_ms: 1_700_000_000_000,
-            expires_at_unix_ms: None,
-            revoked_at_unix_ms: None,
-            rotated_to: None,
-        };
-        serde_json::to_writer(&mut out, &Change::CreateKey { key }).unwrap();
-        out.write_all(b"\n").unwrap();
-    }
-}
 
 /// Starts the binary on `dir`; the time to its `listening` line and its VmRSS in KiB then.
 fn start(dir: &Path) -> (Duration, u64) {
@@ -109,8 +69,13 @@ fn median<T: Ord + Copy>(mut values: Vec<T>) -> T {
 fn main() {
     let root = std::env::temp_dir().join(format!("directory-start-{}", std::process::id()));
     let (empty, full) = (root.join("empty"), root.join("full"));
-    write_directory(&empty, 0);
-    write_directory(&full, KEYS);
+    let key_text = |i: usize| format!("rlk-start-{i}");
+    let limits = KeyLimits {
+        rpm: Some(600),
+        ..Default::default()
+    };
+    directory_file::write_directory(&empty, "acme", 0, key_text, limits.clone());
+    directory_file::write_directory(&full, "acme", KEYS, key_text, limits);
     let (mut times, mut rss) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
     for _ in 0..ROUNDS {
         let (t, r) = start(&empty);

@@ -10,11 +10,13 @@
 //! cargo build --release -p ratelimiterd --bin ratelimiterd --example gateway_keys_latency
 //! target/release/examples/gateway_keys_latency
 
+#[path = "support/directory_file.rs"]
+mod directory_file;
 #[path = "support/fleet_server.rs"]
 #[allow(dead_code)]
 mod fleet_server;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -26,7 +28,7 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use ratelimiter::directory::{Change, KeyHash, KeyLimits, KeyRecord, Source, TenantFields, TenantRecord};
+use ratelimiter::directory::KeyLimits;
 use ratelimiter::SystemClock;
 use replay::sim::control::SimControl;
 use replay::sim::limits::{Accounting, ProviderLimits};
@@ -42,48 +44,6 @@ const CALLS: usize = 200;
 const KEY: &str = "rlk-gateway-latency-benchmark-key-0000000000000";
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-/// Writes a directory file of one tenant and `keys` keys (the first one [`KEY`]) into `dir`.
-fn write_directory(dir: &Path, keys: usize) {
-    std::fs::create_dir_all(dir).unwrap();
-    let file = std::fs::File::create(dir.join(ratelimiter::directory::JOURNAL_FILE_NAME)).unwrap();
-    let mut out = std::io::BufWriter::new(file);
-    let tenant = TenantRecord {
-        name: "bench".into(),
-        id: "01JTENANT0000000000000000".into(),
-        source: Source::Api,
-        fields: TenantFields::default(),
-        created_at_unix_ms: 1_700_000_000_000,
-        updated_at_unix_ms: 1_700_000_000_000,
-    };
-    serde_json::to_writer(&mut out, &Change::PutTenant { tenant: tenant.clone() }).unwrap();
-    out.write_all(b"\n").unwrap();
-    for i in 0..keys {
-        let id = format!("K{i:0>25}");
-        let text = if i == 0 {
-            KEY.to_owned()
-        } else {
-            format!("rlk-latency-{i}")
-        };
-        let key = KeyRecord {
-            id: id.clone(),
-            tenant: tenant.name.clone(),
-            tenant_id: tenant.id.clone(),
-            name: String::new(),
-            models: None,
-            limits: KeyLimits::default(),
-            limits_of: id,
-            hash: KeyHash::of(&text),
-            hint: "0000".into(),
-            created_at_unix_ms: 1_700_000_000_000,
-            expires_at_unix_ms: None,
-            revoked_at_unix_ms: None,
-            rotated_to: None,
-        };
-        serde_json::to_writer(&mut out, &Change::CreateKey { key }).unwrap();
-        out.write_all(b"\n").unwrap();
-    }
-}
 
 /// Starts the binary on `dir` with a gateway in front of `sim`; the child and its gateway's address.
 fn start(dir: &Path, sim: SocketAddr) -> (Child, SocketAddr) {
@@ -152,8 +112,15 @@ async fn main() {
 
     let root = std::env::temp_dir().join(format!("gateway-keys-latency-{}", std::process::id()));
     let (one_dir, many_dir) = (root.join("one"), root.join("many"));
-    write_directory(&one_dir, 1);
-    write_directory(&many_dir, KEYS_LARGE);
+    let key_text = |i: usize| {
+        if i == 0 {
+            KEY.to_owned()
+        } else {
+            format!("rlk-latency-{i}")
+        }
+    };
+    directory_file::write_directory(&one_dir, "bench", 1, key_text, KeyLimits::default());
+    directory_file::write_directory(&many_dir, "bench", KEYS_LARGE, key_text, KeyLimits::default());
     let (mut one, one_addr) = start(&one_dir, sim);
     let (mut many, many_addr) = start(&many_dir, sim);
     let client: HttpClient = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
