@@ -18,7 +18,8 @@ function chatWith(gateway, key) {
 
 /** The text of cell `cls` in the keys panel's row of key `id`, or null. */
 function keyCell(id, cls) {
-  return `((document.querySelector('#keys tr[data-key-id=${JSON.stringify(id)}'] td.${cls}') || {}).textContent ?? null)`;
+  const selector = `#keys tr[data-key-id="${id}"] td.${cls}`;
+  return `((document.querySelector(${JSON.stringify(selector)}) || {}).textContent ?? null)`;
 }
 
 /** Nothing of `key` anywhere the page keeps things: its DOM and its storage. */
@@ -38,7 +39,7 @@ async function takeShownKey(page, what) {
   await page.waitFor(`document.getElementById('key-copied').textContent === 'Copied'`, `${what}: the copy button`);
   await page.eval(`document.getElementById('key-done').click(); true`);
   await page.waitFor(`!document.getElementById('key-shown').open`, `${what}: the dialog closed`);
-  check((await page.eval(`document.getElementById('key-secret').textContent`)) === "", `${what}: the dialog is emptied`);
+  await page.waitFor(`document.getElementById('key-secret').textContent === ''`, `${what}: the dialog emptied`);
   await checkForgotten(page, key, what);
   return key;
 }

@@ -273,7 +273,10 @@ function wireKeys() {
   $("key-revoke-form").addEventListener("submit", submitRevoke);
   $("key-revoke-cancel").addEventListener("click", () => $("key-revoke").close());
   $("key-copy").addEventListener("click", copyKey);
-  $("key-done").addEventListener("click", () => $("key-shown").close());
+  $("key-done").addEventListener("click", () => {
+    forgetKey();
+    $("key-shown").close();
+  });
   $("key-shown").addEventListener("close", forgetKey);
   $("keys-tenant").addEventListener("change", () => {
     keysView.tenant = $("keys-tenant").value;
