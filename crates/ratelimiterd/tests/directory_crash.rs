@@ -222,3 +222,39 @@ async fn the_gateway_defines_a_tenants_missing_limits_before_its_first_call() {
         .expect("defined before the call");
     assert_eq!((report.state.definition().capacity(), report.in_use), (7, 1));
 }
+
+/// On TigerBeetle the tenant is in the cluster, where every server reads it.
+#[cfg(feature = "tigerbeetle")]
+mod tigerbeetle {
+    use super::*;
+    use ratelimiter::tigerbeetle::LocalCluster;
+
+    #[tokio::test]
+    async fn on_tigerbeetle_a_tenant_without_its_limits_gets_them_at_the_next_start() {
+        let cluster = LocalCluster::start().expect("starting a local TigerBeetle");
+        let backend = BackendConfig::TigerBeetle {
+            addresses: cluster.address(),
+            settings: "  sessions: 2\n  request_timeout_ms: 2000\n",
+        };
+        // A server writes the tenant into the cluster and is gone before its limits.
+        let dir = temp_dir("directory-crash-tb-writer");
+        let path = support::write_config_on(&dir, backend, "", "");
+        let config = ratelimiterd::Config::load(&path).unwrap();
+        let writer = ratelimiterd::server::start(&config).await.unwrap();
+        let fields = TenantFields {
+            rpm: Some(7),
+            ..TenantFields::default()
+        };
+        writer.directory().unwrap().create_tenant("acme", fields).await.unwrap();
+        drop(writer);
+        let rpm = "/v1/admin/limits/tenant:acme:llm:rpm";
+        for (round, name) in ["directory-crash-tb-a", "directory-crash-tb-b"].into_iter().enumerate() {
+            let daemon = Daemon::start_on(&temp_dir(name), backend, "", "");
+            let (status, limit) = send(&daemon, "GET", rpm, Value::Null);
+            assert_eq!((status, limit["capacity"].clone()), (200, json!(7)), "{limit}");
+            // Once defined, the next start defines nothing.
+            let defined = (daemon.logs().iter()).any(|l| l.contains("missing tenant limits defined at start"));
+            assert_eq!(defined, round == 0, "start {round}");
+        }
+    }
+}
