@@ -4,12 +4,14 @@
 // table filled, a value that changes after a reservation, a paused model shown
 // as paused, a capacity changed from the page with the server's error shown
 // for a bad one, the classes panel with both classes' calls counted and the
-// tenants' classes. Keeps screenshots in $ARTIFACTS_DIR.
+// tenants' classes, and the tenants and keys panel (keys_test.mjs). Keeps
+// screenshots in $ARTIFACTS_DIR.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Browser } from "./cdp.mjs";
 import { ADMIN_TOKEN, TENANT_KEYS, UPSTREAM_KEY, admin, check, freePort, json, startServer, startSim, stopAll, ulid } from "./harness.mjs";
+import { checkKeysPanel } from "./keys_test.mjs";
 
 const ARTIFACTS = process.env.ARTIFACTS_DIR || join(process.cwd(), "target", "artifacts");
 const DEMO_KEY = "console:demo:rpm";
@@ -166,6 +168,7 @@ async function run(page, api) {
     && document.querySelector('#limits tbody tr[data-key]').dataset.key.startsWith('class:')`, "sorted by key");
   await page.eval(`document.querySelector('#limits th[data-sort="utilization"]').click(); true`);
   await page.waitFor(`document.querySelector('#limits th[data-sort="utilization"]').classList.contains('sorted-desc')`, "sorted by utilization");
+  await checkKeysPanel(page, api, showcase.gateway, ARTIFACTS);
   await new Promise((r) => setTimeout(r, 1500));
   await showcase(api);
   check(page.errors.length === 0, `no script errors: ${page.errors.join("; ")}`);

@@ -1,6 +1,7 @@
 //! The bodies of the tenant and key endpoints: a JSON object of at most
-//! [`DIRECTORY_BODY_BYTES_MAX`] bytes, read field by field so that every
-//! error names its field and a field the endpoint does not know is refused.
+//! [`DIRECTORY_BODY_BYTES_MAX`] bytes, sent as `application/json` (415
+//! otherwise), read field by field so that every error names its field and a
+//! field the endpoint does not know is refused.
 
 use axum::extract::{FromRequest, Request};
 use axum::http::header;
@@ -31,9 +32,18 @@ impl<S: Send + Sync> FromRequest<S> for Fields {
         if declared.is_some_and(|length| length > DIRECTORY_BODY_BYTES_MAX as u64) {
             return Err(too_large);
         }
+        let json = (request.headers().get(header::CONTENT_TYPE))
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(ratelimiter::origin::is_json_content_type);
         let bytes = axum::body::to_bytes(request.into_body(), DIRECTORY_BODY_BYTES_MAX)
             .await
             .map_err(|_| too_large)?;
+        // A web page can send a form or `text/plain` body anywhere without
+        // asking, never a JSON one (`ratelimiter::origin`): no key is minted
+        // from a body of another type. An empty body (a rotation's) needs none.
+        if !json && !bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
         Self::parse(&bytes)
     }
 }

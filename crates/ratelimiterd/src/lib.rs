@@ -35,6 +35,7 @@ pub mod server;
 pub mod shutdown;
 pub mod snapshots;
 pub mod state;
+pub mod tenant_limits;
 pub mod write_stall;
 
 pub use app::app;

@@ -110,6 +110,13 @@ pub async fn start(config: &Config) -> Result<AppState, ServerError> {
             "gateway tenants and keys read"
         );
     }
+    // A tenant written by a server stopped before it defined the tenant's limits.
+    let defined = crate::tenant_limits::define_missing_at_start(&state)
+        .await
+        .map_err(|e| ServerError::Directory(format!("defining the API tenants' limits: {e}")))?;
+    if defined > 0 {
+        tracing::info!(defined, "gateway: missing tenant limits defined at start");
+    }
     for entry in &config.profiles {
         let profile = entry.profile().expect("profiles are validated at load");
         for definition in profile.definitions {
@@ -195,7 +202,8 @@ pub async fn start_gateway(
 ) -> Result<tokio::task::JoinHandle<()>, ServerError> {
     let mut gateway = gateway::Gateway::new(section, state.backend().clone()).map_err(ServerError::Gateway)?;
     if let Some(directory) = state.directory() {
-        gateway = gateway.with_directory(directory.clone());
+        let limits = crate::tenant_limits::MissingTenantLimits(state.downgrade());
+        gateway = (gateway.with_directory(directory.clone())).with_tenant_limits(std::sync::Arc::new(limits));
     }
     for definition in gateway.definitions() {
         state

@@ -25,6 +25,18 @@ pub struct AppState {
     shared: Arc<Shared>,
 }
 
+/// A handle on the state that does not keep it alive: what the gateway, which
+/// the state holds, keeps to reach back into the server.
+#[derive(Clone)]
+pub struct WeakAppState(std::sync::Weak<Shared>);
+
+impl WeakAppState {
+    /// The state, while the server runs.
+    pub fn upgrade(&self) -> Option<AppState> {
+        self.0.upgrade().map(|shared| AppState { shared })
+    }
+}
+
 struct Shared {
     backend: Arc<dyn Backend>,
     backend_metrics: Arc<dyn BackendMetrics>,
@@ -121,6 +133,10 @@ impl AppState {
     /// Attaches the gateway's metrics (once; a second call is ignored).
     pub fn set_gateway_metrics(&self, metrics: Arc<gateway::metrics::GatewayMetrics>) {
         let _ = self.shared.gateway_metrics.set(metrics);
+    }
+    /// A handle on this state that does not keep it alive.
+    pub fn downgrade(&self) -> WeakAppState {
+        WeakAppState(Arc::downgrade(&self.shared))
     }
     /// The gateway running beside this server, for the console's view of its models.
     pub fn gateway(&self) -> Option<&Arc<gateway::Gateway>> {

@@ -138,6 +138,7 @@ async fn the_page_and_its_files_are_served_offline_with_a_strict_policy() {
         ("/ui", "text/html"),
         ("/ui/", "text/html"),
         ("/ui/console.js", "text/javascript"),
+        ("/ui/keys.js", "text/javascript"),
         ("/ui/console.css", "text/css"),
         ("/ui/favicon.svg", "image/svg+xml"),
     ] {
@@ -160,6 +161,7 @@ async fn the_page_and_its_files_are_served_offline_with_a_strict_policy() {
     }
     let page = h.send(Method::GET, "/ui", None, None).await.text;
     assert!(page.contains("src=\"/ui/console.js\"") && page.contains("href=\"/ui/console.css\""));
+    assert!(page.contains("src=\"/ui/keys.js\"") && page.contains("id=\"keys-panel\""));
     assert!(!page.contains("<script>"), "no inline script: the policy forbids it");
 }
 

@@ -360,6 +360,138 @@ async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope(
     }
 }
 
+/// A gateway serving the same models with no tenant in its file: only keys made
+/// through the admin API may call.
+fn api_only_gateway_section(sim: SocketAddr) -> String {
+    let section = gateway_section(sim);
+    section[..section.find("  tenants:").unwrap()].to_owned()
+}
+
+#[tokio::test]
+async fn a_gateway_with_no_tenant_in_its_file_serves_the_keys_of_the_api_only() {
+    let sim = start_sim().await;
+    let dir = temp_dir("gateway-keys-api-only");
+    let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &api_only_gateway_section(sim));
+    let (gateway, server) = (gateway_addr(&daemon), daemon.addr);
+    let client = client();
+    // No key, or a key nobody made: 401, not an anonymous call.
+    let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}]});
+    let url = format!("http://{gateway}/v1/chat/completions");
+    let keyless = send(&client, hyper::Method::POST, url, &[], Some(body)).await;
+    assert_eq!(keyless.status, 401, "{}", keyless.body);
+    assert_eq!(chat(&client, gateway, YAML_KEY, "gpt-4o-mini").await.status, 401);
+    let tenant = json!({"name": "api-team", "rpm": 10});
+    let path = "/v1/admin/gateway/tenants";
+    admin(&client, server, hyper::Method::POST, path, Some(tenant), 201).await;
+    let (_, key) = create_key(&client, server, json!({"tenant": "api-team"})).await;
+    let answer = chat(&client, gateway, &key, "gpt-4o-mini").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(in_use(&client, server, "tenant:api-team:llm:rpm").await, 1);
+}
+
+#[tokio::test]
+async fn the_consoles_keys_panel_lists_tenants_and_keys_with_their_calls_today() {
+    let sim = start_sim().await;
+    let dir = temp_dir("gateway-keys-console");
+    let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &gateway_section(sim));
+    let (gateway, server) = (gateway_addr(&daemon), daemon.addr);
+    let client = client();
+    let tenant = json!({"name": "team", "class": null, "rpm": 100, "models": ["gpt-4o-mini"]});
+    let path = "/v1/admin/gateway/tenants";
+    admin(&client, server, hyper::Method::POST, path, Some(tenant), 201).await;
+    let (plain_id, plain) = create_key(&client, server, json!({"tenant": "team", "name": "plain"})).await;
+    let spec = json!({"tenant": "team", "name": "budgeted", "daily_tokens": 100000});
+    let (budgeted_id, budgeted) = create_key(&client, server, spec).await;
+    for key in [&plain, &plain, &budgeted] {
+        assert_eq!(chat(&client, gateway, key, "gpt-4o-mini").await.status, 200);
+    }
+    // The panel's read needs the admin token, as the console's state does.
+    let url = format!("http://{server}/ui/api/directory");
+    assert_eq!(
+        send(&client, hyper::Method::GET, url.clone(), &[], None).await.status,
+        401
+    );
+    let panel = admin(&client, server, hyper::Method::GET, "/ui/api/directory", None, 200).await;
+    let text = panel.to_string();
+    assert!(
+        !text.contains(&plain) && !text.contains(&budgeted),
+        "no key's text: {text}"
+    );
+    let tenants: Vec<(String, String)> = (panel["tenants"]["rows"].as_array().unwrap().iter())
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_owned(),
+                t["source"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        tenants.contains(&("yaml-team".to_owned(), "config".to_owned())),
+        "{tenants:?}"
+    );
+    assert!(tenants.contains(&("team".to_owned(), "api".to_owned())), "{tenants:?}");
+    let rows = panel["keys"]["rows"].as_array().unwrap();
+    // Newest first.
+    assert_eq!(
+        (rows[0]["id"].as_str(), rows[1]["id"].as_str()),
+        (Some(budgeted_id.as_str()), Some(plain_id.as_str()))
+    );
+    let hint = &rows[1]["hint"].as_str().unwrap()[3..];
+    assert!(plain.ends_with(hint), "the hint is the key's last characters: {hint}");
+    // This server's count since midnight UTC for a key without its own daily limit.
+    assert_eq!(
+        (rows[1]["calls_today"].as_u64(), rows[1]["tokens_today_from"].as_str()),
+        (Some(2), Some("server"))
+    );
+    assert!(rows[1]["tokens_today"].as_u64().unwrap() > 0, "{}", rows[1]);
+    // The fleet's rolling day for a key with one: what its limit holds.
+    let used = in_use(&client, server, &format!("key:{budgeted_id}:llm:daily_tokens")).await;
+    assert_eq!(rows[0]["calls_today"].as_u64(), Some(1));
+    assert_eq!(
+        (rows[0]["tokens_today"].as_u64(), rows[0]["tokens_today_from"].as_str()),
+        (Some(used), Some("fleet_daily_limit"))
+    );
+    let other = admin(
+        &client,
+        server,
+        hyper::Method::GET,
+        "/ui/api/directory?tenant=yaml-team",
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(other["keys"]["matched"], 0, "{other}");
+    admin(
+        &client,
+        server,
+        hyper::Method::GET,
+        "/ui/api/directory?count=0",
+        None,
+        400,
+    )
+    .await;
+    // A key is minted from a JSON body only, sent by the server's own pages only.
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let keys_url = format!("http://{server}/v1/admin/gateway/keys");
+    let mut request = hyper::Request::post(keys_url.clone()).header("authorization", &bearer);
+    request = request.header("content-type", "text/plain");
+    let body = Full::new(Bytes::from(json!({"tenant": "team"}).to_string()));
+    let plain_text = client.request(request.body(body).unwrap()).await.unwrap();
+    assert_eq!(plain_text.status(), 415);
+    let headers = [("authorization", bearer.as_str()), ("origin", "http://evil.example")];
+    let foreign = send(
+        &client,
+        hyper::Method::POST,
+        keys_url,
+        &headers,
+        Some(json!({"tenant": "team"})),
+    )
+    .await;
+    assert_eq!(foreign.status, 403, "{}", foreign.body);
+    let keys = admin(&client, server, hyper::Method::GET, "/v1/admin/gateway/keys", None, 200).await;
+    assert_eq!(keys.as_array().unwrap().len(), 2, "no key was minted: {keys}");
+}
+
 #[cfg(feature = "tigerbeetle")]
 mod fleet {
     use super::*;

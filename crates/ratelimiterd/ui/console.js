@@ -237,6 +237,8 @@ async function refresh() {
   show("console");
   $("banner").hidden = true;
   render(data);
+  // The tenants and keys panel (keys.js), read every few seconds.
+  if (typeof directoryTick === "function") directoryTick();
   const rendered = performance.now();
   stats.refreshes += 1;
   stats.lastFetchMs = fetched - started;

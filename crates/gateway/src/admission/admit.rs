@@ -108,6 +108,7 @@ impl Admission {
         CallContext {
             counters: model.counters(&caller, &self.metrics),
             class_counters: model.class_counters(class, &self.classes, &self.metrics),
+            key_call: None,
             endpoint,
             call,
             caller,
@@ -134,6 +135,9 @@ impl Admission {
         if ctx.need.tried == 0 {
             ctx.class_counters.admitted.fetch_add(1, Ordering::Relaxed);
             ctx.counters.admitted.fetch_add(1, Ordering::Relaxed);
+            if let Some(key) = &ctx.key_call {
+                key.admitted();
+            }
             let reserved = grant.reserved.0.saturating_add(grant.reserved.1);
             ctx.counters.tokens_reserved.fetch_add(reserved, Ordering::Relaxed);
         }

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use super::entry::{Caller, ModelEntry};
 use crate::observe::class_metrics::ClassCounters;
+use crate::observe::key_usage::KeyCall;
 use crate::observe::metrics::CallCounters;
 use crate::routing::Need;
 use crate::wire::call::{Call, Endpoint};
@@ -28,6 +29,8 @@ pub struct CallContext {
     pub counters: Arc<CallCounters>,
     /// The (model, class) counters.
     pub class_counters: Arc<ClassCounters>,
+    /// The counter of the directory key the call came with, if any.
+    pub key_call: Option<KeyCall>,
     /// What the call needs of a deployment, and the deployments it tried.
     pub need: Need,
     /// When the call arrived.

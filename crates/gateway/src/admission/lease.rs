@@ -23,6 +23,7 @@ use super::context::CallContext;
 use super::queue::ModelQueue;
 use crate::counting::calibration::Calibrator;
 use crate::limits::{actuals, run_if_ready, spawn_if_pending, Classes, ModelKeys, TenantKeys};
+use crate::observe::key_usage::KeyCall;
 use crate::observe::metrics::CallCounters;
 use crate::routing::{Grant, Pass, Pool};
 use crate::wire::usage::Usage;
@@ -72,6 +73,8 @@ pub struct CallLease {
     queue: Arc<ModelQueue>,
     /// The (model, tenant) counters.
     counters: Arc<CallCounters>,
+    /// The counter of the directory key the call came with, if any.
+    key_call: Option<KeyCall>,
     /// How the lease completes; `KeepReserved` until the call says better.
     settle: Settle,
     /// Whether cache reads count on the input limit (the model's `count_cache_reads`).
@@ -137,6 +140,7 @@ impl CallLease {
             tenant_keys: ctx.caller.keys.clone(),
             queue: model.queue.clone(),
             counters: ctx.counters.clone(),
+            key_call: ctx.key_call.clone(),
             settle: Settle::KeepReserved,
             count_cache_reads: deployment.config.limits.count_cache_reads,
             calibration: (model.counter.calibrator.clone()).zip(ctx.call.calibration_sample),
@@ -240,6 +244,9 @@ impl CallLease {
         let used = self.used();
         if let (Settle::Usage(_), Some(usage)) = (self.settle, used) {
             self.counters.tokens_used.fetch_add(usage.billed(), Ordering::Relaxed);
+            if let Some(key) = &self.key_call {
+                key.used(usage.billed());
+            }
         }
         self.log_line(used);
         let request = self.complete_request(used)?;

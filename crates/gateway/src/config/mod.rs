@@ -89,7 +89,9 @@ pub struct GatewayConfig {
     /// The models served, each on one upstream with its limits, or on a pool of
     /// deployments (docs/gateway.md, "Pools").
     pub models: Vec<ModelConfig>,
-    /// Who may call. Empty is refused unless `allow_anonymous` says so.
+    /// The tenants of the file, each with its key. Empty without
+    /// `allow_anonymous`: only keys made through the admin API may call
+    /// (docs/gateway.md, "Tenants and keys").
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
     /// Serve without tenants: anyone who reaches the listener may call, without

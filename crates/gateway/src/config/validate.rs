@@ -45,15 +45,10 @@ impl GatewayConfig {
         validate_classes(&self.classes, &tenant_classes).map_err(|(entry, message)| invalid(entry, message))
     }
 
-    /// The client timeouts and caps, and that a gateway without tenants is meant.
+    /// The client timeouts and caps, and that tenants and `allow_anonymous` are
+    /// not both given. No tenant without `allow_anonymous` is valid: the
+    /// gateway then serves only keys made through the admin API.
     fn validate_clients(&self) -> Result<(), GatewayConfigError> {
-        if self.tenants.is_empty() && !self.allow_anonymous {
-            return Err(invalid(
-                "tenants",
-                "is empty: anyone reaching the listener could call with the upstreams' keys; add tenants, \
-                 or set allow_anonymous: true to serve without keys",
-            ));
-        }
         if !self.tenants.is_empty() && self.allow_anonymous {
             return Err(invalid(
                 "allow_anonymous",

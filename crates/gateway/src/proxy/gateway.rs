@@ -11,13 +11,14 @@ use ratelimiter::origin::OriginPolicy;
 use ratelimiter::{Backend, LimitDefinition, Limiter, ReserveOutcome, ReserveRequest, SystemClock};
 
 use super::auth::{find_tenant, presented_key, read_tenant_keys, TenantKey};
-use super::key_callers::{incorrect_key, Authorized, KeyCallers};
+use super::key_callers::{incorrect_key, Authorized, KeyCallers, TenantLimits};
 use super::response_ids::ResponseIds;
 use super::upstream::{Upstream, UpstreamClient};
 use crate::admission::tenant_caps::TenantCaps;
 use crate::admission::{Admission, Caller, ModelEntry};
 use crate::config::GatewayConfig;
 use crate::limits::{self, Classes, TenantKeys};
+use crate::observe::key_usage::{KeyCall, KeyUsage};
 use crate::observe::metrics::GatewayMetrics;
 use crate::observe::status::{ClassStatus, ModelStatus};
 use crate::routing::Pool;
@@ -31,12 +32,17 @@ pub struct Gateway {
     pub(super) model_names: Vec<String>,
     pub(super) upstreams: Vec<Upstream>,
     tenant_keys: Vec<TenantKey>,
+    /// `allow_anonymous`: a call without a key is the caller without a tenant's.
+    /// Without it and without tenants, only the directory's keys may call.
+    anonymous: bool,
     /// The keys made through the admin API, when the server keeps a directory.
     key_callers: Option<KeyCallers>,
     /// The gateway's `tenant_connections_max` and `tenant_queued_max`, for the directory's tenants.
     caps_default: (usize, usize),
     pub(super) client: UpstreamClient,
     metrics: Arc<GatewayMetrics>,
+    /// Each directory key's calls and tokens today on this server.
+    key_usage: Arc<KeyUsage>,
     pub(super) body_bytes_max: usize,
     /// How long a client has to send its whole body.
     pub(super) body_timeout: Duration,
@@ -120,10 +126,12 @@ impl Gateway {
             model_names: config.models.iter().map(|m| m.name.clone()).collect(),
             upstreams,
             tenant_keys,
+            anonymous: config.allow_anonymous,
             key_callers: None,
             caps_default: (config.tenant_connections_max, config.tenant_queued_max),
             client,
             metrics,
+            key_usage: Arc::new(KeyUsage::new(clock.clone())),
             body_bytes_max: config.body_bytes_max,
             body_timeout: Duration::from_millis(config.client_body_timeout_ms),
             definitions,
@@ -154,6 +162,19 @@ impl Gateway {
     /// The gateway's metrics, rendered by the server's `/metrics`.
     pub fn metrics(&self) -> &Arc<GatewayMetrics> {
         &self.metrics
+    }
+
+    /// Each directory key's calls and tokens today on this server, for the operator's console.
+    pub fn key_usage(&self) -> &Arc<KeyUsage> {
+        &self.key_usage
+    }
+
+    /// The counter a call of directory key `id` adds to.
+    pub(super) fn key_call(&self, id: &str) -> KeyCall {
+        KeyCall {
+            usage: self.key_usage.clone(),
+            counter: self.key_usage.counter(id),
+        }
     }
 
     /// Each model's live state, in configuration order, for the operator's console.
@@ -194,9 +215,18 @@ impl Gateway {
         self
     }
 
+    /// With [`Gateway::with_directory`], each tenant of the directory has its
+    /// limits made sure of by `limits` before its first call on this server.
+    pub fn with_tenant_limits(mut self, limits: Arc<dyn TenantLimits>) -> Self {
+        self.key_callers = self.key_callers.map(|callers| callers.with_tenant_limits(limits));
+        self
+    }
+
     /// The caller `headers` authenticate: a key of the directory, a tenant by
-    /// its configured key, or the caller without a tenant when the gateway has
-    /// none (a directory key presented to it still counts as that key's).
+    /// its configured key, or the caller without a tenant when the gateway
+    /// allows anonymous calls (a directory key presented to it still counts as
+    /// that key's). A gateway with no tenant in its file and no anonymous calls
+    /// serves the directory's keys only.
     pub(super) async fn authenticate(&self, headers: &HeaderMap) -> Result<Authorized, GatewayError> {
         let presented = presented_key(headers);
         if let (Some(key), Some(callers)) = (presented, &self.key_callers) {
@@ -208,7 +238,7 @@ impl Gateway {
             caller: self.admission.caller(index).clone(),
             key: None,
         };
-        if self.tenant_keys.is_empty() {
+        if self.anonymous {
             return Ok(caller(self.admission.no_tenant()));
         }
         let key = presented.ok_or_else(|| {

@@ -32,6 +32,18 @@ impl Authorized {
     }
 }
 
+/// What makes sure a tenant of the directory has its own limits
+/// (`tenant:<name>:llm:*`) before this server serves its first call: the
+/// server that made the tenant defines them right after writing it, and a
+/// crash between the two writes leaves them undefined, which would fail every
+/// call of the tenant's keys.
+#[async_trait::async_trait]
+pub trait TenantLimits: Send + Sync {
+    /// Defines whichever of `tenant`'s limits the backend lacks; an error
+    /// says why they could not be read or defined.
+    async fn ensure(&self, tenant: &TenantRecord) -> Result<(), String>;
+}
+
 /// A tenant of the directory as the gateway serves it: its record when its
 /// caller was made, and the caller (its queue turn, class, caps and keys).
 struct ApiTenant {
@@ -49,6 +61,9 @@ pub struct KeyCallers {
     next_index: AtomicUsize,
     /// The gateway's `tenant_connections_max` and `tenant_queued_max`.
     caps_default: (usize, usize),
+    /// Checked when a tenant's caller is made: at its first call here, and
+    /// again after each change of its record.
+    tenant_limits: Option<Arc<dyn TenantLimits>>,
 }
 
 impl KeyCallers {
@@ -59,7 +74,15 @@ impl KeyCallers {
             api_tenants: RwLock::new(HashMap::new()),
             next_index: AtomicUsize::new(first_index),
             caps_default,
+            tenant_limits: None,
         }
+    }
+
+    /// These callers, making sure of each tenant's limits with `limits`
+    /// before its first call.
+    pub fn with_tenant_limits(mut self, limits: Arc<dyn TenantLimits>) -> Self {
+        self.tenant_limits = Some(limits);
+        self
     }
 
     /// The caller of `presented` when it is a key of the directory; `Ok(None)`
@@ -81,7 +104,7 @@ impl KeyCallers {
             }
             Err(Refusal::Revoked) => return Err(incorrect_key()),
         };
-        let tenant = self.tenant_caller(&found.tenant, admission)?;
+        let tenant = self.tenant_caller(&found.tenant, admission).await?;
         let own = KeyLimitKeys::of(&found.key);
         let caller = match (&tenant.keys, own == KeyLimitKeys::default()) {
             (Some(keys), false) => Arc::new(Caller {
@@ -101,7 +124,11 @@ impl KeyCallers {
 
     /// The caller of `tenant`: the configuration's own for a tenant of the
     /// file, else the directory tenant's, made or made again as its record changed.
-    fn tenant_caller(&self, tenant: &Arc<TenantRecord>, admission: &Admission) -> Result<Arc<Caller>, GatewayError> {
+    async fn tenant_caller(
+        &self,
+        tenant: &Arc<TenantRecord>,
+        admission: &Admission,
+    ) -> Result<Arc<Caller>, GatewayError> {
         if tenant.source == ratelimiter::directory::Source::Config {
             // A key of a tenant the file no longer has is refused by the lookup;
             // one the gateway does not serve (another server's file) is too.
@@ -112,6 +139,14 @@ impl KeyCallers {
             if Arc::ptr_eq(&found.record, tenant) {
                 return Ok(found.caller.clone());
             }
+        }
+        // The tenant's first call here (or the first since its record changed):
+        // its limits first, so that no call meets a limit a crash left undefined.
+        if let Some(limits) = &self.tenant_limits {
+            limits.ensure(tenant).await.map_err(|e| {
+                tracing::warn!(tenant = %tenant.name, error = %e, "gateway: the tenant's limits could not be defined");
+                GatewayError::new(ErrorKind::Internal, "The tenant's limits could not be read; retry.")
+            })?;
         }
         let mut tenants = self.api_tenants.write().expect("key callers lock");
         let index = match tenants.get(&tenant.id) {

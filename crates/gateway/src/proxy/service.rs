@@ -117,6 +117,7 @@ async fn serve(
     let mut ctx = gateway
         .admission
         .context((caller, class), model, (endpoint, call), started);
+    ctx.key_call = authorized.key.as_ref().map(|k| gateway.key_call(&k.key.id));
     // Each deployment of the pool is tried at most once (docs/gateway.md, "Pools").
     loop {
         let lease = gateway.admission.admit(&mut ctx).await?;

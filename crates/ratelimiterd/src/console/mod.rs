@@ -1,6 +1,7 @@
 //! The operator's console (docs/console.md): a page at `/ui` on the limiter's
-//! listener, its HTML, CSS and JavaScript compiled into the binary, and the one
-//! JSON endpoint it reads every second, `GET /ui/api/state`.
+//! listener, its HTML, CSS and JavaScript compiled into the binary, the JSON
+//! endpoint it reads every second, `GET /ui/api/state`, and the tenants and
+//! keys panel's, `GET /ui/api/directory`.
 //!
 //! Who may read it: with `server.admin_token` set, the endpoint needs that
 //! token, as the admin API does (the page asks for it and keeps it for the tab
@@ -20,12 +21,14 @@
 //! - [`query`]: the page of limits asked for (sort, filter, slice);
 //! - this module: [`Console`], the access rule and the history the state holds;
 //! - [`view`]: the JSON document of `GET /ui/api/state`, read from the state;
+//! - [`directory`]: the tenants and keys panel's document, `GET /ui/api/directory`;
 //! - [`routes`]: the page's files, the endpoint and who may call it;
 //! - [`sampler`]: the task that fills the history.
 //!
 //! The page's own files are in `crates/ratelimiterd/ui/`.
 
 pub mod access;
+pub mod directory;
 pub mod history;
 pub mod query;
 pub mod routes;

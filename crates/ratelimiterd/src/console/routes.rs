@@ -1,6 +1,8 @@
 //! The console's routes (docs/console.md): the page's files, served without a
-//! header, and `GET /ui/api/state`, which needs the admin token when one is
-//! configured; every route answers 404 when the console is off.
+//! header, and `GET /ui/api/state` and `GET /ui/api/directory`, which need
+//! the admin token when one is configured; every route answers 404 when the
+//! console is off. The tenants and keys panel changes keys through the admin
+//! API itself (`/v1/admin/gateway/keys`), under the same rule.
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Uri};
@@ -10,6 +12,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 
 use crate::console::access::Access;
+use crate::console::directory::{directory_document, KeysQuery};
 use crate::console::history::now_unix_ms;
 use crate::console::query::LimitsQuery;
 use crate::console::view::state_document;
@@ -20,6 +23,7 @@ use crate::state::AppState;
 const INDEX_HTML: &str = include_str!("../../ui/index.html");
 const CONSOLE_CSS: &str = include_str!("../../ui/console.css");
 const CONSOLE_JS: &str = include_str!("../../ui/console.js");
+const KEYS_JS: &str = include_str!("../../ui/keys.js");
 const FAVICON_SVG: &str = include_str!("../../ui/favicon.svg");
 
 /// What the page may load and where it may connect: its own files and this
@@ -31,6 +35,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
 pub fn router(state: &AppState) -> Router<AppState> {
     let api = Router::new()
         .route("/ui/api/state", get(api_state))
+        .route("/ui/api/directory", get(api_directory))
         .route_layer(from_fn_with_state(state.clone(), crate::overload::guard))
         .route_layer(from_fn_with_state(state.clone(), require_access));
     Router::new()
@@ -41,6 +46,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
             "/ui/console.js",
             get(|| file(CONSOLE_JS, "text/javascript; charset=utf-8")),
         )
+        .route("/ui/keys.js", get(|| file(KEYS_JS, "text/javascript; charset=utf-8")))
         .route("/ui/favicon.svg", get(|| file(FAVICON_SVG, "image/svg+xml")))
         .merge(api)
         .route_layer(from_fn_with_state(state.clone(), served))
@@ -91,6 +97,19 @@ async fn require_access(State(state): State<AppState>, request: Request, next: N
 async fn api_state(State(state): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
     let query = LimitsQuery::parse(uri.query()).map_err(ApiError::InvalidRequest)?;
     let document = state_document(&state, state.console().history(), &query, now_unix_ms()).await;
+    let mut response = Json(document).into_response();
+    (response.headers_mut()).insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+/// `GET /ui/api/directory`: the tenants and keys panel, with one page of keys.
+async fn api_directory(State(state): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
+    let query = KeysQuery::parse(uri.query()).map_err(ApiError::InvalidRequest)?;
+    let directory = state
+        .directory()
+        .ok_or_else(|| ApiError::RouteNotFound("/ui/api/directory (the tenants and keys are not open yet)".to_owned()))?
+        .clone();
+    let document = directory_document(&state, &directory, &query).await;
     let mut response = Json(document).into_response();
     (response.headers_mut()).insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
