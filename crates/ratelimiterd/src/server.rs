@@ -197,6 +197,9 @@ pub async fn start_gateway(
     if let Some(directory) = state.directory() {
         gateway = gateway.with_directory(directory.clone());
     }
+    if let Some(handed_ids) = state.handed_ids() {
+        gateway = gateway.with_handed_ids(handed_ids.clone());
+    }
     for definition in gateway.definitions() {
         state
             .admin()
