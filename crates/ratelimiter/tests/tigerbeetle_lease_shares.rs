@@ -103,7 +103,7 @@ async fn one_owners_flood_is_refused_past_its_share_and_crowds_out_no_other_leas
     let expected = format!("client_tokens[0] holds {SHARE} live leases, its share of the lease cache");
     assert!(refused[0].starts_with(&expected), "{}", refused[0]);
     assert_eq!(
-        in_use(&backend, &key).await,
+        in_use(backend.as_ref(), &key).await,
         SHARE as u64,
         "a refused reserve reserves nothing"
     );
@@ -122,7 +122,7 @@ async fn one_owners_flood_is_refused_past_its_share_and_crowds_out_no_other_leas
     let counters = backend.counters();
     assert_eq!(counters.lease_cache_evictions, 0);
     assert_eq!(counters.lease_cache_refused, (FLOOD_RESERVES - SHARE) as u64);
-    assert_eq!(in_use(&backend, &other_key).await, OTHER_LEASES as u64);
+    assert_eq!(in_use(backend.as_ref(), &other_key).await, OTHER_LEASES as u64);
     let from_cluster = counters.completes_from_cluster;
     for lease in &kept {
         backend.complete(&complete(*lease, &[(&other_key, 0)])).await.unwrap();
@@ -132,7 +132,7 @@ async fn one_owners_flood_is_refused_past_its_share_and_crowds_out_no_other_leas
         after.completes_from_cluster, from_cluster,
         "none read back from the cluster"
     );
-    assert_eq!(in_use(&backend, &other_key).await, 0);
+    assert_eq!(in_use(backend.as_ref(), &other_key).await, 0);
     eprintln!(
         "lease cache of {CACHE_MAX} under one owner's flood: {FLOOD_RESERVES} reserves in {reserves_took:?} \
          ({SHARE} granted, {} refused), {FLOOD_COMPLETED} reserve+complete in {churn_took:?}; \

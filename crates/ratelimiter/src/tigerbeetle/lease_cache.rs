@@ -402,7 +402,7 @@ mod tests {
     fn an_owner_past_its_share_is_refused_and_crowds_out_no_one() {
         let cache = LeaseCache::new(8, 2);
         let (web, batch) = (LeaseOwner::new("client_tokens[0]"), LeaseOwner::new("client_tokens[1]"));
-        cache.admit(id(100), Some(&batch), record(1), 1).unwrap();
+        cache.admit(id(1_000_000), Some(&batch), record(1), 1).unwrap();
         cache.admit(id(1), Some(&web), record(1), 1).unwrap();
         cache.admit(id(2), Some(&web), record(1), 1).unwrap();
         let refused = cache.admit(id(3), Some(&web), record(1), 1).unwrap_err();
@@ -419,7 +419,7 @@ mod tests {
             cache.admit(id(i), Some(&web), record(2), 2).unwrap();
             cache.update(id(i), completed(2));
         }
-        assert!(cache.get(id(100)).is_some_and(|r| !r.completed));
+        assert!(cache.get(id(1_000_000)).is_some_and(|r| !r.completed));
         assert_eq!((cache.evicted(), cache.refused()), (0, 1));
         assert_eq!(cache.live_of(batch.tag()), 1);
     }
