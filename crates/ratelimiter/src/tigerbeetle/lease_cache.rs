@@ -164,9 +164,7 @@ impl Leases {
         if self.len() < self.leases_max {
             return true;
         }
-        let oldest = self.completed.iter_oldest_first().next();
-        if let Some((id, _)) = oldest {
-            self.completed.remove(id);
+        if self.completed.remove_oldest().is_some() {
             return true;
         }
         if !force {
