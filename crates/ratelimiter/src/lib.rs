@@ -73,6 +73,7 @@ pub mod decision;
 pub mod definition;
 pub mod directory;
 pub mod error;
+pub mod handed_ids;
 #[cfg(feature = "http-client")]
 pub mod httpclient;
 pub mod id;

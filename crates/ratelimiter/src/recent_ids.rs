@@ -92,6 +92,18 @@ impl<V> RecentIds<V> {
         }
     }
 
+    /// Forgets the oldest id now (not an eviction: the caller chose to make
+    /// room); `None` when the map is empty. Stale slots it passes are dropped
+    /// for good, so a run of calls costs O(1) each, amortized.
+    pub fn remove_oldest(&mut self) -> Option<u128> {
+        while let Some((id, since)) = self.order.pop_front() {
+            if self.remove_if_since(id, since) {
+                return Some(id);
+            }
+        }
+        None
+    }
+
     fn evict_oldest(&mut self) {
         while let Some((id, since)) = self.order.pop_front() {
             if self.remove_if_since(id, since) {
@@ -194,5 +206,19 @@ mod tests {
             "churn leaves no unbounded order"
         );
         assert_eq!((r.len(), r.evicted_total()), (0, 1));
+    }
+
+    #[test]
+    fn the_oldest_is_removed_on_demand_past_stale_slots_without_counting() {
+        let mut r = RecentIds::new(4);
+        for id in 1..=3 {
+            r.insert(id, id as u64, ());
+        }
+        r.remove(1);
+        r.insert(2, 10, ()); // 2 moves to the back
+        assert_eq!(r.remove_oldest(), Some(3));
+        assert_eq!(r.remove_oldest(), Some(2));
+        assert_eq!(r.remove_oldest(), None);
+        assert_eq!((r.len(), r.evicted_total(), r.order.len()), (0, 0, 0));
     }
 }

@@ -23,6 +23,9 @@ pub struct SelectedBackend {
     /// Where the gateway's tenants and keys are kept when the backend keeps
     /// them (TigerBeetle's cluster); `None`: a file beside the registry.
     pub directory_store: Option<Arc<dyn ratelimiter::directory::DirectoryStore>>,
+    /// Where the gateway's servers share the stored ids they hand to tenants
+    /// (TigerBeetle's cluster); `None`: each server remembers its own.
+    pub handed_ids: Option<Arc<dyn ratelimiter::handed_ids::HandedIdStore>>,
 }
 
 impl SelectedBackend {
@@ -34,6 +37,7 @@ impl SelectedBackend {
             metrics: backend,
             snapshots: None,
             directory_store: None,
+            handed_ids: None,
         }
     }
 
@@ -50,6 +54,7 @@ impl SelectedBackend {
             }),
             snapshots: Some(snapshots),
             directory_store: None,
+            handed_ids: None,
         }
     }
 }
@@ -106,8 +111,10 @@ async fn build_tigerbeetle(config: &Config) -> Result<SelectedBackend, String> {
     let directory_store = Arc::new(ratelimiter::tigerbeetle::TigerBeetleDirectoryStore::new(
         backend.clone(),
     ));
+    let handed_ids = Arc::new(ratelimiter::tigerbeetle::TigerBeetleHandedIds::new(backend.clone()));
     Ok(SelectedBackend {
         directory_store: Some(directory_store),
+        handed_ids: Some(handed_ids),
         ..SelectedBackend::of(backend)
     })
 }

@@ -54,6 +54,7 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
     request_timeout_ms: 5000           # TigerBeetle answer unknown after this: 503
     queue_depth_max: 65536             # submitter queue; full answers 503 at once
     lease_cache_max: 1000000           # leases remembered for Complete
+    lease_share_percent: 25            # of them, one owner's live leases at most
   retry_policy:                        # retry hints of denials (ADR 0010)
     concurrency: {base_ms: 50, max_ms: 2000, factor: 2.0, jitter_ms: 25}
     rolling: {base_ms: 100, max_ms: 1000, factor: 1.5, jitter_ms: 50, window_fraction: 0.1}

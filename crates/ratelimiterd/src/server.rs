@@ -205,6 +205,9 @@ pub async fn start_gateway(
         let limits = crate::tenant_limits::MissingTenantLimits(state.downgrade());
         gateway = (gateway.with_directory(directory.clone())).with_tenant_limits(std::sync::Arc::new(limits));
     }
+    if let Some(handed_ids) = state.handed_ids() {
+        gateway = gateway.with_handed_ids(handed_ids.clone());
+    }
     for definition in gateway.definitions() {
         state
             .admin()

@@ -56,6 +56,8 @@ struct Shared {
     directory_store: std::sync::Mutex<Option<Arc<dyn DirectoryStore>>>,
     directory: std::sync::OnceLock<Arc<Directory>>,
     gateway_scope: GatewayScope,
+    /// Where the gateway shares the stored ids it hands to tenants with the fleet.
+    handed_ids: Option<Arc<dyn ratelimiter::handed_ids::HandedIdStore>>,
 }
 
 impl AppState {
@@ -85,6 +87,7 @@ impl AppState {
                 directory_store: std::sync::Mutex::new(selected.directory_store),
                 directory: std::sync::OnceLock::new(),
                 gateway_scope: GatewayScope::of(config),
+                handed_ids: selected.handed_ids,
             }),
         }
     }
@@ -158,6 +161,11 @@ impl AppState {
     /// The gateway's tenants and keys, once [`AppState::open_directory`] opened them.
     pub fn directory(&self) -> Option<&Arc<Directory>> {
         self.shared.directory.get()
+    }
+    /// Where the gateway shares the stored ids it hands to tenants with the
+    /// servers of its fleet (the cluster); `None` on one server.
+    pub fn handed_ids(&self) -> Option<&Arc<dyn ratelimiter::handed_ids::HandedIdStore>> {
+        self.shared.handed_ids.as_ref()
     }
     /// What the gateway's configuration lets a tenant or key name.
     pub fn gateway_scope(&self) -> &GatewayScope {

@@ -81,11 +81,18 @@ impl Reader {
         }
     }
 
-    /// The answer's response id (the Responses API's), once it ended whole.
-    fn response_id(&self) -> Option<String> {
+    /// The answer's response id (the Responses API's) and its conversation,
+    /// once it ended whole.
+    fn handed(&self) -> (Option<String>, Option<serde_json::Value>) {
         match self {
-            Reader::Events { usage, .. } => usage.response_id().map(str::to_owned),
-            Reader::Whole { scanner, .. } => scanner.as_ref().and_then(UsageScanner::id),
+            Reader::Events { usage, .. } => (usage.response_id().map(str::to_owned), usage.conversation().cloned()),
+            Reader::Whole { scanner, .. } => {
+                let scanner = scanner.as_ref();
+                (
+                    scanner.and_then(UsageScanner::id),
+                    scanner.and_then(UsageScanner::conversation),
+                )
+            }
         }
     }
 
@@ -109,7 +116,8 @@ struct Answer {
     /// An upstream error met before the stream started, sent after the prefix.
     failed: Option<io::Error>,
     ended: bool,
-    /// Where the answer's response id goes when it ended whole (Responses only).
+    /// Where the answer's response id and conversation go when it ended whole
+    /// (Responses only).
     remember: Option<RememberResponseId>,
 }
 
@@ -212,22 +220,25 @@ impl Answer {
     }
 
     /// The answer ended whole: the lease is settled to its usage, if read, and
-    /// completed, on TigerBeetle its reply awaited, and its response id
-    /// remembered for its tenant, before the client sees the end, so that a
-    /// caller's next call finds its hold released and may continue the
-    /// response. Returns the bytes left to forward.
+    /// completed, on TigerBeetle its reply awaited, and its response id and
+    /// conversation recorded for its tenant (on a fleet, in the cluster, at the
+    /// same time), before the client sees the end, so that a caller's next call,
+    /// on any server, finds its hold released and may continue the response.
+    /// Returns the bytes left to forward.
     async fn end(&mut self) -> Bytes {
         self.ended = true;
         let (rest, usage) = self.reader.end();
-        if let Some(remember) = &self.remember {
-            if let Some(id) = self.reader.response_id() {
-                remember.remember(&id);
-            }
-        }
         if let Some(usage) = usage {
             self.lease.settled(usage);
         }
-        self.lease.finish().await;
+        let (response_id, conversation) = self.reader.handed();
+        let (remember, lease) = (&self.remember, &mut self.lease);
+        let record = async {
+            if let Some(remember) = remember {
+                remember.record(response_id.as_deref(), conversation.as_ref()).await;
+            }
+        };
+        tokio::join!(record, lease.finish());
         rest
     }
 

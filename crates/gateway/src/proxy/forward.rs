@@ -84,7 +84,8 @@ pub async fn forward(
     }
     let stream = parts.status.is_success() && ctx.call.stream && is_event_stream(&parts.headers);
     let idle_timeout = gateway.client.timeout();
-    // A stored response's id is remembered for the tenant it was handed to.
+    // A stored response's id and its conversation are recorded for the tenant
+    // they were handed to.
     let remember = (ctx.endpoint == Endpoint::Responses && parts.status.is_success()).then(|| RememberResponseId {
         ids: gateway.response_ids.clone(),
         tenant: ctx.caller.name.clone(),

@@ -222,6 +222,14 @@ impl Gateway {
         self
     }
 
+    /// This gateway sharing the stored ids it hands to tenants with every
+    /// server of its fleet through `fleet` (docs/gateway.md, "Stored
+    /// responses"): before any call is served.
+    pub fn with_handed_ids(mut self, fleet: Arc<dyn ratelimiter::handed_ids::HandedIdStore>) -> Self {
+        self.response_ids = Arc::new(ResponseIds::shared(fleet));
+        self
+    }
+
     /// The caller `headers` authenticate: a key of the directory, a tenant by
     /// its configured key, or the caller without a tenant when the gateway
     /// allows anonymous calls (a directory key presented to it still counts as

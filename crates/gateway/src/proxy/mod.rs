@@ -7,6 +7,7 @@
 pub mod answer;
 pub mod auth;
 pub mod body;
+pub mod conversations;
 pub mod forward;
 pub mod gateway;
 pub mod headers;

@@ -1,49 +1,68 @@
 //! Stored responses isolated per tenant (docs/gateway.md, "Stored responses"):
 //! every tenant calls OpenAI with the gateway's one key, so OpenAI would let any
-//! tenant continue any stored response it names (`previous_response_id`). The
-//! gateway remembers the response ids it handed to each tenant and refuses a
-//! `previous_response_id` it did not hand to the calling tenant, with the answer
-//! OpenAI gives for an id it does not know (400 `previous_response_not_found`), so
-//! the refusal tells nothing about whether the id exists.
+//! tenant continue any stored response (`previous_response_id`) or conversation
+//! (`conversation`) it names. The gateway remembers the ids it handed to each
+//! tenant and refuses one it did not hand to the calling tenant, with the answer
+//! OpenAI gives for an id it does not know (a 400 `previous_response_not_found`,
+//! a 404 `conversation_not_found`), so the refusal tells nothing about whether
+//! the id exists.
 //!
-//! Per server: a fleet's servers do not share these ids, so a tenant's next turn
-//! must reach the server that answered its previous one (a balancer's affinity
-//! per tenant key), else it is refused as unknown.
+//! Each server keeps the ids it handed in memory, per tenant. On TigerBeetle
+//! the fleet shares them too ([`HandedIdStore`], one transfer per id in the
+//! cluster): an id is recorded there before the answer that carries it ends for
+//! the client, and an id missing from this server's memory is looked up there,
+//! so a tenant's next turn is accepted on any server and another tenant's is
+//! refused on every one.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::Mutex;
 
+use ratelimiter::handed_ids::{HandedIdStore, StoredKind, HANDED_ID_BYTES_MAX};
 use serde_json::{Map, Value};
 
 use crate::wire::call::Endpoint;
 use crate::wire::error::{ErrorKind, GatewayError};
 
-/// The most response ids remembered per tenant; past it the oldest are
-/// forgotten (a conversation continued from one of those is refused). About
-/// 200 bytes each, so at most about 2 MB per tenant.
+/// The most ids (responses and conversations) this server remembers per
+/// tenant; past it the oldest are forgotten (on one server, a conversation
+/// continued from one of those is refused; on a fleet, the cluster still
+/// knows it). About 200 bytes each, so at most about 2 MB per tenant.
 pub const RESPONSE_IDS_PER_TENANT_MAX: usize = 10_000;
 
-/// The response ids handed to each tenant (by tenant name), each tenant bounded
-/// to [`RESPONSE_IDS_PER_TENANT_MAX`] on its own: one tenant's calls never push
+/// The ids handed to each tenant (by tenant name), each tenant bounded to
+/// [`RESPONSE_IDS_PER_TENANT_MAX`] on its own: one tenant's calls never push
 /// out another's ids.
 #[derive(Default)]
 pub struct ResponseIds {
     tenants: Mutex<HashMap<Arc<str>, TenantIds>>,
+    /// The fleet's record in the cluster; `None`: this server's memory only.
+    fleet: Option<Arc<dyn HandedIdStore>>,
 }
 
 /// One tenant's ids, oldest first.
 #[derive(Default)]
 struct TenantIds {
-    known: HashSet<Arc<str>>,
-    order: VecDeque<Arc<str>>,
+    known: HashSet<(StoredKind, Arc<str>)>,
+    order: VecDeque<(StoredKind, Arc<str>)>,
 }
 
 impl ResponseIds {
-    /// Remembers `id` as handed to `tenant`.
-    pub fn remember(&self, tenant: &Arc<str>, id: &str) {
+    /// Ids shared by the servers of a fleet through `fleet`, and remembered by
+    /// this server as well.
+    pub fn shared(fleet: Arc<dyn HandedIdStore>) -> Self {
+        Self {
+            tenants: Mutex::default(),
+            fleet: Some(fleet),
+        }
+    }
+
+    /// Remembers on this server that `id` of `kind` was handed to `tenant`.
+    pub fn remember(&self, tenant: &Arc<str>, kind: StoredKind, id: &str) {
         let mut tenants = self.tenants.lock().expect("response ids lock");
         let ids = tenants.entry(tenant.clone()).or_default();
-        if ids.known.contains(id) {
+        let entry = (kind, Arc::<str>::from(id));
+        if ids.known.contains(&entry) {
             return;
         }
         if ids.order.len() >= RESPONSE_IDS_PER_TENANT_MAX {
@@ -51,37 +70,116 @@ impl ResponseIds {
                 ids.known.remove(&oldest);
             }
         }
-        let id: Arc<str> = Arc::from(id);
-        ids.known.insert(id.clone());
-        ids.order.push_back(id);
+        ids.known.insert(entry.clone());
+        ids.order.push_back(entry);
     }
 
-    /// Whether `id` was handed to `tenant` (and not forgotten since).
-    pub fn knows(&self, tenant: &str, id: &str) -> bool {
+    /// Whether this server remembers handing `id` of `kind` to `tenant`.
+    pub fn knows(&self, tenant: &str, kind: StoredKind, id: &str) -> bool {
         let tenants = self.tenants.lock().expect("response ids lock");
-        tenants.get(tenant).is_some_and(|ids| ids.known.contains(id))
+        tenants
+            .get(tenant)
+            .is_some_and(|ids| ids.known.contains(&(kind, Arc::from(id))))
     }
 
-    /// Refuses a Responses call of `tenant` whose `previous_response_id` the
-    /// gateway did not hand to it, as OpenAI refuses an unknown id. Other
-    /// endpoints, and a call without the field (or `null`), pass.
-    pub fn check(&self, endpoint: Endpoint, tenant: &str, request: &Map<String, Value>) -> Result<(), GatewayError> {
+    /// Records that `id` of `kind` was handed to `tenant`: here, and in the
+    /// fleet's record when there is one, awaited. A failed write is logged and
+    /// the answer goes on: the id is then accepted on this server only.
+    pub async fn record(&self, tenant: &Arc<str>, kind: StoredKind, id: &str) {
+        if id.len() > HANDED_ID_BYTES_MAX {
+            return; // no provider id is this long: never handed, never accepted
+        }
+        self.remember(tenant, kind, id);
+        if let Some(fleet) = &self.fleet {
+            if let Err(e) = fleet.record(tenant, kind, id).await {
+                tracing::warn!(tenant = %tenant, %kind, error = %e,
+                    "gateway: a handed id was not recorded in the cluster; other servers will refuse it");
+            }
+        }
+    }
+
+    /// Whether `id` of `kind` was handed to `tenant`: by this server, or by any
+    /// server of the fleet (then remembered here too).
+    async fn handed(&self, tenant: &Arc<str>, kind: StoredKind, id: &str) -> Result<bool, GatewayError> {
+        if self.knows(tenant, kind, id) {
+            return Ok(true);
+        }
+        let Some(fleet) = &self.fleet else {
+            return Ok(false);
+        };
+        if id.len() > HANDED_ID_BYTES_MAX {
+            return Ok(false);
+        }
+        let found = fleet.handed(tenant, kind, id).await.map_err(|e| {
+            tracing::error!(error = %e, %kind, "gateway: looking up a handed id in the cluster failed");
+            GatewayError::new(
+                ErrorKind::Internal,
+                "The rate limiter's backend failed; nothing was sent upstream.",
+            )
+        })?;
+        if found {
+            self.remember(tenant, kind, id);
+        }
+        Ok(found)
+    }
+
+    /// Refuses a Responses call of `tenant` that continues a stored response or
+    /// a conversation the gateway did not hand to it, as OpenAI refuses an
+    /// unknown id. Other endpoints, and a call without the fields (or `null`),
+    /// pass; a field of the wrong type is a 400.
+    pub async fn check(
+        &self,
+        endpoint: Endpoint,
+        tenant: &Arc<str>,
+        request: &Map<String, Value>,
+    ) -> Result<(), GatewayError> {
         if endpoint != Endpoint::Responses {
             return Ok(());
         }
         match request.get("previous_response_id") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(id)) => {
+                if !self.handed(tenant, StoredKind::Response, id).await? {
+                    return Err(GatewayError::previous_response_not_found(id));
+                }
+            }
+            Some(_) => {
+                return Err(GatewayError::new(
+                    ErrorKind::InvalidRequest,
+                    "previous_response_id: must be a string.",
+                ))
+            }
+        }
+        match request.get("conversation") {
             None | Some(Value::Null) => Ok(()),
-            Some(Value::String(id)) if self.knows(tenant, id) => Ok(()),
-            Some(Value::String(id)) => Err(GatewayError::previous_response_not_found(id)),
-            Some(_) => Err(GatewayError::new(
-                ErrorKind::InvalidRequest,
-                "previous_response_id: must be a string.",
-            )),
+            Some(value) => {
+                let id = conversation_id(value).ok_or_else(|| {
+                    GatewayError::new(
+                        ErrorKind::InvalidRequest,
+                        "conversation: must be a conversation id or an object with a string `id`.",
+                    )
+                })?;
+                if self.handed(tenant, StoredKind::Conversation, id).await? {
+                    Ok(())
+                } else {
+                    Err(GatewayError::conversation_not_found(id))
+                }
+            }
         }
     }
 }
 
-/// Where the id of one tenant's answer is remembered when the answer ends whole.
+/// The id of a `conversation` value, as OpenAI accepts it in a request and
+/// gives it in a response: the id itself, or an object with its `id`.
+pub fn conversation_id(value: &Value) -> Option<&str> {
+    match value {
+        Value::String(id) => Some(id),
+        Value::Object(object) => object.get("id").and_then(Value::as_str),
+        _ => None,
+    }
+}
+
+/// Where the ids of one tenant's answer are recorded when the answer ends whole.
 #[derive(Clone)]
 pub struct RememberResponseId {
     /// The gateway's ids.
@@ -91,59 +189,17 @@ pub struct RememberResponseId {
 }
 
 impl RememberResponseId {
-    /// Remembers `id` for the tenant.
-    pub fn remember(&self, id: &str) {
-        self.ids.remember(&self.tenant, id);
+    /// Records the answer's response id and its conversation's for the tenant.
+    pub async fn record(&self, response_id: Option<&str>, conversation: Option<&Value>) {
+        if let Some(id) = response_id {
+            self.ids.record(&self.tenant, StoredKind::Response, id).await;
+        }
+        if let Some(id) = conversation.and_then(conversation_id) {
+            self.ids.record(&self.tenant, StoredKind::Conversation, id).await;
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn request(value: Value) -> Map<String, Value> {
-        value.as_object().unwrap().clone()
-    }
-
-    #[test]
-    fn each_tenant_continues_only_its_own_responses() {
-        let ids = ResponseIds::default();
-        let (acme, beta): (Arc<str>, Arc<str>) = (Arc::from("acme"), Arc::from("beta"));
-        ids.remember(&acme, "resp_a");
-        let follow = request(json!({"previous_response_id": "resp_a"}));
-        assert!(ids.check(Endpoint::Responses, "acme", &follow).is_ok());
-        let refused = ids.check(Endpoint::Responses, "beta", &follow).unwrap_err();
-        assert_eq!(refused.status().as_u16(), 400);
-        let unknown = request(json!({"previous_response_id": "resp_never"}));
-        let unknown = ids.check(Endpoint::Responses, "acme", &unknown).unwrap_err();
-        let body = |e: &GatewayError| e.body(crate::wire::error::Format::OpenAi)["error"]["code"].clone();
-        assert_eq!(
-            body(&refused),
-            body(&unknown),
-            "another's id answers like an unknown one"
-        );
-        assert!(ids
-            .check(
-                Endpoint::Responses,
-                "beta",
-                &request(json!({"previous_response_id": null}))
-            )
-            .is_ok());
-        assert!(ids.check(Endpoint::ChatCompletions, "beta", &follow).is_ok());
-        assert!(ids
-            .check(
-                Endpoint::Responses,
-                "beta",
-                &request(json!({"previous_response_id": 5}))
-            )
-            .is_err());
-        // One tenant's flood of answers never pushes out another's ids.
-        for i in 0..RESPONSE_IDS_PER_TENANT_MAX + 1 {
-            ids.remember(&beta, &format!("resp_b{i}"));
-        }
-        assert!(ids.knows("acme", "resp_a"));
-        assert!(!ids.knows("beta", "resp_b0"), "the tenant's oldest id is forgotten");
-        assert!(ids.knows("beta", &format!("resp_b{RESPONSE_IDS_PER_TENANT_MAX}")));
-    }
-}
+#[path = "response_ids_tests.rs"]
+mod tests;

@@ -35,6 +35,10 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/messages", post(endpoint(Endpoint::Messages)))
         .route("/v1/messages/count_tokens", post(endpoint(Endpoint::CountTokens)))
         .route("/v1/models", get(list_models))
+        .route(
+            super::conversations::CONVERSATIONS_PATH,
+            post(super::conversations::create_conversation),
+        )
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             gateway.clone(),
@@ -108,7 +112,7 @@ async fn serve(
             ),
         ));
     }
-    gateway.response_ids.check(endpoint, &caller.name, &object)?;
+    gateway.response_ids.check(endpoint, &caller.name, &object).await?;
     if endpoint == Endpoint::CountTokens {
         // Sent to a pool's first deployment.
         return count_tokens(&gateway, &model, &caller, &headers, bytes).await;

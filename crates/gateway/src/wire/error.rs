@@ -41,6 +41,9 @@ pub enum ErrorKind {
     /// A `previous_response_id` the gateway did not hand to this tenant: answered
     /// as OpenAI answers an unknown id.
     PreviousResponseNotFound,
+    /// A `conversation` the gateway did not hand to this tenant: answered like
+    /// an unknown conversation, whoever's it is.
+    ConversationNotFound,
     /// Denied by the gateway's limits after the wait; `budget` when the tenant's
     /// daily budget is spent (retrying the same day cannot help).
     RateLimited {
@@ -120,6 +123,16 @@ impl GatewayError {
         )
     }
 
+    /// A 404 for a conversation id this tenant was not handed: the answer of
+    /// OpenAI's Conversations API to an id it does not know; the id echoed at
+    /// most [`ECHO_BYTES_MAX`] long.
+    pub fn conversation_not_found(id: &str) -> Self {
+        Self::new(
+            ErrorKind::ConversationNotFound,
+            format!("Conversation with id '{}' not found.", echoed(id)),
+        )
+    }
+
     /// Adds a header; names and values are built by the gateway, so they are valid.
     pub fn with_header(mut self, name: impl AsRef<str>, value: String) -> Self {
         if let (Ok(name), Ok(value)) = (
@@ -143,6 +156,7 @@ impl GatewayError {
             ErrorKind::ClientTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorKind::PreviousResponseNotFound => StatusCode::BAD_REQUEST,
+            ErrorKind::ConversationNotFound => StatusCode::NOT_FOUND,
             ErrorKind::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -165,11 +179,16 @@ impl GatewayError {
                     ErrorKind::PreviousResponseNotFound => {
                         ("invalid_request_error", Some("previous_response_not_found"))
                     }
+                    ErrorKind::ConversationNotFound => ("invalid_request_error", Some("conversation_not_found")),
                     ErrorKind::RateLimited { budget: false } => ("requests", Some("rate_limit_exceeded")),
                     ErrorKind::RateLimited { budget: true } => ("insufficient_quota", Some("insufficient_quota")),
                     ErrorKind::BadGateway | ErrorKind::Timeout | ErrorKind::Internal => ("server_error", None),
                 };
-                let param = (self.kind == ErrorKind::PreviousResponseNotFound).then_some("previous_response_id");
+                let param = match self.kind {
+                    ErrorKind::PreviousResponseNotFound => Some("previous_response_id"),
+                    ErrorKind::ConversationNotFound => Some("conversation"),
+                    _ => None,
+                };
                 json!({"error": {"message": self.message, "type": kind, "param": param, "code": code}})
             }
             Format::Anthropic => {
@@ -178,6 +197,7 @@ impl GatewayError {
                     | ErrorKind::ClientTimeout
                     | ErrorKind::UnsupportedMediaType
                     | ErrorKind::PreviousResponseNotFound => "invalid_request_error",
+                    ErrorKind::ConversationNotFound => "not_found_error",
                     ErrorKind::Authentication => "authentication_error",
                     ErrorKind::PermissionDenied => "permission_error",
                     ErrorKind::ModelNotFound | ErrorKind::RouteNotFound => "not_found_error",

@@ -108,6 +108,14 @@ impl StreamUsage {
         }
     }
 
+    /// The conversation of that response, read with it (OpenAI only).
+    pub fn conversation(&self) -> Option<&serde_json::Value> {
+        match self {
+            StreamUsage::OpenAi(reader) => reader.conversation.as_ref(),
+            StreamUsage::Anthropic(_) => None,
+        }
+    }
+
     /// The final usage, once the stream ended normally.
     pub fn final_usage(&self) -> Option<Usage> {
         match self {

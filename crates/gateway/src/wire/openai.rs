@@ -169,6 +169,8 @@ pub struct StreamUsage {
     pub usage: Option<Usage>,
     /// The Responses API's id, read from the event that carried the usage.
     pub response_id: Option<String>,
+    /// The conversation of that response (its `conversation`), when it has one.
+    pub conversation: Option<Value>,
 }
 
 impl StreamUsage {
@@ -179,6 +181,7 @@ impl StreamUsage {
             drop_usage_chunk,
             usage: None,
             response_id: None,
+            conversation: None,
         }
     }
 
@@ -206,6 +209,7 @@ impl StreamUsage {
         if self.endpoint == Endpoint::Responses {
             let id = value.get("response").and_then(|r| r.get("id")).and_then(Value::as_str);
             self.response_id = id.map(str::to_owned);
+            self.conversation = value.get("response").and_then(|r| r.get("conversation")).cloned();
         }
         let usage_only = value
             .get("choices")

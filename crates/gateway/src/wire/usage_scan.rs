@@ -9,17 +9,22 @@
 //! `usage` value larger than the bound) reads as no usage: the call then keeps
 //! its whole reservation, never less than the provider counted.
 //!
-//! The top-level `id` is kept the same way, bounded by [`ID_BYTES_MAX`]: the
-//! Responses API's id, which the gateway remembers for the tenant it answered
-//! (`proxy/response_ids.rs`).
+//! The top-level `id` and `conversation` are kept the same way, bounded by
+//! [`ID_BYTES_MAX`] and [`CONVERSATION_BYTES_MAX`]: the Responses API's id and
+//! the conversation it belongs to, which the gateway remembers for the tenant
+//! it answered (`proxy/response_ids.rs`).
 
 /// The largest `usage` value kept: the providers' are a few hundred bytes.
 pub const USAGE_BYTES_MAX: usize = 64 * 1024;
 /// The largest `id` value kept (quotes included): the providers' ids are tens
 /// of bytes; a longer one reads as no id.
 pub const ID_BYTES_MAX: usize = 256;
-/// The longest key compared with `usage`; longer keys are skipped unread.
-const KEY_BYTES_MAX: usize = 8;
+/// The largest `conversation` value kept: `{"id":"conv_..."}` is tens of bytes;
+/// a longer one reads as no conversation.
+pub const CONVERSATION_BYTES_MAX: usize = 512;
+/// The longest key compared with `usage`, `id` and `conversation`; longer keys
+/// are skipped unread.
+const KEY_BYTES_MAX: usize = 12;
 /// The deepest nesting followed; a deeper answer reads as no usage.
 const DEPTH_MAX: u32 = 10_000;
 
@@ -53,12 +58,69 @@ pub struct UsageScanner {
     capturing: bool,
     captured: Vec<u8>,
     usage_seen: u32,
-    /// The same for the top-level `id`; `id_too_long` when past [`ID_BYTES_MAX`].
-    key_is_id: bool,
-    capturing_id: bool,
-    captured_id: Vec<u8>,
-    id_seen: u32,
-    id_too_long: bool,
+    /// The same for the top-level `id`, bounded by [`ID_BYTES_MAX`].
+    id: Capture,
+    /// The same for the top-level `conversation`, bounded by [`CONVERSATION_BYTES_MAX`].
+    conversation: Capture,
+}
+
+/// One top-level value kept whole when small, by its key.
+#[derive(Debug)]
+struct Capture {
+    key: &'static [u8],
+    bytes_max: usize,
+    key_matches: bool,
+    active: bool,
+    bytes: Vec<u8>,
+    seen: u32,
+    too_long: bool,
+}
+
+impl Capture {
+    fn new(key: &'static [u8], bytes_max: usize) -> Self {
+        Self {
+            key,
+            bytes_max,
+            key_matches: false,
+            active: false,
+            bytes: Vec::new(),
+            seen: 0,
+            too_long: false,
+        }
+    }
+
+    fn on_key(&mut self, key: Option<&[u8]>) {
+        self.key_matches = key == Some(self.key);
+    }
+
+    fn on_colon(&mut self) {
+        if self.key_matches {
+            self.seen += 1;
+            self.active = true;
+            self.bytes.clear();
+        }
+    }
+
+    fn keep(&mut self, byte: u8) {
+        if !self.active {
+            return;
+        }
+        if self.bytes.len() < self.bytes_max {
+            self.bytes.push(byte);
+        } else {
+            self.too_long = true;
+        }
+    }
+
+    fn end_value(&mut self) {
+        self.active = false;
+        self.key_matches = false;
+    }
+
+    /// The value's bytes when the key came once and its value fit.
+    fn value(&self) -> Option<&[u8]> {
+        (self.seen == 1 && !self.too_long).then_some(self.bytes.as_slice())
+    }
 }
 
 impl Default for UsageScanner {
@@ -73,11 +135,8 @@ impl Default for UsageScanner {
             capturing: false,
             captured: Vec::new(),
             usage_seen: 0,
-            key_is_id: false,
-            capturing_id: false,
-            captured_id: Vec::new(),
-            id_seen: 0,
-            id_too_long: false,
+            id: Capture::new(b"id", ID_BYTES_MAX),
+            conversation: Capture::new(b"conversation", CONVERSATION_BYTES_MAX),
         }
     }
 }
@@ -140,11 +199,8 @@ impl UsageScanner {
                     self.capturing = true;
                     self.captured.clear();
                 }
-                if self.key_is_id {
-                    self.id_seen += 1;
-                    self.capturing_id = true;
-                    self.captured_id.clear();
-                }
+                self.id.on_colon();
+                self.conversation.on_colon();
             }
             _ => self.value_byte(byte),
         }
@@ -165,7 +221,8 @@ impl UsageScanner {
             if in_key {
                 let key = self.key.take();
                 self.key_is_usage = key.as_deref() == Some(b"usage");
-                self.key_is_id = key.as_deref() == Some(b"id");
+                self.id.on_key(key.as_deref());
+                self.conversation.on_key(key.as_deref());
                 self.top = Top::ExpectColon;
                 return;
             }
@@ -194,13 +251,8 @@ impl UsageScanner {
     }
 
     fn keep(&mut self, byte: u8) {
-        if self.capturing_id {
-            if self.captured_id.len() < ID_BYTES_MAX {
-                self.captured_id.push(byte);
-            } else {
-                self.id_too_long = true;
-            }
-        }
+        self.id.keep(byte);
+        self.conversation.keep(byte);
         if !self.capturing {
             return;
         }
@@ -214,18 +266,28 @@ impl UsageScanner {
     fn end_value(&mut self) {
         self.capturing = false;
         self.key_is_usage = false;
-        self.capturing_id = false;
-        self.key_is_id = false;
+        self.id.end_value();
+        self.conversation.end_value();
     }
 
     /// The top-level `id` when it is a string, once the whole object has been
     /// read; `None` when in doubt, as for the usage.
     pub fn id(&self) -> Option<String> {
         let whole = self.top == Top::Done && !self.in_string;
-        if !whole || self.id_seen != 1 || self.id_too_long {
+        if !whole {
             return None;
         }
-        serde_json::from_slice::<String>(&self.captured_id).ok()
+        serde_json::from_slice::<String>(self.id.value()?).ok()
+    }
+
+    /// The top-level `conversation` (`null` or absent: none), once the whole
+    /// object has been read; `None` when in doubt.
+    pub fn conversation(&self) -> Option<serde_json::Value> {
+        let whole = self.top == Top::Done && !self.in_string;
+        if !whole {
+            return None;
+        }
+        serde_json::from_slice(self.conversation.value()?).ok()
     }
 
     /// The `usage` value's bytes, once the whole object has been read; `None`
@@ -292,6 +354,32 @@ mod tests {
             let mut scanner = UsageScanner::default();
             scanner.push(body);
             assert_eq!(scanner.id(), None, "{}", String::from_utf8_lossy(body));
+        }
+    }
+
+    #[test]
+    fn the_top_level_conversation_is_read_and_a_long_one_is_not() {
+        let body = br#"{"id":"resp_1","conversation":{"id":"conv_9"},"output":[{"conversation":"x"}]}"#;
+        for split in 0..body.len() {
+            let mut scanner = UsageScanner::default();
+            scanner.push(&body[..split]);
+            scanner.push(&body[split..]);
+            let conversation = scanner.conversation();
+            assert_eq!(
+                conversation,
+                Some(serde_json::json!({"id": "conv_9"})),
+                "split at {split}"
+            );
+            assert_eq!(scanner.id().as_deref(), Some("resp_1"));
+        }
+        let long = format!(
+            r#"{{"conversation":{{"id":"{}"}}}}"#,
+            "x".repeat(CONVERSATION_BYTES_MAX)
+        );
+        for body in [long.as_bytes(), br#"{"conversation":{"id":"a"}"#, br#"{"id":"a"}"#] {
+            let mut scanner = UsageScanner::default();
+            scanner.push(body);
+            assert_eq!(scanner.conversation(), None, "{}", String::from_utf8_lossy(body));
         }
     }
 

@@ -75,9 +75,15 @@ pub struct ConfigFields {
     /// The most work items queued for the submitter (or requests outstanding in
     /// direct mode); past it, requests are answered 503 at once.
     pub queue_depth_max: u32,
-    /// The most leases whose metadata is kept for Complete; the oldest are dropped
-    /// first and their reservations simply expire.
+    /// The most leases whose metadata is kept for Complete (docs/tigerbeetle-backend.md,
+    /// "The lease cache"): completed ones are dropped first, then live ones
+    /// whose holds all ended; a reserve finding only leases in force is refused.
     pub lease_cache_max: u32,
+    /// The share of `lease_cache_max` one owner ([`crate::LeaseOwner`]: a
+    /// client token, a gateway tenant) may hold in live leases, in percent, as
+    /// the memory backend's `lease_share_percent`: past it, its reserves are
+    /// refused with [`crate::LimiterError::TooManyLeases`].
+    pub lease_share_percent: u8,
 }
 
 impl Default for ConfigFields {
@@ -92,6 +98,7 @@ impl Default for ConfigFields {
             request_timeout_ms: 5_000,
             queue_depth_max: 65_536,
             lease_cache_max: 1_000_000,
+            lease_share_percent: crate::memory::LEASE_SHARE_PERCENT_DEFAULT,
         }
     }
 }
@@ -133,7 +140,7 @@ impl TigerBeetleConfig {
                 format!("{a:?} must be host:port or a port, without commas or spaces"),
             );
         }
-        let ranges: [(&'static str, u64, u64, u64); 6] = [
+        let ranges: [(&'static str, u64, u64, u64); 7] = [
             ("sessions", fields.sessions.into(), 1, SESSIONS_MAX.into()),
             // A work item is one lease's chain: at most 32 requirements, and
             // Complete sends at most two transfers per requirement.
@@ -167,6 +174,7 @@ impl TigerBeetleConfig {
                 1,
                 LEASE_CACHE_MAX.into(),
             ),
+            ("lease_share_percent", fields.lease_share_percent.into(), 1, 100),
         ];
         for (field, value, min, max) in ranges {
             if !(min..=max).contains(&value) {
@@ -192,6 +200,12 @@ impl TigerBeetleConfig {
     /// The addresses joined as the client library wants them.
     pub fn addresses_joined(&self) -> String {
         self.fields.addresses.join(",")
+    }
+    /// The most live leases one owner may keep in the lease cache: its share
+    /// of `lease_cache_max`, at least 1.
+    pub fn owner_leases_max(&self) -> usize {
+        let share = (self.fields.lease_cache_max as usize) * usize::from(self.fields.lease_share_percent) / 100;
+        share.max(1)
     }
     /// The validated raw settings.
     pub fn fields(&self) -> &ConfigFields {
@@ -235,6 +249,10 @@ mod tests {
         assert!(with(|f| f.request_timeout_ms = 0).is_err());
         assert!(with(|f| f.queue_depth_max = 0).is_err());
         assert!(with(|f| f.lease_cache_max = 0).is_err());
+        assert!(with(|f| f.lease_share_percent = 0).is_err());
+        assert!(with(|f| f.lease_share_percent = 101).is_err());
+        let share = with(|f| f.lease_cache_max = 8).unwrap();
+        assert_eq!(share.owner_leases_max(), 2, "25% of 8 by default");
         let big = with(|f| f.cluster_id = u128::MAX.to_string()).unwrap();
         assert_eq!(big.cluster_id(), u128::MAX);
     }

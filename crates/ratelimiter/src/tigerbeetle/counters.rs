@@ -44,8 +44,11 @@ pub struct TigerBeetleCounters {
     pub definitions_reads: u64,
     /// Leases whose metadata is kept now.
     pub leases_cached: u64,
-    /// Leases forgotten to respect `lease_cache_max`: not reconciled at Complete.
+    /// Live leases forgotten to respect `lease_cache_max`: not reconciled at Complete.
     pub lease_cache_evictions: u64,
+    /// Reserves refused because their owner held its share of the lease cache,
+    /// or the cache held only leases in force.
+    pub lease_cache_refused: u64,
     /// Denied lease ids remembered now.
     pub denied_leases: u64,
     /// Denied lease ids forgotten to respect [`super::backend::DENIED_LEASES_MAX`].
@@ -82,7 +85,7 @@ pub struct TigerBeetleCounters {
 /// counters; `_total` names are counters, the rest gauges.
 type MetricLine = (&'static str, &'static str, fn(&TigerBeetleCounters) -> u64);
 
-const METRIC_LINES: [MetricLine; 32] = [
+const METRIC_LINES: [MetricLine; 33] = [
     (
         "tigerbeetle_overage_dropped_units_total",
         "Units used above reservations and dropped (overage: none).",
@@ -192,6 +195,11 @@ const METRIC_LINES: [MetricLine; 32] = [
         "tigerbeetle_lease_cache_evictions_total",
         "Leases forgotten to respect lease_cache_max; their Completes were not reconciled.",
         |c| c.lease_cache_evictions,
+    ),
+    (
+        "tigerbeetle_lease_cache_refused_total",
+        "Reserves refused with too_many_leases: the owner held its share of lease_cache_max, or every cached lease was in force.",
+        |c| c.lease_cache_refused,
     ),
     (
         "tigerbeetle_denied_leases_remembered",

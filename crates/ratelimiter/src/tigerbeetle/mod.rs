@@ -21,6 +21,8 @@
 //!   start, the writer of each definition record).
 //! - [`directory_log`]: the gateway's tenants and keys, a log every server
 //!   of a fleet reads (docs/gateway.md, "Tenants and keys").
+//! - [`handed_id_log`]: the stored ids handed to each gateway tenant, which
+//!   every server of a fleet looks up (docs/gateway.md, "Stored responses").
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.
 
 #[cfg(feature = "tigerbeetle")]
@@ -38,6 +40,8 @@ mod definitions;
 pub mod denied_leases;
 #[cfg(feature = "tigerbeetle")]
 pub mod directory_log;
+#[cfg(feature = "tigerbeetle")]
+pub mod handed_id_log;
 #[cfg(feature = "tigerbeetle")]
 pub mod harness;
 #[cfg(feature = "tigerbeetle")]
@@ -84,6 +88,8 @@ pub use counters::TigerBeetleCounters;
 pub use definitions::DEFINITIONS_REFRESH_INTERVAL_MS;
 #[cfg(feature = "tigerbeetle")]
 pub use directory_log::TigerBeetleDirectoryStore;
+#[cfg(feature = "tigerbeetle")]
+pub use handed_id_log::TigerBeetleHandedIds;
 #[cfg(feature = "tigerbeetle")]
 pub use harness::LocalCluster;
 #[cfg(feature = "tigerbeetle")]

@@ -51,8 +51,8 @@ impl TigerBeetleBackend {
         let known = self.leases.get(lease);
         // Remembered before sending: if the outcome is unknown, Complete must still void
         // by id (pessimistic accounting, docs/tigerbeetle-backend.md, "Timeouts and
-        // 503").
-        self.leases.insert(lease, record.clone());
+        // 503"). Refused, with nothing sent, past the owner's share of the cache.
+        self.leases.admit(lease, request.owner(), record.clone(), now)?;
         let failures = match self.submit_with_refills(chain, &buckets).await {
             Ok(failures) => failures,
             Err(e) => {

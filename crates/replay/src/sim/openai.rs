@@ -1,6 +1,6 @@
 //! OpenAI's wire format in the simulator: `POST /v1/chat/completions` (streaming and
-//! not), `POST /v1/embeddings`, `POST /v1/responses` (streaming and not) and
-//! `GET /v1/models`, with OpenAI's rate-limit headers and error shape.
+//! not), `POST /v1/embeddings`, `POST /v1/responses` (streaming and not; a
+//! `conversation` is echoed), `POST /v1/conversations` and `GET /v1/models`, with OpenAI's rate-limit headers and error shape.
 //!
 //! Sources: the API reference, <https://platform.openai.com/docs/api-reference/chat/create>
 //! ("stream_options: ... include_usage: If set, an additional chunk will be streamed
@@ -351,6 +351,9 @@ struct ResponsesBody {
     stream: bool,
     #[serde(default)]
     sim_output_tokens: Option<u64>,
+    /// The conversation continued (an id, or `{"id": ...}`), echoed in the answer.
+    #[serde(default)]
+    conversation: Option<serde_json::Value>,
 }
 
 /// A string or input items (messages whose content is a string or blocks).
@@ -412,7 +415,8 @@ pub async fn responses(
         Err(response) => return *response,
     };
     let delay_ms = provider.limits().ms_per_output_token;
-    let done = response_object(&request.model, admitted.now_ms, prompt, bound, output);
+    let mut done = response_object(&request.model, admitted.now_ms, prompt, bound, output);
+    done["conversation"] = conversation_of(request.conversation.as_ref());
     if !request.stream {
         tokio::time::sleep(Duration::from_millis(delay_ms * output)).await;
         drop((admitted.slot, busy));
@@ -427,11 +431,24 @@ pub async fn responses(
     sse_response(stream, headers)
 }
 
-/// A completed `response` object with its usage.
+/// The response's `conversation`: `{"id": ...}` of the request's, else `null`
+/// (<https://platform.openai.com/docs/api-reference/responses/object>).
+fn conversation_of(requested: Option<&serde_json::Value>) -> serde_json::Value {
+    let id = match requested {
+        Some(serde_json::Value::String(id)) => Some(id.as_str()),
+        Some(object) => object.get("id").and_then(serde_json::Value::as_str),
+        None => None,
+    };
+    id.map_or(serde_json::Value::Null, |id| serde_json::json!({"id": id}))
+}
+
+/// A completed `response` object with its usage; its id unique in the process
+/// (two answers of one millisecond never share one).
 fn response_object(model: &str, now_ms: u64, prompt: u64, bound: u64, output: u64) -> serde_json::Value {
     let incomplete = output == bound;
+    let seq = server::next_object_seq();
     serde_json::json!({
-        "id": format!("resp_sim{now_ms}"), "object": "response", "created_at": now_ms / 1000,
+        "id": format!("resp_sim{now_ms}_{seq}"), "object": "response", "created_at": now_ms / 1000,
         "status": if incomplete { "incomplete" } else { "completed" },
         "incomplete_details": if incomplete { serde_json::json!({"reason": "max_output_tokens"}) } else { serde_json::Value::Null },
         "model": model, "error": null, "instructions": null, "max_output_tokens": bound,
@@ -523,4 +540,23 @@ pub async fn models(State(provider): State<Arc<ProviderServer>>) -> Json<serde_j
         .map(|id| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "provider-sim"}))
         .collect();
     Json(serde_json::json!({"object": "list", "data": data}))
+}
+
+/// `POST /v1/conversations`: a new conversation's object
+/// (<https://platform.openai.com/docs/api-reference/conversations/create>); the
+/// simulator keeps no items, so any conversation id continues.
+pub async fn create_conversation(body: Bytes) -> Response {
+    let metadata = match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(serde_json::Value::Object(request)) => request.get("metadata").cloned().unwrap_or_default(),
+        _ => return bad_request("bad request body: a JSON object is expected".to_owned()),
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let seq = server::next_object_seq();
+    Json(serde_json::json!({
+        "id": format!("conv_sim{now_ms}_{seq}"), "object": "conversation",
+        "created_at": now_ms / 1000, "metadata": metadata,
+    }))
+    .into_response()
 }

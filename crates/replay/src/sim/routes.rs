@@ -25,6 +25,7 @@ impl ProviderServer {
             .route("/v1/chat/completions", post(openai::chat_completions))
             .route("/v1/embeddings", post(openai::embeddings))
             .route("/v1/responses", post(openai::responses))
+            .route("/v1/conversations", post(openai::create_conversation))
             .route("/v1/models", get(openai::models))
             .route("/v1/messages", post(anthropic::messages))
             .route("/v1/messages/count_tokens", post(anthropic::count_tokens))

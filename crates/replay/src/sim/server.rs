@@ -101,3 +101,11 @@ pub(crate) fn limit_headers(headers: &mut HeaderMap, limits: &ProviderLimits, re
     put("x-ratelimit-remaining-requests", remaining.requests);
     put("x-ratelimit-remaining-tokens", remaining.tokens);
 }
+
+/// The sequence number of the next stored object the simulator names (a
+/// response, a conversation): ids stay unique when two are made in one
+/// millisecond, as a provider's are.
+pub fn next_object_seq() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
