@@ -41,10 +41,15 @@ pub fn read_call(object: Map<String, Value>, counter: &Counter, body: Bytes) -> 
 /// ([`Usage::billed`]) but not counted on ITPM by current models
 /// (<https://docs.anthropic.com/en/api/rate-limits>).
 fn usage_of(usage: &UsageFields) -> Usage {
+    let (cache_write_tokens, cache_write_1h_tokens) = usage.cache_writes();
     Usage {
         input_tokens: usage.input_tokens.saturating_add(usage.cache_creation_input_tokens),
         output_tokens: usage.output_tokens,
         cache_read_tokens: usage.cache_read_input_tokens,
+        cached_input_tokens: 0,
+        // Shares of the input side, priced apart by a budget in money.
+        cache_write_tokens,
+        cache_write_1h_tokens,
     }
 }
 
@@ -85,7 +90,11 @@ impl StreamUsage {
             // Cumulative counts: take the latest of each field the event carries.
             if delta.get("input_tokens").is_some() || delta.get("cache_creation_input_tokens").is_some() {
                 let latest = usage_of(&UsageFields::of_value(delta));
-                usage.input_tokens = usage.input_tokens.max(latest.input_tokens);
+                if latest.input_tokens >= usage.input_tokens {
+                    usage.input_tokens = latest.input_tokens;
+                    usage.cache_write_tokens = latest.cache_write_tokens;
+                    usage.cache_write_1h_tokens = latest.cache_write_1h_tokens;
+                }
                 usage.cache_read_tokens = usage.cache_read_tokens.max(latest.cache_read_tokens);
             }
             usage.output_tokens = number(delta, "output_tokens");
@@ -139,6 +148,43 @@ mod tests {
         assert!(reader.final_seen);
         let body = json!({"usage": {"input_tokens": 3, "output_tokens": 4, "cache_creation_input_tokens": 2}});
         assert_eq!(usage_of_body(body.to_string().as_bytes()).unwrap().input_tokens, 5);
+    }
+
+    #[test]
+    fn cache_writes_are_priced_by_their_lifetime() {
+        let body = json!({"usage": {"input_tokens": 100, "cache_creation_input_tokens": 3000,
+            "cache_creation": {"ephemeral_5m_input_tokens": 2000, "ephemeral_1h_input_tokens": 1000},
+            "cache_read_input_tokens": 6000, "output_tokens": 500}});
+        let usage = usage_of_body(body.to_string().as_bytes()).unwrap();
+        let expected = ratelimiter::price::Usage {
+            input_tokens: 100,
+            cache_read_tokens: 6_000,
+            cache_write_tokens: 2_000,
+            cache_write_1h_tokens: 1_000,
+            output_tokens: 500,
+        };
+        assert_eq!(usage.priced(), expected);
+        assert_eq!(usage.input_tokens, 3_100, "the input limit still counts every write");
+        // Without the split, every write is a 5-minute one.
+        let body = json!({"usage": {"input_tokens": 1, "cache_creation_input_tokens": 30, "output_tokens": 2}});
+        let priced = usage_of_body(body.to_string().as_bytes()).unwrap().priced();
+        assert_eq!(
+            (
+                priced.input_tokens,
+                priced.cache_write_tokens,
+                priced.cache_write_1h_tokens
+            ),
+            (1, 30, 0)
+        );
+        // A stream: message_start carries the writes; a message_delta with the output only keeps them.
+        let mut stream = StreamUsage::default();
+        let start = json!({"type": "message_start", "message": {"usage": {"input_tokens": 100,
+            "cache_creation_input_tokens": 3000, "cache_creation": {"ephemeral_5m_input_tokens": 2000,
+            "ephemeral_1h_input_tokens": 1000}, "cache_read_input_tokens": 6000, "output_tokens": 1}}});
+        let delta = json!({"type": "message_delta", "usage": {"output_tokens": 500}});
+        stream.on_event(format!("event: message_start\ndata: {start}\n\n").as_bytes());
+        stream.on_event(format!("event: message_delta\ndata: {delta}\n\n").as_bytes());
+        assert_eq!(stream.usage.unwrap().priced(), expected);
     }
 
     #[test]
