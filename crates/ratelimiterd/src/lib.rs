@@ -15,6 +15,7 @@ pub mod backend;
 pub mod body;
 pub mod cli;
 pub mod cli_directory;
+pub mod cli_spend;
 pub mod client_tokens;
 pub mod config;
 pub mod connection_table;
@@ -34,6 +35,7 @@ pub mod overload;
 pub mod server;
 pub mod shutdown;
 pub mod snapshots;
+pub mod spend_api;
 pub mod state;
 pub mod write_stall;
 

@@ -110,6 +110,9 @@ pub async fn start(config: &Config) -> Result<AppState, ServerError> {
             "gateway tenants and keys read"
         );
     }
+    if config.gateway.is_some() {
+        state.open_spend(config).map_err(ServerError::Gateway)?;
+    }
     for entry in &config.profiles {
         let profile = entry.profile().expect("profiles are validated at load");
         for definition in profile.definitions {
@@ -196,6 +199,9 @@ pub async fn start_gateway(
     let mut gateway = gateway::Gateway::new(section, state.backend().clone()).map_err(ServerError::Gateway)?;
     if let Some(directory) = state.directory() {
         gateway = gateway.with_directory(directory.clone());
+    }
+    if let Some(book) = state.spend() {
+        gateway = gateway.with_spend(book.clone(), Arc::new(ratelimiter::SystemClock::new()));
     }
     for definition in gateway.definitions() {
         state

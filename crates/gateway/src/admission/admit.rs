@@ -115,6 +115,7 @@ impl Admission {
             model,
             need,
             started,
+            spend: None,
         }
     }
 

@@ -21,6 +21,7 @@ use ratelimiter::{Actual, CompleteRequest, LeaseId, Limiter};
 
 use super::context::CallContext;
 use super::queue::ModelQueue;
+use super::spend::CallSpend;
 use crate::counting::calibration::Calibrator;
 use crate::limits::{actuals, run_if_ready, spawn_if_pending, Classes, ModelKeys, TenantKeys};
 use crate::observe::metrics::CallCounters;
@@ -93,6 +94,8 @@ pub struct CallLease {
     /// The call went on to another deployment of its pool, which charges the
     /// tenant: the tenant's keys of this lease are given back whole.
     tenant_released: bool,
+    /// What a call settled to the provider's usage records in the spend ledger.
+    spend: Option<CallSpend>,
 }
 
 /// A lease's place in its model's pool: its local load window learns when the
@@ -157,6 +160,7 @@ impl CallLease {
                 decided: false,
             },
             tenant_released: false,
+            spend: ctx.spend.clone(),
         }
     }
 
@@ -242,6 +246,12 @@ impl CallLease {
             self.counters.tokens_used.fetch_add(usage.billed(), Ordering::Relaxed);
         }
         self.log_line(used);
+        if let (Settle::Usage(usage), Some(spend)) = (self.settle, &self.spend) {
+            // Queued, never awaited: the answer does not wait for the ledger.
+            let deployment = &self.on.pool.deployments[self.on.index];
+            let on = (&*deployment.label, deployment.config.name.as_str());
+            spend.record(&self.log.tenant, &self.log.model, on, &usage);
+        }
         let request = self.complete_request(used)?;
         let limiter = self.limiter.clone();
         let queue = self.queue.clone();

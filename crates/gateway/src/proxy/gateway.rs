@@ -8,17 +8,20 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use ratelimiter::clock::Clock;
 use ratelimiter::origin::OriginPolicy;
+use ratelimiter::spend::SpendBook;
 use ratelimiter::{Backend, LimitDefinition, Limiter, ReserveOutcome, ReserveRequest, SystemClock};
 
 use super::auth::{find_tenant, presented_key, read_tenant_keys, TenantKey};
 use super::key_callers::{incorrect_key, Authorized, KeyCallers};
 use super::response_ids::ResponseIds;
 use super::upstream::{Upstream, UpstreamClient};
+use crate::admission::spend::SpendSink;
 use crate::admission::tenant_caps::TenantCaps;
 use crate::admission::{Admission, Caller, ModelEntry};
 use crate::config::GatewayConfig;
 use crate::limits::{self, Classes, TenantKeys};
 use crate::observe::metrics::GatewayMetrics;
+use crate::observe::spend_recorder::SpendRecorder;
 use crate::observe::status::{ClassStatus, ModelStatus};
 use crate::routing::Pool;
 use crate::wire::call::Endpoint;
@@ -45,6 +48,8 @@ pub struct Gateway {
     pub(super) origin: Option<OriginPolicy>,
     /// The response ids handed to each tenant (`proxy/response_ids.rs`).
     pub(super) response_ids: Arc<ResponseIds>,
+    /// Where completed calls' spend goes, when the server keeps a spend ledger.
+    pub(super) spend: Option<SpendSink>,
 }
 
 /// A limiter view of a backend (the trait object cannot be upcast on this Rust).
@@ -131,6 +136,7 @@ impl Gateway {
                 .allow_anonymous
                 .then(|| OriginPolicy::new(&config.allowed_hosts, true)),
             response_ids: Arc::new(ResponseIds::default()),
+            spend: None,
         })
     }
 
@@ -191,6 +197,15 @@ impl Gateway {
     pub fn with_directory(mut self, directory: Arc<ratelimiter::directory::Directory>) -> Self {
         let first_index = self.admission.no_tenant() + 1;
         self.key_callers = Some(KeyCallers::new(directory, first_index, self.caps_default));
+        self
+    }
+
+    /// This gateway recording every completed call's spend in `book`
+    /// (docs/gateway.md, "The spend ledger"), dated by `clock`; starts the
+    /// recorder's task on the current tokio runtime.
+    pub fn with_spend(mut self, book: Arc<dyn SpendBook>, clock: Arc<dyn Clock>) -> Self {
+        let recorder = SpendRecorder::start(book, self.metrics.spend.clone());
+        self.spend = Some(SpendSink { recorder, clock });
         self
     }
 

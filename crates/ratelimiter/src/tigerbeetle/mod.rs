@@ -21,6 +21,9 @@
 //!   start, the writer of each definition record).
 //! - [`directory_log`]: the gateway's tenants and keys, a log every server
 //!   of a fleet reads (docs/gateway.md, "Tenants and keys").
+//! - [`spend_log`]: the gateway's spend ledger, every completed call's
+//!   tokens and cost, which every server tails into sums (docs/prices.md,
+//!   "The spend ledger").
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.
 
 #[cfg(feature = "tigerbeetle")]
@@ -52,6 +55,8 @@ pub mod pool;
 pub mod server_log;
 #[cfg(feature = "tigerbeetle")]
 mod socket_table;
+#[cfg(feature = "tigerbeetle")]
+pub mod spend_log;
 #[cfg(feature = "tigerbeetle")]
 pub mod submitter;
 
@@ -86,6 +91,8 @@ pub use definitions::DEFINITIONS_REFRESH_INTERVAL_MS;
 pub use directory_log::TigerBeetleDirectoryStore;
 #[cfg(feature = "tigerbeetle")]
 pub use harness::LocalCluster;
+#[cfg(feature = "tigerbeetle")]
+pub use spend_log::TigerBeetleSpendBook;
 #[cfg(feature = "tigerbeetle")]
 pub use next_release::{NEXT_RELEASE_PAGES_MAX, NEXT_RELEASE_PAGE_TRANSFERS};
 #[cfg(feature = "tigerbeetle")]
