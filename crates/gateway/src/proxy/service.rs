@@ -115,12 +115,11 @@ async fn serve(
         return count_tokens(&gateway, &model, &caller, &headers, bytes).await;
     }
     let call = endpoint.read_call(object, &model.counter, bytes)?;
-    let kind = model.kind;
     let mut ctx = gateway
         .admission
         .context((caller, class), model, (endpoint, call), started);
     let key = authorized.key.as_ref().map(|k| k.key.id.as_str());
-    ctx.spend = (gateway.spend.clone()).map(|sink| CallSpend::new(sink, key, kind));
+    ctx.spend = (gateway.spend.clone()).map(|sink| CallSpend::new(sink, key));
     // Each deployment of the pool is tried at most once (docs/gateway.md, "Pools").
     loop {
         let lease = gateway.admission.admit(&mut ctx).await?;
