@@ -285,7 +285,7 @@ impl TigerBeetleSpendBook {
         // `exists`: a retry of an entry the cluster already holds.
         let refused = (failures.iter())
             .filter(|f| heads.binary_search(&f.index).is_ok())
-            .find(|f| f.kind() != Kind::Exists);
+            .find(|f| !matches!(f.kind(), Kind::Exists));
         match refused {
             None => Ok(()),
             Some(failure) => {
