@@ -54,11 +54,12 @@ async fn start_sim() -> SocketAddr {
 }
 
 /// An OpenAI model, an Anthropic model and a self-hosted model without a list
-/// price, with one configured tenant.
+/// price (an OpenAI-compatible server, whose rates the table cannot know), with
+/// one configured tenant.
 fn gateway_section(sim: SocketAddr) -> String {
     std::env::set_var("GATEWAY_SPEND_TEST_KEY", YAML_KEY);
     format!(
-        "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n    - {{name: simanthropic, kind: anthropic, base_url: \"http://{sim}\"}}\n    - {{name: local, kind: openai_compatible, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: claude-sonnet-4-5, upstream: simanthropic, rpm: 1000, input_tpm: 100000, output_tpm: 100000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: llama-local, upstream: local, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64}}\n  tenants:\n    - {{name: yaml-team, api_key_env: GATEWAY_SPEND_TEST_KEY}}\n"
+        "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n    - {{name: simanthropic, kind: anthropic, base_url: \"http://{sim}\"}}\n    - {{name: local, kind: openai-compatible, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: claude-sonnet-4-5, upstream: simanthropic, rpm: 1000, input_tpm: 100000, output_tpm: 100000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: llama-local, max_output_tokens_default: 64, deployments: [{{upstream: local, model: gpt-4o-mini, rpm: 1000, tpm: 1000000, concurrency: 8}}]}}\n  tenants:\n    - {{name: yaml-team, api_key_env: GATEWAY_SPEND_TEST_KEY}}\n"
     )
 }
 
@@ -185,7 +186,10 @@ async fn the_report_groups_every_call_in_json_and_csv_and_refuses_bad_parameters
     let local = chat(&client, gateway, YAML_KEY, "llama-local", 4).await;
     let totals = until_calls(&client, daemon.addr, 4).await;
     assert_eq!((totals["from"].as_str(), totals["to"].as_str()), (Some(today().as_str()), Some(today().as_str())), "today by default");
-    assert_eq!(totals["rows"][0]["usd"].to_string(), usd(gpt + sonnet), "{totals}");
+    assert_eq!(totals["rows"][0]["micro_usd"].as_u64(), Some(gpt + sonnet), "{totals}");
+    // Dollars as an exact decimal of six places, not a float's rounding.
+    let (_, raw) = admin_get(&client, daemon.addr, SPEND).await;
+    assert!(raw.contains(&format!("\"usd\":{},", usd(gpt + sonnet))), "{raw}");
     assert_eq!(totals["rows"][0]["unpriced_calls"], 1);
     assert!(gpt > 0 && sonnet > 0);
 
