@@ -49,7 +49,9 @@ async fn rows_of(book: &TigerBeetleSpendBook, tenant: &str) -> Vec<SpendRow> {
     let day = UtcDay::of_unix_ms(AT_UNIX_MS);
     let query = SpendQuery::new(day, day, vec![SpendField::Tenant, SpendField::Model]).unwrap();
     let rows = book.report(&query).await.unwrap();
-    rows.into_iter().filter(|r| r.tenant.as_deref() == Some(tenant)).collect()
+    rows.into_iter()
+        .filter(|r| r.tenant.as_deref() == Some(tenant))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,7 +104,9 @@ async fn a_retried_write_is_counted_once() {
     a.record(&records).await.unwrap();
     b.record(&records[1..]).await.unwrap();
     // A new entry beside the retries counts.
-    b.record(&[SpendRecord::new(entry(&tenant, "K", "gpt-4o", 100))]).await.unwrap();
+    b.record(&[SpendRecord::new(entry(&tenant, "K", "gpt-4o", 100))])
+        .await
+        .unwrap();
     for reader in [&a, &b] {
         let rows = rows_of(reader, &tenant).await;
         assert_eq!(

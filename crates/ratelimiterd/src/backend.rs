@@ -131,7 +131,10 @@ async fn read_spend_history(book: Arc<ratelimiter::tigerbeetle::TigerBeetleSpend
         tracing::warn!(error = %e, "reading the spend ledger failed; retrying");
         tokio::time::sleep(RETRY).await;
     }
-    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "gateway spend ledger read");
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "gateway spend ledger read"
+    );
 }
 
 /// This host's name, as the fleet's servers are listed by (docs/console.md, "Backend").

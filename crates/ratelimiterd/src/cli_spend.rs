@@ -99,9 +99,20 @@ mod tests {
     fn each_option_is_a_parameter() {
         assert_eq!(path(&["spend"]), "/v1/admin/gateway/spend");
         assert_eq!(
-            path(&["spend", "--from", "2026-11-01", "--group-by", "tenant,day", "--format", "csv"]),
+            path(&[
+                "spend",
+                "--from",
+                "2026-11-01",
+                "--group-by",
+                "tenant,day",
+                "--format",
+                "csv"
+            ]),
             "/v1/admin/gateway/spend?from=2026-11-01&group_by=tenant,day&format=csv"
         );
-        assert_eq!(path(&["spend", "--to", "a&b=c"]), "/v1/admin/gateway/spend?to=a%26b%3Dc");
+        assert_eq!(
+            path(&["spend", "--to", "a&b=c"]),
+            "/v1/admin/gateway/spend?to=a%26b%3Dc"
+        );
     }
 }

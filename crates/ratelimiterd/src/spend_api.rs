@@ -63,12 +63,15 @@ fn invalid(message: String) -> ApiError {
 fn parameters(query: Option<&str>) -> Result<Parameters, ApiError> {
     let query = query.unwrap_or("");
     if query.len() > QUERY_BYTES_MAX {
-        return Err(invalid(format!("the query string is longer than {QUERY_BYTES_MAX} bytes")));
+        return Err(invalid(format!(
+            "the query string is longer than {QUERY_BYTES_MAX} bytes"
+        )));
     }
     let mut out = Parameters::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let name = decoded(name).ok_or_else(|| invalid("the query string: a name is not percent-encoded UTF-8".to_owned()))?;
+        let name =
+            decoded(name).ok_or_else(|| invalid("the query string: a name is not percent-encoded UTF-8".to_owned()))?;
         let value = decoded(value).ok_or_else(|| invalid(format!("{name}: not percent-encoded UTF-8")))?;
         let slot = match name.as_str() {
             "from" => &mut out.from,
@@ -118,8 +121,8 @@ pub async fn gateway_spend(State(state): State<AppState>, RawQuery(query): RawQu
         Some(other) => return Err(invalid(format!("format: {other:?} is not json or csv"))),
     };
     let today = UtcDay::of_unix_ms(ratelimiter::SystemClock::new().now_unix_ms());
-    let spend_query = SpendQuery::parse(p.from.as_deref(), p.to.as_deref(), p.group_by.as_deref(), today)
-        .map_err(|e| match e {
+    let spend_query =
+        SpendQuery::parse(p.from.as_deref(), p.to.as_deref(), p.group_by.as_deref(), today).map_err(|e| match e {
             SpendError::Invalid(message) => invalid(message),
             other => ApiError::Internal(other.to_string()),
         })?;
@@ -139,7 +142,11 @@ pub async fn gateway_spend(State(state): State<AppState>, RawQuery(query): RawQu
             json_report(&spend_query, &fields, &rows),
         )
             .into_response(),
-        Format::Csv => ([(header::CONTENT_TYPE, "text/csv; charset=utf-8")], csv_report(&fields, &rows)).into_response(),
+        Format::Csv => (
+            [(header::CONTENT_TYPE, "text/csv; charset=utf-8")],
+            csv_report(&fields, &rows),
+        )
+            .into_response(),
     })
 }
 
@@ -190,7 +197,10 @@ fn json_report(query: &SpendQuery, fields: &[SpendField], rows: &[SpendRow]) -> 
         for field in fields {
             let _ = write!(out, "{}:{},", quoted(field.name()), quoted(&group_value(row, *field)));
         }
-        let values: Vec<String> = sums(row).iter().map(|(name, value)| format!("\"{name}\":{value}")).collect();
+        let values: Vec<String> = sums(row)
+            .iter()
+            .map(|(name, value)| format!("\"{name}\":{value}"))
+            .collect();
         out.push_str(&values.join(","));
         out.push('}');
     }
@@ -236,7 +246,10 @@ mod tests {
     #[test]
     fn parameters_are_known_and_given_once() {
         let p = parameters(Some("from=2026-11-01&group_by=tenant%2Cday")).unwrap();
-        assert_eq!((p.from.as_deref(), p.group_by.as_deref()), (Some("2026-11-01"), Some("tenant,day")));
+        assert_eq!(
+            (p.from.as_deref(), p.group_by.as_deref()),
+            (Some("2026-11-01"), Some("tenant,day"))
+        );
         for (query, message) in [
             ("since=2026-11-01", "since: unknown parameter"),
             ("to=2026-11-01&to=2026-11-02", "to: given twice"),

@@ -66,7 +66,14 @@ fn gateway_section(sim: SocketAddr) -> String {
 /// The gateway's address, from the server's `gateway serving gateway_addr=...` line.
 fn gateway_addr(daemon: &Daemon) -> SocketAddr {
     (daemon.logs().iter())
-        .find_map(|line| line.split("gateway_addr=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .find_map(|line| {
+            line.split("gateway_addr=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
         .expect("the gateway logs its address before the server listens")
 }
 
@@ -75,7 +82,13 @@ fn client() -> HttpClient {
 }
 
 /// Sends one request; the status and the body's text.
-async fn send(client: &HttpClient, method: hyper::Method, url: String, headers: &[(&str, &str)], body: Option<Value>) -> (u16, String) {
+async fn send(
+    client: &HttpClient,
+    method: hyper::Method,
+    url: String,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> (u16, String) {
     let mut request = hyper::Request::builder()
         .method(method)
         .uri(url)
@@ -93,7 +106,14 @@ async fn send(client: &HttpClient, method: hyper::Method, url: String, headers: 
 /// An admin GET of `path` on `server`: status and body.
 async fn admin_get(client: &HttpClient, server: SocketAddr, path: &str) -> (u16, String) {
     let bearer = format!("Bearer {ADMIN_TOKEN}");
-    send(client, hyper::Method::GET, format!("http://{server}{path}"), &[("authorization", &bearer)], None).await
+    send(
+        client,
+        hyper::Method::GET,
+        format!("http://{server}{path}"),
+        &[("authorization", &bearer)],
+        None,
+    )
+    .await
 }
 
 /// The JSON report of `query` on `server`.
@@ -111,7 +131,10 @@ async fn until_calls(client: &HttpClient, server: SocketAddr, calls: u64) -> Val
         if totals["rows"][0]["calls"].as_u64() == Some(calls) {
             return totals;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "never {calls} calls: {totals}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never {calls} calls: {totals}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -134,7 +157,14 @@ async fn chat(client: &HttpClient, gateway: SocketAddr, key: &str, model: &str, 
     let body = json!({"model": model, "max_tokens": 16, "sim_output_tokens": output_tokens,
         "messages": [{"role": "user", "content": "Hi there"}]});
     let bearer = format!("Bearer {key}");
-    let (status, text) = send(client, hyper::Method::POST, format!("http://{gateway}/v1/chat/completions"), &[("authorization", &bearer)], Some(body)).await;
+    let (status, text) = send(
+        client,
+        hyper::Method::POST,
+        format!("http://{gateway}/v1/chat/completions"),
+        &[("authorization", &bearer)],
+        Some(body),
+    )
+    .await;
     assert_eq!(status, 200, "{text}");
     serde_json::from_str(&text).unwrap()
 }
@@ -144,7 +174,14 @@ async fn message(client: &HttpClient, gateway: SocketAddr, key: &str) -> Value {
     let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "sim_output_tokens": 7,
         "messages": [{"role": "user", "content": "Hi there"}]});
     let headers = [("x-api-key", key), ("anthropic-version", "2023-06-01")];
-    let (status, text) = send(client, hyper::Method::POST, format!("http://{gateway}/v1/messages"), &headers, Some(body)).await;
+    let (status, text) = send(
+        client,
+        hyper::Method::POST,
+        format!("http://{gateway}/v1/messages"),
+        &headers,
+        Some(body),
+    )
+    .await;
     assert_eq!(status, 200, "{text}");
     serde_json::from_str(&text).unwrap()
 }
@@ -154,12 +191,29 @@ async fn directory_key(client: &HttpClient, server: SocketAddr, tenant: &str) ->
     let bearer = format!("Bearer {ADMIN_TOKEN}");
     let auth = [("authorization", bearer.as_str())];
     let url = |path: &str| format!("http://{server}{path}");
-    let (status, text) = send(client, hyper::Method::POST, url("/v1/admin/gateway/tenants"), &auth, Some(json!({"name": tenant}))).await;
+    let (status, text) = send(
+        client,
+        hyper::Method::POST,
+        url("/v1/admin/gateway/tenants"),
+        &auth,
+        Some(json!({"name": tenant})),
+    )
+    .await;
     assert_eq!(status, 201, "{text}");
-    let (status, text) = send(client, hyper::Method::POST, url("/v1/admin/gateway/keys"), &auth, Some(json!({"tenant": tenant}))).await;
+    let (status, text) = send(
+        client,
+        hyper::Method::POST,
+        url("/v1/admin/gateway/keys"),
+        &auth,
+        Some(json!({"tenant": tenant})),
+    )
+    .await;
     assert_eq!(status, 201, "{text}");
     let created: Value = serde_json::from_str(&text).unwrap();
-    (created["id"].as_str().unwrap().to_owned(), created["key"].as_str().unwrap().to_owned())
+    (
+        created["id"].as_str().unwrap().to_owned(),
+        created["key"].as_str().unwrap().to_owned(),
+    )
 }
 
 /// `micro_usd` as the report writes dollars.
@@ -180,12 +234,20 @@ async fn the_report_groups_every_call_in_json_and_csv_and_refuses_bad_parameters
     let (key_id, key) = directory_key(&client, daemon.addr, "dir-team").await;
     let mut gpt = 0;
     for output_tokens in [3, 9] {
-        gpt += billed("openai", "gpt-4o-mini", &chat(&client, gateway, YAML_KEY, "gpt-4o-mini", output_tokens).await);
+        gpt += billed(
+            "openai",
+            "gpt-4o-mini",
+            &chat(&client, gateway, YAML_KEY, "gpt-4o-mini", output_tokens).await,
+        );
     }
     let sonnet = billed("anthropic", "claude-sonnet-4-5", &message(&client, gateway, &key).await);
     let local = chat(&client, gateway, YAML_KEY, "llama-local", 4).await;
     let totals = until_calls(&client, daemon.addr, 4).await;
-    assert_eq!((totals["from"].as_str(), totals["to"].as_str()), (Some(today().as_str()), Some(today().as_str())), "today by default");
+    assert_eq!(
+        (totals["from"].as_str(), totals["to"].as_str()),
+        (Some(today().as_str()), Some(today().as_str())),
+        "today by default"
+    );
     assert_eq!(totals["rows"][0]["micro_usd"].as_u64(), Some(gpt + sonnet), "{totals}");
     // Dollars as an exact decimal of six places, not a float's rounding.
     let (_, raw) = admin_get(&client, daemon.addr, SPEND).await;
@@ -194,25 +256,71 @@ async fn the_report_groups_every_call_in_json_and_csv_and_refuses_bad_parameters
     assert!(gpt > 0 && sonnet > 0);
 
     let day = today();
-    let grouped = report(&client, daemon.addr, &format!("?from={day}&to={day}&group_by=tenant,key,model,deployment,day")).await;
+    let grouped = report(
+        &client,
+        daemon.addr,
+        &format!("?from={day}&to={day}&group_by=tenant,key,model,deployment,day"),
+    )
+    .await;
     let local_output = local["usage"]["completion_tokens"].as_u64().unwrap();
     let rows: Vec<Value> = grouped["rows"].as_array().unwrap().clone();
-    let row = |tenant: &str, model: &str| rows.iter().find(|r| r["tenant"] == tenant && r["model"] == model).unwrap_or_else(|| panic!("{grouped}")).clone();
+    let row = |tenant: &str, model: &str| {
+        rows.iter()
+            .find(|r| r["tenant"] == tenant && r["model"] == model)
+            .unwrap_or_else(|| panic!("{grouped}"))
+            .clone()
+    };
     assert_eq!(rows.len(), 3, "{grouped}");
     let dir_row = row("dir-team", "claude-sonnet-4-5");
-    assert_eq!((dir_row["key"].as_str(), dir_row["deployment"].as_str(), dir_row["day"].as_str()), (Some(key_id.as_str()), Some("simanthropic"), Some(day.as_str())));
+    assert_eq!(
+        (
+            dir_row["key"].as_str(),
+            dir_row["deployment"].as_str(),
+            dir_row["day"].as_str()
+        ),
+        (Some(key_id.as_str()), Some("simanthropic"), Some(day.as_str()))
+    );
     assert_eq!(dir_row["micro_usd"], sonnet);
     let gpt_row = row("yaml-team", "gpt-4o-mini");
-    assert_eq!((gpt_row["calls"].as_u64(), gpt_row["key"].as_str(), gpt_row["output_tokens"].as_u64()), (Some(2), Some(""), Some(12)));
+    assert_eq!(
+        (
+            gpt_row["calls"].as_u64(),
+            gpt_row["key"].as_str(),
+            gpt_row["output_tokens"].as_u64()
+        ),
+        (Some(2), Some(""), Some(12))
+    );
     let local_row = row("yaml-team", "llama-local");
-    assert_eq!((local_row["micro_usd"].as_u64(), local_row["unpriced_calls"].as_u64(), local_row["output_tokens"].as_u64()), (Some(0), Some(1), Some(local_output)));
+    assert_eq!(
+        (
+            local_row["micro_usd"].as_u64(),
+            local_row["unpriced_calls"].as_u64(),
+            local_row["output_tokens"].as_u64()
+        ),
+        (Some(0), Some(1), Some(local_output))
+    );
 
-    let (status, csv) = admin_get(&client, daemon.addr, &format!("{SPEND}?group_by=tenant,model&format=csv")).await;
+    let (status, csv) = admin_get(
+        &client,
+        daemon.addr,
+        &format!("{SPEND}?group_by=tenant,model&format=csv"),
+    )
+    .await;
     assert_eq!(status, 200, "{csv}");
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines[0], "tenant,model,calls,input_tokens,cached_tokens,output_tokens,usd,micro_usd,unpriced_calls");
+    assert_eq!(
+        lines[0],
+        "tenant,model,calls,input_tokens,cached_tokens,output_tokens,usd,micro_usd,unpriced_calls"
+    );
     assert_eq!(lines.len(), 4, "{csv}");
-    assert!(lines.iter().any(|l| l.starts_with(&format!("yaml-team,gpt-4o-mini,2,{},0,12,{},{gpt},0", gpt_row["input_tokens"], usd(gpt)))), "{csv}");
+    assert!(
+        lines.iter().any(|l| l.starts_with(&format!(
+            "yaml-team,gpt-4o-mini,2,{},0,12,{},{gpt},0",
+            gpt_row["input_tokens"],
+            usd(gpt)
+        ))),
+        "{csv}"
+    );
 
     for (query, named) in [
         ("?from=2026-02-30", "from: "),
@@ -228,10 +336,24 @@ async fn the_report_groups_every_call_in_json_and_csv_and_refuses_bad_parameters
         assert_eq!(status, 400, "{query}: {body}");
         assert!(body.contains(named), "{query}: {body}");
     }
-    let (status, _) = send(&client, hyper::Method::GET, format!("http://{}{SPEND}", daemon.addr), &[], None).await;
+    let (status, _) = send(
+        &client,
+        hyper::Method::GET,
+        format!("http://{}{SPEND}", daemon.addr),
+        &[],
+        None,
+    )
+    .await;
     assert_eq!(status, 401, "the report is an admin route");
 
-    let (status, metrics) = send(&client, hyper::Method::GET, format!("http://{}/metrics", daemon.addr), &[], None).await;
+    let (status, metrics) = send(
+        &client,
+        hyper::Method::GET,
+        format!("http://{}/metrics", daemon.addr),
+        &[],
+        None,
+    )
+    .await;
     assert_eq!(status, 200);
     let series = format!("ratelimiterd_gateway_spend_micro_usd_total{{tenant=\"yaml-team\",model=\"gpt-4o-mini\",deployment=\"sim\"}} {gpt}\n");
     assert!(metrics.contains(&series), "{metrics}");
@@ -241,13 +363,33 @@ async fn the_report_groups_every_call_in_json_and_csv_and_refuses_bad_parameters
     // The CLI prints the same report.
     let url = format!("http://{}", daemon.addr);
     let output = Command::new(BIN)
-        .args(["--url", &url, "--token", ADMIN_TOKEN, "spend", "--group-by", "tenant,model", "--format", "csv"])
+        .args([
+            "--url",
+            &url,
+            "--token",
+            ADMIN_TOKEN,
+            "spend",
+            "--group-by",
+            "tenant,model",
+            "--format",
+            "csv",
+        ])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(String::from_utf8_lossy(&output.stdout), csv);
     let output = Command::new(BIN)
-        .args(["--url", &url, "--token", ADMIN_TOKEN, "spend", "--from", &day, "--group-by", "tenant,key,model,deployment,day"])
+        .args([
+            "--url",
+            &url,
+            "--token",
+            ADMIN_TOKEN,
+            "spend",
+            "--from",
+            &day,
+            "--group-by",
+            "tenant,key,model,deployment,day",
+        ])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -298,13 +440,24 @@ mod fleet {
         let (_, key) = directory_key(&client, a.addr, "fleet-team").await;
         let mut gpt = 0;
         for (gateway, tokens) in [(gateway_addr(&a), 2), (gateway_addr(&b), 6), (gateway_addr(&b), 8)] {
-            gpt += billed("openai", "gpt-4o-mini", &chat(&client, gateway, YAML_KEY, "gpt-4o-mini", tokens).await);
+            gpt += billed(
+                "openai",
+                "gpt-4o-mini",
+                &chat(&client, gateway, YAML_KEY, "gpt-4o-mini", tokens).await,
+            );
         }
-        let sonnet = billed("anthropic", "claude-sonnet-4-5", &message(&client, gateway_addr(&a), &key).await);
+        let sonnet = billed(
+            "anthropic",
+            "claude-sonnet-4-5",
+            &message(&client, gateway_addr(&a), &key).await,
+        );
         let query = "?group_by=tenant,key,model,deployment,day";
         until_calls(&client, a.addr, 4).await;
         until_calls(&client, b.addr, 4).await;
-        let (on_a, on_b) = (report(&client, a.addr, query).await, report(&client, b.addr, query).await);
+        let (on_a, on_b) = (
+            report(&client, a.addr, query).await,
+            report(&client, b.addr, query).await,
+        );
         assert_eq!(on_a, on_b, "either server reports the fleet's calls");
         let total = report(&client, b.addr, "").await;
         assert_eq!(total["rows"][0]["micro_usd"].as_u64(), Some(gpt + sonnet), "{total}");

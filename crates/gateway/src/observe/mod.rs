@@ -5,6 +5,6 @@
 
 pub mod class_metrics;
 pub mod metrics;
-pub mod status;
 pub mod spend_metrics;
 pub mod spend_recorder;
+pub mod status;

@@ -53,7 +53,11 @@ impl SpendMetrics {
             );
         }
         for (name, help, counter) in [
-            ("spend_recorded_total", "Entries written to the spend ledger.", &self.recorded),
+            (
+                "spend_recorded_total",
+                "Entries written to the spend ledger.",
+                &self.recorded,
+            ),
             (
                 "spend_record_failures_total",
                 "Writes to the spend ledger that failed; each is retried with backoff.",
@@ -97,6 +101,7 @@ mod tests {
             cached_tokens: 0,
             output_tokens: 1,
             micro_usd,
+            unpriced: false,
         };
         metrics.add(&entry("K1", 5));
         metrics.add(&entry("K2", 7));

@@ -149,6 +149,7 @@ mod tests {
             cached_tokens: 0,
             output_tokens: 1,
             micro_usd: 3,
+            unpriced: false,
         }
     }
 
@@ -169,7 +170,10 @@ mod tests {
         let mixed = vec![SpendRecord::new(entry("")), SpendRecord::new(entry("gpt"))];
         write_batch(book.as_ref(), &mixed, &metrics).await;
         assert_eq!(
-            (metrics.recorded.load(Ordering::Relaxed), metrics.dropped.load(Ordering::Relaxed)),
+            (
+                metrics.recorded.load(Ordering::Relaxed),
+                metrics.dropped.load(Ordering::Relaxed)
+            ),
             (3, 1)
         );
     }

@@ -92,8 +92,8 @@ pub use directory_log::TigerBeetleDirectoryStore;
 #[cfg(feature = "tigerbeetle")]
 pub use harness::LocalCluster;
 #[cfg(feature = "tigerbeetle")]
-pub use spend_log::TigerBeetleSpendBook;
-#[cfg(feature = "tigerbeetle")]
 pub use next_release::{NEXT_RELEASE_PAGES_MAX, NEXT_RELEASE_PAGE_TRANSFERS};
 #[cfg(feature = "tigerbeetle")]
 pub use server_log::ServerIdentity;
+#[cfg(feature = "tigerbeetle")]
+pub use spend_log::TigerBeetleSpendBook;

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tigerbeetle_unofficial as tb;
 
-use crate::spend::{SpendBook, SpendEntry, SpendError, SpendQuery, SpendRecord, SpendRow, SpendSums};
 use crate::spend::SPEND_NAME_BYTES_MAX;
+use crate::spend::{SpendBook, SpendEntry, SpendError, SpendQuery, SpendRecord, SpendRow, SpendSums};
 use crate::{id128, LimiterError};
 
 use super::backend::TigerBeetleBackend;
@@ -306,7 +306,11 @@ impl SpendBook for TigerBeetleSpendBook {
             record.entry.validate()?;
         }
         if !self.accounts_ready.load(Ordering::Acquire) {
-            (self.backend.create_accounts_checked(spend_accounts(), "spend ledger").await).map_err(unavailable)?;
+            (self
+                .backend
+                .create_accounts_checked(spend_accounts(), "spend ledger")
+                .await)
+                .map_err(unavailable)?;
             self.accounts_ready.store(true, Ordering::Release);
         }
         for batch in records.chunks(RECORD_BATCH_MAX) {
@@ -385,7 +389,12 @@ mod tests {
         let a = stamped(encode(&record("acme", "K1")), 10);
         let (first, rest) = a.split_at(1);
         tail.consume(first, &malformed);
-        let query = SpendQuery::new(crate::spend::UtcDay::of_unix_ms(1_795_824_000_123), crate::spend::UtcDay::of_unix_ms(1_795_824_000_123), Vec::new()).unwrap();
+        let query = SpendQuery::new(
+            crate::spend::UtcDay::of_unix_ms(1_795_824_000_123),
+            crate::spend::UtcDay::of_unix_ms(1_795_824_000_123),
+            Vec::new(),
+        )
+        .unwrap();
         assert!(tail.sums.report(&query).is_empty(), "half a chain counts nothing");
         tail.consume(rest, &malformed);
         let mut bad = stamped(encode(&record("acme", "K2")), 20);
