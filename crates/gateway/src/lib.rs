@@ -15,8 +15,8 @@
 //! - [`wire`]: the providers' APIs: endpoints, the request, OpenAI and Anthropic, SSE, usage, error shapes.
 //! - [`limits`]: the keys, what a call requires and completes, classes' ceilings, the reservation guard.
 //! - [`routing`]: a model's deployments and their state, the pool, the order, breaker, pause.
-//! - [`observe`]: metrics, their Prometheus text, the console's views.
-//! - [`admission`]: the model entry, the per-call context, the fair queue, admit, tenant caps, the call's lease.
+//! - [`observe`]: metrics, their Prometheus text, the console's views, the spend recorder.
+//! - [`admission`]: the model entry, the per-call context, the fair queue, admit, tenant caps, the call's lease, its spend.
 //! - [`proxy`]: building the gateway, the service, forwarding and failover, the answer, bodies, upstream client, headers, auth.
 
 #![warn(missing_docs)]

@@ -35,6 +35,7 @@ fn call(at_unix_ms: u64, tenant: &str, key: &str, model: &str, micro_usd: u64) -
         cached_tokens: 10,
         output_tokens: 20,
         micro_usd,
+        unpriced: false,
     }
 }
 
@@ -224,4 +225,34 @@ fn child_appends_until_killed() {
         writeln!(out, "acked {i}").unwrap();
         out.flush().unwrap();
     }
+}
+
+#[tokio::test]
+async fn the_book_records_batches_and_counts_unpriced_calls_apart() {
+    use ratelimiter::spend::{SpendBook, SpendRecord};
+    let path = temp_file("book");
+    let ledger = SpendLedger::open(&path).unwrap();
+    let free = SpendEntry {
+        micro_usd: 0,
+        unpriced: true,
+        ..call(SAT_MS, "acme", "", "llama-local", 0)
+    };
+    let batch = [call(SAT_MS, "acme", "", "llama-local", 5), free];
+    let records: Vec<SpendRecord> = batch.iter().cloned().map(SpendRecord::new).collect();
+    ledger.record(&records).await.unwrap();
+    // A bad entry refuses its whole batch: nothing of it is written.
+    let bad = SpendRecord::new(SpendEntry {
+        tenant: String::new(),
+        ..batch[0].clone()
+    });
+    let error = ledger.record(&[records[0].clone(), bad]).await.unwrap_err();
+    assert!(error.to_string().contains("tenant: must not be empty"), "{error}");
+    let expected = vec![SpendRow {
+        unpriced_calls: 1,
+        ..row(2, 5)
+    }];
+    let whole = query("2026-11-28", "2026-11-28", &[]);
+    assert_eq!(ledger.report(&whole).await.unwrap(), expected);
+    let reopened = SpendLedger::open(&path).unwrap();
+    assert_eq!(reopened.query(&whole), expected, "the flag survives a reopen");
 }

@@ -26,6 +26,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/admin/gateway/classes", get(admin::gateway_classes))
         .route("/v1/admin/servers", get(admin::fleet_servers))
         .merge(directory_routes(&state))
+        .merge(spend_routes(&state))
         .route_layer(from_fn_with_state(state.auth().clone(), auth::require_admin));
     let mut api = client.merge(admin);
     if state.echo_route() {
@@ -56,6 +57,14 @@ fn directory_routes(state: &AppState) -> Router<AppState> {
         .route("/v1/admin/gateway/keys/{id}", get(d::get_key).delete(d::revoke_key))
         .route("/v1/admin/gateway/keys/{id}/rotate", post(d::rotate_key))
         .route_layer(from_fn_with_state(state.clone(), d::served))
+}
+
+/// The gateway's spend report (docs/http-api.md, "Spend").
+fn spend_routes(state: &AppState) -> Router<AppState> {
+    use crate::spend_api as s;
+    Router::new()
+        .route("/v1/admin/gateway/spend", get(s::gateway_spend))
+        .route_layer(from_fn_with_state(state.clone(), s::served))
 }
 
 async fn not_found(method: Method, OriginalUri(uri): OriginalUri) -> Response {

@@ -26,6 +26,9 @@ pub struct SelectedBackend {
     /// Where the gateway's servers share the stored ids they hand to tenants
     /// (TigerBeetle's cluster); `None`: each server remembers its own.
     pub handed_ids: Option<Arc<dyn ratelimiter::handed_ids::HandedIdStore>>,
+    /// Where the gateway's spend is kept when the backend keeps it (the
+    /// cluster); `None`: a file beside the registry.
+    pub spend_book: Option<Arc<dyn ratelimiter::spend::SpendBook>>,
 }
 
 impl SelectedBackend {
@@ -38,6 +41,7 @@ impl SelectedBackend {
             snapshots: None,
             directory_store: None,
             handed_ids: None,
+            spend_book: None,
         }
     }
 
@@ -55,6 +59,7 @@ impl SelectedBackend {
             snapshots: Some(snapshots),
             directory_store: None,
             handed_ids: None,
+            spend_book: None,
         }
     }
 }
@@ -112,11 +117,31 @@ async fn build_tigerbeetle(config: &Config) -> Result<SelectedBackend, String> {
         backend.clone(),
     ));
     let handed_ids = Arc::new(ratelimiter::tigerbeetle::TigerBeetleHandedIds::new(backend.clone()));
+    let spend_book = Arc::new(ratelimiter::tigerbeetle::TigerBeetleSpendBook::new(backend.clone()));
+    tokio::spawn(read_spend_history(spend_book.clone()));
     Ok(SelectedBackend {
         directory_store: Some(directory_store),
         handed_ids: Some(handed_ids),
+        spend_book: Some(spend_book),
         ..SelectedBackend::of(backend)
     })
+}
+
+/// Reads the fleet's spend ledger once at start, retrying while the cluster
+/// is away, so the first report does not read the history.
+#[cfg(feature = "tigerbeetle")]
+async fn read_spend_history(book: Arc<ratelimiter::tigerbeetle::TigerBeetleSpendBook>) {
+    /// Between two tries while the cluster does not answer.
+    const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+    let started = std::time::Instant::now();
+    while let Err(e) = book.read_history().await {
+        tracing::warn!(error = %e, "reading the spend ledger failed; retrying");
+        tokio::time::sleep(RETRY).await;
+    }
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "gateway spend ledger read"
+    );
 }
 
 /// This host's name, as the fleet's servers are listed by (docs/console.md, "Backend").

@@ -112,6 +112,9 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::cli_directory::KeysCommand,
     },
+    /// The gateway's spend on a running server, summed over days and grouped;
+    /// prints the report in JSON or CSV.
+    Spend(crate::cli_spend::SpendArgs),
     /// Try one reservation on a running server; prints the answer. Exit 0 when
     /// allowed, 3 when denied, 1 on error.
     Reserve {
@@ -312,6 +315,10 @@ pub async fn run_client(command: Command, remote: &Remote) -> Result<ExitCode, S
         Command::Keys { command } => {
             let request = crate::cli_directory::keys_request(&command);
             crate::cli_directory::run(&remote.client()?, request).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Spend(args) => {
+            crate::cli_spend::run(&remote.client()?, &args).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Reserve {

@@ -117,6 +117,9 @@ pub async fn start(config: &Config) -> Result<AppState, ServerError> {
     if defined > 0 {
         tracing::info!(defined, "gateway: missing tenant limits defined at start");
     }
+    if config.gateway.is_some() {
+        state.open_spend(config).map_err(ServerError::Gateway)?;
+    }
     for entry in &config.profiles {
         let profile = entry.profile().expect("profiles are validated at load");
         for definition in profile.definitions {
@@ -207,6 +210,9 @@ pub async fn start_gateway(
     }
     if let Some(handed_ids) = state.handed_ids() {
         gateway = gateway.with_handed_ids(handed_ids.clone());
+    }
+    if let Some(book) = state.spend() {
+        gateway = gateway.with_spend(book.clone(), Arc::new(ratelimiter::SystemClock::new()));
     }
     for definition in gateway.definitions() {
         state

@@ -8,6 +8,7 @@ use ratelimiter::admin::Admin;
 use ratelimiter::directory::{Directory, DirectoryStore};
 use ratelimiter::metrics::BackendMetrics;
 use ratelimiter::registry::Registry;
+use ratelimiter::spend::{spend_path, SpendBook, SpendLedger};
 use ratelimiter::Backend;
 use tokio::sync::Semaphore;
 
@@ -58,6 +59,10 @@ struct Shared {
     gateway_scope: GatewayScope,
     /// Where the gateway shares the stored ids it hands to tenants with the fleet.
     handed_ids: Option<Arc<dyn ratelimiter::handed_ids::HandedIdStore>>,
+    /// The book of the gateway's spend the backend keeps (the cluster), until
+    /// [`AppState::open_spend`] opens the server's.
+    spend_book: std::sync::Mutex<Option<Arc<dyn SpendBook>>>,
+    spend: std::sync::OnceLock<Arc<dyn SpendBook>>,
 }
 
 impl AppState {
@@ -88,6 +93,8 @@ impl AppState {
                 directory: std::sync::OnceLock::new(),
                 gateway_scope: GatewayScope::of(config),
                 handed_ids: selected.handed_ids,
+                spend_book: std::sync::Mutex::new(selected.spend_book),
+                spend: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -181,6 +188,24 @@ impl AppState {
         let store = self.shared.directory_store.lock().expect("directory store lock").take();
         let directory = crate::directory_setup::open(config, store, clock).await?;
         let _ = self.shared.directory.set(directory);
+        Ok(())
+    }
+    /// The gateway's spend ledger, once [`AppState::open_spend`] opened it.
+    pub fn spend(&self) -> Option<&Arc<dyn SpendBook>> {
+        self.shared.spend.get()
+    }
+    /// Opens the gateway's spend ledger (docs/gateway.md, "The spend ledger"):
+    /// the backend's when it keeps one (the cluster), else the file beside
+    /// `config`'s registry, read whole; once (a second call changes nothing).
+    pub fn open_spend(&self, config: &Config) -> Result<(), String> {
+        if self.spend().is_some() {
+            return Ok(());
+        }
+        let book = match self.shared.spend_book.lock().expect("spend book lock").take() {
+            Some(book) => book,
+            None => Arc::new(SpendLedger::open(spend_path(&config.registry.path))?) as Arc<dyn SpendBook>,
+        };
+        let _ = self.shared.spend.set(book);
         Ok(())
     }
 }

@@ -119,6 +119,7 @@ impl Admission {
             model,
             need,
             started,
+            spend: None,
         }
     }
 

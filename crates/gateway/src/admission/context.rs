@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::entry::{Caller, ModelEntry};
+use super::spend::CallSpend;
 use crate::observe::class_metrics::ClassCounters;
 use crate::observe::key_usage::KeyCall;
 use crate::observe::metrics::CallCounters;
@@ -35,6 +36,9 @@ pub struct CallContext {
     pub need: Need,
     /// When the call arrived.
     pub started: Instant,
+    /// What the call records in the spend ledger once it completes; `None`
+    /// when the server keeps no ledger.
+    pub spend: Option<CallSpend>,
 }
 
 impl CallContext {

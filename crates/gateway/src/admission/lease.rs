@@ -21,6 +21,7 @@ use ratelimiter::{Actual, CompleteRequest, LeaseId, Limiter};
 
 use super::context::CallContext;
 use super::queue::ModelQueue;
+use super::spend::CallSpend;
 use crate::counting::calibration::Calibrator;
 use crate::limits::{
     actuals, billed_of, caller_budget_releases, run_if_ready, spawn_if_pending, Classes, ModelKeys, TenantKeys,
@@ -98,6 +99,8 @@ pub struct CallLease {
     /// The call went on to another deployment of its pool, which charges the
     /// tenant: the tenant's keys of this lease are given back whole.
     tenant_released: bool,
+    /// What a call settled to the provider's usage records in the spend ledger.
+    spend: Option<CallSpend>,
     /// What the call completed as, once it has ([`CallLease::completed`]).
     completed: Option<Completed>,
 }
@@ -186,6 +189,7 @@ impl CallLease {
                 decided: false,
             },
             tenant_released: false,
+            spend: ctx.spend.clone(),
             completed: None,
         }
     }
@@ -282,6 +286,10 @@ impl CallLease {
         }
         self.completed = Some(self.completion(used));
         self.log_line(used);
+        if let (Settle::Usage(_), Some(spend), Some(completed)) = (self.settle, &self.spend, &self.completed) {
+            // Queued, never awaited: the answer does not wait for the ledger.
+            spend.record(completed);
+        }
         let request = self.complete_request(used)?;
         let limiter = self.limiter.clone();
         let queue = self.queue.clone();

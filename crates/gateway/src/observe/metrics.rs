@@ -81,6 +81,8 @@ pub struct GatewayMetrics {
     deployments: RwLock<Vec<Arc<DeploymentState>>>,
     /// Per (model, class).
     pub classes: super::class_metrics::ClassMetrics,
+    /// The spend recorded in the spend ledger.
+    pub spend: Arc<super::spend_metrics::SpendMetrics>,
 }
 
 /// The tenant label of calls without a tenant (a gateway without keys).
@@ -211,6 +213,7 @@ impl GatewayMetrics {
     pub fn render(&self, out: &mut String) {
         self.render_deployments(out);
         self.classes.render(out);
+        self.spend.render(out);
         let calls = self.calls.read().expect("metrics lock");
         let mut pairs: Vec<_> = calls.iter().collect();
         pairs.sort_by(|a, b| a.0.cmp(b.0));

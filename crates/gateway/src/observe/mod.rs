@@ -1,8 +1,11 @@
 //! What an operator sees: the gateway's metrics per (model, tenant), per
 //! (model, class) and per deployment, each directory key's calls today, in the Prometheus text format, and the
-//! console's views of each model and class right now.
+//! console's views of each model and class right now; the spend recorded in the
+//! spend ledger, and the recorder that writes it off the calls' path.
 
 pub mod class_metrics;
 pub mod key_usage;
 pub mod metrics;
+pub mod spend_metrics;
+pub mod spend_recorder;
 pub mod status;

@@ -8,18 +8,21 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use ratelimiter::clock::Clock;
 use ratelimiter::origin::OriginPolicy;
+use ratelimiter::spend::SpendBook;
 use ratelimiter::{Backend, LimitDefinition, Limiter, ReserveOutcome, ReserveRequest, SystemClock};
 
 use super::auth::{find_tenant, presented_key, read_tenant_keys, TenantKey};
 use super::key_callers::{incorrect_key, Authorized, KeyCallers, TenantLimits};
 use super::response_ids::ResponseIds;
 use super::upstream::{Upstream, UpstreamClient};
+use crate::admission::spend::SpendSink;
 use crate::admission::tenant_caps::TenantCaps;
 use crate::admission::{Admission, Caller, ModelEntry};
 use crate::config::GatewayConfig;
 use crate::limits::{self, Classes, TenantKeys};
 use crate::observe::key_usage::{KeyCall, KeyUsage};
 use crate::observe::metrics::GatewayMetrics;
+use crate::observe::spend_recorder::SpendRecorder;
 use crate::observe::status::{ClassStatus, ModelStatus};
 use crate::routing::Pool;
 use crate::wire::call::Endpoint;
@@ -51,6 +54,8 @@ pub struct Gateway {
     pub(super) origin: Option<OriginPolicy>,
     /// The response ids handed to each tenant (`proxy/response_ids.rs`).
     pub(super) response_ids: Arc<ResponseIds>,
+    /// Where completed calls' spend goes, when the server keeps a spend ledger.
+    pub(super) spend: Option<SpendSink>,
 }
 
 /// A limiter view of a backend (the trait object cannot be upcast on this Rust).
@@ -140,6 +145,7 @@ impl Gateway {
                 .allow_anonymous
                 .then(|| OriginPolicy::new(&config.allowed_hosts, true)),
             response_ids: Arc::new(ResponseIds::default()),
+            spend: None,
         })
     }
 
@@ -228,6 +234,15 @@ impl Gateway {
     /// responses"): before any call is served.
     pub fn with_handed_ids(mut self, fleet: Arc<dyn ratelimiter::handed_ids::HandedIdStore>) -> Self {
         self.response_ids = Arc::new(ResponseIds::shared(fleet));
+        self
+    }
+
+    /// This gateway recording every completed call's spend in `book`
+    /// (docs/gateway.md, "The spend ledger"), dated by `clock`; starts the
+    /// recorder's task on the current tokio runtime.
+    pub fn with_spend(mut self, book: Arc<dyn SpendBook>, clock: Arc<dyn Clock>) -> Self {
+        let recorder = SpendRecorder::start(book, self.metrics.spend.clone());
+        self.spend = Some(SpendSink { recorder, clock });
         self
     }
 

@@ -17,6 +17,7 @@ use super::body::{read_body, read_upstream_body};
 use super::forward::{answer, credentials_refused, forward, upstream_error, Forwarded};
 use super::gateway::Gateway;
 use super::key_callers::Authorized;
+use crate::admission::spend::CallSpend;
 use crate::admission::tenant_caps::HoldingBody;
 use crate::admission::{Caller, ModelEntry};
 use crate::wire::call::{model_name, parse_object, Endpoint};
@@ -122,6 +123,8 @@ async fn serve(
         .admission
         .context((caller, class), model, (endpoint, call), started);
     ctx.key_call = authorized.key.as_ref().map(|k| gateway.key_call(&k.key.id));
+    let key = authorized.key.as_ref().map(|k| k.key.id.as_str());
+    ctx.spend = (gateway.spend.clone()).map(|sink| CallSpend::new(sink, key));
     // Each deployment of the pool is tried at most once (docs/gateway.md, "Pools").
     loop {
         let lease = gateway.admission.admit(&mut ctx).await?;

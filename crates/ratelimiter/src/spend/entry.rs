@@ -35,6 +35,10 @@ pub struct SpendEntry {
     pub output_tokens: u64,
     /// The billed cost, in micro-dollars.
     pub micro_usd: u64,
+    /// True when the call's model has no known price: `micro_usd` is 0 for want
+    /// of one, not because the call was free (a report counts these calls apart).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unpriced: bool,
 }
 
 impl SpendEntry {
@@ -78,6 +82,7 @@ mod tests {
             cached_tokens: 0,
             output_tokens: 1,
             micro_usd: 13,
+            unpriced: false,
         }
     }
 

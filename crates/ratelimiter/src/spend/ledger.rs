@@ -6,13 +6,12 @@
 //! day, tenant, key, model and deployment are kept in memory, so a report reads
 //! no file and its cost grows with the groups, not the calls.
 
-use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use super::{SpendEntry, SpendError, SpendField, SpendQuery, SpendRow, UtcDay};
+use super::{SpendEntry, SpendError, SpendQuery, SpendRow, SpendSums};
 
 /// The file's name, in the registry's directory: one directory holds everything
 /// a server keeps.
@@ -30,45 +29,12 @@ pub fn spend_path(registry_path: &Path) -> PathBuf {
     }
 }
 
-/// The finest group: what the sums are kept by.
-type GroupKey = (UtcDay, String, String, String, String);
-
-/// The sums of a group's calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Totals {
-    calls: u64,
-    input_tokens: u64,
-    cached_tokens: u64,
-    output_tokens: u64,
-    micro_usd: u64,
-}
-
-impl Totals {
-    /// Adds `other`, saturating: a sum is a report, never a balance that wraps.
-    fn add(&mut self, other: &Totals) {
-        self.calls = self.calls.saturating_add(other.calls);
-        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
-        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
-        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
-        self.micro_usd = self.micro_usd.saturating_add(other.micro_usd);
-    }
-
-    fn of(entry: &SpendEntry) -> Self {
-        Self {
-            calls: 1,
-            input_tokens: entry.input_tokens,
-            cached_tokens: entry.cached_tokens,
-            output_tokens: entry.output_tokens,
-            micro_usd: entry.micro_usd,
-        }
-    }
-}
-
-/// The ledger: its file and the sums of every entry in it.
-#[derive(Debug)]
+/// The ledger: its file and the sums of every entry in it. A clone is the same
+/// ledger (so a blocking append can move to a thread of its own).
+#[derive(Debug, Clone)]
 pub struct SpendLedger {
     path: PathBuf,
-    state: Mutex<LedgerState>,
+    state: Arc<Mutex<LedgerState>>,
 }
 
 #[derive(Debug)]
@@ -78,7 +44,7 @@ struct LedgerState {
     /// Set when a failed append could not be cut back: nothing more is written
     /// until a restart cuts the torn line.
     broken: bool,
-    totals: BTreeMap<GroupKey, Totals>,
+    sums: SpendSums,
 }
 
 impl SpendLedger {
@@ -94,14 +60,14 @@ impl SpendLedger {
             Err(e) => return Err(fail(&e)),
             Ok(file) => Some(file),
         };
-        let mut totals = BTreeMap::new();
+        let mut sums = SpendSums::default();
         let mut whole = 0u64;
         if let Some(file) = file {
             let length = file.metadata().map_err(|e| fail(&e))?.len();
             if length > SPEND_FILE_BYTES_MAX {
                 return Err(fail(&format!("larger than {SPEND_FILE_BYTES_MAX} bytes")));
             }
-            whole = read_entries(BufReader::new(file), &mut totals).map_err(|e| fail(&e))?;
+            whole = read_entries(BufReader::new(file), &mut sums).map_err(|e| fail(&e))?;
             if whole < length {
                 tracing::warn!(ledger = %name, torn_bytes = length - whole,
                     "the spend ledger's last entry was cut by a crash before it was acknowledged; dropped");
@@ -113,11 +79,11 @@ impl SpendLedger {
         }
         Ok(Self {
             path,
-            state: Mutex::new(LedgerState {
+            state: Arc::new(Mutex::new(LedgerState {
                 length_bytes: whole,
                 broken: false,
-                totals,
-            }),
+                sums,
+            })),
         })
     }
 
@@ -130,21 +96,33 @@ impl SpendLedger {
     /// and synced before this returns, then counted in the sums. Blocking file
     /// I/O: call it off an async runtime's worker threads (`spawn_blocking`).
     pub fn append(&self, entry: &SpendEntry) -> Result<(), SpendError> {
-        entry.validate()?;
-        let mut line = serde_json::to_vec(entry).expect("an entry serializes");
-        line.push(b'\n');
+        self.append_all(std::slice::from_ref(entry))
+    }
+
+    /// Records `entries` together: all validated first (one bad entry refuses
+    /// them all, and nothing is written), written in one write and synced once,
+    /// then counted: the cost of a sync shared by a batch. On an error none of
+    /// them is in the ledger, so retrying the batch counts each entry once.
+    pub fn append_all(&self, entries: &[SpendEntry]) -> Result<(), SpendError> {
+        let mut lines = Vec::new();
+        for entry in entries {
+            entry.validate()?;
+            serde_json::to_writer(&mut lines, entry).expect("an entry serializes");
+            lines.push(b'\n');
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
         let mut state = self.state.lock().expect("the spend ledger's lock is never poisoned");
         if state.broken {
             return Err(self.not_persisted(
                 "a failed write could not be cut back; restart the server to repair the file".to_owned(),
             ));
         }
-        self.append_line(&mut state, &line)?;
-        state
-            .totals
-            .entry(group_key(entry))
-            .or_default()
-            .add(&Totals::of(entry));
+        self.append_line(&mut state, &lines)?;
+        for entry in entries {
+            state.sums.add(entry);
+        }
         Ok(())
     }
 
@@ -153,33 +131,7 @@ impl SpendLedger {
     /// day); no row for a group without calls.
     pub fn query(&self, query: &SpendQuery) -> Vec<SpendRow> {
         let state = self.state.lock().expect("the spend ledger's lock is never poisoned");
-        let start = (query.from(), String::new(), String::new(), String::new(), String::new());
-        let mut groups: BTreeMap<SpendRow, Totals> = BTreeMap::new();
-        for ((day, tenant, key, model, deployment), totals) in state.totals.range(start..) {
-            if *day > query.to() {
-                break;
-            }
-            let pick = |field, value: &String| query.groups_by(field).then(|| value.clone());
-            let group = SpendRow {
-                tenant: pick(SpendField::Tenant, tenant),
-                key: pick(SpendField::Key, key),
-                model: pick(SpendField::Model, model),
-                deployment: pick(SpendField::Deployment, deployment),
-                day: query.groups_by(SpendField::Day).then_some(*day),
-                ..SpendRow::default()
-            };
-            groups.entry(group).or_default().add(totals);
-        }
-        (groups.into_iter())
-            .map(|(group, t)| SpendRow {
-                calls: t.calls,
-                input_tokens: t.input_tokens,
-                cached_tokens: t.cached_tokens,
-                output_tokens: t.output_tokens,
-                micro_usd: t.micro_usd,
-                ..group
-            })
-            .collect()
+        state.sums.report(query)
     }
 
     fn append_line(&self, state: &mut LedgerState, line: &[u8]) -> Result<(), SpendError> {
@@ -216,7 +168,7 @@ impl SpendLedger {
 
 /// Reads every whole line of `reader` into `totals`; returns the length of the
 /// whole lines (a last line without its newline was torn and is not read).
-fn read_entries(mut reader: impl BufRead, totals: &mut BTreeMap<GroupKey, Totals>) -> Result<u64, String> {
+fn read_entries(mut reader: impl BufRead, sums: &mut SpendSums) -> Result<u64, String> {
     let (mut whole, mut number) = (0u64, 0u64);
     let mut line = Vec::new();
     loop {
@@ -228,20 +180,9 @@ fn read_entries(mut reader: impl BufRead, totals: &mut BTreeMap<GroupKey, Totals
         number += 1;
         let entry: SpendEntry = serde_json::from_slice(&line).map_err(|e| format!("line {number}: {e}"))?;
         entry.validate().map_err(|e| format!("line {number}: {e}"))?;
-        totals.entry(group_key(&entry)).or_default().add(&Totals::of(&entry));
+        sums.add(&entry);
         whole += read as u64;
     }
-}
-
-/// The finest group of `entry`: its day in UTC and its names.
-fn group_key(entry: &SpendEntry) -> GroupKey {
-    (
-        UtcDay::of_unix_ms(entry.at_unix_ms),
-        entry.tenant.clone(),
-        entry.key.clone(),
-        entry.model.clone(),
-        entry.deployment.clone(),
-    )
 }
 
 fn sync_parent(path: &Path) -> std::io::Result<()> {

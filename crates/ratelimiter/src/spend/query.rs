@@ -169,6 +169,8 @@ pub struct SpendRow {
     pub output_tokens: u64,
     /// The billed cost, in micro-dollars.
     pub micro_usd: u64,
+    /// Calls of a model without a known price, counted in `calls` at $0.
+    pub unpriced_calls: u64,
 }
 
 #[cfg(test)]

@@ -23,6 +23,9 @@
 //!   of a fleet reads (docs/gateway.md, "Tenants and keys").
 //! - [`handed_id_log`]: the stored ids handed to each gateway tenant, which
 //!   every server of a fleet looks up (docs/gateway.md, "Stored responses").
+//! - [`spend_log`]: the gateway's spend ledger, every completed call's
+//!   tokens and cost, which every server tails into sums (docs/prices.md,
+//!   "The spend ledger").
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.
 
 #[cfg(feature = "tigerbeetle")]
@@ -56,6 +59,8 @@ pub mod pool;
 pub mod server_log;
 #[cfg(feature = "tigerbeetle")]
 mod socket_table;
+#[cfg(feature = "tigerbeetle")]
+pub mod spend_log;
 #[cfg(feature = "tigerbeetle")]
 pub mod submitter;
 
@@ -96,3 +101,5 @@ pub use harness::LocalCluster;
 pub use next_release::{NEXT_RELEASE_PAGES_MAX, NEXT_RELEASE_PAGE_TRANSFERS};
 #[cfg(feature = "tigerbeetle")]
 pub use server_log::ServerIdentity;
+#[cfg(feature = "tigerbeetle")]
+pub use spend_log::TigerBeetleSpendBook;
