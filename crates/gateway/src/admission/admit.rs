@@ -12,13 +12,16 @@ use ratelimiter::{
     Backend, CompleteRequest, Denial, LeaseId, LimitKey, Limiter, LimiterError, Requirement, ReserveRequest,
 };
 
+use super::budget::{budget_refusal, budget_spent, refusal_headers, worst_case_of};
 use super::context::CallContext;
 use super::entry::{Caller, ModelEntry};
 use super::lease::CallLease;
 #[cfg(doc)]
 use super::queue::ModelQueue;
 use super::queue::PUMP_SLEEP_MAX_MS;
-use crate::limits::{denial_key, is_own_key, reserve_guarded, CapacityFreed, Classes, Reservation, KEY_LIMIT_PREFIX};
+use crate::limits::{
+    denial_key, is_budget_key, is_own_key, reserve_guarded, CapacityFreed, Classes, Reservation, KEY_LIMIT_PREFIX,
+};
 use crate::observe::metrics::GatewayMetrics;
 use crate::routing::{Grant, Need, Refusal};
 use crate::wire::call::{Call, Endpoint};
@@ -145,6 +148,9 @@ impl Admission {
     /// once when nobody waits on the model and a deployment has room, else in the
     /// model's queue up to `max_wait_ms`.
     async fn grant(&self, ctx: &CallContext) -> Result<Grant, GatewayError> {
+        if let Some(refusal) = budget_refusal(ctx) {
+            return Err(refusal);
+        }
         let model = &ctx.model;
         let max_wait_ms = model.config.max_wait_ms;
         let mut denied = None;
@@ -212,6 +218,14 @@ impl Admission {
 
     /// The answer to a denial: 400 when the call can never fit, else a 429.
     async fn refuse(&self, ctx: &CallContext, denial: Denial) -> GatewayError {
+        if let Some(spent) = budget_spent(&denial, worst_case_of(ctx)) {
+            ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
+            let key = denial_key(&denial).and_then(|k| LimitKey::new(k).ok());
+            return match key {
+                Some(key) => refusal_headers(self.backend.as_ref(), &key, spent).await,
+                None => spent,
+            };
+        }
         if denial.is_permanent() {
             return never_fits(&ctx.call, &denial);
         }
@@ -262,6 +276,11 @@ impl Admission {
                 "tenant"
             };
             format!("The {whose}'s daily token budget ({key}) is spent; it frees as the day's calls age out.")
+        } else if is_budget_key(key) {
+            format!(
+                "The budget {key} has no room for this call's worst case now; calls in flight free \
+                 what they did not spend as they complete. Please try again in {retry_after_ms}ms."
+            )
         } else {
             format!("Rate limit reached on {key}. Please try again in {retry_after_ms}ms.")
         };
@@ -270,6 +289,13 @@ impl Admission {
             .with_header("retry-after", retry_after_ms.div_ceil(1000).to_string());
         if budget {
             error = error.with_header("x-should-retry", "false".to_owned());
+        }
+        if is_budget_key(key) {
+            // A budget in money: its figures in USD.
+            return match LimitKey::new(key) {
+                Ok(key) => refusal_headers(self.backend.as_ref(), &key, error).await,
+                Err(_) => error,
+            };
         }
         let dimension = match key.rsplit(':').next().unwrap_or("") {
             "rpm" => "requests",

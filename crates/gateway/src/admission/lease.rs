@@ -22,7 +22,9 @@ use ratelimiter::{Actual, CompleteRequest, LeaseId, Limiter};
 use super::context::CallContext;
 use super::queue::ModelQueue;
 use crate::counting::calibration::Calibrator;
-use crate::limits::{actuals, run_if_ready, spawn_if_pending, Classes, ModelKeys, TenantKeys};
+use crate::limits::{
+    actuals, billed_of, caller_budget_releases, run_if_ready, spawn_if_pending, Classes, ModelKeys, TenantKeys,
+};
 use crate::observe::metrics::CallCounters;
 use crate::routing::{Grant, Pass, Pool};
 use crate::wire::usage::Usage;
@@ -93,6 +95,29 @@ pub struct CallLease {
     /// The call went on to another deployment of its pool, which charges the
     /// tenant: the tenant's keys of this lease are given back whole.
     tenant_released: bool,
+    /// What the call completed as, once it has ([`CallLease::completed`]).
+    completed: Option<Completed>,
+}
+
+/// What a call completed as, for the spend it records: who called which model
+/// on which deployment, the usage its limits were reconciled to, and what its
+/// budgets in money were charged. Set once, when the lease completes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed {
+    /// The tenant, or `_none`.
+    pub tenant: Arc<str>,
+    /// The model as clients call it.
+    pub model: Arc<str>,
+    /// The deployment's upstream (`x-ratelimit-deployment`).
+    pub deployment: Arc<str>,
+    /// The model name sent to the deployment.
+    pub deployment_model: String,
+    /// The provider's usage; `None` when unknown (the reservation was kept).
+    pub usage: Option<Usage>,
+    /// The call's billed cost in micro-dollars at the deployment's price: 0
+    /// for a call the provider refused, `None` when unknown (the reservation
+    /// was kept) or the deployment has no price.
+    pub billed_micro_usd: Option<u64>,
 }
 
 /// A lease's place in its model's pool: its local load window learns when the
@@ -157,7 +182,14 @@ impl CallLease {
                 decided: false,
             },
             tenant_released: false,
+            completed: None,
         }
+    }
+
+    /// What the call completed as; `None` until it has (its answer's end, or
+    /// a failover of this try).
+    pub fn completed(&self) -> Option<&Completed> {
+        self.completed.as_ref()
     }
 
     /// The index of the deployment in its pool.
@@ -241,6 +273,7 @@ impl CallLease {
         if let (Settle::Usage(_), Some(usage)) = (self.settle, used) {
             self.counters.tokens_used.fetch_add(usage.billed(), Ordering::Relaxed);
         }
+        self.completed = Some(self.completion(used));
         self.log_line(used);
         let request = self.complete_request(used)?;
         let limiter = self.limiter.clone();
@@ -261,11 +294,26 @@ impl CallLease {
             Settle::Usage(usage) if self.count_cache_reads => Some(Usage {
                 input_tokens: usage.input_tokens.saturating_add(usage.cache_read_tokens),
                 cache_read_tokens: 0,
+                // Still priced as cache reads by a budget in money.
+                cached_input_tokens: usage.cached_input_tokens.saturating_add(usage.cache_read_tokens),
                 ..usage
             }),
             Settle::Usage(usage) => Some(usage),
             Settle::Refused => Some(Usage::default()),
             Settle::KeepReserved => None,
+        }
+    }
+
+    /// What the call completed as, with `used` its reconciled usage.
+    fn completion(&self, used: Option<Usage>) -> Completed {
+        let deployment = &self.on.pool.deployments[self.on.index];
+        Completed {
+            tenant: self.log.tenant.clone(),
+            model: self.log.model.clone(),
+            deployment: deployment.label.clone(),
+            deployment_model: deployment.config.name.clone(),
+            usage: used,
+            billed_micro_usd: used.and_then(|usage| billed_of(&self.model_keys, &usage)),
         }
     }
 
@@ -279,6 +327,7 @@ impl CallLease {
             used_input = used.map(|u| u.input_tokens), used_output = used.map(|u| u.output_tokens),
             cache_read = match self.settle { Settle::Usage(u) => Some(u.cache_read_tokens), _ => None },
             settle = ?self.settle,
+            billed_micro_usd = self.completed.as_ref().and_then(|c| c.billed_micro_usd),
             elapsed_ms = self.started.elapsed().as_millis() as u64,
             "gateway call"
         );
@@ -304,6 +353,7 @@ impl CallLease {
                 key: key.clone(),
                 actual_amount: 0,
             }));
+            actuals.extend(caller_budget_releases(&self.model_keys, keys, self.reserved));
         }
         let (classes, class) = &self.ceilings;
         classes.add_ceiling_actuals(*class, &mut actuals);

@@ -4,6 +4,7 @@
 //! grant to its complete.
 
 pub mod admit;
+pub mod budget;
 pub mod context;
 pub mod entry;
 pub mod lease;
@@ -13,4 +14,4 @@ pub mod tenant_caps;
 pub use admit::Admission;
 pub use context::CallContext;
 pub use entry::{Caller, ModelEntry};
-pub use lease::{CallLease, Settle};
+pub use lease::{CallLease, Completed, Settle};

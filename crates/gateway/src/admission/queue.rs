@@ -438,7 +438,7 @@ mod tests {
             Arc::new(SystemClock::new()),
         ));
         let pool = Arc::new(Pool::new(
-            vec![Deployment::new("m", resolved, 0, &[], stats)],
+            vec![Deployment::new("m", resolved, (0, (None, Vec::new())), &[], stats)],
             model.routing,
             Arc::new(SystemClock::new()),
         ));

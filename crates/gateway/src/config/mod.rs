@@ -5,10 +5,12 @@
 //! misspelt limit must not silently fall back to "unlimited".
 
 mod breaker;
+mod budget;
 mod classes;
 mod headers;
 mod model;
 mod pool;
+mod price;
 #[cfg(test)]
 pub(crate) mod tests;
 mod validate;
@@ -16,6 +18,9 @@ mod validate;
 use serde::Deserialize;
 
 pub use breaker::{BreakerConfig, FAILURES_DEFAULT, FAILURES_LIMIT, OPEN_MS_DEFAULT, OPEN_MS_LIMIT};
+pub use budget::{
+    validate_budgets, Budget, BudgetConfig, BudgetSpan, Written, ALERT_AT_MAX, BUDGETS_MAX, BUDGET_USD_MAX, CURRENCY,
+};
 #[cfg(test)]
 pub(crate) use classes::tests::configs as class_configs;
 pub use classes::{validate_classes, ClassConfig, Headroom, HEADROOM_PPM_ONE};
@@ -27,6 +32,7 @@ pub use pool::{
     resolve, validate_formats, validate_shape, DeploymentConfig, Resolved, Routing, DEPLOYMENTS_MAX, PRIORITY_MAX,
     WEIGHT_MAX,
 };
+pub use price::{deployment_price, price_provider};
 
 /// The default largest request body: prompts with a few images inlined as base64.
 pub const BODY_BYTES_MAX_DEFAULT: usize = 8 * 1024 * 1024;
@@ -119,6 +125,9 @@ pub struct GatewayConfig {
     /// Priority classes, highest first (docs/gateway.md, "Classes"); none: one class.
     #[serde(default)]
     pub classes: Vec<ClassConfig>,
+    /// Budgets on every call through the gateway (`gateway:usd:<span>`).
+    #[serde(default)]
+    pub budgets: Vec<BudgetConfig>,
 }
 
 fn body_bytes_max_default() -> usize {

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use ratelimiter::price::ModelPrice;
 use ratelimiter::profile::{llm_profile_keyed, LlmProfile, ProfileError, Published};
 use serde::Deserialize;
 
@@ -111,6 +112,13 @@ pub struct ModelConfig {
     /// The circuit breaker of each of the pool's deployments (pools only).
     #[serde(default)]
     pub breaker: Option<super::BreakerConfig>,
+    /// The model's price in USD per million tokens (docs/gateway.md, "Budgets and
+    /// spend"); a deployment's own `price` wins. None: the list price, if any.
+    #[serde(default)]
+    pub price: Option<ModelPrice>,
+    /// Budgets on every call of the model, whatever the tenant (`model:<name>:usd:<span>`).
+    #[serde(default)]
+    pub budgets: Vec<super::BudgetConfig>,
 }
 
 impl ModelConfig {
@@ -227,6 +235,9 @@ pub struct TenantConfig {
     /// The tenant's class (an entry of `classes`); none: the lowest class.
     #[serde(default)]
     pub class: Option<String>,
+    /// The tenant's budgets in money (`tenant:<name>:usd:<span>`).
+    #[serde(default)]
+    pub budgets: Vec<super::BudgetConfig>,
 }
 
 impl TenantConfig {

@@ -46,6 +46,10 @@ pub struct DeploymentConfig {
     /// The share under `routing: weighted` (default 1; weighted routing only).
     #[serde(default)]
     pub weight: Option<u32>,
+    /// The deployment's price (a PTU at 0 beside pay-as-you-go spillover);
+    /// none: the model's.
+    #[serde(default)]
+    pub price: Option<ratelimiter::price::ModelPrice>,
     /// The deployment's limits and provider profile.
     #[serde(flatten)]
     pub limits: DeploymentLimits,
@@ -84,6 +88,8 @@ pub fn resolve(model: &ModelConfig) -> Vec<Resolved> {
                 limits: d.limits.clone(),
                 deployments: Vec::new(),
                 breaker: None,
+                // The deployment's price wins over the model's.
+                price: d.price.or(model.price),
                 ..model.clone()
             },
             priority: d.priority,

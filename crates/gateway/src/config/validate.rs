@@ -37,6 +37,7 @@ impl GatewayConfig {
         self.validate_upstreams()?;
         self.validate_models()?;
         self.validate_tenants()?;
+        self.validate_money()?;
         self.validate_classes()
     }
 

@@ -5,6 +5,9 @@ use ratelimiter::directory::{KeyRecord, TenantRecord};
 use ratelimiter::profile::{ProfileCall, ProfileRules, ProviderUsage};
 use ratelimiter::{Actual, LimitDefinition, LimitKey, LimitKind, Overage, Requirement};
 
+use ratelimiter::price::ModelPrice;
+
+use super::budgets::{budget_actuals, budget_requirements, BudgetKey};
 use crate::config::{GatewayConfig, ModelConfig, TenantConfig, DAY_WINDOW_SECONDS, MINUTE_WINDOW_SECONDS};
 use crate::wire::usage::Usage;
 
@@ -29,6 +32,12 @@ pub struct ModelKeys {
     /// reconciliation on the profile's keys (`rpm` and `concurrency` above are the
     /// profile's; the token keys above are `None`).
     pub profile: Option<ProfileRules>,
+    /// The deployment's price, when one resolves (its own, its model's or a list
+    /// price): what the call's budgets in money reserve and reconcile at.
+    pub price: Option<ModelPrice>,
+    /// The budgets every call of the deployment's model reserves besides its
+    /// caller's: the model's (`model:<name>:usd:<span>`) and the gateway's.
+    pub usd: Vec<BudgetKey>,
 }
 
 /// One caller's keys: its tenant's, and for a key of the directory the key's
@@ -43,6 +52,8 @@ pub struct TenantKeys {
     pub concurrency: Option<LimitKey>,
     /// The presented key's own limits; `None` for a tenant's configured key.
     pub key: Option<KeyLimitKeys>,
+    /// The tenant's budgets in money (`tenant:<name>:usd:<span>`).
+    pub usd: Vec<BudgetKey>,
 }
 
 /// A directory key's own limits (`key:<id>:llm:<dimension>`, docs/gateway.md,
@@ -55,6 +66,8 @@ pub struct KeyLimitKeys {
     pub rpm: Option<LimitKey>,
     /// `key:<id>:llm:concurrency`.
     pub concurrency: Option<LimitKey>,
+    /// The key's budgets in money (`key:<id>:usd:<span>`).
+    pub usd: Vec<BudgetKey>,
 }
 
 pub use ratelimiter::directory::KEY_LIMIT_PREFIX;
@@ -86,6 +99,8 @@ impl ModelKeys {
                 output_tpm: None,
                 concurrency: rules.concurrency_key().cloned(),
                 profile: Some(rules),
+                price: None,
+                usd: Vec::new(),
             };
         }
         let global = |dimension: &str| key(format!("global:llm:{upstream}:{}:{dimension}", model.name));
@@ -96,7 +111,15 @@ impl ModelKeys {
             output_tpm: model.limits.published.output_tpm.map(|_| global("output_tpm")),
             concurrency: model.limits.published.concurrency.map(|_| global("concurrency")),
             profile: None,
+            price: None,
+            usd: Vec::new(),
         }
+    }
+
+    /// These keys with the deployment's `price` and the budgets (`usd`) its
+    /// calls reserve besides their caller's.
+    pub fn with_budgets(self, price: Option<ModelPrice>, usd: Vec<BudgetKey>) -> Self {
+        Self { price, usd, ..self }
     }
 }
 
@@ -116,7 +139,24 @@ fn profile_call(input: u64, output: u64) -> ProfileCall<'static> {
 impl TenantKeys {
     /// The keys of `tenant`.
     pub fn new(tenant: &TenantConfig) -> Self {
-        Self::of(&tenant.name, (tenant.rpm, tenant.concurrency, tenant.daily_tokens))
+        let keys = Self::of(&tenant.name, (tenant.rpm, tenant.concurrency, tenant.daily_tokens));
+        let budgets = crate::config::validate_budgets(&tenant.budgets, &|f: &str| f.to_owned())
+            .expect("budgets were validated with the configuration");
+        keys.with_budgets(super::budgets::budget_keys(
+            &tenant_budget_prefix(&tenant.name),
+            &budgets,
+        ))
+    }
+
+    /// These keys with the tenant's budgets in money.
+    pub fn with_budgets(self, usd: Vec<BudgetKey>) -> Self {
+        Self { usd, ..self }
+    }
+
+    /// Every budget in money of the call's caller: the tenant's, then its key's.
+    pub fn usd_budgets(&self) -> impl Iterator<Item = &BudgetKey> {
+        let key = self.key.iter().flat_map(|k| k.usd.iter());
+        self.usd.iter().chain(key)
     }
 
     /// The keys of the tenant `name` with `(rpm, concurrency, daily_tokens)`
@@ -128,6 +168,7 @@ impl TenantKeys {
             rpm: rpm.map(|_| own("rpm")),
             concurrency: concurrency.map(|_| own("concurrency")),
             key: None,
+            usd: Vec::new(),
         }
     }
 
@@ -144,6 +185,11 @@ impl TenantKeys {
         let key = self.key.as_ref().and_then(|k| k.daily_tokens.as_ref());
         self.daily_tokens.iter().chain(key)
     }
+}
+
+/// The start of the tenant `name`'s budget keys: `tenant:<name>:` (then `usd:<span>`).
+pub fn tenant_budget_prefix(name: &str) -> String {
+    format!("{TENANT_LIMIT_PREFIX}{name}:")
 }
 
 /// The dimensions (a key's last part) that count requests: never reconciled
@@ -233,6 +279,7 @@ fn definitions_as_given(config: &GatewayConfig) -> Vec<LimitDefinition> {
             hold_seconds,
         ));
     }
+    out.extend(super::budgets::budget_definitions(config));
     out
 }
 
@@ -288,6 +335,7 @@ impl KeyLimitKeys {
             daily_tokens: l.daily_tokens.map(|_| key.limit_key("daily_tokens")),
             rpm: l.rpm.map(|_| key.limit_key("rpm")),
             concurrency: l.concurrency.map(|_| key.limit_key("concurrency")),
+            usd: Vec::new(),
         }
     }
 }
@@ -327,6 +375,7 @@ pub fn requirements(model: &ModelKeys, tenant: Option<&TenantKeys>, input: u64, 
             push(&key.concurrency, 1);
         }
     }
+    out.extend(budget_requirements(model, tenant, input, output));
     out
 }
 
@@ -363,6 +412,8 @@ pub fn actuals(model: &ModelKeys, tenant: Option<&TenantKeys>, reserved: (u64, u
             push(&key.daily_tokens, usage.billed());
         }
     }
+    // Budgets in money: the billed cost at the deployment's price.
+    out.extend(budget_actuals(model, tenant, reserved, usage));
     out
 }
 
@@ -395,6 +446,8 @@ mod tests {
             routing: Default::default(),
             deployments: Vec::new(),
             breaker: None,
+            price: None,
+            budgets: Vec::new(),
         }
     }
 
@@ -410,6 +463,7 @@ mod tests {
             connections_max: None,
             queued_max: None,
             class: None,
+            budgets: Vec::new(),
         });
         let reqs = requirements(&keys, Some(&tenant), 120, 0);
         let got: Vec<(&str, u64)> = reqs.iter().map(|r| (r.key.as_str(), r.amount)).collect();
@@ -428,6 +482,7 @@ mod tests {
             input_tokens: 30,
             output_tokens: 7,
             cache_read_tokens: 100,
+            ..Usage::default()
         };
         let got: Vec<(String, u64)> = actuals(&keys, Some(&tenant), (120, 0), &usage)
             .into_iter()
@@ -450,6 +505,7 @@ mod tests {
             rpm: Some(key("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:rpm".into())),
             daily_tokens: Some(key("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:daily_tokens".into())),
             concurrency: None,
+            usd: Vec::new(),
         };
         let tenant = TenantKeys::of("team", (Some(600), None, None)).with_key(own);
         let got: Vec<(String, u64)> = requirements(&keys, Some(&tenant), 120, 0)
@@ -467,6 +523,7 @@ mod tests {
             input_tokens: 30,
             output_tokens: 7,
             cache_read_tokens: 100,
+            ..Usage::default()
         };
         let last = actuals(&keys, Some(&tenant), (120, 0), &usage).pop().unwrap();
         assert_eq!(
@@ -506,6 +563,7 @@ mod tests {
             input_tokens: 100,
             output_tokens: 7,
             cache_read_tokens: 0,
+            ..Usage::default()
         };
         let amounts: Vec<u64> = actuals(&keys, None, (120, 64), &usage)
             .iter()

@@ -3,17 +3,22 @@
 //! classes' ceilings over them, and the guard of a reservation until its call
 //! owns it.
 
+pub mod budgets;
 pub mod classes;
 pub mod keys;
 pub mod reservation;
 
 use crate::config::{GatewayConfig, GatewayConfigError};
 
+pub use budgets::{
+    billed_of, budget_keys, call_budgets, caller_budget_releases, is_budget_key, model_budget_keys, BudgetKey,
+    GATEWAY_BUDGET_PREFIX, MODEL_BUDGET_PREFIX,
+};
 pub use classes::{ceiling_capacity, Classes, CLASS_HEADER};
 pub use keys::{
     actuals, concurrency_hold_seconds, definitions, definitions_without_ceilings, directory_key_definitions,
-    directory_tenant_definitions, is_own_key, prompt_charge, requirements, KeyLimitKeys, ModelKeys, TenantKeys,
-    CONCURRENCY_TIMEOUT_MARGIN_SECONDS, KEY_LIMIT_PREFIX, OWN_KEY_PREFIXES, TENANT_LIMIT_PREFIX,
+    directory_tenant_definitions, is_own_key, prompt_charge, requirements, tenant_budget_prefix, KeyLimitKeys,
+    ModelKeys, TenantKeys, CONCURRENCY_TIMEOUT_MARGIN_SECONDS, KEY_LIMIT_PREFIX, OWN_KEY_PREFIXES, TENANT_LIMIT_PREFIX,
 };
 pub use reservation::{
     denial_key, release_unused, reserve_guarded, run_if_ready, spawn_if_pending, CapacityFreed, Reservation, Reserved,

@@ -13,8 +13,10 @@ use super::answer;
 use super::gateway::Gateway;
 use super::response_ids::RememberResponseId;
 use super::upstream::{response_headers, Upstream, UpstreamError};
+use crate::admission::budget::{remaining_micro_usd, REMAINING_USD_HEADER};
 use crate::admission::{CallContext, CallLease, ModelEntry};
 use crate::config::UpstreamKind;
+use crate::limits::budgets::dollars;
 use crate::routing::{pause, Deployment};
 use crate::wire::call::Endpoint;
 use crate::wire::error::{ErrorKind, GatewayError};
@@ -47,9 +49,11 @@ pub async fn forward(
     let last = ctx.is_last_try();
     let sent = Instant::now();
     let body = deployment.body(&ctx.call.upstream_body);
-    let result = (gateway.client)
-        .send(upstream, Method::POST, ctx.endpoint.path(), headers, body)
-        .await;
+    let send = (gateway.client).send(upstream, Method::POST, ctx.endpoint.path(), headers, body);
+    // What is left of the call's binding budget, read while the call is sent.
+    let backend = gateway.admission.backend();
+    let remaining = remaining_micro_usd(backend.as_ref(), &deployment.keys, ctx.caller.keys.as_deref());
+    let (result, remaining) = tokio::join!(send, remaining);
     model.metrics.upstream_latency.observe(sent.elapsed());
     let failed = |error: GatewayError| error.with_header(DEPLOYMENT_HEADER, deployment.label.to_string());
     let response = match result {
@@ -104,6 +108,10 @@ pub async fn forward(
     let mut response = answer(parts.status, parts.headers, answer_body);
     if let Ok(value) = axum::http::HeaderValue::from_str(&deployment.label) {
         response.headers_mut().insert(DEPLOYMENT_HEADER, value);
+    }
+    if let Some(left) = remaining {
+        let value = axum::http::HeaderValue::from_str(&dollars(left)).expect("digits and a dot");
+        response.headers_mut().insert(REMAINING_USD_HEADER, value);
     }
     Ok(Forwarded::Answer(response))
 }

@@ -102,7 +102,8 @@ impl Gateway {
         let callers = callers(config, &classes);
         let mut models = HashMap::new();
         for model in &config.models {
-            let pool = Arc::new(Pool::of(model, &config.upstreams, &definitions, &clock));
+            let usd = limits::model_budget_keys(config, model);
+            let pool = Arc::new(Pool::of(model, &config.upstreams, (&definitions, &usd), &clock));
             for deployment in &pool.deployments {
                 metrics.add_deployment(deployment.state.clone());
             }

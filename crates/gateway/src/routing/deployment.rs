@@ -12,7 +12,8 @@ use super::breaker::{Breaker, BreakerState};
 use super::order::{Capacity, LoadWindow};
 use super::pause::Cooldown;
 use crate::config::{BreakerConfig, ModelConfig, Resolved};
-use crate::limits::ModelKeys;
+use crate::limits::{BudgetKey, ModelKeys};
+use ratelimiter::price::ModelPrice;
 
 /// One deployment, ready to serve.
 pub struct Deployment {
@@ -42,10 +43,12 @@ pub struct Deployment {
 
 impl Deployment {
     /// The deployment of `resolved` for the model the clients call `model`.
+    /// `upstream` is its upstream's index, with the deployment's price and the
+    /// budgets its calls reserve besides their caller's.
     pub fn new(
         model: &str,
         resolved: &Resolved,
-        upstream: usize,
+        (upstream, (price, usd)): (usize, (Option<ModelPrice>, Vec<BudgetKey>)),
         definitions: &[LimitDefinition],
         state: Arc<DeploymentState>,
     ) -> Self {
@@ -54,7 +57,7 @@ impl Deployment {
         Self {
             upstream,
             label: Arc::from(config.upstream.as_str()),
-            keys: Arc::new(ModelKeys::new(&config.upstream, &config)),
+            keys: Arc::new(ModelKeys::new(&config.upstream, &config).with_budgets(price, usd)),
             definitions: (definitions.iter())
                 .filter(|d| d.key().as_str().starts_with(&prefix))
                 .cloned()

@@ -16,8 +16,10 @@ use super::deployment::{Deployment, DeploymentState};
 use super::order::{self, Candidate, WeightedTurns};
 use super::pause;
 use super::refusal::Refusal;
-use crate::config::{resolve, ModelConfig, Routing, UpstreamConfig, DEPLOYMENTS_MAX};
-use crate::limits::{self, denial_key, reserve_guarded, CapacityFreed, Classes, Reservation, Reserved, TenantKeys};
+use crate::config::{deployment_price, resolve, ModelConfig, Routing, UpstreamConfig, DEPLOYMENTS_MAX};
+use crate::limits::{
+    self, denial_key, reserve_guarded, BudgetKey, CapacityFreed, Classes, Reservation, Reserved, TenantKeys,
+};
 
 /// What a call needs, whichever deployment takes it.
 #[derive(Debug, Clone)]
@@ -170,11 +172,12 @@ impl Pool {
 
     /// The pool of `model`: its deployments on `upstreams`, with their share of
     /// `definitions` (the caller registers their states in the metrics); a breaker each when the
-    /// model lists `deployments`.
+    /// model lists `deployments`. Each deployment's calls reserve `usd` (the
+    /// model's and the gateway's budgets) at the deployment's own price.
     pub fn of(
         model: &ModelConfig,
         upstreams: &[UpstreamConfig],
-        definitions: &[LimitDefinition],
+        (definitions, usd): (&[LimitDefinition], &[BudgetKey]),
         clock: &Arc<dyn Clock>,
     ) -> Self {
         let breaker = (!model.deployments.is_empty()).then(|| model.breaker.unwrap_or_default());
@@ -191,7 +194,13 @@ impl Pool {
                     breaker,
                     clock.clone(),
                 ));
-                Deployment::new(&model.name, resolved, upstream, definitions, state)
+                // Unpriced only without configured budgets; a runtime budget
+                // on such a deployment's call is refused at admission.
+                let price = deployment_price(&resolved.model, &upstreams[upstream])
+                    .ok()
+                    .map(|p| p.price);
+                let budgets = (price, usd.to_vec());
+                Deployment::new(&model.name, resolved, (upstream, budgets), definitions, state)
             })
             .collect();
         Self::new(deployments, model.routing, clock.clone())
@@ -365,12 +374,12 @@ mod tests {
         );
         assert_eq!(resolved[1].model.max_wait_ms, 5);
         let stats = Arc::new(DeploymentState::new("gpt-4o", "east", "gpt-4o-ptu", None, clock()));
-        let east = Deployment::new("gpt-4o", &resolved[0], 0, &[], stats.clone());
+        let east = Deployment::new("gpt-4o", &resolved[0], (0, (None, Vec::new())), &[], stats.clone());
         let body = Bytes::from_static(br#"{"model":"gpt-4o","messages":[],"max_tokens":3}"#);
         let sent: serde_json::Value = serde_json::from_slice(&east.body(&body)).unwrap();
         assert_eq!(sent["model"], "gpt-4o-ptu");
         assert_eq!(sent["max_tokens"], 3, "the rest unchanged");
-        let west = Deployment::new("gpt-4o", &resolved[1], 1, &[], stats);
+        let west = Deployment::new("gpt-4o", &resolved[1], (1, (None, Vec::new())), &[], stats);
         assert_eq!(west.body(&body), body, "the same name: the client's bytes, untouched");
         // A single-deployment model is its own one deployment.
         let single: ModelConfig =
@@ -403,7 +412,13 @@ mod tests {
         let clock: Arc<dyn Clock> = fake.clone();
         let stats = Arc::new(DeploymentState::new("m", "test", "m", Some(breaker), clock.clone()));
         let pool = Arc::new(Pool::new(
-            vec![Deployment::new("m", &resolve(&model)[0], 0, &[], stats.clone())],
+            vec![Deployment::new(
+                "m",
+                &resolve(&model)[0],
+                (0, (None, Vec::new())),
+                &[],
+                stats.clone(),
+            )],
             model.routing,
             clock,
         ));
@@ -463,7 +478,7 @@ mod tests {
         let deployments = (resolve(&model).iter().enumerate())
             .map(|(i, resolved)| {
                 let state = DeploymentState::new("m", &resolved.model.upstream, "m", None, clock.clone());
-                Deployment::new("m", resolved, i, &[], Arc::new(state))
+                Deployment::new("m", resolved, (i, (None, Vec::new())), &[], Arc::new(state))
             })
             .collect();
         let pool = Arc::new(Pool::new(deployments, model.routing, clock));

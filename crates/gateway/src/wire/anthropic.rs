@@ -41,10 +41,15 @@ pub fn read_call(object: Map<String, Value>, counter: &Counter, body: Bytes) -> 
 /// ([`Usage::billed`]) but not counted on ITPM by current models
 /// (<https://docs.anthropic.com/en/api/rate-limits>).
 fn usage_of(usage: &UsageFields) -> Usage {
+    let (cache_write_tokens, cache_write_1h_tokens) = usage.cache_writes();
     Usage {
         input_tokens: usage.input_tokens.saturating_add(usage.cache_creation_input_tokens),
         output_tokens: usage.output_tokens,
         cache_read_tokens: usage.cache_read_input_tokens,
+        cached_input_tokens: 0,
+        // Shares of the input side, priced apart by a budget in money.
+        cache_write_tokens,
+        cache_write_1h_tokens,
     }
 }
 
@@ -85,7 +90,11 @@ impl StreamUsage {
             // Cumulative counts: take the latest of each field the event carries.
             if delta.get("input_tokens").is_some() || delta.get("cache_creation_input_tokens").is_some() {
                 let latest = usage_of(&UsageFields::of_value(delta));
-                usage.input_tokens = usage.input_tokens.max(latest.input_tokens);
+                if latest.input_tokens >= usage.input_tokens {
+                    usage.input_tokens = latest.input_tokens;
+                    usage.cache_write_tokens = latest.cache_write_tokens;
+                    usage.cache_write_1h_tokens = latest.cache_write_1h_tokens;
+                }
                 usage.cache_read_tokens = usage.cache_read_tokens.max(latest.cache_read_tokens);
             }
             usage.output_tokens = number(delta, "output_tokens");

@@ -146,17 +146,16 @@ pub fn usage_of_body(endpoint: Endpoint, body: &[u8]) -> Option<Usage> {
 /// and counted on tpm as they stand
 /// (<https://platform.openai.com/docs/api-reference/chat/object>, `usage`).
 fn usage_of(endpoint: Endpoint, usage: &UsageFields) -> Usage {
-    match endpoint {
-        Endpoint::Responses => Usage {
-            input_tokens: usage.input_tokens,
-            output_tokens: usage.output_tokens,
-            cache_read_tokens: 0,
-        },
-        _ => Usage {
-            input_tokens: usage.prompt_tokens,
-            output_tokens: usage.completion_tokens,
-            cache_read_tokens: 0,
-        },
+    let (input_tokens, output_tokens) = match endpoint {
+        Endpoint::Responses => (usage.input_tokens, usage.output_tokens),
+        _ => (usage.prompt_tokens, usage.completion_tokens),
+    };
+    Usage {
+        input_tokens,
+        output_tokens,
+        // The cached share is billed at the cache-read price (a budget in money).
+        cached_input_tokens: usage.cached_tokens().min(input_tokens),
+        ..Usage::default()
     }
 }
 

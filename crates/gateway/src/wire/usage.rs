@@ -14,6 +14,14 @@ pub struct Usage {
     /// Anthropic's cache reads: billed, so counted on budgets ([`Usage::billed`]),
     /// but not on the input limit of current models.
     pub cache_read_tokens: u64,
+    /// OpenAI's prompt tokens read from its cache: a share of `input_tokens`,
+    /// billed at the cache-read price (`prompt_tokens_details.cached_tokens`,
+    /// Responses' `input_tokens_details.cached_tokens`).
+    pub cached_input_tokens: u64,
+    /// Anthropic's tokens written to the 5-minute cache: a share of `input_tokens`.
+    pub cache_write_tokens: u64,
+    /// Anthropic's tokens written to the 1-hour cache: a share of `input_tokens`.
+    pub cache_write_1h_tokens: u64,
 }
 
 impl Usage {
@@ -28,6 +36,25 @@ impl Usage {
     /// reasoning): what a tenant's daily budget counts.
     pub fn billed(&self) -> u64 {
         self.total().saturating_add(self.cache_read_tokens)
+    }
+
+    /// The usage split by how each token is priced, for a budget in money: the
+    /// shares of `input_tokens` read from (OpenAI) or written to (Anthropic) the
+    /// cache apart from the rest, Anthropic's reads beside them, output (with
+    /// reasoning) as it stands. No token is counted twice.
+    pub fn priced(&self) -> ratelimiter::price::Usage {
+        let shares = (self.cached_input_tokens)
+            .saturating_add(self.cache_write_tokens)
+            .saturating_add(self.cache_write_1h_tokens);
+        ratelimiter::price::Usage {
+            // A share reported above the whole (a provider's error) is billed as
+            // reported, never less: the shares keep their own (dearer or equal) price.
+            input_tokens: self.input_tokens.saturating_sub(shares),
+            cache_read_tokens: self.cache_read_tokens.saturating_add(self.cached_input_tokens),
+            cache_write_tokens: self.cache_write_tokens,
+            cache_write_1h_tokens: self.cache_write_1h_tokens,
+            output_tokens: self.output_tokens,
+        }
     }
 }
 
@@ -63,6 +90,34 @@ pub struct UsageFields {
     pub cache_creation_input_tokens: u64,
     /// Anthropic: tokens read from the prompt cache.
     pub cache_read_input_tokens: u64,
+    /// OpenAI chat: the prompt's details (its cached share).
+    pub prompt_tokens_details: Option<TokenDetails>,
+    /// OpenAI responses: the input's details (its cached share).
+    pub input_tokens_details: Option<TokenDetails>,
+    /// Anthropic: the cache writes by lifetime (5-minute and 1-hour).
+    pub cache_creation: Option<CacheCreation>,
+}
+
+/// OpenAI's `prompt_tokens_details` / `input_tokens_details`: the share of the
+/// prompt read from the cache
+/// (<https://platform.openai.com/docs/api-reference/chat/object>, `usage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
+pub struct TokenDetails {
+    /// Prompt tokens read from the cache.
+    pub cached_tokens: u64,
+}
+
+/// Anthropic's `cache_creation`: the cache writes by lifetime, which together
+/// make `cache_creation_input_tokens`
+/// (<https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching>, "1-hour cache duration").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
+pub struct CacheCreation {
+    /// Tokens written to the 5-minute cache.
+    pub ephemeral_5m_input_tokens: u64,
+    /// Tokens written to the 1-hour cache.
+    pub ephemeral_1h_input_tokens: u64,
 }
 
 /// A whole answer as far as the gateway reads it: its `usage` only. Every other
@@ -91,8 +146,39 @@ impl UsageFields {
             output_tokens: number(usage, "output_tokens"),
             cache_creation_input_tokens: number(usage, "cache_creation_input_tokens"),
             cache_read_input_tokens: number(usage, "cache_read_input_tokens"),
+            prompt_tokens_details: details(usage, "prompt_tokens_details"),
+            input_tokens_details: details(usage, "input_tokens_details"),
+            cache_creation: usage.get("cache_creation").map(|c| CacheCreation {
+                ephemeral_5m_input_tokens: number(c, "ephemeral_5m_input_tokens"),
+                ephemeral_1h_input_tokens: number(c, "ephemeral_1h_input_tokens"),
+            }),
         }
     }
+
+    /// OpenAI's cached share of the prompt (chat or Responses), 0 when absent.
+    pub fn cached_tokens(&self) -> u64 {
+        (self.prompt_tokens_details.or(self.input_tokens_details)).map_or(0, |d| d.cached_tokens)
+    }
+
+    /// Anthropic's cache writes split by lifetime: (5-minute, 1-hour). Without
+    /// the split every write is a 5-minute one; with it, a 5-minute share is
+    /// whatever of `cache_creation_input_tokens` the 1-hour share leaves.
+    pub fn cache_writes(&self) -> (u64, u64) {
+        let total = self.cache_creation_input_tokens;
+        let one_hour = self
+            .cache_creation
+            .map_or(0, |c| c.ephemeral_1h_input_tokens)
+            .min(total);
+        (total - one_hour, one_hour)
+    }
+}
+
+/// A details object of `value`'s `field`, if it is an object.
+fn details(value: &Value, field: &str) -> Option<TokenDetails> {
+    let details = value.get(field).filter(|d| d.is_object())?;
+    Some(TokenDetails {
+        cached_tokens: number(details, "cached_tokens"),
+    })
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod billing;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

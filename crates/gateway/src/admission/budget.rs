@@ -1,0 +1,107 @@
+//! A call's budgets in money at admission (docs/gateway.md, "Budgets and
+//! spend"): refused before any reservation when a budget is $0 or the call
+//! cannot be priced, refused for good (`x-should-retry: false`) when its worst
+//! case cannot fit a budget before the budget's period ends, and the binding
+//! budget's remaining dollars in every answer.
+
+use ratelimiter::{Backend, Denial, LimitKey};
+
+use super::context::CallContext;
+use crate::limits::budgets::dollars;
+use crate::limits::{call_budgets, denial_key, is_budget_key, ModelKeys, TenantKeys};
+use crate::wire::error::{ErrorKind, GatewayError};
+
+/// The header that gives, in USD with six decimals, what is left of the call's
+/// binding budget (the one with the least left) after its reservation.
+pub const REMAINING_USD_HEADER: &str = "x-ratelimit-remaining-usd";
+/// The header that gives, in USD, the capacity of the budget a refusal names.
+pub const LIMIT_USD_HEADER: &str = "x-ratelimit-limit-usd";
+
+/// The refusal of a call no reservation can admit: a $0 budget of the call (a
+/// 429 that is never retried, naming the budget), or a deployment of its model
+/// without a price while the call has budgets (a budget of the directory on a
+/// model the configuration left unpriced): a budget never counts a call as free.
+pub fn budget_refusal(ctx: &CallContext) -> Option<GatewayError> {
+    let tenant = ctx.caller.keys.as_deref();
+    let deployments = &ctx.model.pool.deployments;
+    let first = &deployments[0].keys;
+    if let Some(zero) = call_budgets(first, tenant).find(|b| b.is_zero()) {
+        let message = format!(
+            "The budget {} is $0: it refuses every call. Raise it to call {}.",
+            zero.key, ctx.model.name
+        );
+        return Some(never_retried(message));
+    }
+    if call_budgets(first, tenant).next().is_none() {
+        return None;
+    }
+    let unpriced = deployments.iter().find(|d| d.keys.price.is_none())?;
+    tracing::error!(model = %ctx.model.name, deployment = %unpriced.config.name,
+        "gateway: a call with budgets in money to a model without a price; give the model a price");
+    Some(GatewayError::new(
+        ErrorKind::Internal,
+        format!(
+            "The model {} (deployment {}/{}) has no price, so the caller's budget cannot count this call; \
+             the gateway's operator has to give it a price.",
+            ctx.model.name, unpriced.config.upstream, unpriced.config.name
+        ),
+    ))
+}
+
+/// The answer to a permanent denial on a budget in money: the call's worst case
+/// can never fit the budget before its period ends (the period's settled spend
+/// leaves too little, or the worst case is above the whole budget). A 429 that
+/// is never retried, naming the budget; `None` for a denial on another key.
+pub fn budget_spent(denial: &Denial, worst_case_micro_usd: Option<u64>) -> Option<GatewayError> {
+    let key = denial_key(denial).filter(|k| denial.is_permanent() && is_budget_key(k))?;
+    let worst = worst_case_micro_usd.map_or_else(String::new, |w| format!(" (at most ${})", dollars(w)));
+    Some(never_retried(format!(
+        "The budget {key} cannot hold this call's worst case{worst} before its period ends: it is spent. \
+         Lower the output bound (max_tokens) or wait for the budget's next period."
+    )))
+}
+
+/// A 429 the SDKs do not retry: no wait can admit the call.
+fn never_retried(message: String) -> GatewayError {
+    GatewayError::new(ErrorKind::RateLimited { budget: true }, message)
+        .with_header("x-should-retry", "false".to_owned())
+}
+
+/// What is left, in micro-dollars, of the budget with the least left among
+/// those a call of `model` by `tenant` is charged on (capacity less what is
+/// held and owed); `None` when the call has no budget or none can be read.
+pub async fn remaining_micro_usd(backend: &dyn Backend, model: &ModelKeys, tenant: Option<&TenantKeys>) -> Option<u64> {
+    let mut least: Option<u64> = None;
+    for budget in call_budgets(model, tenant).filter(|b| !b.is_zero()) {
+        let Ok(Some(report)) = backend.limit_report(&budget.key).await else {
+            continue;
+        };
+        let used = report.in_use.saturating_add(report.debt);
+        let left = report.state.definition().capacity().saturating_sub(used);
+        least = Some(least.map_or(left, |l| l.min(left)));
+    }
+    least
+}
+
+/// The budget headers of a refusal on `key`, a budget in money: its capacity
+/// and what is left of it, in USD.
+pub async fn refusal_headers(backend: &dyn Backend, key: &LimitKey, mut error: GatewayError) -> GatewayError {
+    if let Ok(Some(report)) = backend.limit_report(key).await {
+        let capacity = report.state.definition().capacity();
+        let left = capacity.saturating_sub(report.in_use.saturating_add(report.debt));
+        error = error
+            .with_header(LIMIT_USD_HEADER, dollars(capacity))
+            .with_header(REMAINING_USD_HEADER, dollars(left));
+    }
+    error
+}
+
+/// The worst case the call reserves on its budgets, for a refusal's message:
+/// only for a model of one deployment (a pool's deployments may price apart).
+pub fn worst_case_of(ctx: &CallContext) -> Option<u64> {
+    let [deployment] = ctx.model.pool.deployments.as_slice() else {
+        return None;
+    };
+    let input = crate::limits::prompt_charge(&deployment.keys, ctx.need.input_tokens, ctx.need.prompt_characters);
+    crate::limits::budgets::worst_case(deployment.keys.price.as_ref(), (input, ctx.need.output_tokens))
+}
