@@ -18,6 +18,7 @@ use crate::admission::tenant_caps::TenantCaps;
 use crate::admission::{Admission, Caller, ModelEntry};
 use crate::config::GatewayConfig;
 use crate::limits::{self, Classes, TenantKeys};
+use crate::observe::budget_watch::BudgetWatch;
 use crate::observe::metrics::GatewayMetrics;
 use crate::observe::status::{ClassStatus, ModelStatus};
 use crate::routing::Pool;
@@ -116,7 +117,8 @@ impl Gateway {
         }
         let limiter: Arc<dyn Limiter> = Arc::new(BackendLimiter(backend.clone()));
         Ok(Self {
-            admission: Admission::new((limiter, backend), callers, classes, metrics.clone()),
+            admission: Admission::new((limiter, backend.clone()), callers, classes, metrics.clone())
+                .with_budget_watch(BudgetWatch::of(config, backend, clock)),
             models,
             model_names: config.models.iter().map(|m| m.name.clone()).collect(),
             upstreams,
