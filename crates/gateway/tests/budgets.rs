@@ -235,6 +235,39 @@ tenants:
     eventually_in_use(&backend, day, cost(&[(110, 10_000_000)])).await;
 }
 
+#[tokio::test]
+async fn a_call_that_fails_over_is_charged_once_by_the_deployment_that_served_it() {
+    let (provider, _billing) = start_billing().await;
+    let backend = memory_backend();
+    std::env::set_var("GATEWAY_TEST_FIN_KEY", BUDGET_TENANT_KEY);
+    let yaml = format!(
+        r#"listen_addr: "127.0.0.1:0"
+upstreams:
+  - {{name: gone, kind: openai, base_url: "http://127.0.0.1:9"}}
+  - {{name: live, kind: openai, base_url: "http://{provider}"}}
+models:
+  - name: gpt-4o
+    routing: ordered
+    price: {{input: 10, output: 10}}
+    deployments: [{{upstream: gone}}, {{upstream: live, priority: 1}}]
+tenants:
+  - {{name: fin, api_key_env: GATEWAY_TEST_FIN_KEY, budgets: [{{usd: 5, period: day}}]}}
+"#
+    );
+    let config: gateway::GatewayConfig = serde_yaml::from_str(&yaml).unwrap();
+    let gateway = start_gateway(&config, backend.clone()).await;
+    let body = json!({"model": "gpt-4o", "max_tokens": 100, "messages": [{"role": "user", "content": "Hi."}],
+        "test_usage": {"prompt_tokens": 10, "completion_tokens": 100}});
+    let (status, headers, text) = call(&client(), gateway, "/v1/chat/completions", &body).await;
+    assert_eq!(
+        (status.as_u16(), headers["x-ratelimit-deployment"].to_str().unwrap()),
+        (200, "live"),
+        "{text}"
+    );
+    // The unreachable deployment's try gave its worst case back: only the served call's bill stays.
+    eventually_in_use(&backend, "tenant:fin:usd:day", cost(&[(110, 10_000_000)])).await;
+}
+
 /// A gateway on `clock` (the backend's holds and the periods count on it) with
 /// the tenant's budget of $0.001 per `period` and a model at $1 per million
 /// tokens: one micro-dollar a token.

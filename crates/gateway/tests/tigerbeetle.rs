@@ -107,3 +107,67 @@ async fn a_lower_class_never_takes_the_headroom_on_tigerbeetle() {
     let backend = tigerbeetle_backend(&cluster).await;
     batch_never_takes_the_interactive_headroom(backend).await;
 }
+
+/// A budget in money shared by two servers on one cluster: every call reserves
+/// its worst case on the cluster's budget key in its all-or-nothing request, so
+/// concurrent calls through both servers never hold more than the budget, and
+/// each is charged its billed cost at completion (docs/gateway.md, "Budgets and
+/// spend").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_shared_by_two_servers_is_never_overspent_on_tigerbeetle() {
+    use support::billing::{budget_config, start_billing, BUDGET_TENANT_KEY};
+    const CALLS: usize = 12;
+    const BUDGET: &str = "tenant:fin:usd:month";
+    let cluster = LocalCluster::start().expect("starting a local TigerBeetle");
+    let (provider, billing) = start_billing().await;
+    // $0.001 a month at $1 a million tokens: 1,000 micro-dollars, one a token.
+    let mut config = budget_config(provider, "[{usd: 0.001, period: month}]", 0, "");
+    config.models[0].price = Some(serde_json::from_value(json!({"input": 1, "output": 1})).unwrap());
+    let backends = [tigerbeetle_backend(&cluster).await, tigerbeetle_backend(&cluster).await];
+    let gateways = [
+        start_gateway(&config, backends[0].clone()).await,
+        start_gateway(&config, backends[1].clone()).await,
+    ];
+    // Each call's worst case is its prompt and 300 output tokens: three fit, a fourth never.
+    let body = json!({"model": "gpt-4o", "max_tokens": 300, "messages": [{"role": "user", "content": "Hi."}],
+        "test_hold": true, "test_usage": {"prompt_tokens": 10, "completion_tokens": 5}});
+    let calls: Vec<_> = (0..CALLS)
+        .map(|i| {
+            let (gateway, body) = (gateways[i % 2], body.to_string());
+            tokio::spawn(async move {
+                let bearer = format!("Bearer {BUDGET_TENANT_KEY}");
+                let response = post_raw(
+                    &client(),
+                    gateway,
+                    "/v1/chat/completions",
+                    body,
+                    &[("authorization", &bearer)],
+                )
+                .await;
+                response.status().as_u16()
+            })
+        })
+        .collect();
+    // Every call is either held at the provider or answered.
+    for _ in 0..1_000 {
+        let answered = calls.iter().filter(|c| c.is_finished()).count();
+        if answered + billing.held.load(std::sync::atomic::Ordering::SeqCst) as usize == CALLS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let held = in_use(&backends[1], BUDGET).await;
+    assert!(held <= 1_000, "the budget holds {held} of 1,000");
+    let admitted = billing.held.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(admitted, 3, "three worst cases fit the budget, across both servers");
+    billing.release(CALLS);
+    let mut statuses = Vec::new();
+    for call in calls {
+        statuses.push(call.await.unwrap());
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 3, "{statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
+    assert_eq!(billing.held_max.load(std::sync::atomic::Ordering::SeqCst), 3);
+    // Each served call is charged its 15 billed micro-dollars, seen from either server.
+    eventually_in_use(&backends[0], BUDGET, 3 * 15).await;
+}

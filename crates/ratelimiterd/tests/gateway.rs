@@ -331,6 +331,50 @@ async fn class_ceilings_follow_an_admin_change_of_their_model_limit() {
     assert_eq!(classes[0]["admitted"], 1, "{classes}");
 }
 
+/// A tenant's budget in money is a limit like any other: the admin API shows it
+/// in micro-dollars and changes it at runtime, and the next call is held to the
+/// new capacity (docs/gateway.md, "Budgets and spend").
+#[tokio::test]
+async fn a_budget_in_money_is_shown_and_changed_by_the_admin_api() {
+    let (sim, _) = start_sim(64, 0).await;
+    std::env::set_var("GATEWAY_FLEET_TEST_KEY", TENANT_KEY);
+    let section = format!(
+        "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, max_output_tokens_default: 256}}\n  tenants:\n    - {{name: acme, api_key_env: GATEWAY_FLEET_TEST_KEY, budgets: [{{usd: 10, period: month}}]}}\n"
+    );
+    let dir = temp_dir("gateway-budgets");
+    let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &section);
+    let gateway = gateway_addr(&daemon);
+    let client = client();
+    let key = "tenant:acme:usd:month";
+    let report = admin_report(&client, daemon.addr, key).await;
+    assert_eq!(
+        (report["capacity"].clone(), report["period"].clone()),
+        (json!(10_000_000), json!("month"))
+    );
+    let answer = chat_with(&client, gateway, TENANT_KEY).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(answer.headers.contains_key("x-ratelimit-remaining-usd"));
+    // Charged its billed cost at gpt-4o-mini's list price ($0.15 input, $0.60 output), settled for the month.
+    let usage: Value = serde_json::from_str::<Value>(&answer.body).unwrap()["usage"].clone();
+    let (prompt, completion) = (
+        usage["prompt_tokens"].as_u64().unwrap(),
+        usage["completion_tokens"].as_u64().unwrap(),
+    );
+    let billed = (prompt * 150_000 + completion * 600_000).div_ceil(1_000_000);
+    eventually_in_use(&client, daemon.addr, key, billed).await;
+    // Lowered to one micro-dollar: the next call's worst case no longer fits.
+    let put = admin_put(
+        &client,
+        daemon.addr,
+        json!({"key": key, "kind": "rolling", "capacity": 1, "period": "month"}),
+    )
+    .await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    let refused = chat_with(&client, gateway, TENANT_KEY).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert!(refused.body.contains(key), "{}", refused.body);
+}
+
 #[cfg(feature = "tigerbeetle")]
 mod fleet {
     use super::*;

@@ -151,6 +151,43 @@ mod tests {
     }
 
     #[test]
+    fn cache_writes_are_priced_by_their_lifetime() {
+        let body = json!({"usage": {"input_tokens": 100, "cache_creation_input_tokens": 3000,
+            "cache_creation": {"ephemeral_5m_input_tokens": 2000, "ephemeral_1h_input_tokens": 1000},
+            "cache_read_input_tokens": 6000, "output_tokens": 500}});
+        let usage = usage_of_body(body.to_string().as_bytes()).unwrap();
+        let expected = ratelimiter::price::Usage {
+            input_tokens: 100,
+            cache_read_tokens: 6_000,
+            cache_write_tokens: 2_000,
+            cache_write_1h_tokens: 1_000,
+            output_tokens: 500,
+        };
+        assert_eq!(usage.priced(), expected);
+        assert_eq!(usage.input_tokens, 3_100, "the input limit still counts every write");
+        // Without the split, every write is a 5-minute one.
+        let body = json!({"usage": {"input_tokens": 1, "cache_creation_input_tokens": 30, "output_tokens": 2}});
+        let priced = usage_of_body(body.to_string().as_bytes()).unwrap().priced();
+        assert_eq!(
+            (
+                priced.input_tokens,
+                priced.cache_write_tokens,
+                priced.cache_write_1h_tokens
+            ),
+            (1, 30, 0)
+        );
+        // A stream: message_start carries the writes; a message_delta with the output only keeps them.
+        let mut stream = StreamUsage::default();
+        let start = json!({"type": "message_start", "message": {"usage": {"input_tokens": 100,
+            "cache_creation_input_tokens": 3000, "cache_creation": {"ephemeral_5m_input_tokens": 2000,
+            "ephemeral_1h_input_tokens": 1000}, "cache_read_input_tokens": 6000, "output_tokens": 1}}});
+        let delta = json!({"type": "message_delta", "usage": {"output_tokens": 500}});
+        stream.on_event(format!("event: message_start\ndata: {start}\n\n").as_bytes());
+        stream.on_event(format!("event: message_delta\ndata: {delta}\n\n").as_bytes());
+        assert_eq!(stream.usage.unwrap().priced(), expected);
+    }
+
+    #[test]
     fn cache_reads_are_billed_but_not_on_the_input_limit() {
         // 50 input, 300 cache writes, 5,000 cache reads, 0 output: 5,350 billed,
         // 350 on ITPM.

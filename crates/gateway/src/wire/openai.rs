@@ -243,6 +243,32 @@ mod tests {
         assert_eq!((usage.input_tokens, usage.billed()), (1_000, 1_300));
     }
 
+    #[test]
+    fn the_cached_share_of_the_prompt_is_priced_as_a_cache_read() {
+        let chat = br#"{"usage":{"prompt_tokens":1000,"completion_tokens":300,
+            "prompt_tokens_details":{"cached_tokens":800},"completion_tokens_details":{"reasoning_tokens":200}}}"#;
+        let priced = usage_of_body(Endpoint::ChatCompletions, chat).unwrap().priced();
+        let expected = ratelimiter::price::Usage {
+            input_tokens: 200,
+            cache_read_tokens: 800,
+            output_tokens: 300,
+            ..Default::default()
+        };
+        assert_eq!(priced, expected, "reasoning stays within the output");
+        let responses =
+            br#"{"usage":{"input_tokens":1000,"output_tokens":10,"input_tokens_details":{"cached_tokens":600}}}"#;
+        let priced = usage_of_body(Endpoint::Responses, responses).unwrap().priced();
+        assert_eq!((priced.input_tokens, priced.cache_read_tokens), (400, 600));
+        // Details absent or null (OpenAI-compatible servers): every prompt token as input.
+        let bare = br#"{"usage":{"prompt_tokens":50,"completion_tokens":5,"prompt_tokens_details":null}}"#;
+        let priced = usage_of_body(Endpoint::ChatCompletions, bare).unwrap().priced();
+        assert_eq!((priced.input_tokens, priced.cache_read_tokens), (50, 0));
+        // A cached share above the prompt (a server's error) is capped at the prompt.
+        let odd = br#"{"usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":9}}}"#;
+        let priced = usage_of_body(Endpoint::ChatCompletions, odd).unwrap().priced();
+        assert_eq!((priced.input_tokens, priced.cache_read_tokens), (0, 5));
+    }
+
     fn counter() -> Counter {
         let mut counter = Counter::new(Encoding::O200kBase, crate::counting::model_table::lookup("gpt-4o"));
         counter.output_default_tokens = 4096;
