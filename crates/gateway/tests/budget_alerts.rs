@@ -1,7 +1,8 @@
 //! Budget alerts through the gateway (docs/gateway.md, "Budgets and spend"):
 //! a tenant's budget with `alert_at` raises one webhook event per fraction its
 //! spend crosses, each once, POSTed to a receiver on loopback that fails the first
-//! attempt (the event is retried); a bad `gateway.alerts` is refused naming it.
+//! attempt (the event is retried), counted in `/metrics`; a bad `gateway.alerts`
+//! is refused naming it.
 
 mod support;
 
@@ -39,19 +40,29 @@ async fn hook(State(received): State<Arc<Received>>, Json(event): Json<Value>) -
 
 async fn start_receiver() -> (SocketAddr, Arc<Received>) {
     let received = Arc::new(Received::default());
-    let app = Router::new().route("/hook", routing::post(hook)).with_state(received.clone());
+    let app = Router::new()
+        .route("/hook", routing::post(hook))
+        .with_state(received.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (addr, received)
 }
 
-/// A gpt-4o call reporting `completion_tokens` output ($10 per million) and 4 prompt tokens.
+/// A gpt-4o call bounded by, and reporting, `completion_tokens` output ($10 per
+/// million) and 4 prompt tokens.
 async fn spend(client: &HttpClient, gateway: SocketAddr, completion_tokens: u64) {
-    let body = json!({"model": "gpt-4o", "max_tokens": 30_000, "messages": [{"role": "user", "content": "hi"}],
+    let body = json!({"model": "gpt-4o", "max_tokens": completion_tokens, "messages": [{"role": "user", "content": "hi"}],
         "test_usage": {"prompt_tokens": 4, "completion_tokens": completion_tokens, "total_tokens": 4 + completion_tokens}});
     let bearer = format!("Bearer {BUDGET_TENANT_KEY}");
-    let response = post_raw(client, gateway, "/v1/chat/completions", body.to_string(), &[("authorization", &bearer)]).await;
+    let response = post_raw(
+        client,
+        gateway,
+        "/v1/chat/completions",
+        body.to_string(),
+        &[("authorization", &bearer)],
+    )
+    .await;
     assert_eq!(response.status(), 200);
     http_body_util::BodyExt::collect(response.into_body()).await.unwrap();
 }
@@ -74,7 +85,7 @@ async fn budget_alerts_post_one_event_per_fraction_crossed_retrying_a_failed_att
     let budgets = "[{usd: 1, period: day, alert_at: [0.25, 0.5, 0.8]}]";
     let alerts = format!("alerts: {{webhook_url: \"http://{receiver}/hook\", attempts_max: 3}}\n");
     let config = budget_config(provider, budgets, 0, &alerts);
-    let gateway = start_gateway(&config, memory_backend()).await;
+    let (gateway, metrics) = start_gateway_with_metrics(&config, memory_backend()).await;
     let client = client();
     // $0.30 each (300,010 micro-dollars): 0.25, then 0.5, then 0.8 are crossed.
     spend(&client, gateway, 30_000).await;
@@ -98,6 +109,16 @@ async fn budget_alerts_post_one_event_per_fraction_crossed_retrying_a_failed_att
     assert_eq!(first["spent_micro_usd"], 300_010);
     assert_eq!(first["budget_micro_usd"], 1_000_000);
     assert_eq!(events[2]["spent_micro_usd"], 900_030);
+    let mut text = String::new();
+    metrics.render(&mut text);
+    assert!(
+        text.contains("ratelimiterd_gateway_budget_alerts_delivered_total 3\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ratelimiterd_gateway_budget_alerts_dropped_total 0\n"),
+        "{text}"
+    );
 }
 
 #[test]

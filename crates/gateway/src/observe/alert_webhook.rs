@@ -33,6 +33,38 @@ pub struct WebhookCounts {
     pub dropped: AtomicU64,
 }
 
+impl WebhookCounts {
+    /// Appends the Prometheus text of the counts to `out`.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        let counts = [
+            (
+                "delivered",
+                "Budget alerts the webhook's receiver accepted.",
+                &self.delivered,
+            ),
+            (
+                "failed",
+                "Budget alerts whose every webhook attempt failed.",
+                &self.failed,
+            ),
+            (
+                "dropped",
+                "Budget alerts dropped: the webhook's queue was full.",
+                &self.dropped,
+            ),
+        ];
+        for (name, help, count) in counts {
+            let name = format!("ratelimiterd_gateway_budget_alerts_{name}_total");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                count.load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
 /// The sending end: cheap to clone, never waits.
 #[derive(Debug, Clone)]
 pub struct AlertWebhook {
@@ -65,7 +97,7 @@ impl AlertWebhook {
     }
 
     /// What it has done so far.
-    pub fn counts(&self) -> &WebhookCounts {
+    pub fn counts(&self) -> &Arc<WebhookCounts> {
         &self.counts
     }
 }

@@ -81,6 +81,8 @@ pub struct GatewayMetrics {
     deployments: RwLock<Vec<Arc<DeploymentState>>>,
     /// Per (model, class).
     pub classes: super::class_metrics::ClassMetrics,
+    /// The budget alerts' webhook, when one is configured.
+    pub alert_webhook: std::sync::OnceLock<Arc<super::alert_webhook::WebhookCounts>>,
 }
 
 /// The tenant label of calls without a tenant (a gateway without keys).
@@ -211,6 +213,9 @@ impl GatewayMetrics {
     pub fn render(&self, out: &mut String) {
         self.render_deployments(out);
         self.classes.render(out);
+        if let Some(webhook) = self.alert_webhook.get() {
+            webhook.render(out);
+        }
         let calls = self.calls.read().expect("metrics lock");
         let mut pairs: Vec<_> = calls.iter().collect();
         pairs.sort_by(|a, b| a.0.cmp(b.0));

@@ -116,9 +116,13 @@ impl Gateway {
             models.insert(model.name.clone(), Arc::new(entry));
         }
         let limiter: Arc<dyn Limiter> = Arc::new(BackendLimiter(backend.clone()));
+        let budget_watch = BudgetWatch::of(config, backend.clone(), clock);
+        if let Some(webhook) = budget_watch.as_ref().and_then(|w| w.webhook()) {
+            let _ = metrics.alert_webhook.set(webhook.counts().clone());
+        }
         Ok(Self {
             admission: Admission::new((limiter, backend.clone()), callers, classes, metrics.clone())
-                .with_budget_watch(BudgetWatch::of(config, backend, clock)),
+                .with_budget_watch(budget_watch),
             models,
             model_names: config.models.iter().map(|m| m.name.clone()).collect(),
             upstreams,
