@@ -56,6 +56,7 @@ pub fn tenant_json(tenant: &TenantRecord) -> Value {
         "connections_max": f.connections_max,
         "queued_max": f.queued_max,
         "models": f.models,
+        "budgets": f.budgets,
         "created_at": seconds(tenant.created_at_unix_ms),
         "updated_at": seconds(tenant.updated_at_unix_ms),
     })
@@ -70,6 +71,7 @@ fn tenant_fields(fields: &mut Fields) -> Result<TenantFields, ApiError> {
         connections_max: fields.take("connections_max")?,
         queued_max: fields.take("queued_max")?,
         models: fields.take("models")?,
+        budgets: fields.take("budgets")?,
     })
 }
 
@@ -142,6 +144,7 @@ pub async fn update_tenant(
         connections_max: fields.take_patch("connections_max")?,
         queued_max: fields.take_patch("queued_max")?,
         models: fields.take_patch("models")?,
+        budgets: fields.take_patch("budgets")?,
     };
     fields.finish()?;
     state
@@ -189,6 +192,7 @@ fn created_json(created: &CreatedKey) -> Value {
         "rpm": record.limits.rpm,
         "concurrency": record.limits.concurrency,
         "daily_tokens": record.limits.daily_tokens,
+        "budgets": record.limits.budgets,
         "hint": format!("…{}", record.hint),
         "created_at": record.created_at_unix_ms / 1_000,
         "expires_at": record.expires_at_unix_ms.map(|ms| ms / 1_000),
@@ -209,6 +213,7 @@ pub async fn create_key(State(state): State<AppState>, mut fields: Fields) -> Re
             rpm: fields.take("rpm")?,
             concurrency: fields.take("concurrency")?,
             daily_tokens: fields.take("daily_tokens")?,
+            budgets: fields.take("budgets")?,
         },
     };
     fields.finish()?;

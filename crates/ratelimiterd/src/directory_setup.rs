@@ -91,6 +91,7 @@ pub fn config_tenants(config: &Config) -> Vec<TenantRecord> {
                 connections_max: t.connections_max.map(|v| v as u64),
                 queued_max: t.queued_max.map(|v| v as u64),
                 models: None,
+                budgets: (!t.budgets.is_empty()).then(|| t.budgets.clone()),
             };
             TenantRecord::from_config(&t.name, fields)
         })

@@ -202,6 +202,64 @@ async fn models(client: &HttpClient, gateway: SocketAddr, key: &str) -> Vec<Stri
         .collect()
 }
 
+/// Tenants and keys of the admin API take the configuration's `budgets`: each
+/// is defined as its limit in micro-dollars when the record is made, reserved
+/// with the call's other limits and charged its billed cost; a bad budget is a
+/// 400 naming the field (docs/gateway.md, "Budgets and spend").
+#[tokio::test]
+async fn tenants_and_keys_of_the_admin_api_take_budgets_in_money() {
+    let sim = start_sim().await;
+    let dir = temp_dir("gateway-keys-budgets");
+    let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &gateway_section(sim));
+    let (gateway, server) = (gateway_addr(&daemon), daemon.addr);
+    let client = client();
+    let post = hyper::Method::POST;
+    let bad = json!({"name": "broke", "budgets": [{"usd": -5, "period": "month"}]});
+    let refused = admin(
+        &client,
+        server,
+        post.clone(),
+        "/v1/admin/gateway/tenants",
+        Some(bad),
+        400,
+    )
+    .await;
+    assert!(refused.to_string().contains("budgets[0].usd"), "{refused}");
+    let tenant = json!({"name": "fin", "budgets": [{"usd": 100, "period": "month"}]});
+    let shown = admin(
+        &client,
+        server,
+        post.clone(),
+        "/v1/admin/gateway/tenants",
+        Some(tenant),
+        201,
+    )
+    .await;
+    assert_eq!(shown["budgets"][0]["period"], "month", "{shown}");
+    let (id, key) = create_key(
+        &client,
+        server,
+        json!({"tenant": "fin", "budgets": [{"usd": 1, "period": "day"}]}),
+    )
+    .await;
+    let answer = chat(&client, gateway, &key, "gpt-4o-mini").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    // gpt-4o-mini's list price: $0.15 input, $0.60 output a million tokens.
+    let usage = &answer.body["usage"];
+    let prompt = usage["prompt_tokens"].as_u64().unwrap();
+    let completion = usage["completion_tokens"].as_u64().unwrap();
+    let billed = (prompt * 150_000 + completion * 600_000).div_ceil(1_000_000);
+    let (tenant_key, own_key) = ("tenant:fin:usd:month".to_owned(), format!("key:{id}:usd:day"));
+    for _ in 0..200 {
+        if in_use(&client, server, &own_key).await == billed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(in_use(&client, server, &tenant_key).await, billed);
+    assert_eq!(in_use(&client, server, &own_key).await, billed);
+}
+
 #[tokio::test]
 async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope() {
     let sim = start_sim().await;

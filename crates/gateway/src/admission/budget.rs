@@ -32,9 +32,8 @@ pub fn budget_refusal(ctx: &CallContext) -> Option<GatewayError> {
         );
         return Some(never_retried(message));
     }
-    if call_budgets(first, tenant).next().is_none() {
-        return None;
-    }
+    // A call without budgets needs no price.
+    call_budgets(first, tenant).next()?;
     let unpriced = deployments.iter().find(|d| d.keys.price.is_none())?;
     tracing::error!(model = %ctx.model.name, deployment = %unpriced.config.name,
         "gateway: a call with budgets in money to a model without a price; give the model a price");

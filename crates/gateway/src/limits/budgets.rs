@@ -181,6 +181,27 @@ pub fn billed_of(model: &ModelKeys, usage: &Usage) -> Option<u64> {
         .map(|price| billed_micro_usd(price, &usage.priced()))
 }
 
+/// The keys of a directory tenant's or key's `budgets` under `prefix`; budgets
+/// the directory validated when they were written. One it would refuse now (a
+/// record of an older rule) is logged and left out.
+pub fn directory_budget_keys(prefix: &str, budgets: Option<&[BudgetConfig]>) -> Vec<BudgetKey> {
+    let Some(budgets) = budgets else {
+        return Vec::new();
+    };
+    match validate_budgets(budgets, &|f: &str| f.to_owned()) {
+        Ok(budgets) => budget_keys(prefix, &budgets),
+        Err((field, message)) => {
+            tracing::error!(
+                prefix,
+                field,
+                message,
+                "gateway: a directory record's budget is invalid; left out"
+            );
+            Vec::new()
+        }
+    }
+}
+
 /// Whether `key` is a budget in money (`...:usd:<span>`).
 pub fn is_budget_key(key: &str) -> bool {
     let mut parts = key.rsplit(':');

@@ -7,7 +7,7 @@ use ratelimiter::{Actual, LimitDefinition, LimitKey, LimitKind, Overage, Require
 
 use ratelimiter::price::ModelPrice;
 
-use super::budgets::{budget_actuals, budget_requirements, BudgetKey};
+use super::budgets::{budget_actuals, budget_requirements, directory_budget_keys, BudgetKey};
 use crate::config::{GatewayConfig, ModelConfig, TenantConfig, DAY_WINDOW_SECONDS, MINUTE_WINDOW_SECONDS};
 use crate::wire::usage::Usage;
 
@@ -316,15 +316,20 @@ pub fn concurrency_hold_seconds(upstream_timeout_ms: u64) -> u64 {
 pub fn directory_tenant_definitions(tenant: &TenantRecord, hold_seconds: u64) -> Vec<LimitDefinition> {
     let f = &tenant.fields;
     let limits = (f.rpm, f.concurrency, f.daily_tokens);
+    let budgets = directory_budget_keys(&tenant_budget_prefix(&tenant.name), f.budgets.as_deref());
     (tenant_definitions_as_given(&tenant.name, limits, hold_seconds).into_iter())
         .map(with_debt)
+        .chain(budgets.iter().filter_map(BudgetKey::definition))
         .collect()
 }
 
 /// The definitions of a directory key's own limits, with the gateway's
 /// overage policy: what the server defines when the key is created.
 pub fn directory_key_definitions(key: &KeyRecord, hold_seconds: u64) -> Vec<LimitDefinition> {
-    key.limit_definitions(hold_seconds).into_iter().map(with_debt).collect()
+    let budgets = directory_budget_keys(&key.budget_prefix(), key.limits.budgets.as_deref());
+    (key.limit_definitions(hold_seconds).into_iter().map(with_debt))
+        .chain(budgets.iter().filter_map(BudgetKey::definition))
+        .collect()
 }
 
 impl KeyLimitKeys {
@@ -335,7 +340,7 @@ impl KeyLimitKeys {
             daily_tokens: l.daily_tokens.map(|_| key.limit_key("daily_tokens")),
             rpm: l.rpm.map(|_| key.limit_key("rpm")),
             concurrency: l.concurrency.map(|_| key.limit_key("concurrency")),
-            usd: Vec::new(),
+            usd: directory_budget_keys(&key.budget_prefix(), l.budgets.as_deref()),
         }
     }
 }

@@ -12,7 +12,7 @@ use ratelimiter::directory::{Authenticated, Directory, Refusal, TenantRecord, KE
 
 use crate::admission::tenant_caps::TenantCaps;
 use crate::admission::{Admission, Caller};
-use crate::limits::{KeyLimitKeys, TenantKeys};
+use crate::limits::{directory_budget_keys, tenant_budget_prefix, KeyLimitKeys, TenantKeys};
 use crate::wire::error::{ErrorKind, GatewayError};
 
 /// Who a request authenticated as: its caller, and for a directory key, the
@@ -148,10 +148,12 @@ fn api_caller(tenant: &TenantRecord, index: usize, admission: &Admission, caps_d
     Caller {
         index,
         name: Arc::from(tenant.name.as_str()),
-        keys: Some(Arc::new(TenantKeys::of(
-            &tenant.name,
-            (f.rpm, f.concurrency, f.daily_tokens),
-        ))),
+        keys: Some(Arc::new(
+            TenantKeys::of(&tenant.name, (f.rpm, f.concurrency, f.daily_tokens)).with_budgets(directory_budget_keys(
+                &tenant_budget_prefix(&tenant.name),
+                f.budgets.as_deref(),
+            )),
+        )),
         class,
         caps: Arc::new(TenantCaps::new(
             format!("tenant {} (admin API)", tenant.name),

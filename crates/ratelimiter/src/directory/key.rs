@@ -10,8 +10,9 @@ pub const KEY_LIMIT_PREFIX: &str = "key:";
 
 use super::name::{check_key_name, check_models};
 use super::secret::KeyHash;
-use super::tenant::check_limit;
+use super::tenant::{check_budgets, check_limit};
 use super::DirectoryError;
+use crate::price::budget::BudgetConfig;
 use crate::{LimitDefinition, LimitKey};
 
 /// The longest life a key may be given at creation: ten years.
@@ -36,6 +37,9 @@ pub struct KeyLimits {
     /// Tokens per rolling day of this key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daily_tokens: Option<u64>,
+    /// Its budgets in money (`key:<id>:usd:<span>`), as a tenant's `budgets`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budgets: Option<Vec<BudgetConfig>>,
 }
 
 /// What a key is created with.
@@ -71,7 +75,8 @@ impl KeySpec {
         }
         check_limit("rpm", self.limits.rpm)?;
         check_limit("concurrency", self.limits.concurrency)?;
-        check_limit("daily_tokens", self.limits.daily_tokens)
+        check_limit("daily_tokens", self.limits.daily_tokens)?;
+        check_budgets(self.limits.budgets.as_deref())
     }
 }
 
@@ -145,6 +150,11 @@ impl KeyRecord {
     pub fn limit_key(&self, dimension: &str) -> LimitKey {
         LimitKey::new(format!("{KEY_LIMIT_PREFIX}{}:llm:{dimension}", self.limits_of))
             .expect("a ULID and a dimension make a valid key")
+    }
+
+    /// `key:<limits_of>:`: the start of its budgets' limit keys (`...usd:<span>`).
+    pub fn budget_prefix(&self) -> String {
+        format!("{KEY_LIMIT_PREFIX}{}:", self.limits_of)
     }
 
     /// The definitions of its own limits: `rpm` per minute, `daily_tokens`

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::name::{check_models, check_tenant_name};
 use super::DirectoryError;
+use crate::price::budget::{validate_budgets, BudgetConfig};
 
 /// The largest per-tenant cap on open or queued calls: the gateway's own
 /// bound (`gateway::config::TENANT_CAP_LIMIT`, checked equal by the server's tests).
@@ -51,6 +52,9 @@ pub struct TenantFields {
     /// The models it may use; none: every model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub models: Option<Vec<String>>,
+    /// Its budgets in money, as a configured tenant's `budgets`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budgets: Option<Vec<BudgetConfig>>,
 }
 
 impl TenantFields {
@@ -78,8 +82,16 @@ impl TenantFields {
         if let Some(models) = &self.models {
             check_models("models", models)?;
         }
-        Ok(())
+        check_budgets(self.budgets.as_deref())
     }
+}
+
+/// Budgets in money a tenant or key may set: the configuration's rules.
+pub(super) fn check_budgets(budgets: Option<&[BudgetConfig]>) -> Result<(), DirectoryError> {
+    let Some(budgets) = budgets else { return Ok(()) };
+    validate_budgets(budgets, &|f: &str| f.to_owned())
+        .map(|_| ())
+        .map_err(|(field, message)| DirectoryError::invalid(field, message))
 }
 
 /// A limit a tenant or key may set: 1..=[`LIMIT_VALUE_MAX`], or none.
@@ -155,6 +167,8 @@ pub struct TenantPatch {
     pub queued_max: Option<Option<u64>>,
     /// `models`.
     pub models: Option<Option<Vec<String>>>,
+    /// `budgets`.
+    pub budgets: Option<Option<Vec<BudgetConfig>>>,
 }
 
 impl TenantPatch {
@@ -171,6 +185,7 @@ impl TenantPatch {
             connections_max: pick(&self.connections_max, &fields.connections_max),
             queued_max: pick(&self.queued_max, &fields.queued_max),
             models: pick(&self.models, &fields.models),
+            budgets: pick(&self.budgets, &fields.budgets),
         };
         out.validate()?;
         Ok(out)
@@ -179,6 +194,7 @@ impl TenantPatch {
 
 #[cfg(test)]
 mod tests {
+    use super::super::KeyLimits;
     use super::*;
 
     #[test]
@@ -227,5 +243,40 @@ mod tests {
             ..Default::default()
         };
         assert!(bad.applied_to(&fields).is_err());
+    }
+
+    #[test]
+    fn budgets_are_checked_as_the_configurations_and_patched_whole() {
+        let budgets = |json: &str| serde_json::from_str::<Vec<BudgetConfig>>(json).unwrap();
+        let fields = TenantFields {
+            budgets: Some(budgets(r#"[{"usd": 500, "period": "month"}]"#)),
+            ..Default::default()
+        };
+        fields.validate().unwrap();
+        let patch = TenantPatch {
+            budgets: Some(Some(budgets(r#"[{"usd": -1, "period": "day"}]"#))),
+            ..Default::default()
+        };
+        let error = patch.applied_to(&fields).unwrap_err().to_string();
+        assert!(error.starts_with("budgets[0].usd"), "{error}");
+        let patch = TenantPatch {
+            budgets: Some(None),
+            ..Default::default()
+        };
+        assert_eq!(patch.applied_to(&fields).unwrap().budgets, None, "null clears them");
+        let key = KeyLimits {
+            budgets: Some(budgets(r#"[{"usd": 5, "period": "fortnight"}]"#)),
+            ..Default::default()
+        };
+        let spec = super::super::KeySpec {
+            tenant: "acme".into(),
+            limits: key,
+            ..Default::default()
+        };
+        assert!(spec
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("budgets[0].period"));
     }
 }

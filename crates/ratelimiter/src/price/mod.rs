@@ -10,6 +10,7 @@
 //! providers' list prices ([`LIST_PRICES`]); a model with none is an error
 //! ([`resolve_price`]), never a silent $0.
 
+pub mod budget;
 mod cost;
 mod error;
 mod list;
