@@ -84,8 +84,7 @@ fn last_usage(body: &str) -> Value {
                 .or_else(|| e.get("response").and_then(|r| r.get("usage")))
                 .cloned()
         })
-        .filter(|u| !u.is_null())
-        .last()
+        .rfind(|u| !u.is_null())
         .unwrap_or_else(|| panic!("no usage in {body}"))
 }
 
