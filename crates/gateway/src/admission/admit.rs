@@ -22,6 +22,7 @@ use super::queue::PUMP_SLEEP_MAX_MS;
 use crate::limits::{
     denial_key, is_budget_key, is_own_key, reserve_guarded, CapacityFreed, Classes, Reservation, KEY_LIMIT_PREFIX,
 };
+use crate::observe::budget_watch::BudgetWatch;
 use crate::observe::metrics::GatewayMetrics;
 use crate::routing::{Grant, Need, Refusal};
 use crate::wire::call::{Call, Endpoint};
@@ -36,6 +37,8 @@ pub struct Admission {
     callers: Vec<Arc<Caller>>,
     classes: Arc<Classes>,
     metrics: Arc<GatewayMetrics>,
+    /// The budgets with `alert_at`, read after each reconciliation; none without.
+    budget_watch: Option<Arc<BudgetWatch>>,
 }
 
 impl Admission {
@@ -57,6 +60,15 @@ impl Admission {
             callers: callers.into_iter().map(Arc::new).collect(),
             classes,
             metrics,
+            budget_watch: None,
+        }
+    }
+
+    /// Raises `watch`'s budget alerts after each call's reconciliation.
+    pub fn with_budget_watch(self, watch: Option<Arc<BudgetWatch>>) -> Self {
+        Self {
+            budget_watch: watch,
+            ..self
         }
     }
 
@@ -146,7 +158,7 @@ impl Admission {
             ctx.counters.tokens_reserved.fetch_add(reserved, Ordering::Relaxed);
         }
         ctx.need.tried |= 1 << grant.deployment;
-        Ok(CallLease::granted(grant, ctx, &self.limiter, &self.classes))
+        Ok(CallLease::granted(grant, ctx, &self.limiter, &self.classes).watched_by(self.budget_watch.clone()))
     }
 
     /// Reserves the call all or nothing on one deployment of the model's pool: at

@@ -24,9 +24,11 @@ use super::queue::ModelQueue;
 use super::spend::CallSpend;
 use crate::counting::calibration::Calibrator;
 use crate::limits::{
-    actuals, billed_of, caller_budget_releases, run_if_ready, spawn_if_pending, Classes, ModelKeys, TenantKeys,
+    actuals, billed_of, call_budgets, caller_budget_releases, run_if_ready, spawn_if_pending, Classes, ModelKeys,
+    TenantKeys,
 };
 use crate::observe::key_usage::KeyCall;
+use crate::observe::budget_watch::BudgetWatch;
 use crate::observe::metrics::CallCounters;
 use crate::routing::{Grant, Pass, Pool};
 use crate::wire::usage::Usage;
@@ -103,6 +105,8 @@ pub struct CallLease {
     spend: Option<CallSpend>,
     /// What the call completed as, once it has ([`CallLease::completed`]).
     completed: Option<Completed>,
+    /// Raises the alerts of the call's budgets once they are reconciled.
+    budget_watch: Option<Arc<BudgetWatch>>,
 }
 
 /// What a call completed as, for the spend it records: who called which model
@@ -191,7 +195,15 @@ impl CallLease {
             tenant_released: false,
             spend: ctx.spend.clone(),
             completed: None,
+            budget_watch: None,
         }
+    }
+
+    /// The lease whose completion gives its budgets to `watch` (docs/gateway.md,
+    /// "Budgets and spend", alerts).
+    pub fn watched_by(mut self, watch: Option<Arc<BudgetWatch>>) -> Self {
+        self.budget_watch = watch;
+        self
     }
 
     /// What the call completed as; `None` until it has (its answer's end, or
@@ -293,13 +305,27 @@ impl CallLease {
         let request = self.complete_request(used)?;
         let limiter = self.limiter.clone();
         let queue = self.queue.clone();
+        let watched = self.watched_budgets();
         Some(async move {
             if let Err(e) = limiter.complete(&request).await {
                 let lease_id = request.lease_id();
                 tracing::warn!(%lease_id, error = %e, "gateway: complete failed; the holds end by window or timeout");
             }
             queue.capacity_freed();
+            if let Some((watch, keys)) = watched {
+                watch.after_reconcile(keys);
+            }
         })
+    }
+
+    /// The watch and the call's budgets it raises alerts on, if any.
+    fn watched_budgets(&self) -> Option<(Arc<BudgetWatch>, Vec<ratelimiter::LimitKey>)> {
+        let watch = self.budget_watch.as_ref()?;
+        let keys: Vec<_> = call_budgets(&self.model_keys, self.tenant_keys.as_deref())
+            .map(|budget| budget.key.clone())
+            .filter(|key| watch.watches(key))
+            .collect();
+        (!keys.is_empty()).then(|| (Arc::clone(watch), keys))
     }
 
     /// What the limits are reconciled to; `None`: the reservation is kept.

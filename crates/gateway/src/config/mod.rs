@@ -4,6 +4,7 @@
 //! Unknown keys are errors, like everywhere in the server's configuration: a
 //! misspelt limit must not silently fall back to "unlimited".
 
+mod alerts;
 mod breaker;
 mod budget;
 mod classes;
@@ -17,6 +18,10 @@ mod validate;
 
 use serde::Deserialize;
 
+pub use alerts::{
+    AlertsConfig, WebhookSettings, ATTEMPTS_DEFAULT, ATTEMPTS_LIMIT, BACKOFF_FIRST_MS, BACKOFF_MAX_MS, QUEUE_DEFAULT,
+    QUEUE_LIMIT, WEBHOOK_URL_BYTES_MAX,
+};
 pub use breaker::{BreakerConfig, FAILURES_DEFAULT, FAILURES_LIMIT, OPEN_MS_DEFAULT, OPEN_MS_LIMIT};
 pub use budget::{
     validate_budgets, Budget, BudgetConfig, BudgetSpan, Written, ALERT_AT_MAX, BUDGETS_MAX, BUDGET_USD_MAX, CURRENCY,
@@ -130,6 +135,9 @@ pub struct GatewayConfig {
     /// Budgets on every call through the gateway (`gateway:usd:<span>`).
     #[serde(default)]
     pub budgets: Vec<BudgetConfig>,
+    /// Where budget alerts go besides the log (docs/gateway.md, "Budgets and spend").
+    #[serde(default)]
+    pub alerts: AlertsConfig,
 }
 
 fn body_bytes_max_default() -> usize {

@@ -38,6 +38,7 @@ impl GatewayConfig {
         self.validate_models()?;
         self.validate_tenants()?;
         self.validate_money()?;
+        (self.alerts.webhook()).map_err(|(field, message)| invalid(format!("alerts.{field}"), message))?;
         self.validate_classes()
     }
 

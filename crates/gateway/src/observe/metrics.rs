@@ -83,6 +83,8 @@ pub struct GatewayMetrics {
     pub classes: super::class_metrics::ClassMetrics,
     /// The spend recorded in the spend ledger.
     pub spend: Arc<super::spend_metrics::SpendMetrics>,
+    /// The budget alerts' webhook, when one is configured.
+    pub alert_webhook: std::sync::OnceLock<Arc<super::alert_webhook::WebhookCounts>>,
 }
 
 /// The tenant label of calls without a tenant (a gateway without keys).
@@ -214,6 +216,9 @@ impl GatewayMetrics {
         self.render_deployments(out);
         self.classes.render(out);
         self.spend.render(out);
+        if let Some(webhook) = self.alert_webhook.get() {
+            webhook.render(out);
+        }
         let calls = self.calls.read().expect("metrics lock");
         let mut pairs: Vec<_> = calls.iter().collect();
         pairs.sort_by(|a, b| a.0.cmp(b.0));

@@ -1,8 +1,12 @@
 //! What an operator sees: the gateway's metrics per (model, tenant), per
 //! (model, class) and per deployment, each directory key's calls today, in the Prometheus text format, and the
 //! console's views of each model and class right now; the spend recorded in the
-//! spend ledger, and the recorder that writes it off the calls' path.
+//! spend ledger, and the recorder that writes it off the calls' path; the
+//! budgets' alerts and their webhook.
 
+pub mod alert_webhook;
+pub mod budget_alerts;
+pub mod budget_watch;
 pub mod class_metrics;
 pub mod key_usage;
 pub mod metrics;

@@ -21,6 +21,7 @@ use crate::admission::{Admission, Caller, ModelEntry};
 use crate::config::GatewayConfig;
 use crate::limits::{self, Classes, TenantKeys};
 use crate::observe::key_usage::{KeyCall, KeyUsage};
+use crate::observe::budget_watch::BudgetWatch;
 use crate::observe::metrics::GatewayMetrics;
 use crate::observe::spend_recorder::SpendRecorder;
 use crate::observe::status::{ClassStatus, ModelStatus};
@@ -126,8 +127,13 @@ impl Gateway {
             models.insert(model.name.clone(), Arc::new(entry));
         }
         let limiter: Arc<dyn Limiter> = Arc::new(BackendLimiter(backend.clone()));
+        let budget_watch = BudgetWatch::of(config, backend.clone(), clock);
+        if let Some(webhook) = budget_watch.as_ref().and_then(|w| w.webhook()) {
+            let _ = metrics.alert_webhook.set(webhook.counts().clone());
+        }
         Ok(Self {
-            admission: Admission::new((limiter, backend), callers, classes, metrics.clone()),
+            admission: Admission::new((limiter, backend.clone()), callers, classes, metrics.clone())
+                .with_budget_watch(budget_watch),
             models,
             model_names: config.models.iter().map(|m| m.name.clone()).collect(),
             upstreams,

@@ -1,19 +1,22 @@
 //! `provider-sim`: the simulated LLM provider on its own, for manual runs and for
 //! trying clients against it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use clap::Parser;
 use ratelimiter::SystemClock;
+use replay::sim::billing::Billing;
 use replay::sim::control::{SimControl, MODELS_DEFAULT, MODELS_MAX};
 use replay::sim::limits::{Accounting, ProviderLimits};
+use replay::sim::price::Price;
 use replay::sim::profile::{ProfileName, SimProfile};
 use replay::sim::server::ProviderServer;
 
 /// Serves OpenAI's and Anthropic's endpoints (chat completions, embeddings,
 /// responses, models; messages, count_tokens), streaming included, enforcing RPM,
 /// TPM and concurrency limits over a rolling window; and `GET /sim/stats`,
-/// `POST /sim/faults` (docs/provider-sim.md).
+/// `POST /sim/faults`, `GET /sim/billing` (docs/provider-sim.md).
 #[derive(Debug, Parser)]
 #[command(name = "provider-sim", version)]
 struct Args {
@@ -59,6 +62,42 @@ struct Args {
     /// `gemini`: requests per day.
     #[arg(long)]
     rpd: Option<u64>,
+    /// A model's price, for the bill of `GET /sim/billing`, in USD per million
+    /// tokens: `MODEL=input:2.50,output:10,cache_read:1.25,cache_write:3.75`
+    /// (repeatable; the cache prices default to the input price).
+    #[arg(long = "price")]
+    prices: Vec<String>,
+    /// A call without `sim_output_tokens` writes a number of tokens drawn uniformly
+    /// in 1..=its output bound (`random`), or its whole bound (`bound`).
+    #[arg(long, value_enum, default_value = "bound")]
+    output_tokens: OutputTokens,
+    /// The seed of the `random` output draw.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// How many tokens a call without `sim_output_tokens` writes.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum OutputTokens {
+    /// Its output bound.
+    Bound,
+    /// A uniform draw in 1..=its output bound.
+    Random,
+}
+
+/// `MODEL=PRICES` for each `--price`, or the first bad one's error.
+fn parse_prices(prices: &[String]) -> Result<BTreeMap<String, Price>, String> {
+    let mut parsed = BTreeMap::new();
+    for entry in prices {
+        let (model, price) = entry
+            .split_once('=')
+            .ok_or_else(|| format!("--price {entry}: expected MODEL=input:USD,output:USD,..."))?;
+        let price = Price::parse(price).map_err(|e| format!("--price {model}: {e}"))?;
+        if parsed.insert(model.to_owned(), price).is_some() {
+            return Err(format!("--price {model}: given twice"));
+        }
+    }
+    Ok(parsed)
 }
 
 #[tokio::main]
@@ -103,7 +142,14 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let control = SimControl::new(models, api_key);
+    let prices = parse_prices(&args.prices).unwrap_or_else(|e| {
+        eprintln!("provider-sim: {e}");
+        std::process::exit(2);
+    });
+    let mut control = SimControl::new(models, api_key).with_billing(Billing::new(prices));
+    if let OutputTokens::Random = args.output_tokens {
+        control = control.with_random_output(args.seed);
+    }
     let defaults = SimProfile::with_defaults(args.profile, &limits);
     let profile = SimProfile {
         quantum_ms: args.quantum_ms.unwrap_or(defaults.quantum_ms),

@@ -39,6 +39,7 @@ use crate::sim::cache::CacheSplit;
 use crate::sim::content::{output_bound, output_words, prompt_tokens, Content};
 use crate::sim::errors::{error, Wire};
 use crate::sim::limits::ProviderLimits;
+use crate::sim::price::BilledUsage;
 use crate::sim::prompt;
 use crate::sim::provider::Remaining;
 use crate::sim::reset_time::rfc3339;
@@ -170,7 +171,7 @@ pub async fn messages(
         Err(response) => return *response,
     };
     let busy = provider.control.busy();
-    let output = request.sim_output_tokens.unwrap_or(bound).min(bound);
+    let output = provider.control.output_tokens(request.sim_output_tokens, bound);
     let limits = provider.limits();
     let now_ms = provider.clock.now_unix_ms();
     let (_, prefix) = request.prompt();
@@ -182,6 +183,14 @@ pub async fn messages(
     let admitted = match admit_cached(&provider, &request.model, prompt, cache_read, bound, output) {
         Ok(admitted) => {
             provider.control.prompt_cache.remember(split, prefix, now_ms);
+            // Billed at once, as the OpenAI routes are (`openai::admit_openai`).
+            let usage = BilledUsage::anthropic(
+                split.input_tokens,
+                split.cache_creation_input_tokens,
+                split.cache_read_input_tokens,
+                output,
+            );
+            provider.control.billing.bill(&request.model, &usage);
             admitted
         }
         Err(refusal) => {

@@ -1,6 +1,7 @@
 //! The simulator's own state beside the ledger: the model catalogue, the upstream
-//! key, the calls in flight and their peak, and the armed fault
-//! ([`crate::sim::faults`]). The routes that read and set it from outside are in
+//! key, the calls in flight and their peak, the armed fault
+//! ([`crate::sim::faults`]), how many tokens a call writes, and the bill
+//! ([`crate::sim::billing`]). The routes that read and set it from outside are in
 //! [`crate::sim::control_routes`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,7 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
+use crate::sim::billing::Billing;
 use crate::sim::cache::PromptCache;
 use crate::sim::errors::{error, Wire};
 use crate::sim::faults::{ArmedFault, FaultMode};
@@ -39,6 +43,10 @@ pub struct SimControl {
     faults_injected: AtomicU64,
     /// Anthropic's prompt cache.
     pub(crate) prompt_cache: PromptCache,
+    /// Draws a call's output tokens when it names none; `None`: the bound.
+    output_draw: Option<Mutex<StdRng>>,
+    /// The prices and the bill.
+    pub billing: Billing,
 }
 
 impl Default for SimControl {
@@ -63,6 +71,33 @@ impl SimControl {
             calls: AtomicU64::new(0),
             faults_injected: AtomicU64::new(0),
             prompt_cache: PromptCache::default(),
+            output_draw: None,
+            billing: Billing::default(),
+        }
+    }
+
+    /// Bills calls with `billing`'s prices.
+    pub fn with_billing(self, billing: Billing) -> Self {
+        Self { billing, ..self }
+    }
+
+    /// A call that names no `sim_output_tokens` writes a number of tokens drawn
+    /// uniformly in 1..=its bound (seeded by `seed`, so a run repeats), as a model
+    /// stops where it will, instead of writing its whole bound.
+    pub fn with_random_output(self, seed: u64) -> Self {
+        Self {
+            output_draw: Some(Mutex::new(StdRng::seed_from_u64(seed))),
+            ..self
+        }
+    }
+
+    /// The output tokens of a call bounded by `bound` that asked for `asked`: the
+    /// ask capped by the bound, else the draw (when random), else the bound.
+    pub fn output_tokens(&self, asked: Option<u64>, bound: u64) -> u64 {
+        match (asked, &self.output_draw) {
+            (Some(asked), _) => asked.min(bound),
+            (None, Some(draw)) if bound > 0 => draw.lock().expect("draw lock").gen_range(1..=bound),
+            (None, _) => bound,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The simulator's control routes (not provider API): `GET /sim/stats`,
 //! `DELETE /sim/stats` (resets the peak and the call counters, not the ledger),
-//! `POST /sim/faults` (arms a fault), `DELETE /sim/faults` (disarms).
+//! `POST /sim/faults` (arms a fault), `DELETE /sim/faults` (disarms),
+//! `GET /sim/billing` (the bill of every call served), `DELETE /sim/billing`.
 //! docs/provider-sim.md describes them.
 
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use crate::sim::billing::BillReport;
 use crate::sim::errors::{error, Wire};
 use crate::sim::faults::{
     ArmedFault, FaultMode, FaultRequest, FAULT_AFTER_EVENTS_MAX, FAULT_COUNT_MAX, FAULT_FOR_MS_MAX,
@@ -38,6 +40,18 @@ pub async fn stats(State(provider): State<Arc<ProviderServer>>) -> Json<serde_js
 /// call counters from 0 (the ledger keeps its window: limits are not reset).
 pub async fn reset_stats(State(provider): State<Arc<ProviderServer>>) -> StatusCode {
     provider.control.reset_stats();
+    StatusCode::NO_CONTENT
+}
+
+/// `GET /sim/billing`: the bill of every call admitted since the start or the
+/// last `DELETE /sim/billing`, per model and in total ([`crate::sim::billing::BillReport`]).
+pub async fn billing(State(provider): State<Arc<ProviderServer>>) -> Json<BillReport> {
+    Json(provider.control.billing.report())
+}
+
+/// `DELETE /sim/billing`: the bill starts again from nothing.
+pub async fn reset_billing(State(provider): State<Arc<ProviderServer>>) -> StatusCode {
+    provider.control.billing.reset();
     StatusCode::NO_CONTENT
 }
 

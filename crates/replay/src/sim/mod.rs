@@ -17,6 +17,7 @@
 //! - [`provider`]: the ledger that admits or refuses a call, and its hints;
 //! - [`prompt`], [`cache`], [`vision`], [`reset_time`]: synthesized prompts,
 //!   Anthropic's prompt cache, what an image is billed, how reset times are written;
+//! - [`price`], [`billing`]: what a model's tokens cost, and the bill of every call;
 //! - [`wire`]: the chat call's request and usage shapes and their bounds;
 //! - [`errors`]: the two wire formats' error shapes; [`faults`]: the fault switch;
 //! - [`content`]: what a call's messages hold, as the simulator counts them;
@@ -30,6 +31,7 @@
 
 pub mod admission;
 pub mod anthropic;
+pub mod billing;
 pub mod cache;
 pub mod client;
 pub mod content;
@@ -40,6 +42,7 @@ pub mod errors;
 pub mod faults;
 pub mod limits;
 pub mod openai;
+pub mod price;
 pub mod profile;
 pub mod prompt;
 pub mod provider;

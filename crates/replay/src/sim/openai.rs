@@ -39,6 +39,7 @@ use crate::sim::admission::{admit, full_reset_ms, play_fault, put_profile_header
 use crate::sim::content::{output_bound, output_words, prompt_tokens, Content};
 use crate::sim::errors::{error, Wire};
 use crate::sim::limits::ProviderLimits;
+use crate::sim::price::BilledUsage;
 use crate::sim::prompt;
 use crate::sim::provider::Remaining;
 use crate::sim::reset_time::openai_duration;
@@ -102,7 +103,10 @@ fn bad_request(message: String) -> Response {
     error(Wire::Openai, StatusCode::BAD_REQUEST, message)
 }
 
-/// Admits a call or answers the ledger's refusal with OpenAI's headers.
+/// Admits a call or answers the ledger's refusal with OpenAI's headers. An
+/// admitted call is billed its whole usage (`prompt` input tokens, none cached:
+/// the simulator keeps no OpenAI prompt cache; `output` tokens) at once: a cut
+/// stream or a client's hang-up bills no less, an upper bound of the provider's bill.
 fn admit_openai(
     provider: &Arc<ProviderServer>,
     model: &str,
@@ -114,6 +118,7 @@ fn admit_openai(
     let now_ms = provider.clock.now_unix_ms();
     match admit(provider, model, prompt, bound, output) {
         Ok(admitted) => {
+            (provider.control.billing).bill(model, &BilledUsage::openai(prompt, 0, output));
             let mut headers = headers(&limits, admitted.remaining, limits.window_ms);
             put_profile_headers(&mut headers, &admitted.profile_headers);
             Ok((admitted, headers))
@@ -160,7 +165,7 @@ pub async fn chat_completions(
     let contents = request.messages.iter().filter_map(|m| m.content.as_ref());
     let images: u64 = contents.clone().map(|c| c.image_tokens(&request.model)).sum();
     let prompt = prompt_tokens(contents.flat_map(Content::texts)) + images;
-    let output = request.sim_output_tokens.unwrap_or(bound).min(bound);
+    let output = provider.control.output_tokens(request.sim_output_tokens, bound);
     let (admitted, headers) = match admit_openai(&provider, &request.model, prompt, bound, output) {
         Ok(admitted) => admitted,
         Err(response) => return *response,
@@ -409,7 +414,7 @@ pub async fn responses(
     };
     let busy = provider.control.busy();
     let prompt = prompt_tokens(texts) + images;
-    let output = request.sim_output_tokens.unwrap_or(bound).min(bound);
+    let output = provider.control.output_tokens(request.sim_output_tokens, bound);
     let (admitted, headers) = match admit_openai(&provider, &request.model, prompt, bound, output) {
         Ok(admitted) => admitted,
         Err(response) => return *response,

@@ -34,6 +34,10 @@ impl ProviderServer {
                 get(control_routes::stats).delete(control_routes::reset_stats),
             )
             .route(
+                "/sim/billing",
+                get(control_routes::billing).delete(control_routes::reset_billing),
+            )
+            .route(
                 "/sim/faults",
                 post(control_routes::arm_fault).delete(control_routes::disarm_fault),
             )

@@ -1,0 +1,232 @@
+//! Budget alerts (docs/gateway.md, "Budgets and spend"): a budget's `alert_at`
+//! fractions, each reported once when its spend crosses it: once per budget and
+//! calendar period (a new period arms them again), or, for a rolling window,
+//! once until the spend falls back below it. Each crossing is one structured log
+//! line and, with `gateway.alerts.webhook_url`, one event handed to the webhook
+//! ([`crate::observe::alert_webhook`]), which never delays a call.
+//!
+//! The tracker reads time from the injected clock and knows nothing of how a
+//! budget is enforced: the caller gives it a budget's reading after each
+//! reconciliation.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ratelimiter::Clock;
+use serde::Serialize;
+
+/// The most budgets whose crossings are remembered: each is about 100 bytes, and
+/// a gateway with a budget on every key of a large directory stays within this.
+/// A budget beyond it is not alerted on, and counted (`untracked`).
+pub const BUDGETS_TRACKED_MAX: usize = 1_000_000;
+
+/// What a budget is counted over, as the alert reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum AlertSpan {
+    /// A calendar period in UTC (`day`, `week`, `month`) that started at this instant.
+    Period {
+        /// The period's name.
+        period: String,
+        /// Its start, Unix ms.
+        period_start_unix_ms: u64,
+    },
+    /// A rolling window of this many seconds.
+    Window {
+        /// The window's length.
+        window_seconds: u64,
+    },
+}
+
+/// Whose budget it is: a tenant's, a model's (every tenant's calls of it), or the
+/// whole gateway's (neither).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AlertScope {
+    /// The tenant, for a tenant's or a key's budget.
+    pub tenant: Option<String>,
+    /// The model, for a model's budget.
+    pub model: Option<String>,
+}
+
+/// One budget as it stands after a reconciliation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetReading<'a> {
+    /// The budget's limit key: what names it in alerts and in the tracker.
+    pub key: &'a str,
+    /// Whose it is.
+    pub scope: &'a AlertScope,
+    /// Its period or window.
+    pub span: AlertSpan,
+    /// Spent (and held by calls in flight) in the period or window, micro-USD.
+    pub spent_micro_usd: u64,
+    /// The budget, micro-USD.
+    pub budget_micro_usd: u64,
+    /// The fractions alerted at, ascending, each in (0, 1].
+    pub alert_at: &'a [f64],
+}
+
+/// One crossing: the structured log line's fields and the webhook's JSON body.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetAlert {
+    /// Always `budget_alert`: what a receiver dispatches on.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The budget's limit key.
+    pub budget: String,
+    /// Whose budget.
+    #[serde(flatten)]
+    pub scope: AlertScope,
+    /// The fraction crossed.
+    pub fraction: f64,
+    /// Spent when it was crossed, micro-USD, and in USD.
+    pub spent_micro_usd: u64,
+    /// `spent_micro_usd` in USD, for reading.
+    pub spent_usd: f64,
+    /// The budget, micro-USD.
+    pub budget_micro_usd: u64,
+    /// `budget_micro_usd` in USD, for reading.
+    pub budget_usd: f64,
+    /// The period or window.
+    #[serde(flatten)]
+    pub span: AlertSpan,
+    /// When it was crossed, Unix ms.
+    pub at_unix_ms: u64,
+}
+
+/// What the tracker remembers of one budget.
+#[derive(Debug, Clone, Copy)]
+struct Crossed {
+    /// The period the count is of (`None`: a rolling window).
+    period_start_unix_ms: Option<u64>,
+    /// How many of the budget's fractions are crossed.
+    count: usize,
+}
+
+/// The budgets' crossings so far.
+#[derive(Debug)]
+pub struct BudgetAlerts {
+    clock: Arc<dyn Clock>,
+    crossed: Mutex<HashMap<String, Crossed>>,
+    untracked: AtomicU64,
+}
+
+impl BudgetAlerts {
+    /// A tracker reading time from `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            crossed: Mutex::new(HashMap::new()),
+            untracked: AtomicU64::new(0),
+        }
+    }
+
+    /// The alerts `reading` raises: each fraction newly crossed, lowest first, each
+    /// logged as it is returned. Empty for a budget without `alert_at` or of 0.
+    pub fn observe(&self, reading: &BudgetReading<'_>) -> Vec<BudgetAlert> {
+        if reading.alert_at.is_empty() || reading.budget_micro_usd == 0 {
+            return Vec::new();
+        }
+        let now = crossed_count(reading);
+        let period_start = match &reading.span {
+            AlertSpan::Period {
+                period_start_unix_ms, ..
+            } => Some(*period_start_unix_ms),
+            AlertSpan::Window { .. } => None,
+        };
+        let before = {
+            let mut crossed = self.crossed.lock().expect("alerts lock");
+            if !crossed.contains_key(reading.key) && crossed.len() >= BUDGETS_TRACKED_MAX {
+                self.untracked.fetch_add(1, Ordering::Relaxed);
+                return Vec::new();
+            }
+            let entry = crossed.entry(reading.key.to_owned()).or_insert(Crossed {
+                period_start_unix_ms: period_start,
+                count: 0,
+            });
+            if entry.period_start_unix_ms != period_start {
+                // A new period (or a budget changed between period and window): armed again.
+                *entry = Crossed {
+                    period_start_unix_ms: period_start,
+                    count: 0,
+                };
+            }
+            let before = entry.count;
+            entry.count = match period_start {
+                // Once per period: a reconciliation that lowers the spend does not re-arm.
+                Some(_) => before.max(now),
+                // A rolling window: a fraction the spend falls below is armed again.
+                None => now,
+            };
+            before
+        };
+        let at_unix_ms = self.clock.now_unix_ms();
+        let alerts: Vec<BudgetAlert> = (before..now)
+            .map(|i| alert(reading, reading.alert_at[i], at_unix_ms))
+            .collect();
+        for alert in &alerts {
+            log(alert);
+        }
+        alerts
+    }
+
+    /// Readings not tracked because [`BUDGETS_TRACKED_MAX`] budgets already are.
+    pub fn untracked(&self) -> u64 {
+        self.untracked.load(Ordering::Relaxed)
+    }
+}
+
+/// How many of `reading`'s fractions its spend has reached: a fraction `f` is
+/// reached at `ceil(f * budget)` micro-USD.
+fn crossed_count(reading: &BudgetReading<'_>) -> usize {
+    let budget = reading.budget_micro_usd as f64;
+    (reading.alert_at.iter())
+        .take_while(|f| reading.spent_micro_usd as f64 >= (**f * budget).ceil())
+        .count()
+}
+
+fn alert(reading: &BudgetReading<'_>, fraction: f64, at_unix_ms: u64) -> BudgetAlert {
+    let usd = |micro: u64| micro as f64 / 1e6;
+    BudgetAlert {
+        kind: "budget_alert",
+        budget: reading.key.to_owned(),
+        scope: reading.scope.clone(),
+        fraction,
+        spent_micro_usd: reading.spent_micro_usd,
+        spent_usd: usd(reading.spent_micro_usd),
+        budget_micro_usd: reading.budget_micro_usd,
+        budget_usd: usd(reading.budget_micro_usd),
+        span: reading.span.clone(),
+        at_unix_ms,
+    }
+}
+
+/// The structured log line of one crossing.
+fn log(alert: &BudgetAlert) {
+    let (period, period_start_unix_ms, window_seconds) = match &alert.span {
+        AlertSpan::Period {
+            period,
+            period_start_unix_ms,
+        } => (Some(period.as_str()), Some(*period_start_unix_ms), None),
+        AlertSpan::Window { window_seconds } => (None, None, Some(*window_seconds)),
+    };
+    tracing::warn!(
+        target: "gateway::budget_alert",
+        budget = %alert.budget,
+        tenant = alert.scope.tenant.as_deref(),
+        model = alert.scope.model.as_deref(),
+        fraction = alert.fraction,
+        spent_usd = alert.spent_usd,
+        budget_usd = alert.budget_usd,
+        period,
+        period_start_unix_ms,
+        window_seconds,
+        "budget alert: {:.0}% of {} spent",
+        alert.fraction * 100.0,
+        alert.budget
+    );
+}
+
+#[cfg(test)]
+#[path = "budget_alerts_tests.rs"]
+mod tests;
