@@ -27,8 +27,8 @@ use crate::limits::{
     actuals, billed_of, call_budgets, caller_budget_releases, run_if_ready, spawn_if_pending, Classes, ModelKeys,
     TenantKeys,
 };
-use crate::observe::key_usage::KeyCall;
 use crate::observe::budget_watch::BudgetWatch;
+use crate::observe::key_usage::KeyCall;
 use crate::observe::metrics::CallCounters;
 use crate::routing::{Grant, Pass, Pool};
 use crate::wire::usage::Usage;

@@ -20,8 +20,8 @@ use crate::admission::tenant_caps::TenantCaps;
 use crate::admission::{Admission, Caller, ModelEntry};
 use crate::config::GatewayConfig;
 use crate::limits::{self, Classes, TenantKeys};
-use crate::observe::key_usage::{KeyCall, KeyUsage};
 use crate::observe::budget_watch::BudgetWatch;
+use crate::observe::key_usage::{KeyCall, KeyUsage};
 use crate::observe::metrics::GatewayMetrics;
 use crate::observe::spend_recorder::SpendRecorder;
 use crate::observe::status::{ClassStatus, ModelStatus};
@@ -127,7 +127,7 @@ impl Gateway {
             models.insert(model.name.clone(), Arc::new(entry));
         }
         let limiter: Arc<dyn Limiter> = Arc::new(BackendLimiter(backend.clone()));
-        let budget_watch = BudgetWatch::of(config, backend.clone(), clock);
+        let budget_watch = BudgetWatch::of(config, backend.clone(), clock.clone());
         if let Some(webhook) = budget_watch.as_ref().and_then(|w| w.webhook()) {
             let _ = metrics.alert_webhook.set(webhook.counts().clone());
         }
