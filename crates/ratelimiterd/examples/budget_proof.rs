@@ -376,6 +376,47 @@ async fn budget_used_micro_usd(api: SocketAddr) -> u64 {
     report["in_use"].as_u64().unwrap_or(0) + report["debt"].as_u64().unwrap_or(0)
 }
 
+/// The spend ledger's report of every call (`GET /v1/admin/gateway/spend`,
+/// today, all groups summed): calls and micro-USD, read from `api` once it
+/// counts `served` calls (it records off the calls' path) or after 10 s.
+async fn spend_report(api: SocketAddr, served: u64) -> (u64, u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let report = get_json(api, "/v1/admin/gateway/spend").await;
+        let rows = report["rows"].as_array().cloned().unwrap_or_default();
+        let calls: u64 = rows.iter().map(|r| r["calls"].as_u64().unwrap_or(0)).sum();
+        let micro: u64 = rows
+            .iter()
+            .map(|r| {
+                r["micro_usd"]
+                    .as_str()
+                    .and_then(|m| m.parse().ok())
+                    .or(r["micro_usd"].as_u64())
+                    .unwrap_or(0)
+            })
+            .sum();
+        if calls >= served || Instant::now() >= deadline {
+            return (calls, micro);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The spend report's cell: its sum against the simulator's bill.
+fn report_cell(report: Option<(u64, u64)>, bill_pico: u128) -> String {
+    match report {
+        Some((calls, micro)) => {
+            let gap = i128::try_from(u128::from(micro) * PICO_PER_MICRO).unwrap_or(i128::MAX) - bill_pico as i128;
+            format!(
+                "${:.6} ({calls} calls; report - simulator: {:+.6} µ$)",
+                micro as f64 / 1e6,
+                gap as f64 / 1e6
+            )
+        }
+        None => String::new(),
+    }
+}
+
 /// One row of the proof's table.
 fn proof_row(
     name: &str,
@@ -383,6 +424,7 @@ fn proof_row(
     outcome: &Outcome,
     bill: (u64, u128, u64),
     gateway_micro_usd: Option<u64>,
+    report: Option<(u64, u64)>,
 ) -> bool {
     let budget_pico = u128::from(options.budget_usd) * 1_000_000 * PICO_PER_MICRO;
     let (calls, pico, unpriced) = bill;
@@ -398,8 +440,9 @@ fn proof_row(
         }
         None => "(not the gateway's)".to_owned(),
     };
+    let report = report_cell(report, pico);
     println!(
-        "| {name} | {} | {} | {} | ${:.6} | {:.4} | {spend} |",
+        "| {name} | {} | {} | {} | ${:.6} | {:.4} | {spend} | {report} |",
         outcome.served.load(Ordering::Relaxed),
         outcome.refused.load(Ordering::Relaxed),
         outcome.failed.load(Ordering::Relaxed),
@@ -418,19 +461,21 @@ async fn proof(options: &Options, directory: &Path) {
         "\n{} clients for {} s each, ${} budget per day, prompts {PROMPT_TOKENS:?} tokens, output bounds {OUTPUT_BOUND:?}, output drawn in 1..=bound, {MS_PER_OUTPUT_TOKEN} ms per output token, {MODEL} at ${INPUT_USD_PER_MILLION}/${OUTPUT_USD_PER_MILLION} per million\n",
         options.clients, options.seconds, options.budget_usd
     );
-    println!("| path | calls served | refused | failed | billed by the simulator | utilization (billed / budget) | the gateway's spend |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | --- |");
+    println!("| path | calls served | refused | failed | billed by the simulator | utilization (billed / budget) | the gateway's spend (budget limit) | the spend report |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |");
     let (_sim, sim) = start_sim(options, true, MS_PER_OUTPUT_TOKEN);
     let port = free_port();
     let yaml = gateway_yaml(port, sim, Some(options.budget_usd));
     let (server, api, gateway) = start_memory(options, &directory.join("memory"), &yaml, port);
     let outcome = run_clients(&[gateway], options, None).await;
+    let served = outcome.served.load(Ordering::Relaxed);
     let within = proof_row(
         "gateway, memory",
         options,
         &outcome,
         sim_bill(sim).await,
         Some(budget_used_micro_usd(api).await),
+        Some(spend_report(api, served).await),
     );
     drop(server);
 
@@ -448,12 +493,15 @@ async fn proof(options: &Options, directory: &Path) {
     }
     let outcome = run_clients(&gateways, options, None).await;
     let used = budget_used_micro_usd(servers[0].addr).await;
+    // Read from the other server: the report is the fleet's, from the cluster.
+    let report = spend_report(servers[1].addr, outcome.served.load(Ordering::Relaxed)).await;
     let within_fleet = proof_row(
         "gateway, fleet of 2 on TigerBeetle",
         options,
         &outcome,
         sim_bill(sim).await,
         Some(used),
+        Some(report),
     );
     drop(servers);
 
@@ -468,6 +516,7 @@ async fn proof(options: &Options, directory: &Path) {
         options,
         &outcome,
         sim_bill(sim).await,
+        None,
         None,
     );
     println!("\nthe gateway's bills within the budget: memory {within}, fleet {within_fleet}");
