@@ -3,14 +3,18 @@
 
 use std::sync::Arc;
 
-use ratelimiter::SystemClock;
+use ratelimiter::{Clock, FakeClock, SystemClock};
 use replay::sim::limits::{Accounting, ProviderLimits};
 use replay::sim::server::ProviderServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 async fn start(limits: ProviderLimits) -> (String, Arc<ProviderServer>) {
-    let provider = ProviderServer::new(limits, Arc::new(SystemClock::new()));
+    start_with_clock(limits, Arc::new(SystemClock::new())).await
+}
+
+async fn start_with_clock(limits: ProviderLimits, clock: Arc<dyn Clock>) -> (String, Arc<ProviderServer>) {
+    let provider = ProviderServer::new(limits, clock);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
@@ -136,15 +140,20 @@ async fn profiles_answer_with_their_providers_headers_and_bodies() {
     assert_eq!(error["error"]["type"], "rate_limit_error");
     assert!(head.contains("retry-after: "), "{head}");
 
-    // OpenAI: 600 RPM quantized to a second admits 10 of a burst of 20.
-    let (addr, provider) = start(limits(600, 1_000_000, Accounting::Actual)).await;
+    // OpenAI: 600 RPM quantized to a second admits 10 of a burst of 20. The
+    // clock stands still, so the burst falls in one second however slow the
+    // machine is; the next second admits again.
+    let clock = FakeClock::new(1_800_000_000_000);
+    let (addr, provider) = start_with_clock(limits(600, 1_000_000, Accounting::Actual), Arc::new(clock.clone())).await;
     provider.set_profile(SimProfile::with_defaults(ProfileName::Openai, &provider.limits()));
     let mut statuses = Vec::new();
     for _ in 0..20 {
         statuses.push(post(&addr, &chat(4, 10, 1)).await.0);
     }
     let admitted = statuses.iter().filter(|&&s| s == 200).count();
-    // The burst may straddle a second's boundary: at most two seconds' shares.
-    assert!((10..=20).contains(&admitted) && statuses.contains(&429), "{statuses:?}");
-    assert!(provider.counts().throttled >= 1);
+    assert_eq!(admitted, 10, "{statuses:?}");
+    assert!(statuses[..10].iter().all(|&s| s == 200), "{statuses:?}");
+    assert_eq!(provider.counts().throttled, 10);
+    clock.advance_ms(1_000);
+    assert_eq!(post(&addr, &chat(4, 10, 1)).await.0, 200);
 }
