@@ -58,6 +58,12 @@ function dollars(text) {
   return text === null || text === undefined ? "—" : "$" + text;
 }
 
+// A chart's dollars: cents from a dollar up, else every micro-dollar (a test's
+// calls cost fractions of a cent).
+function chartDollars(microUsd) {
+  return "$" + (microUsd / 1e6).toFixed(microUsd >= 1e6 ? 2 : 6);
+}
+
 function periodEnd(ms) {
   if (ms === null || ms === undefined) return "rolling";
   return new Date(ms).toISOString().replace("T", " ").slice(0, 16) + " UTC";
@@ -129,8 +135,8 @@ function spendChart(title, grouping, days, series) {
   });
   const legend = el("div", { class: "legend" }, ...series.map((s, n) => el("span", { class: "legend-item" },
     el("span", { class: `swatch c${n % SERIES_COLOURS.length}` }),
-    `${s.name} $${(s.micro_usd.reduce((a, b) => a + b, 0) / 1e6).toFixed(2)}`)));
-  return el("figure", { class: "spend" }, el("figcaption", { text: `${title} · peak $${(peak / 1e6).toFixed(2)}/day` }),
+    `${s.name} ${chartDollars(s.micro_usd.reduce((a, b) => a + b, 0))}`)));
+  return el("figure", { class: "spend" }, el("figcaption", { text: `${title} · peak ${chartDollars(peak)}/day` }),
     svg, series.length ? legend : el("p", { class: "muted", text: "No spend in these days." }));
 }
 
