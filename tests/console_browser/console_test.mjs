@@ -4,7 +4,8 @@
 // table filled, a value that changes after a reservation, a paused model shown
 // as paused, a capacity changed from the page with the server's error shown
 // for a bad one, the classes panel with both classes' calls counted and the
-// tenants' classes, and the tenants and keys panel (keys_test.mjs). Keeps
+// tenants' classes, the tenants and keys panel (keys_test.mjs), and the
+// budgets panel and spend chart (budgets_test.mjs). Keeps
 // screenshots in $ARTIFACTS_DIR.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -12,6 +13,7 @@ import { join } from "node:path";
 import { Browser } from "./cdp.mjs";
 import { ADMIN_TOKEN, TENANT_KEYS, UPSTREAM_KEY, admin, check, freePort, json, startServer, startSim, stopAll, ulid } from "./harness.mjs";
 import { checkKeysPanel } from "./keys_test.mjs";
+import { checkBudgetsPanel } from "./budgets_test.mjs";
 
 const ARTIFACTS = process.env.ARTIFACTS_DIR || join(process.cwd(), "target", "artifacts");
 const DEMO_KEY = "console:demo:rpm";
@@ -24,6 +26,7 @@ registry:
   path: "${join(dir, "limits.json")}"
 gateway:
   listen_addr: "127.0.0.1:${gatewayPort}"
+  budgets: [{usd: 1, period: day}]
   upstreams:
     - name: openai
       kind: openai
@@ -53,6 +56,7 @@ gateway:
       daily_tokens: 20000
       rpm: 100
       class: interactive
+      budgets: [{usd: 0.5, period: day}]
     - name: globex
       api_key_env: GLOBEX_GATEWAY_KEY
       daily_tokens: 50000
@@ -169,6 +173,7 @@ async function run(page, api) {
   await page.eval(`document.querySelector('#limits th[data-sort="utilization"]').click(); true`);
   await page.waitFor(`document.querySelector('#limits th[data-sort="utilization"]').classList.contains('sorted-desc')`, "sorted by utilization");
   await checkKeysPanel(page, api, showcase.gateway, ARTIFACTS);
+  await checkBudgetsPanel(page, ARTIFACTS);
   await new Promise((r) => setTimeout(r, 1500));
   await showcase(api);
   check(page.errors.length === 0, `no script errors: ${page.errors.join("; ")}`);

@@ -152,7 +152,7 @@ pub async fn gateway_spend(State(state): State<AppState>, RawQuery(query): RawQu
 
 /// Micro-dollars as exact dollars with six decimals (`1.250000`): a float
 /// would round a finance report's cents.
-fn usd(micro_usd: u64) -> String {
+pub(crate) fn usd(micro_usd: u64) -> String {
     format!("{}.{:06}", micro_usd / 1_000_000, micro_usd % 1_000_000)
 }
 

@@ -239,6 +239,8 @@ async function refresh() {
   render(data);
   // The tenants and keys panel (keys.js), read every few seconds.
   if (typeof directoryTick === "function") directoryTick();
+  // The budgets panel and spend chart (budgets.js), read every few seconds.
+  if (typeof budgetsTick === "function") budgetsTick();
   const rendered = performance.now();
   stats.refreshes += 1;
   stats.lastFetchMs = fetched - started;

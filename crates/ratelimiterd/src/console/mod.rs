@@ -1,7 +1,8 @@
 //! The operator's console (docs/console.md): a page at `/ui` on the limiter's
 //! listener, its HTML, CSS and JavaScript compiled into the binary, the JSON
 //! endpoint it reads every second, `GET /ui/api/state`, and the tenants and
-//! keys panel's, `GET /ui/api/directory`.
+//! keys panel's, `GET /ui/api/directory`, and the budgets panel's and spend
+//! chart's, `GET /ui/api/budgets` and `GET /ui/api/spend`.
 //!
 //! Who may read it: with `server.admin_token` set, the endpoint needs that
 //! token, as the admin API does (the page asks for it and keeps it for the tab
@@ -22,12 +23,14 @@
 //! - this module: [`Console`], the access rule and the history the state holds;
 //! - [`view`]: the JSON document of `GET /ui/api/state`, read from the state;
 //! - [`directory`]: the tenants and keys panel's document, `GET /ui/api/directory`;
+//! - [`budgets`]: the budgets panel's and the spend chart's documents;
 //! - [`routes`]: the page's files, the endpoint and who may call it;
 //! - [`sampler`]: the task that fills the history.
 //!
 //! The page's own files are in `crates/ratelimiterd/ui/`.
 
 pub mod access;
+pub mod budgets;
 pub mod directory;
 pub mod history;
 pub mod query;

@@ -1,5 +1,6 @@
 //! The console's routes (docs/console.md): the page's files, served without a
-//! header, and `GET /ui/api/state` and `GET /ui/api/directory`, which need
+//! header, and `GET /ui/api/state`, `GET /ui/api/directory`,
+//! `GET /ui/api/budgets` and `GET /ui/api/spend`, which need
 //! the admin token when one is configured; every route answers 404 when the
 //! console is off. The tenants and keys panel changes keys through the admin
 //! API itself (`/v1/admin/gateway/keys`), under the same rule.
@@ -12,6 +13,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 
 use crate::console::access::Access;
+use crate::console::budgets::{budgets_document, spend_document};
 use crate::console::directory::{directory_document, KeysQuery};
 use crate::console::history::now_unix_ms;
 use crate::console::query::LimitsQuery;
@@ -24,7 +26,11 @@ const INDEX_HTML: &str = include_str!("../../ui/index.html");
 const CONSOLE_CSS: &str = include_str!("../../ui/console.css");
 const CONSOLE_JS: &str = include_str!("../../ui/console.js");
 const KEYS_JS: &str = include_str!("../../ui/keys.js");
+const BUDGETS_JS: &str = include_str!("../../ui/budgets.js");
 const FAVICON_SVG: &str = include_str!("../../ui/favicon.svg");
+
+/// How long the chart waits before asking again while the ledger is away: its next refresh.
+const SPEND_RETRY_MS: u64 = 1_000;
 
 /// What the page may load and where it may connect: its own files and this
 /// server only, no inline script, no frames.
@@ -36,6 +42,8 @@ pub fn router(state: &AppState) -> Router<AppState> {
     let api = Router::new()
         .route("/ui/api/state", get(api_state))
         .route("/ui/api/directory", get(api_directory))
+        .route("/ui/api/budgets", get(api_budgets))
+        .route("/ui/api/spend", get(api_spend))
         .route_layer(from_fn_with_state(state.clone(), crate::overload::guard))
         .route_layer(from_fn_with_state(state.clone(), require_access));
     Router::new()
@@ -47,6 +55,10 @@ pub fn router(state: &AppState) -> Router<AppState> {
             get(|| file(CONSOLE_JS, "text/javascript; charset=utf-8")),
         )
         .route("/ui/keys.js", get(|| file(KEYS_JS, "text/javascript; charset=utf-8")))
+        .route(
+            "/ui/budgets.js",
+            get(|| file(BUDGETS_JS, "text/javascript; charset=utf-8")),
+        )
         .route("/ui/favicon.svg", get(|| file(FAVICON_SVG, "image/svg+xml")))
         .merge(api)
         .route_layer(from_fn_with_state(state.clone(), served))
@@ -110,6 +122,30 @@ async fn api_directory(State(state): State<AppState>, uri: Uri) -> Result<Respon
         .ok_or_else(|| ApiError::RouteNotFound("/ui/api/directory (the tenants and keys are not open yet)".to_owned()))?
         .clone();
     let document = directory_document(&state, &directory, &query).await;
+    let mut response = Json(document).into_response();
+    (response.headers_mut()).insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+/// `GET /ui/api/budgets`: every budget in money with what it holds, spent and left.
+async fn api_budgets(State(state): State<AppState>) -> Response {
+    let document = budgets_document(&state, now_unix_ms()).await;
+    let mut response = Json(document).into_response();
+    (response.headers_mut()).insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// `GET /ui/api/spend`: the spend of the last days by tenant and by model, for the chart.
+async fn api_spend(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let book = state.spend().ok_or_else(|| {
+        ApiError::RouteNotFound("/ui/api/spend (the spend ledger is kept with a gateway section)".to_owned())
+    })?;
+    let document = spend_document(&**book, now_unix_ms()).await.map_err(|e| {
+        tracing::warn!(error = %e, "console: the spend ledger could not be read");
+        ApiError::Unavailable {
+            retry_after_ms: SPEND_RETRY_MS,
+        }
+    })?;
     let mut response = Json(document).into_response();
     (response.headers_mut()).insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
