@@ -7,7 +7,8 @@
 //!   one TigerBeetle cluster (the clients split between them): the simulator's
 //!   bill (never above the budget), the budget's utilization (bill / budget), and
 //!   the gateway's own account of the spend (the budget limit's use, from
-//!   `GET /v1/admin/limits/gateway:usd:day`) against the simulator's bill;
+//!   `GET /v1/admin/limits/gateway:usd:day`, and the spend ledger's report,
+//!   `GET /v1/admin/gateway/spend`) against the simulator's bill;
 //! - the peers' design at the same concurrency against its own simulator: a
 //!   post-hoc check (admit while the spend so far is under the budget, charge the
 //!   call's cost when it completes), implemented here as the clients' shared gate,
