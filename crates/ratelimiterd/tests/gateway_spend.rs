@@ -11,21 +11,15 @@ mod support;
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use ratelimiter::price::{billed_micro_usd, list_price, Usage};
 use ratelimiter::spend::UtcDay;
 use ratelimiter::{Clock, SystemClock};
-use replay::sim::control::SimControl;
-use replay::sim::limits::{Accounting, ProviderLimits};
-use replay::sim::server::ProviderServer;
 use serde_json::{json, Value};
+use support::gateway_setup::{client, gateway_addr, start_sim, HttpClient};
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ratelimiterd");
@@ -33,25 +27,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_ratelimiterd");
 const YAML_KEY: &str = "gateway-spend-test-yaml-key-0123456789";
 /// The report's path.
 const SPEND: &str = "/v1/admin/gateway/spend";
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-/// The simulator on a free loopback port.
-async fn start_sim() -> SocketAddr {
-    let limits = ProviderLimits {
-        rpm: 10_000,
-        tpm: 10_000_000,
-        window_ms: 60_000,
-        concurrency: 64,
-        ms_per_output_token: 0,
-        accounting: Accounting::Actual,
-    };
-    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(provider.serve(listener, std::future::pending()));
-    addr
-}
 
 /// An OpenAI model, an Anthropic model and a self-hosted model without a list
 /// price (an OpenAI-compatible server, whose rates the table cannot know), with
@@ -61,24 +36,6 @@ fn gateway_section(sim: SocketAddr) -> String {
     format!(
         "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n    - {{name: simanthropic, kind: anthropic, base_url: \"http://{sim}\"}}\n    - {{name: local, kind: openai-compatible, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: claude-sonnet-4-5, upstream: simanthropic, rpm: 1000, input_tpm: 100000, output_tpm: 100000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: llama-local, max_output_tokens_default: 64, deployments: [{{upstream: local, model: gpt-4o-mini, rpm: 1000, tpm: 1000000, concurrency: 8}}]}}\n  tenants:\n    - {{name: yaml-team, api_key_env: GATEWAY_SPEND_TEST_KEY}}\n"
     )
-}
-
-/// The gateway's address, from the server's `gateway serving gateway_addr=...` line.
-fn gateway_addr(daemon: &Daemon) -> SocketAddr {
-    (daemon.logs().iter())
-        .find_map(|line| {
-            line.split("gateway_addr=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("the gateway logs its address before the server listens")
-}
-
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
 }
 
 /// Sends one request; the status and the body's text.
