@@ -15,7 +15,7 @@ use hyper::body::Bytes;
 use replay::sim::limits::ProviderLimits;
 use replay::sim::server::ProviderServer;
 use serde_json::{json, Value};
-use support::gateway_setup::{client, gateway_addr, sim_limits, start_sim_with, HttpClient};
+use support::gateway_setup::{client, gateway_addr, send, sim_limits, start_sim_with, Answer, HttpClient};
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, WAIT_MAX};
 
 /// The tenant's gateway key (from the environment, as the configuration says).
@@ -39,38 +39,6 @@ fn gateway_section(sim: SocketAddr, concurrency: u64) -> String {
     format!(
         "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n    - {{name: simanthropic, kind: anthropic, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, tpm: 1000000, concurrency: {concurrency}, max_output_tokens_default: 256}}\n    - {{name: claude-sonnet-4-5, upstream: simanthropic, rpm: 1000, input_tpm: 100000, output_tpm: 100000, concurrency: 8, max_output_tokens_default: 256}}\n  tenants:\n    - {{name: acme, api_key_env: GATEWAY_FLEET_TEST_KEY, daily_tokens: 1000000}}\n"
     )
-}
-
-struct Answer {
-    status: u16,
-    headers: hyper::HeaderMap,
-    body: String,
-}
-
-async fn send(
-    client: &HttpClient,
-    method: hyper::Method,
-    url: String,
-    headers: &[(&str, &str)],
-    body: Option<Value>,
-) -> Answer {
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(url)
-        .header("content-type", "application/json");
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-    let response = client.request(request.body(Full::new(body)).unwrap()).await.unwrap();
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    Answer {
-        status,
-        headers,
-        body: String::from_utf8(body.to_vec()).unwrap(),
-    }
 }
 
 async fn chat(client: &HttpClient, gateway: SocketAddr, body: Value) -> Answer {

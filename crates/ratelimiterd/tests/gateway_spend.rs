@@ -13,13 +13,11 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use ratelimiter::price::{billed_micro_usd, list_price, Usage};
 use ratelimiter::spend::UtcDay;
 use ratelimiter::{Clock, SystemClock};
 use serde_json::{json, Value};
-use support::gateway_setup::{client, gateway_addr, start_sim, HttpClient};
+use support::gateway_setup::{client, gateway_addr, send, start_sim, Answer, HttpClient};
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ratelimiterd");
@@ -38,39 +36,18 @@ fn gateway_section(sim: SocketAddr) -> String {
     )
 }
 
-/// Sends one request; the status and the body's text.
-async fn send(
-    client: &HttpClient,
-    method: hyper::Method,
-    url: String,
-    headers: &[(&str, &str)],
-    body: Option<Value>,
-) -> (u16, String) {
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(url)
-        .header("content-type", "application/json");
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-    let response = client.request(request.body(Full::new(body)).unwrap()).await.unwrap();
-    let status = response.status().as_u16();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
-
 /// An admin GET of `path` on `server`: status and body.
 async fn admin_get(client: &HttpClient, server: SocketAddr, path: &str) -> (u16, String) {
     let bearer = format!("Bearer {ADMIN_TOKEN}");
-    send(
+    let answer = send(
         client,
         hyper::Method::GET,
         format!("http://{server}{path}"),
         &[("authorization", &bearer)],
         None,
     )
-    .await
+    .await;
+    (answer.status, answer.body)
 }
 
 /// The JSON report of `query` on `server`.
@@ -114,7 +91,7 @@ async fn chat(client: &HttpClient, gateway: SocketAddr, key: &str, model: &str, 
     let body = json!({"model": model, "max_tokens": 16, "sim_output_tokens": output_tokens,
         "messages": [{"role": "user", "content": "Hi there"}]});
     let bearer = format!("Bearer {key}");
-    let (status, text) = send(
+    let Answer { status, body: text, .. } = send(
         client,
         hyper::Method::POST,
         format!("http://{gateway}/v1/chat/completions"),
@@ -131,7 +108,7 @@ async fn message(client: &HttpClient, gateway: SocketAddr, key: &str) -> Value {
     let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "sim_output_tokens": 7,
         "messages": [{"role": "user", "content": "Hi there"}]});
     let headers = [("x-api-key", key), ("anthropic-version", "2023-06-01")];
-    let (status, text) = send(
+    let Answer { status, body: text, .. } = send(
         client,
         hyper::Method::POST,
         format!("http://{gateway}/v1/messages"),
@@ -148,7 +125,7 @@ async fn directory_key(client: &HttpClient, server: SocketAddr, tenant: &str) ->
     let bearer = format!("Bearer {ADMIN_TOKEN}");
     let auth = [("authorization", bearer.as_str())];
     let url = |path: &str| format!("http://{server}{path}");
-    let (status, text) = send(
+    let Answer { status, body: text, .. } = send(
         client,
         hyper::Method::POST,
         url("/v1/admin/gateway/tenants"),
@@ -157,7 +134,7 @@ async fn directory_key(client: &HttpClient, server: SocketAddr, tenant: &str) ->
     )
     .await;
     assert_eq!(status, 201, "{text}");
-    let (status, text) = send(
+    let Answer { status, body: text, .. } = send(
         client,
         hyper::Method::POST,
         url("/v1/admin/gateway/keys"),
@@ -293,7 +270,7 @@ async fn the_report_groups_every_call_in_json_and_csv_and_refuses_bad_parameters
         assert_eq!(status, 400, "{query}: {body}");
         assert!(body.contains(named), "{query}: {body}");
     }
-    let (status, _) = send(
+    let Answer { status, .. } = send(
         &client,
         hyper::Method::GET,
         format!("http://{}{SPEND}", daemon.addr),
@@ -303,7 +280,9 @@ async fn the_report_groups_every_call_in_json_and_csv_and_refuses_bad_parameters
     .await;
     assert_eq!(status, 401, "the report is an admin route");
 
-    let (status, metrics) = send(
+    let Answer {
+        status, body: metrics, ..
+    } = send(
         &client,
         hyper::Method::GET,
         format!("http://{}/metrics", daemon.addr),

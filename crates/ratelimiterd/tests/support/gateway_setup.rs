@@ -1,11 +1,11 @@
 //! What the tests of the gateway a `ratelimiterd` serves share: the provider
 //! simulator in process on a free loopback port, the gateway's address read from
-//! the server's log, and an HTTP client for both.
+//! the server's log, and an HTTP client for both with its [`send`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -14,6 +14,7 @@ use ratelimiter::SystemClock;
 use replay::sim::control::SimControl;
 use replay::sim::limits::{Accounting, ProviderLimits};
 use replay::sim::server::ProviderServer;
+use serde_json::Value;
 
 use super::Daemon;
 
@@ -23,6 +24,50 @@ pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 /// A new client.
 pub fn client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+/// An answer, its body read whole.
+pub struct Answer {
+    /// The status code.
+    pub status: u16,
+    /// The headers.
+    pub headers: hyper::HeaderMap,
+    /// The body's text (a byte that is not UTF-8 replaced).
+    pub body: String,
+}
+
+impl Answer {
+    /// The body as JSON; `null` when it is not JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// Sends one request with `headers` and a JSON `body` (none: empty).
+pub async fn send(
+    client: &HttpClient,
+    method: hyper::Method,
+    url: String,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> Answer {
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+    let response = client.request(request.body(Full::new(body)).unwrap()).await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    }
 }
 
 /// The simulator's limits, far above what a test sends, so that the gateway's
