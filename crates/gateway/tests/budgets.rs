@@ -190,82 +190,72 @@ async fn each_format_reserves_its_worst_case_and_is_charged_what_it_bills() {
     );
 }
 
-#[tokio::test]
-async fn a_pool_reserves_at_the_price_of_the_deployment_it_chose() {
+/// The tenant's daily budget key in [`priced_pool`].
+const POOL_DAY: &str = "tenant:fin:usd:day";
+
+/// A gateway on a memory backend with `gpt-4o` at $10 a million tokens served by
+/// a pool of `deployments` on `upstreams` (YAML flow lists; `{provider}` stands
+/// for the billing provider's address), and the tenant `fin` with $5 a day on
+/// [`POOL_DAY`]: the pool tests differ only in their deployments.
+async fn priced_pool(upstreams: &str, deployments: &str) -> (std::net::SocketAddr, Arc<dyn Backend>) {
     let (provider, _billing) = start_billing().await;
     let backend = memory_backend();
     std::env::set_var("GATEWAY_TEST_FIN_KEY", BUDGET_TENANT_KEY);
+    let upstreams = upstreams.replace("{provider}", &provider.to_string());
     let yaml = format!(
         r#"listen_addr: "127.0.0.1:0"
-upstreams:
-  - {{name: ptu, kind: openai, base_url: "http://{provider}"}}
-  - {{name: paygo, kind: openai, base_url: "http://{provider}"}}
+upstreams: {upstreams}
 models:
-  - name: gpt-4o
-    routing: ordered
-    price: {{input: 10, output: 10}}
-    deployments:
-      - {{upstream: ptu, rpm: 1, price: {{input: 0, output: 0}}}}
-      - {{upstream: paygo, priority: 1}}
+  - {{name: gpt-4o, routing: ordered, price: {{input: 10, output: 10}}, deployments: {deployments}}}
 tenants:
   - {{name: fin, api_key_env: GATEWAY_TEST_FIN_KEY, budgets: [{{usd: 5, period: day}}]}}
 "#
     );
     let config: gateway::GatewayConfig = serde_yaml::from_str(&yaml).unwrap();
-    let gateway = start_gateway(&config, backend.clone()).await;
+    (start_gateway(&config, backend.clone()).await, backend)
+}
+
+#[tokio::test]
+async fn a_pool_reserves_at_the_price_of_the_deployment_it_chose() {
+    let (gateway, backend) = priced_pool(
+        r#"[{name: ptu, kind: openai, base_url: "http://{provider}"}, {name: paygo, kind: openai, base_url: "http://{provider}"}]"#,
+        "[{upstream: ptu, rpm: 1, price: {input: 0, output: 0}}, {upstream: paygo, priority: 1}]",
+    )
+    .await;
     let client = client();
-    let body = json!({"model": "gpt-4o", "max_tokens": 100, "messages": [{"role": "user", "content": "Hi."}],
-        "test_usage": {"prompt_tokens": 10, "completion_tokens": 100}});
-    let day = "tenant:fin:usd:day";
     // The PTU is free: its call reserves nothing on the budget and is charged nothing.
-    let (status, headers, text) = call(&client, gateway, "/v1/chat/completions", &body).await;
+    let (status, headers, text) = call(&client, gateway, "/v1/chat/completions", &chat(100, 100)).await;
     assert_eq!(
         (status.as_u16(), headers["x-ratelimit-deployment"].to_str().unwrap()),
         (200, "ptu"),
         "{text}"
     );
-    assert_eq!(in_use(&backend, day).await, 0);
+    assert_eq!(in_use(&backend, POOL_DAY).await, 0);
     // Its minute's one request taken, the call spills over to pay-as-you-go at $10 a million.
-    let (status, headers, text) = call(&client, gateway, "/v1/chat/completions", &body).await;
+    let (status, headers, text) = call(&client, gateway, "/v1/chat/completions", &chat(100, 100)).await;
     assert_eq!(
         (status.as_u16(), headers["x-ratelimit-deployment"].to_str().unwrap()),
         (200, "paygo"),
         "{text}"
     );
-    eventually_in_use(&backend, day, cost(&[(110, 10_000_000)])).await;
+    eventually_in_use(&backend, POOL_DAY, cost(&[(110, 10_000_000)])).await;
 }
 
 #[tokio::test]
 async fn a_call_that_fails_over_is_charged_once_by_the_deployment_that_served_it() {
-    let (provider, _billing) = start_billing().await;
-    let backend = memory_backend();
-    std::env::set_var("GATEWAY_TEST_FIN_KEY", BUDGET_TENANT_KEY);
-    let yaml = format!(
-        r#"listen_addr: "127.0.0.1:0"
-upstreams:
-  - {{name: gone, kind: openai, base_url: "http://127.0.0.1:9"}}
-  - {{name: live, kind: openai, base_url: "http://{provider}"}}
-models:
-  - name: gpt-4o
-    routing: ordered
-    price: {{input: 10, output: 10}}
-    deployments: [{{upstream: gone}}, {{upstream: live, priority: 1}}]
-tenants:
-  - {{name: fin, api_key_env: GATEWAY_TEST_FIN_KEY, budgets: [{{usd: 5, period: day}}]}}
-"#
-    );
-    let config: gateway::GatewayConfig = serde_yaml::from_str(&yaml).unwrap();
-    let gateway = start_gateway(&config, backend.clone()).await;
-    let body = json!({"model": "gpt-4o", "max_tokens": 100, "messages": [{"role": "user", "content": "Hi."}],
-        "test_usage": {"prompt_tokens": 10, "completion_tokens": 100}});
-    let (status, headers, text) = call(&client(), gateway, "/v1/chat/completions", &body).await;
+    let (gateway, backend) = priced_pool(
+        r#"[{name: gone, kind: openai, base_url: "http://127.0.0.1:9"}, {name: live, kind: openai, base_url: "http://{provider}"}]"#,
+        "[{upstream: gone}, {upstream: live, priority: 1}]",
+    )
+    .await;
+    let (status, headers, text) = call(&client(), gateway, "/v1/chat/completions", &chat(100, 100)).await;
     assert_eq!(
         (status.as_u16(), headers["x-ratelimit-deployment"].to_str().unwrap()),
         (200, "live"),
         "{text}"
     );
     // The unreachable deployment's try gave its worst case back: only the served call's bill stays.
-    eventually_in_use(&backend, "tenant:fin:usd:day", cost(&[(110, 10_000_000)])).await;
+    eventually_in_use(&backend, POOL_DAY, cost(&[(110, 10_000_000)])).await;
 }
 
 /// A gateway on `clock` (the backend's holds and the periods count on it) with

@@ -7,38 +7,18 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratelimiter::price::{billed_micro_usd, list_price, Usage};
 use ratelimiter::spend::UtcDay;
 use ratelimiter::{Clock, SystemClock};
-use replay::sim::control::SimControl;
-use replay::sim::limits::{Accounting, ProviderLimits};
-use replay::sim::server::ProviderServer;
 use serde_json::{json, Value};
+use support::gateway_setup::{gateway_addr, start_sim};
 use support::raw::request;
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN};
 
 /// The configured tenant's key (from the environment, as the configuration says).
 const TENANT_KEY: &str = "console-budgets-test-key-0123456789";
-
-/// The simulator on a free loopback port.
-async fn start_sim() -> SocketAddr {
-    let limits = ProviderLimits {
-        rpm: 10_000,
-        tpm: 10_000_000,
-        window_ms: 60_000,
-        concurrency: 64,
-        ms_per_output_token: 0,
-        accounting: Accounting::Actual,
-    };
-    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(provider.serve(listener, std::future::pending()));
-    addr
-}
 
 /// A gateway with $1 a day, a model with $2 an hour (a rolling window) and a
 /// tenant with $0.50 a day.
@@ -47,20 +27,6 @@ fn gateway_section(sim: SocketAddr) -> String {
     format!(
         "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  budgets: [{{usd: 1, period: day}}]\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64, budgets: [{{usd: 2, window_seconds: 3600}}]}}\n  tenants:\n    - {{name: team, api_key_env: CONSOLE_BUDGETS_TEST_KEY, budgets: [{{usd: 0.5, period: day}}]}}\n"
     )
-}
-
-/// The gateway's address, from the server's `gateway serving gateway_addr=...` line.
-fn gateway_addr(daemon: &Daemon) -> SocketAddr {
-    (daemon.logs().iter())
-        .find_map(|line| {
-            line.split("gateway_addr=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("the gateway logs its address before the server listens")
 }
 
 /// One chat call; its billed cost from the usage it answers and the list price.

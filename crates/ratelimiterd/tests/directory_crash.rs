@@ -15,10 +15,8 @@ use std::net::SocketAddr;
 use axum::body::Body;
 use ratelimiter::directory::{journal_path, Directory, FileStore, KeyLimits, KeySpec, Refusal, TenantFields};
 use ratelimiter::SystemClock;
-use replay::sim::control::SimControl;
-use replay::sim::limits::{Accounting, ProviderLimits};
-use replay::sim::server::ProviderServer;
 use serde_json::{json, Value};
+use support::gateway_setup::{gateway_addr, start_sim};
 use support::raw::request;
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN};
 use tower::ServiceExt;
@@ -93,23 +91,6 @@ async fn keys_answered_201_survive_a_sigkill_the_next_instant() {
     }
 }
 
-/// The simulator on a free loopback port.
-async fn start_sim() -> SocketAddr {
-    let limits = ProviderLimits {
-        rpm: 10_000,
-        tpm: 10_000_000,
-        window_ms: 60_000,
-        concurrency: 64,
-        ms_per_output_token: 0,
-        accounting: Accounting::Actual,
-    };
-    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(provider.serve(listener, std::future::pending()));
-    addr
-}
-
 /// A gateway with no tenant in its file: its tenants are the API's.
 fn gateway_section(sim: SocketAddr) -> String {
     format!(
@@ -152,16 +133,7 @@ async fn a_tenant_written_without_its_limits_gets_them_at_the_next_start() {
     }
     let (status, key) = send(&daemon, "POST", "/v1/admin/gateway/keys", json!({"tenant": "acme"}));
     assert_eq!(status, 201, "{key}");
-    let gateway = (daemon.logs().iter())
-        .find_map(|line| {
-            line.split("gateway_addr=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("the gateway logs its address");
+    let gateway = gateway_addr(&daemon);
     // Off the runtime: the simulator answering the gateway runs on it.
     let key = key["key"].as_str().unwrap().to_owned();
     let call = move || request(gateway, "POST", "/v1/chat/completions", Some(&key), &chat_body());

@@ -12,14 +12,10 @@ use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use ratelimiter::SystemClock;
-use replay::sim::control::SimControl;
-use replay::sim::limits::{Accounting, ProviderLimits};
+use replay::sim::limits::ProviderLimits;
 use replay::sim::server::ProviderServer;
 use serde_json::{json, Value};
+use support::gateway_setup::{client, gateway_addr, send, sim_limits, start_sim_with, Answer, HttpClient};
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, WAIT_MAX};
 
 /// The tenant's gateway key (from the environment, as the configuration says).
@@ -27,23 +23,14 @@ const TENANT_KEY: &str = "gateway-fleet-test-key-0123456789";
 /// How often a poll asks again.
 const POLL: Duration = Duration::from_millis(20);
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
 /// The simulator on a free loopback port; `ms_per_output_token` paces streams.
-async fn start_sim(concurrency: u64, ms_per_output_token: u64) -> (SocketAddr, Arc<ProviderServer>) {
-    let limits = ProviderLimits {
-        rpm: 10_000,
-        tpm: 10_000_000,
-        window_ms: 60_000,
+async fn start_paced_sim(concurrency: u64, ms_per_output_token: u64) -> (SocketAddr, Arc<ProviderServer>) {
+    start_sim_with(ProviderLimits {
         concurrency,
         ms_per_output_token,
-        accounting: Accounting::Actual,
-    };
-    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
-    (addr, provider)
+        ..sim_limits()
+    })
+    .await
 }
 
 /// The `gateway:` section in front of the simulator at `sim`.
@@ -52,54 +39,6 @@ fn gateway_section(sim: SocketAddr, concurrency: u64) -> String {
     format!(
         "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n    - {{name: simanthropic, kind: anthropic, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, tpm: 1000000, concurrency: {concurrency}, max_output_tokens_default: 256}}\n    - {{name: claude-sonnet-4-5, upstream: simanthropic, rpm: 1000, input_tpm: 100000, output_tpm: 100000, concurrency: 8, max_output_tokens_default: 256}}\n  tenants:\n    - {{name: acme, api_key_env: GATEWAY_FLEET_TEST_KEY, daily_tokens: 1000000}}\n"
     )
-}
-
-/// The gateway's address, from the server's `gateway serving gateway_addr=...` line.
-fn gateway_addr(daemon: &Daemon) -> SocketAddr {
-    daemon
-        .logs()
-        .iter()
-        .find_map(|line| {
-            line.split("gateway_addr=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("the gateway logs its address before the server listens")
-}
-
-struct Answer {
-    status: u16,
-    headers: hyper::HeaderMap,
-    body: String,
-}
-
-async fn send(
-    client: &HttpClient,
-    method: hyper::Method,
-    url: String,
-    headers: &[(&str, &str)],
-    body: Option<Value>,
-) -> Answer {
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(url)
-        .header("content-type", "application/json");
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-    let response = client.request(request.body(Full::new(body)).unwrap()).await.unwrap();
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    Answer {
-        status,
-        headers,
-        body: String::from_utf8(body.to_vec()).unwrap(),
-    }
 }
 
 async fn chat(client: &HttpClient, gateway: SocketAddr, body: Value) -> Answer {
@@ -143,13 +82,9 @@ fn usage_total(answer: &Answer) -> u64 {
         .unwrap_or_else(|| panic!("no usage in {body}"))
 }
 
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
-}
-
 #[tokio::test]
 async fn the_gateway_serves_beside_the_limiter_api_on_the_same_backend() {
-    let (sim, _) = start_sim(64, 0).await;
+    let (sim, _) = start_paced_sim(64, 0).await;
     let dir = temp_dir("gateway-memory");
     let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &gateway_section(sim, 4));
     let gateway = gateway_addr(&daemon);
@@ -297,7 +232,7 @@ async fn admin_put(client: &HttpClient, server: SocketAddr, definition: Value) -
 
 #[tokio::test]
 async fn class_ceilings_follow_an_admin_change_of_their_model_limit() {
-    let (sim, _) = start_sim(64, 0).await;
+    let (sim, _) = start_paced_sim(64, 0).await;
     let dir = temp_dir("gateway-classes");
     let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &classes_section(sim, 1000));
     let gateway = gateway_addr(&daemon);
@@ -336,7 +271,7 @@ async fn class_ceilings_follow_an_admin_change_of_their_model_limit() {
 /// new capacity (docs/gateway.md, "Budgets and spend").
 #[tokio::test]
 async fn a_budget_in_money_is_shown_and_changed_by_the_admin_api() {
-    let (sim, _) = start_sim(64, 0).await;
+    let (sim, _) = start_paced_sim(64, 0).await;
     std::env::set_var("GATEWAY_FLEET_TEST_KEY", TENANT_KEY);
     let section = format!(
         "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, max_output_tokens_default: 256}}\n  tenants:\n    - {{name: acme, api_key_env: GATEWAY_FLEET_TEST_KEY, budgets: [{{usd: 10, period: month}}]}}\n"
@@ -386,7 +321,7 @@ mod fleet {
         // 25 ms per output token: a stream of 4,000 tokens outlasts the test, so
         // the slot it holds is held for as long as the test needs, however slow
         // the machine; the client then leaves to end it.
-        let (sim, _) = start_sim(64, 25).await;
+        let (sim, _) = start_paced_sim(64, 25).await;
         let backend = BackendConfig::TigerBeetle {
             addresses: cluster.address(),
             settings: "  sessions: 2\n  request_timeout_ms: 2000\n",
@@ -441,7 +376,7 @@ mod fleet {
     #[tokio::test]
     async fn two_servers_on_one_cluster_share_a_pools_deployments() {
         let cluster = LocalCluster::start().expect("starting a local TigerBeetle");
-        let ((east, east_sim), (west, west_sim)) = (start_sim(64, 0).await, start_sim(64, 0).await);
+        let ((east, east_sim), (west, west_sim)) = (start_paced_sim(64, 0).await, start_paced_sim(64, 0).await);
         let backend = BackendConfig::TigerBeetle {
             addresses: cluster.address(),
             settings: "  sessions: 2\n  request_timeout_ms: 2000\n",
@@ -490,7 +425,7 @@ mod fleet {
     #[tokio::test]
     async fn two_servers_on_one_cluster_keep_the_headroom_of_a_class() {
         let cluster = LocalCluster::start().expect("starting a local TigerBeetle");
-        let (sim, _) = start_sim(64, 0).await;
+        let (sim, _) = start_paced_sim(64, 0).await;
         let backend = BackendConfig::TigerBeetle {
             addresses: cluster.address(),
             settings: "  sessions: 2\n  request_timeout_ms: 2000\n",

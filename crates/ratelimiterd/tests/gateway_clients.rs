@@ -16,10 +16,8 @@ use axum::routing;
 use axum::Router;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
+use support::gateway_setup::{client, gateway_addr, HttpClient};
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, WAIT_MAX};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -30,8 +28,6 @@ const CLIENT_TIMEOUT_MS: u64 = 500;
 /// The answer a stalled client stops reading: far more than the kernel's socket
 /// buffers on both sides hold.
 const ANSWER_BYTES: usize = 64 * 1024 * 1024;
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// An embeddings answer of [`ANSWER_BYTES`], made as it is sent.
 struct BigAnswer {
@@ -98,21 +94,6 @@ fn section(provider: SocketAddr) -> String {
     )
 }
 
-fn gateway_addr(daemon: &Daemon) -> SocketAddr {
-    daemon
-        .logs()
-        .iter()
-        .find_map(|line| {
-            line.split("gateway_addr=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("the gateway logs its address")
-}
-
 async fn in_use(client: &HttpClient, server: SocketAddr, key: &str) -> u64 {
     let request = hyper::Request::get(format!("http://{server}/v1/admin/limits/{key}"))
         .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
@@ -165,7 +146,7 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
 #[tokio::test]
 async fn a_client_that_stops_reading_is_disconnected_and_its_call_completed() {
     let (daemon, gateway, _dir) = start().await;
-    let admin = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let admin = client();
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     // A small receive buffer, so the server's writes block soon.
     socket.set_recv_buffer_size(4096).unwrap();

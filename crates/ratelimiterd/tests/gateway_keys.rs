@@ -9,42 +9,16 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Bytes;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use ratelimiter::SystemClock;
-use replay::sim::control::SimControl;
-use replay::sim::limits::{Accounting, ProviderLimits};
-use replay::sim::server::ProviderServer;
 use serde_json::{json, Value};
+use support::gateway_setup::{client, gateway_addr, send, start_sim, Answer, HttpClient};
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN};
 
 /// The configured tenant's key (from the environment, as the configuration says).
 const YAML_KEY: &str = "gateway-keys-test-yaml-key-0123456789";
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-/// The simulator on a free loopback port.
-async fn start_sim() -> SocketAddr {
-    let limits = ProviderLimits {
-        rpm: 10_000,
-        tpm: 10_000_000,
-        window_ms: 60_000,
-        concurrency: 64,
-        ms_per_output_token: 0,
-        accounting: Accounting::Actual,
-    };
-    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(provider.serve(listener, std::future::pending()));
-    addr
-}
 
 /// A gateway serving one OpenAI and one Anthropic model, with one configured tenant.
 fn gateway_section(sim: SocketAddr) -> String {
@@ -52,53 +26,6 @@ fn gateway_section(sim: SocketAddr) -> String {
     format!(
         "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n    - {{name: simanthropic, kind: anthropic, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: claude-sonnet-4-5, upstream: simanthropic, rpm: 1000, input_tpm: 100000, output_tpm: 100000, concurrency: 8, max_output_tokens_default: 64}}\n  tenants:\n    - {{name: yaml-team, api_key_env: GATEWAY_KEYS_TEST_KEY}}\n"
     )
-}
-
-/// The gateway's address, from the server's `gateway serving gateway_addr=...` line.
-fn gateway_addr(daemon: &Daemon) -> SocketAddr {
-    (daemon.logs().iter())
-        .find_map(|line| {
-            line.split("gateway_addr=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("the gateway logs its address before the server listens")
-}
-
-struct Answer {
-    status: u16,
-    body: Value,
-}
-
-async fn send(
-    client: &HttpClient,
-    method: hyper::Method,
-    url: String,
-    headers: &[(&str, &str)],
-    body: Option<Value>,
-) -> Answer {
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(url)
-        .header("content-type", "application/json");
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-    let response = client.request(request.body(Full::new(body)).unwrap()).await.unwrap();
-    let status = response.status().as_u16();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    Answer {
-        status,
-        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    }
-}
-
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
 }
 
 /// An admin call on the server at `server`; asserts its status.
@@ -120,7 +47,7 @@ async fn admin(
     )
     .await;
     assert_eq!(answer.status, status, "{path}: {}", answer.body);
-    answer.body
+    answer.json()
 }
 
 /// A key made through the admin API: `(id, key)`.
@@ -197,7 +124,7 @@ async fn models(client: &HttpClient, gateway: SocketAddr, key: &str) -> Vec<Stri
     )
     .await;
     assert_eq!(answer.status, 200, "{}", answer.body);
-    (answer.body["data"].as_array().unwrap().iter())
+    (answer.json()["data"].as_array().unwrap().iter())
         .map(|m| m["id"].as_str().unwrap().to_owned())
         .collect()
 }
@@ -245,7 +172,8 @@ async fn tenants_and_keys_of_the_admin_api_take_budgets_in_money() {
     let answer = chat(&client, gateway, &key, "gpt-4o-mini").await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     // gpt-4o-mini's list price: $0.15 input, $0.60 output a million tokens.
-    let usage = &answer.body["usage"];
+    let body = answer.json();
+    let usage = &body["usage"];
     let prompt = usage["prompt_tokens"].as_u64().unwrap();
     let completion = usage["completion_tokens"].as_u64().unwrap();
     let billed = (prompt * 150_000 + completion * 600_000).div_ceil(1_000_000);
@@ -293,7 +221,8 @@ async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope(
     }
     let refused = chat(&client, gateway, &limited, "gpt-4o-mini").await;
     assert_eq!(refused.status, 429, "{}", refused.body);
-    let message_text = refused.body["error"]["message"].as_str().unwrap();
+    let refusal = refused.json();
+    let message_text = refusal["error"]["message"].as_str().unwrap();
     assert!(
         message_text.contains(&format!("key:{limited_id}:llm:rpm")),
         "{message_text}"
@@ -311,9 +240,10 @@ async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope(
     );
     let forbidden = message(&client, gateway, &limited, "claude-sonnet-4-5").await;
     assert_eq!(forbidden.status, 403, "{}", forbidden.body);
-    assert_eq!(forbidden.body["type"], "error", "{}", forbidden.body);
+    assert_eq!(forbidden.json()["type"], "error", "{}", forbidden.body);
     assert_eq!(
-        forbidden.body["error"]["type"], "permission_error",
+        forbidden.json()["error"]["type"],
+        "permission_error",
         "{}",
         forbidden.body
     );
@@ -331,7 +261,8 @@ async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope(
     let forbidden = chat(&client, gateway, &claude_only, "gpt-4o-mini").await;
     assert_eq!(forbidden.status, 403, "{}", forbidden.body);
     assert_eq!(
-        forbidden.body["error"]["code"], "permission_denied",
+        forbidden.json()["error"]["code"],
+        "permission_denied",
         "{}",
         forbidden.body
     );
@@ -372,10 +303,10 @@ async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope(
     .await;
     let refused = chat(&client, gateway, &revoked, "gpt-4o-mini").await;
     assert_eq!(refused.status, 401, "{}", refused.body);
-    assert_eq!(refused.body["error"]["code"], "invalid_api_key", "{}", refused.body);
+    assert_eq!(refused.json()["error"]["code"], "invalid_api_key", "{}", refused.body);
     let refused = message(&client, gateway, &revoked, "claude-sonnet-4-5").await;
     assert_eq!(
-        (refused.status, &refused.body["error"]["type"]),
+        (refused.status, &refused.json()["error"]["type"]),
         (401, &json!("authentication_error"))
     );
     let unknown = format!("{}x", &other[..other.len() - 1]);
@@ -406,7 +337,7 @@ async fn keys_made_through_the_admin_api_are_served_with_their_limits_and_scope(
     let expired = chat(&client, gateway, &expiring, "gpt-4o-mini").await;
     assert_eq!(expired.status, 401, "{}", expired.body);
     assert!(
-        expired.body["error"]["message"].as_str().unwrap().contains("expired"),
+        expired.json()["error"]["message"].as_str().unwrap().contains("expired"),
         "{}",
         expired.body
     );

@@ -11,21 +11,13 @@ mod support;
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use ratelimiter::price::{billed_micro_usd, list_price, Usage};
 use ratelimiter::spend::UtcDay;
 use ratelimiter::{Clock, SystemClock};
-use replay::sim::control::SimControl;
-use replay::sim::limits::{Accounting, ProviderLimits};
-use replay::sim::server::ProviderServer;
 use serde_json::{json, Value};
+use support::gateway_setup::{client, gateway_addr, send, start_sim, Answer, HttpClient};
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ratelimiterd");
@@ -33,25 +25,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_ratelimiterd");
 const YAML_KEY: &str = "gateway-spend-test-yaml-key-0123456789";
 /// The report's path.
 const SPEND: &str = "/v1/admin/gateway/spend";
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-/// The simulator on a free loopback port.
-async fn start_sim() -> SocketAddr {
-    let limits = ProviderLimits {
-        rpm: 10_000,
-        tpm: 10_000_000,
-        window_ms: 60_000,
-        concurrency: 64,
-        ms_per_output_token: 0,
-        accounting: Accounting::Actual,
-    };
-    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(provider.serve(listener, std::future::pending()));
-    addr
-}
 
 /// An OpenAI model, an Anthropic model and a self-hosted model without a list
 /// price (an OpenAI-compatible server, whose rates the table cannot know), with
@@ -63,57 +36,18 @@ fn gateway_section(sim: SocketAddr) -> String {
     )
 }
 
-/// The gateway's address, from the server's `gateway serving gateway_addr=...` line.
-fn gateway_addr(daemon: &Daemon) -> SocketAddr {
-    (daemon.logs().iter())
-        .find_map(|line| {
-            line.split("gateway_addr=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("the gateway logs its address before the server listens")
-}
-
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
-}
-
-/// Sends one request; the status and the body's text.
-async fn send(
-    client: &HttpClient,
-    method: hyper::Method,
-    url: String,
-    headers: &[(&str, &str)],
-    body: Option<Value>,
-) -> (u16, String) {
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(url)
-        .header("content-type", "application/json");
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-    let response = client.request(request.body(Full::new(body)).unwrap()).await.unwrap();
-    let status = response.status().as_u16();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
-
 /// An admin GET of `path` on `server`: status and body.
 async fn admin_get(client: &HttpClient, server: SocketAddr, path: &str) -> (u16, String) {
     let bearer = format!("Bearer {ADMIN_TOKEN}");
-    send(
+    let answer = send(
         client,
         hyper::Method::GET,
         format!("http://{server}{path}"),
         &[("authorization", &bearer)],
         None,
     )
-    .await
+    .await;
+    (answer.status, answer.body)
 }
 
 /// The JSON report of `query` on `server`.
@@ -157,7 +91,7 @@ async fn chat(client: &HttpClient, gateway: SocketAddr, key: &str, model: &str, 
     let body = json!({"model": model, "max_tokens": 16, "sim_output_tokens": output_tokens,
         "messages": [{"role": "user", "content": "Hi there"}]});
     let bearer = format!("Bearer {key}");
-    let (status, text) = send(
+    let Answer { status, body: text, .. } = send(
         client,
         hyper::Method::POST,
         format!("http://{gateway}/v1/chat/completions"),
@@ -174,7 +108,7 @@ async fn message(client: &HttpClient, gateway: SocketAddr, key: &str) -> Value {
     let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "sim_output_tokens": 7,
         "messages": [{"role": "user", "content": "Hi there"}]});
     let headers = [("x-api-key", key), ("anthropic-version", "2023-06-01")];
-    let (status, text) = send(
+    let Answer { status, body: text, .. } = send(
         client,
         hyper::Method::POST,
         format!("http://{gateway}/v1/messages"),
@@ -191,7 +125,7 @@ async fn directory_key(client: &HttpClient, server: SocketAddr, tenant: &str) ->
     let bearer = format!("Bearer {ADMIN_TOKEN}");
     let auth = [("authorization", bearer.as_str())];
     let url = |path: &str| format!("http://{server}{path}");
-    let (status, text) = send(
+    let Answer { status, body: text, .. } = send(
         client,
         hyper::Method::POST,
         url("/v1/admin/gateway/tenants"),
@@ -200,7 +134,7 @@ async fn directory_key(client: &HttpClient, server: SocketAddr, tenant: &str) ->
     )
     .await;
     assert_eq!(status, 201, "{text}");
-    let (status, text) = send(
+    let Answer { status, body: text, .. } = send(
         client,
         hyper::Method::POST,
         url("/v1/admin/gateway/keys"),
@@ -336,7 +270,7 @@ async fn the_report_groups_every_call_in_json_and_csv_and_refuses_bad_parameters
         assert_eq!(status, 400, "{query}: {body}");
         assert!(body.contains(named), "{query}: {body}");
     }
-    let (status, _) = send(
+    let Answer { status, .. } = send(
         &client,
         hyper::Method::GET,
         format!("http://{}{SPEND}", daemon.addr),
@@ -346,7 +280,9 @@ async fn the_report_groups_every_call_in_json_and_csv_and_refuses_bad_parameters
     .await;
     assert_eq!(status, 401, "the report is an admin route");
 
-    let (status, metrics) = send(
+    let Answer {
+        status, body: metrics, ..
+    } = send(
         &client,
         hyper::Method::GET,
         format!("http://{}/metrics", daemon.addr),

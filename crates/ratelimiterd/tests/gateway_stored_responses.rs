@@ -9,42 +9,16 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use ratelimiter::SystemClock;
-use replay::sim::control::SimControl;
-use replay::sim::limits::{Accounting, ProviderLimits};
-use replay::sim::server::ProviderServer;
 use serde_json::{json, Value};
+use support::gateway_setup::{client, gateway_addr, start_sim, HttpClient};
 use support::{temp_dir, BackendConfig, Daemon};
 
 /// The two tenants' keys (from the environment, as the configuration says).
 const ACME_KEY: &str = "stored-responses-test-acme-key-0123456789";
 const BETA_KEY: &str = "stored-responses-test-beta-key-0123456789";
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-/// The simulator on a free loopback port.
-async fn start_sim() -> SocketAddr {
-    let limits = ProviderLimits {
-        rpm: 10_000,
-        tpm: 10_000_000,
-        window_ms: 60_000,
-        concurrency: 64,
-        ms_per_output_token: 0,
-        accounting: Accounting::Actual,
-    };
-    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(provider.serve(listener, std::future::pending()));
-    addr
-}
 
 /// A gateway serving one OpenAI model to two tenants.
 fn gateway_section(sim: SocketAddr) -> String {
@@ -53,24 +27,6 @@ fn gateway_section(sim: SocketAddr) -> String {
     format!(
         "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64}}\n  tenants:\n    - {{name: acme, api_key_env: STORED_RESPONSES_ACME_KEY}}\n    - {{name: beta, api_key_env: STORED_RESPONSES_BETA_KEY}}\n"
     )
-}
-
-/// The gateway's address, from the server's `gateway serving gateway_addr=...` line.
-fn gateway_addr(daemon: &Daemon) -> SocketAddr {
-    (daemon.logs().iter())
-        .find_map(|line| {
-            line.split("gateway_addr=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("the gateway logs its address before the server listens")
-}
-
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
 }
 
 /// A POST of `body` to `path` on `gateway` with `key`: the status and the raw body.

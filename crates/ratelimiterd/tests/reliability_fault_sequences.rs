@@ -13,8 +13,11 @@
 //! connections it holds to the replica and those the replica holds and
 //! queues, which must stay within their bounds however long the fault lasts.
 //!
-//! The figures are printed (`--nocapture`) and kept in RELIABILITY.md; the
-//! bound asserted on recovery leaves a margin for a loaded machine.
+//! The figures are printed (`--nocapture`) and kept in RELIABILITY.md. The
+//! bound asserted on recovery is the goal with a margin on an idle machine,
+//! stretched by how slowly a fresh session of the test's own, opened straight
+//! to the replica as the network returns, is answered: the load of the same
+//! moment, which no fixed bound can know.
 
 #![cfg(feature = "tigerbeetle")]
 
@@ -53,9 +56,25 @@ const SERVER_CONNECTIONS_MAX: u64 = 6;
 const ACCEPT_QUEUE_DRAINED_MAX: Duration = RECOVERY_MAX;
 /// The goal: the server grants within this long of the network's return.
 const RECOVERY_GOAL: Duration = Duration::from_secs(1);
-/// The bound asserted: the goal plus a margin for a loaded 2-core machine
-/// (a client's call in flight when the network returns, scheduling).
+/// The bound asserted on an idle machine: the goal plus a margin (a client's
+/// call in flight when the network returns, scheduling). It is stretched by
+/// the load measured as the network returns ([`load_stretch`]).
 const RECOVERY_MAX: Duration = Duration::from_millis(2_500);
+/// How long a fresh TigerBeetle session takes to be first answered on an idle
+/// machine: it registers as it opens, before its connection is up, so it is
+/// answered when it resends, after twice its 300 ms round-trip estimate, 60
+/// ticks of 10 ms (docs/tigerbeetle-backend.md, "When the network fails").
+/// The server's recovery waits for such an answer (its probe's), and each of
+/// its steps runs on the same ticks; on a loaded machine they all run late.
+const FRESH_SESSION_IDLE: Duration = Duration::from_millis(600);
+/// The most the load stretches the recovery bounds. A server whose probe had
+/// backed off (resends up to TigerBeetle's 10 s `backoff_max` apart) came back
+/// 9.6 to 11.7 s after the network (RELIABILITY.md): above the stretched
+/// bound (7.5 s) however loaded the machine.
+const LOAD_STRETCH_MAX: f64 = 3.0;
+/// The account the reference session looks up (none need exist: any answer
+/// will do).
+const REFERENCE_ACCOUNT_ID: u128 = 1;
 /// How long the test waits for a grant before it records none.
 const RECOVERY_WAIT: Duration = Duration::from_secs(15);
 /// How often the server's bounds are sampled while it is cut off.
@@ -277,6 +296,9 @@ struct Recovery {
     healthy: Option<Duration>,
     /// When the replica's accept queue was first empty after the return.
     queue_drained: Option<Duration>,
+    /// How long a fresh session opened straight to the replica as the network
+    /// returned took to be answered: the reference of [`load_stretch`].
+    fresh_session: Option<Duration>,
     bounds: Bounds,
 }
 
@@ -308,13 +330,14 @@ impl Rig {
                 Step::KillReplica => self.cluster.kill().expect("kill the replica"),
                 Step::StartReplica => self.cluster.start_again().expect("restart the replica"),
                 Step::Heal => {
-                    let (first_grant, healthy, queue_drained) = self.heal();
+                    let (first_grant, healthy, queue_drained, fresh_session) = self.heal();
                     recoveries.push(Recovery {
                         sequence,
                         after: done.join(", "),
                         first_grant,
                         healthy,
                         queue_drained,
+                        fresh_session,
                         bounds,
                     });
                     bounds = Bounds::default();
@@ -328,10 +351,13 @@ impl Rig {
     }
 
     /// Lets the traffic through and waits for the first grant after it, for
-    /// `/healthz` 200 and for the replica's accept queue to be empty.
-    fn heal(&self) -> (Option<Duration>, Option<Duration>, Option<Duration>) {
+    /// `/healthz` 200 and for the replica's accept queue to be empty; times a
+    /// fresh session of its own meanwhile ([`fresh_session_answer`]).
+    fn heal(&self) -> (Option<Duration>, Option<Duration>, Option<Duration>, Option<Duration>) {
         self.proxy.set(Mode::Forward);
         let returned = Instant::now();
+        let address = self.cluster.address().to_owned();
+        let reference = std::thread::spawn(move || fresh_session_answer(&address));
         let mut healthy = None;
         let mut first_grant = None;
         let mut queue_drained = None;
@@ -354,14 +380,42 @@ impl Rig {
             let seen = self.seen.lock().unwrap();
             seen.last_grant.map(|at| at.saturating_duration_since(returned))
         });
+        let fresh_session = reference.join().expect("the reference session's thread");
         let replica = sockets::on_port(self.replica_port);
         println!(
-            "  healed: first grant {first_grant:?}, /healthz 200 {healthy:?}, accept queue empty {queue_drained:?}; \
-             then the replica's connections {}, accept queue {}",
+            "  healed: first grant {first_grant:?}, /healthz 200 {healthy:?}, accept queue empty {queue_drained:?}, \
+             a fresh session answered {fresh_session:?}; then the replica's connections {}, accept queue {}",
             replica.connections, replica.accept_queue
         );
-        (first_grant, healthy, queue_drained)
+        (first_grant, healthy, queue_drained, fresh_session)
     }
+}
+
+/// How long a fresh session of the test's own, opened straight to the replica
+/// (not through the proxy) now, takes to be answered; `None` when it is not
+/// within [`RECOVERY_WAIT`]. On an idle machine [`FRESH_SESSION_IDLE`]; later
+/// as the replica and the clients' ticks run late.
+fn fresh_session_answer(address: &str) -> Option<Duration> {
+    let opened = Instant::now();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime for the reference session");
+    runtime.block_on(async {
+        let client = ratelimiter::tigerbeetle::client::Client::new(0, address).ok()?;
+        let lookup = client.lookup_accounts(vec![REFERENCE_ACCOUNT_ID]);
+        tokio::time::timeout(RECOVERY_WAIT, lookup).await.ok()?.ok()?;
+        Some(opened.elapsed())
+    })
+}
+
+/// How much the load of the moment stretches a recovery bound: the time a
+/// fresh session took to be answered over its time on an idle machine, from 1
+/// to [`LOAD_STRETCH_MAX`] (the most when it was not answered at all).
+fn load_stretch(fresh_session: Option<Duration>) -> f64 {
+    fresh_session.map_or(LOAD_STRETCH_MAX, |answered| {
+        (answered.as_secs_f64() / FRESH_SESSION_IDLE.as_secs_f64()).clamp(1.0, LOAD_STRETCH_MAX)
+    })
 }
 
 fn describe(step: &Step) -> String {
@@ -538,7 +592,8 @@ fn sequences() -> Vec<(&'static str, Vec<Step>)> {
 fn report(rig: &Rig, recoveries: &[Recovery]) {
     for r in recoveries {
         println!(
-            "{} (after {}): first grant {:?}, /healthz 200 {:?}, the replica's accept queue empty {:?}; \
+            "{} (after {}): first grant {:?}, /healthz 200 {:?}, the replica's accept queue empty {:?}, \
+             a fresh session answered {:?}; \
              while cut off at most: the server's connections {}, the replica's {}, its accept queue {}, \
              queue {}, outstanding {}, \
              clients open {}, probes open {}; {} probes opened, {} connections held in {:?} of black hole",
@@ -547,6 +602,7 @@ fn report(rig: &Rig, recoveries: &[Recovery]) {
             r.first_grant,
             r.healthy,
             r.queue_drained,
+            r.fresh_session,
             r.bounds.server_connections,
             r.bounds.replica_connections,
             r.bounds.accept_queue,
@@ -609,16 +665,24 @@ fn report(rig: &Rig, recoveries: &[Recovery]) {
                 r.sequence, r.after
             )
         });
+        // The goal is met in the clients' and the replica's ticks: measured in
+        // wall time, the bound stretches as far as the load of the same moment
+        // made a fresh session late.
+        let stretch = load_stretch(r.fresh_session);
+        let (recovery_max, drained_max) = (RECOVERY_MAX.mul_f64(stretch), ACCEPT_QUEUE_DRAINED_MAX.mul_f64(stretch));
         assert!(
-            first_grant <= RECOVERY_MAX,
-            "{} (after {}): first grant after {first_grant:?} (goal {RECOVERY_GOAL:?})",
+            first_grant <= recovery_max,
+            "{} (after {}): first grant after {first_grant:?} (goal {RECOVERY_GOAL:?}; bound {recovery_max:?}, \
+             {RECOVERY_MAX:?} stretched {stretch:.2} times by a fresh session answered after {:?})",
             r.sequence,
-            r.after
+            r.after,
+            r.fresh_session
         );
         let drained = r.queue_drained.unwrap_or(RECOVERY_WAIT);
         assert!(
-            drained <= ACCEPT_QUEUE_DRAINED_MAX,
-            "{} (after {}): the replica's accept queue not empty {drained:?} after the network's return",
+            drained <= drained_max,
+            "{} (after {}): the replica's accept queue not empty {drained:?} after the network's return \
+             (bound {drained_max:?})",
             r.sequence,
             r.after
         );

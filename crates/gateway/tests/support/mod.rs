@@ -21,7 +21,7 @@ use gateway::{Gateway, GatewayConfig};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use ratelimiter::{Backend, LimitKey, MemoryBackend, MemoryConfig, SystemClock};
+use ratelimiter::{Backend, Clock, LimitKey, MemoryBackend, MemoryConfig, SystemClock};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
@@ -233,10 +233,13 @@ pub async fn serve_gateway(
 
 /// A memory backend on the system clock.
 pub fn memory_backend() -> Arc<dyn Backend> {
-    Arc::new(MemoryBackend::new(
-        Arc::new(SystemClock::new()),
-        MemoryConfig::default(),
-    ))
+    memory_backend_on(Arc::new(SystemClock::new()))
+}
+
+/// A memory backend on `clock`: a fake clock shared with [`start_sim_on`]'s
+/// provider puts the gateway's limits and the provider's on one time.
+pub fn memory_backend_on(clock: Arc<dyn Clock>) -> Arc<dyn Backend> {
+    Arc::new(MemoryBackend::new(clock, MemoryConfig::default()))
 }
 
 /// Units held on `key` now.
@@ -343,9 +346,19 @@ pub async fn open(client: &HttpClient, gateway: SocketAddr, body: &Value) -> hyp
 pub const SIM_RPM: u64 = 600;
 
 /// The provider simulator enforcing `profile`'s rules (`ProviderServer::set_profile`),
-/// in process on a real socket.
+/// in process on a real socket, on the system clock.
 pub async fn start_sim(
     profile: replay::sim_profile::ProfileName,
+) -> (SocketAddr, Arc<replay::provider_server::ProviderServer>) {
+    start_sim_on(profile, Arc::new(SystemClock::new())).await
+}
+
+/// [`start_sim`] on `clock`: a fake clock that stands still while a burst goes
+/// through puts the whole burst in one of the provider's periods, however slowly
+/// a loaded machine delivers it.
+pub async fn start_sim_on(
+    profile: replay::sim_profile::ProfileName,
+    clock: Arc<dyn Clock>,
 ) -> (SocketAddr, Arc<replay::provider_server::ProviderServer>) {
     use replay::provider::{Accounting, ProviderLimits};
     let limits = ProviderLimits {
@@ -358,7 +371,7 @@ pub async fn start_sim(
     };
     let provider = replay::provider_server::ProviderServer::with_control(
         limits,
-        Arc::new(SystemClock::new()),
+        clock,
         replay::sim_control::SimControl::default(),
     );
     provider.set_profile(replay::sim_profile::SimProfile::with_defaults(profile, &limits));
