@@ -78,29 +78,43 @@ impl ChainReassembler {
     }
 }
 
+/// `transfers` with the cluster's timestamps from `first_ns` on, one a
+/// transfer, as a read returns what the cluster committed: for the logs' tests.
+#[cfg(test)]
+pub(super) fn stamped(mut transfers: Vec<tb::Transfer>, first_ns: u64) -> Vec<tb::Transfer> {
+    for (i, t) in transfers.iter_mut().enumerate() {
+        t.as_raw_mut().timestamp = first_ns + i as u64;
+    }
+    transfers
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const CODE: u16 = 30;
 
-    /// A chain of `length` transfers of `code`, ids and timestamps from `first`,
-    /// linked but for the last.
-    fn chain(code: u16, length: usize, first: u64) -> Vec<tb::Transfer> {
-        (0..length as u64)
+    /// A chain of `length` transfers of `code`, ids from `first_id`, linked
+    /// but for the last; not stamped yet.
+    fn chain(code: u16, length: usize, first_id: u128) -> Vec<tb::Transfer> {
+        (0..length)
             .map(|i| {
-                let linked = if i + 1 < length as u64 {
-                    tb::transfer::Flags::LINKED
-                } else {
+                let last = i + 1 == length;
+                let flags = if last {
                     tb::transfer::Flags::empty()
+                } else {
+                    tb::transfer::Flags::LINKED
                 };
-                let mut transfer = tb::Transfer::new(u128::from(first + i))
-                    .with_code(code)
-                    .with_flags(linked);
-                transfer.as_raw_mut().timestamp = first + i;
-                transfer
+                (tb::Transfer::new(first_id + i as u128).with_code(code)).with_flags(flags)
             })
             .collect()
+    }
+
+    /// A reassembler of [`CODE`] whose largest payload fills `transfers_max`
+    /// transfers, and its malformed count.
+    fn reassembler(transfers_max: usize) -> (ChainReassembler, AtomicU64) {
+        let reassembler = ChainReassembler::new(CODE, transfers_max * PAYLOAD_BYTES_PER_TRANSFER);
+        (reassembler, AtomicU64::new(0))
     }
 
     fn ids(chains: &[Vec<tb::Transfer>]) -> Vec<Vec<u128>> {
@@ -111,80 +125,63 @@ mod tests {
 
     #[test]
     fn a_chain_split_over_two_pages_comes_out_whole_once_its_end_arrives() {
-        let malformed = AtomicU64::new(0);
-        let mut reassembler = ChainReassembler::new(CODE, 4 * PAYLOAD_BYTES_PER_TRANSFER);
+        let (mut reassembler, malformed) = reassembler(4);
         let mut page = chain(CODE, 2, 10);
         page.extend(chain(CODE, 5, 20));
+        let page = stamped(page, 100);
         let (first, second) = page.split_at(4);
-        assert_eq!(
-            ids(&reassembler.consume(first, &malformed)),
-            vec![vec![10, 11]],
-            "the whole chain only"
-        );
-        assert_eq!(reassembler.timestamp(), 21, "the cursor passes the held transfers");
-        assert_eq!(
-            ids(&reassembler.consume(second, &malformed)),
-            vec![vec![20, 21, 22, 23, 24]]
-        );
-        assert_eq!((reassembler.timestamp(), malformed.load(Ordering::Relaxed)), (24, 0));
+        let chains = reassembler.consume(first, &malformed);
+        assert_eq!(ids(&chains), vec![vec![10, 11]], "the whole chain only");
+        assert_eq!(reassembler.timestamp(), 103, "the cursor passes the held transfers");
+        let chains = reassembler.consume(second, &malformed);
+        assert_eq!(ids(&chains), vec![vec![20, 21, 22, 23, 24]]);
+        assert_eq!((reassembler.timestamp(), malformed.load(Ordering::Relaxed)), (106, 0));
     }
 
     #[test]
     fn an_unterminated_chain_is_held_across_pages_until_its_end() {
-        let malformed = AtomicU64::new(0);
-        let mut reassembler = ChainReassembler::new(CODE, 4 * PAYLOAD_BYTES_PER_TRANSFER);
-        let whole = chain(CODE, 5, 100);
+        let (mut reassembler, malformed) = reassembler(4);
+        let whole = stamped(chain(CODE, 5, 10), 100);
         for (i, transfer) in whole[..4].iter().enumerate() {
-            assert!(reassembler
-                .consume(std::slice::from_ref(transfer), &malformed)
-                .is_empty());
+            let page = std::slice::from_ref(transfer);
+            assert!(reassembler.consume(page, &malformed).is_empty(), "transfer {i}");
             assert_eq!(reassembler.timestamp(), 100 + i as u64);
         }
-        assert!(
-            reassembler.consume(&[], &malformed).is_empty(),
-            "an empty page ends nothing"
-        );
-        assert_eq!(
-            ids(&reassembler.consume(&whole[4..], &malformed)),
-            vec![vec![100, 101, 102, 103, 104]]
-        );
+        let chains = reassembler.consume(&[], &malformed);
+        assert!(chains.is_empty(), "an empty page ends nothing");
+        let chains = reassembler.consume(&whole[4..], &malformed);
+        assert_eq!(ids(&chains), vec![vec![10, 11, 12, 13, 14]]);
     }
 
     #[test]
     fn other_codes_advance_the_cursor_and_are_skipped_even_inside_a_chain() {
-        let malformed = AtomicU64::new(0);
-        let mut reassembler = ChainReassembler::new(CODE, 4 * PAYLOAD_BYTES_PER_TRANSFER);
+        let (mut reassembler, malformed) = reassembler(4);
         let ours = chain(CODE, 3, 10);
         let mut page = vec![ours[0]];
         page.extend(chain(CODE + 1, 2, 20));
         page.extend_from_slice(&ours[1..]);
         page.extend(chain(CODE - 1, 1, 30));
-        assert_eq!(ids(&reassembler.consume(&page, &malformed)), vec![vec![10, 11, 12]]);
-        assert_eq!((reassembler.timestamp(), malformed.load(Ordering::Relaxed)), (30, 0));
+        let chains = reassembler.consume(&stamped(page, 100), &malformed);
+        assert_eq!(ids(&chains), vec![vec![10, 11, 12]]);
+        assert_eq!((reassembler.timestamp(), malformed.load(Ordering::Relaxed)), (105, 0));
     }
 
     #[test]
     fn a_chain_longer_than_the_largest_record_is_dropped_and_counted() {
-        let malformed = AtomicU64::new(0);
         // Two payload transfers at most: a header and two hold 56 bytes; up to
         // four transfers are held before one more proves a chain too long.
-        let mut reassembler = ChainReassembler::new(CODE, 2 * PAYLOAD_BYTES_PER_TRANSFER);
-        let longest = chain(CODE, 4, 10);
-        assert_eq!(
-            ids(&reassembler.consume(&longest, &malformed)),
-            vec![vec![10, 11, 12, 13]]
-        );
+        let (mut reassembler, malformed) = reassembler(2);
+        let chains = reassembler.consume(&stamped(chain(CODE, 4, 10), 100), &malformed);
+        assert_eq!(ids(&chains), vec![vec![10, 11, 12, 13]]);
         assert_eq!(malformed.load(Ordering::Relaxed), 0);
         // Ten transfers: dropped after four and again after four more; its
         // last two come out as a chain of their own, which no log decodes.
-        let long = chain(CODE, 10, 100);
-        assert_eq!(ids(&reassembler.consume(&long, &malformed)), vec![vec![108, 109]]);
+        let chains = reassembler.consume(&stamped(chain(CODE, 10, 20), 200), &malformed);
+        assert_eq!(ids(&chains), vec![vec![28, 29]]);
         assert_eq!(malformed.load(Ordering::Relaxed), 2);
         // The next chain is read whole.
-        assert_eq!(
-            ids(&reassembler.consume(&chain(CODE, 2, 200), &malformed)),
-            vec![vec![200, 201]]
-        );
-        assert_eq!(malformed.load(Ordering::Relaxed), 2);
+        let chains = reassembler.consume(&stamped(chain(CODE, 2, 40), 300), &malformed);
+        assert_eq!(ids(&chains), vec![vec![40, 41]]);
+        assert_eq!((reassembler.timestamp(), malformed.load(Ordering::Relaxed)), (301, 2));
     }
 }

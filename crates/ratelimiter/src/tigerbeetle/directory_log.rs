@@ -273,6 +273,7 @@ impl DirectoryStore for TigerBeetleDirectoryStore {
 
 #[cfg(test)]
 mod tests {
+    use super::super::chain_reassembler::stamped;
     use super::*;
     use crate::directory::{KeyHash, KeyLimits, KeyRecord};
 
@@ -297,13 +298,6 @@ mod tests {
                 rotated_to: None,
             },
         }
-    }
-
-    fn stamped(mut chain: Vec<tb::Transfer>, first: u64) -> Vec<tb::Transfer> {
-        for (i, t) in chain.iter_mut().enumerate() {
-            t.as_raw_mut().timestamp = first + i as u64;
-        }
-        chain
     }
 
     #[test]

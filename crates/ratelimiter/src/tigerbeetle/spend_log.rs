@@ -335,6 +335,7 @@ impl SpendBook for TigerBeetleSpendBook {
 
 #[cfg(test)]
 mod tests {
+    use super::super::chain_reassembler::stamped;
     use super::*;
 
     fn record(tenant: &str, key: &str) -> SpendRecord {
@@ -353,13 +354,6 @@ mod tests {
                 unpriced: false,
             },
         }
-    }
-
-    fn stamped(mut chain: Vec<tb::Transfer>, first: u64) -> Vec<tb::Transfer> {
-        for (i, t) in chain.iter_mut().enumerate() {
-            t.as_raw_mut().timestamp = first + i as u64;
-        }
-        chain
     }
 
     #[test]
