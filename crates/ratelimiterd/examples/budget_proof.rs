@@ -24,6 +24,9 @@
 //!
 //! Against `TB_ADDRESS`, or a single replica started here (`TIGERBEETLE_BIN`).
 
+// The benchmarks' command-line reader, shared with the replay's benchmarks.
+#[path = "../../replay/examples/bench_support/flags.rs"]
+mod flags;
 #[path = "support/fleet_server.rs"]
 #[allow(dead_code)]
 mod fleet_server;
@@ -43,6 +46,7 @@ use hyper_util::rt::TokioIo;
 use rand::{Rng, SeedableRng};
 use ratelimiter::tigerbeetle::LocalCluster;
 
+use flags::Flags;
 use fleet_server::FleetServer;
 
 /// The model called, at OpenAI's list price for gpt-4o (USD per million tokens,
@@ -70,6 +74,9 @@ const STARTUP_WAIT_MAX: Duration = Duration::from_secs(30);
 const PICO_PER_MICRO: u128 = 1_000_000;
 const PICO_PER_USD: f64 = 1e12;
 
+/// The flags, as the usage line shows them.
+const USAGE: &str = "[--bin-dir DIR] [--clients N] [--seconds S] [--budget-usd N] [--rate N] [--latency-seconds S] [--rounds N] [--seed N]";
+
 #[derive(Debug, Clone)]
 struct Options {
     bin_dir: PathBuf,
@@ -93,14 +100,9 @@ fn parse_options() -> Options {
         rounds: 3,
         seed: 1,
     };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
-        let number = || {
-            value
-                .parse::<f64>()
-                .unwrap_or_else(|_| usage(&format!("{flag}: not a number")))
-        };
+    let mut flags = Flags::from_env("budget_proof", USAGE);
+    while let Some((flag, value)) = flags.next() {
+        let number = || flags.parse::<f64>(&flag, &value, "a number");
         match flag.as_str() {
             "--bin-dir" => options.bin_dir = PathBuf::from(&value),
             "--clients" => options.clients = number() as usize,
@@ -110,7 +112,7 @@ fn parse_options() -> Options {
             "--latency-seconds" => options.latency_seconds = number(),
             "--rounds" => options.rounds = number() as usize,
             "--seed" => options.seed = number() as u64,
-            _ => usage(&format!("unknown flag {flag}")),
+            _ => flags.fail(&format!("unknown flag {flag}")),
         }
     }
     let valid = (2..=2_000).contains(&options.clients)
@@ -120,15 +122,9 @@ fn parse_options() -> Options {
         && (0.5..=600.0).contains(&options.latency_seconds)
         && (1..=50).contains(&options.rounds);
     if !valid {
-        usage("--clients 2..=2000, --seconds 1..=600, --budget-usd 1..=1000, --rate > 0, --latency-seconds 0.5..=600, --rounds 1..=50");
+        flags.fail("--clients 2..=2000, --seconds 1..=600, --budget-usd 1..=1000, --rate > 0, --latency-seconds 0.5..=600, --rounds 1..=50");
     }
     options
-}
-
-fn usage(problem: &str) -> ! {
-    eprintln!("budget_proof: {problem}");
-    eprintln!("usage: budget_proof [--bin-dir DIR] [--clients N] [--seconds S] [--budget-usd N] [--rate N] [--latency-seconds S] [--rounds N] [--seed N]");
-    std::process::exit(2);
 }
 
 /// A child process killed when the benchmark ends.

@@ -49,6 +49,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
+use bench_support::flags::Flags;
 use bench_support::{free_port, wait_listening, Process};
 
 /// The providers' window: every limit here is per minute.
@@ -75,6 +76,9 @@ const HEADROOMS_MAX: usize = 4;
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
+/// The flags, as the usage line shows them.
+const USAGE: &str = "[--bin-dir DIR] [--tigerbeetle ADDRESSES] [--memory on|off] [--alone-windows N] [--both-windows N] [--headrooms 0.21,0.10] [--off yes|no]";
+
 struct Options {
     bin_dir: PathBuf,
     tigerbeetle: Option<String>,
@@ -98,14 +102,9 @@ fn parse_options() -> Options {
         headrooms: vec![0.21, 0.10],
         off: true,
     };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
-        let count = || {
-            value
-                .parse::<u32>()
-                .unwrap_or_else(|_| usage(&format!("{flag}: not a count")))
-        };
+    let mut flags = Flags::from_env("class_bench", USAGE);
+    while let Some((flag, value)) = flags.next() {
+        let count = || flags.parse::<u32>(&flag, &value, "a count");
         match flag.as_str() {
             "--bin-dir" => options.bin_dir = PathBuf::from(&value),
             "--tigerbeetle" => options.tigerbeetle = Some(value.clone()),
@@ -115,10 +114,13 @@ fn parse_options() -> Options {
             "--both-windows" => options.both_windows = count(),
             "--headrooms" => {
                 options.headrooms = (value.split(',').filter(|v| !v.is_empty()))
-                    .map(|v| v.parse::<f64>().unwrap_or_else(|_| usage("--headrooms: fractions")))
+                    .map(|v| {
+                        v.parse::<f64>()
+                            .unwrap_or_else(|_| flags.fail("--headrooms: fractions"))
+                    })
                     .collect()
             }
-            _ => usage(&format!("unknown flag {flag}")),
+            _ => flags.fail(&format!("unknown flag {flag}")),
         }
     }
     let headrooms_ok = options.headrooms.iter().all(|h| (0.0..1.0).contains(h));
@@ -127,15 +129,9 @@ fn parse_options() -> Options {
         || !headrooms_ok
         || options.headrooms.len() > HEADROOMS_MAX
     {
-        usage("--alone-windows 1..=10, --both-windows 1..=10, at most 4 --headrooms in [0, 1)");
+        flags.fail("--alone-windows 1..=10, --both-windows 1..=10, at most 4 --headrooms in [0, 1)");
     }
     options
-}
-
-fn usage(problem: &str) -> ! {
-    eprintln!("class_bench: {problem}");
-    eprintln!("usage: class_bench [--bin-dir DIR] [--tigerbeetle ADDRESSES] [--memory on|off] [--alone-windows N] [--both-windows N] [--headrooms 0.21,0.10] [--off yes|no]");
-    std::process::exit(2);
 }
 
 /// The provider: `TPM` tokens per minute, requests and calls in flight far above.

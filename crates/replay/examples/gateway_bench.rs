@@ -42,6 +42,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 
+use bench_support::flags::Flags;
 use bench_support::{free_port, wait_listening, Process};
 
 /// Latency samples kept per phase: a bound on memory, far above a phase's calls.
@@ -58,6 +59,9 @@ const STREAM_TOKENS: u64 = 16;
 /// Clock ticks per second of `/proc/<pid>/stat`'s CPU times when `getconf`
 /// cannot say: Linux's USER_HZ, 100 on every common build.
 const CLOCK_TICKS_PER_SECOND_DEFAULT: u64 = 100;
+
+/// The flags, as the usage line shows them.
+const USAGE: &str = "[--bin-dir DIR] [--baseline-bin DIR] [--snapshots on|off] [--server-cpu N] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]";
 
 #[derive(Debug, Clone)]
 struct Options {
@@ -85,14 +89,9 @@ fn parse_options() -> Options {
         connections: 64,
         stream_rate: 200.0,
     };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
-        let number = || {
-            value
-                .parse::<f64>()
-                .unwrap_or_else(|_| usage(&format!("{flag}: not a number")))
-        };
+    let mut flags = Flags::from_env("gateway_bench", USAGE);
+    while let Some((flag, value)) = flags.next() {
+        let number = || flags.parse::<f64>(&flag, &value, "a number");
         match flag.as_str() {
             "--bin-dir" => options.bin_dir = PathBuf::from(&value),
             "--baseline-bin" => options.baseline_bin = Some(PathBuf::from(&value)),
@@ -100,7 +99,7 @@ fn parse_options() -> Options {
                 options.snapshots = match value.as_str() {
                     "on" => true,
                     "off" => false,
-                    _ => usage("--snapshots: on or off"),
+                    _ => flags.fail("--snapshots: on or off"),
                 }
             }
             "--server-cpu" => options.server_cpu = Some(number() as usize),
@@ -109,7 +108,7 @@ fn parse_options() -> Options {
             "--rounds" => options.rounds = number() as usize,
             "--connections" => options.connections = number() as usize,
             "--stream-rate" => options.stream_rate = number(),
-            _ => usage(&format!("unknown flag {flag}")),
+            _ => flags.fail(&format!("unknown flag {flag}")),
         }
     }
     let valid = options.rate > 0.0
@@ -118,17 +117,9 @@ fn parse_options() -> Options {
         && (1..=100).contains(&options.rounds)
         && (1..=1_024).contains(&options.connections);
     if !valid {
-        usage("rates > 0, --seconds 0.5..=600, --rounds 1..=100, --connections 1..=1024");
+        flags.fail("rates > 0, --seconds 0.5..=600, --rounds 1..=100, --connections 1..=1024");
     }
     options
-}
-
-fn usage(problem: &str) -> ! {
-    eprintln!("gateway_bench: {problem}");
-    eprintln!(
-        "usage: gateway_bench [--bin-dir DIR] [--baseline-bin DIR] [--snapshots on|off] [--server-cpu N] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]"
-    );
-    std::process::exit(2);
 }
 
 impl Process {

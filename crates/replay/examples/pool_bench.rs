@@ -35,6 +35,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
+use bench_support::flags::Flags;
 use bench_support::{free_port, wait_listening, Process};
 
 /// The pool's summed requests per minute: 100 calls a second at 100 % load.
@@ -45,6 +46,9 @@ const SHARES: [u64; 3] = [60, 30, 10];
 const TENANT_KEY: &str = "pool-bench-tenant-key-0123456789";
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// The flags, as the usage line shows them.
+const USAGE: &str = "[--bin-dir DIR] [--tigerbeetle ADDRESSES] [--memory on|off] [--windows N] [--latency-rate N] [--latency-seconds S] [--rounds N]";
 
 struct Options {
     bin_dir: PathBuf,
@@ -67,14 +71,9 @@ fn parse_options() -> Options {
         latency_seconds: 5.0,
         rounds: 3,
     };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
-        let number = || {
-            value
-                .parse::<f64>()
-                .unwrap_or_else(|_| usage(&format!("{flag}: not a number")))
-        };
+    let mut flags = Flags::from_env("pool_bench", USAGE);
+    while let Some((flag, value)) = flags.next() {
+        let number = || flags.parse::<f64>(&flag, &value, "a number");
         match flag.as_str() {
             "--bin-dir" => options.bin_dir = PathBuf::from(&value),
             "--tigerbeetle" => options.tigerbeetle = Some(value.clone()),
@@ -83,19 +82,13 @@ fn parse_options() -> Options {
             "--latency-rate" => options.latency_rate = number(),
             "--latency-seconds" => options.latency_seconds = number(),
             "--rounds" => options.rounds = number() as usize,
-            _ => usage(&format!("unknown flag {flag}")),
+            _ => flags.fail(&format!("unknown flag {flag}")),
         }
     }
     if !(1..=30).contains(&options.windows) || !(1..=20).contains(&options.rounds) || options.latency_rate <= 0.0 {
-        usage("--windows 1..=30, --rounds 1..=20, --latency-rate > 0");
+        flags.fail("--windows 1..=30, --rounds 1..=20, --latency-rate > 0");
     }
     options
-}
-
-fn usage(problem: &str) -> ! {
-    eprintln!("pool_bench: {problem}");
-    eprintln!("usage: pool_bench [--bin-dir DIR] [--tigerbeetle ADDRESSES] [--memory on|off] [--windows N] [--latency-rate N] [--latency-seconds S] [--rounds N]");
-    std::process::exit(2);
 }
 
 /// A deployment: provider-sim enforcing `rpm` (tokens and concurrency far above).

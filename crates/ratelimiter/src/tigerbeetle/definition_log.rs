@@ -376,15 +376,9 @@ impl DefinitionView {
 
 #[cfg(test)]
 mod tests {
+    use super::super::chain_reassembler::stamped;
     use super::*;
     use crate::definition::LimitDefinition;
-
-    fn stamped(mut chain: Vec<tb::Transfer>, first: u64) -> Vec<tb::Transfer> {
-        for (i, t) in chain.iter_mut().enumerate() {
-            t.as_raw_mut().timestamp = first + i as u64;
-        }
-        chain
-    }
 
     fn state(capacity: u64, description: &str) -> LimitState {
         let mut fields = LimitDefinition::rolling(LimitKey::new("k:tpm").unwrap(), capacity, 60)

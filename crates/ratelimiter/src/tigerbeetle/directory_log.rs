@@ -23,6 +23,7 @@ use crate::directory::{Appended, Change, DirectoryError, DirectoryStore, Recorde
 use crate::{id128, LimiterError};
 
 use super::backend::{TigerBeetleBackend, UNAVAILABLE_RETRY_MS};
+use super::chain_reassembler::ChainReassembler;
 use super::definition_log::{carried_payload, carry_payload, link, PAYLOAD_BYTES_PER_TRANSFER, QUERY_TRANSFERS_MAX};
 
 /// The ledger of the directory's changes, apart from every other log.
@@ -140,32 +141,30 @@ pub fn decode(chain: &[tb::Transfer]) -> Result<Recorded, String> {
 }
 
 /// Where the reader stands in the log.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Cursor {
-    /// The timestamp of the last transfer consumed.
-    timestamp: u64,
-    /// The transfers of a chain whose end the last read did not reach yet.
-    partial: Vec<tb::Transfer>,
+    chains: ChainReassembler,
+}
+
+impl Default for Cursor {
+    fn default() -> Self {
+        Self {
+            chains: ChainReassembler::new(CODE_DIRECTORY_CHANGE, CHANGE_BYTES_MAX),
+        }
+    }
 }
 
 impl Cursor {
+    /// The timestamp of the last transfer consumed.
+    fn timestamp(&self) -> u64 {
+        self.chains.timestamp()
+    }
+
     /// Consumes transfers read after the cursor; returns the whole changes.
     fn consume(&mut self, transfers: &[tb::Transfer], malformed: &AtomicU64) -> Vec<Recorded> {
         let mut out = Vec::new();
-        for transfer in transfers {
-            self.timestamp = self.timestamp.max(transfer.as_raw().timestamp);
-            if transfer.code() != CODE_DIRECTORY_CHANGE {
-                continue; // another writer's, or a newer version's
-            }
-            if self.partial.len() > CHANGE_BYTES_MAX / PAYLOAD_BYTES_PER_TRANSFER + 1 {
-                self.partial.clear(); // longer than any change: not ours
-                malformed.fetch_add(1, Ordering::Relaxed);
-            }
-            self.partial.push(*transfer);
-            if transfer.flags().contains(tb::transfer::Flags::LINKED) {
-                continue;
-            }
-            match decode(&std::mem::take(&mut self.partial)) {
+        for chain in self.chains.consume(transfers, malformed) {
+            match decode(&chain) {
                 Ok(recorded) => out.push(recorded),
                 Err(e) => {
                     tracing::error!(error = %e, "a directory change does not decode; skipped");
@@ -222,7 +221,7 @@ impl DirectoryStore for TigerBeetleDirectoryStore {
         let mut out = Vec::new();
         for _ in 0..READ_PAGES_MAX {
             let mut filter = tb::QueryFilter::new(QUERY_TRANSFERS_MAX).with_ledger(LEDGER_DIRECTORY);
-            filter.as_raw_mut().timestamp_min = cursor.timestamp + 1;
+            filter.as_raw_mut().timestamp_min = cursor.timestamp() + 1;
             let backend = &self.backend;
             let slot = backend.admin_slot().await.map_err(unavailable)?;
             let page = (backend.pool)
@@ -274,6 +273,7 @@ impl DirectoryStore for TigerBeetleDirectoryStore {
 
 #[cfg(test)]
 mod tests {
+    use super::super::chain_reassembler::stamped;
     use super::*;
     use crate::directory::{KeyHash, KeyLimits, KeyRecord};
 
@@ -298,13 +298,6 @@ mod tests {
                 rotated_to: None,
             },
         }
-    }
-
-    fn stamped(mut chain: Vec<tb::Transfer>, first: u64) -> Vec<tb::Transfer> {
-        for (i, t) in chain.iter_mut().enumerate() {
-            t.as_raw_mut().timestamp = first + i as u64;
-        }
-        chain
     }
 
     #[test]
@@ -350,6 +343,6 @@ mod tests {
         stranger.as_raw_mut().timestamp = 2_000;
         assert!(cursor.consume(&newer, &malformed).is_empty());
         assert!(cursor.consume(&[stranger], &malformed).is_empty());
-        assert_eq!((malformed.load(Ordering::Relaxed), cursor.timestamp), (1, 2_000));
+        assert_eq!((malformed.load(Ordering::Relaxed), cursor.timestamp()), (1, 2_000));
     }
 }

@@ -19,6 +19,8 @@
 //!   from its pending transfers and refills (docs/tigerbeetle-backend.md, "Next release").
 //! - [`server_log`]: the fleet's servers as the cluster saw them (announces at
 //!   start, the writer of each definition record).
+//! - `chain_reassembler`: the linked chains of one log's records put back
+//!   together across the pages a reader reads them in.
 //! - [`directory_log`]: the gateway's tenants and keys, a log every server
 //!   of a fleet reads (docs/gateway.md, "Tenants and keys").
 //! - [`handed_id_log`]: the stored ids handed to each gateway tenant, which
@@ -30,6 +32,8 @@
 
 #[cfg(feature = "tigerbeetle")]
 pub mod backend;
+#[cfg(feature = "tigerbeetle")]
+mod chain_reassembler;
 #[cfg(feature = "tigerbeetle")]
 pub mod cluster_clock;
 pub mod config;

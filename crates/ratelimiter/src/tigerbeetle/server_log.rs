@@ -338,14 +338,8 @@ impl TigerBeetleBackend {
 
 #[cfg(test)]
 mod tests {
+    use super::super::chain_reassembler::stamped;
     use super::*;
-
-    fn stamped(mut transfers: Vec<tb::Transfer>, from_ns: u64) -> Vec<tb::Transfer> {
-        for (i, t) in transfers.iter_mut().enumerate() {
-            t.as_raw_mut().timestamp = from_ns + i as u64;
-        }
-        transfers
-    }
 
     #[test]
     fn announces_and_authors_make_each_server_with_its_counts() {

@@ -22,6 +22,7 @@ use crate::spend::{SpendBook, SpendEntry, SpendError, SpendQuery, SpendRecord, S
 use crate::{id128, LimiterError};
 
 use super::backend::TigerBeetleBackend;
+use super::chain_reassembler::ChainReassembler;
 use super::definition_log::{carried_payload, carry_payload, link, PAYLOAD_BYTES_PER_TRANSFER, QUERY_TRANSFERS_MAX};
 
 /// The ledger of spend entries, apart from every other log.
@@ -167,32 +168,31 @@ pub fn decode(chain: &[tb::Transfer]) -> Result<SpendEntry, String> {
 }
 
 /// What a server has read of the ledger: the sums of every entry up to a cursor.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Tail {
-    /// The timestamp of the last transfer consumed.
-    timestamp: u64,
-    /// The transfers of a chain whose end the last read did not reach yet.
-    partial: Vec<tb::Transfer>,
+    chains: ChainReassembler,
     sums: SpendSums,
 }
 
+impl Default for Tail {
+    fn default() -> Self {
+        Self {
+            chains: ChainReassembler::new(CODE_SPEND_ENTRY, ENTRY_BYTES_MAX),
+            sums: SpendSums::default(),
+        }
+    }
+}
+
 impl Tail {
+    /// The timestamp of the last transfer consumed.
+    fn timestamp(&self) -> u64 {
+        self.chains.timestamp()
+    }
+
     /// Consumes transfers read after the cursor, in timestamp order.
     fn consume(&mut self, transfers: &[tb::Transfer], malformed: &AtomicU64) {
-        for transfer in transfers {
-            self.timestamp = self.timestamp.max(transfer.as_raw().timestamp);
-            if transfer.code() != CODE_SPEND_ENTRY {
-                continue; // another writer's, or a newer version's
-            }
-            if self.partial.len() > ENTRY_BYTES_MAX / PAYLOAD_BYTES_PER_TRANSFER + 1 {
-                self.partial.clear(); // longer than any entry: not ours
-                malformed.fetch_add(1, Ordering::Relaxed);
-            }
-            self.partial.push(*transfer);
-            if transfer.flags().contains(tb::transfer::Flags::LINKED) {
-                continue;
-            }
-            match decode(&std::mem::take(&mut self.partial)) {
+        for chain in self.chains.consume(transfers, malformed) {
+            match decode(&chain) {
                 Ok(entry) => self.sums.add(&entry),
                 Err(e) => {
                     tracing::error!(error = %e, "a spend entry does not decode; skipped");
@@ -247,7 +247,7 @@ impl TigerBeetleSpendBook {
         let mut tail = self.tail.lock().await;
         for _ in 0..READ_PAGES_MAX {
             let mut filter = tb::QueryFilter::new(QUERY_TRANSFERS_MAX).with_ledger(LEDGER_SPEND);
-            filter.as_raw_mut().timestamp_min = tail.timestamp + 1;
+            filter.as_raw_mut().timestamp_min = tail.timestamp() + 1;
             let backend = &self.backend;
             let slot = backend.admin_slot().await.map_err(unavailable)?;
             let page = (backend.pool)
@@ -335,6 +335,7 @@ impl SpendBook for TigerBeetleSpendBook {
 
 #[cfg(test)]
 mod tests {
+    use super::super::chain_reassembler::stamped;
     use super::*;
 
     fn record(tenant: &str, key: &str) -> SpendRecord {
@@ -353,13 +354,6 @@ mod tests {
                 unpriced: false,
             },
         }
-    }
-
-    fn stamped(mut chain: Vec<tb::Transfer>, first: u64) -> Vec<tb::Transfer> {
-        for (i, t) in chain.iter_mut().enumerate() {
-            t.as_raw_mut().timestamp = first + i as u64;
-        }
-        chain
     }
 
     #[test]
@@ -405,7 +399,7 @@ mod tests {
         tail.consume(&[stranger], &malformed);
         let rows = tail.sums.report(&query);
         assert_eq!((rows.len(), rows[0].calls, rows[0].micro_usd), (1, 1, 4_567));
-        assert_eq!((malformed.load(Ordering::Relaxed), tail.timestamp), (1, 30));
+        assert_eq!((malformed.load(Ordering::Relaxed), tail.timestamp()), (1, 30));
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! What the gateway benchmarks (`gateway_bench`, `pool_bench`, `class_bench`)
 //! share: child processes that end with the benchmark, free loopback ports, and
-//! `provider-sim` started and waited for. A directory, not an example of its own.
+//! `provider-sim` started and waited for, and the command line's reader
+//! ([`flags`]). A directory, not an example of its own.
+
+pub mod flags;
 
 use std::net::SocketAddr;
 use std::path::Path;
