@@ -25,6 +25,7 @@ fn daily(scope: &AlertScope, period_start_unix_ms: u64, spent_micro_usd: u64) ->
         spent_micro_usd,
         budget_micro_usd: 1_000_000,
         alert_at: &FRACTIONS,
+        forgettable_after_unix_ms: period_start_unix_ms + DAY_MS,
     }
 }
 
@@ -82,6 +83,7 @@ fn a_rolling_window_alerts_again_only_after_falling_below() {
         spent_micro_usd,
         budget_micro_usd: 10,
         alert_at: &FRACTIONS,
+        forgettable_after_unix_ms: DAY_START_MS + 3_601_000,
     };
     assert_eq!(fractions(&alerts.observe(&reading(5))), [0.5]);
     assert!(alerts.observe(&reading(7)).is_empty());
