@@ -111,6 +111,21 @@ async fn post(client: &HttpClient, url: String, bearer: &str, body: Value) -> (u
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
+/// The value of the counter `name` in `server`'s `/metrics`.
+async fn counter(client: &HttpClient, server: SocketAddr, name: &str) -> u64 {
+    let request = hyper::Request::get(format!("http://{server}/metrics"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let text = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    (text.lines())
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+const RAISED: &str = "ratelimiterd_gateway_budget_alerts_raised_total";
+const SKIPPED: &str = "ratelimiterd_gateway_budget_alerts_duplicates_skipped_total";
+
 /// A tenant of the directory and a key of it with a daily budget that sets
 /// `alert_at`, made through the admin API of `server`: the key's text.
 async fn key_with_budget(client: &HttpClient, server: SocketAddr, tenant: &str) -> String {
@@ -198,6 +213,8 @@ async fn a_key_made_through_the_keys_api_posts_each_fraction_its_calls_cross() {
     assert_eq!(fractions, FRACTIONS, "each fraction once, lowest first");
     let event = received.lock().unwrap()[0].clone();
     assert_eq!(event["tenant"], "alerted-team", "{event}");
+    assert_eq!(counter(&client, daemon.addr, RAISED).await, 3);
+    assert_eq!(counter(&client, daemon.addr, SKIPPED).await, 0);
 }
 
 #[cfg(feature = "tigerbeetle")]
@@ -240,5 +257,11 @@ mod fleet {
         let mut fractions = settled_fractions(&received, FRACTIONS.len()).await;
         fractions.sort_by(f64::total_cmp);
         assert_eq!(fractions, FRACTIONS, "one event per crossing, whichever server saw it");
+        // Each server saw each crossing: one alerted it, the other skipped it.
+        let (raised, skipped) = (
+            counter(&client, a.addr, RAISED).await + counter(&client, b.addr, RAISED).await,
+            counter(&client, a.addr, SKIPPED).await + counter(&client, b.addr, SKIPPED).await,
+        );
+        assert_eq!((raised, skipped), (3, 3));
     }
 }
