@@ -128,8 +128,8 @@ struct Watched {
 impl Watched {
     /// Whether `key` has room: it is watched already, the bound is not
     /// reached, or a sweep (if one is due) made room.
-    fn room_for(&mut self, key: &str, now_unix_ms: u64) -> bool {
-        if self.crossed.contains_key(key) || self.crossed.len() < BUDGETS_TRACKED_MAX {
+    fn room_for(&mut self, key: &str, now_unix_ms: u64, budgets_max: usize) -> bool {
+        if self.crossed.contains_key(key) || self.crossed.len() < budgets_max {
             return true;
         }
         let due = self
@@ -139,7 +139,7 @@ impl Watched {
             self.swept_unix_ms = Some(now_unix_ms);
             self.crossed.retain(|_, c| c.forgettable_after_unix_ms > now_unix_ms);
         }
-        self.crossed.len() < BUDGETS_TRACKED_MAX
+        self.crossed.len() < budgets_max
     }
 }
 
@@ -149,6 +149,8 @@ pub struct BudgetAlerts {
     clock: Arc<dyn Clock>,
     watched: Mutex<Watched>,
     untracked: AtomicU64,
+    /// [`BUDGETS_TRACKED_MAX`], but in tests of the bound.
+    budgets_max: usize,
 }
 
 impl BudgetAlerts {
@@ -158,6 +160,16 @@ impl BudgetAlerts {
             clock,
             watched: Mutex::new(Watched::default()),
             untracked: AtomicU64::new(0),
+            budgets_max: BUDGETS_TRACKED_MAX,
+        }
+    }
+
+    /// A tracker watching `budgets_max` budgets at most: the bound's test.
+    #[cfg(test)]
+    fn with_budgets_max(clock: Arc<dyn Clock>, budgets_max: usize) -> Self {
+        Self {
+            budgets_max,
+            ..Self::new(clock)
         }
     }
 
@@ -183,7 +195,7 @@ impl BudgetAlerts {
         };
         let before = {
             let mut watched = self.watched.lock().expect("alerts lock");
-            if !watched.room_for(reading.key, at_unix_ms) {
+            if !watched.room_for(reading.key, at_unix_ms, self.budgets_max) {
                 let untracked = self.untracked.fetch_add(1, Ordering::Relaxed) + 1;
                 if untracked.is_power_of_two() {
                     tracing::warn!(
