@@ -19,8 +19,10 @@ use ratelimiter::Clock;
 use serde::Serialize;
 
 /// The most budgets watched at once (whose crossings are remembered): each is
-/// about 100 bytes, 100 MB at the bound, and a gateway with a budget on every
-/// key of a full directory stays within it. When it is reached, the budgets
+/// about 100 bytes, 100 MB at the bound; as many as the directory's keys at
+/// most, so one alerted budget on every key of a full directory fits (only
+/// budgets that a call was charged on and that set `alert_at` count). When it
+/// is reached, the budgets
 /// whose period ended (or whose window passed since their last reading) are
 /// forgotten first, at most once per [`SWEEP_INTERVAL_MS`]; a budget still
 /// beyond it is not alerted on: counted (`untracked`) and logged.
@@ -201,7 +203,7 @@ impl BudgetAlerts {
                     tracing::warn!(
                         budget = reading.key,
                         untracked,
-                        limit = BUDGETS_TRACKED_MAX,
+                        limit = self.budgets_max,
                         "budget alerts: too many budgets watched; this one is not alerted on"
                     );
                 }

@@ -147,8 +147,14 @@ fn beyond_the_bound_a_budget_is_counted_until_ended_periods_are_forgotten() {
         key,
         ..daily(&scope, period_start_unix_ms, 600_000)
     };
-    assert_eq!(fractions(&alerts.observe(&reading("key:a:usd:day", DAY_START_MS))), [0.5]);
-    assert_eq!(fractions(&alerts.observe(&reading("key:b:usd:day", DAY_START_MS))), [0.5]);
+    assert_eq!(
+        fractions(&alerts.observe(&reading("key:a:usd:day", DAY_START_MS))),
+        [0.5]
+    );
+    assert_eq!(
+        fractions(&alerts.observe(&reading("key:b:usd:day", DAY_START_MS))),
+        [0.5]
+    );
     // A third budget finds the bound reached, and the two still in their period.
     assert!(alerts.observe(&reading("key:c:usd:day", DAY_START_MS)).is_empty());
     assert_eq!((alerts.watched(), alerts.untracked()), (2, 1));

@@ -65,7 +65,8 @@ pub struct BudgetWatch {
 impl std::fmt::Debug for BudgetWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BudgetWatch")
-            .field("alerts", &self.alerts)
+            .field("watched", &self.alerts.watched())
+            .field("claims", &self.claims.get())
             .finish_non_exhaustive()
     }
 }
