@@ -1,7 +1,8 @@
 //! Budget alerts of budgets made at runtime, through the real `ratelimiterd`
 //! binary in front of the provider simulator (docs/gateway.md, "Budgets and
 //! spend", Alerts): a key created through the keys API with a budget and
-//! `alert_at` has each fraction its calls cross POSTed to the webhook; and two
+//! `alert_at` has each fraction its calls cross POSTed to the webhook, as has
+//! its tenant's budget once the tenant's `budgets` are replaced; and two
 //! servers on one TigerBeetle cluster, both serving calls of one such key, POST
 //! exactly one event per crossing between them.
 
@@ -98,8 +99,13 @@ fn client() -> HttpClient {
 
 /// POSTs `body` to `url` with `bearer`: the status and the body's JSON.
 async fn post(client: &HttpClient, url: String, bearer: &str, body: Value) -> (u16, Value) {
+    send(client, hyper::Method::POST, url, bearer, body).await
+}
+
+/// Sends `body` to `url` with `bearer`: the status and the body's JSON.
+async fn send(client: &HttpClient, method: hyper::Method, url: String, bearer: &str, body: Value) -> (u16, Value) {
     let request = hyper::Request::builder()
-        .method(hyper::Method::POST)
+        .method(method)
         .uri(url)
         .header("content-type", "application/json")
         .header("authorization", format!("Bearer {bearer}"))
@@ -187,7 +193,6 @@ async fn settled_fractions(received: &Received, count: usize) -> Vec<f64> {
     let events = received.lock().unwrap().clone();
     for event in &events {
         assert_eq!(event["type"], "budget_alert", "{event}");
-        assert!(event["budget"].as_str().unwrap().starts_with("key:"), "{event}");
         assert_eq!(event["budget_micro_usd"], BUDGET_MICRO_USD, "{event}");
         assert_eq!(event["period"], "day", "{event}");
     }
@@ -213,8 +218,35 @@ async fn a_key_made_through_the_keys_api_posts_each_fraction_its_calls_cross() {
     assert_eq!(fractions, FRACTIONS, "each fraction once, lowest first");
     let event = received.lock().unwrap()[0].clone();
     assert_eq!(event["tenant"], "alerted-team", "{event}");
+    assert!(event["budget"].as_str().unwrap().starts_with("key:"), "{event}");
     assert_eq!(counter(&client, daemon.addr, RAISED).await, 3);
     assert_eq!(counter(&client, daemon.addr, SKIPPED).await, 0);
+    // The tenant's budgets replaced at runtime: its new budget is watched from its next call.
+    let budget = json!({"usd": BUDGET_MICRO_USD as f64 / 1e6, "period": "day", "alert_at": [FRACTIONS[0]]});
+    let url = format!("http://{}/v1/admin/gateway/tenants/alerted-team", daemon.addr);
+    let (status, body) = send(
+        &client,
+        hyper::Method::PATCH,
+        url,
+        ADMIN_TOKEN,
+        json!({"budgets": [budget]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let mut tenant_spent = 0;
+    while crossed(tenant_spent).is_empty() {
+        tenant_spent += chat(&client, gateway, &key).await;
+    }
+    assert_eq!(
+        settled_fractions(&received, FRACTIONS.len() + 1).await.len(),
+        FRACTIONS.len() + 1
+    );
+    let event = received.lock().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (&event["budget"], &event["fraction"]),
+        (&json!("tenant:alerted-team:usd:day"), &json!(FRACTIONS[0])),
+        "{event}"
+    );
 }
 
 #[cfg(feature = "tigerbeetle")]

@@ -324,7 +324,6 @@ impl CallLease {
     /// call was charged on it, whose it is named by its owner's prefix.
     fn watched_budgets(&self) -> Option<(Arc<BudgetWatch>, Vec<WatchedBudget>)> {
         let watch = self.budget_watch.as_ref()?;
-        let tenant = || Some(self.log.tenant.to_string());
         let owner = |key: &str| {
             if key.starts_with(MODEL_BUDGET_PREFIX) {
                 AlertScope {
@@ -335,7 +334,7 @@ impl CallLease {
                 AlertScope::default()
             } else {
                 AlertScope {
-                    tenant: tenant(),
+                    tenant: Some(self.log.tenant.to_string()),
                     model: None,
                 }
             }
