@@ -107,5 +107,16 @@ mod tests {
         );
         let transfer = handed_transfer("acme", StoredKind::Response, "resp_1");
         assert_eq!((transfer.ledger(), transfer.amount()), (LEDGER_HANDED_IDS, 0));
+        // The ids a cluster already holds: the records of an older server are found.
+        assert_eq!(transfer.id(), id128("xfer:handed:response:4:acme:resp_1"));
+        assert_eq!(transfer.debit_account_id(), id128("acct:handed_ids:debit"));
+        assert_eq!(transfer.credit_account_id(), id128("acct:handed_ids:credit"));
+        assert_eq!(transfer.user_data_128(), id128("tenant:acme"));
+        let accounts = handed_id_accounts();
+        assert_eq!(accounts[0].id(), id128("acct:handed_ids:debit"));
+        assert_eq!(
+            (accounts[1].ledger(), accounts[1].code()),
+            (LEDGER_HANDED_IDS, ACCOUNT_CODE_HANDED_IDS)
+        );
     }
 }
