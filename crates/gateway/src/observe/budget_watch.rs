@@ -76,6 +76,11 @@ impl BudgetWatch {
     /// webhook's task when one is configured (on the current Tokio runtime).
     pub fn of(config: &GatewayConfig, backend: Arc<dyn Backend>, clock: Arc<dyn Clock>) -> Arc<Self> {
         let webhook = (config.alerts.webhook().expect("validated with the configuration")).map(AlertWebhook::start);
+        Self::posting_to(webhook, backend, clock)
+    }
+
+    /// The watch on `backend` posting to `webhook`, if any.
+    fn posting_to(webhook: Option<AlertWebhook>, backend: Arc<dyn Backend>, clock: Arc<dyn Clock>) -> Arc<Self> {
         Arc::new(Self {
             backend,
             alerts: BudgetAlerts::new(clock.clone()),
@@ -250,5 +255,95 @@ impl WatchCounts {
             let name = format!("ratelimiterd_gateway_budget_alerts_{name}");
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use ratelimiter::period::Period;
+    use ratelimiter::{
+        FakeClock, LeaseId, LimitDefinition, Limiter, LimiterError, MemoryBackend, MemoryConfig, Requirement,
+        ReserveRequest,
+    };
+
+    use super::*;
+
+    /// Claims answered in turn from a script; records each claim's identity.
+    #[derive(Debug, Default)]
+    struct Scripted {
+        answers: Mutex<Vec<Result<bool, LimiterError>>>,
+        claimed: Mutex<Vec<String>>,
+    }
+
+    #[async_trait::async_trait]
+    impl AlertClaims for Scripted {
+        async fn claim(&self, crossing: &Crossing<'_>) -> Result<bool, LimiterError> {
+            self.claimed.lock().unwrap().push(crossing.identity());
+            self.answers.lock().unwrap().remove(0)
+        }
+    }
+
+    /// 2026-11-28 00:00 UTC plus a second.
+    const NOW_MS: u64 = 1_795_824_001_000;
+
+    #[tokio::test]
+    async fn a_crossing_claimed_elsewhere_is_skipped_and_an_unanswered_claim_alerted() {
+        let clock = Arc::new(FakeClock::new(NOW_MS));
+        let backend = Arc::new(MemoryBackend::new(clock.clone(), MemoryConfig::default()));
+        let key = LimitKey::new("key:k1:usd:day").unwrap();
+        let definition = LimitDefinition::per_period(key.clone(), 1_000_000, Period::Day).unwrap();
+        backend.apply_definition(&definition).await.unwrap();
+        let hold = ReserveRequest::new(
+            LeaseId::generate(),
+            None,
+            vec![Requirement {
+                key: key.clone(),
+                amount: 850_000,
+            }],
+        );
+        assert!(backend.reserve(&hold.unwrap()).await.unwrap().is_allowed());
+        let watch = BudgetWatch::posting_to(None, backend, clock);
+        let claims = Arc::new(Scripted::default());
+        // 0.5 was alerted by another server; the cluster does not answer for 0.8.
+        *claims.answers.lock().unwrap() = vec![Ok(false), Err(LimiterError::Unavailable { retry_after_ms: 1 })];
+        watch.with_claims(claims.clone());
+        let budget = WatchedBudget {
+            key,
+            scope: AlertScope::default(),
+            span: BudgetSpan::Period(Period::Day),
+            alert_at: AlertFractions::new(&[0.5, 0.8, 1.0]),
+        };
+        watch.read(&budget).await;
+        let counts = watch.counts();
+        let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!(count(&counts.duplicates_skipped), 1);
+        assert_eq!(count(&counts.claims_failed), 1);
+        assert_eq!(count(&counts.raised), 1, "the unanswered claim is alerted");
+        let day_start_ms = NOW_MS - 1_000;
+        let expected: Vec<String> = [0.5, 0.8]
+            .iter()
+            .map(|&fraction| {
+                let crossing = Crossing {
+                    budget: "key:k1:usd:day",
+                    span_start_unix_ms: day_start_ms,
+                    fraction,
+                };
+                crossing.identity()
+            })
+            .collect();
+        assert_eq!(*claims.claimed.lock().unwrap(), expected, "claimed by period start");
+        // Read again: nothing new crossed, nothing claimed.
+        watch.read(&budget).await;
+        assert_eq!(claims.claimed.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_rolling_window_is_claimed_per_window_long_slot() {
+        let span = AlertSpan::Window { window_seconds: 60 };
+        assert_eq!(span_start_unix_ms(&span, 125_000), 120_000);
+        assert_eq!(span_start_unix_ms(&span, 179_999), 120_000);
+        assert_eq!(span_start_unix_ms(&span, 180_000), 180_000);
     }
 }
