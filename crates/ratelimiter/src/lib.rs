@@ -67,6 +67,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod alert_claims;
 pub mod bucket;
 pub mod clock;
 pub mod decision;

@@ -26,6 +26,9 @@ pub struct SelectedBackend {
     /// Where the gateway's servers share the stored ids they hand to tenants
     /// (TigerBeetle's cluster); `None`: each server remembers its own.
     pub handed_ids: Option<Arc<dyn ratelimiter::handed_ids::HandedIdStore>>,
+    /// Where the gateway's servers claim each budget alert, so that one of
+    /// them alerts it (the cluster); `None`: one server alerts what it sees.
+    pub alert_claims: Option<Arc<dyn ratelimiter::alert_claims::AlertClaims>>,
     /// Where the gateway's spend is kept when the backend keeps it (the
     /// cluster); `None`: a file beside the registry.
     pub spend_book: Option<Arc<dyn ratelimiter::spend::SpendBook>>,
@@ -41,6 +44,7 @@ impl SelectedBackend {
             snapshots: None,
             directory_store: None,
             handed_ids: None,
+            alert_claims: None,
             spend_book: None,
         }
     }
@@ -59,6 +63,7 @@ impl SelectedBackend {
             snapshots: Some(snapshots),
             directory_store: None,
             handed_ids: None,
+            alert_claims: None,
             spend_book: None,
         }
     }
@@ -117,11 +122,13 @@ async fn build_tigerbeetle(config: &Config) -> Result<SelectedBackend, String> {
         backend.clone(),
     ));
     let handed_ids = Arc::new(ratelimiter::tigerbeetle::TigerBeetleHandedIds::new(backend.clone()));
+    let alert_claims = Arc::new(ratelimiter::tigerbeetle::TigerBeetleAlertClaims::new(backend.clone()));
     let spend_book = Arc::new(ratelimiter::tigerbeetle::TigerBeetleSpendBook::new(backend.clone()));
     tokio::spawn(read_spend_history(spend_book.clone()));
     Ok(SelectedBackend {
         directory_store: Some(directory_store),
         handed_ids: Some(handed_ids),
+        alert_claims: Some(alert_claims),
         spend_book: Some(spend_book),
         ..SelectedBackend::of(backend)
     })

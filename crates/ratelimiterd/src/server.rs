@@ -211,6 +211,9 @@ pub async fn start_gateway(
     if let Some(handed_ids) = state.handed_ids() {
         gateway = gateway.with_handed_ids(handed_ids.clone());
     }
+    if let Some(claims) = state.alert_claims() {
+        gateway = gateway.with_alert_claims(claims.clone());
+    }
     if let Some(book) = state.spend() {
         gateway = gateway.with_spend(book.clone(), Arc::new(ratelimiter::SystemClock::new()));
     }

@@ -59,6 +59,8 @@ struct Shared {
     gateway_scope: GatewayScope,
     /// Where the gateway shares the stored ids it hands to tenants with the fleet.
     handed_ids: Option<Arc<dyn ratelimiter::handed_ids::HandedIdStore>>,
+    /// Where the gateway claims each budget alert with the fleet.
+    alert_claims: Option<Arc<dyn ratelimiter::alert_claims::AlertClaims>>,
     /// The book of the gateway's spend the backend keeps (the cluster), until
     /// [`AppState::open_spend`] opens the server's.
     spend_book: std::sync::Mutex<Option<Arc<dyn SpendBook>>>,
@@ -93,6 +95,7 @@ impl AppState {
                 directory: std::sync::OnceLock::new(),
                 gateway_scope: GatewayScope::of(config),
                 handed_ids: selected.handed_ids,
+                alert_claims: selected.alert_claims,
                 spend_book: std::sync::Mutex::new(selected.spend_book),
                 spend: std::sync::OnceLock::new(),
             }),
@@ -174,6 +177,12 @@ impl AppState {
     pub fn handed_ids(&self) -> Option<&Arc<dyn ratelimiter::handed_ids::HandedIdStore>> {
         self.shared.handed_ids.as_ref()
     }
+    /// Where the gateway claims each budget alert with the servers of its
+    /// fleet (the cluster), so one of them alerts it; `None` on one server.
+    pub fn alert_claims(&self) -> Option<&Arc<dyn ratelimiter::alert_claims::AlertClaims>> {
+        self.shared.alert_claims.as_ref()
+    }
+
     /// What the gateway's configuration lets a tenant or key name.
     pub fn gateway_scope(&self) -> &GatewayScope {
         &self.shared.gateway_scope

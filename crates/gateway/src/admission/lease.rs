@@ -23,11 +23,13 @@ use super::context::CallContext;
 use super::queue::ModelQueue;
 use super::spend::CallSpend;
 use crate::counting::calibration::Calibrator;
+use crate::limits::budgets::{GATEWAY_BUDGET_PREFIX, MODEL_BUDGET_PREFIX};
 use crate::limits::{
     actuals, billed_of, call_budgets, caller_budget_releases, run_if_ready, spawn_if_pending, Classes, ModelKeys,
     TenantKeys,
 };
-use crate::observe::budget_watch::BudgetWatch;
+use crate::observe::budget_alerts::AlertScope;
+use crate::observe::budget_watch::{BudgetWatch, WatchedBudget};
 use crate::observe::key_usage::KeyCall;
 use crate::observe::metrics::CallCounters;
 use crate::routing::{Grant, Pass, Pool};
@@ -312,20 +314,41 @@ impl CallLease {
                 tracing::warn!(%lease_id, error = %e, "gateway: complete failed; the holds end by window or timeout");
             }
             queue.capacity_freed();
-            if let Some((watch, keys)) = watched {
-                watch.after_reconcile(keys);
+            if let Some((watch, budgets)) = watched {
+                watch.after_reconcile(budgets);
             }
         })
     }
 
-    /// The watch and the call's budgets it raises alerts on, if any.
-    fn watched_budgets(&self) -> Option<(Arc<BudgetWatch>, Vec<ratelimiter::LimitKey>)> {
+    /// The watch and the call's budgets with `alert_at`, if any: each as the
+    /// call was charged on it, whose it is named by its owner's prefix.
+    fn watched_budgets(&self) -> Option<(Arc<BudgetWatch>, Vec<WatchedBudget>)> {
         let watch = self.budget_watch.as_ref()?;
-        let keys: Vec<_> = call_budgets(&self.model_keys, self.tenant_keys.as_deref())
-            .map(|budget| budget.key.clone())
-            .filter(|key| watch.watches(key))
+        let owner = |key: &str| {
+            if key.starts_with(MODEL_BUDGET_PREFIX) {
+                AlertScope {
+                    tenant: None,
+                    model: Some(self.log.model.to_string()),
+                }
+            } else if key.starts_with(GATEWAY_BUDGET_PREFIX) {
+                AlertScope::default()
+            } else {
+                AlertScope {
+                    tenant: Some(self.log.tenant.to_string()),
+                    model: None,
+                }
+            }
+        };
+        let budgets: Vec<_> = call_budgets(&self.model_keys, self.tenant_keys.as_deref())
+            .filter(|budget| !budget.alert_at.is_empty())
+            .map(|budget| WatchedBudget {
+                key: budget.key.clone(),
+                scope: owner(budget.key.as_str()),
+                span: budget.span,
+                alert_at: budget.alert_at.clone(),
+            })
             .collect();
-        (!keys.is_empty()).then(|| (Arc::clone(watch), keys))
+        (!budgets.is_empty()).then(|| (Arc::clone(watch), budgets))
     }
 
     /// What the limits are reconciled to; `None`: the reservation is kept.

@@ -8,6 +8,8 @@
 //! `model:<name>:usd:<span>` (every call of the model, all tenants together),
 //! `gateway:usd:<span>` (every call).
 
+use std::sync::Arc;
+
 use ratelimiter::price::{billed_micro_usd, worst_case_micro_usd, CallBound, ModelPrice, MICRO_USD_PER_USD};
 use ratelimiter::{Actual, LimitDefinition, LimitKey, Requirement};
 
@@ -34,7 +36,49 @@ pub struct BudgetKey {
     pub micro_usd: u64,
     /// Its period or window.
     pub span: BudgetSpan,
+    /// The fractions whose crossing is alerted (`alert_at`); empty: none.
+    pub alert_at: AlertFractions,
 }
+
+/// A budget's `alert_at` as validated (each finite, in (0, 1], ascending),
+/// carried with the budget's key to every call charged on it, so the call's
+/// completion alerts on the budget as it was when the call was admitted: a
+/// budget of the configuration or of the directory alike.
+#[derive(Debug, Clone, Default)]
+pub struct AlertFractions(Arc<[f64]>);
+
+impl AlertFractions {
+    /// The fractions of a validated budget.
+    pub fn new(fractions: &[f64]) -> Self {
+        assert!(
+            fractions.iter().all(|f| f.is_finite()),
+            "alert_at was validated with the budget"
+        );
+        Self(fractions.into())
+    }
+}
+
+impl std::ops::Deref for AlertFractions {
+    type Target = [f64];
+
+    fn deref(&self) -> &[f64] {
+        &self.0
+    }
+}
+
+impl PartialEq for AlertFractions {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(other.0.iter())
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+    }
+}
+
+// Every fraction is finite (asserted at construction), so equality is total.
+impl Eq for AlertFractions {}
 
 impl BudgetKey {
     /// Whether the budget is $0: every call it applies to is refused.
@@ -66,6 +110,7 @@ pub fn budget_keys(prefix: &str, budgets: &[Budget]) -> Vec<BudgetKey> {
                 .expect("names were validated with the configuration"),
             micro_usd: budget.micro_usd,
             span: budget.span,
+            alert_at: AlertFractions::new(&budget.alert_at),
         })
         .collect()
 }

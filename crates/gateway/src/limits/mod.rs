@@ -12,7 +12,7 @@ use crate::config::{GatewayConfig, GatewayConfigError};
 
 pub use budgets::{
     billed_of, budget_keys, call_budgets, caller_budget_releases, directory_budget_keys, is_budget_key,
-    model_budget_keys, BudgetKey, GATEWAY_BUDGET_PREFIX, MODEL_BUDGET_PREFIX,
+    model_budget_keys, AlertFractions, BudgetKey, GATEWAY_BUDGET_PREFIX, MODEL_BUDGET_PREFIX,
 };
 pub use classes::{ceiling_capacity, Classes, CLASS_HEADER};
 pub use keys::{

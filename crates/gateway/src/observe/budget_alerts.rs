@@ -3,7 +3,9 @@
 //! calendar period (a new period arms them again), or, for a rolling window,
 //! once until the spend falls back below it. Each crossing is one structured log
 //! line and, with `gateway.alerts.webhook_url`, one event handed to the webhook
-//! ([`crate::observe::alert_webhook`]), which never delays a call.
+//! ([`crate::observe::alert_webhook`]), which never delays a call. On a fleet,
+//! the watch ([`crate::observe::budget_watch`]) claims each crossing in the
+//! cluster before it logs and posts it.
 //!
 //! The tracker reads time from the injected clock and knows nothing of how a
 //! budget is enforced: the caller gives it a budget's reading after each
@@ -16,10 +18,19 @@ use std::sync::{Arc, Mutex};
 use ratelimiter::Clock;
 use serde::Serialize;
 
-/// The most budgets whose crossings are remembered: each is about 100 bytes, and
-/// a gateway with a budget on every key of a large directory stays within this.
-/// A budget beyond it is not alerted on, and counted (`untracked`).
+/// The most budgets watched at once (whose crossings are remembered): each is
+/// about 100 bytes, 100 MB at the bound; as many as the directory's keys at
+/// most, so one alerted budget on every key of a full directory fits (only
+/// budgets that a call was charged on and that set `alert_at` count). When it
+/// is reached, the budgets
+/// whose period ended (or whose window passed since their last reading) are
+/// forgotten first, at most once per [`SWEEP_INTERVAL_MS`]; a budget still
+/// beyond it is not alerted on: counted (`untracked`) and logged.
 pub const BUDGETS_TRACKED_MAX: usize = 1_000_000;
+/// The shortest time between two sweeps of the forgotten budgets: a sweep
+/// reads every budget watched, so a tracker full of live budgets does not
+/// sweep on every reading.
+pub const SWEEP_INTERVAL_MS: u64 = 60_000;
 
 /// What a budget is counted over, as the alert reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -64,6 +75,10 @@ pub struct BudgetReading<'a> {
     pub budget_micro_usd: u64,
     /// The fractions alerted at, ascending, each in (0, 1].
     pub alert_at: &'a [f64],
+    /// After this instant, with no reading since, what the tracker remembers
+    /// of the budget no longer matters: its period ended, or its window has
+    /// passed since this reading.
+    pub forgettable_after_unix_ms: u64,
 }
 
 /// One crossing: the structured log line's fields and the webhook's JSON body.
@@ -101,14 +116,43 @@ struct Crossed {
     period_start_unix_ms: Option<u64>,
     /// How many of the budget's fractions are crossed.
     count: usize,
+    /// The reading's [`BudgetReading::forgettable_after_unix_ms`].
+    forgettable_after_unix_ms: u64,
+}
+
+/// The budgets watched, and when they were last swept.
+#[derive(Debug, Default)]
+struct Watched {
+    crossed: HashMap<String, Crossed>,
+    swept_unix_ms: Option<u64>,
+}
+
+impl Watched {
+    /// Whether `key` has room: it is watched already, the bound is not
+    /// reached, or a sweep (if one is due) made room.
+    fn room_for(&mut self, key: &str, now_unix_ms: u64, budgets_max: usize) -> bool {
+        if self.crossed.contains_key(key) || self.crossed.len() < budgets_max {
+            return true;
+        }
+        let due = self
+            .swept_unix_ms
+            .is_none_or(|at| now_unix_ms >= at.saturating_add(SWEEP_INTERVAL_MS));
+        if due {
+            self.swept_unix_ms = Some(now_unix_ms);
+            self.crossed.retain(|_, c| c.forgettable_after_unix_ms > now_unix_ms);
+        }
+        self.crossed.len() < budgets_max
+    }
 }
 
 /// The budgets' crossings so far.
 #[derive(Debug)]
 pub struct BudgetAlerts {
     clock: Arc<dyn Clock>,
-    crossed: Mutex<HashMap<String, Crossed>>,
+    watched: Mutex<Watched>,
     untracked: AtomicU64,
+    /// [`BUDGETS_TRACKED_MAX`], but in tests of the bound.
+    budgets_max: usize,
 }
 
 impl BudgetAlerts {
@@ -116,13 +160,24 @@ impl BudgetAlerts {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
             clock,
-            crossed: Mutex::new(HashMap::new()),
+            watched: Mutex::new(Watched::default()),
             untracked: AtomicU64::new(0),
+            budgets_max: BUDGETS_TRACKED_MAX,
         }
     }
 
-    /// The alerts `reading` raises: each fraction newly crossed, lowest first, each
-    /// logged as it is returned. Empty for a budget without `alert_at` or of 0.
+    /// A tracker watching `budgets_max` budgets at most: the bound's test.
+    #[cfg(test)]
+    fn with_budgets_max(clock: Arc<dyn Clock>, budgets_max: usize) -> Self {
+        Self {
+            budgets_max,
+            ..Self::new(clock)
+        }
+    }
+
+    /// The alerts `reading` raises: each fraction newly crossed, lowest first,
+    /// for the caller to log ([`log`]) and post. Empty for a budget without
+    /// `alert_at` or of 0.
     pub fn observe(&self, reading: &BudgetReading<'_>) -> Vec<BudgetAlert> {
         if reading.alert_at.is_empty() || reading.budget_micro_usd == 0 {
             return Vec::new();
@@ -134,23 +189,32 @@ impl BudgetAlerts {
             } => Some(*period_start_unix_ms),
             AlertSpan::Window { .. } => None,
         };
+        let at_unix_ms = self.clock.now_unix_ms();
+        let fresh = Crossed {
+            period_start_unix_ms: period_start,
+            count: 0,
+            forgettable_after_unix_ms: reading.forgettable_after_unix_ms,
+        };
         let before = {
-            let mut crossed = self.crossed.lock().expect("alerts lock");
-            if !crossed.contains_key(reading.key) && crossed.len() >= BUDGETS_TRACKED_MAX {
-                self.untracked.fetch_add(1, Ordering::Relaxed);
+            let mut watched = self.watched.lock().expect("alerts lock");
+            if !watched.room_for(reading.key, at_unix_ms, self.budgets_max) {
+                let untracked = self.untracked.fetch_add(1, Ordering::Relaxed) + 1;
+                if untracked.is_power_of_two() {
+                    tracing::warn!(
+                        budget = reading.key,
+                        untracked,
+                        limit = self.budgets_max,
+                        "budget alerts: too many budgets watched; this one is not alerted on"
+                    );
+                }
                 return Vec::new();
             }
-            let entry = crossed.entry(reading.key.to_owned()).or_insert(Crossed {
-                period_start_unix_ms: period_start,
-                count: 0,
-            });
+            let entry = watched.crossed.entry(reading.key.to_owned()).or_insert(fresh);
             if entry.period_start_unix_ms != period_start {
                 // A new period (or a budget changed between period and window): armed again.
-                *entry = Crossed {
-                    period_start_unix_ms: period_start,
-                    count: 0,
-                };
+                *entry = fresh;
             }
+            entry.forgettable_after_unix_ms = reading.forgettable_after_unix_ms;
             let before = entry.count;
             entry.count = match period_start {
                 // Once per period: a reconciliation that lowers the spend does not re-arm.
@@ -160,14 +224,14 @@ impl BudgetAlerts {
             };
             before
         };
-        let at_unix_ms = self.clock.now_unix_ms();
-        let alerts: Vec<BudgetAlert> = (before..now)
+        (before..now)
             .map(|i| alert(reading, reading.alert_at[i], at_unix_ms))
-            .collect();
-        for alert in &alerts {
-            log(alert);
-        }
-        alerts
+            .collect()
+    }
+
+    /// How many budgets are watched now.
+    pub fn watched(&self) -> usize {
+        self.watched.lock().expect("alerts lock").crossed.len()
     }
 
     /// Readings not tracked because [`BUDGETS_TRACKED_MAX`] budgets already are.
@@ -202,7 +266,7 @@ fn alert(reading: &BudgetReading<'_>, fraction: f64, at_unix_ms: u64) -> BudgetA
 }
 
 /// The structured log line of one crossing.
-fn log(alert: &BudgetAlert) {
+pub fn log(alert: &BudgetAlert) {
     let (period, period_start_unix_ms, window_seconds) = match &alert.span {
         AlertSpan::Period {
             period,

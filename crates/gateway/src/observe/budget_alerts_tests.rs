@@ -25,6 +25,7 @@ fn daily(scope: &AlertScope, period_start_unix_ms: u64, spent_micro_usd: u64) ->
         spent_micro_usd,
         budget_micro_usd: 1_000_000,
         alert_at: &FRACTIONS,
+        forgettable_after_unix_ms: period_start_unix_ms + DAY_MS,
     }
 }
 
@@ -82,6 +83,7 @@ fn a_rolling_window_alerts_again_only_after_falling_below() {
         spent_micro_usd,
         budget_micro_usd: 10,
         alert_at: &FRACTIONS,
+        forgettable_after_unix_ms: DAY_START_MS + 3_601_000,
     };
     assert_eq!(fractions(&alerts.observe(&reading(5))), [0.5]);
     assert!(alerts.observe(&reading(7)).is_empty());
@@ -134,4 +136,39 @@ fn an_alert_serializes_with_its_scope_and_period_flat() {
             "period": "day", "period_start_unix_ms": DAY_START_MS, "at_unix_ms": DAY_START_MS + 1_000,
         })
     );
+}
+
+#[test]
+fn beyond_the_bound_a_budget_is_counted_until_ended_periods_are_forgotten() {
+    let clock = FakeClock::new(DAY_START_MS + 1_000);
+    let alerts = BudgetAlerts::with_budgets_max(Arc::new(clock.clone()), 2);
+    let scope = AlertScope::default();
+    let reading = |key, period_start_unix_ms| BudgetReading {
+        key,
+        ..daily(&scope, period_start_unix_ms, 600_000)
+    };
+    assert_eq!(
+        fractions(&alerts.observe(&reading("key:a:usd:day", DAY_START_MS))),
+        [0.5]
+    );
+    assert_eq!(
+        fractions(&alerts.observe(&reading("key:b:usd:day", DAY_START_MS))),
+        [0.5]
+    );
+    // A third budget finds the bound reached, and the two still in their period.
+    assert!(alerts.observe(&reading("key:c:usd:day", DAY_START_MS)).is_empty());
+    assert_eq!((alerts.watched(), alerts.untracked()), (2, 1));
+    // A budget already watched still is.
+    clock.advance_ms(1_000);
+    assert!(alerts.observe(&reading("key:a:usd:day", DAY_START_MS)).is_empty());
+    // The next day, the first reading sweeps both away: the third is watched.
+    clock.advance_ms(DAY_MS);
+    let next_day = DAY_START_MS + DAY_MS;
+    assert_eq!(fractions(&alerts.observe(&reading("key:c:usd:day", next_day))), [0.5]);
+    assert_eq!((alerts.watched(), alerts.untracked()), (1, 1));
+    // Within the sweep interval nothing is swept again: a fourth fits, a fifth
+    // is counted.
+    assert_eq!(fractions(&alerts.observe(&reading("key:d:usd:day", next_day))), [0.5]);
+    assert!(alerts.observe(&reading("key:e:usd:day", next_day)).is_empty());
+    assert_eq!((alerts.watched(), alerts.untracked()), (2, 2));
 }

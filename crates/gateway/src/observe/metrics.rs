@@ -85,6 +85,8 @@ pub struct GatewayMetrics {
     pub spend: Arc<super::spend_metrics::SpendMetrics>,
     /// The budget alerts' webhook, when one is configured.
     pub alert_webhook: std::sync::OnceLock<Arc<super::alert_webhook::WebhookCounts>>,
+    /// The budget alerts' watch: what it raised, skipped and could not watch.
+    pub budget_watch: std::sync::OnceLock<Arc<super::budget_watch::BudgetWatch>>,
 }
 
 /// The tenant label of calls without a tenant (a gateway without keys).
@@ -218,6 +220,9 @@ impl GatewayMetrics {
         self.spend.render(out);
         if let Some(webhook) = self.alert_webhook.get() {
             webhook.render(out);
+        }
+        if let Some(watch) = self.budget_watch.get() {
+            watch.render(out);
         }
         let calls = self.calls.read().expect("metrics lock");
         let mut pairs: Vec<_> = calls.iter().collect();

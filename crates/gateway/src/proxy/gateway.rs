@@ -57,6 +57,8 @@ pub struct Gateway {
     pub(super) response_ids: Arc<ResponseIds>,
     /// Where completed calls' spend goes, when the server keeps a spend ledger.
     pub(super) spend: Option<SpendSink>,
+    /// The budget alerts' watch, shared with admission.
+    budget_watch: Arc<BudgetWatch>,
 }
 
 /// A limiter view of a backend (the trait object cannot be upcast on this Rust).
@@ -128,12 +130,13 @@ impl Gateway {
         }
         let limiter: Arc<dyn Limiter> = Arc::new(BackendLimiter(backend.clone()));
         let budget_watch = BudgetWatch::of(config, backend.clone(), clock.clone());
-        if let Some(webhook) = budget_watch.as_ref().and_then(|w| w.webhook()) {
+        if let Some(webhook) = budget_watch.webhook() {
             let _ = metrics.alert_webhook.set(webhook.counts().clone());
         }
+        let _ = metrics.budget_watch.set(budget_watch.clone());
         Ok(Self {
             admission: Admission::new((limiter, backend.clone()), callers, classes, metrics.clone())
-                .with_budget_watch(budget_watch),
+                .with_budget_watch(Some(budget_watch.clone())),
             models,
             model_names: config.models.iter().map(|m| m.name.clone()).collect(),
             upstreams,
@@ -152,6 +155,7 @@ impl Gateway {
                 .then(|| OriginPolicy::new(&config.allowed_hosts, true)),
             response_ids: Arc::new(ResponseIds::default()),
             spend: None,
+            budget_watch,
         })
     }
 
@@ -240,6 +244,15 @@ impl Gateway {
     /// responses"): before any call is served.
     pub fn with_handed_ids(mut self, fleet: Arc<dyn ratelimiter::handed_ids::HandedIdStore>) -> Self {
         self.response_ids = Arc::new(ResponseIds::shared(fleet));
+        self
+    }
+
+    /// This gateway alerting each crossing of a budget's `alert_at` only when
+    /// its claim in `claims` is the fleet's first (docs/gateway.md, "Budgets
+    /// and spend"): one alert per crossing however many servers see it.
+    /// Before any call is served.
+    pub fn with_alert_claims(self, claims: Arc<dyn ratelimiter::alert_claims::AlertClaims>) -> Self {
+        self.budget_watch.with_claims(claims);
         self
     }
 

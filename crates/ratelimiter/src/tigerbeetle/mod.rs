@@ -25,11 +25,17 @@
 //!   of a fleet reads (docs/gateway.md, "Tenants and keys").
 //! - [`handed_id_log`]: the stored ids handed to each gateway tenant, which
 //!   every server of a fleet looks up (docs/gateway.md, "Stored responses").
+//! - [`once_log`]: records a fleet makes once (a deterministic transfer id;
+//!   making it again finds `exists`): the handed ids and the alert claims.
+//! - [`alert_claim_log`]: which server alerts each crossing of a budget's
+//!   `alert_at` (docs/gateway.md, "Budgets and spend").
 //! - [`spend_log`]: the gateway's spend ledger, every completed call's
 //!   tokens and cost, which every server tails into sums (docs/prices.md,
 //!   "The spend ledger").
 //! - [`harness`]: a local cluster for tests, examples and benchmarks.
 
+#[cfg(feature = "tigerbeetle")]
+pub mod alert_claim_log;
 #[cfg(feature = "tigerbeetle")]
 pub mod backend;
 #[cfg(feature = "tigerbeetle")]
@@ -57,6 +63,8 @@ pub mod ids;
 pub mod lease_cache;
 #[cfg(feature = "tigerbeetle")]
 mod lease_lookup;
+#[cfg(feature = "tigerbeetle")]
+pub mod once_log;
 #[cfg(feature = "tigerbeetle")]
 pub mod pool;
 #[cfg(feature = "tigerbeetle")]
@@ -88,6 +96,8 @@ pub use reserve::lease_chain;
 #[cfg(feature = "tigerbeetle")]
 pub use tigerbeetle_unofficial as client;
 
+#[cfg(feature = "tigerbeetle")]
+pub use alert_claim_log::TigerBeetleAlertClaims;
 #[cfg(feature = "tigerbeetle")]
 pub use backend::{BackendOptions, TigerBeetleBackend};
 pub use config::{ConfigFields, SubmitMode, TigerBeetleConfig};
