@@ -17,40 +17,15 @@ use axum::http::StatusCode;
 use axum::{routing, Json, Router};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use ratelimiter::price::{billed_micro_usd, list_price, Usage};
-use ratelimiter::SystemClock;
-use replay::sim::control::SimControl;
-use replay::sim::limits::{Accounting, ProviderLimits};
-use replay::sim::server::ProviderServer;
 use serde_json::{json, Value};
+use support::gateway_setup::{self, client, gateway_addr, start_sim, HttpClient};
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN};
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// The key's budget: $0.001 a day, in micro-dollars.
 const BUDGET_MICRO_USD: u64 = 1_000;
 /// Its `alert_at`: crossed at 10, 20 and 40 micro-dollars, a few calls apart.
 const FRACTIONS: [f64; 3] = [0.01, 0.02, 0.04];
-
-/// The simulator on a free loopback port.
-async fn start_sim() -> SocketAddr {
-    let limits = ProviderLimits {
-        rpm: 10_000,
-        tpm: 10_000_000,
-        window_ms: 60_000,
-        concurrency: 64,
-        ms_per_output_token: 0,
-        accounting: Accounting::Actual,
-    };
-    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(provider.serve(listener, std::future::pending()));
-    addr
-}
 
 /// The events the webhook's receiver accepted.
 type Received = Arc<Mutex<Vec<Value>>>;
@@ -79,24 +54,6 @@ fn gateway_section(sim: SocketAddr, receiver: SocketAddr) -> String {
     )
 }
 
-/// The gateway's address, from the server's `gateway serving gateway_addr=...` line.
-fn gateway_addr(daemon: &Daemon) -> SocketAddr {
-    (daemon.logs().iter())
-        .find_map(|line| {
-            line.split("gateway_addr=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("the gateway logs its address before the server listens")
-}
-
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
-}
-
 /// POSTs `body` to `url` with `bearer`: the status and the body's JSON.
 async fn post(client: &HttpClient, url: String, bearer: &str, body: Value) -> (u16, Value) {
     send(client, hyper::Method::POST, url, bearer, body).await
@@ -104,17 +61,9 @@ async fn post(client: &HttpClient, url: String, bearer: &str, body: Value) -> (u
 
 /// Sends `body` to `url` with `bearer`: the status and the body's JSON.
 async fn send(client: &HttpClient, method: hyper::Method, url: String, bearer: &str, body: Value) -> (u16, Value) {
-    let request = hyper::Request::builder()
-        .method(method)
-        .uri(url)
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {bearer}"))
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap();
-    let response = client.request(request).await.unwrap();
-    let status = response.status().as_u16();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let authorization = format!("Bearer {bearer}");
+    let answer = gateway_setup::send(client, method, url, &[("authorization", &authorization)], Some(body)).await;
+    (answer.status, answer.json())
 }
 
 /// The value of the counter `name` in `server`'s `/metrics`.
