@@ -27,6 +27,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/admin/servers", get(admin::fleet_servers))
         .merge(directory_routes(&state))
         .merge(spend_routes(&state))
+        .route("/v1/admin/gateway/prices", get(crate::prices_api::prices))
+        .route(
+            "/v1/admin/gateway/prices/reload",
+            post(crate::prices_api::reload_prices),
+        )
         .route_layer(from_fn_with_state(state.auth().clone(), auth::require_admin));
     let mut api = client.merge(admin);
     if state.echo_route() {

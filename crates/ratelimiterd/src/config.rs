@@ -109,6 +109,10 @@ pub struct Config {
     /// Provider profiles (docs/provider-profiles.md): each entry's published limits
     /// become the definitions of its provider's profile, applied at startup.
     pub profiles: Vec<ProfileEntry>,
+    /// The file it was read from, if any: where the gateway's prices are
+    /// read again at runtime (docs/gateway.md, "Prices").
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 /// The most `profiles:` entries: one per model a deployment calls is a few dozen.
@@ -373,7 +377,9 @@ impl Config {
             });
         }
         let text = std::fs::read_to_string(path).map_err(io)?;
-        Self::parse(&text, path)
+        let mut config = Self::parse(&text, path)?;
+        config.source = Some(path.to_owned());
+        Ok(config)
     }
 
     /// Parses and validates YAML text; `path` names it in errors.

@@ -183,7 +183,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     let options = ServeOptions::from_config(&config);
     let shutdown = Shutdown::new(shutdown);
     let gateway = match &config.gateway {
-        Some(section) => Some(start_gateway(section, &state, options, shutdown.clone()).await?),
+        Some(section) => {
+            let served = start_gateway(section, &state, options, shutdown.clone()).await?;
+            let reload = state
+                .gateway()
+                .and_then(|g| crate::prices_api::PriceReload::of(&config, g.clone()));
+            if let Some(reload) = reload.map(Arc::new) {
+                reload
+                    .reload_on_hangup()
+                    .map_err(|source| ServerError::Io { addr, source })?;
+                state.set_price_reload(reload);
+            }
+            Some(served)
+        }
         None => None,
     };
     let result = serve(listener, state, options, shutdown.wait())

@@ -51,6 +51,8 @@ struct Shared {
     echo_route: bool,
     gateway_metrics: std::sync::OnceLock<Arc<gateway::metrics::GatewayMetrics>>,
     gateway: std::sync::OnceLock<Arc<gateway::Gateway>>,
+    /// Where the gateway's prices are read again, with a gateway started from a file.
+    price_reload: std::sync::OnceLock<Arc<crate::prices_api::PriceReload>>,
     console: Arc<Console>,
     /// The store of the gateway's tenants and keys the backend keeps (the
     /// cluster), until [`AppState::open_directory`] opens it.
@@ -90,6 +92,7 @@ impl AppState {
                 echo_route: server.echo_route,
                 gateway_metrics: std::sync::OnceLock::new(),
                 gateway: std::sync::OnceLock::new(),
+                price_reload: std::sync::OnceLock::new(),
                 console: Arc::new(Console::new(config)),
                 directory_store: std::sync::Mutex::new(selected.directory_store),
                 directory: std::sync::OnceLock::new(),
@@ -154,6 +157,14 @@ impl AppState {
     /// The gateway running beside this server, for the console's view of its models.
     pub fn gateway(&self) -> Option<&Arc<gateway::Gateway>> {
         self.shared.gateway.get()
+    }
+    /// Where the gateway's prices are read again, once set at start.
+    pub fn price_reload(&self) -> Option<&Arc<crate::prices_api::PriceReload>> {
+        self.shared.price_reload.get()
+    }
+    /// Attaches the gateway's price reload (once; a second call is ignored).
+    pub fn set_price_reload(&self, reload: Arc<crate::prices_api::PriceReload>) {
+        let _ = self.shared.price_reload.set(reload);
     }
     /// Attaches the gateway and its metrics (once; a second call is ignored).
     pub fn set_gateway(&self, gateway: Arc<gateway::Gateway>) {

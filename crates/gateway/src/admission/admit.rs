@@ -376,7 +376,7 @@ fn queue_denial(ctx: &CallContext, own: Option<Denial>) -> Denial {
     if let Some(denial) = own {
         return denial;
     }
-    let keys = &ctx.model.pool.deployments[0].keys;
+    let keys = ctx.model.pool.deployments[0].keys();
     let fallback = (keys.rpm.clone())
         .or(keys.concurrency.clone())
         .or(keys.tpm.clone())

@@ -24,7 +24,7 @@ pub const LIMIT_USD_HEADER: &str = "x-ratelimit-limit-usd";
 pub fn budget_refusal(ctx: &CallContext) -> Option<GatewayError> {
     let tenant = ctx.caller.keys.as_deref();
     let deployments = &ctx.model.pool.deployments;
-    let first = &deployments[0].keys;
+    let first = &deployments[0].keys();
     if let Some(zero) = call_budgets(first, tenant).find(|b| b.is_zero()) {
         let message = format!(
             "The budget {} is $0: it refuses every call. Raise it to call {}.",
@@ -34,7 +34,7 @@ pub fn budget_refusal(ctx: &CallContext) -> Option<GatewayError> {
     }
     // A call without budgets needs no price.
     call_budgets(first, tenant).next()?;
-    let unpriced = deployments.iter().find(|d| d.keys.price.is_none())?;
+    let unpriced = deployments.iter().find(|d| d.keys().price.is_none())?;
     tracing::error!(model = %ctx.model.name, deployment = %unpriced.config.name,
         "gateway: a call with budgets in money to a model without a price; give the model a price");
     Some(GatewayError::new(
@@ -101,6 +101,7 @@ pub fn worst_case_of(ctx: &CallContext) -> Option<u64> {
     let [deployment] = ctx.model.pool.deployments.as_slice() else {
         return None;
     };
-    let input = crate::limits::prompt_charge(&deployment.keys, ctx.need.input_tokens, ctx.need.prompt_characters);
-    crate::limits::budgets::worst_case(deployment.keys.price.as_ref(), (input, ctx.need.output_tokens))
+    let keys = deployment.keys();
+    let input = crate::limits::prompt_charge(&keys, ctx.need.input_tokens, ctx.need.prompt_characters);
+    crate::limits::budgets::worst_case(keys.price.as_ref(), (input, ctx.need.output_tokens))
 }

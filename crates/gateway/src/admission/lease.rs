@@ -164,13 +164,14 @@ impl CallLease {
     pub fn granted(grant: Grant, ctx: &CallContext, limiter: &Arc<dyn Limiter>, classes: &Arc<Classes>) -> Self {
         let index = grant.deployment;
         let (reserved, pass) = (grant.reserved, grant.pass);
+        let model_keys = grant.keys.clone();
         let model = &ctx.model;
         let deployment = &model.pool.deployments[index];
         CallLease {
             limiter: limiter.clone(),
             lease_id: grant.take(),
             reserved,
-            model_keys: deployment.keys.clone(),
+            model_keys,
             tenant_keys: ctx.caller.keys.clone(),
             queue: model.queue.clone(),
             counters: ctx.counters.clone(),

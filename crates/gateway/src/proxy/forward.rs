@@ -52,7 +52,8 @@ pub async fn forward(
     let send = (gateway.client).send(upstream, Method::POST, ctx.endpoint.path(), headers, body);
     // What is left of the call's binding budget, read while the call is sent.
     let backend = gateway.admission.backend();
-    let remaining = remaining_micro_usd(backend.as_ref(), &deployment.keys, ctx.caller.keys.as_deref());
+    let keys = deployment.keys();
+    let remaining = remaining_micro_usd(backend.as_ref(), &keys, ctx.caller.keys.as_deref());
     let (result, remaining) = tokio::join!(send, remaining);
     model.metrics.upstream_latency.observe(sent.elapsed());
     let failed = |error: GatewayError| error.with_header(DEPLOYMENT_HEADER, deployment.label.to_string());
@@ -80,7 +81,7 @@ pub async fn forward(
     lease.answered(parts.status);
     if parts.status == StatusCode::TOO_MANY_REQUESTS {
         let backend = gateway.admission.backend().clone();
-        pause::start(backend, &deployment.keys, &parts.headers, &deployment.state.cooldown);
+        pause::start(backend, &deployment.keys(), &parts.headers, &deployment.state.cooldown);
     }
     if !last && (parts.status == StatusCode::TOO_MANY_REQUESTS || parts.status.is_server_error()) {
         lease.failed_over().await;
@@ -179,7 +180,7 @@ fn observe_provider_limits(model: &ModelEntry, deployment: &Deployment, headers:
     let (limit_requests, limit_tokens) = (requests.and_then(|l| l.limit), tokens.and_then(|l| l.limit));
     let config = &deployment.config;
     let configured_tokens = config.limits.published.tpm.or(config.limits.published.input_tpm);
-    let above = if deployment.keys.profile.is_some() {
+    let above = if deployment.keys().profile.is_some() {
         // A profile's sub-windows are compared per minute by the library.
         let upstream = &config.upstream;
         !ratelimiter::provider_headers::below_configured(&read, upstream, &config.name, &deployment.definitions)

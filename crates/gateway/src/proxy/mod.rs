@@ -13,6 +13,7 @@ pub mod gateway;
 pub mod headers;
 pub mod key_callers;
 pub mod origin;
+pub mod prices;
 pub mod response_ids;
 pub mod service;
 pub mod upstream;

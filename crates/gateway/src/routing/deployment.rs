@@ -2,7 +2,7 @@
 //! and this server's pause that decide whether it is tried, and its counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use ratelimiter::clock::Clock;
@@ -23,8 +23,10 @@ pub struct Deployment {
     pub upstream: usize,
     /// The upstream's name: the `x-ratelimit-deployment` header and the labels.
     pub label: Arc<str>,
-    /// Its limit keys.
-    pub keys: Arc<ModelKeys>,
+    /// Its limit keys with the price in force: swapped whole when a price
+    /// changes at runtime, so a call holds the keys (and the price) it was
+    /// reserved at until it is reconciled.
+    keys: RwLock<Arc<ModelKeys>>,
     /// Its own definitions, compared with the provider's headers.
     pub definitions: Vec<LimitDefinition>,
     /// The model name to write into the body when it differs from the client's.
@@ -57,7 +59,9 @@ impl Deployment {
         Self {
             upstream,
             label: Arc::from(config.upstream.as_str()),
-            keys: Arc::new(ModelKeys::new(&config.upstream, &config).with_budgets(price, usd)),
+            keys: RwLock::new(Arc::new(
+                ModelKeys::new(&config.upstream, &config).with_budgets(price, usd),
+            )),
             definitions: (definitions.iter())
                 .filter(|d| d.key().as_str().starts_with(&prefix))
                 .cloned()
@@ -76,6 +80,28 @@ impl Deployment {
             warned_above_provider: std::sync::atomic::AtomicBool::new(false),
             config,
         }
+    }
+
+    /// Its limit keys with the price in force now: read once per call at
+    /// admission, and kept by the call until it is reconciled.
+    pub fn keys(&self) -> Arc<ModelKeys> {
+        self.keys
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Sets the price its calls admitted from now on reserve and reconcile
+    /// at; a call admitted before keeps the keys it was reserved with.
+    /// Returns the price it replaced.
+    pub fn set_price(&self, price: Option<ModelPrice>) -> Option<ModelPrice> {
+        let mut keys = self.keys.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = keys.price;
+        if before != price {
+            let usd = keys.usd.clone();
+            *keys = Arc::new(ModelKeys::clone(&keys).with_budgets(price, usd));
+        }
+        before
     }
 
     /// The body sent to this deployment: `body` with `model` rewritten when the

@@ -17,6 +17,7 @@ use super::order::{self, Candidate, WeightedTurns};
 use super::pause;
 use super::refusal::Refusal;
 use crate::config::{deployment_price, resolve, ModelConfig, Routing, UpstreamConfig, DEPLOYMENTS_MAX};
+use crate::limits::ModelKeys;
 use crate::limits::{
     self, denial_key, reserve_guarded, BudgetKey, CapacityFreed, Classes, Reservation, Reserved, TenantKeys,
 };
@@ -59,6 +60,9 @@ pub struct Grant {
     pub pass: Pass,
     /// The pool, told when the grant is dropped untaken.
     pool: Arc<Pool>,
+    /// The deployment's keys the call was reserved on, with their price: the
+    /// call is reconciled at that price even if it changes meanwhile.
+    pub keys: Arc<ModelKeys>,
     /// Whether the grant was counted on the deployment's load window.
     counted: bool,
     /// Whether the call took it.
@@ -259,7 +263,9 @@ impl Pool {
                 Some(pass) => pass,
                 None => Pass::Go,
             };
-            let input = limits::prompt_charge(&deployment.keys, need.input_tokens, need.prompt_characters);
+            // Read once: the call reserves, and is reconciled, at this price.
+            let keys = deployment.keys();
+            let input = limits::prompt_charge(&keys, need.input_tokens, need.prompt_characters);
             // The pass is guarded from here: a handler dropped during the
             // reserve below gives a probe back.
             let mut grant = Grant {
@@ -270,9 +276,9 @@ impl Pool {
                 pool: self.clone(),
                 counted: false,
                 taken: false,
+                keys: keys.clone(),
             };
-            let mut requirements =
-                limits::requirements(&deployment.keys, need.tenant.as_deref(), input, need.output_tokens);
+            let mut requirements = limits::requirements(&keys, need.tenant.as_deref(), input, need.output_tokens);
             // The call's class's ceilings over this deployment's keys (crate::limits::classes).
             need.classes.add_ceilings(need.class, &mut requirements);
             if requirements.is_empty() {
@@ -332,7 +338,7 @@ impl Pool {
         let key = denial_key(denial)?;
         self.deployments
             .iter()
-            .find(|d| pause::key(&d.keys).is_some_and(|k| k.as_str() == key))
+            .find(|d| pause::key(&d.keys()).is_some_and(|k| k.as_str() == key))
             .and_then(|d| d.state.cooldown.left_ms())
     }
 }

@@ -1,0 +1,146 @@
+//! The prices in force, changed at runtime (docs/gateway.md, "Prices"): a
+//! configuration's `price:` fields applied to the running gateway's
+//! deployments. A call reads its deployment's price once, at admission, and is
+//! reconciled at that price: a change applies to calls admitted after it.
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use ratelimiter::price::ModelPrice;
+
+use super::Gateway;
+use crate::config::{deployment_price, resolve, GatewayConfig, GatewayConfigError};
+
+/// The hexadecimal digits of the prices' digest shown: 64 bits tell a fleet's
+/// servers apart without a chance collision in practice.
+const DIGEST_HEX_DIGITS: usize = 16;
+
+/// One deployment's price in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PriceInForce {
+    /// The model name clients send.
+    pub model: String,
+    /// The deployment's upstream.
+    pub deployment: String,
+    /// The model name sent to it.
+    pub upstream_model: String,
+    /// Its price in USD per million tokens; `None`: unpriced (no budget configured).
+    pub price: Option<ModelPrice>,
+}
+
+/// One deployment's price a reload changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PriceChange {
+    /// The model name clients send.
+    pub model: String,
+    /// The deployment's upstream.
+    pub deployment: String,
+    /// The price before.
+    pub before: Option<ModelPrice>,
+    /// The price calls admitted from now on pay.
+    pub after: Option<ModelPrice>,
+}
+
+impl GatewayConfig {
+    /// This configuration with the `price:` fields of `other`: a model of the
+    /// same name takes its price, and each of its deployments that `other`
+    /// lists at the same place takes that deployment's. Nothing else changes.
+    pub fn with_prices_of(&self, other: &GatewayConfig) -> GatewayConfig {
+        let mut config = self.clone();
+        for model in &mut config.models {
+            let Some(theirs) = other.models.iter().find(|m| m.name == model.name) else {
+                continue;
+            };
+            model.price = theirs.price;
+            for (j, deployment) in model.deployments.iter_mut().enumerate() {
+                deployment.price = theirs.deployments.get(j).and_then(|d| d.price);
+            }
+        }
+        config
+    }
+
+    /// What differs between this configuration and `other` beyond prices, by
+    /// entry (`models[gpt-4o]`, or `gateway` for any other field): what only a
+    /// restart applies.
+    pub fn differences_beyond_prices(&self, other: &GatewayConfig) -> Vec<String> {
+        let (ours, theirs) = (self.with_prices_of(other), other);
+        let mut differences: Vec<String> = (ours.models.iter())
+            .filter(|m| theirs.models.iter().all(|t| t != *m))
+            .chain(
+                theirs
+                    .models
+                    .iter()
+                    .filter(|t| ours.models.iter().all(|m| m.name != t.name)),
+            )
+            .map(|m| format!("models[{}]", m.name))
+            .collect();
+        differences.dedup();
+        let rest = |c: &GatewayConfig| GatewayConfig {
+            models: Vec::new(),
+            ..c.clone()
+        };
+        if rest(&ours) != rest(theirs) {
+            differences.push("gateway (beyond models)".to_owned());
+        }
+        differences
+    }
+}
+
+impl Gateway {
+    /// Every deployment's price in force, by model name then pool order.
+    pub fn prices(&self) -> Vec<PriceInForce> {
+        let mut names: Vec<&String> = self.models.keys().collect();
+        names.sort();
+        (names.into_iter())
+            .flat_map(|name| self.models[name].pool.deployments.iter())
+            .map(|d| PriceInForce {
+                model: d.state.model.clone(),
+                deployment: d.state.upstream.clone(),
+                upstream_model: d.state.upstream_model.clone(),
+                price: d.keys().price,
+            })
+            .collect()
+    }
+
+    /// A digest of [`Gateway::prices`]: servers showing the same digest apply
+    /// the same prices.
+    pub fn prices_digest(&self) -> String {
+        let text = serde_json::to_vec(&self.prices()).expect("prices serialize");
+        let digest = Sha256::digest(&text);
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        hex[..DIGEST_HEX_DIGITS].to_owned()
+    }
+
+    /// Applies the prices of `config` (the running configuration with new
+    /// `price:` fields, [`GatewayConfig::with_prices_of`]) to calls admitted
+    /// from now on. Validated first, as at start: an invalid configuration is
+    /// refused naming its field, and changes nothing. Returns what changed.
+    pub fn set_prices(&self, config: &GatewayConfig) -> Result<Vec<PriceChange>, GatewayConfigError> {
+        config.validate()?;
+        let mut changes = Vec::new();
+        for model in &config.models {
+            let Some(entry) = self.models.get(&model.name) else {
+                continue;
+            };
+            for (resolved, deployment) in resolve(model).iter().zip(&entry.pool.deployments) {
+                let same = resolved.model.upstream == deployment.config.upstream
+                    && resolved.model.name == deployment.config.name;
+                let upstream = config.upstreams.iter().find(|u| u.name == resolved.model.upstream);
+                let (true, Some(upstream)) = (same, upstream) else {
+                    continue; // a changed pool: only a restart applies it
+                };
+                let after = deployment_price(&resolved.model, upstream).ok().map(|p| p.price);
+                let before = deployment.set_price(after);
+                if before != after {
+                    changes.push(PriceChange {
+                        model: model.name.clone(),
+                        deployment: deployment.state.upstream.clone(),
+                        before,
+                        after,
+                    });
+                }
+            }
+        }
+        Ok(changes)
+    }
+}
