@@ -78,7 +78,7 @@ impl PriceReload {
         let changed = (self.gateway.set_prices(&next))
             .map_err(|e| format!("config {}: gateway.{}: {}", self.path.display(), e.entry, e.message))?;
         let mut needs_restart: Vec<String> = (running.differences_beyond_prices(file).into_iter())
-            .map(|entry| format!("gateway.{entry}"))
+            .map(|entry| format!("gateway: {entry}"))
             .collect();
         needs_restart.extend(sections_beyond_gateway(&in_force, &read));
         in_force.gateway = Some(next);

@@ -160,6 +160,15 @@ async fn a_reloaded_price_bills_calls_admitted_after_it_and_not_one_admitted_bef
         Some(expected),
         "the call admitted before the reload at the old price, the one after at the new: {report}"
     );
+    // The budget is reconciled at the same prices: what each call reserved at.
+    let (status, budget) = admin(
+        &client,
+        daemon.addr,
+        hyper::Method::GET,
+        "/v1/admin/limits/gateway:usd:day",
+    )
+    .await;
+    assert_eq!((status, budget["in_use"].as_u64()), (200, Some(expected)), "{budget}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,13 +185,24 @@ async fn a_refused_file_changes_nothing_and_other_changes_need_a_restart() {
     let before = price_in_force(&client, daemon.addr, "gpt-4o-mini").await;
     let reload = "/v1/admin/gateway/prices/reload";
     // A negative price; a new price beside a self-hosted model left without
-    // one while the budget is configured.
+    // one while a budget is configured.
+    let budget = "  budgets: [{usd: 100, period: day}]\n";
     let refused = [
-        ("{input: -1, output: 2}", Some(OLD_PRICE), "price.input"),
-        (NEW_PRICE, None, "models[1].price"),
+        (
+            gateway_section(sim, "{input: -1, output: 2}", 1000, Some(OLD_PRICE)),
+            "price.input",
+        ),
+        (gateway_section(sim, NEW_PRICE, 1000, None), "models[1].price"),
+        // The file drops the budget too, but the budget in force stays until a
+        // restart: the price it needs cannot be taken away meanwhile.
+        (
+            gateway_section(sim, NEW_PRICE, 1000, None).replace(budget, ""),
+            "models[1].price",
+        ),
     ];
-    for (price, local, field) in refused {
-        rewrite(&dir, &gateway_section(sim, price, 1000, local));
+    for (section, field) in refused {
+        assert!(section.contains(budget) || field != "price.input");
+        rewrite(&dir, &section);
         let (status, body) = admin(&client, daemon.addr, hyper::Method::POST, reload).await;
         assert_eq!(status, 400, "{body}");
         assert!(body.to_string().contains(field), "names {field}: {body}");
@@ -196,7 +216,7 @@ async fn a_refused_file_changes_nothing_and_other_changes_need_a_restart() {
     rewrite(&dir, &gateway_section(sim, NEW_PRICE, 5, Some(OLD_PRICE)));
     let (status, body) = admin(&client, daemon.addr, hyper::Method::POST, reload).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["needs_restart"], json!(["gateway.models[gpt-4o-mini]"]), "{body}");
+    assert_eq!(body["needs_restart"], json!(["gateway: models[gpt-4o-mini]"]), "{body}");
     assert_eq!(
         price_in_force(&client, daemon.addr, "gpt-4o-mini").await.0["input"].as_f64(),
         Some(100.0)

@@ -60,8 +60,8 @@ impl GatewayConfig {
     }
 
     /// What differs between this configuration and `other` beyond prices, by
-    /// entry (`models[gpt-4o]`, or `gateway` for any other field): what only a
-    /// restart applies.
+    /// entry (`models[gpt-4o]`, or `fields beyond models` for any other field):
+    /// what only a restart applies.
     pub fn differences_beyond_prices(&self, other: &GatewayConfig) -> Vec<String> {
         let (ours, theirs) = (self.with_prices_of(other), other);
         let mut differences: Vec<String> = (ours.models.iter())
@@ -80,7 +80,7 @@ impl GatewayConfig {
             ..c.clone()
         };
         if rest(&ours) != rest(theirs) {
-            differences.push("gateway (beyond models)".to_owned());
+            differences.push("fields beyond models".to_owned());
         }
         differences
     }
@@ -142,5 +142,71 @@ impl Gateway {
             }
         }
         Ok(changes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gateway of one pool and one single model, with `tail` appended to the pool.
+    fn config(pool_price: &str, ptu_price: &str, rpm: u64, tail: &str) -> GatewayConfig {
+        let text = format!(
+            r#"
+listen_addr: "127.0.0.1:0"
+allow_anonymous: true
+upstreams:
+  - {{name: oai, kind: openai, base_url: "http://127.0.0.1:9"}}
+  - {{name: ptu, kind: openai, base_url: "http://127.0.0.1:9"}}
+models:
+  - name: gpt-4o
+    price: {pool_price}
+    deployments:
+      - {{upstream: ptu, price: {ptu_price}}}
+      - {{upstream: oai, rpm: {rpm}}}
+  - {{name: gpt-4o-mini, upstream: oai}}
+{tail}"#
+        );
+        serde_yaml::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn only_the_prices_of_the_same_models_and_places_are_taken() {
+        let running = config("{input: 1, output: 2}", "{input: 0, output: 0}", 60, "");
+        let file = config("{input: 3, output: 4}", "{input: 5, output: 6}", 5, "");
+        let next = running.with_prices_of(&file);
+        assert_eq!(next.models[0].price, file.models[0].price);
+        assert_eq!(next.models[0].deployments[0].price, file.models[0].deployments[0].price);
+        assert_eq!(
+            next.models[0].deployments[1].limits.published.rpm,
+            Some(60),
+            "a limit is not a price"
+        );
+        assert_eq!(next.models[1], running.models[1]);
+    }
+
+    #[test]
+    fn what_differs_beyond_prices_is_named_by_entry() {
+        let running = config("{input: 1, output: 2}", "{input: 0, output: 0}", 60, "");
+        let repriced = config("{input: 3, output: 4}", "{input: 5, output: 6}", 60, "");
+        assert_eq!(running.differences_beyond_prices(&repriced), Vec::<String>::new());
+        let limit = config("{input: 3, output: 4}", "{input: 0, output: 0}", 5, "");
+        assert_eq!(running.differences_beyond_prices(&limit), ["models[gpt-4o]"]);
+        let added = config(
+            "{input: 1, output: 2}",
+            "{input: 0, output: 0}",
+            60,
+            "  - {name: o3, upstream: oai}\n",
+        );
+        assert_eq!(running.differences_beyond_prices(&added), ["models[o3]"]);
+        let mut budget = running.clone();
+        budget.budgets = config(
+            "{input: 1, output: 2}",
+            "{input: 0, output: 0}",
+            60,
+            "budgets: [{usd: 5, period: day}]\n",
+        )
+        .budgets;
+        assert_eq!(running.differences_beyond_prices(&budget), ["fields beyond models"]);
     }
 }
