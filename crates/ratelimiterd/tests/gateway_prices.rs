@@ -229,17 +229,16 @@ async fn a_refused_file_changes_nothing_and_other_changes_need_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sighup_reloads_the_prices() {
+async fn sighup_reloads_the_prices_and_a_price_is_not_removed_at_runtime() {
     let sim = start_sim().await;
     let dir = temp_dir("gateway-prices-sighup");
-    let daemon = Daemon::start_on(
-        &dir,
-        BackendConfig::Memory,
-        "",
-        &gateway_section(sim, OLD_PRICE, 1000, Some(OLD_PRICE)),
-    );
+    // Without a budget in the file: only the directory's tenants could have one.
+    let unbudgeted = |price: &str, local: Option<&str>| {
+        gateway_section(sim, price, 1000, local).replace("  budgets: [{usd: 100, period: day}]\n", "")
+    };
+    let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &unbudgeted(OLD_PRICE, Some(OLD_PRICE)));
     let client = client();
-    rewrite(&dir, &gateway_section(sim, NEW_PRICE, 1000, Some(OLD_PRICE)));
+    rewrite(&dir, &unbudgeted(NEW_PRICE, Some(OLD_PRICE)));
     let status = std::process::Command::new("kill")
         .args(["-HUP", &daemon.pid().to_string()])
         .status()
@@ -249,4 +248,20 @@ async fn sighup_reloads_the_prices() {
         (body["prices"].as_array().unwrap().iter()).any(|r| r["model"] == "gpt-4o-mini" && r["price"]["input"] == 100.0)
     };
     until(&client, daemon.addr, "/v1/admin/gateway/prices", new).await;
+    // A call checked against the price for a directory budget could go
+    // uncounted were it taken away meanwhile: only a restart removes a price.
+    rewrite(&dir, &unbudgeted(NEW_PRICE, None));
+    let (status, body) = admin(
+        &client,
+        daemon.addr,
+        hyper::Method::POST,
+        "/v1/admin/gateway/prices/reload",
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("models[1].price"), "{body}");
+    assert!(
+        price_in_force(&client, daemon.addr, "llama-local").await.0.is_object(),
+        "still priced"
+    );
 }

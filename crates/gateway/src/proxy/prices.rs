@@ -114,15 +114,18 @@ impl Gateway {
     /// Applies the prices of `config` (the running configuration with new
     /// `price:` fields, [`GatewayConfig::with_prices_of`]) to calls admitted
     /// from now on. Validated first, as at start: an invalid configuration is
-    /// refused naming its field, and changes nothing. Returns what changed.
+    /// refused naming its field, and changes nothing. A price is not taken
+    /// away at runtime either: a call checked against it for the budgets of
+    /// the directory's tenants could go uncounted; a restart removes it.
+    /// Returns what changed.
     pub fn set_prices(&self, config: &GatewayConfig) -> Result<Vec<PriceChange>, GatewayConfigError> {
         config.validate()?;
-        let mut changes = Vec::new();
-        for model in &config.models {
+        let mut next = Vec::new();
+        for (i, model) in config.models.iter().enumerate() {
             let Some(entry) = self.models.get(&model.name) else {
                 continue;
             };
-            for (resolved, deployment) in resolve(model).iter().zip(&entry.pool.deployments) {
+            for (j, (resolved, deployment)) in resolve(model).iter().zip(&entry.pool.deployments).enumerate() {
                 let same = resolved.model.upstream == deployment.config.upstream
                     && resolved.model.name == deployment.config.name;
                 let upstream = config.upstreams.iter().find(|u| u.name == resolved.model.upstream);
@@ -130,18 +133,40 @@ impl Gateway {
                     continue; // a changed pool: only a restart applies it
                 };
                 let after = deployment_price(&resolved.model, upstream).ok().map(|p| p.price);
-                let before = deployment.set_price(after);
-                if before != after {
-                    changes.push(PriceChange {
-                        model: model.name.clone(),
-                        deployment: deployment.state.upstream.clone(),
-                        before,
-                        after,
+                if after.is_none() && deployment.keys().price.is_some() {
+                    return Err(GatewayConfigError {
+                        entry: price_entry(model, i, j),
+                        message: format!(
+                            "model {:?}: a price is not removed while the server runs; restart to remove it",
+                            model.name
+                        ),
                     });
                 }
+                next.push((model, deployment, after));
+            }
+        }
+        let mut changes = Vec::new();
+        for (model, deployment, after) in next {
+            let before = deployment.set_price(after);
+            if before != after {
+                changes.push(PriceChange {
+                    model: model.name.clone(),
+                    deployment: deployment.state.upstream.clone(),
+                    before,
+                    after,
+                });
             }
         }
         Ok(changes)
+    }
+}
+
+/// The entry of the price of deployment `j` of `model` (index `i`).
+fn price_entry(model: &crate::config::ModelConfig, i: usize, j: usize) -> String {
+    if model.deployments.is_empty() {
+        format!("models[{i}].price")
+    } else {
+        format!("models[{i}].deployments[{j}].price")
     }
 }
 
