@@ -32,6 +32,7 @@ pub mod lease;
 pub mod logging;
 pub mod metrics;
 pub mod overload;
+pub mod price_reload;
 pub mod prices_api;
 pub mod server;
 pub mod shutdown;

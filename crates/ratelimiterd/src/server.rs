@@ -187,7 +187,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
             let served = start_gateway(section, &state, options, shutdown.clone()).await?;
             let reload = state
                 .gateway()
-                .and_then(|g| crate::prices_api::PriceReload::of(&config, g.clone()));
+                .and_then(|g| crate::price_reload::PriceReload::of(&config, g.clone()));
             if let Some(reload) = reload.map(Arc::new) {
                 reload
                     .reload_on_hangup()

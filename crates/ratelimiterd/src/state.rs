@@ -52,7 +52,7 @@ struct Shared {
     gateway_metrics: std::sync::OnceLock<Arc<gateway::metrics::GatewayMetrics>>,
     gateway: std::sync::OnceLock<Arc<gateway::Gateway>>,
     /// Where the gateway's prices are read again, with a gateway started from a file.
-    price_reload: std::sync::OnceLock<Arc<crate::prices_api::PriceReload>>,
+    price_reload: std::sync::OnceLock<Arc<crate::price_reload::PriceReload>>,
     console: Arc<Console>,
     /// The store of the gateway's tenants and keys the backend keeps (the
     /// cluster), until [`AppState::open_directory`] opens it.
@@ -159,11 +159,11 @@ impl AppState {
         self.shared.gateway.get()
     }
     /// Where the gateway's prices are read again, once set at start.
-    pub fn price_reload(&self) -> Option<&Arc<crate::prices_api::PriceReload>> {
+    pub fn price_reload(&self) -> Option<&Arc<crate::price_reload::PriceReload>> {
         self.shared.price_reload.get()
     }
     /// Attaches the gateway's price reload (once; a second call is ignored).
-    pub fn set_price_reload(&self, reload: Arc<crate::prices_api::PriceReload>) {
+    pub fn set_price_reload(&self, reload: Arc<crate::price_reload::PriceReload>) {
         let _ = self.shared.price_reload.set(reload);
     }
     /// Attaches the gateway and its metrics (once; a second call is ignored).
