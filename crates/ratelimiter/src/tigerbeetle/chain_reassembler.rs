@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tigerbeetle_unofficial as tb;
 
-use super::definition_log::PAYLOAD_BYTES_PER_TRANSFER;
+use super::definition_log::{carried_payload, PAYLOAD_BYTES_PER_TRANSFER};
 
 /// Where a reader stands in one log's ledger, and the chain of that log whose
 /// end the last page did not reach yet.
@@ -80,6 +80,25 @@ impl ChainReassembler {
 
 /// `transfers` with the cluster's timestamps from `first_ns` on, one a
 /// transfer, as a read returns what the cluster committed: for the logs' tests.
+/// The payload of one whole chain, header first, whose header's
+/// `user_data_32` carries the record's format in its top 4 bits and the
+/// payload's length in its low 24 (as the directory and spend logs write them):
+/// an error when the format is not `format`, or the length is above
+/// `bytes_max` or does not fill the chain's transfers. `what` names the record
+/// in the message.
+pub fn chain_payload(chain: &[tb::Transfer], format: u32, bytes_max: usize, what: &str) -> Result<Vec<u8>, String> {
+    let header = chain.first().ok_or("an empty chain")?;
+    let data = header.user_data_32();
+    if data >> 28 != format {
+        return Err(format!("{what} format {} is not {format}", data >> 28));
+    }
+    let length = (data & 0x00ff_ffff) as usize;
+    if length > bytes_max || length.div_ceil(PAYLOAD_BYTES_PER_TRANSFER) != chain.len() - 1 {
+        return Err(format!("{} transfers cannot hold {length} bytes", chain.len() - 1));
+    }
+    Ok(carried_payload(&chain[1..], length))
+}
+
 #[cfg(test)]
 pub(super) fn stamped(mut transfers: Vec<tb::Transfer>, first_ns: u64) -> Vec<tb::Transfer> {
     for (i, t) in transfers.iter_mut().enumerate() {

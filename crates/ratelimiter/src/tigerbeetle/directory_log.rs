@@ -23,8 +23,8 @@ use crate::directory::{Appended, Change, DirectoryError, DirectoryStore, Recorde
 use crate::{id128, LimiterError};
 
 use super::backend::{TigerBeetleBackend, UNAVAILABLE_RETRY_MS};
-use super::chain_reassembler::ChainReassembler;
-use super::definition_log::{carried_payload, carry_payload, link, PAYLOAD_BYTES_PER_TRANSFER, QUERY_TRANSFERS_MAX};
+use super::chain_reassembler::{chain_payload, ChainReassembler};
+use super::definition_log::{carry_payload, link, QUERY_TRANSFERS_MAX};
 
 /// The ledger of the directory's changes, apart from every other log.
 pub const LEDGER_DIRECTORY: u32 = 6;
@@ -124,16 +124,9 @@ pub fn encode(change: &Change, previous_version: u64) -> Vec<tb::Transfer> {
 
 /// Decodes one whole chain of the log's ledger, header first.
 pub fn decode(chain: &[tb::Transfer]) -> Result<Recorded, String> {
-    let header = chain.first().ok_or("an empty chain")?;
-    let data = header.user_data_32();
-    if data >> 28 != CHANGE_FORMAT {
-        return Err(format!("change format {} is not {CHANGE_FORMAT}", data >> 28));
-    }
-    let length = (data & 0x00ff_ffff) as usize;
-    if length > CHANGE_BYTES_MAX || length.div_ceil(PAYLOAD_BYTES_PER_TRANSFER) != chain.len() - 1 {
-        return Err(format!("{} transfers cannot hold {length} bytes", chain.len() - 1));
-    }
-    let change = serde_json::from_slice(&carried_payload(&chain[1..], length)).map_err(|e| format!("change: {e}"))?;
+    let payload = chain_payload(chain, CHANGE_FORMAT, CHANGE_BYTES_MAX, "change")?;
+    let header = &chain[0];
+    let change = serde_json::from_slice(&payload).map_err(|e| format!("change: {e}"))?;
     Ok(Recorded {
         version: header.as_raw().timestamp,
         change,

@@ -22,8 +22,8 @@ use crate::spend::{SpendBook, SpendEntry, SpendError, SpendQuery, SpendRecord, S
 use crate::{id128, LimiterError};
 
 use super::backend::TigerBeetleBackend;
-use super::chain_reassembler::ChainReassembler;
-use super::definition_log::{carried_payload, carry_payload, link, PAYLOAD_BYTES_PER_TRANSFER, QUERY_TRANSFERS_MAX};
+use super::chain_reassembler::{chain_payload, ChainReassembler};
+use super::definition_log::{carry_payload, link, QUERY_TRANSFERS_MAX};
 
 /// The ledger of spend entries, apart from every other log.
 pub const LEDGER_SPEND: u32 = 9;
@@ -122,16 +122,9 @@ pub fn encode(record: &SpendRecord) -> Vec<tb::Transfer> {
 
 /// Decodes one whole chain, header first; the entry is validated.
 pub fn decode(chain: &[tb::Transfer]) -> Result<SpendEntry, String> {
-    let header = chain.first().ok_or("an empty chain")?;
+    let payload = chain_payload(chain, ENTRY_FORMAT, ENTRY_BYTES_MAX, "entry")?;
+    let header = &chain[0];
     let data = header.user_data_32();
-    if data >> 28 != ENTRY_FORMAT {
-        return Err(format!("entry format {} is not {ENTRY_FORMAT}", data >> 28));
-    }
-    let length = (data & 0x00ff_ffff) as usize;
-    if length > ENTRY_BYTES_MAX || length.div_ceil(PAYLOAD_BYTES_PER_TRANSFER) != chain.len() - 1 {
-        return Err(format!("{} transfers cannot hold {length} bytes", chain.len() - 1));
-    }
-    let payload = carried_payload(&chain[1..], length);
     let mut bytes = payload.as_slice();
     let mut tokens = [0u64; 3];
     for count in &mut tokens {
