@@ -81,9 +81,10 @@ pub struct DeploymentLimits {
     /// `None`: the gateway's own per-minute limits (docs/gateway.md, "Limits").
     #[serde(default)]
     pub profile: Option<String>,
-    /// Keys no field of the entry took, refused by [`GatewayConfig::validate`].
-    /// Last, and here rather than in the entry: serde hands a flattened field
-    /// only the keys the fields before it left.
+    /// Keys no field of the entry took, refused by
+    /// [`GatewayConfig::validate`](crate::config::GatewayConfig::validate). Last,
+    /// and here rather than in the entry: serde hands a flattened field only the
+    /// keys the fields before it left.
     #[serde(flatten)]
     pub unknown: UnknownFields,
 }
@@ -110,8 +111,9 @@ impl DeploymentLimits {
 
 /// The keys of an entry that no field took. Serde's `deny_unknown_fields` does
 /// not combine with `flatten`, so the entries that flatten [`DeploymentLimits`]
-/// collect their leftover keys here and [`GatewayConfig::validate`] refuses any:
-/// a misspelt limit must not fall back to "unlimited".
+/// collect their leftover keys here and
+/// [`GatewayConfig::validate`](crate::config::GatewayConfig::validate) refuses
+/// any: a misspelt limit must not fall back to "unlimited".
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 pub struct UnknownFields(BTreeMap<String, Ignored>);
 

@@ -7,6 +7,10 @@
 //! `tenant:<name>:usd:<span>`, `key:<id>:usd:<span>` (a directory key's own),
 //! `model:<name>:usd:<span>` (every call of the model, all tenants together),
 //! `gateway:usd:<span>` (every call).
+//!
+//! Here: the budgets the configuration defines and what a call's budgets
+//! reserve and complete, over the key sets (`key_sets.rs`); one budget's key
+//! is `budget_key.rs`, below both.
 
 use ratelimiter::price::{billed_micro_usd, worst_case_micro_usd, CallBound, ModelPrice, MICRO_USD_PER_USD};
 use ratelimiter::{Actual, LimitDefinition, LimitKey, Requirement};

@@ -108,39 +108,38 @@ impl Default for ServerConfig {
 
 impl ServerConfig {
     /// Checks every entry of the section a parse cannot: ranges, the listen
-    /// address, the tokens. The error is the entry (`server.<field>`) and what
-    /// is wrong, in the order the section's fields are listed.
+    /// address, the tokens. The error is the first entry found wrong
+    /// (`server.<field>`) and what is wrong with it.
     pub fn validate(&self) -> Result<(), (String, String)> {
         let invalid = |entry: &str, message: String| (entry.to_owned(), message);
-        let s = self;
-        parse_listen_addr(&s.listen_addr).map_err(|m| invalid("server.listen_addr", m))?;
-        check_range(s.body_bytes_max as u64, 1024, BODY_BYTES_MAX_LIMIT as u64)
+        parse_listen_addr(&self.listen_addr).map_err(|m| invalid("server.listen_addr", m))?;
+        check_range(self.body_bytes_max as u64, 1024, BODY_BYTES_MAX_LIMIT as u64)
             .map_err(|m| invalid("server.body_bytes_max", m))?;
-        check_range(s.request_timeout_ms, 1, REQUEST_TIMEOUT_MS_LIMIT)
+        check_range(self.request_timeout_ms, 1, REQUEST_TIMEOUT_MS_LIMIT)
             .map_err(|m| invalid("server.request_timeout_ms", m))?;
         check_range(
-            s.concurrent_requests_max as u64,
+            self.concurrent_requests_max as u64,
             1,
             CONCURRENT_REQUESTS_MAX_LIMIT as u64,
         )
         .map_err(|m| invalid("server.concurrent_requests_max", m))?;
-        check_range(s.shutdown_grace_ms, 0, REQUEST_TIMEOUT_MS_LIMIT)
+        check_range(self.shutdown_grace_ms, 0, REQUEST_TIMEOUT_MS_LIMIT)
             .map_err(|m| invalid("server.shutdown_grace_ms", m))?;
-        check_range(s.client_header_timeout_ms, 1, REQUEST_TIMEOUT_MS_LIMIT)
+        check_range(self.client_header_timeout_ms, 1, REQUEST_TIMEOUT_MS_LIMIT)
             .map_err(|m| invalid("server.client_header_timeout_ms", m))?;
-        check_range(s.client_write_timeout_ms, 1, REQUEST_TIMEOUT_MS_LIMIT)
+        check_range(self.client_write_timeout_ms, 1, REQUEST_TIMEOUT_MS_LIMIT)
             .map_err(|m| invalid("server.client_write_timeout_ms", m))?;
-        check_allowed_hosts(&s.allowed_hosts).map_err(|m| invalid("server.allowed_hosts", m))?;
-        if let Some(token) = &s.admin_token {
+        check_allowed_hosts(&self.allowed_hosts).map_err(|m| invalid("server.allowed_hosts", m))?;
+        if let Some(token) = &self.admin_token {
             check_token(token).map_err(|m| invalid("server.admin_token", m))?;
         }
-        if s.client_tokens.len() > CLIENT_TOKENS_MAX {
+        if self.client_tokens.len() > CLIENT_TOKENS_MAX {
             return Err(invalid(
                 "server.client_tokens",
-                format!("at most {CLIENT_TOKENS_MAX} tokens, got {}", s.client_tokens.len()),
+                format!("at most {CLIENT_TOKENS_MAX} tokens, got {}", self.client_tokens.len()),
             ));
         }
-        for (i, entry) in s.client_tokens.iter().enumerate() {
+        for (i, entry) in self.client_tokens.iter().enumerate() {
             let entry_name = format!("server.client_tokens[{i}]");
             let (token, _) = entry.resolve().map_err(|m| invalid(&entry_name, m))?;
             check_token(&token).map_err(|m| invalid(&entry_name, m))?;
