@@ -1,7 +1,7 @@
 """A pool of deployments with the real openai SDK (docs/gateway.md, "Pools"): every
-pool example of docs/gateway.md (its walk through's and its "Pools" section's), started as written with each
-upstream replaced by a provider-sim of its own; one deployment armed to fail, the
-call succeeds on another, the client none the wiser."""
+pool example of docs/gateway.md (its walk through's and its "Pools" section's),
+started as written with each upstream replaced by a provider-sim of its own; one
+deployment armed to fail, the call succeeds on another, the client none the wiser."""
 
 from __future__ import annotations
 
