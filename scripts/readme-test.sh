@@ -26,12 +26,16 @@
 #   double the test's time. What a block's `cargo build` builds is linked into
 #   the block's own `target/release/`, so the block runs only what its build
 #   line really built (a `--bin` that drops a package fails here).
-# - `curl` fails on an HTTP error (`--fail-with-body`), so an answer the README
-#   shows cannot silently become a 4xx.
+# - `curl` fails on an HTTP error (`--fail-with-body`, unless it says `-f`
+#   itself), so an answer the README shows cannot silently become a 4xx.
 # - The foreground servers listed in SERVERS run in the background instead,
 #   probed until they answer, and are stopped at the block's end.
 #
+# A server the block starts in the background that exits while the block waits
+# for it fails the block at once (the prelude's `sleep`).
+#
 # Usage: scripts/readme-test.sh [README]    (default README.md)
+# README_TEST_KEEP=1 keeps the blocks' scripts, directories and output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -39,7 +43,7 @@ README="${1:-README.md}"
 
 # A block that builds the server and the simulator in debug takes minutes on a
 # cold target; a probe loop waiting for a server that never starts ends here.
-readonly BLOCK_TIMEOUT_S=900
+readonly BLOCK_TIMEOUT_S=600
 # How long a stopped block's processes get to exit after SIGTERM (a server's
 # shutdown grace is 10 s by default) before SIGKILL.
 readonly STOP_TIMEOUT_S=15
@@ -60,7 +64,12 @@ readonly SERVERS=(
 )
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/readme-test.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+# README_TEST_KEEP=1 keeps each block's script, directory and output.
+if [ "${README_TEST_KEEP:-}" = 1 ]; then
+    echo "readme-test: the blocks' files are kept in $WORK" >&2
+else
+    trap 'rm -rf "$WORK"' EXIT
+fi
 declare -A EXCEPTION_USED=()
 RUN=0
 CHECKED=0
@@ -95,7 +104,25 @@ cargo() {
         *) command cargo "\$sub" "\$@" ;;
     esac
 }
-curl() { command curl --fail-with-body "\$@"; }
+# --fail-with-body, unless the command says --fail (-f) itself: curl takes one of the two.
+curl() {
+    local a
+    for a in "\$@"; do
+        case "\$a" in --fail | --fail-with-body | -[a-zA-Z]*f*) command curl "\$@"; return ;; esac
+    done
+    command curl --fail-with-body "\$@"
+}
+# A block waits for its servers in \`until ...; do sleep ...; done\` loops: a server
+# that exits instead (not built, a refused configuration) fails the block at once.
+sleep() {
+    local ended
+    ended="\$(jobs -l | grep -E '(Exit [0-9]+|Done) ' || true)"
+    if [ -n "\$ended" ]; then
+        echo "readme-test: a background command of the block ended: \$ended" >&2
+        exit 1
+    fi
+    command sleep "\$@"
+}
 mkdir -p target/release
 EOF
 }
@@ -157,11 +184,11 @@ run_shell() {
         return
     fi
     for port in "${PORTS[@]}"; do
-        port_free "$port" || fail "README.md:$start: port $port is taken by another process"
+        port_free "$port" || fail "$README:$start: port $port is taken by another process"
     done
     mkdir -p "$dir"
     { prelude; printf '%s\n' "$script"; } >"$dir.sh"
-    echo "readme-test: running the block at README.md:$start" >&2
+    echo "readme-test: running the block at $README:$start" >&2
     (cd "$dir" && exec setsid timeout "$BLOCK_TIMEOUT_S" bash "$dir.sh" >"$dir.log" 2>&1) &
     pid=$!
     wait "$pid" || status=$?
@@ -174,10 +201,10 @@ run_shell() {
     kill -KILL -- "-$pid" 2>/dev/null || true
     if [ "$status" -ne 0 ]; then
         cat "$dir.log" >&2
-        fail "README.md:$start: the block exited with $status (its output is above)"
+        fail "$README:$start: the block exited with $status (its output is above)"
     fi
     if grep -n -w WARN "$dir.log" >&2; then
-        fail "README.md:$start: the block's run logged the warnings above"
+        fail "$README:$start: the block's run logged the warnings above"
     fi
     RUN=$((RUN + 1))
 }
@@ -189,7 +216,7 @@ check_yaml() {
         export "$variable=readme-test-key-0123456789abcdef"
     done
     (cd "$WORK" && "$RATELIMITERD" check-config --config "$file" >/dev/null) ||
-        fail "README.md:$start: ratelimiterd check-config refuses the block"
+        fail "$README:$start: ratelimiterd check-config refuses the block"
     CHECKED=$((CHECKED + 1))
 }
 
@@ -201,7 +228,7 @@ check_rust() {
     while IFS= read -r line; do
         [ -z "$line" ] && continue
         grep -qxF -- "$line" <<<"$EXAMPLE" ||
-            fail "README.md:$start: not a line of the crate example in crates/ratelimiter/src/lib.rs: $line"
+            fail "$README:$start: not a line of the crate example in crates/ratelimiter/src/lib.rs: $line"
     done <<<"$block"
     CHECKED=$((CHECKED + 1))
 }
@@ -212,7 +239,7 @@ handle() {
         sh | bash | console) run_shell "$start" "$block" ;;
         yaml) check_yaml "$start" "$block" ;;
         rust) check_rust "$start" "$block" ;;
-        *) fail "README.md:$start: a \`\`\`$lang block, which this test neither runs nor checks" ;;
+        *) fail "$README:$start: a \`\`\`$lang block, which this test neither runs nor checks" ;;
     esac
 }
 
@@ -233,7 +260,7 @@ while IFS= read -r line || [ -n "$line" ]; do
         block+="$line"$'\n'
     fi
 done <"$README"
-[ -z "$inside" ] || fail "README.md:$start: a block that never closes"
+[ -z "$inside" ] || fail "$README:$start: a block that never closes"
 
 for entry in "${EXCEPTIONS[@]}"; do
     IFS='|' read -r _ text _ <<<"$entry"
