@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A local fleet for development: a three-replica TigerBeetle cluster and N
 # `ratelimiterd` servers on it (the TigerBeetle backend), all on loopback, that
-# behave as one limiter (README.md, "Distributed mode: TigerBeetle").
+# behave as one limiter (docs/fleet.md).
 #
 # Usage:
 #   scripts/fleet.sh start [N]    starts the cluster and N servers (default 2) on

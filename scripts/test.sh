@@ -19,6 +19,8 @@ cargo fmt --all --check
 cargo check --workspace --all-targets
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo test --workspace --all-features
+# Every command and configuration README.md shows (docs/testing.md, "The README's commands").
+scripts/readme-test.sh
 scripts/python-test.sh
 scripts/gateway-test.sh
 scripts/browser-test.sh

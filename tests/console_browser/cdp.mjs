@@ -170,4 +170,15 @@ export class Page {
     const { data } = await this.send("Page.captureScreenshot", { format: "png", captureBeyondViewport: true });
     return Buffer.from(data, "base64");
   }
+
+  /** The whole document at the window's width, not only what the window shows
+   *  (how docs/console.png is taken: every panel in one picture). */
+  async fullPageScreenshot() {
+    const metrics = await this.send("Page.getLayoutMetrics");
+    // cssContentSize is in CSS pixels; older Chromium has only contentSize.
+    const size = metrics.cssContentSize || metrics.contentSize;
+    const clip = { x: 0, y: 0, width: Math.ceil(size.width), height: Math.ceil(size.height), scale: 1 };
+    const { data } = await this.send("Page.captureScreenshot", { format: "png", captureBeyondViewport: true, clip });
+    return Buffer.from(data, "base64");
+  }
 }

@@ -6,10 +6,13 @@
 // for a bad one, the classes panel with both classes' calls counted and the
 // tenants' classes, the tenants and keys panel (keys_test.mjs), and the
 // budgets panel and spend chart (budgets_test.mjs). Keeps
-// screenshots in $ARTIFACTS_DIR.
+// screenshots in $ARTIFACTS_DIR, the whole page once every panel has its data
+// as console-full.png; with UPDATE_CONSOLE_PNG=1 that one also replaces
+// docs/console.png (so a run on a read-only checkout never writes the tree).
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { Browser } from "./cdp.mjs";
 import { ADMIN_TOKEN, TENANT_KEYS, UPSTREAM_KEY, admin, check, freePort, json, startServer, startSim, stopAll, ulid } from "./harness.mjs";
 import { checkKeysPanel } from "./keys_test.mjs";
@@ -17,6 +20,8 @@ import { checkBudgetsPanel } from "./budgets_test.mjs";
 
 const ARTIFACTS = process.env.ARTIFACTS_DIR || join(process.cwd(), "target", "artifacts");
 const DEMO_KEY = "console:demo:rpm";
+/** The picture of the console the documentation shows (README.md, docs/console.md). */
+const DOCS_PNG = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "docs", "console.png");
 
 function config(apiPort, gatewayPort, simUrl, dir) {
   return `server:
@@ -178,6 +183,24 @@ async function run(page, api) {
   await showcase(api);
   check(page.errors.length === 0, `no script errors: ${page.errors.join("; ")}`);
   writeFileSync(join(ARTIFACTS, "console.png"), await page.screenshot());
+  await saveFullPage(page);
+}
+
+/** The whole page, every panel with its data (the keys and budgets panels were
+ *  checked above), scrolled back to the top: into the artifacts, and into
+ *  docs/console.png when UPDATE_CONSOLE_PNG=1. */
+async function saveFullPage(page) {
+  await page.eval(`window.scrollTo(0, 0); true`);
+  for (const panel of ["#limits tbody tr[data-key]", "#models tr[data-model]", "#tenants tr[data-tenant]",
+    "#classes tr[data-class]", "#dir-tenants tbody tr", "#keys tbody tr", "#budgets tr[data-budget]", "svg.spend-chart"]) {
+    await page.waitFor(`document.querySelector(${JSON.stringify(panel)}) !== null`, `${panel} before the full-page picture`);
+  }
+  const picture = await page.fullPageScreenshot();
+  writeFileSync(join(ARTIFACTS, "console-full.png"), picture);
+  if (process.env.UPDATE_CONSOLE_PNG === "1") {
+    writeFileSync(DOCS_PNG, picture);
+    console.log(`console browser test: ${DOCS_PNG} updated`);
+  }
 }
 
 /** The text of `selector` in the page, or null. */

@@ -1,7 +1,7 @@
-"""A pool of deployments with the real openai SDK (docs/gateway.md, "Pools"): the
-pool examples of docs/gateway.md and README.md, started as written with each
-upstream replaced by a provider-sim of its own; one deployment armed to fail, the
-call succeeds on another, the client none the wiser."""
+"""A pool of deployments with the real openai SDK (docs/gateway.md, "Pools"): every
+pool example of docs/gateway.md (its walk through's and its "Pools" section's),
+started as written with each upstream replaced by a provider-sim of its own; one
+deployment armed to fail, the call succeeds on another, the client none the wiser."""
 
 from __future__ import annotations
 
@@ -26,10 +26,20 @@ SIM_MODELS = "gpt-4o,gpt-4o-ptu"
 KEY_VARIABLES = ["AZ_EAST_KEY", "AZ_WEST_KEY", "OPENAI_API_KEY", "EAST_KEY", "WEST_KEY"]
 
 
-def pool_example(document: str) -> str:
-    """The first YAML block of `document` that configures a pool."""
+#: The document whose pool examples are started, and how many it shows.
+POOL_DOCUMENT, POOL_EXAMPLES = "docs/gateway.md", 2
+
+
+def pool_examples(document: str) -> list[str]:
+    """The YAML blocks of `document` that configure a pool."""
     blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / document).read_text(), re.S)
-    return next(b for b in blocks if "deployments:" in b)
+    return [b for b in blocks if "deployments:" in b]
+
+
+def test_every_pool_example_is_started() -> None:
+    # The fixture below is parametrized by number: a pool example added to the
+    # document must be added there, one removed must not leave a test that skips.
+    assert len(pool_examples(POOL_DOCUMENT)) == POOL_EXAMPLES
 
 
 def start_sim(directory: Path, name: str) -> tuple[subprocess.Popen, str]:
@@ -98,11 +108,11 @@ class Pool:
             stop(process)
 
 
-@pytest.fixture(params=["docs/gateway.md", "README.md"])
+@pytest.fixture(params=range(POOL_EXAMPLES))
 def pool(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pool]:
     if os.environ.get("GATEWAY_TEST_TARGET", "gateway") == "sim":
         pytest.skip("needs the gateway (GATEWAY_TEST_TARGET=sim)")
-    started = Pool(tmp_path, pool_example(request.param))
+    started = Pool(tmp_path, pool_examples(POOL_DOCUMENT)[request.param])
     try:
         yield started
     finally:

@@ -1,8 +1,8 @@
 //! Bad input against the real binary on a loopback port (issue 7): every
 //! endpoint gets malformed, truncated, mistyped, huge, negative, duplicated,
 //! oversized and non-UTF-8 input, lying lengths, huge headers and slow bodies.
-//! Each answer must be the documented status and error code (README, "Error
-//! codes"), the server must stay up, and no limit's usage may change: the full
+//! Each answer must be the documented status and error code (docs/server.md,
+//! "Error codes"), the server must stay up, and no limit's usage may change: the full
 //! `GET /v1/admin/limits` answer is compared before and after every batch.
 
 mod support;
@@ -903,7 +903,7 @@ fn unknown_routes_methods_and_http_level_garbage_are_answered_and_survived() {
         assert_error_body(&answer, code, path);
     }
     // Requests the HTTP layer rejects before routing get its own status and no
-    // body (README "Error codes", HTTP layer); the connection is closed and the
+    // body (docs/server.md, "Error codes", HTTP layer); the connection is closed and the
     // server carries on.
     let long_header = format!(
         "GET /healthz HTTP/1.1\r\nhost: t\r\nx-pad: {}\r\n\r\n",

@@ -148,6 +148,13 @@ pub fn default_encoding(kind: UpstreamKind, model: &str) -> Encoding {
     }
 }
 
+/// The counting bounds no call to an Anthropic upstream is counted at: it speaks
+/// only the Messages API, whose calls always name `max_tokens` (a call without it
+/// is Anthropic's 400, answered before anything is reserved) and never continue
+/// context the provider stores (a Responses API feature). Warning of them would
+/// ask the operator to set fields that change nothing.
+const BOUNDS_UNUSED_BY_ANTHROPIC: [&str; 2] = ["max_output_tokens_default", "stored_context_tokens"];
+
 /// The output bound of a chat or Responses call without one, for a model whose
 /// configuration names none: the model's largest output (its row of the table;
 /// a model in no row, the table's largest). Anthropic's API requires
@@ -191,8 +198,10 @@ impl Counter {
     /// The bounds of this counter, by their field, that are larger than a token
     /// limit of `model` on its own (a tier-1 `tpm` below a context window): a
     /// call using one can never be admitted. The gateway logs them at start, so
-    /// that the operator sets the field to what the tenants send.
-    pub fn bounds_above_limits(&self, model: &ModelConfig) -> Vec<(&'static str, u64, u64)> {
+    /// that the operator sets the field to what the tenants send. A bound that
+    /// no call to an upstream of `kind` is counted at is left out: the operator
+    /// has nothing to set (`BOUNDS_UNUSED_BY_ANTHROPIC`).
+    pub fn bounds_above_limits(&self, model: &ModelConfig, kind: UpstreamKind) -> Vec<(&'static str, u64, u64)> {
         let input_limit = model.limits.published.tpm.or(model.limits.published.input_tpm);
         let output_limit = model.limits.published.tpm.or(model.limits.published.output_tpm);
         let bounds = [
@@ -204,6 +213,7 @@ impl Counter {
         bounds
             .into_iter()
             .filter_map(|(field, tokens, limit)| Some((field, tokens, limit?)))
+            .filter(|(field, _, _)| kind != UpstreamKind::Anthropic || !BOUNDS_UNUSED_BY_ANTHROPIC.contains(field))
             .filter(|(_, tokens, limit)| tokens > limit)
             .collect()
     }

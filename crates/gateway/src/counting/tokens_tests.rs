@@ -291,7 +291,7 @@ fn bounds_larger_than_a_limit_are_named() {
         serde_yaml::from_str("{name: gpt-4.1, upstream: u, tpm: 30000, stored_context_tokens: 20000}").unwrap();
     let counter = Counter::for_model(UpstreamKind::Openai, &config);
     assert_eq!(
-        counter.bounds_above_limits(&config),
+        counter.bounds_above_limits(&config, UpstreamKind::Openai),
         [
             ("file_tokens", 1_047_576, 30_000),
             ("max_output_tokens_default", 32_768, 30_000)
@@ -299,9 +299,37 @@ fn bounds_larger_than_a_limit_are_named() {
     );
     let open: ModelConfig = serde_yaml::from_str("{name: gpt-4.1, upstream: u}").unwrap();
     assert!(
-        counter.bounds_above_limits(&open).is_empty(),
+        counter.bounds_above_limits(&open, UpstreamKind::Openai).is_empty(),
         "no limit, nothing to exceed"
     );
+}
+
+#[test]
+fn an_anthropic_model_is_warned_only_of_the_bounds_its_calls_use() {
+    // Tier-1 Claude Sonnet: its context window is above every limit.
+    let config: ModelConfig =
+        serde_yaml::from_str("{name: claude-sonnet-4-5, upstream: u, input_tpm: 30000, output_tpm: 8000}").unwrap();
+    let counter = Counter::for_model(UpstreamKind::Anthropic, &config);
+    let window = counter.row.context_window_tokens;
+    // Messages calls always name max_tokens and never continue stored context;
+    // a PDF document is counted at file_tokens.
+    assert_eq!(
+        counter.bounds_above_limits(&config, UpstreamKind::Anthropic),
+        [("file_tokens", window, 30_000)]
+    );
+    let sized: ModelConfig = serde_yaml::from_str(
+        "{name: claude-sonnet-4-5, upstream: u, input_tpm: 30000, output_tpm: 8000, file_tokens: 20000}",
+    )
+    .unwrap();
+    let counter = Counter::for_model(UpstreamKind::Anthropic, &sized);
+    assert!(counter.bounds_above_limits(&sized, UpstreamKind::Anthropic).is_empty());
+    // On an OpenAI-compatible upstream the same bounds are all counted at.
+    let fields: Vec<_> = (counter
+        .bounds_above_limits(&sized, UpstreamKind::OpenaiCompatible)
+        .into_iter())
+    .map(|(field, _, _)| field)
+    .collect();
+    assert_eq!(fields, ["stored_context_tokens", "max_output_tokens_default"]);
 }
 
 #[test]

@@ -340,7 +340,7 @@ fn callers(config: &GatewayConfig, classes: &Classes) -> Vec<Caller> {
 /// never be admitted.
 fn warn_bounds_above_limits(model: &ModelEntry) {
     for deployment in &model.pool.deployments {
-        for (field, tokens, limit) in model.counter.bounds_above_limits(&deployment.config) {
+        for (field, tokens, limit) in model.counter.bounds_above_limits(&deployment.config, model.kind) {
             tracing::warn!(model = %model.config.name, upstream = %deployment.label, field, tokens, limit,
                 "gateway: calls counted at this bound can never be admitted on this deployment; set the model's field to what its calls send");
         }
