@@ -12,8 +12,9 @@ use super::name::{check_key_name, check_models};
 use super::secret::KeyHash;
 use super::tenant::{check_budgets, check_limit};
 use super::DirectoryError;
+use crate::model::definition::LimitDefinition;
+use crate::model::key::LimitKey;
 use crate::price::budget::BudgetConfig;
-use crate::{LimitDefinition, LimitKey};
 
 /// The longest life a key may be given at creation: ten years.
 pub const EXPIRES_IN_SECONDS_MAX: u64 = 10 * 365 * 86_400;

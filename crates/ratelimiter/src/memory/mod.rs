@@ -22,14 +22,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::clock::Clock;
-use crate::definition::{LimitReport, LimitState};
-use crate::error::LimiterError;
-use crate::key::LimitKey;
-use crate::limiter::{Backend, Limiter};
-use crate::metrics::{BackendMetrics, Metric};
-use crate::retry::Jitter;
-use crate::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
+use crate::base::clock::Clock;
+use crate::base::metrics::{BackendMetrics, Metric};
+use crate::limiting::limiter::{Backend, Limiter};
+use crate::model::definition::{LimitReport, LimitState};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::retry::Jitter;
+use crate::model::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
 
 pub use config::LEASE_SHARE_PERCENT_DEFAULT;
 pub use config::{MemoryConfig, DECREASE_RETRY_MS_DEFAULT, FAILED_LEASES_MAX_DEFAULT, LEASES_MAX_DEFAULT};

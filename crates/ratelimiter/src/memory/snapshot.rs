@@ -38,11 +38,11 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::clock::BootInstant;
-use crate::definition::LimitKind;
-use crate::key::LimitKey;
-use crate::retry::Streak;
-use crate::wire::REQUIREMENTS_MAX;
+use crate::base::clock::BootInstant;
+use crate::model::definition::LimitKind;
+use crate::model::key::LimitKey;
+use crate::model::retry::Streak;
+use crate::model::wire::REQUIREMENTS_MAX;
 
 use super::lease_table::{LeaseHold, LiveLease};
 use super::settled_leases::{SettledGeneration, SettledLease};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::profile::ProfileRules;
+use crate::provider::profile::ProfileRules;
 
 use super::class::{check_classes, WorkClass, DEFAULT_CLASS};
 

@@ -49,7 +49,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::limiter::Limiter;
+use crate::limiting::limiter::Limiter;
 
 use board::{Board, QueueId};
 use entry::Entry;

@@ -7,11 +7,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use crate::retry::RetryAdvisor;
-use crate::{
-    Backend, Clock, CompleteRequest, LimitKey, LimitReport, LimitState, Limiter, LimiterError, ReserveOutcome,
-    ReserveRequest,
-};
+use crate::base::clock::Clock;
+use crate::limiting::limiter::{Backend, Limiter};
+use crate::model::definition::{LimitReport, LimitState};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::retry::RetryAdvisor;
+use crate::model::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
 use async_trait::async_trait;
 
 use super::buckets::{LevelReads, RefillMemory};
@@ -138,7 +140,7 @@ impl TigerBeetleBackend {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Self, LimiterError> {
         let fields = config.fields();
-        crate::check_window_margin_ms(options.window_margin_ms, 0)
+        crate::model::definition::check_window_margin_ms(options.window_margin_ms, 0)
             .map_err(|m| LimiterError::Backend(format!("window_margin_ms: {m}")))?;
         // Batching keeps one batch in flight per session; direct mode lets the
         // client library queue up to the configured depth.
@@ -312,7 +314,7 @@ impl Backend for TigerBeetleBackend {
         })
     }
 
-    async fn fleet_servers(&self) -> Result<Option<Vec<crate::FleetServer>>, LimiterError> {
+    async fn fleet_servers(&self) -> Result<Option<Vec<crate::limiting::limiter::FleetServer>>, LimiterError> {
         self.read_servers().await.map(Some)
     }
 

@@ -20,8 +20,11 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::bucket::BucketShape;
-use crate::{LeaseId, LimitKey, LimitKind, LimitState, LimiterError};
+use crate::base::id::LeaseId;
+use crate::model::bucket::BucketShape;
+use crate::model::definition::{LimitKind, LimitState};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
 use tigerbeetle_unofficial as tb;
 
 use super::backend::TigerBeetleBackend;

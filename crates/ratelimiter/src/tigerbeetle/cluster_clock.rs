@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::LimiterError;
+use crate::model::error::LimiterError;
 
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::ids;

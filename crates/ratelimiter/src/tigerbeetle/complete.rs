@@ -11,8 +11,12 @@
 //! before or never existed (an unknown reserve outcome) count as released: they
 //! are dropped from the chain, which is sent again.
 
-use crate::decision::{self, OverageFallback, Reconcile};
-use crate::{CompleteRequest, LeaseId, LimitKey, LimitKind, LimiterError};
+use crate::base::id::LeaseId;
+use crate::model::decision::{self, OverageFallback, Reconcile};
+use crate::model::definition::LimitKind;
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::wire::CompleteRequest;
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend};

@@ -1,6 +1,6 @@
 //! The TigerBeetle backend's counters and their backend-neutral metrics.
 
-use crate::metrics::{BackendMetrics, LabeledMetric, Metric, MetricValue};
+use crate::base::metrics::{BackendMetrics, LabeledMetric, Metric, MetricValue};
 
 use super::connections::ReplicaConnectionCounts;
 

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use tigerbeetle_unofficial as tb;
 
-use crate::{LimitKey, LimitState, LimiterError};
+use crate::model::definition::LimitState;
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
 
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::definition_log::{self, RecordKind, Versioned, LEDGER_DEFINITIONS, QUERY_TRANSFERS_MAX};
@@ -201,7 +203,7 @@ impl TigerBeetleBackend {
     /// True when some key is decreasing as far as this server knows.
     pub(super) fn any_decreasing(&self) -> bool {
         (self.definitions.read().expect("definitions lock").states())
-            .any(|v| v.state.status() == crate::LimitStatus::Decreasing)
+            .any(|v| v.state.status() == crate::model::definition::LimitStatus::Decreasing)
     }
 
     /// Every state, ordered by key.

@@ -19,8 +19,9 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use tigerbeetle_unofficial as tb;
 
+use crate::base::id::id128;
 use crate::directory::{Appended, Change, DirectoryError, DirectoryStore, Recorded};
-use crate::{id128, LimiterError};
+use crate::model::error::LimiterError;
 
 use super::backend::{TigerBeetleBackend, UNAVAILABLE_RETRY_MS};
 use super::chain_reassembler::{chain_payload, ChainReassembler};

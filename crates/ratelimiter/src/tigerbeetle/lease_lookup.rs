@@ -19,7 +19,9 @@ use std::time::Duration;
 use tigerbeetle_unofficial as tb;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{LeaseId, LimitKind, LimiterError};
+use crate::base::id::LeaseId;
+use crate::model::definition::LimitKind;
+use crate::model::error::LimiterError;
 
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::ids;

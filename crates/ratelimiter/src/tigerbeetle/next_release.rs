@@ -19,7 +19,9 @@
 use std::collections::HashSet;
 use tigerbeetle_unofficial as tb;
 
-use crate::{LimitKey, LimitKind, LimitState, LimiterError};
+use crate::model::definition::{LimitKind, LimitState};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
 
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::buckets;
@@ -52,7 +54,7 @@ impl TigerBeetleBackend {
         let Some(now_ns) = self.cluster_now_ns().await else {
             return Ok(None);
         };
-        let longest_s = crate::wire::HOLD_MS_MAX.div_ceil(1_000);
+        let longest_s = crate::model::wire::HOLD_MS_MAX.div_ceil(1_000);
         let from_ns = now_ns.saturating_sub(longest_s * NANOS_PER_SECOND);
         let mut scan = HoldScan::default();
         // The newest first, up to whatever the cluster holds: the clock's bound

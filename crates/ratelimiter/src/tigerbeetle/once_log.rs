@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use tigerbeetle_unofficial as tb;
 
-use crate::{id128, LimiterError};
+use crate::base::id::id128;
+use crate::model::error::LimiterError;
 
 use super::backend::{unavailable, TigerBeetleBackend};
 

@@ -4,8 +4,12 @@
 //! transfer that would debit a resource account beyond its credits, so nothing is ever
 //! over-admitted.
 
-use crate::decision;
-use crate::{Denial, LeaseId, LimitKey, LimitKind, LimitState, LimiterError, ReserveOutcome, ReserveRequest};
+use crate::base::id::LeaseId;
+use crate::model::decision;
+use crate::model::definition::{LimitKind, LimitState};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::wire::{Denial, ReserveOutcome, ReserveRequest};
 use tigerbeetle_unofficial as tb;
 
 use super::backend::{unavailable, TigerBeetleBackend};
@@ -272,7 +276,7 @@ impl TigerBeetleBackend {
     /// key without a period, and when the settled account cannot be read: the
     /// denial then stays "not now", which a retry corrects, rather than a "never"
     /// that might be wrong. One lookup, on the denial path of period keys only.
-    async fn period_is_spent(&self, key: &crate::LimitKey, amount: u64) -> bool {
+    async fn period_is_spent(&self, key: &crate::model::key::LimitKey, amount: u64) -> bool {
         let Some(state) = self.state_of(key).filter(|s| s.definition().period().is_some()) else {
             return false;
         };
@@ -495,7 +499,7 @@ pub fn lease_chain<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::LimitDefinition;
+    use crate::model::definition::LimitDefinition;
 
     fn state(definition: LimitDefinition) -> LimitState {
         LimitState::active(definition)
@@ -534,7 +538,7 @@ mod tests {
         );
         assert_eq!(lease_timeout_seconds(&held, 50, Some(2_001), 0), 3);
         assert_eq!(
-            lease_timeout_seconds(&held, 50, Some(crate::wire::HOLD_MS_MAX), 0),
+            lease_timeout_seconds(&held, 50, Some(crate::model::wire::HOLD_MS_MAX), 0),
             86_400
         );
     }
@@ -542,7 +546,7 @@ mod tests {
     #[test]
     fn a_period_hold_times_out_at_the_period_end() {
         let key = LimitKey::new("budget").unwrap();
-        let day = state(LimitDefinition::per_period(key.clone(), 1, crate::Period::Day).unwrap());
+        let day = state(LimitDefinition::per_period(key.clone(), 1, crate::base::period::Period::Day).unwrap());
         // 2026-11-28T23:59:58.500Z: 1.5 s to midnight, rounded up to 2.
         let late = 1_795_910_398_500;
         assert_eq!(lease_timeout_seconds(&day, 50, None, late), 2);
@@ -551,7 +555,7 @@ mod tests {
             86_400,
             "at midnight: a whole day"
         );
-        let month = state(LimitDefinition::per_period(key, 1, crate::Period::Month).unwrap());
+        let month = state(LimitDefinition::per_period(key, 1, crate::base::period::Period::Month).unwrap());
         // From 2026-11-28T00:00Z to 2026-12-01T00:00Z: three days.
         assert_eq!(lease_timeout_seconds(&month, 50, None, 1_795_824_000_000), 3 * 86_400);
         assert_eq!(lease_timeout_seconds(&month, 50, Some(1_000), late), 1, "hold_ms wins");

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tigerbeetle_unofficial as tb;
 
-use crate::limiter::FleetServer;
-use crate::{id128, LimiterError};
+use crate::base::id::id128;
+use crate::limiting::limiter::FleetServer;
+use crate::model::error::LimiterError;
 
 use super::backend::{unavailable, TigerBeetleBackend};
 use super::definition_log::{carried_payload, carry_payload, link, PAYLOAD_BYTES_PER_TRANSFER, QUERY_TRANSFERS_MAX};

@@ -17,9 +17,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tigerbeetle_unofficial as tb;
 
+use crate::base::id::id128;
+use crate::model::error::LimiterError;
 use crate::spend::SPEND_NAME_BYTES_MAX;
 use crate::spend::{SpendBook, SpendEntry, SpendError, SpendQuery, SpendRecord, SpendRow, SpendSums};
-use crate::{id128, LimiterError};
 
 use super::backend::TigerBeetleBackend;
 use super::chain_reassembler::{chain_payload, ChainReassembler};

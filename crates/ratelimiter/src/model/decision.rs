@@ -10,11 +10,11 @@
 //! that can never be granted says so with `retry_after_ms: 0` rather than
 //! inviting a retry that cannot succeed.
 
-use crate::definition::{LimitKind, LimitState, LimitStatus, Overage};
-use crate::error::LimiterError;
-use crate::id::LeaseId;
-use crate::key::LimitKey;
-use crate::wire::Denial;
+use crate::base::id::LeaseId;
+use crate::model::definition::{LimitKind, LimitState, LimitStatus, Overage};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::wire::Denial;
 
 /// The denial of a request that does not depend on usage, or `None` when usage decides
 /// (docs/decisions.md, "Reserve precedence", rows 5 and 6): first an amount above its
@@ -199,7 +199,7 @@ pub fn overage_fallback(overage: Overage) -> OverageFallback {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::definition::LimitDefinition;
+    use crate::model::definition::LimitDefinition;
 
     fn key(name: &str) -> LimitKey {
         LimitKey::new(name).unwrap()

@@ -11,7 +11,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::LimiterError;
+use crate::model::error::LimiterError;
 
 /// The longest id recorded or looked up, in bytes: the provider's ids are tens
 /// of bytes (`resp_` or `conv_` and about 50 hex digits); a longer one is never

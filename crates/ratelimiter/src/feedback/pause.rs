@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::definition::LimitKind;
-use crate::error::LimiterError;
-use crate::id::LeaseId;
-use crate::key::LimitKey;
-use crate::limiter::{Backend, Limiter};
-use crate::provider_headers::ProviderHeaders;
-use crate::wire::{Actual, CompleteRequest, Denial, Requirement, ReserveOutcome, ReserveRequest, HOLD_MS_MAX};
+use crate::base::id::LeaseId;
+use crate::feedback::provider_headers::ProviderHeaders;
+use crate::limiting::limiter::{Backend, Limiter};
+use crate::model::definition::LimitKind;
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::wire::{Actual, CompleteRequest, Denial, Requirement, ReserveOutcome, ReserveRequest, HOLD_MS_MAX};
 
 /// The longest pause: ten minutes. A provider's per-minute limits reset within a
 /// minute; a longer hint is a daily limit, better met by its own limit than by
@@ -31,7 +31,7 @@ pub const PAUSE_MS_MAX: u64 = 600_000;
 pub const PAUSE_MS_DEFAULT: u64 = 1_000;
 /// The most keys one pause holds: a model has a few (rpm, tpm, input and output
 /// tokens, concurrency, sub-windows); as many as one reserve may name.
-pub const PAUSE_KEYS_MAX: usize = crate::wire::REQUIREMENTS_MAX;
+pub const PAUSE_KEYS_MAX: usize = crate::model::wire::REQUIREMENTS_MAX;
 /// How often a running pause holds capacity freed since the last time.
 pub const REHOLD_INTERVAL_MS: u64 = 100;
 /// The most leases one pause keeps. Probing free capacity makes up to 128 per key
@@ -340,10 +340,10 @@ impl Paused {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::SystemClock;
-    use crate::definition::LimitDefinition;
+    use crate::base::clock::SystemClock;
+    use crate::feedback::provider_headers::read_headers_at;
     use crate::memory::{MemoryBackend, MemoryConfig};
-    use crate::provider_headers::read_headers_at;
+    use crate::model::definition::LimitDefinition;
 
     async fn backend() -> (Arc<MemoryBackend>, LimitKey, LimitKey) {
         let backend = Arc::new(MemoryBackend::new(

@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::bucket::BucketShape;
-use crate::key::LimitKey;
-use crate::period::Period;
+use crate::base::period::Period;
+use crate::model::bucket::BucketShape;
+use crate::model::key::LimitKey;
 
 /// The longest rolling window: 31 days, long enough for monthly budgets.
 pub const WINDOW_SECONDS_MAX: u64 = 2_678_400;

@@ -4,9 +4,9 @@
 //! provider says its limits are, and compares them with the definitions configured,
 //! so that a limit configured above the provider's is reported instead of met as 429s.
 
-use crate::definition::LimitDefinition;
-use crate::error::LimiterError;
-use crate::limiter::Backend;
+use crate::limiting::limiter::Backend;
+use crate::model::definition::LimitDefinition;
+use crate::model::error::LimiterError;
 
 /// The most headers read from one response: a provider sends a dozen.
 pub const HEADERS_MAX: usize = 256;
@@ -299,7 +299,7 @@ pub async fn limits_above_provider<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::LimitKey;
+    use crate::model::key::LimitKey;
 
     #[test]
     fn openai_and_anthropic_headers_are_read_and_a_higher_configuration_reported() {
@@ -408,7 +408,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_backend_reports_its_limits_above_the_providers() {
-        use crate::clock::SystemClock;
+        use crate::base::clock::SystemClock;
         use crate::memory::{MemoryBackend, MemoryConfig};
         let backend = MemoryBackend::new(std::sync::Arc::new(SystemClock::new()), MemoryConfig::default());
         for (dimension, capacity) in [("rpm", 600), ("tpm", 30_000)] {

@@ -1,7 +1,7 @@
 //! Operating errors of limiters and backends. Denials are not errors: they are
 //! [`crate::wire::Denial`]s inside an `Ok` outcome.
 
-use crate::key::LimitKey;
+use crate::model::key::LimitKey;
 
 /// An error from a [`crate::Limiter`] or [`crate::Backend`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,13 +42,13 @@ pub enum LimiterError {
     Backend(String),
 }
 
-impl From<crate::definition::DefinitionError> for LimiterError {
+impl From<crate::model::definition::DefinitionError> for LimiterError {
     /// An out-of-range field is a bad request; a kind change conflicts with
     /// the existing limit.
-    fn from(error: crate::definition::DefinitionError) -> Self {
+    fn from(error: crate::model::definition::DefinitionError) -> Self {
         match error {
-            crate::definition::DefinitionError::Invalid(message) => LimiterError::InvalidRequest(message),
-            kind_change @ crate::definition::DefinitionError::KindChange { .. } => {
+            crate::model::definition::DefinitionError::Invalid(message) => LimiterError::InvalidRequest(message),
+            kind_change @ crate::model::definition::DefinitionError::KindChange { .. } => {
                 LimiterError::Conflict(kind_change.to_string())
             }
         }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::id::LeaseId;
+use crate::base::id::LeaseId;
 
 /// The bits of a lease id a namespace changes: the 80 random bits of the ULID.
 /// The 48 bits of its time stay, so ids keep their order in time (TigerBeetle

@@ -39,11 +39,11 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use crate::definition::{LimitDefinition, LimitReport};
-use crate::error::LimiterError;
-use crate::key::LimitKey;
-use crate::limiter::Limiter;
-use crate::wire::{CompleteRequest, ReserveOutcome, ReserveRequest, ReserveResponse};
+use crate::limiting::limiter::Limiter;
+use crate::model::definition::{LimitDefinition, LimitReport};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::wire::{CompleteRequest, ReserveOutcome, ReserveRequest, ReserveResponse};
 
 /// The largest response read: a list of 100,000 limits is about 30 MiB.
 pub const RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -411,8 +411,8 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
-    use crate::id::LeaseId;
-    use crate::wire::Requirement;
+    use crate::base::id::LeaseId;
+    use crate::model::wire::Requirement;
 
     /// What the fake server does with one request.
     #[derive(Clone, Copy)]

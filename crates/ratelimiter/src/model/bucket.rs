@@ -28,7 +28,7 @@
 //! bucket's arrival curve). For a 60 s window the cost is 1 s + 240 ms of refill,
 //! 2.1 % of the burst, and nothing of the sustained rate.
 
-use crate::definition::{DefinitionError, LimitDefinition, LimitKind};
+use crate::model::definition::{DefinitionError, LimitDefinition, LimitKind};
 
 /// Slots per window: a refill every 1/60 of the window (1 s for a minute). More
 /// slots cost a smaller share of the burst but mean more refill transfers in the
@@ -178,7 +178,7 @@ impl BucketShape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::LimitKey;
+    use crate::model::key::LimitKey;
 
     fn minute(capacity: u64) -> BucketShape {
         BucketShape::from_parts(capacity, 60_000, 240).unwrap()

@@ -16,8 +16,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::definition::{LimitDefinition, LimitKind};
-use crate::key::LimitKey;
+use crate::model::definition::{LimitDefinition, LimitKind};
+use crate::model::key::LimitKey;
 
 /// The longest hint a policy may configure: one hour. A longer wait is better
 /// expressed by a limit's window; a typo such as `max_ms: 50000000` is rejected.
@@ -593,7 +593,7 @@ mod tests {
     fn a_period_waits_for_completes_as_a_concurrency_limit_does() {
         let policy = no_jitter();
         let jitter = Jitter::seeded(1);
-        let day = LimitDefinition::per_period(key("budget"), 20, crate::Period::Day).unwrap();
+        let day = LimitDefinition::per_period(key("budget"), 20, crate::base::period::Period::Day).unwrap();
         let hints: Vec<u64> = (0..8).map(|s| policy.retry_after_ms(&day, s, &jitter)).collect();
         assert_eq!(
             hints,

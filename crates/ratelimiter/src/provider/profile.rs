@@ -24,9 +24,9 @@
 
 use std::str::FromStr;
 
-use crate::definition::{DefinitionError, LimitDefinition};
-use crate::key::{KeyError, LimitKey};
-use crate::wire::{Actual, Requirement};
+use crate::model::definition::{DefinitionError, LimitDefinition};
+use crate::model::key::{KeyError, LimitKey};
+use crate::model::wire::{Actual, Requirement};
 
 /// A minute, the window providers publish their limits over.
 pub const MINUTE_SECONDS: u64 = 60;
@@ -411,7 +411,7 @@ impl ProfileRules {
             }
             _ => call
                 .prompt_tokens
-                .unwrap_or_else(|| crate::llm::estimate_prompt_tokens(call.prompt)),
+                .unwrap_or_else(|| crate::provider::llm::estimate_prompt_tokens(call.prompt)),
         }
     }
 
@@ -524,7 +524,7 @@ impl ProfileRules {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::definition::LimitKind;
+    use crate::model::definition::LimitKind;
 
     fn shape(profile: &LlmProfile) -> Vec<(String, u64, u64, Option<u64>)> {
         (profile.definitions.iter())

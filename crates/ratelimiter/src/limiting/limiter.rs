@@ -3,10 +3,10 @@
 
 use async_trait::async_trait;
 
-use crate::definition::{LimitDefinition, LimitReport, LimitState};
-use crate::error::LimiterError;
-use crate::key::LimitKey;
-use crate::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
+use crate::model::definition::{LimitDefinition, LimitReport, LimitState};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
 
 /// Reserve capacity before a call and complete it after.
 ///

@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::definition::{LimitDefinition, LimitReport, LimitState};
-use crate::error::LimiterError;
-use crate::key::LimitKey;
-use crate::limiter::Backend;
-use crate::metrics::{Metric, MetricValue};
-use crate::registry::Registry;
+use crate::base::metrics::{Metric, MetricValue};
+use crate::limiting::limiter::Backend;
+use crate::model::definition::{LimitDefinition, LimitReport, LimitState};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::registry::Registry;
 
 /// Why a definition or a decrease step failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -150,7 +150,7 @@ impl Admin {
             if self.backend.limit_report(state.definition().key()).await?.is_some() {
                 continue;
             }
-            if state.status() == crate::definition::LimitStatus::Decreasing {
+            if state.status() == crate::model::definition::LimitStatus::Decreasing {
                 // The capacity in force first, so that the decrease stays one.
                 let in_force = LimitState::active(state.definition().clone());
                 self.backend.apply_state(&in_force).await?;

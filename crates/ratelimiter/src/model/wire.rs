@@ -5,9 +5,9 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::id::LeaseId;
-use crate::key::LimitKey;
-use crate::owner::LeaseOwner;
+use crate::base::id::LeaseId;
+use crate::model::key::LimitKey;
+use crate::model::owner::LeaseOwner;
 
 /// The most requirements in one reserve: a lease is one TigerBeetle linked chain,
 /// and chains are kept far below the 8,189-event batch.

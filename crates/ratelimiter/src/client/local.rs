@@ -4,11 +4,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::clock::Clock;
-use crate::error::LimiterError;
-use crate::limiter::Backend;
+use crate::base::clock::Clock;
+use crate::limiting::limiter::Backend;
 use crate::memory::{MemoryBackend, MemoryConfig};
-use crate::registry::{self, RegistryError};
+use crate::model::error::LimiterError;
+use crate::model::registry::{self, RegistryError};
 
 /// Why a local limiter could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -59,11 +59,11 @@ pub async fn memory_limiter_from_file(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::FakeClock;
-    use crate::id::LeaseId;
-    use crate::key::LimitKey;
-    use crate::limiter::Limiter;
-    use crate::wire::{Requirement, ReserveOutcome, ReserveRequest};
+    use crate::base::clock::FakeClock;
+    use crate::base::id::LeaseId;
+    use crate::limiting::limiter::Limiter;
+    use crate::model::key::LimitKey;
+    use crate::model::wire::{Requirement, ReserveOutcome, ReserveRequest};
 
     fn write_temp(name: &str, content: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("ratelimiter-local-{name}-{}", std::process::id()));

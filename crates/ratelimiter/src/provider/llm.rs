@@ -2,8 +2,8 @@
 //! the requirements it reserves and the actuals it completes with, so callers never
 //! assemble keys.
 
-use crate::key::{KeyError, LimitKey};
-use crate::wire::{Actual, Requirement};
+use crate::model::key::{KeyError, LimitKey};
+use crate::model::wire::{Actual, Requirement};
 
 /// One LLM call, described by what decides its limits.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::LimiterError;
+use crate::model::error::LimiterError;
 
 /// One crossing, as every server of the fleet names it alike: the budget's
 /// limit key, the start of the span it was crossed in, and the fraction.

@@ -7,8 +7,8 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::definition::LimitState;
-use crate::key::LimitKey;
+use crate::model::definition::LimitState;
+use crate::model::key::LimitKey;
 
 /// The largest registry file read, in bytes: 64 MiB holds well over 100,000
 /// limits, and a larger file is more likely a mistake than a registry.
@@ -204,7 +204,7 @@ fn tmp_path(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::definition::LimitDefinition;
+    use crate::model::definition::LimitDefinition;
 
     fn temp_dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("ratelimiter-registry-{name}-{}", std::process::id()));
