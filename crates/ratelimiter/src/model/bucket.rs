@@ -28,8 +28,6 @@
 //! bucket's arrival curve). For a 60 s window the cost is 1 s + 240 ms of refill,
 //! 2.1 % of the burst, and nothing of the sustained rate.
 
-use crate::model::definition::{DefinitionError, LimitDefinition, LimitKind};
-
 /// Slots per window: a refill every 1/60 of the window (1 s for a minute). More
 /// slots cost a smaller share of the burst but mean more refill transfers in the
 /// TigerBeetle backend (at most one per slot per key, posted only when a server
@@ -50,26 +48,6 @@ pub struct BucketShape {
 }
 
 impl BucketShape {
-    /// The shape of `definition` (a bucket) when the backend's default margin is
-    /// `default_margin_ms`. Errs when the margin leaves no burst at all: the
-    /// definition is valid, but this backend cannot serve it safely.
-    pub fn new(definition: &LimitDefinition, default_margin_ms: u64) -> Result<Self, DefinitionError> {
-        assert_eq!(definition.kind(), LimitKind::Bucket, "only buckets have a shape");
-        let window_ms = definition.hold_ms();
-        let margin_ms = definition.hold_with_margin_ms(default_margin_ms) - window_ms;
-        Self::from_parts(definition.capacity(), window_ms, margin_ms).ok_or_else(|| {
-            DefinitionError::Invalid(format!(
-                "limit {}: a bucket of capacity {} refilled over {} ms keeps no burst after its {} ms margin \
-                 and {} ms refill slot; raise the capacity or the window",
-                definition.key(),
-                definition.capacity(),
-                window_ms,
-                margin_ms,
-                window_ms.div_ceil(BUCKET_SLOTS_PER_WINDOW),
-            ))
-        })
-    }
-
     /// The shape from its parts, or `None` when the burst would be 0.
     pub fn from_parts(capacity: u64, window_ms: u64, margin_ms: u64) -> Option<Self> {
         assert!(window_ms > 0, "a bucket's window is at least 1 s");
@@ -178,7 +156,6 @@ impl BucketShape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::key::LimitKey;
 
     fn minute(capacity: u64) -> BucketShape {
         BucketShape::from_parts(capacity, 60_000, 240).unwrap()
@@ -231,14 +208,5 @@ mod tests {
         assert_eq!(shape.wait_ms(0, after, shape.burst() + 1, now), None);
         // A later now with boundaries not yet applied counts their refill.
         assert_eq!(shape.wait_ms(0, after, 150, 1_002_000), Some(0));
-    }
-
-    #[test]
-    fn a_definition_without_burst_under_the_margin_is_refused() {
-        let key = LimitKey::new("b").unwrap();
-        let definition = LimitDefinition::bucket(key, 3, 1).unwrap();
-        let refused = BucketShape::new(&definition, 60_000).unwrap_err();
-        assert!(refused.to_string().contains("keeps no burst"), "{refused}");
-        assert_eq!(BucketShape::new(&definition, 0).unwrap().burst(), 2);
     }
 }

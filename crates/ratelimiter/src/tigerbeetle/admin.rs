@@ -19,12 +19,12 @@ use crate::model::error::LimiterError;
 use crate::model::key::LimitKey;
 use tigerbeetle_unofficial as tb;
 
-use super::backend::{unavailable, TigerBeetleBackend, HEALTH_TIMEOUT_MS, LIMITS_MAX};
 use super::buckets;
 use super::definition_log::{self, RecordKind, Versioned};
 use super::definitions::Claimed;
 use super::ids;
 use super::pool::PoolError;
+use super::shared::{unavailable, Shared, HEALTH_TIMEOUT_MS, LIMITS_MAX};
 
 use tb::error::CreateAccountErrorKind as AccountKind;
 use tb::error::CreateTransferErrorKind as Kind;
@@ -92,7 +92,7 @@ impl Balance {
     }
 }
 
-impl TigerBeetleBackend {
+impl Shared {
     /// Defines a limit for the whole fleet: its accounts first, then one
     /// claimed record of the definition as requested, linked with the funding
     /// its state needs (docs/tigerbeetle-backend.md, "Shared definitions").
@@ -353,7 +353,7 @@ impl TigerBeetleBackend {
         if self.pool.stalled() {
             tracing::debug!("health: a TigerBeetle session is stalled");
             return Err(LimiterError::Unavailable {
-                retry_after_ms: super::backend::UNAVAILABLE_RETRY_MS,
+                retry_after_ms: super::shared::UNAVAILABLE_RETRY_MS,
             });
         }
         let timeout = Duration::from_millis(HEALTH_TIMEOUT_MS).min(self.timeout);

@@ -13,8 +13,8 @@ use crate::model::definition::LimitState;
 use crate::model::error::LimiterError;
 use crate::model::key::LimitKey;
 
-use super::backend::{unavailable, TigerBeetleBackend};
 use super::definition_log::{self, RecordKind, Versioned, LEDGER_DEFINITIONS, QUERY_TRANSFERS_MAX};
+use super::shared::{unavailable, Shared};
 
 /// What became of a claimed record.
 #[derive(Debug, Clone, Copy)]
@@ -44,7 +44,7 @@ pub const DEFINITIONS_REFRESH_IDLE_MAX_MS: u64 = 800;
 /// holding a session for seconds.
 pub const REFRESH_PAGES_MAX: usize = 4_096;
 
-impl TigerBeetleBackend {
+impl Shared {
     /// Reads the log up to date: every record committed before the call is
     /// applied when it returns. Reads run one at a time; a caller that waited
     /// while another read ran returns as soon as a read that started after its
