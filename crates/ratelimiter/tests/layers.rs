@@ -234,9 +234,8 @@ fn the_layer_check_sees_paths_up_groups_and_root_paths_and_skips_comments() {
 }
 
 #[test]
-fn no_circle_of_files() {
-    let circles = ModuleGraph::read(&source_tree()).cycles();
-    assert!(circles.is_empty(), "files that import each other: {circles:?}");
+fn no_circle_of_files_and_no_long_file() {
+    module_graph::assert_shape(&source_tree());
 }
 
 #[test]

@@ -11,6 +11,7 @@ mod combining_lock;
 mod config;
 mod counters;
 mod expiry_queue;
+mod fast_map;
 mod lease_table;
 mod limit;
 mod settled_leases;
@@ -42,11 +43,6 @@ pub use state::{LEASE_MEMORY_MARGIN_MS, LIMITS_MAX, TOO_MANY_LEASES_RETRY_MS};
 
 use combining_lock::CombiningLock;
 use state::MemoryState;
-
-/// The hash maps of the hot path: foldhash is several times faster than SipHash
-/// on lease ids and keys, and its per-process random seed keeps chosen lease ids
-/// from forcing collisions cheaply.
-type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Limits held in process memory. Cheap to share: use it as `Arc<dyn Backend>`.
 #[derive(Debug)]

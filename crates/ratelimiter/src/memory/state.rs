@@ -17,11 +17,11 @@ use crate::model::wire::{CompleteRequest, Denial, ReserveOutcome, ReserveRequest
 
 use super::config::MemoryConfig;
 use super::counters::MemoryCounters;
+use super::fast_map::FastMap;
 use super::lease_table::{Crowded, LeaseHold, LeaseTable, LimitIndex, LiveLease};
 use super::limit::Limit;
 use super::settled_leases::{SettledLease, SettledLeases};
 use super::stack_vec::StackVec;
-use super::FastMap;
 use crate::base::recent_ids::RecentIds;
 
 /// The most limits one memory backend defines: indices are `u32`, and a
