@@ -2,7 +2,7 @@
 //! TigerBeetle accounts; this process keeps only their definitions, the lease
 //! cache and retry streaks, so any number of servers can share one cluster.
 //!
-//! What the backend holds is [`Shared`], below the files of its paths
+//! What the backend holds is `Shared` (shared.rs), below the files of its paths
 //! (reserve, complete, admin, definitions, buckets, the logs); this type sits
 //! above them all and hands each call to them.
 

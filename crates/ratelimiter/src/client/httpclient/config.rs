@@ -24,7 +24,7 @@ pub(super) const RETRY_HINT_MS_DEFAULT: u64 = 100;
 /// its own pool of idle connections. A larger fleet belongs behind a load balancer.
 pub const SERVERS_MAX: usize = 16;
 
-/// Why an [`HttpClient`] could not be built.
+/// Why an [`HttpClient`](super::HttpClient) could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("http client: {0}")]
 pub struct HttpClientError(pub(super) String);

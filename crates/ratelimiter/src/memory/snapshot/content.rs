@@ -55,7 +55,7 @@ impl PartialEq for SettledGroup {
 impl Eq for SettledGroup {}
 
 /// The memory backend's live state at one instant: what
-/// [`super::MemoryBackend::restore`] puts back after a restart.
+/// [`crate::memory::MemoryBackend::restore`] puts back after a restart.
 #[derive(Debug, Clone)]
 pub struct MemorySnapshot {
     /// When it was copied: holds ending by then are not in it, and lease
@@ -139,7 +139,7 @@ impl MemorySnapshot {
         self.leases.len()
     }
 
-    /// An empty snapshot, to copy into with [`super::MemoryBackend::snapshot_into`].
+    /// An empty snapshot, to copy into with [`crate::memory::MemoryBackend::snapshot_into`].
     pub fn empty() -> Self {
         Self {
             taken_at_unix_ms: 0,

@@ -41,7 +41,6 @@ impl MemorySnapshot {
 /// `bytes` to `path` through `<path>.tmp`, durably. A failed write (a full or
 /// read-only disk) removes the temporary file: its space returns, and the
 /// previous snapshot stays whole.
-
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
     let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".tmp");

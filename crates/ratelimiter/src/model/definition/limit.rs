@@ -42,7 +42,7 @@ pub struct DefinitionFields {
     /// so that it outlasts the provider's window, which starts when the call
     /// reaches the provider, after the grant. `None` (absent in JSON): the
     /// backend's default applies ([`WINDOW_MARGIN_MS_DEFAULT`] unless
-    /// configured). At most [`WINDOW_MARGIN_MS_MAX`] and the window. Concurrency:
+    /// configured). At most [`WINDOW_MARGIN_MS_MAX`](super::WINDOW_MARGIN_MS_MAX) and the window. Concurrency:
     /// absent, as a hold ends at Complete and its timeout only frees crashed
     /// callers' holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -38,7 +38,7 @@ impl ProfileRules {
     }
 
     /// The provider part of the keys: the provider's name, unless built by
-    /// [`llm_profile_keyed`].
+    /// [`llm_profile_keyed`](super::llm_profile_keyed).
     pub fn key_provider(&self) -> &str {
         &self.key_provider
     }
