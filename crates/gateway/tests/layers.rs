@@ -4,8 +4,16 @@
 //! path pointing up, a module outside the folders, or a path through the
 //! crate root's re-exports fails here, naming the file and the path.
 //!
+//! Within a folder, the files import one way too: no circle of files (the
+//! names that tie one are followed through the folders' re-exports and the
+//! `super::` paths written in code), and no file over
+//! `module_graph::FILE_LINES_MAX` lines (`tests/module_graph.rs`).
+//!
 //! `GATEWAY_LAYERS_SRC` checks another tree (such as an older checkout's
 //! `crates/gateway/src`) instead of this crate's.
+
+#[path = "../../../tests/module_graph.rs"]
+mod module_graph;
 
 use std::path::{Path, PathBuf};
 
@@ -173,11 +181,15 @@ fn check_tree(src: &Path) -> Vec<Violation> {
     out
 }
 
+/// The tree checked: `GATEWAY_LAYERS_SRC`, else this crate's sources.
+fn src() -> PathBuf {
+    std::env::var_os("GATEWAY_LAYERS_SRC")
+        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), PathBuf::from)
+}
+
 #[test]
 fn every_gateway_layer_uses_only_the_layers_below_it() {
-    let src = std::env::var_os("GATEWAY_LAYERS_SRC")
-        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), PathBuf::from);
-    let violations = check_tree(&src);
+    let violations = check_tree(&src());
     let listed: Vec<String> = (violations.iter())
         .map(|v| format!("{}: {} ({})", v.file, v.path, v.why))
         .collect();
@@ -187,6 +199,11 @@ fn every_gateway_layer_uses_only_the_layers_below_it() {
         listed.len(),
         listed.join("\n")
     );
+}
+
+#[test]
+fn no_circle_of_files_and_no_file_too_long() {
+    module_graph::assert_shape(&src());
 }
 
 #[test]

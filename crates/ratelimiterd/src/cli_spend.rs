@@ -85,14 +85,19 @@ pub async fn run(client: &ratelimiter::httpclient::HttpClient, args: &SpendArgs)
 mod tests {
     use clap::Parser;
 
-    use crate::cli::{Cli, Command};
+    use super::*;
 
+    /// The `spend` subcommand's arguments parsed alone, as the command line
+    /// (`cli.rs`) parses them under `ratelimiterd spend`.
+    #[derive(Debug, Parser)]
+    struct SpendLine {
+        #[command(flatten)]
+        args: SpendArgs,
+    }
+
+    /// The path `args` (the subcommand's name first) ask the server for.
     fn path(args: &[&str]) -> String {
-        let cli = Cli::try_parse_from(std::iter::once("ratelimiterd").chain(args.iter().copied())).unwrap();
-        match cli.command {
-            Some(Command::Spend(args)) => args.path(),
-            other => panic!("{other:?}"),
-        }
+        SpendLine::try_parse_from(args).unwrap().args.path()
     }
 
     #[test]

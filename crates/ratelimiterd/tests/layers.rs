@@ -1,7 +1,8 @@
 //! The server's modules import one way only: no two modules reach each other
 //! through imports, and the console sits above the server's state, which holds
-//! only the console's leaves (its access rule and its history). Read from the
-//! sources with `tests/module_graph.rs`.
+//! only the console's leaves (its access rule and its history); no source file
+//! is over `module_graph::FILE_LINES_MAX` lines. Read from the sources with
+//! `tests/module_graph.rs`.
 
 #[path = "../../../tests/module_graph.rs"]
 mod module_graph;
@@ -16,6 +17,11 @@ fn graph() -> ModuleGraph {
 fn layers_no_import_circle_between_modules() {
     let cycles = graph().cycles();
     assert!(cycles.is_empty(), "modules that import each other: {cycles:?}");
+}
+
+#[test]
+fn layers_no_circle_of_files_and_no_file_too_long() {
+    module_graph::assert_shape(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The replay's modules import one way only: no two modules reach each other
 //! through imports; the provider simulator (`sim/`) imports nothing of the
 //! replay that drives it; the strategies take options of their own, not the
-//! command line's types. Read from the sources with `tests/module_graph.rs`.
+//! command line's types; no source file is over `module_graph::FILE_LINES_MAX`
+//! lines. Read from the sources with `tests/module_graph.rs`.
 
 #[path = "../../../tests/module_graph.rs"]
 mod module_graph;
@@ -20,6 +21,11 @@ fn is_sim(module: &str) -> bool {
 fn layers_no_import_circle_between_modules() {
     let cycles = graph().cycles();
     assert!(cycles.is_empty(), "modules that import each other: {cycles:?}");
+}
+
+#[test]
+fn layers_no_circle_of_files_and_no_file_too_long() {
+    module_graph::assert_shape(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
 }
 
 #[test]

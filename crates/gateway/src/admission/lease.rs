@@ -19,6 +19,7 @@ use std::time::Instant;
 use axum::http::StatusCode;
 use ratelimiter::{Actual, CompleteRequest, LeaseId, Limiter};
 
+use super::completed::Completed;
 use super::context::CallContext;
 use super::queue::ModelQueue;
 use super::spend::CallSpend;
@@ -109,27 +110,6 @@ pub struct CallLease {
     completed: Option<Completed>,
     /// Raises the alerts of the call's budgets once they are reconciled.
     budget_watch: Option<Arc<BudgetWatch>>,
-}
-
-/// What a call completed as, for the spend it records: who called which model
-/// on which deployment, the usage its limits were reconciled to, and what its
-/// budgets in money were charged. Set once, when the lease completes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Completed {
-    /// The tenant, or `_none`.
-    pub tenant: Arc<str>,
-    /// The model as clients call it.
-    pub model: Arc<str>,
-    /// The deployment's upstream (`x-ratelimit-deployment`).
-    pub deployment: Arc<str>,
-    /// The model name sent to the deployment.
-    pub deployment_model: String,
-    /// The provider's usage; `None` when unknown (the reservation was kept).
-    pub usage: Option<Usage>,
-    /// The call's billed cost in micro-dollars at the deployment's price: 0
-    /// for a call the provider refused, `None` when unknown (the reservation
-    /// was kept) or the deployment has no price.
-    pub billed_micro_usd: Option<u64>,
 }
 
 /// A lease's place in its model's pool: its local load window learns when the

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ratelimiter::clock::Clock;
 use ratelimiter::spend::SpendEntry;
 
-use super::lease::Completed;
+use super::completed::Completed;
 use crate::observe::spend_recorder::SpendRecorder;
 
 /// The recorder and the clock that dates entries, shared by every call.

@@ -1,13 +1,11 @@
 //! The entries of the `gateway:` section: upstreams, models with their limits,
 //! and tenants.
 
-use std::collections::BTreeMap;
-
 use ratelimiter::price::ModelPrice;
-use ratelimiter::profile::{llm_profile_keyed, LlmProfile, ProfileError, Published};
+use ratelimiter::profile::{llm_profile_keyed, LlmProfile, ProfileError};
 use serde::Deserialize;
 
-use super::GatewayConfig;
+use super::{BreakerConfig, BudgetConfig, DeploymentConfig, DeploymentLimits, Routing};
 
 /// The wire format an upstream speaks.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -105,20 +103,20 @@ pub struct ModelConfig {
     pub stored_context_tokens: Option<u64>,
     /// How a pool picks among its deployments of one priority.
     #[serde(default)]
-    pub routing: super::Routing,
+    pub routing: Routing,
     /// The pool's deployments, instead of `upstream` and the limits above.
     #[serde(default)]
-    pub deployments: Vec<super::DeploymentConfig>,
+    pub deployments: Vec<DeploymentConfig>,
     /// The circuit breaker of each of the pool's deployments (pools only).
     #[serde(default)]
-    pub breaker: Option<super::BreakerConfig>,
+    pub breaker: Option<BreakerConfig>,
     /// The model's price in USD per million tokens (docs/gateway.md, "Budgets and
     /// spend"); a deployment's own `price` wins. None: the list price, if any.
     #[serde(default)]
     pub price: Option<ModelPrice>,
     /// Budgets on every call of the model, whatever the tenant (`model:<name>:usd:<span>`).
     #[serde(default)]
-    pub budgets: Vec<super::BudgetConfig>,
+    pub budgets: Vec<BudgetConfig>,
 }
 
 impl ModelConfig {
@@ -132,80 +130,6 @@ impl ModelConfig {
             &self.name,
             &self.limits.published,
         ))
-    }
-}
-
-/// The limits and provider profile one deployment is held to: a model's own in
-/// the single-deployment form, or each entry of its `deployments`. One struct,
-/// flattened into both entries, so that each limit field is declared, documented
-/// and checked once.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-pub struct DeploymentLimits {
-    /// The numbers the provider publishes for the deployment (`rpm`, `tpm`,
-    /// `input_tpm`, `output_tpm`, `concurrency`, and a profile's `rpd`,
-    /// `largest_request_tokens`, `quantum_seconds`): the library's own struct,
-    /// so that a profile is built from exactly what the entry says.
-    #[serde(flatten)]
-    pub published: Published,
-    /// Whether Anthropic's cache reads count on this deployment's input limit: they do
-    /// for the older models Anthropic marks so (docs/gateway.md, "Reconciling").
-    #[serde(default)]
-    pub count_cache_reads: bool,
-    /// The provider profile (`openai`, `azure`, `anthropic`, `gemini`, `bedrock`;
-    /// docs/provider-profiles.md): the model's definitions and what a call
-    /// reserves and reconciles to follow that provider's documented enforcement,
-    /// built by `ratelimiter::profile::llm_profile_keyed` from the numbers above.
-    /// `None`: the gateway's own per-minute limits (docs/gateway.md, "Limits").
-    #[serde(default)]
-    pub profile: Option<String>,
-    /// Keys no field of the entry took, refused by [`GatewayConfig::validate`].
-    /// Last, and here rather than in the entry: serde hands a flattened field
-    /// only the keys the fields before it left.
-    #[serde(flatten)]
-    pub unknown: UnknownFields,
-}
-
-impl DeploymentLimits {
-    /// Each field by its YAML name, and whether the entry sets it: a pool's own
-    /// entry must set none of them (they belong in each deployment).
-    pub fn fields_set(&self) -> [(&'static str, bool); 10] {
-        let p = &self.published;
-        [
-            ("rpm", p.rpm.is_some()),
-            ("tpm", p.tpm.is_some()),
-            ("input_tpm", p.input_tpm.is_some()),
-            ("output_tpm", p.output_tpm.is_some()),
-            ("concurrency", p.concurrency.is_some()),
-            ("profile", self.profile.is_some()),
-            ("rpd", p.rpd.is_some()),
-            ("largest_request_tokens", p.largest_request_tokens.is_some()),
-            ("quantum_seconds", p.quantum_seconds.is_some()),
-            ("count_cache_reads", self.count_cache_reads),
-        ]
-    }
-}
-
-/// The keys of an entry that no field took. Serde's `deny_unknown_fields` does
-/// not combine with `flatten`, so the entries that flatten [`DeploymentLimits`]
-/// collect their leftover keys here and [`GatewayConfig::validate`] refuses any:
-/// a misspelt limit must not fall back to "unlimited".
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-pub struct UnknownFields(BTreeMap<String, Ignored>);
-
-impl UnknownFields {
-    /// The first unknown key, if any, in alphabetical order.
-    pub fn first(&self) -> Option<&str> {
-        self.0.keys().next().map(String::as_str)
-    }
-}
-
-/// A value read and dropped: only its key matters to [`UnknownFields`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ignored;
-
-impl<'de> Deserialize<'de> for Ignored {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        serde::de::IgnoredAny::deserialize(deserializer).map(|_| Ignored)
     }
 }
 
@@ -237,17 +161,5 @@ pub struct TenantConfig {
     pub class: Option<String>,
     /// The tenant's budgets in money (`tenant:<name>:usd:<span>`).
     #[serde(default)]
-    pub budgets: Vec<super::BudgetConfig>,
-}
-
-impl TenantConfig {
-    /// The tenant's cap on open calls.
-    pub fn connections_max(&self, gateway: &GatewayConfig) -> usize {
-        self.connections_max.unwrap_or(gateway.tenant_connections_max)
-    }
-
-    /// The tenant's cap on waiting calls.
-    pub fn queued_max(&self, gateway: &GatewayConfig) -> usize {
-        self.queued_max.unwrap_or(gateway.tenant_queued_max)
-    }
+    pub budgets: Vec<BudgetConfig>,
 }

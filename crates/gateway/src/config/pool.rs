@@ -1,59 +1,7 @@
-//! A model's `deployments:` (docs/gateway.md, "Pools"): the entries, how a model
-//! resolves into its deployments, and the rules of a pool's shape.
+//! A model's `deployments:` (docs/gateway.md, "Pools"): how a model resolves
+//! into its deployments, and the rules of a pool's shape.
 
-use serde::Deserialize;
-
-use super::{DeploymentLimits, GatewayConfigError, ModelConfig, UpstreamConfig};
-
-/// How a pool picks among deployments of one priority.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Routing {
-    /// The deployment with the most free capacity for this call, as a fraction of
-    /// its limits: every deployment fills evenly.
-    #[default]
-    Capacity,
-    /// The first listed first.
-    Ordered,
-    /// In proportion to `weight` (smooth weighted round robin: exact shares, no
-    /// runs on one deployment).
-    Weighted,
-}
-
-/// The most deployments in one pool: each is tried at most once per call, and the
-/// set of those tried is a bit mask.
-pub const DEPLOYMENTS_MAX: usize = 16;
-/// The largest `weight`.
-pub const WEIGHT_MAX: u32 = 1_000;
-/// The largest `priority`.
-pub const PRIORITY_MAX: u32 = 1_000;
-
-/// One `deployments:` entry: everything a single-deployment model takes, per
-/// deployment, plus its place in the pool.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-pub struct DeploymentConfig {
-    /// The `upstreams:` entry.
-    pub upstream: String,
-    /// The model name sent upstream (the `model` field is rewritten to it); the
-    /// limit keys are named by it: `global:llm:<upstream>:<model>:...`. Default:
-    /// the model's name.
-    #[serde(default)]
-    pub model: Option<String>,
-    /// Lower is tried first; a higher one only while every lower one is full,
-    /// paused or failing.
-    #[serde(default)]
-    pub priority: u32,
-    /// The share under `routing: weighted` (default 1; weighted routing only).
-    #[serde(default)]
-    pub weight: Option<u32>,
-    /// The deployment's price (a PTU at 0 beside pay-as-you-go spillover);
-    /// none: the model's.
-    #[serde(default)]
-    pub price: Option<ratelimiter::price::ModelPrice>,
-    /// The deployment's limits and provider profile.
-    #[serde(flatten)]
-    pub limits: DeploymentLimits,
-}
+use super::{GatewayConfigError, ModelConfig, Routing, UpstreamConfig, DEPLOYMENTS_MAX, PRIORITY_MAX, WEIGHT_MAX};
 
 /// A deployment resolved: its single-deployment form (name = the model sent
 /// upstream, with its own limits) and its place in the pool.

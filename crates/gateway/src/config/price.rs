@@ -3,9 +3,8 @@
 
 use ratelimiter::price::{resolve_price, PriceError, ResolvedPrice};
 
-use super::{
-    invalid, resolve, validate_budgets, GatewayConfig, GatewayConfigError, ModelConfig, UpstreamConfig, UpstreamKind,
-};
+use super::error::invalid;
+use super::{resolve, validate_budgets, GatewayConfig, GatewayConfigError, ModelConfig, UpstreamConfig, UpstreamKind};
 
 /// The provider whose list prices a deployment's model is looked up in: its
 /// profile's (`openai`, `azure`, `anthropic`, `gemini`, `bedrock`), else its

@@ -1,5 +1,7 @@
 //! The section's parse and checks, on the documented examples.
 
+use serde::Deserialize;
+
 use super::*;
 
 pub(crate) const EXAMPLE: &str = r#"

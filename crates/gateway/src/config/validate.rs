@@ -4,10 +4,11 @@ use std::collections::HashSet;
 
 use ratelimiter::LimitKey;
 
+use super::error::invalid;
 use super::{
-    check_forwardable, invalid, resolve, validate_classes, validate_formats, validate_shape, GatewayConfig,
-    GatewayConfigError, ModelConfig, UnknownFields, BODY_BYTES_MAX_LIMIT, CLIENT_TIMEOUT_MS_LIMIT, ENTRIES_MAX,
-    FORWARD_HEADERS_MAX, MAX_WAIT_MS_LIMIT, TENANT_CAP_LIMIT, UPSTREAM_TIMEOUT_MS_LIMIT,
+    check_forwardable, resolve, validate_classes, validate_formats, validate_shape, GatewayConfig, GatewayConfigError,
+    ModelConfig, UnknownFields, BODY_BYTES_MAX_LIMIT, CLIENT_TIMEOUT_MS_LIMIT, ENTRIES_MAX, FORWARD_HEADERS_MAX,
+    MAX_WAIT_MS_LIMIT, TENANT_CAP_LIMIT, UPSTREAM_TIMEOUT_MS_LIMIT,
 };
 
 impl GatewayConfig {

@@ -147,4 +147,33 @@ mod tests {
             assert!(row.image.max_tokens() <= UNKNOWN.image.max_tokens(), "{}", row.prefix);
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+
+        /// Any size, on every row's rule: at most the rule's maximum, what a
+        /// call reserves for an image whose size it cannot read.
+        #[test]
+        fn any_size_is_at_most_the_maximum(width in 1u32..200_000, height in 1u32..200_000, low: bool) {
+            for row in TABLE {
+                proptest::prop_assert!(row.image.tokens(Some((width, height)), low) <= row.image.max_tokens());
+            }
+        }
+    }
+
+    #[test]
+    fn no_size_costs_more_than_the_rules_maximum() {
+        let rules = TABLE.iter().map(|row| row.image);
+        for rule in rules {
+            let max = rule.max_tokens();
+            for width in (1..9000).step_by(331) {
+                for height in (1..9000).step_by(467) {
+                    assert!(
+                        rule.tokens(Some((width, height)), false) <= max,
+                        "{rule:?} {width}x{height}"
+                    );
+                }
+            }
+        }
+    }
 }

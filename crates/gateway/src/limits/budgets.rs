@@ -7,14 +7,17 @@
 //! `tenant:<name>:usd:<span>`, `key:<id>:usd:<span>` (a directory key's own),
 //! `model:<name>:usd:<span>` (every call of the model, all tenants together),
 //! `gateway:usd:<span>` (every call).
-
-use std::sync::Arc;
+//!
+//! Here: the budgets the configuration defines and what a call's budgets
+//! reserve and complete, over the key sets (`key_sets.rs`); one budget's key
+//! is `budget_key.rs`, below both.
 
 use ratelimiter::price::{billed_micro_usd, worst_case_micro_usd, CallBound, ModelPrice, MICRO_USD_PER_USD};
 use ratelimiter::{Actual, LimitDefinition, LimitKey, Requirement};
 
-use super::keys::{tenant_budget_prefix, ModelKeys, TenantKeys};
-use crate::config::{validate_budgets, Budget, BudgetConfig, BudgetSpan, GatewayConfig, ModelConfig};
+use super::budget_key::{budget_keys, BudgetKey};
+use super::key_sets::{tenant_budget_prefix, ModelKeys, TenantKeys};
+use crate::config::{validate_budgets, Budget, BudgetConfig, GatewayConfig, ModelConfig};
 use crate::wire::usage::Usage;
 
 /// The start of a model's budget keys (`model:<name>:usd:<span>`): shared by
@@ -24,96 +27,6 @@ pub const MODEL_BUDGET_PREFIX: &str = "model:";
 pub const GATEWAY_BUDGET_PREFIX: &str = "gateway:";
 /// The part of a key that marks a budget in money: `...:usd:<span>`.
 const USD_PART: &str = "usd";
-
-/// One budget's limit key and its configured capacity.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BudgetKey {
-    /// The limit key, e.g. `tenant:acme:usd:month`.
-    pub key: LimitKey,
-    /// The capacity configured, in micro-dollars; 0 refuses every call (no
-    /// limit can hold 0, so such a budget has no definition and is refused
-    /// before any reservation).
-    pub micro_usd: u64,
-    /// Its period or window.
-    pub span: BudgetSpan,
-    /// The fractions whose crossing is alerted (`alert_at`); empty: none.
-    pub alert_at: AlertFractions,
-}
-
-/// A budget's `alert_at` as validated (each finite, in (0, 1], ascending),
-/// carried with the budget's key to every call charged on it, so the call's
-/// completion alerts on the budget as it was when the call was admitted: a
-/// budget of the configuration or of the directory alike.
-#[derive(Debug, Clone, Default)]
-pub struct AlertFractions(Arc<[f64]>);
-
-impl AlertFractions {
-    /// The fractions of a validated budget.
-    pub fn new(fractions: &[f64]) -> Self {
-        assert!(
-            fractions.iter().all(|f| f.is_finite()),
-            "alert_at was validated with the budget"
-        );
-        Self(fractions.into())
-    }
-}
-
-impl std::ops::Deref for AlertFractions {
-    type Target = [f64];
-
-    fn deref(&self) -> &[f64] {
-        &self.0
-    }
-}
-
-impl PartialEq for AlertFractions {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.len() == other.0.len()
-            && self
-                .0
-                .iter()
-                .zip(other.0.iter())
-                .all(|(a, b)| a.to_bits() == b.to_bits())
-    }
-}
-
-// Every fraction is finite (asserted at construction), so equality is total.
-impl Eq for AlertFractions {}
-
-impl BudgetKey {
-    /// Whether the budget is $0: every call it applies to is refused.
-    pub fn is_zero(&self) -> bool {
-        self.micro_usd == 0
-    }
-
-    /// Its registry definition: a rolling limit over its period or window, in
-    /// micro-dollars, recording billed usage above a reservation as debt.
-    /// `None` for a $0 budget.
-    pub fn definition(&self) -> Option<LimitDefinition> {
-        if self.is_zero() {
-            return None;
-        }
-        let definition = match self.span {
-            BudgetSpan::Period(period) => LimitDefinition::per_period(self.key.clone(), self.micro_usd, period),
-            BudgetSpan::WindowSeconds(seconds) => LimitDefinition::rolling(self.key.clone(), self.micro_usd, seconds),
-        };
-        let definition = definition.expect("budgets were validated with the configuration");
-        Some(definition.with_overage(ratelimiter::Overage::Debt))
-    }
-}
-
-/// The keys of `budgets` owned under `prefix` (`tenant:acme:`, `gateway:`).
-pub fn budget_keys(prefix: &str, budgets: &[Budget]) -> Vec<BudgetKey> {
-    (budgets.iter())
-        .map(|budget| BudgetKey {
-            key: LimitKey::new(format!("{prefix}{}", budget.span.key_suffix()))
-                .expect("names were validated with the configuration"),
-            micro_usd: budget.micro_usd,
-            span: budget.span,
-            alert_at: AlertFractions::new(&budget.alert_at),
-        })
-        .collect()
-}
 
 /// The validated budgets of one owner's `budgets` list.
 fn validated(budgets: &[BudgetConfig]) -> Vec<Budget> {
@@ -226,27 +139,6 @@ pub fn billed_of(model: &ModelKeys, usage: &Usage) -> Option<u64> {
         .map(|price| billed_micro_usd(price, &usage.priced()))
 }
 
-/// The keys of a directory tenant's or key's `budgets` under `prefix`; budgets
-/// the directory validated when they were written. One it would refuse now (a
-/// record of an older rule) is logged and left out.
-pub fn directory_budget_keys(prefix: &str, budgets: Option<&[BudgetConfig]>) -> Vec<BudgetKey> {
-    let Some(budgets) = budgets else {
-        return Vec::new();
-    };
-    match validate_budgets(budgets, &|f: &str| f.to_owned()) {
-        Ok(budgets) => budget_keys(prefix, &budgets),
-        Err((field, message)) => {
-            tracing::error!(
-                prefix,
-                field,
-                message,
-                "gateway: a directory record's budget is invalid; left out"
-            );
-            Vec::new()
-        }
-    }
-}
-
 /// Whether `key` is a budget in money (`...:usd:<span>`).
 pub fn is_budget_key(key: &str) -> bool {
     let mut parts = key.rsplit(':');
@@ -273,29 +165,9 @@ pub fn dollars(micro_usd: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratelimiter::Period;
 
     #[test]
-    fn budget_keys_are_named_by_owner_and_span() {
-        let budgets = [
-            Budget {
-                micro_usd: 500_000_000,
-                span: BudgetSpan::Period(Period::Month),
-                alert_at: Vec::new(),
-            },
-            Budget {
-                micro_usd: 0,
-                span: BudgetSpan::WindowSeconds(3600),
-                alert_at: Vec::new(),
-            },
-        ];
-        let keys = budget_keys("tenant:acme:", &budgets);
-        assert_eq!(keys[0].key.as_str(), "tenant:acme:usd:month");
-        assert_eq!(keys[1].key.as_str(), "tenant:acme:usd:window3600");
-        let month = keys[0].definition().unwrap();
-        assert_eq!((month.capacity(), month.period()), (500_000_000, Some(Period::Month)));
-        assert_eq!(month.overage(), ratelimiter::Overage::Debt);
-        assert!(keys[1].is_zero() && keys[1].definition().is_none(), "$0 has no limit");
+    fn budget_keys_are_told_by_their_usd_part_and_dollars_have_six_decimals() {
         assert!(is_budget_key("gateway:usd:window3600"));
         assert!(is_budget_key("model:gpt-4o:usd:day"));
         assert!(!is_budget_key("tenant:usd:llm:rpm"), "a tenant named usd");

@@ -3,22 +3,28 @@
 //! classes' ceilings over them, and the guard of a reservation until its call
 //! owns it.
 
+pub mod budget_key;
 pub mod budgets;
 pub mod classes;
+pub mod key_sets;
 pub mod keys;
 pub mod reservation;
 
 use crate::config::{GatewayConfig, GatewayConfigError};
 
+pub use budget_key::{budget_keys, directory_budget_keys, AlertFractions, BudgetKey};
 pub use budgets::{
-    billed_of, budget_keys, call_budgets, caller_budget_releases, directory_budget_keys, is_budget_key,
-    model_budget_keys, AlertFractions, BudgetKey, GATEWAY_BUDGET_PREFIX, MODEL_BUDGET_PREFIX,
+    billed_of, call_budgets, caller_budget_releases, is_budget_key, model_budget_keys, GATEWAY_BUDGET_PREFIX,
+    MODEL_BUDGET_PREFIX,
 };
 pub use classes::{ceiling_capacity, Classes, CLASS_HEADER};
+pub use key_sets::{
+    is_own_key, tenant_budget_prefix, KeyLimitKeys, ModelKeys, TenantKeys, KEY_LIMIT_PREFIX, OWN_KEY_PREFIXES,
+    TENANT_LIMIT_PREFIX,
+};
 pub use keys::{
     actuals, concurrency_hold_seconds, definitions, definitions_without_ceilings, directory_key_definitions,
-    directory_tenant_definitions, is_own_key, prompt_charge, requirements, tenant_budget_prefix, KeyLimitKeys,
-    ModelKeys, TenantKeys, CONCURRENCY_TIMEOUT_MARGIN_SECONDS, KEY_LIMIT_PREFIX, OWN_KEY_PREFIXES, TENANT_LIMIT_PREFIX,
+    directory_tenant_definitions, prompt_charge, requirements, CONCURRENCY_TIMEOUT_MARGIN_SECONDS,
 };
 pub use reservation::{
     denial_key, release_unused, reserve_guarded, run_if_ready, spawn_if_pending, CapacityFreed, Reservation, Reserved,

@@ -9,6 +9,8 @@ use std::sync::{Arc, RwLock};
 
 use ratelimiter::metrics::{Histogram, HistogramSnapshot, BUCKET_BOUNDS_MICROS};
 
+use super::prometheus::render_histogram;
+
 /// Counters of one (model, class) pair.
 #[derive(Debug, Default)]
 pub struct ClassCounters {
@@ -147,7 +149,7 @@ impl ClassMetrics {
         );
         for ((model, class), c) in pairs.iter() {
             let labels = format!("model=\"{model}\",class=\"{class}\"");
-            crate::observe::metrics::render_histogram(out, full, &labels, &c.queue_wait);
+            render_histogram(out, full, &labels, &c.queue_wait);
         }
     }
 }

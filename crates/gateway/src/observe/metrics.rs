@@ -6,8 +6,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use ratelimiter::metrics::{Histogram, BUCKET_BOUNDS_MICROS};
+use ratelimiter::metrics::Histogram;
 
+use super::prometheus::render_histogram;
 use crate::routing::{BreakerState, DeploymentState};
 
 /// Counters of one (model, tenant) pair.
@@ -306,21 +307,6 @@ fn deployment_json(d: &DeploymentState) -> serde_json::Value {
         "breaker": d.breaker_state().label(),
         "paused_until_unix_ms": d.cooldown.until_unix_ms(),
     })
-}
-
-/// Appends one histogram in the Prometheus text format.
-pub(crate) fn render_histogram(out: &mut String, name: &str, labels: &str, histogram: &Histogram) {
-    let snapshot = histogram.snapshot();
-    for (bound, cumulative) in BUCKET_BOUNDS_MICROS.iter().zip(&snapshot.cumulative) {
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{{labels},le=\"{}\"}} {cumulative}",
-            *bound as f64 / 1e6
-        );
-    }
-    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", snapshot.count);
-    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", snapshot.sum_micros as f64 / 1e6);
-    let _ = writeln!(out, "{name}_count{{{labels}}} {}", snapshot.count);
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod budget_watch;
 pub mod class_metrics;
 pub mod key_usage;
 pub mod metrics;
+pub mod prometheus;
 pub mod spend_metrics;
 pub mod spend_recorder;
 pub mod status;

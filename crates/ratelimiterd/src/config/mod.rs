@@ -5,6 +5,14 @@
 //! Every section and field is optional and has a documented default, so
 //! `ratelimiterd` without `--config` serves the memory backend on `127.0.0.1:8080`.
 //! Unknown keys are errors: a misspelt limit must not silently fall back to a default.
+//!
+//! The sections with rules of their own have a module each (`server.rs`,
+//! `memory.rs`), below the whole file's type and its loading here; `checks.rs`
+//! holds the checks of single values they share.
+
+mod checks;
+mod memory;
+mod server;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,30 +20,21 @@ use std::path::{Path, PathBuf};
 use ratelimiter::retry::RetryPolicy;
 use serde::Deserialize;
 
-/// The default listen address: loopback only, so a fresh server is not exposed.
-pub const LISTEN_ADDR_DEFAULT: &str = "127.0.0.1:8080";
+use checks::check_range;
+pub use checks::parse_listen_addr;
+pub use memory::{
+    DamagedSnapshotPolicy, MemorySection, MEMORY_ENTRIES_MAX_LIMIT, SNAPSHOT_INTERVAL_MS_DEFAULT,
+    SNAPSHOT_INTERVAL_MS_LIMIT, SNAPSHOT_INTERVAL_MS_MIN,
+};
+pub use server::{
+    BackendKind, ServerConfig, BODY_BYTES_MAX_DEFAULT, BODY_BYTES_MAX_LIMIT, CLIENT_TOKENS_MAX,
+    CONCURRENT_REQUESTS_MAX_DEFAULT, CONCURRENT_REQUESTS_MAX_LIMIT, CONNECTIONS_MAX_DEFAULT, CONNECTIONS_MAX_LIMIT,
+    LISTEN_ADDR_DEFAULT, REQUEST_TIMEOUT_MS_DEFAULT, REQUEST_TIMEOUT_MS_LIMIT, SHUTDOWN_GRACE_MS_DEFAULT,
+    TOKEN_BYTES_MAX, TOKEN_BYTES_MIN,
+};
+
 /// The default registry file (docs/decisions.md, "Registry file").
 pub const REGISTRY_PATH_DEFAULT: &str = "./data/limits.json";
-/// The default largest request body: a reserve of 32 requirements with 256-byte
-/// keys is about 10 KiB, a definition with the longest description about 2 KiB.
-pub const BODY_BYTES_MAX_DEFAULT: usize = 64 * 1024;
-/// The largest body limit that may be configured: bodies are buffered in memory.
-pub const BODY_BYTES_MAX_LIMIT: usize = 16 * 1024 * 1024;
-/// The default time one request may take before the server answers 503.
-pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 5_000;
-/// The longest request timeout that may be configured.
-pub const REQUEST_TIMEOUT_MS_LIMIT: u64 = 600_000;
-/// The default number of requests served at once; more are shed with a 503.
-pub const CONCURRENT_REQUESTS_MAX_DEFAULT: usize = 4_096;
-/// The largest concurrency that may be configured.
-pub const CONCURRENT_REQUESTS_MAX_LIMIT: usize = 1_000_000;
-/// The default time in-flight requests get to finish after a shutdown signal.
-pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 10_000;
-/// The default most open connections: each costs a task and buffers, about
-/// 10 KiB, so 10,000 is about 100 MiB at worst.
-pub const CONNECTIONS_MAX_DEFAULT: usize = 10_000;
-/// The largest connection limit that may be configured.
-pub const CONNECTIONS_MAX_LIMIT: usize = 1_000_000;
 /// The retry hint of `limit_decreasing:<key>` denials (docs/retry-hints.md, "Decrease
 /// hints").
 pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
@@ -43,12 +42,6 @@ pub const DECREASE_RETRY_MS_DEFAULT: u64 = 10_000;
 pub const DECREASE_CHECK_INTERVAL_MS_DEFAULT: u64 = 1_000;
 /// The longest decrease check interval and decrease retry that may be configured: one hour.
 pub const DECREASE_MS_LIMIT: u64 = 3_600_000;
-/// The most client tokens: they are compared one by one on every request.
-pub const CLIENT_TOKENS_MAX: usize = 64;
-/// The shortest token accepted: shorter ones are guessable.
-pub const TOKEN_BYTES_MIN: usize = 16;
-/// The longest token accepted.
-pub const TOKEN_BYTES_MAX: usize = 512;
 /// The largest configuration file read.
 pub const CONFIG_FILE_BYTES_MAX: u64 = 1024 * 1024;
 
@@ -137,76 +130,6 @@ impl ProfileEntry {
     }
 }
 
-/// Which backend holds the limits.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BackendKind {
-    /// In-process limits: one server, no dependency; live state kept across
-    /// restarts by snapshots beside the registry (`memory.snapshot_interval_ms`).
-    #[default]
-    Memory,
-    /// A TigerBeetle cluster: needs the `tigerbeetle` cargo feature.
-    Tigerbeetle,
-}
-
-/// The `server:` section.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ServerConfig {
-    /// `host:port`, or `:port` for every interface (README.md, "The server:
-    /// `ratelimiterd`").
-    pub listen_addr: String,
-    /// `memory` (default) or `tigerbeetle`.
-    pub backend: BackendKind,
-    /// When set, admin endpoints need `Authorization: Bearer <admin_token>`.
-    pub admin_token: Option<String>,
-    /// When non-empty, reserve and complete need `Authorization: Bearer <one of them>`;
-    /// an entry may be scoped to key prefixes (`crate::client_tokens`).
-    pub client_tokens: Vec<crate::client_tokens::ClientTokenConfig>,
-    /// The largest request body; larger ones are answered 413.
-    pub body_bytes_max: usize,
-    /// The longest a request may take; slower ones are answered 503 (outcome unknown).
-    pub request_timeout_ms: u64,
-    /// Requests served at once; more are answered 503 at once (load shedding).
-    pub concurrent_requests_max: usize,
-    /// Connections open at once; at the cap a new connection closes the one
-    /// idle the longest (crate::connections), or is closed when none is idle.
-    pub connections_max: usize,
-    /// How long a client has to send a request's headers, and how long a
-    /// kept-alive connection may stay idle.
-    pub client_header_timeout_ms: u64,
-    /// How long a write to a client may stay blocked (it stopped reading its
-    /// answers) before the connection is closed.
-    pub client_write_timeout_ms: u64,
-    /// Host names, besides IP addresses and `localhost`, that requests may
-    /// name in `Host` while an endpoint needs no token (ratelimiter::origin).
-    pub allowed_hosts: Vec<String>,
-    /// After a shutdown signal, how long in-flight requests get before the server exits.
-    pub shutdown_grace_ms: u64,
-    /// Serves `POST /v1/echo`, a JSON echo used as the benchmark's reference. Off by default.
-    pub echo_route: bool,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            listen_addr: LISTEN_ADDR_DEFAULT.to_owned(),
-            backend: BackendKind::Memory,
-            admin_token: None,
-            client_tokens: Vec::new(),
-            body_bytes_max: BODY_BYTES_MAX_DEFAULT,
-            request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
-            concurrent_requests_max: CONCURRENT_REQUESTS_MAX_DEFAULT,
-            connections_max: CONNECTIONS_MAX_DEFAULT,
-            client_header_timeout_ms: crate::connections::HEADER_READ_TIMEOUT_MS,
-            client_write_timeout_ms: crate::connections::WRITE_STALL_TIMEOUT_MS,
-            allowed_hosts: Vec::new(),
-            shutdown_grace_ms: SHUTDOWN_GRACE_MS_DEFAULT,
-            echo_route: false,
-        }
-    }
-}
-
 /// The `registry:` section.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -259,75 +182,6 @@ impl Default for DefinitionDefaults {
     fn default() -> Self {
         Self {
             window_margin_ms: ratelimiter::WINDOW_MARGIN_MS_DEFAULT,
-        }
-    }
-}
-
-/// The `memory:` section: the memory backend's bounds.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MemorySection {
-    /// Live leases kept for reconciliation; a lease is never pushed out while
-    /// a hold of it is in force (ratelimiter::MemoryConfig::leases_max).
-    pub leases_max: usize,
-    /// The share of `leases_max` one client token may hold, in percent
-    /// (1..=100); beyond it its reserves are answered 429 `too_many_leases`.
-    pub lease_share_percent: u8,
-    /// Settled (completed or evicted) lease ids remembered so that a retry of
-    /// their reserve is answered allowed at the original time, reserving nothing;
-    /// about 53 bytes each, allocated at startup.
-    pub settled_leases_max: usize,
-    /// Denied lease ids remembered so that a retry with one stays denied.
-    pub failed_leases_max: usize,
-    /// How often the live state (units held, leases, settled and denied ids)
-    /// is saved beside the registry, so a SIGKILL loses at most the grants of
-    /// the last interval; 0 saves only on a graceful stop. Otherwise
-    /// [`SNAPSHOT_INTERVAL_MS_MIN`]..=[`SNAPSHOT_INTERVAL_MS_LIMIT`].
-    pub snapshot_interval_ms: u64,
-    /// What a start does when the snapshot file is damaged.
-    pub damaged_snapshot: DamagedSnapshotPolicy,
-}
-
-/// What the server does at start when its memory snapshot is damaged
-/// (unreadable as a whole snapshot: torn, flipped bits, another format).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DamagedSnapshotPolicy {
-    /// Move the file aside as `<file>.damaged-<unix ms>`, log an error naming
-    /// both, count it in `ratelimiterd_memory_snapshot_damaged_total`, and
-    /// serve with nothing held: availability first, since the provider's own
-    /// limits still bound the over-admission (README, "Restarts").
-    #[default]
-    StartFresh,
-    /// Refuse to start, naming the file and the two ways on: for deployments
-    /// where forgetting a window of spend (a daily budget) is worse than an outage.
-    Refuse,
-}
-
-/// How often the memory backend's live state is saved by default: a SIGKILL
-/// then loses at most a second of grants, and a snapshot of 100,000 live
-/// leases pauses reserves for a few ms (BENCHMARKS.md, "Memory snapshots").
-pub const SNAPSHOT_INTERVAL_MS_DEFAULT: u64 = 1_000;
-/// The shortest snapshot interval (besides 0, off): each snapshot copies the
-/// whole live state under the lock, so shorter intervals would spend a large
-/// share of the lock on copies at 100,000 live leases.
-pub const SNAPSHOT_INTERVAL_MS_MIN: u64 = 100;
-/// The longest snapshot interval: an hour of grants is the most a SIGKILL may lose.
-pub const SNAPSHOT_INTERVAL_MS_LIMIT: u64 = 3_600_000;
-
-/// The most leases, settled or failed lease ids that may be configured: at most
-/// about 200 bytes each, so at most a few GiB.
-pub const MEMORY_ENTRIES_MAX_LIMIT: usize = 20_000_000;
-
-impl Default for MemorySection {
-    fn default() -> Self {
-        Self {
-            leases_max: ratelimiter::memory::LEASES_MAX_DEFAULT,
-            lease_share_percent: ratelimiter::memory::LEASE_SHARE_PERCENT_DEFAULT,
-            settled_leases_max: ratelimiter::memory::SETTLED_LEASES_MAX_DEFAULT,
-            failed_leases_max: ratelimiter::memory::FAILED_LEASES_MAX_DEFAULT,
-            snapshot_interval_ms: SNAPSHOT_INTERVAL_MS_DEFAULT,
-            damaged_snapshot: DamagedSnapshotPolicy::StartFresh,
         }
     }
 }
@@ -417,39 +271,7 @@ impl Config {
             entry: entry.to_owned(),
             message,
         };
-        let s = &self.server;
-        parse_listen_addr(&s.listen_addr).map_err(|m| invalid("server.listen_addr", m))?;
-        check_range(s.body_bytes_max as u64, 1024, BODY_BYTES_MAX_LIMIT as u64)
-            .map_err(|m| invalid("server.body_bytes_max", m))?;
-        check_range(s.request_timeout_ms, 1, REQUEST_TIMEOUT_MS_LIMIT)
-            .map_err(|m| invalid("server.request_timeout_ms", m))?;
-        check_range(
-            s.concurrent_requests_max as u64,
-            1,
-            CONCURRENT_REQUESTS_MAX_LIMIT as u64,
-        )
-        .map_err(|m| invalid("server.concurrent_requests_max", m))?;
-        check_range(s.shutdown_grace_ms, 0, REQUEST_TIMEOUT_MS_LIMIT)
-            .map_err(|m| invalid("server.shutdown_grace_ms", m))?;
-        check_range(s.client_header_timeout_ms, 1, REQUEST_TIMEOUT_MS_LIMIT)
-            .map_err(|m| invalid("server.client_header_timeout_ms", m))?;
-        check_range(s.client_write_timeout_ms, 1, REQUEST_TIMEOUT_MS_LIMIT)
-            .map_err(|m| invalid("server.client_write_timeout_ms", m))?;
-        ratelimiter::origin::check_allowed_hosts(&s.allowed_hosts).map_err(|m| invalid("server.allowed_hosts", m))?;
-        if let Some(token) = &s.admin_token {
-            check_token(token).map_err(|m| invalid("server.admin_token", m))?;
-        }
-        if s.client_tokens.len() > CLIENT_TOKENS_MAX {
-            return Err(invalid(
-                "server.client_tokens",
-                format!("at most {CLIENT_TOKENS_MAX} tokens, got {}", s.client_tokens.len()),
-            ));
-        }
-        for (i, entry) in s.client_tokens.iter().enumerate() {
-            let entry_name = format!("server.client_tokens[{i}]");
-            let (token, _) = entry.resolve().map_err(|m| invalid(&entry_name, m))?;
-            check_token(&token).map_err(|m| invalid(&entry_name, m))?;
-        }
+        (self.server.validate()).map_err(|(entry, message)| invalid(&entry, message))?;
         if self.registry.path.as_os_str().is_empty() {
             return Err(invalid("registry.path", "must not be empty".to_owned()));
         }
@@ -458,23 +280,7 @@ impl Config {
             .map_err(|m| invalid("decrease.check_interval_ms", m))?;
         ratelimiter::check_window_margin_ms(self.defaults.window_margin_ms, 0)
             .map_err(|m| invalid("defaults.window_margin_ms", m))?;
-        check_range(self.memory.leases_max as u64, 1, MEMORY_ENTRIES_MAX_LIMIT as u64)
-            .map_err(|m| invalid("memory.leases_max", m))?;
-        check_range(self.memory.lease_share_percent.into(), 1, 100)
-            .map_err(|m| invalid("memory.lease_share_percent", m))?;
-        let settled_max = MEMORY_ENTRIES_MAX_LIMIT.min(ratelimiter::memory::SETTLED_LEASES_MAX_LIMIT);
-        check_range(self.memory.settled_leases_max as u64, 2, settled_max as u64)
-            .map_err(|m| invalid("memory.settled_leases_max", m))?;
-        check_range(self.memory.failed_leases_max as u64, 1, MEMORY_ENTRIES_MAX_LIMIT as u64)
-            .map_err(|m| invalid("memory.failed_leases_max", m))?;
-        if self.memory.snapshot_interval_ms != 0 {
-            check_range(
-                self.memory.snapshot_interval_ms,
-                SNAPSHOT_INTERVAL_MS_MIN,
-                SNAPSHOT_INTERVAL_MS_LIMIT,
-            )
-            .map_err(|m| invalid("memory.snapshot_interval_ms", format!("0 (off) or {m}")))?;
-        }
+        (self.memory.validate()).map_err(|(entry, message)| invalid(&entry, message))?;
         self.validate_tigerbeetle(path)?;
         if let Some(gateway) = &self.gateway {
             parse_listen_addr(&gateway.listen_addr).map_err(|m| invalid("gateway.listen_addr", m))?;
@@ -514,37 +320,6 @@ impl Config {
         }
         Ok(())
     }
-}
-
-fn check_range(value: u64, min: u64, max: u64) -> Result<(), String> {
-    if (min..=max).contains(&value) {
-        Ok(())
-    } else {
-        Err(format!("must be {min}..={max}, got {value}"))
-    }
-}
-
-fn check_token(token: &str) -> Result<(), String> {
-    if !(TOKEN_BYTES_MIN..=TOKEN_BYTES_MAX).contains(&token.len()) {
-        return Err(format!(
-            "a token must be {TOKEN_BYTES_MIN}..={TOKEN_BYTES_MAX} bytes, got {}",
-            token.len()
-        ));
-    }
-    if !token.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("a token must be printable ASCII without spaces".to_owned());
-    }
-    Ok(())
-}
-
-/// Parses `host:port`, `[v6]:port` or `:port` (every interface).
-pub fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
-    let full = match text.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => text.to_owned(),
-    };
-    full.parse::<SocketAddr>()
-        .map_err(|_| format!("{text:?} is not host:port, [v6]:port or :port with a numeric host"))
 }
 
 #[cfg(test)]
@@ -718,7 +493,7 @@ mod tests {
     fn the_documented_example_loads() {
         use crate::client_tokens::KeyScope;
 
-        let doc = include_str!("../../../docs/http-api.md");
+        let doc = include_str!("../../../../docs/http-api.md");
         let start = doc.find("```yaml\nserver:\n  admin_token").expect("the example") + "```yaml\n".len();
         let example = &doc[start..start + doc[start..].find("```").unwrap()];
         for (name, value) in [
