@@ -16,12 +16,16 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use super::config::*;
 use crate::limiting::limiter::Limiter;
 use crate::model::definition::{LimitDefinition, LimitReport};
 use crate::model::error::LimiterError;
 use crate::model::key::LimitKey;
 use crate::model::wire::{CompleteRequest, ReserveOutcome, ReserveRequest, ReserveResponse};
+
+use super::config::{
+    parse_servers, HttpClientConfig, HttpClientError, POOL_IDLE_PER_HOST_MAX, POOL_IDLE_TIMEOUT_MS, RESPONSE_BYTES_MAX,
+    RETRIES_MAX_LIMIT, RETRY_BACKOFF_MS_BASE, RETRY_HINT_MS_DEFAULT,
+};
 
 /// A [`Limiter`] backed by a remote `ratelimiterd`, or by the servers of a fleet
 /// with failover (see the module's documentation). Clones share connections and

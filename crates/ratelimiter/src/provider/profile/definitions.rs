@@ -5,7 +5,11 @@ use crate::model::definition::LimitDefinition;
 use crate::model::key::LimitKey;
 
 use super::error::ProfileError;
-use super::figures::*;
+use super::figures::{
+    AZURE_QUANTUM_SECONDS, AZURE_RPM_PER_1000_TPM, CONCURRENCY_TIMEOUT_SECONDS, DAY_SECONDS,
+    LARGEST_REQUEST_TOKENS_DEFAULT, MINUTE_SECONDS, OPENAI_QUANTUM_SECONDS, SUB_WINDOWS_SECONDS,
+    SUB_WINDOW_MARGIN_PER_MILLE,
+};
 use super::provider::Provider;
 use super::published::Published;
 use super::rules::{LlmProfile, ProfileRules};

@@ -5,7 +5,7 @@ use crate::model::key::LimitKey;
 use crate::model::wire::{Actual, Requirement};
 
 use super::call::{ProfileCall, ProviderUsage};
-use super::figures::*;
+use super::figures::{BEDROCK_OUTPUT_BURNDOWN, OPENAI_CHARACTERS_PER_TOKEN};
 use super::provider::Provider;
 
 /// A provider's limits for one model: the definitions to apply and the rules of
