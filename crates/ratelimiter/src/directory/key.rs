@@ -8,12 +8,13 @@ use serde::{Deserialize, Serialize};
 /// gateway tells a key's own limit from a shared one by it.
 pub const KEY_LIMIT_PREFIX: &str = "key:";
 
+use super::limits::{check_budgets, check_limit};
 use super::name::{check_key_name, check_models};
 use super::secret::KeyHash;
-use super::tenant::{check_budgets, check_limit};
 use super::DirectoryError;
+use crate::model::definition::LimitDefinition;
+use crate::model::key::LimitKey;
 use crate::price::budget::BudgetConfig;
-use crate::{LimitDefinition, LimitKey};
 
 /// The longest life a key may be given at creation: ten years.
 pub const EXPIRES_IN_SECONDS_MAX: u64 = 10 * 365 * 86_400;

@@ -19,6 +19,7 @@ mod error;
 mod index;
 mod journal;
 mod key;
+mod limits;
 pub mod name;
 mod secret;
 mod service;
@@ -33,10 +34,11 @@ pub use key::{
     KeyLimits, KeyRecord, KeySpec, KeyStatus, KeyView, DAY_WINDOW_SECONDS, EXPIRES_IN_SECONDS_MAX, GRACE_SECONDS_MAX,
     KEY_LIMIT_PREFIX, MINUTE_WINDOW_SECONDS,
 };
+pub use limits::LIMIT_VALUE_MAX;
 pub use secret::{KeyHash, NewKey, KEY_HINT_CHARS, KEY_PREFIX, KEY_RANDOM_BYTES, PRESENTED_KEY_BYTES_MAX};
 pub use service::{
     CreatedKey, Directory, DIRECTORY_REFRESH_INTERVAL_MS, KEYS_MAX, TENANTS_MAX, UNKNOWN_KEY_READ_INTERVAL_MS,
     WRITE_ATTEMPTS_MAX,
 };
 pub use store::{Appended, DirectoryStore};
-pub use tenant::{Source, TenantFields, TenantPatch, TenantRecord, LIMIT_VALUE_MAX, TENANT_CAP_MAX};
+pub use tenant::{Source, TenantFields, TenantPatch, TenantRecord, TENANT_CAP_MAX};

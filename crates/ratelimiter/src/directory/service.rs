@@ -12,7 +12,7 @@ use super::index::{Authenticated, DirectoryIndex, Refusal};
 use super::secret::NewKey;
 use super::store::{Appended, DirectoryStore};
 use super::{DirectoryError, KeyRecord, KeySpec, Source, TenantFields, TenantPatch, TenantRecord};
-use crate::Clock;
+use crate::base::clock::Clock;
 
 /// How often a server reads a shared store: a key created, revoked or rotated
 /// on any server of a fleet is served or refused the same by every other
@@ -519,8 +519,8 @@ impl Directory {
     }
 
     /// The directory's counters and sizes, for `/metrics`.
-    pub fn metrics(&self) -> Vec<crate::metrics::Metric> {
-        use crate::metrics::{Metric, MetricValue};
+    pub fn metrics(&self) -> Vec<crate::base::metrics::Metric> {
+        use crate::base::metrics::{Metric, MetricValue};
         let load = |c: &AtomicU64| MetricValue::Counter(c.load(Ordering::Relaxed));
         let c = &self.counters;
         let (tenants, keys) = {

@@ -3,16 +3,14 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::limits::{check_budgets, check_limit};
 use super::name::{check_models, check_tenant_name};
 use super::DirectoryError;
-use crate::price::budget::{validate_budgets, BudgetConfig};
+use crate::price::budget::BudgetConfig;
 
 /// The largest per-tenant cap on open or queued calls: the gateway's own
 /// bound (`gateway::config::TENANT_CAP_LIMIT`, checked equal by the server's tests).
 pub const TENANT_CAP_MAX: u64 = 100_000;
-/// The largest rate or budget a tenant or key may be given: far above any
-/// provider's limit, low enough that a typo of many digits is refused.
-pub const LIMIT_VALUE_MAX: u64 = 1_000_000_000_000_000;
 
 /// The start of the incarnation id of every YAML tenant (`config:<name>`).
 pub const CONFIG_TENANT_ID_PREFIX: &str = "config:";
@@ -83,29 +81,6 @@ impl TenantFields {
             check_models("models", models)?;
         }
         check_budgets(self.budgets.as_deref())
-    }
-}
-
-/// Budgets in money a tenant or key may set: the configuration's rules.
-pub(super) fn check_budgets(budgets: Option<&[BudgetConfig]>) -> Result<(), DirectoryError> {
-    let Some(budgets) = budgets else { return Ok(()) };
-    validate_budgets(budgets, &|f: &str| f.to_owned())
-        .map(|_| ())
-        .map_err(|(field, message)| DirectoryError::invalid(field, message))
-}
-
-/// A limit a tenant or key may set: 1..=[`LIMIT_VALUE_MAX`], or none.
-pub(super) fn check_limit(field: &str, value: Option<u64>) -> Result<(), DirectoryError> {
-    match value {
-        Some(0) => Err(DirectoryError::invalid(
-            field,
-            "must be at least 1 (leave it out for no limit)",
-        )),
-        Some(v) if v > LIMIT_VALUE_MAX => Err(DirectoryError::invalid(
-            field,
-            format!("must be at most {LIMIT_VALUE_MAX}"),
-        )),
-        _ => Ok(()),
     }
 }
 

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::definition::{check_window_margin_ms, WINDOW_MARGIN_MS_DEFAULT};
-use crate::retry::{RetryPolicy, RETRY_MS_MAX};
+use crate::model::definition::{check_window_margin_ms, WINDOW_MARGIN_MS_DEFAULT};
+use crate::model::retry::{RetryPolicy, RETRY_MS_MAX};
 
 /// How long a caller denied with `limit_decreasing` waits (docs/retry-hints.md, "Decrease
 /// hints"): decreases are applied by a periodic task, so a long wait is right.

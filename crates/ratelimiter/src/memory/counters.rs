@@ -1,6 +1,6 @@
 //! Counters of the memory backend, for metrics and tests.
 
-use crate::metrics::{Metric, MetricValue};
+use crate::base::metrics::{Metric, MetricValue};
 
 /// A snapshot of the memory backend's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -5,8 +5,8 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::fast_map::FastMap;
 use super::stack_vec::StackVec;
-use super::FastMap;
 
 /// Holds kept inside the lease record: an LLM call needs four (rpm, tpm,
 /// concurrency, budget), so the common lease costs no allocation.

@@ -1,9 +1,9 @@
 //! One limit's live state in the memory backend: its admin state, held units,
 //! debt and denial streak.
 
-use crate::bucket::BucketShape;
-use crate::definition::{DefinitionError, LimitKind, LimitReport, LimitState, LimitStatus};
-use crate::retry::Streak;
+use crate::model::bucket::BucketShape;
+use crate::model::definition::{DefinitionError, LimitKind, LimitReport, LimitState, LimitStatus};
+use crate::model::retry::Streak;
 
 use super::expiry_queue::ExpiryQueue;
 
@@ -342,8 +342,8 @@ impl Limit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::definition::LimitDefinition;
-    use crate::key::LimitKey;
+    use crate::model::definition::LimitDefinition;
+    use crate::model::key::LimitKey;
 
     fn limit(capacity: u64) -> Limit {
         let definition = LimitDefinition::rolling(LimitKey::new("k").unwrap(), capacity, 60).unwrap();

@@ -11,6 +11,7 @@ mod combining_lock;
 mod config;
 mod counters;
 mod expiry_queue;
+mod fast_map;
 mod lease_table;
 mod limit;
 mod settled_leases;
@@ -22,14 +23,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::clock::Clock;
-use crate::definition::{LimitReport, LimitState};
-use crate::error::LimiterError;
-use crate::key::LimitKey;
-use crate::limiter::{Backend, Limiter};
-use crate::metrics::{BackendMetrics, Metric};
-use crate::retry::Jitter;
-use crate::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
+use crate::base::clock::Clock;
+use crate::base::metrics::{BackendMetrics, Metric};
+use crate::limiting::limiter::{Backend, Limiter};
+use crate::model::definition::{LimitReport, LimitState};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::retry::Jitter;
+use crate::model::wire::{CompleteRequest, ReserveOutcome, ReserveRequest};
 
 pub use config::LEASE_SHARE_PERCENT_DEFAULT;
 pub use config::{MemoryConfig, DECREASE_RETRY_MS_DEFAULT, FAILED_LEASES_MAX_DEFAULT, LEASES_MAX_DEFAULT};
@@ -42,11 +43,6 @@ pub use state::{LEASE_MEMORY_MARGIN_MS, LIMITS_MAX, TOO_MANY_LEASES_RETRY_MS};
 
 use combining_lock::CombiningLock;
 use state::MemoryState;
-
-/// The hash maps of the hot path: foldhash is several times faster than SipHash
-/// on lease ids and keys, and its per-process random seed keeps chosen lease ids
-/// from forcing collisions cheaply.
-type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Limits held in process memory. Cheap to share: use it as `Arc<dyn Backend>`.
 #[derive(Debug)]

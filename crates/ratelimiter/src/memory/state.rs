@@ -8,21 +8,21 @@
 
 use std::hash::{BuildHasher, Hasher};
 
-use crate::decision::{self, OverageFallback, Reconcile};
-use crate::definition::{DefinitionError, LimitKind, LimitReport, LimitState};
-use crate::error::LimiterError;
-use crate::key::LimitKey;
-use crate::retry::{Jitter, RetryPolicy};
-use crate::wire::{CompleteRequest, Denial, ReserveOutcome, ReserveRequest, ACTUALS_MAX, REQUIREMENTS_MAX};
+use crate::model::decision::{self, OverageFallback, Reconcile};
+use crate::model::definition::{DefinitionError, LimitKind, LimitReport, LimitState};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::retry::{Jitter, RetryPolicy};
+use crate::model::wire::{CompleteRequest, Denial, ReserveOutcome, ReserveRequest, ACTUALS_MAX, REQUIREMENTS_MAX};
 
 use super::config::MemoryConfig;
 use super::counters::MemoryCounters;
+use super::fast_map::FastMap;
 use super::lease_table::{Crowded, LeaseHold, LeaseTable, LimitIndex, LiveLease};
 use super::limit::Limit;
 use super::settled_leases::{SettledLease, SettledLeases};
 use super::stack_vec::StackVec;
-use super::FastMap;
-use crate::recent_ids::RecentIds;
+use crate::base::recent_ids::RecentIds;
 
 /// The most limits one memory backend defines: indices are `u32`, and a
 /// deployment has a few per model and tenant, far fewer than this.
@@ -141,7 +141,7 @@ impl MemoryState {
             self.failed.insert(id, now_unix_ms, ());
             return Ok(ReserveOutcome::Denied(denial));
         }
-        let owner = request.owner().map(crate::LeaseOwner::tag);
+        let owner = request.owner().map(crate::model::owner::LeaseOwner::tag);
         self.make_room(owner, now_unix_ms)
             .map_err(|crowded| self.refuse(crowded, request, now_unix_ms))?;
         self.grant(id, owner, &wanted, now_unix_ms, granted_unix_ms, hold_ms);

@@ -6,8 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::MICRO_USD_PER_USD;
-use crate::definition::WINDOW_SECONDS_MAX;
-use crate::period::Period;
+use crate::base::period::Period;
+use crate::model::definition::WINDOW_SECONDS_MAX;
 
 /// The largest budget accepted, in USD: far above any team's spend, so a value
 /// above it is a typing mistake (digits added, cents for dollars) worth a clear

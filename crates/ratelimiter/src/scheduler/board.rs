@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use crate::key::LimitKey;
+use crate::model::key::LimitKey;
 
 use super::config::SchedulerConfig;
 use super::entry::Entry;

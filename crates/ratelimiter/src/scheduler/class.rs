@@ -9,7 +9,7 @@
 //! classes already waiting: it cannot bank turns while it had nothing to run. A take
 //! that the limiter denied gives its turn back, so turns count grants, not attempts.
 
-use super::config::ConfigError;
+use super::config_error::ConfigError;
 
 /// The most classes one scheduler (or gateway) may declare: classes are tiers of
 /// importance, and every waiting class is scanned at each take.

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use crate::profile::ProfileRules;
+use crate::provider::profile::ProfileRules;
 
 use super::class::{check_classes, WorkClass, DEFAULT_CLASS};
+use super::config_error::ConfigError;
 
 /// The most workers one scheduler runs: each is a task holding at most one call
 /// in flight, and providers cap concurrency far below this.
@@ -28,11 +29,6 @@ pub const COMPLETE_ATTEMPTS_LIMIT_MAX: u32 = 100;
 pub const CALL_TIMEOUT_MS_LIMIT_MAX: u64 = 600_000;
 /// The longest fallback wait before retrying a call that gave no hint.
 pub const FALLBACK_RETRY_MS_LIMIT_MAX: u64 = 60_000;
-
-/// Why a [`SchedulerConfig`] could not be built. The message names the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid scheduler config: {0}")]
-pub struct ConfigError(pub String);
 
 /// The scheduler's limits and timings. Built with [`SchedulerConfig::builder`],
 /// which validates every field, so a config in hand is always usable.

@@ -3,11 +3,11 @@
 
 use tokio::sync::oneshot;
 
-use crate::id::LeaseId;
-use crate::key::{KeyError, LimitKey};
-use crate::llm::{build_llm_actuals, build_llm_requirements};
-use crate::profile::{ProfileCall, ProfileRules};
-use crate::wire::{Actual, CompleteRequest, Requirement, ReserveRequest, JOB_ID_BYTES_MAX};
+use crate::base::id::LeaseId;
+use crate::model::key::{KeyError, LimitKey};
+use crate::model::wire::{Actual, CompleteRequest, Requirement, ReserveRequest, JOB_ID_BYTES_MAX};
+use crate::provider::llm::{build_llm_actuals, build_llm_requirements};
+use crate::provider::profile::{ProfileCall, ProfileRules};
 
 use super::error::SubmitErrorKind;
 use super::handle::JobHandle;
@@ -145,7 +145,7 @@ fn check(spec: &JobSpec, rules: Option<&ProfileRules>) -> Result<Vec<Requirement
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{llm_profile, Published};
+    use crate::provider::profile::{llm_profile, Published};
 
     fn spec(want_daily_budget: bool) -> JobSpec {
         JobSpec {

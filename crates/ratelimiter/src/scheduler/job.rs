@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::llm::LlmCall;
+use crate::provider::llm::LlmCall;
 
 /// Why an execute failed. Any error type the caller's provider client returns.
 pub type ExecuteError = Box<dyn std::error::Error + Send + Sync + 'static>;

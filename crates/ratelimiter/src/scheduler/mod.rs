@@ -33,6 +33,7 @@
 mod board;
 mod class;
 mod config;
+mod config_error;
 mod entry;
 mod error;
 mod handle;
@@ -49,17 +50,18 @@ use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::limiter::Limiter;
+use crate::limiting::limiter::Limiter;
 
 use board::{Board, QueueId};
 use entry::Entry;
 
 pub use class::{ClassTurns, WorkClass, CLASSES_MAX, CLASS_NAME_BYTES_MAX, CLASS_SHARE_MAX, DEFAULT_CLASS};
 pub use config::{
-    ConfigError, SchedulerConfig, SchedulerConfigBuilder, CALL_TIMEOUT_MS_LIMIT_MAX, COMPLETE_ATTEMPTS_LIMIT_MAX,
+    SchedulerConfig, SchedulerConfigBuilder, CALL_TIMEOUT_MS_LIMIT_MAX, COMPLETE_ATTEMPTS_LIMIT_MAX,
     FALLBACK_RETRY_MS_LIMIT_MAX, JITTER_MS_LIMIT_MAX, JOBS_LIMIT_MAX, QUEUES_LIMIT_MAX, UNKNOWN_RETRIES_LIMIT_MAX,
     WORKERS_MAX,
 };
+pub use config_error::ConfigError;
 pub use error::{ShutdownError, SubmitError, SubmitErrorKind};
 pub use handle::JobHandle;
 pub use job::{ExecuteError, ExecuteFuture, Job, JobSpec};

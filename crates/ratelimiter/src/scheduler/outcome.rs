@@ -1,9 +1,9 @@
 //! What a job's handle resolves to: the tokens it used, or why it did not run
 //! to the end.
 
-use crate::error::LimiterError;
-use crate::id::LeaseId;
-use crate::key::LimitKey;
+use crate::base::id::LeaseId;
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
 
 use super::job::ExecuteError;
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 
 use tokio::time::Instant;
 
-use crate::key::LimitKey;
+use crate::model::key::LimitKey;
 
 use super::class::{ClassTurns, WorkClass};
 use super::entry::Entry;

@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::error::LimiterError;
-use crate::id::LeaseId;
-use crate::key::LimitKey;
-use crate::wire::{Denial, ReserveOutcome};
+use crate::base::id::LeaseId;
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::wire::{Denial, ReserveOutcome};
 
 use super::board::Taken;
 use super::entry::{complete_request, Entry};

@@ -5,7 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::SpendError;
-use crate::period::{civil_from_days, days_from_civil};
+use crate::base::period::{civil_from_days, days_from_civil};
 
 /// Milliseconds in a day of Unix time.
 const DAY_MS: u64 = 86_400_000;

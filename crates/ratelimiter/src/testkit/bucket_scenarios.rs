@@ -5,10 +5,10 @@
 //! every 50 ms slot, and every assertion either follows from what was taken
 //! (whatever the time) or leaves a generous refill margin for a slow call.
 
-use crate::bucket::BucketShape;
-use crate::definition::{LimitDefinition, LimitStatus, Overage};
-use crate::key::LimitKey;
-use crate::wire::Denial;
+use crate::model::bucket::BucketShape;
+use crate::model::definition::{LimitDefinition, LimitStatus, Overage};
+use crate::model::key::LimitKey;
+use crate::model::wire::Denial;
 
 use super::scenarios::{assert_allowed, assert_denied, assert_insufficient};
 use super::{Fixture, Harness};

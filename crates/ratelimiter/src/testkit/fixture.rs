@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use crate::definition::{LimitDefinition, LimitReport, LimitState, Overage};
-use crate::error::LimiterError;
-use crate::id::LeaseId;
-use crate::key::LimitKey;
-use crate::limiter::Backend;
-use crate::wire::{Actual, CompleteRequest, Requirement, ReserveOutcome, ReserveRequest};
+use crate::base::id::LeaseId;
+use crate::limiting::limiter::Backend;
+use crate::model::definition::{LimitDefinition, LimitReport, LimitState, Overage};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::wire::{Actual, CompleteRequest, Requirement, ReserveOutcome, ReserveRequest};
 
 use super::Harness;
 
@@ -192,7 +192,7 @@ impl<'h> Fixture<'h> {
             return Some(state);
         }
         let state = self.report(key).await.state;
-        (state.status() == crate::definition::LimitStatus::Active).then_some(state)
+        (state.status() == crate::model::definition::LimitStatus::Active).then_some(state)
     }
 
     /// Polls until a pending decrease of `key` is applied, for at most the

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::clock::FakeClock;
-use crate::limiter::Backend;
+use crate::base::clock::FakeClock;
+use crate::limiting::limiter::Backend;
 use crate::memory::{MemoryBackend, MemoryConfig};
-use crate::retry::Jitter;
+use crate::model::retry::Jitter;
 
 use super::Harness;
 

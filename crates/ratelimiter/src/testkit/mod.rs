@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::limiter::Backend;
+use crate::limiting::limiter::Backend;
 
 pub use bucket_scenarios::*;
 pub use fixture::Fixture;

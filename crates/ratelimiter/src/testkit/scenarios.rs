@@ -1,11 +1,11 @@
 //! The scenarios of the behaviour suite, one public function each.
 
-use crate::definition::{LimitDefinition, LimitStatus, Overage};
-use crate::error::LimiterError;
-use crate::id::LeaseId;
-use crate::key::LimitKey;
-use crate::pause::Pause;
-use crate::wire::{Denial, ReserveOutcome};
+use crate::base::id::LeaseId;
+use crate::feedback::pause::Pause;
+use crate::model::definition::{LimitDefinition, LimitStatus, Overage};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::wire::{Denial, ReserveOutcome};
 
 use super::{Fixture, Harness};
 
@@ -336,7 +336,7 @@ pub async fn complete_rejects_bad_actuals(h: &dyn Harness) {
         ("a concurrency key", vec![(&conc, 1)]),
         (
             "more than 100 times the capacity",
-            vec![(&tpm, 10 * crate::decision::ACTUAL_CAPACITY_MULTIPLE_MAX + 1)],
+            vec![(&tpm, 10 * crate::model::decision::ACTUAL_CAPACITY_MULTIPLE_MAX + 1)],
         ),
     ];
     for (what, actuals) in bad {

@@ -11,18 +11,20 @@
 
 use std::time::Duration;
 
-use crate::decision;
-use crate::{
-    DefinitionError, LimitDefinition, LimitKey, LimitKind, LimitReport, LimitState, LimitStatus, LimiterError, Overage,
+use crate::model::decision;
+use crate::model::definition::{
+    DefinitionError, LimitDefinition, LimitKind, LimitReport, LimitState, LimitStatus, Overage,
 };
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
 use tigerbeetle_unofficial as tb;
 
-use super::backend::{unavailable, TigerBeetleBackend, HEALTH_TIMEOUT_MS, LIMITS_MAX};
 use super::buckets;
 use super::definition_log::{self, RecordKind, Versioned};
 use super::definitions::Claimed;
 use super::ids;
 use super::pool::PoolError;
+use super::shared::{unavailable, Shared, HEALTH_TIMEOUT_MS, LIMITS_MAX};
 
 use tb::error::CreateAccountErrorKind as AccountKind;
 use tb::error::CreateTransferErrorKind as Kind;
@@ -90,7 +92,7 @@ impl Balance {
     }
 }
 
-impl TigerBeetleBackend {
+impl Shared {
     /// Defines a limit for the whole fleet: its accounts first, then one
     /// claimed record of the definition as requested, linked with the funding
     /// its state needs (docs/tigerbeetle-backend.md, "Shared definitions").
@@ -351,7 +353,7 @@ impl TigerBeetleBackend {
         if self.pool.stalled() {
             tracing::debug!("health: a TigerBeetle session is stalled");
             return Err(LimiterError::Unavailable {
-                retry_after_ms: super::backend::UNAVAILABLE_RETRY_MS,
+                retry_after_ms: super::shared::UNAVAILABLE_RETRY_MS,
             });
         }
         let timeout = Duration::from_millis(HEALTH_TIMEOUT_MS).min(self.timeout);
@@ -459,7 +461,7 @@ fn funding(
     if balance.capacity() >= wanted {
         return Ok(Vec::new());
     }
-    let id = crate::id128(&format!("xfer:fund:{key}:{version}:{record_id:032x}"));
+    let id = crate::base::id::id128(&format!("xfer:fund:{key}:{version}:{record_id:032x}"));
     Ok(vec![tb::Transfer::new(id)
         .with_debit_account_id(ids::operator_account_id())
         .with_credit_account_id(ids::resource_account_id(key))
@@ -489,7 +491,7 @@ fn bucket_shrink(key: &LimitKey, balance: Balance, wanted: u128, version: u64, r
         .filter(|(_, amount, _)| *amount > 0)
         .map(|(account, amount, from)| {
             let label = format!("xfer:shrink:{key}:{version}:{record_id:032x}:{from}:{amount}");
-            tb::Transfer::new(crate::id128(&label))
+            tb::Transfer::new(crate::base::id::id128(&label))
                 .with_debit_account_id(account)
                 .with_credit_account_id(ids::operator_account_id())
                 .with_amount(amount)

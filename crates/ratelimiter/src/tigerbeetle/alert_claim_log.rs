@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::alert_claims::{AlertClaims, Crossing};
-use crate::{id128, LimiterError};
+use crate::base::id::id128;
+use crate::limiting::alert_claims::{AlertClaims, Crossing};
+use crate::model::error::LimiterError;
 
 use super::backend::TigerBeetleBackend;
 use super::once_log::{Claimed, OnceLedger, OnceLog};

@@ -20,11 +20,13 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::bucket::BucketShape;
-use crate::{LeaseId, LimitKey, LimitKind, LimitState, LimiterError};
+use crate::base::id::LeaseId;
+use crate::model::bucket::BucketShape;
+use crate::model::definition::{LimitKind, LimitState};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
 use tigerbeetle_unofficial as tb;
 
-use super::backend::TigerBeetleBackend;
 use super::cluster_clock::DRIFT_PPM;
 use super::ids;
 use super::submitter::Failure;
@@ -32,7 +34,7 @@ use super::submitter::Failure;
 use tb::error::CreateTransferErrorKind as Kind;
 
 /// Nanoseconds in a millisecond: the cluster's stamps are ns, slots ms.
-const NANOS_PER_MS: u64 = 1_000_000;
+pub(super) const NANOS_PER_MS: u64 = 1_000_000;
 
 /// Parts per million in a whole, to stretch a hint by [`DRIFT_PPM`].
 const PPM: u64 = 1_000_000;
@@ -123,14 +125,14 @@ pub struct LevelReads {
 impl LevelReads {
     /// The level of `key` read at most [`LEVEL_READ_AGE_MAX`] before `now`
     /// with refills known through `after`, if any.
-    fn fresh(&self, key: &LimitKey, after: u64, now: Instant) -> Option<u64> {
+    pub(super) fn fresh(&self, key: &LimitKey, after: u64, now: Instant) -> Option<u64> {
         let reads = self.reads.lock().expect("level reads lock");
         let &(read_at, read_after, level) = reads.get(key)?;
         (read_after == after && now.saturating_duration_since(read_at) <= LEVEL_READ_AGE_MAX).then_some(level)
     }
 
     /// Keeps `level`, read at `read_at` with refills known through `after`.
-    fn keep(&self, key: &LimitKey, after: u64, level: u64, read_at: Instant) {
+    pub(super) fn keep(&self, key: &LimitKey, after: u64, level: u64, read_at: Instant) {
         let mut reads = self.reads.lock().expect("level reads lock");
         reads.insert(key.clone(), (read_at, after, level));
     }
@@ -259,88 +261,9 @@ pub(super) fn refund(lease: LeaseId, key: &LimitKey, units: u64) -> tb::Transfer
 /// its own: the cluster's clock is read as a lower bound that advances
 /// [`DRIFT_PPM`] slower than real time, so the wait is stretched by as much,
 /// rounded up.
-fn stretched_ms(wait_ms: u64) -> u64 {
+pub(super) fn stretched_ms(wait_ms: u64) -> u64 {
     let stretched = (u128::from(wait_ms) * u128::from(PPM)).div_ceil(u128::from(PPM - DRIFT_PPM));
     u64::try_from(stretched).unwrap_or(u64::MAX)
-}
-
-impl TigerBeetleBackend {
-    /// The cluster's time now, at least, in ms; `None` when unknown (a
-    /// failed probe): then no refill is posted, which is late, never early.
-    async fn cluster_now_ms(&self) -> Option<u64> {
-        self.cluster_now_ns().await.map(|ns| ns / NANOS_PER_MS)
-    }
-
-    /// The refills of `buckets` due now on the cluster's clock and not known
-    /// posted; none when the cluster's time is unknown.
-    pub(super) async fn due_refills(&self, buckets: &[Bucket]) -> Refills {
-        match self.cluster_now_ms().await {
-            Some(now_ms) => Refills::due(&self.refills, buckets, now_ms),
-            None => Refills::default(),
-        }
-    }
-
-    /// Posts `refills` on their own, in as many work items as they need, and
-    /// remembers what was posted. Best effort: a refill not posted now is
-    /// posted by the next request on its key (late, never early).
-    pub(super) async fn post_refills(&self, refills: &Refills) {
-        let mut failures = Vec::new();
-        let mut start = 0;
-        for chunk in refills.transfers.chunks(self.submitter.batch_events_max()) {
-            match self.submitter.submit(chunk.to_vec()).await {
-                Ok(chunk_failures) => failures.extend(chunk_failures.into_iter().map(|f| Failure {
-                    index: f.index + start,
-                    ..f
-                })),
-                Err(e) => {
-                    tracing::warn!(error = %e, "bucket refills not posted");
-                    return;
-                }
-            }
-            start += chunk.len();
-        }
-        refills.settle(&self.refills, &failures);
-    }
-
-    /// Posts the refills due on every bucket among `states` (before a report
-    /// or a decrease reads their balances).
-    pub(super) async fn post_due_refills<'a>(&self, states: impl Iterator<Item = &'a LimitState>) {
-        let buckets: Vec<Bucket> = states.filter_map(|s| bucket_of(s, self.window_margin_ms)).collect();
-        if buckets.is_empty() {
-            return;
-        }
-        let refills = self.due_refills(&buckets).await;
-        if !refills.transfers.is_empty() {
-            self.post_refills(&refills).await;
-        }
-    }
-
-    /// The retry hint of a reservation of `units` refused by `bucket`: the
-    /// time until the first boundary whose refill makes them fit
-    /// ([`BucketShape::wait_ms`]), from the level read now (or at most
-    /// [`LEVEL_READ_AGE_MAX`] ago) and the last boundary this process knows
-    /// posted, on the cluster's clock, stretched by the drift. `None` (the
-    /// caller then gives the rolling backoff's hint) when the level, the
-    /// boundary or the cluster's time is unknown. A refill another server
-    /// posted beyond that boundary makes the hint up to a slot early: a retry
-    /// too soon, never a grant too many.
-    pub(super) async fn bucket_hint(&self, bucket: &Bucket, units: u64) -> Option<u64> {
-        let after = self.refills.last_posted(bucket)?;
-        let level = match self.levels.fresh(&bucket.key, after, Instant::now()) {
-            Some(level) => level,
-            None => {
-                let read_at = Instant::now();
-                let balance = self.resource_balance(&bucket.key).await.ok()?;
-                let level = u64::try_from(balance.available()).unwrap_or(u64::MAX);
-                self.levels.keep(&bucket.key, after, level, read_at);
-                level
-            }
-        };
-        let now_ms = self.cluster_clock.fresh_bound_ns(Instant::now())? / NANOS_PER_MS;
-        let wait_ms = bucket.shape.wait_ms(level, after, units, now_ms)?;
-        // A denial's hint is never 0, which would read as "never".
-        Some(stretched_ms(wait_ms).max(1))
-    }
 }
 
 #[cfg(test)]
@@ -423,7 +346,7 @@ mod tests {
         let key = LimitKey::new("k").unwrap();
         let lease = LeaseId::generate();
         let holds = [(&key, 7u64, 61u32), (&key, 3, 61)];
-        let chain = super::super::reserve::lease_chain(lease, 5, holds.into_iter());
+        let chain = super::super::chain::lease_chain(lease, 5, holds.into_iter());
         let take = as_take(chain[0], &key);
         assert_eq!(take.id(), chain[0].id());
         assert_eq!(take.timeout(), 0);

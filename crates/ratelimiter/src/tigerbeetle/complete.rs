@@ -11,15 +11,19 @@
 //! before or never existed (an unknown reserve outcome) count as released: they
 //! are dropped from the chain, which is sent again.
 
-use crate::decision::{self, OverageFallback, Reconcile};
-use crate::{CompleteRequest, LeaseId, LimitKey, LimitKind, LimiterError};
+use crate::base::id::LeaseId;
+use crate::model::decision::{self, OverageFallback, Reconcile};
+use crate::model::definition::LimitKind;
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::wire::CompleteRequest;
 use tigerbeetle_unofficial as tb;
 
-use super::backend::{unavailable, TigerBeetleBackend};
 use super::buckets;
+use super::chain::is_different_existing;
 use super::ids;
 use super::lease_cache::{HeldRequirement, LeaseRecord};
-use super::reserve::is_different_existing;
+use super::shared::{unavailable, Shared};
 use super::submitter::Failure;
 
 use tb::error::CreateTransferErrorKind as Kind;
@@ -72,7 +76,7 @@ struct CompleteChain {
     dropped_units: u64,
 }
 
-impl TigerBeetleBackend {
+impl Shared {
     pub(super) async fn complete_lease(&self, request: &CompleteRequest) -> Result<(), LimiterError> {
         let lease = request.lease_id();
         let Some(record) = self.lease_record(lease).await? else {

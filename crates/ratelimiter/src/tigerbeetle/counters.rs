@@ -1,14 +1,13 @@
 //! The TigerBeetle backend's counters and their backend-neutral metrics.
 
-use crate::metrics::{BackendMetrics, LabeledMetric, Metric, MetricValue};
+use crate::base::metrics::{LabeledMetric, Metric, MetricValue};
 
 use super::connections::ReplicaConnectionCounts;
 
-use super::backend::TigerBeetleBackend;
-use super::submitter::SubmitterSnapshot;
+use super::submitter::{SubmitterSnapshot, SubmitterStats};
 
 /// The backend's own counters at one moment, exported in `/metrics` (the
-/// submitter's histograms are read from [`TigerBeetleBackend::submitter_stats`]).
+/// submitter's histograms are read from [`TigerBeetleBackend::submitter_stats`](crate::tigerbeetle::TigerBeetleBackend::submitter_stats)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TigerBeetleCounters {
     /// Units used beyond reservations and dropped (`overage: none`).
@@ -271,31 +270,25 @@ impl TigerBeetleCounters {
     }
 }
 
-impl BackendMetrics for TigerBeetleBackend {
-    fn metrics(&self) -> Vec<Metric> {
-        let mut metrics = self.counters().metrics();
-        let stats = self.submitter_stats();
-        metrics.push(Metric {
-            name: "tigerbeetle_queue_wait_seconds",
-            help: "Time work items waited for the submitter before their batch was sent.",
-            value: MetricValue::Histogram(stats.queue_wait.snapshot()),
-        });
-        metrics.push(Metric {
-            name: "tigerbeetle_request_duration_seconds",
-            help: "Time TigerBeetle took to answer each create_transfers request.",
-            value: MetricValue::Histogram(stats.round_trip.snapshot()),
-        });
-        metrics
-    }
-
-    fn labeled_metrics(&self) -> Vec<LabeledMetric> {
-        replica_connection_metrics(&self.replica_connections())
-    }
+/// Every metric of the backend: its counters, then the submitter's histograms.
+pub(super) fn backend_metrics(counters: TigerBeetleCounters, stats: &SubmitterStats) -> Vec<Metric> {
+    let mut metrics = counters.metrics();
+    metrics.push(Metric {
+        name: "tigerbeetle_queue_wait_seconds",
+        help: "Time work items waited for the submitter before their batch was sent.",
+        value: MetricValue::Histogram(stats.queue_wait.snapshot()),
+    });
+    metrics.push(Metric {
+        name: "tigerbeetle_request_duration_seconds",
+        help: "Time TigerBeetle took to answer each create_transfers request.",
+        value: MetricValue::Histogram(stats.round_trip.snapshot()),
+    });
+    metrics
 }
 
 /// The connections this server holds to each replica (read from the kernel by
 /// the pool's watchdog), one series per replica address.
-fn replica_connection_metrics(counts: &[ReplicaConnectionCounts]) -> Vec<LabeledMetric> {
+pub(super) fn replica_connection_metrics(counts: &[ReplicaConnectionCounts]) -> Vec<LabeledMetric> {
     type Line = (&'static str, &'static str, fn(&ReplicaConnectionCounts) -> u64);
     const LINES: [Line; 4] = [
         (

@@ -14,8 +14,9 @@ use std::collections::HashMap;
 use sha2::{Digest, Sha256};
 use tigerbeetle_unofficial as tb;
 
-use crate::definition::LimitState;
-use crate::{id128, LimitKey};
+use crate::base::id::id128;
+use crate::model::definition::LimitState;
+use crate::model::key::LimitKey;
 
 /// The ledger of definition records, apart from the limits' ledger so that
 /// tailing it reads nothing else.
@@ -378,7 +379,7 @@ impl DefinitionView {
 mod tests {
     use super::super::chain_reassembler::stamped;
     use super::*;
-    use crate::definition::LimitDefinition;
+    use crate::model::definition::LimitDefinition;
 
     fn state(capacity: u64, description: &str) -> LimitState {
         let mut fields = LimitDefinition::rolling(LimitKey::new("k:tpm").unwrap(), capacity, 60)
@@ -405,10 +406,14 @@ mod tests {
     #[test]
     fn a_period_round_trips_and_changes_the_record() {
         let key = LimitKey::new("k:tpm").unwrap();
-        let month = LimitState::active(LimitDefinition::per_period(key, 10, crate::Period::Month).unwrap());
+        let month =
+            LimitState::active(LimitDefinition::per_period(key, 10, crate::base::period::Period::Month).unwrap());
         let chain = stamped(encode(&month, RecordKind::Put, 5), 100);
         let record = decode(&chain).unwrap();
-        assert_eq!(record.state.definition().period(), Some(crate::Period::Month));
+        assert_eq!(
+            record.state.definition().period(),
+            Some(crate::base::period::Period::Month)
+        );
         assert_eq!(record.state, month);
         let rolling = encode(&state(10, ""), RecordKind::Put, 5);
         assert_ne!(encode(&month, RecordKind::Put, 5)[0].id(), rolling[0].id());
@@ -464,7 +469,7 @@ mod tests {
                 decreasing.state.definition().capacity(),
                 decreasing.state.pending_decrease_to()
             ),
-            (crate::LimitStatus::Decreasing, 10, 4)
+            (crate::model::definition::LimitStatus::Decreasing, 10, 4)
         );
         let fresh = stamped(encode(&state(4, ""), RecordKind::DecreaseApplied, 150), 200);
         assert_eq!(view.consume(&fresh), 1);

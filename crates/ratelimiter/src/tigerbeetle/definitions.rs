@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use tigerbeetle_unofficial as tb;
 
-use crate::{LimitKey, LimitState, LimiterError};
+use crate::model::definition::LimitState;
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
 
-use super::backend::{unavailable, TigerBeetleBackend};
 use super::definition_log::{self, RecordKind, Versioned, LEDGER_DEFINITIONS, QUERY_TRANSFERS_MAX};
+use super::shared::{unavailable, Shared};
 
 /// What became of a claimed record.
 #[derive(Debug, Clone, Copy)]
@@ -42,7 +44,7 @@ pub const DEFINITIONS_REFRESH_IDLE_MAX_MS: u64 = 800;
 /// holding a session for seconds.
 pub const REFRESH_PAGES_MAX: usize = 4_096;
 
-impl TigerBeetleBackend {
+impl Shared {
     /// Reads the log up to date: every record committed before the call is
     /// applied when it returns. Reads run one at a time; a caller that waited
     /// while another read ran returns as soon as a read that started after its
@@ -201,7 +203,7 @@ impl TigerBeetleBackend {
     /// True when some key is decreasing as far as this server knows.
     pub(super) fn any_decreasing(&self) -> bool {
         (self.definitions.read().expect("definitions lock").states())
-            .any(|v| v.state.status() == crate::LimitStatus::Decreasing)
+            .any(|v| v.state.status() == crate::model::definition::LimitStatus::Decreasing)
     }
 
     /// Every state, ordered by key.

@@ -9,8 +9,8 @@
 
 use std::sync::Mutex;
 
-use crate::recent_ids::RecentIds;
-use crate::LeaseId;
+use crate::base::id::LeaseId;
+use crate::base::recent_ids::RecentIds;
 
 /// The instant every denied id is remembered at: these ids never expire by
 /// time (TigerBeetle never forgets them either), only the count bound applies,

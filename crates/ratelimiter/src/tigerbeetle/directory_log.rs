@@ -19,12 +19,14 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use tigerbeetle_unofficial as tb;
 
+use crate::base::id::id128;
 use crate::directory::{Appended, Change, DirectoryError, DirectoryStore, Recorded};
-use crate::{id128, LimiterError};
+use crate::model::error::LimiterError;
 
-use super::backend::{TigerBeetleBackend, UNAVAILABLE_RETRY_MS};
+use super::backend::TigerBeetleBackend;
 use super::chain_reassembler::{chain_payload, ChainReassembler};
 use super::definition_log::{carry_payload, link, QUERY_TRANSFERS_MAX};
+use super::shared::{Shared, UNAVAILABLE_RETRY_MS};
 
 /// The ledger of the directory's changes, apart from every other log.
 pub const LEDGER_DIRECTORY: u32 = 6;
@@ -172,7 +174,8 @@ impl Cursor {
 /// The directory's store in the cluster of a [`TigerBeetleBackend`].
 #[derive(Debug)]
 pub struct TigerBeetleDirectoryStore {
-    backend: Arc<TigerBeetleBackend>,
+    /// What the backend holds: its sessions and timeout.
+    backend: Arc<Shared>,
     cursor: tokio::sync::Mutex<Cursor>,
     accounts_ready: AtomicBool,
     malformed: AtomicU64,
@@ -182,7 +185,7 @@ impl TigerBeetleDirectoryStore {
     /// The store of `backend`'s cluster; nothing is read before the first read.
     pub fn new(backend: Arc<TigerBeetleBackend>) -> Self {
         Self {
-            backend,
+            backend: Arc::clone(&backend.shared),
             cursor: tokio::sync::Mutex::new(Cursor::default()),
             accounts_ready: AtomicBool::new(false),
             malformed: AtomicU64::new(0),
@@ -222,7 +225,7 @@ impl DirectoryStore for TigerBeetleDirectoryStore {
                     client.query_transfers(Box::new(filter)).await
                 })
                 .await
-                .map_err(|e| unavailable(super::backend::unavailable(&e, "read the directory")))?;
+                .map_err(|e| unavailable(super::shared::unavailable(&e, "read the directory")))?;
             out.extend(cursor.consume(&page, &self.malformed));
             if page.len() < QUERY_TRANSFERS_MAX as usize {
                 break;
@@ -244,7 +247,7 @@ impl DirectoryStore for TigerBeetleDirectoryStore {
                 super::submitter::create_transfers(client, chain)
             })
             .await
-            .map_err(|e| unavailable(super::backend::unavailable(&e, "write the directory")))?;
+            .map_err(|e| unavailable(super::shared::unavailable(&e, "write the directory")))?;
         use tb::error::CreateTransferErrorKind as Kind;
         match failures.iter().find(|f| f.index == 0).map(|f| f.kind()) {
             None | Some(Kind::Exists) => Ok(Appended::Written),

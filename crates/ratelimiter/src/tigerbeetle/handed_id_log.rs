@@ -15,8 +15,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tigerbeetle_unofficial as tb;
 
-use crate::handed_ids::{HandedIdStore, StoredKind, HANDED_ID_BYTES_MAX};
-use crate::{id128, LimiterError};
+use crate::base::id::id128;
+use crate::limiting::handed_ids::{HandedIdStore, StoredKind, HANDED_ID_BYTES_MAX};
+use crate::model::error::LimiterError;
 
 use super::backend::TigerBeetleBackend;
 use super::once_log::{OnceLedger, OnceLog};

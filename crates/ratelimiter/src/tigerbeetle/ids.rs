@@ -9,7 +9,8 @@
 //! calendar period also have a settled account, whose pending debits are what
 //! completed calls hold until the period's end.
 
-use crate::{id128, LeaseId, LimitKey};
+use crate::base::id::{id128, LeaseId};
+use crate::model::key::LimitKey;
 use tigerbeetle_unofficial as tb;
 
 /// The single ledger of every limiter account (docs/tigerbeetle-backend.md, "Account

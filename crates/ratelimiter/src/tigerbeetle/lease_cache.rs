@@ -14,10 +14,14 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use crate::recent_ids::RecentIds;
+use crate::base::recent_ids::RecentIds;
 
+use crate::base::id::LeaseId;
 use crate::memory::TOO_MANY_LEASES_RETRY_MS;
-use crate::{LeaseId, LeaseOwner, LimitKey, LimitKind, LimiterError};
+use crate::model::definition::LimitKind;
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
+use crate::model::owner::LeaseOwner;
 
 /// One reserved requirement as it was sent.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,11 +5,18 @@
 //! - [`ids`]: the account model and the deterministic ids (docs/lease-ids.md,
 //!   "Deterministic TigerBeetle ids").
 //! - [`config`]: the `tigerbeetle:` settings.
-//! - [`pool`]: client sessions and the bound on requests outstanding on them.
+//! - [`pool`]: client sessions and the bound on requests outstanding on them;
+//!   a session's client (`session`) and the watchdog's probe (`probe`) below it.
 //! - [`submitter`]: micro-batching of many requests' chains (docs/tigerbeetle-backend.md,
 //!   "The submitter").
-//! - [`backend`]: [`TigerBeetleBackend`], the [`crate::Backend`]; its
-//!   reserve, complete and admin paths live in their own files.
+//! - `shared`: what the backend holds (sessions, submitter, definitions, lease
+//!   cache, counters), below every path of the backend; the paths (`reserve`,
+//!   `complete`, `admin`, `definitions`, `next_release`, `bucket_refills`,
+//!   `clock_probe`, `cluster_lease`, `fleet_servers`) are `impl` blocks of it
+//!   in their own files.
+//! - [`backend`]: [`TigerBeetleBackend`], the [`crate::Backend`], above the
+//!   paths, handing each call to them.
+//! - `chain`: a lease's chain of reservations and the timeouts it carries.
 //! - [`cluster_clock`]: a lower bound of the cluster's clock, which times a
 //!   Complete of a lease reserved by another process (docs/tigerbeetle-backend.md,
 //!   "Clocks").
@@ -79,18 +86,34 @@ pub mod submitter;
 #[cfg(feature = "tigerbeetle")]
 mod admin;
 #[cfg(feature = "tigerbeetle")]
+mod bucket_refills;
+#[cfg(feature = "tigerbeetle")]
 mod buckets;
+#[cfg(feature = "tigerbeetle")]
+mod chain;
+#[cfg(feature = "tigerbeetle")]
+mod clock_probe;
+#[cfg(feature = "tigerbeetle")]
+mod cluster_lease;
 #[cfg(feature = "tigerbeetle")]
 mod complete;
 #[cfg(feature = "tigerbeetle")]
 mod counters;
 #[cfg(feature = "tigerbeetle")]
+mod fleet_servers;
+#[cfg(feature = "tigerbeetle")]
 mod next_release;
 #[cfg(feature = "tigerbeetle")]
+mod probe;
+#[cfg(feature = "tigerbeetle")]
 mod reserve;
+#[cfg(feature = "tigerbeetle")]
+mod session;
+#[cfg(feature = "tigerbeetle")]
+mod shared;
 
 #[cfg(feature = "tigerbeetle")]
-pub use reserve::lease_chain;
+pub use chain::lease_chain;
 /// The TigerBeetle client library this backend speaks, for benchmarks and
 /// prototypes that compare against it; one pinned version for the workspace.
 #[cfg(feature = "tigerbeetle")]

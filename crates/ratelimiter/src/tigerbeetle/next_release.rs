@@ -19,11 +19,13 @@
 use std::collections::HashSet;
 use tigerbeetle_unofficial as tb;
 
-use crate::{LimitKey, LimitKind, LimitState, LimiterError};
+use crate::model::definition::{LimitKind, LimitState};
+use crate::model::error::LimiterError;
+use crate::model::key::LimitKey;
 
-use super::backend::{unavailable, TigerBeetleBackend};
 use super::buckets;
 use super::ids;
+use super::shared::{unavailable, Shared};
 
 /// Transfers read per page of a key's debits: 32 KiB a page, so the console's
 /// one question per visible row a second stays small on a busy key.
@@ -36,7 +38,7 @@ pub const NEXT_RELEASE_PAGES_MAX: usize = 4;
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 const NANOS_PER_MS: u64 = 1_000_000;
 
-impl TigerBeetleBackend {
+impl Shared {
     /// Milliseconds until `key` next gets a held unit back, on the cluster's clock.
     pub(super) async fn next_release_from_cluster(&self, key: &LimitKey) -> Result<Option<u64>, LimiterError> {
         let Some(state) = self.state_of(key) else {
@@ -52,7 +54,7 @@ impl TigerBeetleBackend {
         let Some(now_ns) = self.cluster_now_ns().await else {
             return Ok(None);
         };
-        let longest_s = crate::wire::HOLD_MS_MAX.div_ceil(1_000);
+        let longest_s = crate::model::wire::HOLD_MS_MAX.div_ceil(1_000);
         let from_ns = now_ns.saturating_sub(longest_s * NANOS_PER_SECOND);
         let mut scan = HoldScan::default();
         // The newest first, up to whatever the cluster holds: the clock's bound
@@ -71,7 +73,7 @@ impl TigerBeetleBackend {
         if !complete {
             // Holds not met started before the oldest debit read, so (but for a
             // pause's longer hold_ms) one of them ends by then plus the key's timeout.
-            let own_ns = u64::from(super::reserve::timeout_seconds(&state, self.window_margin_ms)) * NANOS_PER_SECOND;
+            let own_ns = u64::from(super::chain::timeout_seconds(&state, self.window_margin_ms)) * NANOS_PER_SECOND;
             let bound_ns = scan.oldest_ns.saturating_add(own_ns);
             if bound_ns > now_ns {
                 scan.first_end_ns = Some(scan.first_end_ns.map_or(bound_ns, |first| first.min(bound_ns)));

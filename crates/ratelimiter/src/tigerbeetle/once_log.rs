@@ -12,9 +12,11 @@ use std::sync::Arc;
 
 use tigerbeetle_unofficial as tb;
 
-use crate::{id128, LimiterError};
+use crate::base::id::id128;
+use crate::model::error::LimiterError;
 
-use super::backend::{unavailable, TigerBeetleBackend};
+use super::backend::TigerBeetleBackend;
+use super::shared::{unavailable, Shared};
 
 /// One ledger of once-records: its number, codes and the name its two
 /// accounts' ids are made of (`acct:<name>:debit`, `acct:<name>:credit`).
@@ -72,7 +74,8 @@ impl OnceLedger {
 /// The once-records of one [`OnceLedger`] in the cluster of a [`TigerBeetleBackend`].
 #[derive(Debug)]
 pub struct OnceLog {
-    backend: Arc<TigerBeetleBackend>,
+    /// What the backend holds: its sessions and timeout.
+    backend: Arc<Shared>,
     ledger: OnceLedger,
     accounts_ready: AtomicBool,
 }
@@ -81,7 +84,7 @@ impl OnceLog {
     /// The records of `ledger` in `backend`'s cluster; its accounts are made on the first claim.
     pub fn new(backend: Arc<TigerBeetleBackend>, ledger: OnceLedger) -> Self {
         Self {
-            backend,
+            backend: Arc::clone(&backend.shared),
             ledger,
             accounts_ready: AtomicBool::new(false),
         }

@@ -17,13 +17,15 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tigerbeetle_unofficial as tb;
 
+use crate::base::id::id128;
+use crate::model::error::LimiterError;
 use crate::spend::SPEND_NAME_BYTES_MAX;
 use crate::spend::{SpendBook, SpendEntry, SpendError, SpendQuery, SpendRecord, SpendRow, SpendSums};
-use crate::{id128, LimiterError};
 
 use super::backend::TigerBeetleBackend;
 use super::chain_reassembler::{chain_payload, ChainReassembler};
 use super::definition_log::{carry_payload, link, QUERY_TRANSFERS_MAX};
+use super::shared::Shared;
 
 /// The ledger of spend entries, apart from every other log.
 pub const LEDGER_SPEND: u32 = 9;
@@ -199,7 +201,8 @@ impl Tail {
 /// The spend book in the cluster of a [`TigerBeetleBackend`].
 #[derive(Debug)]
 pub struct TigerBeetleSpendBook {
-    backend: Arc<TigerBeetleBackend>,
+    /// What the backend holds: its sessions and timeout.
+    backend: Arc<Shared>,
     tail: tokio::sync::Mutex<Tail>,
     accounts_ready: AtomicBool,
     malformed: AtomicU64,
@@ -215,7 +218,7 @@ impl TigerBeetleSpendBook {
     /// may come up after the server).
     pub fn new(backend: Arc<TigerBeetleBackend>) -> Self {
         Self {
-            backend,
+            backend: Arc::clone(&backend.shared),
             tail: tokio::sync::Mutex::new(Tail::default()),
             accounts_ready: AtomicBool::new(false),
             malformed: AtomicU64::new(0),
@@ -248,7 +251,7 @@ impl TigerBeetleSpendBook {
                     client.query_transfers(Box::new(filter)).await
                 })
                 .await
-                .map_err(|e| unavailable(super::backend::unavailable(&e, "read the spend ledger")))?;
+                .map_err(|e| unavailable(super::shared::unavailable(&e, "read the spend ledger")))?;
             tail.consume(&page, &self.malformed);
             if page.len() < QUERY_TRANSFERS_MAX as usize {
                 return Ok(true);
@@ -272,7 +275,7 @@ impl TigerBeetleSpendBook {
                 super::submitter::create_transfers(client, transfers)
             })
             .await
-            .map_err(|e| unavailable(super::backend::unavailable(&e, "write the spend ledger")))?;
+            .map_err(|e| unavailable(super::shared::unavailable(&e, "write the spend ledger")))?;
         use tb::error::CreateTransferErrorKind as Kind;
         // A chain is written whole or not at all: its header's result says which.
         // `exists`: a retry of an entry the cluster already holds.

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use super::config::{SubmitMode, TigerBeetleConfig};
 use super::pool::{ClientPool, PoolError, Slot};
-use crate::metrics::Histogram;
+use crate::base::metrics::Histogram;
 
 /// The result of one transfer that failed: its index within the work item and
 /// TigerBeetle's result code. Transfers not listed succeeded.

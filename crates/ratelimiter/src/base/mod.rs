@@ -1,0 +1,10 @@
+//! The primitives every other layer builds on (lib.rs, "Layout"): time, ids,
+//! calendar periods, counters, the listeners' origin rule and the bounded map of
+//! recent ids. Nothing here imports another module of the crate.
+
+pub mod clock;
+pub mod id;
+pub mod metrics;
+pub mod origin;
+pub mod period;
+pub mod recent_ids;
