@@ -1,5 +1,5 @@
 //! `ratelimiterd`: the HTTP server of the `ratelimiter` library (docs/http-api.md;
-//! configuration in README.md, "The server: `ratelimiterd`"). The binary is a thin `main`
+//! configuration in docs/server.md, "Configuration"). The binary is a thin `main`
 //! over [`cli`] and [`server`].
 //!
 //! The operator's console is the folder [`console`]; the server's state

@@ -1,5 +1,5 @@
 //! The TigerBeetle backend's settings: the `tigerbeetle:` block of the server's
-//! configuration (README.md, "The server: `ratelimiterd`") plus the bounds the backend
+//! configuration (docs/server.md, "Configuration") plus the bounds the backend
 //! needs to stay safe under load. Validated on construction, so a running backend never
 //! sees a nonsensical value.
 
@@ -59,7 +59,7 @@ pub struct ConfigFields {
     /// trips, which only pays where commit latency is I/O rather than CPU.
     pub sessions: u32,
     /// The most transfers in one batch of the submitter. The YAML key is
-    /// `max_batch_events`, as in README.md, "The server: `ratelimiterd`".
+    /// `max_batch_events`, as in docs/server.md, "Configuration".
     #[serde(rename = "max_batch_events", alias = "batch_events_max")]
     pub batch_events_max: u32,
     /// How long the submitter waits to fill a batch once it holds one work item

@@ -38,7 +38,7 @@ pub enum DamagedSnapshotPolicy {
     /// Move the file aside as `<file>.damaged-<unix ms>`, log an error naming
     /// both, count it in `ratelimiterd_memory_snapshot_damaged_total`, and
     /// serve with nothing held: availability first, since the provider's own
-    /// limits still bound the over-admission (README, "Restarts").
+    /// limits still bound the over-admission (docs/server.md, "Restarts (memory backend)").
     #[default]
     StartFresh,
     /// Refuse to start, naming the file and the two ways on: for deployments

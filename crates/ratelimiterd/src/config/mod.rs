@@ -1,4 +1,4 @@
-//! The server's configuration: the YAML of README.md, "The server: `ratelimiterd`", plus
+//! The server's configuration: the YAML of docs/server.md, "Configuration", plus
 //! what the server needs to run safely (request limits, tokens, decrease timing, retry
 //! hints).
 //!

@@ -1,4 +1,4 @@
-//! The `server:` section (README.md, "The server: `ratelimiterd`"): how the
+//! The `server:` section (docs/server.md, "Configuration"): how the
 //! server listens, which backend holds the limits, who may call, and how it
 //! protects itself (body, time, concurrency and connection limits).
 
@@ -52,8 +52,8 @@ pub enum BackendKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
-    /// `host:port`, or `:port` for every interface (README.md, "The server:
-    /// `ratelimiterd`").
+    /// `host:port`, or `:port` for every interface (docs/server.md,
+    /// "Configuration").
     pub listen_addr: String,
     /// `memory` (default) or `tigerbeetle`.
     pub backend: BackendKind,
