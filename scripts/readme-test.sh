@@ -30,6 +30,10 @@
 #   itself), so an answer the README shows cannot silently become a 4xx.
 # - The foreground servers listed in SERVERS run in the background instead,
 #   probed until they answer, and are stopped at the block's end.
+# - `scripts/` is the repository's; `scripts/fleet.sh` runs the debug server
+#   built with `--features tigerbeetle` (RATELIMITERD_BIN) instead of building a
+#   release one, and keeps its cluster and servers in the block's directory
+#   (FLEET_DATA).
 #
 # A server the block starts in the background that exits while the block waits
 # for it fails the block at once (the prelude's `sleep`).
@@ -55,7 +59,6 @@ readonly PORTS=(8080 8081 8090)
 # that start with TEXT, `block|TEXT|REASON` the whole block holding such a line.
 readonly EXCEPTIONS=(
     "line|scripts/test.sh|the script that runs this test: it would run itself"
-    "block|scripts/fleet.sh start|starts a three-replica TigerBeetle cluster (about 1.5 GiB of memory per replica) and builds a release server with --features tigerbeetle: too heavy for every run; the fleet itself is tested by crates/ratelimiterd/tests/fleet.rs (--features tigerbeetle)"
 )
 # Foreground commands that serve until stopped: `COMMAND|URL`, URL answering
 # 2xx once the server is up.
@@ -80,10 +83,15 @@ fail() {
     exit 1
 }
 
+# The fleet's server: the debug build with the TigerBeetle backend, kept aside
+# before the plain build below takes its place in target/debug.
+DEBUG_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
+case "$DEBUG_DIR" in /*) ;; *) DEBUG_DIR="$ROOT/$DEBUG_DIR" ;; esac
+cargo build -q -p ratelimiterd --features tigerbeetle --bin ratelimiterd
+cp "$DEBUG_DIR/ratelimiterd" "$WORK/ratelimiterd-tigerbeetle"
 # The configuration checker: the debug server, built once.
 cargo build -q -p ratelimiterd --bin ratelimiterd
-RATELIMITERD="${CARGO_TARGET_DIR:-$ROOT/target}/debug/ratelimiterd"
-case "$RATELIMITERD" in /*) ;; *) RATELIMITERD="$ROOT/$RATELIMITERD" ;; esac
+RATELIMITERD="$DEBUG_DIR/ratelimiterd"
 
 # What every shell block runs first: strict mode, the mappings, its directory.
 prelude() {
@@ -124,6 +132,11 @@ sleep() {
     command sleep "\$@"
 }
 mkdir -p target/release
+# The repository's scripts as the README calls them; the fleet's on the debug
+# server with the TigerBeetle backend, its cluster and servers in the block's
+# directory.
+ln -s "\$README_TEST_ROOT/scripts" scripts
+export RATELIMITERD_BIN='$WORK/ratelimiterd-tigerbeetle' FLEET_DATA="\$PWD/fleet"
 EOF
 }
 
@@ -199,6 +212,11 @@ run_shell() {
         waited=$((waited + 1))
     done
     kill -KILL -- "-$pid" 2>/dev/null || true
+    # A fleet the block started but did not stop (it failed halfway): its
+    # replicas and servers run in sessions of their own.
+    if [ -d "$dir/fleet" ]; then
+        FLEET_DATA="$dir/fleet" scripts/fleet.sh stop >>"$dir.log" 2>&1 || true
+    fi
     if [ "$status" -ne 0 ]; then
         cat "$dir.log" >&2
         fail "$README:$start: the block exited with $status (its output is above)"
