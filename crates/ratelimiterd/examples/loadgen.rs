@@ -29,6 +29,9 @@
 #[path = "loadgen/reservations.rs"]
 mod reservations;
 #[cfg(feature = "tigerbeetle")]
+#[path = "loadgen/resources.rs"]
+mod resources;
+#[cfg(feature = "tigerbeetle")]
 #[path = "support/tb_reference.rs"]
 mod tb_reference;
 

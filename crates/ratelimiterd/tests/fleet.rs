@@ -8,6 +8,7 @@
 
 #![cfg(feature = "tigerbeetle")]
 
+mod fleet_support;
 mod support;
 
 #[allow(dead_code)]
@@ -17,150 +18,20 @@ mod checker;
 #[path = "../examples/soak/engine/record.rs"]
 mod record;
 
-use std::path::Path;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use ratelimiter::httpclient::{HttpClient, HttpClientConfig};
-use ratelimiter::tigerbeetle::LocalCluster;
-use ratelimiter::{
-    Actual, CompleteRequest, Denial, LeaseId, LimitDefinition, LimitKey, LimitKind, LimitReport, LimitStatus, Limiter,
-    Requirement, ReserveOutcome, ReserveRequest,
-};
+use ratelimiter::{Denial, LeaseId, LimitDefinition, LimitKey, LimitKind, LimitStatus, Limiter, ReserveOutcome};
 use serde_json::{json, Value};
-use support::{raw, temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, CLIENT_TOKEN};
+use support::{raw, temp_dir, Daemon, ADMIN_TOKEN, CLIENT_TOKEN};
 
+use fleet_support::{
+    complete_request, concurrency, metric, report, reserve, reserve_request, rolling, start, unique_key, wait_until,
+    FAST_DECREASES, NO_DECREASES, PROPAGATION_MAX, SERIAL, WAIT_MAX,
+};
 use record::{now_ms, CapacityChange, Completion, Grant, LimitSpec, Records};
-
-/// The cluster of this test binary, started on first use (a replica costs memory).
-fn cluster() -> &'static LocalCluster {
-    static CLUSTER: OnceLock<LocalCluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| LocalCluster::start().expect("starting a local TigerBeetle"))
-}
-
-/// The tests of this binary run one at a time: each starts two or three
-/// servers, and the machine they run on may have two cores; in parallel, the
-/// propagation times they measure would measure the scheduler instead.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The longest any wait for health, propagation or a decrease may take before
-/// the test fails: far above what a correct fleet needs, far below a hang.
-const WAIT_MAX: Duration = Duration::from_secs(20);
-/// How often a poll asks again.
-const POLL: Duration = Duration::from_millis(20);
-/// The promise under test: a definition made on one server is served by every
-/// other within this (the servers read the log every 200 ms).
-const PROPAGATION_MAX: Duration = Duration::from_secs(1);
-/// The `tigerbeetle:` settings of every server here: few sessions (a shared
-/// development replica), and requests that give up after 2 s so a call never hangs.
-const TIGERBEETLE_SETTINGS: &str = "  sessions: 2\n  request_timeout_ms: 2000\n";
-/// Pending decreases checked every 100 ms on every server, so the servers race
-/// to carry out the same decrease.
-const FAST_DECREASES: &str = "decrease:\n  check_interval_ms: 100\n";
-/// Decreases never tried by the periodic task within a test.
-const NO_DECREASES: &str = "decrease:\n  check_interval_ms: 3600000\n";
-
-/// Starts a server in `dir` (empty: nothing but what the cluster holds) with
-/// `sections`, and waits until it is healthy.
-async fn start(dir: &Path, sections: &str) -> Daemon {
-    let backend = BackendConfig::TigerBeetle {
-        addresses: cluster().address(),
-        settings: TIGERBEETLE_SETTINGS,
-    };
-    let server = Daemon::start_on(dir, backend, "", sections);
-    let deadline = Instant::now() + WAIT_MAX;
-    while raw::request(server.addr, "GET", "/healthz", None, b"").status != 200 {
-        assert!(Instant::now() < deadline, "server never became healthy");
-        tokio::time::sleep(POLL).await;
-    }
-    server
-}
-
-/// A key under a prefix no other test or run uses (the cluster outlives a run).
-fn unique_key(prefix: &str, name: &str) -> LimitKey {
-    LimitKey::new(format!("fleet:{prefix}:{name}")).expect("valid test key")
-}
-
-fn rolling(key: &LimitKey, capacity: u64, window_seconds: u64) -> LimitDefinition {
-    LimitDefinition::rolling(key.clone(), capacity, window_seconds).expect("valid definition")
-}
-
-fn concurrency(key: &LimitKey, capacity: u64, timeout_seconds: u64) -> LimitDefinition {
-    LimitDefinition::concurrency(key.clone(), capacity, timeout_seconds).expect("valid definition")
-}
-
-fn reserve_request(lease: LeaseId, needs: &[(&LimitKey, u64)]) -> ReserveRequest {
-    let requirements = needs
-        .iter()
-        .map(|&(key, amount)| Requirement {
-            key: key.clone(),
-            amount,
-        })
-        .collect();
-    ReserveRequest::new(lease, None, requirements).expect("valid reserve")
-}
-
-fn complete_request(lease: LeaseId, actuals: &[(&LimitKey, u64)]) -> CompleteRequest {
-    let actuals = actuals
-        .iter()
-        .map(|&(key, actual_amount)| Actual {
-            key: key.clone(),
-            actual_amount,
-        })
-        .collect();
-    CompleteRequest::new(lease, None, actuals).expect("valid complete")
-}
-
-/// Reserves `needs` under a new lease on `server`.
-async fn reserve(server: &Daemon, needs: &[(&LimitKey, u64)]) -> (LeaseId, ReserveOutcome) {
-    let lease = LeaseId::generate();
-    let outcome = server
-        .client(CLIENT_TOKEN)
-        .reserve(&reserve_request(lease, needs))
-        .await
-        .unwrap_or_else(|e| panic!("reserve on {}: {e}", server.url()));
-    (lease, outcome)
-}
-
-/// `key`'s report on `server`.
-async fn report(server: &Daemon, key: &LimitKey) -> LimitReport {
-    server
-        .client(ADMIN_TOKEN)
-        .limit(key)
-        .await
-        .unwrap_or_else(|e| panic!("GET {key} on {}: {e}", server.url()))
-        .unwrap_or_else(|| panic!("{key} unknown to {}", server.url()))
-}
-
-/// Polls `check` every [`POLL`] until it holds; the time it took, or a panic
-/// naming `what` after [`WAIT_MAX`].
-async fn wait_until<F, Fut>(what: &str, mut check: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    loop {
-        if check().await {
-            return started.elapsed();
-        }
-        assert!(started.elapsed() < WAIT_MAX, "{what}: not within {WAIT_MAX:?}");
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// The value of the unlabelled counter or gauge `name` in `server`'s `/metrics`.
-fn metric(server: &Daemon, name: &str) -> f64 {
-    let text = raw::request(server.addr, "GET", "/metrics", None, b"").text();
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
-        .trim()
-        .parse()
-        .expect("a number")
-}
 
 /// A lease reserved on A and completed on B, which never saw it: B reads the
 /// lease's transfers back from the cluster, releases the concurrency hold at

@@ -27,6 +27,8 @@
 //! ```
 
 mod bench_support;
+#[path = "gateway_bench/cpu.rs"]
+mod cpu;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -44,6 +46,7 @@ use hyper_util::rt::TokioIo;
 
 use bench_support::flags::Flags;
 use bench_support::{free_port, wait_listening, Process};
+use cpu::{clock_ticks_per_second, cpu_per_call_us, Pids};
 
 /// Latency samples kept per phase: a bound on memory, far above a phase's calls.
 const SAMPLES_MAX: usize = 4_000_000;
@@ -56,9 +59,6 @@ const STREAM_MODEL: &str = "gpt-4o";
 const STREAM_MS_PER_TOKEN: u64 = 1;
 /// Output tokens of a streamed call: enough events to be a stream.
 const STREAM_TOKENS: u64 = 16;
-/// Clock ticks per second of `/proc/<pid>/stat`'s CPU times when `getconf`
-/// cannot say: Linux's USER_HZ, 100 on every common build.
-const CLOCK_TICKS_PER_SECOND_DEFAULT: u64 = 100;
 
 /// The flags, as the usage line shows them.
 const USAGE: &str = "[--bin-dir DIR] [--baseline-bin DIR] [--snapshots on|off] [--server-cpu N] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]";
@@ -120,58 +120,6 @@ fn parse_options() -> Options {
         flags.fail("rates > 0, --seconds 0.5..=600, --rounds 1..=100, --connections 1..=1024");
     }
     options
-}
-
-impl Process {
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-/// The CPU time (user + system) process `pid` has used, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name (field 2) may hold spaces: count fields after its ')'.
-    let after_name = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-    field(11) + field(12)
-}
-
-fn clock_ticks_per_second() -> u64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(CLOCK_TICKS_PER_SECOND_DEFAULT)
-}
-
-/// The processes whose CPU a phase measures: the load generator (this process),
-/// the simulator and, on a gateway path, the server.
-#[derive(Clone, Copy)]
-struct Pids {
-    generator: u32,
-    simulator: u32,
-    server: Option<u32>,
-}
-
-impl Pids {
-    fn ticks(&self) -> [u64; 3] {
-        [
-            cpu_ticks(self.generator),
-            cpu_ticks(self.simulator),
-            self.server.map_or(0, cpu_ticks),
-        ]
-    }
-}
-
-/// CPU per call, in µs, of each process of `pids` between two readings.
-fn cpu_per_call_us(before: [u64; 3], after: [u64; 3], calls: u64, hz: u64) -> [u64; 3] {
-    let per_call = |i: usize| (after[i] - before[i]) * 1_000_000 / hz / calls.max(1);
-    [per_call(0), per_call(1), per_call(2)]
 }
 
 /// provider-sim with limits far above the load, writing a token per `ms_per_token`.

@@ -1,5 +1,5 @@
 //! Helpers for the scheduler tests: a limiter decorator that records every call,
-//! a limiter answering from a script, and job builders.
+//! a limiter answering from a script, its answers, a configuration, and job builders.
 
 #![allow(dead_code)]
 
@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ratelimiter::scheduler::{ExecuteError, Job, JobSpec};
-use ratelimiter::{CompleteRequest, LeaseId, Limiter, LimiterError, ReserveOutcome, ReserveRequest};
+use ratelimiter::scheduler::{ExecuteError, Job, JobSpec, SchedulerConfig};
+use ratelimiter::{CompleteRequest, Denial, LeaseId, LimitKey, Limiter, LimiterError, ReserveOutcome, ReserveRequest};
 use tokio::time::Instant;
 
 /// One call seen by a [`Recorder`].
@@ -198,4 +198,35 @@ pub fn sleeping_job(spec: JobSpec, duration_ms: u64, tokens: u64) -> Job {
         tokio::time::sleep(Duration::from_millis(duration_ms)).await;
         Ok::<u64, ExecuteError>(tokens)
     })
+}
+
+/// The tokens-per-minute key of the jobs [`openai`] makes.
+pub const TPM: &str = "global:llm:openai:gpt-4o:tpm";
+
+/// A scheduler's configuration with `workers` and no jitter, so retry times are exact.
+pub fn config(workers: usize) -> ratelimiter::scheduler::SchedulerConfigBuilder {
+    SchedulerConfig::builder(workers).jitter_ms_max(0).jitter_seed(7)
+}
+
+/// `text` as a key; the tests' keys are valid.
+pub fn key(text: &str) -> LimitKey {
+    LimitKey::new(text).unwrap()
+}
+
+/// A denial on `key_text` for lack of capacity, with its hint.
+pub fn not_now(key_text: &str, retry_after_ms: u64) -> Result<ReserveOutcome, LimiterError> {
+    Ok(ReserveOutcome::Denied(Denial::InsufficientCapacity {
+        key: key(key_text),
+        retry_after_ms,
+    }))
+}
+
+/// A reserve of unknown outcome: the limiter could not be reached.
+pub fn unavailable(retry_after_ms: u64) -> Result<ReserveOutcome, LimiterError> {
+    Err(LimiterError::Unavailable { retry_after_ms })
+}
+
+/// A job spec of `tenant_a` on openai's gpt-4o.
+pub fn openai(job_id: &str) -> JobSpec {
+    spec(job_id, "tenant_a", "openai", "gpt-4o")
 }
