@@ -152,7 +152,7 @@ async fn count_tokens(
             Method::POST,
             Endpoint::CountTokens.path(),
             headers,
-            deployment.body(&bytes),
+            deployment.body(&bytes, None),
         )
         .await
         .map_err(upstream_error)?;

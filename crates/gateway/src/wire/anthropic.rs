@@ -33,6 +33,8 @@ pub fn read_call(object: Map<String, Value>, counter: &Counter, body: Bytes) -> 
         calibration_sample: counter.calibration_sample(tally),
         drop_usage_chunk: false,
         upstream_body: body,
+        // `max_tokens` is required: the bound reserved is the client's own.
+        bound_to_send: None,
     })
 }
 
