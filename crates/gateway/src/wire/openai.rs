@@ -206,6 +206,9 @@ pub struct StreamUsage {
     pub response_id: Option<String>,
     /// The conversation of that response (its `conversation`), when it has one.
     pub conversation: Option<Value>,
+    /// Whether a usage with a field that is not a non-negative integer was seen:
+    /// the call then keeps its reservation, as the same answer whole would.
+    malformed: bool,
 }
 
 impl StreamUsage {
@@ -217,6 +220,7 @@ impl StreamUsage {
             usage: None,
             response_id: None,
             conversation: None,
+            malformed: false,
         }
     }
 
@@ -240,7 +244,11 @@ impl StreamUsage {
         let Some(usage) = usage.filter(|u| u.is_object()) else {
             return EventAction::Forward;
         };
-        self.usage = Some(usage_of(self.endpoint, &UsageFields::of_value(usage)));
+        let fields = UsageFields::of_value(usage);
+        self.malformed |= fields.is_none();
+        self.usage = fields
+            .filter(|_| !self.malformed)
+            .map(|fields| usage_of(self.endpoint, &fields));
         if self.endpoint == Endpoint::Responses {
             let id = value.get("response").and_then(|r| r.get("id")).and_then(Value::as_str);
             self.response_id = id.map(str::to_owned);
@@ -412,5 +420,33 @@ mod tests {
         let done = b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":6}}}\n\n";
         assert_eq!(responses.on_event(done), EventAction::Forward);
         assert_eq!(responses.usage.unwrap().output_tokens, 6);
+    }
+
+    #[test]
+    fn a_malformed_stream_usage_keeps_the_reservation() {
+        for field in ["-4", "null", "\"4\""] {
+            for endpoint in [Endpoint::ChatCompletions, Endpoint::Responses] {
+                let usage = format!(
+                    r#"{{"prompt_tokens":9,"completion_tokens":{field},"input_tokens":9,"output_tokens":{field}}}"#
+                );
+                let event = match endpoint {
+                    Endpoint::Responses => {
+                        format!("data: {{\"type\":\"response.completed\",\"response\":{{\"usage\":{usage}}}}}\n\n")
+                    }
+                    _ => format!("data: {{\"choices\":[],\"usage\":{usage}}}\n\n"),
+                };
+                let mut reader = StreamUsage::new(endpoint, true);
+                reader.on_event(event.as_bytes());
+                assert_eq!(reader.usage, None, "{endpoint:?} {field}: no usage, not 0");
+                assert_eq!(
+                    usage_of_body(endpoint, format!(r#"{{"usage":{usage}}}"#).as_bytes()),
+                    None
+                );
+                // A later well-formed usage does not undo it.
+                let good = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4}}\n\n";
+                reader.on_event(good);
+                assert_eq!(reader.usage, None);
+            }
+        }
     }
 }
