@@ -97,7 +97,7 @@ pub async fn forward(
     // they were handed to.
     let remember = (ctx.endpoint == Endpoint::Responses && parts.status.is_success()).then(|| RememberResponseId {
         ids: gateway.response_ids.clone(),
-        tenant: ctx.caller.name.clone(),
+        tenant: ctx.caller.owner.clone(),
     });
     let answer_body = if stream {
         answer::events(

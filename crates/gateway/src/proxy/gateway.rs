@@ -317,6 +317,8 @@ fn callers(config: &GatewayConfig, classes: &Classes) -> Vec<Caller> {
         Caller {
             index,
             name: Arc::from(tenant.name.as_str()),
+            // A tenant of the file is its name, across restarts.
+            owner: Arc::from(tenant.name.as_str()),
             keys: Some(Arc::new(TenantKeys::new(tenant))),
             class: classes.of_tenant(tenant.class.as_deref()),
             caps: Arc::new(TenantCaps::new(

@@ -113,7 +113,7 @@ async fn serve(
             ),
         ));
     }
-    gateway.response_ids.check(endpoint, &caller.name, &object).await?;
+    gateway.response_ids.check(endpoint, &caller.owner, &object).await?;
     if endpoint == Endpoint::CountTokens {
         // Sent to a pool's first deployment.
         return count_tokens(&gateway, &model, &caller, &headers, bytes).await;
