@@ -11,7 +11,13 @@ use ratelimiterd::cli::{self, Cli, Command};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // First of all: a SIGHUP (or a stray SIGUSR1, ...) sent while the server
+    // starts must not end it (`signals.rs`).
+    ratelimiterd::signals::ignore_stray();
     let cli = Cli::parse();
+    if !matches!(cli.command, None | Some(Command::Serve)) {
+        ratelimiterd::signals::restore_default();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
