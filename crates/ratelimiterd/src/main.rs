@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         match cli.command {
             None | Some(Command::Serve) => serve(cli.config).await,
             Some(Command::CheckConfig) => {
-                cli::load_config(cli.config.as_ref())?;
+                cli::check_config(cli.config.as_ref())?;
                 println!("configuration is valid");
                 Ok(ExitCode::SUCCESS)
             }
