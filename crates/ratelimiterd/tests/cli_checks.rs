@@ -1,13 +1,14 @@
 //! What the `ratelimiterd` binary's one-shot commands print: `check-config`
 //! fails on an unset key variable of the gateway exactly as `serve` would,
-//! naming it.
+//! naming it; a key operation given a key's text in place of its id never
+//! prints the text back (its last four characters at most).
 
 mod support;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use support::{temp_dir, BIN};
+use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN, BIN};
 
 /// The upstream's and the tenant's key variables of [`GATEWAY`].
 const UPSTREAM_VAR: &str = "CLI_CHECKS_UPSTREAM_KEY";
@@ -53,4 +54,45 @@ fn check_config_fails_on_an_unset_key_variable_as_the_start_does() {
     let checked = run(&config, &["check-config"], &[UPSTREAM_VAR, TENANT_VAR]);
     assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
     assert_eq!(String::from_utf8_lossy(&checked.stdout), "configuration is valid\n");
+}
+
+/// Runs a client command of the binary against `daemon` with the admin token.
+fn client(daemon: &Daemon, args: &[&str]) -> Output {
+    let url = daemon.url();
+    let mut all = vec!["--url", url.as_str(), "--token", ADMIN_TOKEN];
+    all.extend_from_slice(args);
+    Command::new(BIN).args(all).output().expect("run ratelimiterd")
+}
+
+#[test]
+fn a_key_operation_given_the_keys_text_never_prints_it_back() {
+    let dir = temp_dir("cli-key-text");
+    let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", "");
+    assert!(client(&daemon, &["tenants", "create", "acme"]).status.success());
+    let created = client(&daemon, &["keys", "create", "--tenant", "acme"]);
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let created: serde_json::Value = serde_json::from_slice(&created.stdout).unwrap();
+    let text = created["key"].as_str().unwrap();
+    let last_four = &text[text.len() - 4..];
+    let rotate = ["keys", "rotate", text];
+    for args in [&["keys", "revoke", text][..], &["keys", "get", text][..], &rotate[..]] {
+        let output = client(&daemon, args);
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(!output.status.success(), "{args:?}: {printed}");
+        assert!(
+            !printed.contains(&text[..text.len() - 4]),
+            "{args:?} echoed the key: {printed}"
+        );
+        assert!(
+            printed.contains("unknown key") && printed.contains(last_four),
+            "{args:?}: {printed}"
+        );
+    }
+    // The key still works by its id.
+    let id = created["id"].as_str().unwrap();
+    assert!(client(&daemon, &["keys", "revoke", id]).status.success());
 }
