@@ -309,6 +309,32 @@ async fn a_spent_period_refuses_for_good_until_its_boundary() {
 }
 
 #[tokio::test]
+async fn a_worst_case_above_the_whole_budget_can_never_be_admitted_and_says_so() {
+    let clock = Arc::new(FakeClock::new(1_795_867_200_000));
+    let (gateway, _backend) = gateway_on_clock(Period::Day, clock).await;
+    let client = client();
+    // 10 + 2,000 micro-dollars at most, on a budget of 1,000: never, in no period.
+    let (status, headers, text) = call(&client, gateway, "/v1/chat/completions", &chat(2_000, 5)).await;
+    assert_eq!(status, 400, "{text}");
+    assert_eq!(headers["x-should-retry"], "false");
+    assert_eq!(headers["x-ratelimit-limit-usd"], "0.001000");
+    let error = &serde_json::from_str::<Value>(&text).unwrap()["error"];
+    assert_eq!(error["type"], "invalid_request_error", "{text}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("tenant:fin:usd:day") && message.contains("whole budget"),
+        "{message}"
+    );
+    assert!(
+        message.contains("max_completion_tokens or max_tokens") && !message.contains("spent"),
+        "{message}"
+    );
+    // The same call within the budget goes.
+    let (status, _, text) = call(&client, gateway, "/v1/chat/completions", &chat(900, 5)).await;
+    assert_eq!(status, 200, "{text}");
+}
+
+#[tokio::test]
 async fn a_budget_full_only_of_calls_in_flight_waits_for_them() {
     let (provider, billing) = start_billing().await;
     let backend = memory_backend();

@@ -298,3 +298,81 @@ async fn usage_above_a_full_window_is_recorded_as_debt() {
     );
     assert!(report.debt > 0, "nothing recorded above the window: {report:?}");
 }
+
+/// The budget of [`calls_without_a_bound_are_billed_within_the_budget`]: $0.01.
+const SMALL_BUDGET_PICO_USD: u128 = 10_000_000_000;
+
+/// The simulator billing `gpt-4o-mini` at $2.50 input and $10 output per
+/// million tokens, the price the gateway is configured with.
+async fn start_billing_sim() -> SocketAddr {
+    let price = replay::sim::price::Price::parse("input:2.5,output:10").unwrap();
+    let billing = replay::sim::billing::Billing::new([("gpt-4o-mini".to_owned(), price)].into());
+    let control = SimControl::default().with_billing(billing);
+    let limits = ProviderLimits {
+        rpm: 100_000,
+        tpm: 100_000_000,
+        window_ms: 60_000,
+        concurrency: 1_000,
+        ms_per_output_token: 0,
+        accounting: Accounting::Actual,
+    };
+    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), control);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
+    addr
+}
+
+#[tokio::test]
+async fn calls_without_a_bound_are_billed_within_the_budget() {
+    // The simulator writes its own default (4,096 tokens) to a call that names no
+    // bound: the gateway reserves the model's 64 and has to send them.
+    let sim = start_billing_sim().await;
+    std::env::set_var("GATEWAY_SIM_BOUND_KEY", TENANT_KEY);
+    let price = "price: {input: 2.5, output: 10}";
+    let yaml = format!(
+        "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n  - {{name: local, kind: openai-compatible, base_url: \"http://{sim}\"}}\nmodels:\n  - {{name: gpt-4o-mini, upstream: sim, tpm: 10000000, max_output_tokens_default: 64, {price}}}\n  - {{name: local-mini, max_output_tokens_default: 64, {price}, deployments: [{{upstream: local, model: gpt-4o-mini, tpm: 10000000}}]}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_SIM_BOUND_KEY, budgets: [{{usd: 0.01, period: day}}]}}\n"
+    );
+    let gateway = start_gateway(&serde_yaml::from_str(&yaml).unwrap(), memory_backend()).await;
+    let client = client();
+    let messages = json!([{"role": "user", "content": "Write a long story."}]);
+    let (mut served, mut refused) = (0, 0);
+    for round in 0..30 {
+        let (path, body) = match round % 3 {
+            0 => (
+                "/v1/chat/completions",
+                json!({"model": "gpt-4o-mini", "messages": messages}),
+            ),
+            1 => (
+                "/v1/responses",
+                json!({"model": "gpt-4o-mini", "input": "Write a long story."}),
+            ),
+            _ => (
+                "/v1/chat/completions",
+                json!({"model": "local-mini", "messages": messages}),
+            ),
+        };
+        let (status, _, text) = post(&client, gateway, path, body).await;
+        if status == 429 {
+            refused += 1;
+            continue;
+        }
+        assert_eq!(status, 200, "{text}");
+        served += 1;
+        let usage = &serde_json::from_str::<Value>(&text).unwrap()["usage"];
+        let output = usage["completion_tokens"].as_u64().or(usage["output_tokens"].as_u64());
+        assert_eq!(output, Some(64), "{path}: the bound reserved is the bound sent: {text}");
+    }
+    let request = hyper::Request::get(format!("http://{sim}/sim/billing"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let bill: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let billed: u128 = bill["total"]["pico_usd"].as_str().unwrap().parse().unwrap();
+    assert!(
+        billed <= SMALL_BUDGET_PICO_USD,
+        "billed ${} on a $0.01 budget",
+        bill["total_usd"]
+    );
+    assert!(served >= 10 && refused > 0, "served {served}, refused {refused}");
+}

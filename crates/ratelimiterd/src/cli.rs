@@ -92,7 +92,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the server (the default).
     Serve,
-    /// Check the configuration file and exit: 0 when valid.
+    /// Check the configuration file and the gateway's key variables, and
+    /// exit: 0 when `serve` would start on them.
     CheckConfig,
     /// Define and inspect limits on a running server.
     Limits {
@@ -289,6 +290,17 @@ pub fn load_config(path: Option<&PathBuf>) -> Result<Config, String> {
         Some(path) => Config::load(path).map_err(|e| e.to_string()),
         None => Ok(Config::defaults()),
     }
+}
+
+/// `check-config`: the configuration at `path` loaded and validated, and the
+/// gateway's keys read from the environment as `serve` reads them, so that a
+/// configuration it passes does not fail at start for an unset key variable.
+pub fn check_config(path: Option<&PathBuf>) -> Result<(), String> {
+    let config = load_config(path)?;
+    if let Some(gateway) = &config.gateway {
+        gateway::Gateway::check_keys(gateway)?;
+    }
+    Ok(())
 }
 
 /// Runs a client subcommand and prints its JSON answer on standard output.

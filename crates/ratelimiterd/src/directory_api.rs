@@ -279,8 +279,37 @@ pub async fn get_key(
     Ok(Json(serde_json::to_value(view).expect("a key view serializes")))
 }
 
+/// The length of a key's id: a ULID (`directory/service.rs`, `new_id`).
+const KEY_ID_CHARS: usize = 26;
+/// The characters of a key's text shown, at most, where it was given in
+/// place of an id: as many as the key's hint shows.
+const SHOWN_SECRET_CHARS: usize = 4;
+
+/// `id` as an answer may show it: a key's id as it is; anything else (a
+/// key's secret text given in place of its id, most likely) never whole,
+/// only its last [`SHOWN_SECRET_CHARS`] characters.
+pub fn shown_key_id(id: &str) -> String {
+    let is_id = id.len() == KEY_ID_CHARS && id.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_uppercase());
+    if is_id {
+        return id.to_owned();
+    }
+    let chars: Vec<char> = id.chars().collect();
+    let last: String = chars[chars.len().saturating_sub(SHOWN_SECRET_CHARS)..].iter().collect();
+    format!("…{last} (not a key id: a key is named by its id, as `GET /v1/admin/gateway/keys` lists them, never by its text)")
+}
+
+/// The 404 of a key id no key has; its text never echoed ([`shown_key_id`]).
 fn unknown_key(id: &str) -> ApiError {
-    ApiError::UnknownRecord(format!("unknown key {id}"))
+    ApiError::UnknownRecord(format!("unknown key {}", shown_key_id(id)))
+}
+
+/// The library's refusal of a key operation on `id`, its unknown key's
+/// message built here so that a key's text given as `id` is never echoed.
+fn key_refusal(id: &str, error: ratelimiter::directory::DirectoryError) -> ApiError {
+    match error {
+        ratelimiter::directory::DirectoryError::UnknownKey(_) => unknown_key(id),
+        other => other.into(),
+    }
 }
 
 /// `DELETE /v1/admin/gateway/keys/{id}`: revokes; 200 with the key, revoked.
@@ -290,7 +319,7 @@ pub async fn revoke_key(
 ) -> Result<Json<Value>, ApiError> {
     let id = path_name(id)?;
     let directory = directory(&state);
-    directory.revoke_key(&id).await?;
+    directory.revoke_key(&id).await.map_err(|e| key_refusal(&id, e))?;
     let view = directory.key_view(&id).ok_or_else(|| unknown_key(&id))?;
     Ok(Json(serde_json::to_value(view).expect("a key view serializes")))
 }
@@ -305,7 +334,7 @@ pub async fn rotate_key(
     let id = path_name(id)?;
     let grace_seconds: u64 = fields.take("grace_seconds")?.unwrap_or(0);
     fields.finish()?;
-    let created = directory(&state).rotate_key(&id, grace_seconds).await?;
+    let created = (directory(&state).rotate_key(&id, grace_seconds).await).map_err(|e| key_refusal(&id, e))?;
     let mut body = created_json(&created);
     let old = directory(&state).key(&id).ok_or_else(|| unknown_key(&id))?;
     body["replaces"] = json!({"id": id, "expires_at": old.expires_at_unix_ms.map(|ms| ms / 1_000)});

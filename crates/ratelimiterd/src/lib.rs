@@ -36,6 +36,7 @@ pub mod price_reload;
 pub mod prices_api;
 pub mod server;
 pub mod shutdown;
+pub mod signals;
 pub mod snapshots;
 pub mod spend_api;
 pub mod state;

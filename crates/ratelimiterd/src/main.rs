@@ -11,7 +11,13 @@ use ratelimiterd::cli::{self, Cli, Command};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // First of all: a SIGHUP (or a stray SIGUSR1, ...) sent while the server
+    // starts must not end it (`signals.rs`).
+    ratelimiterd::signals::ignore_stray();
     let cli = Cli::parse();
+    if !matches!(cli.command, None | Some(Command::Serve)) {
+        ratelimiterd::signals::restore_default();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -23,7 +29,7 @@ fn main() -> ExitCode {
         match cli.command {
             None | Some(Command::Serve) => serve(cli.config).await,
             Some(Command::CheckConfig) => {
-                cli::load_config(cli.config.as_ref())?;
+                cli::check_config(cli.config.as_ref())?;
                 println!("configuration is valid");
                 Ok(ExitCode::SUCCESS)
             }

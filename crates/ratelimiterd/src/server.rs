@@ -183,21 +183,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     let options = ServeOptions::from_config(&config);
     let shutdown = Shutdown::new(shutdown);
     let gateway = match &config.gateway {
-        Some(section) => {
-            let served = start_gateway(section, &state, options, shutdown.clone()).await?;
-            let reload = state
-                .gateway()
-                .and_then(|g| crate::price_reload::PriceReload::of(&config, g.clone()));
-            if let Some(reload) = reload.map(Arc::new) {
-                reload
-                    .reload_on_hangup()
-                    .map_err(|source| ServerError::Io { addr, source })?;
-                state.set_price_reload(reload);
-            }
-            Some(served)
-        }
+        Some(section) => Some(start_gateway(section, &state, options, shutdown.clone()).await?),
         None => None,
     };
+    let reload = (state.gateway()).and_then(|g| crate::price_reload::PriceReload::of(&config, g.clone()));
+    let hangup = match reload.map(Arc::new) {
+        Some(reload) => {
+            let listening = reload.reload_on_hangup();
+            state.set_price_reload(reload);
+            listening
+        }
+        None if config.gateway.is_some() => {
+            crate::signals::nothing_to_reload_on_hangup("the configuration was not read from a file")
+        }
+        None => crate::signals::nothing_to_reload_on_hangup("no gateway section: no prices"),
+    };
+    hangup.map_err(|source| ServerError::Io { addr, source })?;
     let result = serve(listener, state, options, shutdown.wait())
         .await
         .map_err(|source| ServerError::Io { addr, source });

@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use serde_json::{json, Value};
 use support::gateway_setup::{client, gateway_addr, start_sim, HttpClient};
-use support::{temp_dir, BackendConfig, Daemon};
+use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN};
 
 /// The two tenants' keys (from the environment, as the configuration says).
 const ACME_KEY: &str = "stored-responses-test-acme-key-0123456789";
@@ -134,6 +134,84 @@ async fn each_tenant_continues_only_its_own_responses_and_conversations() {
     let dir = temp_dir("gateway-stored-responses");
     let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &gateway_section(sim));
     isolated(&client(), &[gateway_addr(&daemon)]).await;
+}
+
+/// An admin call of `method` on `path` of `server`: the status and the JSON answer.
+async fn admin(
+    client: &HttpClient,
+    server: SocketAddr,
+    method: hyper::Method,
+    path: &str,
+    body: Value,
+) -> (u16, Value) {
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{server}{path}"))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// A tenant `name` made through the admin API of `server`, and a key of it: the key's text.
+async fn api_tenant_key(client: &HttpClient, server: SocketAddr, name: &str) -> String {
+    let (status, body) = admin(
+        client,
+        server,
+        hyper::Method::POST,
+        "/v1/admin/gateway/tenants",
+        json!({"name": name}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = admin(
+        client,
+        server,
+        hyper::Method::POST,
+        "/v1/admin/gateway/keys",
+        json!({"tenant": name}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    body["key"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_tenant_made_again_under_its_name_does_not_continue_the_deleted_ones_responses() {
+    let sim = start_sim().await;
+    let dir = temp_dir("gateway-stored-responses-incarnations");
+    let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &gateway_section(sim));
+    let (client, gateway) = (client(), gateway_addr(&daemon));
+    let first = api_tenant_key(&client, daemon.addr, "phoenix").await;
+    let (status, answer) = respond(&client, gateway, &first, json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    let previous = json!({"previous_response_id": answer["id"]});
+    let created = conversation(&client, gateway, &first).await;
+    let in_conversation = json!({"conversation": created});
+    continues(&client, &[gateway], &first, &previous).await;
+    continues(&client, &[gateway], &first, &in_conversation).await;
+    let path = "/v1/admin/gateway/tenants/phoenix";
+    let (status, body) = admin(&client, daemon.addr, hyper::Method::DELETE, path, Value::Null).await;
+    assert_eq!(status, 200, "{body}");
+    let second = api_tenant_key(&client, daemon.addr, "phoenix").await;
+    let unknown_response = json!({"previous_response_id": "resp_never_handed"});
+    refused(&client, &[gateway], &second, &previous, &unknown_response).await;
+    let unknown_conversation = json!({"conversation": "conv_never_handed"});
+    refused(&client, &[gateway], &second, &in_conversation, &unknown_conversation).await;
+    // The new tenant continues its own.
+    let (status, answer) = respond(&client, gateway, &second, json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    continues(
+        &client,
+        &[gateway],
+        &second,
+        &json!({"previous_response_id": answer["id"]}),
+    )
+    .await;
 }
 
 #[cfg(feature = "tigerbeetle")]

@@ -12,7 +12,7 @@ use ratelimiter::{
     Backend, CompleteRequest, Denial, LeaseId, LimitKey, Limiter, LimiterError, Requirement, ReserveRequest,
 };
 
-use super::budget::{budget_refusal, budget_spent, refusal_headers, worst_case_of};
+use super::budget::{budget_denied, budget_refusal, refusal_headers};
 use super::context::CallContext;
 use super::entry::{Caller, ModelEntry};
 use super::lease::CallLease;
@@ -235,13 +235,9 @@ impl Admission {
 
     /// The answer to a denial: 400 when the call can never fit, else a 429.
     async fn refuse(&self, ctx: &CallContext, denial: Denial) -> GatewayError {
-        if let Some(spent) = budget_spent(&denial, worst_case_of(ctx)) {
+        if let Some(refused) = budget_denied(self.backend.as_ref(), &denial, ctx).await {
             ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
-            let key = denial_key(&denial).and_then(|k| LimitKey::new(k).ok());
-            return match key {
-                Some(key) => refusal_headers(self.backend.as_ref(), &key, spent).await,
-                None => spent,
-            };
+            return refused;
         }
         if denial.is_permanent() {
             return never_fits(&ctx.call, &denial);

@@ -1,7 +1,8 @@
 //! A call's budgets in money at admission (docs/gateway.md, "Budgets and
 //! spend"): refused before any reservation when a budget is $0 or the call
-//! cannot be priced, refused for good (`x-should-retry: false`) when its worst
-//! case cannot fit a budget before the budget's period ends, and the binding
+//! cannot be priced, refused as never admissible (a 400) when its worst case
+//! is above a whole budget, refused for good (`x-should-retry: false`) until
+//! the period ends when the period's spend leaves too little, and the binding
 //! budget's remaining dollars in every answer.
 
 use ratelimiter::{Backend, Denial, LimitKey};
@@ -9,6 +10,7 @@ use ratelimiter::{Backend, Denial, LimitKey};
 use super::context::CallContext;
 use crate::limits::budgets::dollars;
 use crate::limits::{call_budgets, denial_key, is_budget_key, ModelKeys, TenantKeys};
+use crate::wire::call::Endpoint;
 use crate::wire::error::{ErrorKind, GatewayError};
 
 /// The header that gives, in USD with six decimals, what is left of the call's
@@ -47,17 +49,56 @@ pub fn budget_refusal(ctx: &CallContext) -> Option<GatewayError> {
     ))
 }
 
-/// The answer to a permanent denial on a budget in money: the call's worst case
-/// can never fit the budget before its period ends (the period's settled spend
-/// leaves too little, or the worst case is above the whole budget). A 429 that
-/// is never retried, naming the budget; `None` for a denial on another key.
-pub fn budget_spent(denial: &Denial, worst_case_micro_usd: Option<u64>) -> Option<GatewayError> {
+/// The answer to a permanent denial on a budget in money, with the budget's
+/// headers; `None` for a denial on another key. A call whose worst case is
+/// above the whole budget can never be admitted, whatever the period: a 400,
+/// as a call above a token limit's whole capacity is, naming the budget and
+/// the output bound to lower. Otherwise the period's settled spend leaves too
+/// little: a 429 that is never retried, until the budget's next period.
+pub async fn budget_denied(backend: &dyn Backend, denial: &Denial, ctx: &CallContext) -> Option<GatewayError> {
     let key = denial_key(denial).filter(|k| denial.is_permanent() && is_budget_key(k))?;
-    let worst = worst_case_micro_usd.map_or_else(String::new, |w| format!(" (at most ${})", dollars(w)));
-    Some(never_retried(format!(
+    let limit_key = LimitKey::new(key).ok();
+    let capacity = match &limit_key {
+        Some(k) => (backend.limit_report(k).await.ok().flatten()).map(|r| r.state.definition().capacity()),
+        None => None,
+    };
+    let error = match (least_worst_case(ctx), capacity) {
+        (Some(least), Some(capacity)) if least > capacity => above_whole_budget(key, ctx, least, capacity),
+        _ => spent(key, worst_case_of(ctx)),
+    };
+    Some(match limit_key {
+        Some(k) => refusal_headers(backend, &k, error).await,
+        None => error,
+    })
+}
+
+/// The 400 of a call whose least worst case (`least`, on the cheapest
+/// deployment) is above the whole budget `key` of `capacity` micro-dollars.
+fn above_whole_budget(key: &str, ctx: &CallContext, least: u64, capacity: u64) -> GatewayError {
+    let field = match ctx.endpoint {
+        Endpoint::ChatCompletions => "max_completion_tokens or max_tokens",
+        Endpoint::Responses => "max_output_tokens",
+        _ => "max_tokens",
+    };
+    let message = format!(
+        "This request can never be admitted: its worst case (${}) is more than the whole budget {key} (${}). \
+         Lower the output bound ({field}; {} tokens now, the model's default when the request names none) \
+         or shorten the prompt.",
+        dollars(least),
+        dollars(capacity),
+        ctx.call.output_tokens
+    );
+    GatewayError::invalid(message).with_header("x-should-retry", "false".to_owned())
+}
+
+/// The 429 of a budget whose period's settled spend leaves too little for the
+/// call's worst case (`worst`, when known) before the period ends.
+fn spent(key: &str, worst: Option<u64>) -> GatewayError {
+    let worst = worst.map_or_else(String::new, |w| format!(" (at most ${})", dollars(w)));
+    never_retried(format!(
         "The budget {key} cannot hold this call's worst case{worst} before its period ends: it is spent. \
          Lower the output bound (max_tokens) or wait for the budget's next period."
-    )))
+    ))
 }
 
 /// A 429 the SDKs do not retry: no wait can admit the call.
@@ -101,7 +142,19 @@ pub fn worst_case_of(ctx: &CallContext) -> Option<u64> {
     let [deployment] = ctx.model.pool.deployments.as_slice() else {
         return None;
     };
-    let keys = deployment.keys();
-    let input = crate::limits::prompt_charge(&keys, ctx.need.input_tokens, ctx.need.prompt_characters);
+    worst_case_on(ctx, &deployment.keys())
+}
+
+/// The least worst case of the call over its model's deployments: above a
+/// whole budget, no deployment can ever admit it.
+fn least_worst_case(ctx: &CallContext) -> Option<u64> {
+    (ctx.model.pool.deployments.iter())
+        .filter_map(|deployment| worst_case_on(ctx, &deployment.keys()))
+        .min()
+}
+
+/// The worst case of the call at the price of the deployment of `keys`.
+fn worst_case_on(ctx: &CallContext, keys: &ModelKeys) -> Option<u64> {
+    let input = crate::limits::prompt_charge(keys, ctx.need.input_tokens, ctx.need.prompt_characters);
     crate::limits::budgets::worst_case(keys.price.as_ref(), (input, ctx.need.output_tokens))
 }

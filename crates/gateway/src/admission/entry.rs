@@ -95,6 +95,11 @@ pub struct Caller {
     pub index: usize,
     /// The tenant's name, or [`NO_TENANT`]; a metrics label and the log's.
     pub name: Arc<str>,
+    /// Who owns the stored responses and conversations handed to it
+    /// (`proxy/response_ids.rs`): the name of a tenant of the file (or
+    /// [`NO_TENANT`]), the id of a tenant of the directory, so that a tenant
+    /// deleted and made again under the same name is another owner.
+    pub owner: Arc<str>,
     /// The tenant's keys; `None` for the caller without a tenant.
     pub keys: Option<Arc<TenantKeys>>,
     /// Its class (an index into the gateway's classes).
@@ -109,6 +114,7 @@ impl Caller {
         Self {
             index,
             name: Arc::from(NO_TENANT),
+            owner: Arc::from(NO_TENANT),
             keys: None,
             class: 0,
             caps: Arc::new(caps),

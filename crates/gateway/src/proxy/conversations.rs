@@ -67,7 +67,7 @@ async fn create(gateway: &Gateway, headers: &HeaderMap, body: Body) -> Result<Re
         let created = serde_json::from_slice::<Value>(&body).ok();
         if let Some(id) = created.as_ref().and_then(|c| c.get("id")).and_then(Value::as_str) {
             (gateway.response_ids)
-                .record(&authorized.caller.name, StoredKind::Conversation, id)
+                .record(&authorized.caller.owner, StoredKind::Conversation, id)
                 .await;
         }
     }

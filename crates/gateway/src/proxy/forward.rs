@@ -20,6 +20,7 @@ use crate::limits::budgets::dollars;
 use crate::routing::{pause, Deployment};
 use crate::wire::call::Endpoint;
 use crate::wire::error::{ErrorKind, GatewayError};
+use crate::wire::openai;
 
 /// What one try on a deployment came to.
 pub enum Forwarded {
@@ -48,7 +49,10 @@ pub async fn forward(
     let upstream = &gateway.upstreams[deployment.upstream];
     let last = ctx.is_last_try();
     let sent = Instant::now();
-    let body = deployment.body(&ctx.call.upstream_body);
+    // The bound reserved is the bound sent, in the field this deployment's upstream reads.
+    let bound = (ctx.call.bound_to_send)
+        .and_then(|bound| openai::bound_field(ctx.endpoint, upstream.config.kind).map(|field| (field, bound)));
+    let body = deployment.body(&ctx.call.upstream_body, bound);
     let send = (gateway.client).send(upstream, Method::POST, ctx.endpoint.path(), headers, body);
     // What is left of the call's binding budget, read while the call is sent.
     let backend = gateway.admission.backend();
@@ -93,7 +97,7 @@ pub async fn forward(
     // they were handed to.
     let remember = (ctx.endpoint == Endpoint::Responses && parts.status.is_success()).then(|| RememberResponseId {
         ids: gateway.response_ids.clone(),
-        tenant: ctx.caller.name.clone(),
+        tenant: ctx.caller.owner.clone(),
     });
     let answer_body = if stream {
         answer::events(

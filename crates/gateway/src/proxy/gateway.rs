@@ -159,6 +159,17 @@ impl Gateway {
         })
     }
 
+    /// Reads the keys a gateway of `config` reads at start, from the
+    /// environment, in the same order and by the same functions, and fails as
+    /// the start would (an unset, empty or shared key, naming its variable):
+    /// `ratelimiterd check-config` says what `serve` would refuse.
+    pub fn check_keys(config: &GatewayConfig) -> Result<(), String> {
+        for upstream in &config.upstreams {
+            Upstream::new(upstream.clone())?;
+        }
+        read_tenant_keys(&config.tenants).map(drop)
+    }
+
     /// The limit definitions the configuration implies; the server defines them
     /// in its registry at startup, where the admin API shows and changes them.
     pub fn definitions(&self) -> &[LimitDefinition] {
@@ -317,6 +328,8 @@ fn callers(config: &GatewayConfig, classes: &Classes) -> Vec<Caller> {
         Caller {
             index,
             name: Arc::from(tenant.name.as_str()),
+            // A tenant of the file is its name, across restarts.
+            owner: Arc::from(tenant.name.as_str()),
             keys: Some(Arc::new(TenantKeys::new(tenant))),
             class: classes.of_tenant(tenant.class.as_deref()),
             caps: Arc::new(TenantCaps::new(

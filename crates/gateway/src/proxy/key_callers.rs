@@ -110,6 +110,7 @@ impl KeyCallers {
             (Some(keys), false) => Arc::new(Caller {
                 index: tenant.index,
                 name: tenant.name.clone(),
+                owner: tenant.owner.clone(),
                 keys: Some(Arc::new(keys.with_key(own))),
                 class: tenant.class,
                 caps: tenant.caps.clone(),
@@ -183,6 +184,8 @@ fn api_caller(tenant: &TenantRecord, index: usize, admission: &Admission, caps_d
     Caller {
         index,
         name: Arc::from(tenant.name.as_str()),
+        // This incarnation of the name: a tenant made again is another owner.
+        owner: Arc::from(format!("{DIRECTORY_OWNER_PREFIX}{}", tenant.id)),
         keys: Some(Arc::new(
             TenantKeys::of(&tenant.name, (f.rpm, f.concurrency, f.daily_tokens)).with_budgets(directory_budget_keys(
                 &tenant_budget_prefix(&tenant.name),
@@ -197,6 +200,10 @@ fn api_caller(tenant: &TenantRecord, index: usize, admission: &Admission, caps_d
         )),
     }
 }
+
+/// What the owner of a directory tenant's stored ids starts with, before its
+/// id: no name of the file can be taken for it (a tenant's name has no `:`).
+const DIRECTORY_OWNER_PREFIX: &str = "directory:";
 
 /// The 401 of a wrong, unknown or revoked key: which of the three is not said.
 pub fn incorrect_key() -> GatewayError {

@@ -30,7 +30,8 @@ use crate::wire::error::{ErrorKind, GatewayError};
 /// knows it). About 200 bytes each, so at most about 2 MB per tenant.
 pub const RESPONSE_IDS_PER_TENANT_MAX: usize = 10_000;
 
-/// The ids handed to each tenant (by tenant name), each tenant bounded to
+/// The ids handed to each tenant (by its owner, `Caller::owner`: a tenant of
+/// the file by its name, one of the directory by its id), each tenant bounded to
 /// [`RESPONSE_IDS_PER_TENANT_MAX`] on its own: one tenant's calls never push
 /// out another's ids.
 #[derive(Default)]

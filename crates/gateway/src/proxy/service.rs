@@ -113,7 +113,7 @@ async fn serve(
             ),
         ));
     }
-    gateway.response_ids.check(endpoint, &caller.name, &object).await?;
+    gateway.response_ids.check(endpoint, &caller.owner, &object).await?;
     if endpoint == Endpoint::CountTokens {
         // Sent to a pool's first deployment.
         return count_tokens(&gateway, &model, &caller, &headers, bytes).await;
@@ -152,7 +152,7 @@ async fn count_tokens(
             Method::POST,
             Endpoint::CountTokens.path(),
             headers,
-            deployment.body(&bytes),
+            deployment.body(&bytes, None),
         )
         .await
         .map_err(upstream_error)?;

@@ -105,14 +105,21 @@ impl Deployment {
     }
 
     /// The body sent to this deployment: `body` with `model` rewritten when the
-    /// deployment's name differs (the answer keeps what the upstream returns).
-    pub fn body(&self, body: &Bytes) -> Bytes {
-        let Some(name) = &self.rewrite else {
+    /// deployment's name differs (the answer keeps what the upstream returns),
+    /// and with `bound` (the field this deployment's upstream reads, and the
+    /// output bound the call was reserved at) when the request named none.
+    pub fn body(&self, body: &Bytes, bound: Option<(&str, u64)>) -> Bytes {
+        if self.rewrite.is_none() && bound.is_none() {
             return body.clone();
-        };
+        }
         match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
             Ok(mut object) => {
-                object.insert("model".to_owned(), serde_json::Value::String(name.clone()));
+                if let Some(name) = &self.rewrite {
+                    object.insert("model".to_owned(), serde_json::Value::String(name.clone()));
+                }
+                if let Some(bound) = bound {
+                    crate::wire::openai::set_bound(&mut object, bound);
+                }
                 serde_json::to_vec(&object).map_or_else(|_| body.clone(), Bytes::from)
             }
             Err(_) => body.clone(),

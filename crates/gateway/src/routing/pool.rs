@@ -382,11 +382,15 @@ mod tests {
         let stats = Arc::new(DeploymentState::new("gpt-4o", "east", "gpt-4o-ptu", None, clock()));
         let east = Deployment::new("gpt-4o", &resolved[0], (0, (None, Vec::new())), &[], stats.clone());
         let body = Bytes::from_static(br#"{"model":"gpt-4o","messages":[],"max_tokens":3}"#);
-        let sent: serde_json::Value = serde_json::from_slice(&east.body(&body)).unwrap();
+        let sent: serde_json::Value = serde_json::from_slice(&east.body(&body, None)).unwrap();
         assert_eq!(sent["model"], "gpt-4o-ptu");
         assert_eq!(sent["max_tokens"], 3, "the rest unchanged");
         let west = Deployment::new("gpt-4o", &resolved[1], (1, (None, Vec::new())), &[], stats);
-        assert_eq!(west.body(&body), body, "the same name: the client's bytes, untouched");
+        assert_eq!(
+            west.body(&body, None),
+            body,
+            "the same name: the client's bytes, untouched"
+        );
         // A single-deployment model is its own one deployment.
         let single: ModelConfig =
             serde_yaml::from_str("{name: m, upstream: u, rpm: 3, max_output_tokens_default: 1}").unwrap();

@@ -8,7 +8,7 @@ use crate::counting::tokens::Counter;
 use crate::wire::call::{optional_bool, optional_u64, required_array, Call};
 use crate::wire::error::GatewayError;
 use crate::wire::sse;
-use crate::wire::usage::{number, EventAction, Usage, UsageFields};
+use crate::wire::usage::{EventAction, Usage, UsageFields};
 
 /// The API version sent upstream when the client names none (the one the SDKs send).
 pub const API_VERSION_DEFAULT: &str = "2023-06-01";
@@ -33,6 +33,8 @@ pub fn read_call(object: Map<String, Value>, counter: &Counter, body: Bytes) -> 
         calibration_sample: counter.calibration_sample(tally),
         drop_usage_chunk: false,
         upstream_body: body,
+        // `max_tokens` is required: the bound reserved is the client's own.
+        bound_to_send: None,
     })
 }
 
@@ -67,9 +69,18 @@ pub struct StreamUsage {
     /// Whether `message_delta` was seen: only then is the output count final
     /// (`message_start` reports the output of the first token only).
     pub final_seen: bool,
+    /// Whether a usage with a field that is not a non-negative integer was
+    /// seen: the call then keeps its reservation, as the same answer whole would.
+    malformed: bool,
 }
 
 impl StreamUsage {
+    /// The stream's usage once it ended: only after `message_delta`, and none
+    /// when a malformed usage was seen anywhere in it, as the whole answer's.
+    pub fn final_usage(&self) -> Option<Usage> {
+        self.usage.filter(|_| self.final_seen && !self.malformed)
+    }
+
     /// Reads one event; every event is forwarded.
     pub fn on_event(&mut self, event: &[u8]) -> EventAction {
         let name = sse::name(event);
@@ -83,13 +94,19 @@ impl StreamUsage {
         };
         if is_start {
             if let Some(usage) = value.get("message").and_then(|m| m.get("usage")) {
-                self.usage = Some(usage_of(&UsageFields::of_value(usage)));
+                let fields = UsageFields::of_value(usage);
+                self.malformed |= fields.is_none();
+                self.usage = fields.map(|fields| usage_of(&fields));
             }
         } else if let Some(delta) = value.get("usage").filter(|u| u.is_object()) {
+            let Some(latest) = UsageFields::of_value(delta) else {
+                self.malformed = true;
+                return EventAction::Forward;
+            };
             let mut usage = self.usage.unwrap_or_default();
             // Cumulative counts: take the latest of each field the event carries.
             if delta.get("input_tokens").is_some() || delta.get("cache_creation_input_tokens").is_some() {
-                let latest = usage_of(&UsageFields::of_value(delta));
+                let latest = usage_of(&latest);
                 if latest.input_tokens >= usage.input_tokens {
                     usage.input_tokens = latest.input_tokens;
                     usage.cache_write_tokens = latest.cache_write_tokens;
@@ -97,7 +114,7 @@ impl StreamUsage {
                 }
                 usage.cache_read_tokens = usage.cache_read_tokens.max(latest.cache_read_tokens);
             }
-            usage.output_tokens = number(delta, "output_tokens");
+            usage.output_tokens = latest.output_tokens;
             self.usage = Some(usage);
             self.final_seen = true;
         }
@@ -148,6 +165,28 @@ mod tests {
         assert!(reader.final_seen);
         let body = json!({"usage": {"input_tokens": 3, "output_tokens": 4, "cache_creation_input_tokens": 2}});
         assert_eq!(usage_of_body(body.to_string().as_bytes()).unwrap().input_tokens, 5);
+    }
+
+    #[test]
+    fn a_malformed_stream_usage_keeps_the_reservation() {
+        let start = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}\n\n";
+        for field in ["-15", "null", "\"15\""] {
+            let delta = format!("event: message_delta\ndata: {{\"type\":\"message_delta\",\"usage\":{{\"output_tokens\":{field}}}}}\n\n");
+            let mut reader = StreamUsage::default();
+            reader.on_event(start);
+            reader.on_event(delta.as_bytes());
+            let last = |reader: StreamUsage| reader.final_usage();
+            assert_eq!(last(reader), None, "{field}: no usage, not 0");
+            let body = format!(r#"{{"usage":{{"input_tokens":20,"output_tokens":{field}}}}}"#);
+            assert_eq!(usage_of_body(body.as_bytes()), None, "{field}: the same answer whole");
+            let mut reader = StreamUsage::default();
+            let start = format!("event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"usage\":{{\"input_tokens\":{field}}}}}}}\n\n");
+            reader.on_event(start.as_bytes());
+            reader.on_event(
+                b"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":3}}\n\n",
+            );
+            assert_eq!(last(reader), None, "{field} in message_start");
+        }
     }
 
     #[test]

@@ -76,6 +76,11 @@ pub struct Call {
     /// The body sent upstream: the client's, unchanged unless the gateway had to
     /// ask for usage.
     pub upstream_body: Bytes,
+    /// The output bound per choice the gateway adds to the body it sends when the
+    /// request names none: the model's default, which the call was reserved at,
+    /// so that the provider writes no more than was held (docs/gateway.md,
+    /// "Budgets and spend"). `None` when the request names its bound.
+    pub bound_to_send: Option<u64>,
 }
 
 /// The request's JSON object, or a 400 naming what is wrong.

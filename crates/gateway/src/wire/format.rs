@@ -120,7 +120,7 @@ impl StreamUsage {
     pub fn final_usage(&self) -> Option<Usage> {
         match self {
             StreamUsage::OpenAi(reader) => reader.usage,
-            StreamUsage::Anthropic(reader) => reader.usage.filter(|_| reader.final_seen),
+            StreamUsage::Anthropic(reader) => reader.final_usage(),
         }
     }
 }

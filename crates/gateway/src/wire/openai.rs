@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use crate::config::UpstreamKind;
 use crate::counting::tokens::{prompt_characters, Counter};
 use crate::wire::call::{optional_bool, optional_u64, required_array, Call, Endpoint};
 use crate::wire::error::GatewayError;
@@ -53,6 +54,7 @@ fn read_embeddings(
         calibration_sample: None,
         drop_usage_chunk: false,
         upstream_body: body,
+        bound_to_send: None,
     })
 }
 
@@ -71,9 +73,8 @@ fn read_chat(mut request: Value, counter: &Counter, prompt_characters: u64, body
     if !(1..=N_MAX).contains(&n) {
         return Err(GatewayError::invalid(format!("n: must be 1..={N_MAX}.")));
     }
-    let bound = optional_u64(object, "max_completion_tokens")?
-        .or(optional_u64(object, "max_tokens")?)
-        .unwrap_or(counter.output_default_tokens);
+    let named = optional_u64(object, "max_completion_tokens")?.or(optional_u64(object, "max_tokens")?);
+    let bound = named.unwrap_or(counter.output_default_tokens);
     let tally = counter.openai_chat(&request);
     let wants_usage = match object.get("stream_options") {
         None | Some(Value::Null) => false,
@@ -105,6 +106,7 @@ fn read_chat(mut request: Value, counter: &Counter, prompt_characters: u64, body
         calibration_sample: counter.calibration_sample(tally),
         drop_usage_chunk,
         upstream_body,
+        bound_to_send: named.is_none().then_some(bound),
     })
 }
 
@@ -121,7 +123,8 @@ fn read_responses(
         Some(_) => return Err(GatewayError::invalid("input: must be a string or an array.")),
     }
     let stream = optional_bool(object, "stream")?;
-    let bound = optional_u64(object, "max_output_tokens")?.unwrap_or(counter.output_default_tokens);
+    let named = optional_u64(object, "max_output_tokens")?;
+    let bound = named.unwrap_or(counter.output_default_tokens);
     let tally = counter.openai_responses(request);
     Ok(Call {
         stream,
@@ -131,7 +134,40 @@ fn read_responses(
         calibration_sample: counter.calibration_sample(tally),
         drop_usage_chunk: false,
         upstream_body: body,
+        bound_to_send: named.is_none().then_some(bound),
     })
+}
+
+/// The output bound fields of OpenAI's requests: an upstream body carries at
+/// most the one [`bound_field`] names, never another one left `null`.
+const BOUND_FIELDS: [&str; 3] = ["max_completion_tokens", "max_tokens", "max_output_tokens"];
+
+/// The field in which an upstream of `kind` reads the output bound of an
+/// `endpoint` call, `None` where the gateway never adds one (Anthropic's
+/// `max_tokens` is required, embeddings have no output). Chat on OpenAI (and
+/// Azure OpenAI, the same kind) takes `max_completion_tokens`: `max_tokens` is
+/// deprecated there and refused by the o-series models
+/// (<https://platform.openai.com/docs/api-reference/chat/create>); an
+/// OpenAI-compatible server (vLLM, Ollama) is sent `max_tokens`, the field they
+/// all read (Ollama's compatibility layer documents no other).
+pub fn bound_field(endpoint: Endpoint, kind: UpstreamKind) -> Option<&'static str> {
+    match (endpoint, kind) {
+        (Endpoint::Responses, _) => Some("max_output_tokens"),
+        (Endpoint::ChatCompletions, UpstreamKind::Openai) => Some("max_completion_tokens"),
+        (Endpoint::ChatCompletions, UpstreamKind::OpenaiCompatible) => Some("max_tokens"),
+        _ => None,
+    }
+}
+
+/// Writes `bound` in `field` of a request `object` that named none (a bound
+/// field left `null` is removed, so the upstream reads one bound only).
+pub fn set_bound(object: &mut Map<String, Value>, (field, bound): (&str, u64)) {
+    for name in BOUND_FIELDS {
+        if object.get(name).is_some_and(Value::is_null) {
+            object.remove(name);
+        }
+    }
+    object.insert(field.to_owned(), Value::from(bound));
 }
 
 /// The usage of a whole (non-stream) answer of `endpoint`, from its JSON bytes.
@@ -170,6 +206,9 @@ pub struct StreamUsage {
     pub response_id: Option<String>,
     /// The conversation of that response (its `conversation`), when it has one.
     pub conversation: Option<Value>,
+    /// Whether a usage with a field that is not a non-negative integer was seen:
+    /// the call then keeps its reservation, as the same answer whole would.
+    malformed: bool,
 }
 
 impl StreamUsage {
@@ -181,6 +220,7 @@ impl StreamUsage {
             usage: None,
             response_id: None,
             conversation: None,
+            malformed: false,
         }
     }
 
@@ -204,7 +244,11 @@ impl StreamUsage {
         let Some(usage) = usage.filter(|u| u.is_object()) else {
             return EventAction::Forward;
         };
-        self.usage = Some(usage_of(self.endpoint, &UsageFields::of_value(usage)));
+        let fields = UsageFields::of_value(usage);
+        self.malformed |= fields.is_none();
+        self.usage = fields
+            .filter(|_| !self.malformed)
+            .map(|fields| usage_of(self.endpoint, &fields));
         if self.endpoint == Endpoint::Responses {
             let id = value.get("response").and_then(|r| r.get("id")).and_then(Value::as_str);
             self.response_id = id.map(str::to_owned);
@@ -306,6 +350,43 @@ mod tests {
     }
 
     #[test]
+    fn a_call_without_a_bound_is_sent_the_bound_it_was_reserved_at() {
+        let mut plain = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 3});
+        let call = read(Endpoint::ChatCompletions, plain.clone()).unwrap();
+        // Per choice, as the field is.
+        assert_eq!((call.output_tokens, call.bound_to_send), (3 * 4096, Some(4096)));
+        plain["max_tokens"] = json!(9);
+        assert_eq!(read(Endpoint::ChatCompletions, plain).unwrap().bound_to_send, None);
+        let responses = read(Endpoint::Responses, json!({"model": "m", "input": "hi"})).unwrap();
+        assert_eq!(responses.bound_to_send, Some(4096));
+        let named = read(
+            Endpoint::Responses,
+            json!({"model": "m", "input": "hi", "max_output_tokens": 5}),
+        );
+        assert_eq!(named.unwrap().bound_to_send, None);
+        let field = |endpoint, kind| bound_field(endpoint, kind);
+        assert_eq!(
+            field(Endpoint::ChatCompletions, UpstreamKind::Openai),
+            Some("max_completion_tokens")
+        );
+        assert_eq!(
+            field(Endpoint::ChatCompletions, UpstreamKind::OpenaiCompatible),
+            Some("max_tokens")
+        );
+        assert_eq!(
+            field(Endpoint::Responses, UpstreamKind::Openai),
+            Some("max_output_tokens")
+        );
+        assert_eq!(field(Endpoint::Embeddings, UpstreamKind::Openai), None);
+        let mut object = json!({"model": "m", "max_tokens": null}).as_object().unwrap().clone();
+        set_bound(&mut object, ("max_completion_tokens", 64));
+        assert_eq!(
+            Value::Object(object),
+            json!({"model": "m", "max_completion_tokens": 64})
+        );
+    }
+
+    #[test]
     fn wrong_types_are_400s() {
         for body in [
             json!({"model": "m"}),
@@ -339,5 +420,33 @@ mod tests {
         let done = b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":6}}}\n\n";
         assert_eq!(responses.on_event(done), EventAction::Forward);
         assert_eq!(responses.usage.unwrap().output_tokens, 6);
+    }
+
+    #[test]
+    fn a_malformed_stream_usage_keeps_the_reservation() {
+        for field in ["-4", "null", "\"4\""] {
+            for endpoint in [Endpoint::ChatCompletions, Endpoint::Responses] {
+                let usage = format!(
+                    r#"{{"prompt_tokens":9,"completion_tokens":{field},"input_tokens":9,"output_tokens":{field}}}"#
+                );
+                let event = match endpoint {
+                    Endpoint::Responses => {
+                        format!("data: {{\"type\":\"response.completed\",\"response\":{{\"usage\":{usage}}}}}\n\n")
+                    }
+                    _ => format!("data: {{\"choices\":[],\"usage\":{usage}}}\n\n"),
+                };
+                let mut reader = StreamUsage::new(endpoint, true);
+                reader.on_event(event.as_bytes());
+                assert_eq!(reader.usage, None, "{endpoint:?} {field}: no usage, not 0");
+                assert_eq!(
+                    usage_of_body(endpoint, format!(r#"{{"usage":{usage}}}"#).as_bytes()),
+                    None
+                );
+                // A later well-formed usage does not undo it.
+                let good = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4}}\n\n";
+                reader.on_event(good);
+                assert_eq!(reader.usage, None);
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Usage as the provider reports it, from a whole answer or from a stream's own
 //! events (docs/gateway.md, "Reconciling").
 
+use serde::Deserialize;
 use serde_json::Value;
 
 /// Tokens a call used, as the provider counted them.
@@ -65,11 +66,6 @@ pub enum EventAction {
     Forward,
     /// Keep it from the client (the usage chunk the gateway asked for itself).
     Drop,
-}
-
-/// A number field of `value`, 0 when absent or not a number.
-pub(crate) fn number(value: &Value, field: &str) -> u64 {
-    value.get(field).and_then(Value::as_u64).unwrap_or(0)
 }
 
 /// The fields of a provider's `usage` object the gateway reconciles with
@@ -137,22 +133,12 @@ impl UsageFields {
         serde_json::from_slice::<Answer>(body).ok()?.usage
     }
 
-    /// The fields of a `usage` value already parsed (a stream's event).
-    pub fn of_value(usage: &Value) -> Self {
-        Self {
-            prompt_tokens: number(usage, "prompt_tokens"),
-            completion_tokens: number(usage, "completion_tokens"),
-            input_tokens: number(usage, "input_tokens"),
-            output_tokens: number(usage, "output_tokens"),
-            cache_creation_input_tokens: number(usage, "cache_creation_input_tokens"),
-            cache_read_input_tokens: number(usage, "cache_read_input_tokens"),
-            prompt_tokens_details: details(usage, "prompt_tokens_details"),
-            input_tokens_details: details(usage, "input_tokens_details"),
-            cache_creation: usage.get("cache_creation").map(|c| CacheCreation {
-                ephemeral_5m_input_tokens: number(c, "ephemeral_5m_input_tokens"),
-                ephemeral_1h_input_tokens: number(c, "ephemeral_1h_input_tokens"),
-            }),
-        }
+    /// The fields of a `usage` value already parsed (a stream's event), read by
+    /// the same rule as [`UsageFields::of_answer`]: `None` when a field is not a
+    /// non-negative integer (negative, `null`, a string), so that a stream keeps
+    /// its reservation exactly where the same answer whole would.
+    pub fn of_value(usage: &Value) -> Option<Self> {
+        Self::deserialize(usage).ok()
     }
 
     /// OpenAI's cached share of the prompt (chat or Responses), 0 when absent.
@@ -173,14 +159,6 @@ impl UsageFields {
     }
 }
 
-/// A details object of `value`'s `field`, if it is an object.
-fn details(value: &Value, field: &str) -> Option<TokenDetails> {
-    let details = value.get(field).filter(|d| d.is_object())?;
-    Some(TokenDetails {
-        cached_tokens: number(details, "cached_tokens"),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,6 +174,27 @@ mod tests {
         assert_eq!(UsageFields::of_answer(br#"{"usage":{"prompt_tokens":"9"}}"#), None);
         assert_eq!(UsageFields::of_answer(b"not json"), None);
         let value: Value = serde_json::from_slice(body).unwrap();
-        assert_eq!(UsageFields::of_value(&value["usage"]), fields);
+        assert_eq!(UsageFields::of_value(&value["usage"]), Some(fields));
+    }
+
+    #[test]
+    fn a_streams_malformed_usage_reads_as_none_like_a_whole_answers() {
+        for field in ["-5", "null", "\"9\"", "1.5"] {
+            let usage: Value =
+                serde_json::from_str(&format!(r#"{{"prompt_tokens":{field},"completion_tokens":4}}"#)).unwrap();
+            assert_eq!(UsageFields::of_value(&usage), None, "{field}");
+            let body = format!(r#"{{"usage":{usage}}}"#);
+            assert_eq!(
+                UsageFields::of_answer(body.as_bytes()),
+                None,
+                "{field}: the same answer whole"
+            );
+        }
+        let details: Value = serde_json::from_str(r#"{"prompt_tokens":9,"prompt_tokens_details":null}"#).unwrap();
+        assert_eq!(
+            UsageFields::of_value(&details).unwrap().prompt_tokens,
+            9,
+            "absent details are allowed"
+        );
     }
 }

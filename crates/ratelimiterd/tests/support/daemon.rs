@@ -115,6 +115,15 @@ impl Daemon {
         Self::spawn(command, config)
     }
 
+    /// Like [`Daemon::start_with`], running `at_spawn` with the process's id
+    /// the moment it is spawned, before it has started anything (a signal
+    /// sent in its first instants).
+    pub fn start_and_at_spawn(config: &Path, at_spawn: impl FnOnce(u32)) -> Result<Daemon, String> {
+        let mut command = Command::new(BIN);
+        command.arg("--config").arg(config);
+        Self::spawn_then(command, config, at_spawn)
+    }
+
     /// Starts the binary without `--config`, in `dir`, so it runs on its
     /// defaults; `Err` holds its output when it exits or does not log its
     /// address in time.
@@ -125,13 +134,19 @@ impl Daemon {
     }
 
     /// Runs `command` and waits (bounded) for the `listening addr=...` line.
-    fn spawn(mut command: Command, config: &Path) -> Result<Daemon, String> {
+    fn spawn(command: Command, config: &Path) -> Result<Daemon, String> {
+        Self::spawn_then(command, config, |_| {})
+    }
+
+    /// [`Daemon::spawn`], with `at_spawn` run on the process's id at once.
+    fn spawn_then(mut command: Command, config: &Path, at_spawn: impl FnOnce(u32)) -> Result<Daemon, String> {
         let mut child = command
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn ratelimiterd");
+        at_spawn(child.id());
         let stderr = child.stderr.take().expect("piped stderr");
         let logs = Arc::new(Mutex::new(Vec::new()));
         let lines = read_lines(stderr, logs.clone());
