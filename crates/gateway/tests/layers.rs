@@ -12,6 +12,8 @@
 //! `GATEWAY_LAYERS_SRC` checks another tree (such as an older checkout's
 //! `crates/gateway/src`) instead of this crate's.
 
+#[path = "../../../tests/layer_folders.rs"]
+mod layer_folders;
 #[path = "../../../tests/module_graph.rs"]
 mod module_graph;
 
@@ -29,176 +31,20 @@ const LAYERS: [&str; 8] = [
     "proxy",
 ];
 
-/// The files of the crate root that are not a stage: the crate's own file.
-const ROOT_FILES: [&str; 1] = ["lib.rs"];
-
-/// A `crate::` path of `file` that breaks the layering, with why.
-#[derive(Debug, PartialEq, Eq)]
-struct Violation {
-    file: String,
-    path: String,
-    why: String,
-}
-
-/// The code of a Rust file without its comments (line comments, doc comments
-/// included), so that a doc link is not taken for a dependency.
-fn code_of(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for line in text.lines() {
-        let code = match line.find("//") {
-            // A `//` inside a string ("http://") is code; the gateway's sources
-            // write no `crate::` path after one.
-            Some(at) if !line[..at].contains('"') => &line[..at],
-            _ => line,
-        };
-        out.push_str(code);
-        out.push('\n');
-    }
-    out
-}
-
-/// The first segment of every `crate::` path in `code`: `crate::a::b` gives
-/// `a`; `crate::{a::X, b}` gives `a` and `b`.
-fn first_segments(code: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        let before = rest[..at].chars().next_back();
-        rest = &rest[at + "crate::".len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-            continue; // `mycrate::`, not this crate
-        }
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = matching_brace(group);
-            out.extend(top_level_items(&group[..end]).iter().map(|item| segment(item)));
-        } else {
-            out.push(segment(rest));
-        }
-    }
-    out.retain(|s| !s.is_empty());
-    out
-}
-
-/// The index of the brace that closes a group opened just before `text`.
-fn matching_brace(text: &str) -> usize {
-    let mut depth = 0usize;
-    for (i, c) in text.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' if depth == 0 => return i,
-            '}' => depth -= 1,
-            _ => {}
-        }
-    }
-    text.len()
-}
-
-/// The items of a `{...}` group's inside, split at its top-level commas.
-fn top_level_items(group: &str) -> Vec<&str> {
-    let (mut items, mut depth, mut start) = (Vec::new(), 0usize, 0);
-    for (i, c) in group.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                items.push(&group[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    items.push(&group[start..]);
-    items
-}
-
-/// The leading identifier of `path`.
-fn segment(path: &str) -> String {
-    (path.trim_start().chars())
-        .take_while(|c| c.is_alphanumeric() || *c == '_')
-        .collect()
-}
-
-/// The violations of one file at `relative` (such as `routing/pool.rs`) with `text`.
-fn check_file(relative: &str, text: &str) -> Vec<Violation> {
-    let violation = |path: &str, why: String| Violation {
-        file: relative.to_owned(),
-        path: path.to_owned(),
-        why,
-    };
-    let Some((folder, _)) = relative.split_once('/') else {
-        if ROOT_FILES.contains(&relative) {
-            return Vec::new();
-        }
-        return vec![violation("", "a module outside the layer folders".to_owned())];
-    };
-    let Some(rank) = LAYERS.iter().position(|l| *l == folder) else {
-        return vec![violation("", format!("folder {folder:?} is no layer"))];
-    };
-    let mut out = Vec::new();
-    for first in first_segments(&code_of(text)) {
-        match LAYERS.iter().position(|l| *l == first) {
-            Some(used) if used <= rank => {}
-            Some(_) => out.push(violation(
-                &format!("crate::{first}"),
-                format!("{folder} may not use {first}, a layer above it"),
-            )),
-            None => out.push(violation(
-                &format!("crate::{first}"),
-                "a path through the crate root: name the folder".to_owned(),
-            )),
-        }
-    }
-    out
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("the source folder is readable") {
-        let path = entry.expect("a readable entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
-/// Every violation in the tree at `src`.
-fn check_tree(src: &Path) -> Vec<Violation> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
-    files.sort();
-    assert!(!files.is_empty(), "no source under {}", src.display());
-    let mut out = Vec::new();
-    for file in files {
-        let relative = file
-            .strip_prefix(src)
-            .expect("under src")
-            .to_string_lossy()
-            .replace('\\', "/");
-        let text = std::fs::read_to_string(&file).expect("a readable source");
-        out.extend(check_file(&relative, &text));
-    }
-    out
-}
-
 /// The tree checked: `GATEWAY_LAYERS_SRC`, else this crate's sources.
 fn src() -> PathBuf {
     std::env::var_os("GATEWAY_LAYERS_SRC")
         .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), PathBuf::from)
 }
 
+/// The layer check of one file of this crate.
+fn check(relative: &str, text: &str) -> Vec<layer_folders::Violation> {
+    layer_folders::check_file(&LAYERS, relative, text)
+}
+
 #[test]
 fn every_gateway_layer_uses_only_the_layers_below_it() {
-    let violations = check_tree(&src());
-    let listed: Vec<String> = (violations.iter())
-        .map(|v| format!("{}: {} ({})", v.file, v.path, v.why))
-        .collect();
-    assert!(
-        listed.is_empty(),
-        "{} layering violations:\n{}",
-        listed.len(),
-        listed.join("\n")
-    );
+    layer_folders::assert_layers(&LAYERS, &src());
 }
 
 #[test]
@@ -208,21 +54,21 @@ fn no_circle_of_files_and_no_file_too_long() {
 
 #[test]
 fn the_layer_check_sees_paths_up_groups_and_root_paths_and_skips_comments() {
-    let up = check_file("routing/pool.rs", "use crate::admission::queue::ModelQueue;\n");
+    let up = check("routing/pool.rs", "use crate::admission::queue::ModelQueue;\n");
     assert_eq!(up.len(), 1, "{up:?}");
     assert_eq!(up[0].path, "crate::admission");
-    let grouped = check_file(
+    let grouped = check(
         "limits/keys.rs",
         "use crate::{\n    config::ModelConfig,\n    observe::{metrics::X, status},\n};\n",
     );
     assert_eq!(grouped.len(), 1, "{grouped:?}");
     assert_eq!(grouped[0].path, "crate::observe");
-    let in_code = check_file("config/mod.rs", "fn f() { crate::limits::definitions(x); }\n");
+    let in_code = check("config/mod.rs", "fn f() { crate::limits::definitions(x); }\n");
     assert_eq!(in_code.len(), 1, "a path in code counts: {in_code:?}");
-    let root = check_file("wire/call.rs", "use crate::GatewayConfig;\n");
+    let root = check("wire/call.rs", "use crate::GatewayConfig;\n");
     assert_eq!(root.len(), 1, "{root:?}");
-    assert!(check_file("proxy/service.rs", "use crate::config::X;\nuse crate::proxy::y;\n").is_empty());
-    assert!(check_file("config/mod.rs", "/// See [`crate::proxy::Gateway`].\nstruct A;\n").is_empty());
-    assert_eq!(check_file("pool.rs", "").len(), 1, "a module outside the folders");
-    assert!(check_file("lib.rs", "pub use proxy::Gateway;\n").is_empty());
+    assert!(check("proxy/service.rs", "use crate::config::X;\nuse crate::proxy::y;\n").is_empty());
+    assert!(check("config/mod.rs", "/// See [`crate::proxy::Gateway`].\nstruct A;\n").is_empty());
+    assert_eq!(check("pool.rs", "").len(), 1, "a module outside the folders");
+    assert!(check("lib.rs", "pub use proxy::Gateway;\n").is_empty());
 }
