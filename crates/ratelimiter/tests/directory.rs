@@ -250,6 +250,24 @@ async fn a_yaml_tenant_named_like_a_stored_one_stops_the_open_and_revokes_nothin
     );
 }
 
+/// The file holds every key's hash: created 0600, and an older file readable
+/// by others is narrowed when opened.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_directory_file_is_its_owners_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &PathBuf| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let path = temp_file("mode");
+    let clock = FakeClock::new(1_700_000_000_000);
+    let directory = open(&path, &clock, Vec::new()).await;
+    directory.create_tenant("acme", TenantFields::default()).await.unwrap();
+    assert_eq!(mode(&path), 0o600);
+    drop(directory);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    FileStore::open(&path).unwrap();
+    assert_eq!(mode(&path), 0o600);
+}
+
 #[test]
 fn a_key_ordered_after_its_tenants_deletion_never_works() {
     let tenant = TenantRecord {
