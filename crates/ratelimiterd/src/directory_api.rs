@@ -12,7 +12,9 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ratelimiter::directory::{CreatedKey, Directory, KeyLimits, KeySpec, TenantFields, TenantPatch, TenantRecord};
+use ratelimiter::directory::{
+    CreatedKey, Directory, KeyLimits, KeySpec, KeyStatus, TenantFields, TenantPatch, TenantRecord,
+};
 use ratelimiter::price::budget::BudgetConfig;
 use serde_json::{json, Value};
 
@@ -83,7 +85,7 @@ pub async fn create_tenant(State(state): State<AppState>, mut fields: Fields) ->
     fields.finish()?;
     state.gateway_scope().check_class(tenant.class.as_deref())?;
     state.gateway_scope().check_models(tenant.models.as_deref(), None)?;
-    check_priced(&state, tenant.budgets.as_deref(), tenant.models.as_deref())?;
+    check_priced(&state, "budgets", tenant.budgets.as_deref(), tenant.models.as_deref())?;
     // In its own task: a client hanging up cannot stop it between the tenant and its limits.
     let change = tokio::spawn(async move {
         let directory = directory(&state).clone();
@@ -104,7 +106,13 @@ pub async fn create_tenant(State(state): State<AppState>, mut fields: Fields) ->
 /// (`models`; `None`: every model): a budget counts each call's cost, and a
 /// call of an unpriced model under a budget could only fail. A 400 naming
 /// the model, before anything changes.
-fn check_priced(state: &AppState, budgets: Option<&[BudgetConfig]>, models: Option<&[String]>) -> Result<(), ApiError> {
+/// `field` names the budgets in the answer (`budgets`, `key <id>: budgets`).
+fn check_priced(
+    state: &AppState,
+    field: &str,
+    budgets: Option<&[BudgetConfig]>,
+    models: Option<&[String]>,
+) -> Result<(), ApiError> {
     let (Some(gateway), false) = (state.gateway(), budgets.unwrap_or_default().is_empty()) else {
         return Ok(());
     };
@@ -114,11 +122,31 @@ fn check_priced(state: &AppState, budgets: Option<&[BudgetConfig]>, models: Opti
     match unpriced {
         None => Ok(()),
         Some(d) => Err(ApiError::InvalidRequest(format!(
-            "budgets: model {} (deployment {}) has no price: a budget counts every call's cost, so each model \
+            "{field}: model {} (deployment {}) has no price: a budget counts every call's cost, so each model \
              the tenant or key may call needs one; give it a price in gateway.models, or narrow `models`",
             d.model, d.deployment
         ))),
     }
+}
+
+/// [`check_priced`] of each working key of `tenant` with budgets and no
+/// models of its own: the tenant's `models` are its, so a change of them may
+/// widen what such a key's budget counts.
+fn check_keys_priced(state: &AppState, tenant: &TenantRecord) -> Result<(), ApiError> {
+    let keys = directory(state).keys(Some(&tenant.name));
+    let working = keys
+        .iter()
+        .filter(|k| k.status == KeyStatus::Active && k.models.is_none());
+    for key in working {
+        let field = format!("key {}: budgets", key.id);
+        check_priced(
+            state,
+            &field,
+            key.limits.budgets.as_deref(),
+            tenant.fields.models.as_deref(),
+        )?;
+    }
+    Ok(())
 }
 
 /// Defines the tenant's own limits (`tenant:<name>:llm:rpm`, …) as a
@@ -184,7 +212,13 @@ pub async fn update_tenant(
             fields: patch.applied_to(&current.fields)?,
             ..current
         };
-        check_priced(&state, next.fields.budgets.as_deref(), next.fields.models.as_deref())?;
+        check_priced(
+            &state,
+            "budgets",
+            next.fields.budgets.as_deref(),
+            next.fields.models.as_deref(),
+        )?;
+        check_keys_priced(&state, &next)?;
         define_tenant_limits(&state, &next).await?;
     }
     let updated = directory(&state).update_tenant(&name, &patch).await?;
@@ -250,7 +284,7 @@ pub async fn create_key(State(state): State<AppState>, mut fields: Fields) -> Re
         .gateway_scope()
         .check_models(spec.models.as_deref(), tenant.fields.models.as_deref())?;
     let key_models = spec.models.as_deref().or(tenant.fields.models.as_deref());
-    check_priced(&state, spec.limits.budgets.as_deref(), key_models)?;
+    check_priced(&state, "budgets", spec.limits.budgets.as_deref(), key_models)?;
     // In its own task: a client hanging up cannot stop it between the key and its limits.
     let change = tokio::spawn(async move {
         let created = directory.create_key(&spec).await?;

@@ -322,6 +322,16 @@ async fn a_budget_over_an_unpriced_model_is_refused_and_changes_nothing() {
     assert!(refused.to_string().contains("model llama"), "{refused}");
     // Narrowed to priced models, the same budget is taken.
     let narrowed = json!({"models": ["gpt-4o-mini"], "budgets": budgets});
-    let shown = admin(&client, daemon.addr, patch, path, Some(narrowed), 200).await;
+    let shown = admin(&client, daemon.addr, patch.clone(), path, Some(narrowed), 200).await;
     assert_eq!(shown["budgets"][0]["period"], "day", "{shown}");
+    // A key with a budget and the tenant's models: widening them to every model is refused too.
+    let key = json!({"tenant": "open", "budgets": [{"usd": 1, "period": "day"}]});
+    let created = admin(&client, daemon.addr, post, "/v1/admin/gateway/keys", Some(key), 201).await;
+    let widened = json!({"models": null, "budgets": null});
+    let refused = admin(&client, daemon.addr, patch, path, Some(widened), 400).await;
+    let text = refused.to_string();
+    assert!(
+        text.contains("model llama") && text.contains(created["id"].as_str().unwrap()),
+        "{text}"
+    );
 }
