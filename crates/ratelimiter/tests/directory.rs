@@ -187,12 +187,10 @@ async fn tenants_of_the_configuration_take_keys_but_change_with_the_file_only() 
             directory.delete_tenant("team").await.unwrap_err(),
             DirectoryError::Conflict(_)
         ));
-        assert_eq!(
-            directory
-                .create_tenant("team", TenantFields::default())
-                .await
-                .unwrap_err(),
-            DirectoryError::Exists("team".into())
+        let refused = (directory.create_tenant("team", TenantFields::default()).await).unwrap_err();
+        assert!(
+            matches!(&refused, DirectoryError::Conflict(m) if m.contains("team") && m.contains("configuration file")),
+            "{refused:?}"
         );
         directory.create_key(&spec("team")).await.unwrap()
     };
@@ -210,6 +208,64 @@ async fn tenants_of_the_configuration_take_keys_but_change_with_the_file_only() 
     drop(without);
     let back = open(&path, &clock, yaml()).await;
     assert!(back.authenticate(&key.key.text).await.is_ok(), "and came back");
+}
+
+/// A YAML tenant named like a stored (API) one stops the open, naming it and
+/// the way out, and changes nothing stored: without the entry, the stored
+/// tenant's key works and was never revoked; once the API tenant is deleted,
+/// the entry opens.
+#[tokio::test]
+async fn a_yaml_tenant_named_like_a_stored_one_stops_the_open_and_revokes_nothing() {
+    let path = temp_file("clash");
+    let clock = FakeClock::new(1_700_000_000_000);
+    let yaml = || vec![TenantRecord::from_config("team", TenantFields::default())];
+    let key = {
+        let directory = open(&path, &clock, Vec::new()).await;
+        directory.create_tenant("team", TenantFields::default()).await.unwrap();
+        directory.create_key(&spec("team")).await.unwrap()
+    };
+    let store = Arc::new(FileStore::open(&path).unwrap());
+    let refused = Directory::open(store, Arc::new(clock.clone()), yaml())
+        .await
+        .unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        message.contains("tenant team is defined both") && message.contains("ratelimiterd tenants delete team"),
+        "{message}"
+    );
+    let directory = open(&path, &clock, Vec::new()).await;
+    assert!(
+        directory.authenticate(&key.key.text).await.is_ok(),
+        "the key still works"
+    );
+    assert_eq!(directory.key(&key.record.id).unwrap().revoked_at_unix_ms, None);
+    directory.delete_tenant("team").await.unwrap();
+    drop(directory);
+    let with_entry = open(&path, &clock, yaml()).await;
+    assert_eq!(with_entry.tenant("team").unwrap().source, Source::Config);
+    assert_eq!(
+        with_entry.authenticate(&key.key.text).await.unwrap_err(),
+        Refusal::Revoked,
+        "the deleted API tenant's key stays revoked"
+    );
+}
+
+/// The file holds every key's hash: created 0600, and an older file readable
+/// by others is narrowed when opened.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_directory_file_is_its_owners_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &PathBuf| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let path = temp_file("mode");
+    let clock = FakeClock::new(1_700_000_000_000);
+    let directory = open(&path, &clock, Vec::new()).await;
+    directory.create_tenant("acme", TenantFields::default()).await.unwrap();
+    assert_eq!(mode(&path), 0o600);
+    drop(directory);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    FileStore::open(&path).unwrap();
+    assert_eq!(mode(&path), 0o600);
 }
 
 #[test]

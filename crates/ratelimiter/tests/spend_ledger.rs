@@ -154,6 +154,23 @@ fn every_acknowledged_entry_is_read_back_after_a_reopen_and_a_torn_line_is_cut()
     assert_eq!(again.query(&query("2026-11-28", "2026-11-28", &[])), [row(5, 94_000)]);
 }
 
+/// The ledger says who spent what: created 0600, and an older file readable
+/// by others is narrowed when opened.
+#[cfg(unix)]
+#[test]
+fn the_ledger_file_is_its_owners_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &PathBuf| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let path = temp_file("mode");
+    let ledger = SpendLedger::open(&path).unwrap();
+    ledger.append(&call(SAT_MS, "acme", "k1", "gpt-4o-mini", 10)).unwrap();
+    assert_eq!(mode(&path), 0o600);
+    drop(ledger);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    SpendLedger::open(&path).unwrap();
+    assert_eq!(mode(&path), 0o600);
+}
+
 #[test]
 fn bad_entries_change_nothing_and_a_bad_line_stops_the_open() {
     let path = temp_file("bad");

@@ -259,8 +259,27 @@ impl Remote {
     }
 }
 
+/// The part of a limit key that makes it a budget in money
+/// (`tenant:search:usd:month`, `key:<id>:usd:day`, a model's or the gateway's).
+const BUDGET_KEY_SEGMENT: &str = "usd";
+
+/// Refuses `limits put` of a budget in money: its period (a calendar day,
+/// week or month) cannot be written by `limits put`, and the tenant's or
+/// key's record would then say one budget while its limit holds another.
+fn refuse_budget_key(key: &LimitKey) -> Result<(), String> {
+    if !key.as_str().split(':').any(|part| part == BUDGET_KEY_SEGMENT) {
+        return Ok(());
+    }
+    Err(format!(
+        "{key} is a budget in money: `limits put` would make it a rolling window apart from its tenant's or key's \
+         record; change it with `ratelimiterd tenants update NAME --budget USD/PERIOD` (PERIOD day, week, month or \
+         a window such as 3600s), `ratelimiterd keys create ... --budget USD/PERIOD`, or the configuration's budgets"
+    ))
+}
+
 impl PutArgs {
     fn definition(&self) -> Result<LimitDefinition, String> {
+        refuse_budget_key(&self.key)?;
         LimitDefinition::new(DefinitionFields {
             key: self.key.clone(),
             kind: match self.kind {
@@ -436,5 +455,41 @@ mod tests {
         // Capacity 1 refilled over 1 s keeps no burst: refused before any request is sent.
         let refused = put_definition(&["--kind", "bucket", "--capacity", "1", "--window-seconds", "1"]).unwrap_err();
         assert!(refused.contains("keeps no burst"), "{refused}");
+    }
+
+    #[test]
+    fn limits_put_refuses_a_budget_in_money_pointing_at_the_budget_commands() {
+        for key in [
+            "tenant:search:usd:day",
+            "key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:usd:window3600",
+            "global:usd:month",
+        ] {
+            let cli = parse(&[
+                "limits",
+                "put",
+                "--key",
+                key,
+                "--kind",
+                "rolling",
+                "--capacity",
+                "5",
+                "--window-seconds",
+                "60",
+            ]);
+            let Some(Command::Limits {
+                command: LimitsCommand::Put(put),
+            }) = cli.command
+            else {
+                panic!("not a put");
+            };
+            let refused = put.definition().unwrap_err();
+            assert!(
+                refused.contains("--budget USD/PERIOD") && refused.contains(key),
+                "{refused}"
+            );
+        }
+        // A key merely containing the letters is not a budget.
+        let rolling = put_definition(&["--kind", "rolling", "--capacity", "5", "--window-seconds", "60"]);
+        assert!(rolling.is_ok(), "{rolling:?}");
     }
 }

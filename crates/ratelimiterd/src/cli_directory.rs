@@ -65,6 +65,11 @@ pub struct TenantArgs {
     /// A model it may use; repeat for several (none: every model).
     #[arg(long = "model", value_name = "MODEL")]
     pub models: Vec<String>,
+    /// A budget in money, USD/PERIOD with PERIOD day, week, month or a
+    /// rolling window such as 3600s (`500/month`); repeat for several (at
+    /// most 3). On update, the budgets given replace the tenant's.
+    #[arg(long = "budget", value_name = "USD/PERIOD", value_parser = parse_budget)]
+    pub budgets: Vec<Value>,
 }
 
 /// `keys` operations.
@@ -122,6 +127,41 @@ pub struct KeyArgs {
     /// Its own tokens per rolling day.
     #[arg(long)]
     pub daily_tokens: Option<u64>,
+    /// Its own budget in money, USD/PERIOD with PERIOD day, week, month or a
+    /// rolling window such as 3600s (`5/day`); repeat for several (at most 3).
+    /// A key's limits are set at its creation (the API changes no key).
+    #[arg(long = "budget", value_name = "USD/PERIOD", value_parser = parse_budget)]
+    pub budgets: Vec<Value>,
+}
+
+/// The suffix of a rolling window in a `--budget`'s PERIOD (`3600s`).
+const WINDOW_SUFFIX: char = 's';
+
+/// A `--budget USD/PERIOD` as the API's budget entry: `{"usd": 500, "period":
+/// "month"}` or `{"usd": 5, "window_seconds": 3600}`. Refused here, before
+/// anything is sent, when malformed; the server checks the ranges.
+pub fn parse_budget(text: &str) -> Result<Value, String> {
+    let usage =
+        "expected USD/PERIOD, PERIOD one of day, week, month or a window in seconds such as 3600s (500/month, 5/3600s)";
+    let (usd, period) = text.split_once('/').ok_or_else(|| format!("{text:?}: {usage}"))?;
+    let amount: serde_json::Number =
+        (usd.trim().parse()).map_err(|_| format!("{text:?}: the amount {usd:?} is not a number of USD; {usage}"))?;
+    if amount.as_f64().is_none_or(|v| !v.is_finite() || v < 0.0) {
+        return Err(format!(
+            "{text:?}: the amount {usd:?} must be a number of USD, at least 0"
+        ));
+    }
+    let period = period.trim();
+    match period {
+        "day" | "week" | "month" => Ok(json!({"usd": amount, "period": period})),
+        _ => {
+            let seconds = (period.strip_suffix(WINDOW_SUFFIX))
+                .and_then(|digits| digits.parse::<u64>().ok())
+                .filter(|seconds| *seconds > 0)
+                .ok_or_else(|| format!("{text:?}: the period {period:?} is not one; {usage}"))?;
+            Ok(json!({"usd": amount, "window_seconds": seconds}))
+        }
+    }
 }
 
 /// Inserts `value` under `name` when given.
@@ -146,6 +186,11 @@ impl TenantArgs {
             "models",
             (!self.models.is_empty()).then(|| json!(self.models)),
         );
+        put(
+            &mut body,
+            "budgets",
+            (!self.budgets.is_empty()).then(|| json!(self.budgets)),
+        );
         body
     }
 }
@@ -169,6 +214,11 @@ impl KeyArgs {
         put(&mut body, "rpm", self.rpm.map(|v| json!(v)));
         put(&mut body, "concurrency", self.concurrency.map(|v| json!(v)));
         put(&mut body, "daily_tokens", self.daily_tokens.map(|v| json!(v)));
+        put(
+            &mut body,
+            "budgets",
+            (!self.budgets.is_empty()).then(|| json!(self.budgets)),
+        );
         body
     }
 }
@@ -292,5 +342,42 @@ mod tests {
             (method, path.as_str(), body.unwrap()),
             ("POST", "/v1/admin/gateway/keys/K1/rotate", json!({"grace_seconds": 30}))
         );
+    }
+
+    #[test]
+    fn budgets_are_sent_with_their_periods_and_a_malformed_one_is_refused_before_sending() {
+        let (_, _, body) = request(&[
+            "tenants",
+            "create",
+            "search",
+            "--budget",
+            "500/month",
+            "--budget",
+            "40/day",
+            "--budget",
+            "2.5/3600s",
+        ]);
+        assert_eq!(
+            body.unwrap(),
+            json!({"name": "search", "budgets": [{"usd": 500, "period": "month"},
+                {"usd": 40, "period": "day"}, {"usd": 2.5, "window_seconds": 3600}]})
+        );
+        let (method, path, body) = request(&["tenants", "update", "search", "--budget", "10/week"]);
+        assert_eq!((method, path.as_str()), ("PATCH", "/v1/admin/gateway/tenants/search"));
+        assert_eq!(body.unwrap(), json!({"budgets": [{"usd": 10, "period": "week"}]}));
+        let (_, _, body) = request(&["keys", "create", "--tenant", "search", "--budget", "5/day"]);
+        assert_eq!(
+            body.unwrap(),
+            json!({"tenant": "search", "budgets": [{"usd": 5, "period": "day"}]})
+        );
+        for bad in ["500", "500/fortnight", "five/day", "-1/day", "5/0s", "5/s", "5/3600"] {
+            let flag = format!("--budget={bad}");
+            let line = ["ratelimiterd", "tenants", "create", "t", flag.as_str()];
+            let error = DirectoryLine::try_parse_from(line).unwrap_err().to_string();
+            assert!(
+                error.contains("USD/PERIOD") || error.contains("at least 0"),
+                "{bad}: {error}"
+            );
+        }
     }
 }

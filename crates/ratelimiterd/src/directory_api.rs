@@ -12,7 +12,10 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ratelimiter::directory::{CreatedKey, Directory, KeyLimits, KeySpec, TenantFields, TenantPatch, TenantRecord};
+use ratelimiter::directory::{
+    CreatedKey, Directory, KeyLimits, KeySpec, KeyStatus, TenantFields, TenantPatch, TenantRecord,
+};
+use ratelimiter::price::budget::BudgetConfig;
 use serde_json::{json, Value};
 
 use crate::console::access::Access;
@@ -82,6 +85,7 @@ pub async fn create_tenant(State(state): State<AppState>, mut fields: Fields) ->
     fields.finish()?;
     state.gateway_scope().check_class(tenant.class.as_deref())?;
     state.gateway_scope().check_models(tenant.models.as_deref(), None)?;
+    check_priced(&state, "budgets", tenant.budgets.as_deref(), tenant.models.as_deref())?;
     // In its own task: a client hanging up cannot stop it between the tenant and its limits.
     let change = tokio::spawn(async move {
         let directory = directory(&state).clone();
@@ -96,6 +100,53 @@ pub async fn create_tenant(State(state): State<AppState>, mut fields: Fields) ->
         .await
         .map_err(|e| ApiError::Internal(format!("creating a tenant failed: {e}")))??;
     Ok((StatusCode::CREATED, Json(tenant_json(&created))).into_response())
+}
+
+/// Refuses budgets on a tenant or key that may call a model without a price
+/// (`models`; `None`: every model): a budget counts each call's cost, and a
+/// call of an unpriced model under a budget could only fail. A 400 naming
+/// the model, before anything changes.
+/// `field` names the budgets in the answer (`budgets`, `key <id>: budgets`).
+fn check_priced(
+    state: &AppState,
+    field: &str,
+    budgets: Option<&[BudgetConfig]>,
+    models: Option<&[String]>,
+) -> Result<(), ApiError> {
+    let (Some(gateway), false) = (state.gateway(), budgets.unwrap_or_default().is_empty()) else {
+        return Ok(());
+    };
+    let unpriced = (gateway.prices().into_iter())
+        .filter(|d| d.price.is_none())
+        .find(|d| models.is_none_or(|m| m.contains(&d.model)));
+    match unpriced {
+        None => Ok(()),
+        Some(d) => Err(ApiError::InvalidRequest(format!(
+            "{field}: model {} (deployment {}) has no price: a budget counts every call's cost, so each model \
+             the tenant or key may call needs one; give it a price in gateway.models, or narrow `models`",
+            d.model, d.deployment
+        ))),
+    }
+}
+
+/// [`check_priced`] of each working key of `tenant` with budgets and no
+/// models of its own: the tenant's `models` are its, so a change of them may
+/// widen what such a key's budget counts.
+fn check_keys_priced(state: &AppState, tenant: &TenantRecord) -> Result<(), ApiError> {
+    let keys = directory(state).keys(Some(&tenant.name));
+    let working = keys
+        .iter()
+        .filter(|k| k.status == KeyStatus::Active && k.models.is_none());
+    for key in working {
+        let field = format!("key {}: budgets", key.id);
+        check_priced(
+            state,
+            &field,
+            key.limits.budgets.as_deref(),
+            tenant.fields.models.as_deref(),
+        )?;
+    }
+    Ok(())
 }
 
 /// Defines the tenant's own limits (`tenant:<name>:llm:rpm`, …) as a
@@ -161,6 +212,13 @@ pub async fn update_tenant(
             fields: patch.applied_to(&current.fields)?,
             ..current
         };
+        check_priced(
+            &state,
+            "budgets",
+            next.fields.budgets.as_deref(),
+            next.fields.models.as_deref(),
+        )?;
+        check_keys_priced(&state, &next)?;
         define_tenant_limits(&state, &next).await?;
     }
     let updated = directory(&state).update_tenant(&name, &patch).await?;
@@ -225,6 +283,8 @@ pub async fn create_key(State(state): State<AppState>, mut fields: Fields) -> Re
     state
         .gateway_scope()
         .check_models(spec.models.as_deref(), tenant.fields.models.as_deref())?;
+    let key_models = spec.models.as_deref().or(tenant.fields.models.as_deref());
+    check_priced(&state, "budgets", spec.limits.budgets.as_deref(), key_models)?;
     // In its own task: a client hanging up cannot stop it between the key and its limits.
     let change = tokio::spawn(async move {
         let created = directory.create_key(&spec).await?;

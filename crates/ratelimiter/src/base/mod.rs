@@ -1,5 +1,5 @@
 //! The primitives every other layer builds on (lib.rs, "Layout"): time, ids,
-//! calendar periods, counters, the listeners' origin rule and the bounded map of
+//! calendar periods, counters, files only their owner reads, the listeners' origin rule and the bounded map of
 //! recent ids. Nothing here imports another module of the crate.
 
 pub mod clock;
@@ -7,4 +7,5 @@ pub mod id;
 pub mod metrics;
 pub mod origin;
 pub mod period;
+pub mod private_file;
 pub mod recent_ids;

@@ -46,6 +46,10 @@ pub struct DirectoryIndex {
     by_hash: HashMap<KeyHash, Arc<KeyRecord>, foldhash::fast::RandomState>,
     /// Tenant name → ids of its keys (revoked ones included), for lists and deletes.
     by_tenant: BTreeMap<String, BTreeSet<String>>,
+    /// Stored tenants hidden by a YAML tenant of the same name: kept apart
+    /// (never merged into the YAML's) so their keys are not taken for keys of
+    /// a deleted tenant, and so a start can name the clash and refuse.
+    shadowed: BTreeMap<String, Arc<TenantRecord>>,
     /// Subject → the version of its last change ([`Change::subject`]).
     versions: HashMap<String, u64>,
     newest_version: u64,
@@ -53,17 +57,24 @@ pub struct DirectoryIndex {
 }
 
 impl DirectoryIndex {
-    /// Sets the YAML's tenants: they stand beside the stored ones, win over a
-    /// stored one of the same name, and change only with the file.
+    /// Sets the YAML's tenants: they stand beside the stored ones and change
+    /// only with the file. A stored tenant of the same name is set apart
+    /// ([`DirectoryIndex::shadowed_tenants`]): a server refuses to start so.
     pub fn set_config_tenants(&mut self, tenants: Vec<TenantRecord>) {
         self.tenants.retain(|_, t| t.source != Source::Config);
         for tenant in tenants {
             assert_eq!(tenant.source, Source::Config, "the YAML's tenants");
-            if self.tenants.contains_key(&tenant.name) {
-                tracing::warn!(tenant = %tenant.name, "a tenant of the configuration replaces the stored tenant of the same name; the stored one's keys stop working");
+            if let Some(stored) = self.tenants.remove(&tenant.name) {
+                self.shadowed.insert(stored.name.clone(), stored);
             }
             self.tenants.insert(tenant.name.clone(), Arc::new(tenant));
         }
+    }
+
+    /// The stored (API) tenants whose name a YAML tenant also has: the two
+    /// sources disagree, and neither is taken silently.
+    pub fn shadowed_tenants(&self) -> impl Iterator<Item = &Arc<TenantRecord>> {
+        self.shadowed.values()
     }
 
     /// Applies one change in the store's order; false when it changed nothing
@@ -107,7 +118,8 @@ impl DirectoryIndex {
             .get(&tenant.name)
             .is_some_and(|t| t.source == Source::Config)
         {
-            tracing::warn!(tenant = %tenant.name, "a stored change of a tenant of the configuration; skipped");
+            tracing::warn!(tenant = %tenant.name, "a tenant made through the admin API has the name of a tenant of the configuration; its keys are refused until one of the two is renamed or deleted");
+            self.shadowed.insert(tenant.name.clone(), Arc::new(tenant));
             return false;
         }
         self.tenants.insert(tenant.name.clone(), Arc::new(tenant));
@@ -115,14 +127,17 @@ impl DirectoryIndex {
     }
 
     fn delete_tenant(&mut self, name: &str, id: &str, at_unix_ms: u64) -> bool {
-        if self
+        if self.shadowed.get(name).is_some_and(|t| t.id == id) {
+            self.shadowed.remove(name);
+        } else if self
             .tenants
             .get(name)
             .is_none_or(|t| t.id != id || t.source == Source::Config)
         {
             return false;
+        } else {
+            self.tenants.remove(name);
         }
-        self.tenants.remove(name);
         let ids: Vec<String> = self.by_tenant.get(name).into_iter().flatten().cloned().collect();
         for key_id in ids {
             self.update_key(&key_id, |key| {
@@ -168,8 +183,10 @@ impl DirectoryIndex {
         true
     }
 
+    /// True when the stored tenant `name` of id `id` is not deleted (a
+    /// shadowed one included: its keys are not revoked, only refused).
     fn tenant_is_live(&self, name: &str, id: &str) -> bool {
-        self.tenants.get(name).is_some_and(|t| t.id == id)
+        (self.tenants.get(name).or(self.shadowed.get(name))).is_some_and(|t| t.id == id)
     }
 
     /// The key of `presented` and its tenant, if the key works at

@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use super::change::{Change, Recorded};
 use super::store::{Appended, DirectoryStore};
 use super::DirectoryError;
+use crate::base::private_file::{make_private, private_options};
 
 /// The file's name, in the registry's directory: one directory holds
 /// everything a server keeps.
@@ -72,6 +73,8 @@ impl FileStore {
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, String> {
         let path = path.into();
         let name = path.display().to_string();
+        // It holds every key's hash: its owner's only, an older file's too.
+        make_private(&path).map_err(|e| format!("directory {name}: {e}"))?;
         let bytes = match fs::metadata(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(format!("directory {name}: {e}")),
@@ -130,9 +133,7 @@ impl FileStore {
                 fs::create_dir_all(parent).map_err(|e| io_error(&self.path, e))?;
             }
         }
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
+        let mut file = private_options(OpenOptions::new().create(true).append(true))
             .open(&self.path)
             .map_err(|e| io_error(&self.path, e))?;
         let written = file.write_all(line).and_then(|()| file.sync_data());
@@ -211,7 +212,8 @@ impl DirectoryStore for FileStore {
         let mut tmp = self.path.clone().into_os_string();
         tmp.push(".tmp");
         let tmp = PathBuf::from(tmp);
-        let written = File::create(&tmp)
+        let written = private_options(OpenOptions::new().write(true).create(true).truncate(true))
+            .open(&tmp)
             .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
             .and_then(|()| fs::rename(&tmp, &self.path))
             .and_then(|()| sync_parent(&self.path));

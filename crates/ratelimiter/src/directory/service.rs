@@ -106,9 +106,29 @@ impl Directory {
             }
             Err(e) => return Err(e),
         }
+        directory.refuse_shadowed()?;
         let records = directory.snapshot_changes();
         directory.store.compact(records).await?;
         Ok(directory)
+    }
+
+    /// Refuses a start where a YAML tenant has the name of a tenant made
+    /// through the admin API: taking either would silently change which limits
+    /// and keys the name has, so the operator chooses (the error says how).
+    fn refuse_shadowed(&self) -> Result<(), DirectoryError> {
+        let index = self.index.read().expect("directory lock");
+        let Some(stored) = index.shadowed_tenants().next() else {
+            return Ok(());
+        };
+        let name = &stored.name;
+        let keys = index.keys(Some(name)).filter(|k| k.tenant_id == stored.id).count();
+        Err(DirectoryError::Conflict(format!(
+            "tenant {name} is defined both in the configuration file (gateway.tenants) and through the admin API \
+             (tenant id {}, {keys} keys); a name has one source: rename or remove the configuration's entry, or \
+             delete the API tenant and its keys (start without the entry, run `ratelimiterd tenants delete {name}` \
+             or DELETE /v1/admin/gateway/tenants/{name}, then add the entry back)",
+            stored.id
+        )))
     }
 
     /// Every record as the changes that recreate it: API tenants first, then keys.
@@ -276,8 +296,15 @@ impl Directory {
         let id = new_id(self.clock.now_unix_ms());
         let tenant = self
             .write(|index, now| {
-                if index.tenant(name).is_some() {
-                    return Err(DirectoryError::Exists(name.to_owned()));
+                match index.tenant(name) {
+                    Some(t) if t.source == Source::Config => {
+                        return Err(DirectoryError::Conflict(format!(
+                            "a tenant named {name} is defined in the configuration file (gateway.tenants): a name has \
+                             one source; choose another name, or create keys for the configuration's tenant"
+                        )));
+                    }
+                    Some(_) => return Err(DirectoryError::Exists(name.to_owned())),
+                    None => {}
                 }
                 if index.tenants_len() >= TENANTS_MAX {
                     return Err(DirectoryError::Full(format!(

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::{SpendEntry, SpendError, SpendQuery, SpendRow, SpendSums};
+use crate::base::private_file::{make_private, private_options};
 
 /// The file's name, in the registry's directory: one directory holds everything
 /// a server keeps.
@@ -55,6 +56,8 @@ impl SpendLedger {
         let path = path.into();
         let name = path.display().to_string();
         let fail = |e: &dyn std::fmt::Display| format!("spend ledger {name}: {e}");
+        // It says who spent what: its owner's only, an older file's too.
+        make_private(&path).map_err(|e| fail(&e))?;
         let file = match File::open(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(fail(&e)),
@@ -141,7 +144,7 @@ impl SpendLedger {
                 fs::create_dir_all(parent).map_err(|e| self.not_persisted(e.to_string()))?;
             }
         }
-        let mut file = (OpenOptions::new().create(true).append(true).open(&self.path))
+        let mut file = (private_options(OpenOptions::new().create(true).append(true)).open(&self.path))
             .map_err(|e| self.not_persisted(e.to_string()))?;
         if let Err(e) = file.write_all(line).and_then(|()| file.sync_data()) {
             // Cut what may have been written, so the next append starts a line.
