@@ -339,7 +339,7 @@ pub async fn run_client(command: Command, remote: &Remote) -> Result<ExitCode, S
             Ok(ExitCode::SUCCESS)
         }
         Command::Tenants { command } => {
-            let request = crate::cli_directory::tenants_request(&command);
+            let request = crate::cli_directory::tenants_request(&command)?;
             crate::cli_directory::run(&remote.client()?, request).await?;
             Ok(ExitCode::SUCCESS)
         }

@@ -223,10 +223,12 @@ impl KeyArgs {
     }
 }
 
-/// The request a `tenants` command sends: method, path and body.
-pub fn tenants_request(command: &TenantsCommand) -> (&'static str, String, Option<Value>) {
+/// The request a `tenants` command sends: method, path and body; an update
+/// that both sets and clears one field is refused before anything is sent
+/// (which of the two the operator meant cannot be told).
+pub fn tenants_request(command: &TenantsCommand) -> Result<(&'static str, String, Option<Value>), String> {
     const BASE: &str = "/v1/admin/gateway/tenants";
-    match command {
+    Ok(match command {
         TenantsCommand::Create { name, fields } => {
             let mut body = fields.body();
             body.insert("name".to_owned(), json!(name));
@@ -237,12 +239,17 @@ pub fn tenants_request(command: &TenantsCommand) -> (&'static str, String, Optio
         TenantsCommand::Update { name, fields, clear } => {
             let mut body = fields.body();
             for field in clear {
+                if body.contains_key(field) {
+                    return Err(format!(
+                        "invalid_argument: --clear {field} and a new {field} in one update; give one of the two"
+                    ));
+                }
                 body.insert(field.clone(), Value::Null);
             }
             ("PATCH", format!("{BASE}/{name}"), Some(Value::Object(body)))
         }
         TenantsCommand::Delete { name } => ("DELETE", format!("{BASE}/{name}"), None),
-    }
+    })
 }
 
 /// The request a `keys` command sends: method, path and body.
@@ -305,7 +312,7 @@ mod tests {
     /// The method, path and body the command line `args` send.
     fn request(args: &[&str]) -> (&'static str, String, Option<Value>) {
         match DirectoryLine::try_parse_from(std::iter::once("ratelimiterd").chain(args.iter().copied())).unwrap() {
-            DirectoryLine::Tenants { command } => tenants_request(&command),
+            DirectoryLine::Tenants { command } => tenants_request(&command).unwrap(),
             DirectoryLine::Keys { command } => keys_request(&command),
         }
     }
@@ -379,5 +386,39 @@ mod tests {
                 "{bad}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn an_update_that_sets_and_clears_one_field_is_refused_before_sending() {
+        let line = [
+            "ratelimiterd",
+            "tenants",
+            "update",
+            "t",
+            "--budget",
+            "5/day",
+            "--clear",
+            "budgets",
+        ];
+        let DirectoryLine::Tenants { command } = DirectoryLine::try_parse_from(line).unwrap() else {
+            panic!("a tenants command");
+        };
+        let error = tenants_request(&command).unwrap_err();
+        assert!(error.contains("--clear budgets"), "{error}");
+        let line = [
+            "ratelimiterd",
+            "tenants",
+            "update",
+            "t",
+            "--rpm",
+            "5",
+            "--clear",
+            "budgets",
+        ];
+        let DirectoryLine::Tenants { command } = DirectoryLine::try_parse_from(line).unwrap() else {
+            panic!("a tenants command");
+        };
+        let (_, _, body) = tenants_request(&command).unwrap();
+        assert_eq!(body.unwrap(), json!({"rpm": 5, "budgets": null}));
     }
 }
