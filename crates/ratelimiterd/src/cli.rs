@@ -344,7 +344,7 @@ pub async fn run_client(command: Command, remote: &Remote) -> Result<ExitCode, S
             Ok(ExitCode::SUCCESS)
         }
         Command::Keys { command } => {
-            let request = crate::cli_directory::keys_request(&command);
+            let request = crate::cli_directory::keys_request(&command)?;
             crate::cli_directory::run(&remote.client()?, request).await?;
             Ok(ExitCode::SUCCESS)
         }

@@ -252,21 +252,40 @@ pub fn tenants_request(command: &TenantsCommand) -> Result<(&'static str, String
     })
 }
 
-/// The request a `keys` command sends: method, path and body.
-pub fn keys_request(command: &KeysCommand) -> (&'static str, String, Option<Value>) {
+/// The request a `keys` command sends: method, path and body. A key named by
+/// anything but its id (its secret text, most likely) is refused here, before
+/// the text leaves the machine in a URL a server or proxy may log.
+pub fn keys_request(command: &KeysCommand) -> Result<(&'static str, String, Option<Value>), String> {
     const BASE: &str = "/v1/admin/gateway/keys";
-    match command {
+    let named = |id: &str| {
+        let shown = crate::directory_api::shown_key_id(id);
+        if shown == id {
+            Ok(())
+        } else {
+            Err(format!("invalid_argument: {shown}"))
+        }
+    };
+    Ok(match command {
         KeysCommand::Create(args) => ("POST", BASE.to_owned(), Some(Value::Object(args.body()))),
         KeysCommand::List { tenant: None } => ("GET", BASE.to_owned(), None),
         KeysCommand::List { tenant: Some(tenant) } => ("GET", format!("{BASE}?tenant={tenant}"), None),
-        KeysCommand::Get { id } => ("GET", format!("{BASE}/{id}"), None),
-        KeysCommand::Revoke { id } => ("DELETE", format!("{BASE}/{id}"), None),
-        KeysCommand::Rotate { id, grace_seconds } => (
-            "POST",
-            format!("{BASE}/{id}/rotate"),
-            Some(json!({"grace_seconds": grace_seconds})),
-        ),
-    }
+        KeysCommand::Get { id } => {
+            named(id)?;
+            ("GET", format!("{BASE}/{id}"), None)
+        }
+        KeysCommand::Revoke { id } => {
+            named(id)?;
+            ("DELETE", format!("{BASE}/{id}"), None)
+        }
+        KeysCommand::Rotate { id, grace_seconds } => {
+            named(id)?;
+            (
+                "POST",
+                format!("{BASE}/{id}/rotate"),
+                Some(json!({"grace_seconds": grace_seconds})),
+            )
+        }
+    })
 }
 
 /// Sends `request` and prints the answer; an answer that is not a success is
@@ -310,10 +329,13 @@ mod tests {
     }
 
     /// The method, path and body the command line `args` send.
+    /// A key's id as the directory makes them (a ULID).
+    const KEY_ID: &str = "01JD0000000000000000000001";
+
     fn request(args: &[&str]) -> (&'static str, String, Option<Value>) {
         match DirectoryLine::try_parse_from(std::iter::once("ratelimiterd").chain(args.iter().copied())).unwrap() {
             DirectoryLine::Tenants { command } => tenants_request(&command).unwrap(),
-            DirectoryLine::Keys { command } => keys_request(&command),
+            DirectoryLine::Keys { command } => keys_request(&command).unwrap(),
         }
     }
 
@@ -341,13 +363,17 @@ mod tests {
             "/v1/admin/gateway/keys?tenant=search"
         );
         assert_eq!(
-            request(&["keys", "revoke", "K1"]),
-            ("DELETE", "/v1/admin/gateway/keys/K1".to_owned(), None)
+            request(&["keys", "revoke", KEY_ID]),
+            ("DELETE", format!("/v1/admin/gateway/keys/{KEY_ID}"), None)
         );
-        let (method, path, body) = request(&["keys", "rotate", "K1", "--grace-seconds", "30"]);
+        let (method, path, body) = request(&["keys", "rotate", KEY_ID, "--grace-seconds", "30"]);
         assert_eq!(
-            (method, path.as_str(), body.unwrap()),
-            ("POST", "/v1/admin/gateway/keys/K1/rotate", json!({"grace_seconds": 30}))
+            (method, path, body.unwrap()),
+            (
+                "POST",
+                format!("/v1/admin/gateway/keys/{KEY_ID}/rotate"),
+                json!({"grace_seconds": 30})
+            )
         );
     }
 
@@ -420,5 +446,23 @@ mod tests {
         };
         let (_, _, body) = tenants_request(&command).unwrap();
         assert_eq!(body.unwrap(), json!({"rpm": 5, "budgets": null}));
+    }
+
+    #[test]
+    fn a_key_named_by_its_text_is_refused_before_sending_showing_four_characters() {
+        let text = "rlk-SecretTextOfAKey0123456789wxyz";
+        for verb in ["get", "revoke", "rotate"] {
+            let line = ["ratelimiterd", "keys", verb, text];
+            let DirectoryLine::Keys { command } = DirectoryLine::try_parse_from(line).unwrap() else {
+                panic!("a keys command");
+            };
+            let error = keys_request(&command).unwrap_err();
+            assert!(
+                error.contains("…wxyz") && !error.contains("SecretText"),
+                "{verb}: {error}"
+            );
+        }
+        let (_, path, _) = request(&["keys", "revoke", KEY_ID]);
+        assert_eq!(path, format!("/v1/admin/gateway/keys/{KEY_ID}"));
     }
 }

@@ -88,8 +88,33 @@ fn a_key_operation_given_the_keys_text_never_prints_it_back() {
             "{args:?} echoed the key: {printed}"
         );
         assert!(
-            printed.contains("unknown key") && printed.contains(last_four),
+            printed.contains("not a key id") && printed.contains(last_four),
             "{args:?}: {printed}"
+        );
+    }
+    // The CLI refuses before sending; the server, asked by another client,
+    // answers the same way without echoing the text either.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let admin = daemon.client(ADMIN_TOKEN);
+    let paths = [
+        format!("/v1/admin/gateway/keys/{text}"),
+        format!("/v1/admin/gateway/keys/{text}/rotate"),
+    ];
+    for (method, path) in [("GET", &paths[0]), ("DELETE", &paths[0]), ("POST", &paths[1])] {
+        let body = (method == "POST").then(|| serde_json::json!({}));
+        let (status, answer) = runtime.block_on(admin.admin_json(method, path, body.as_ref())).unwrap();
+        let answer = answer.to_string();
+        assert_eq!(status, 404, "{method} {answer}");
+        assert!(
+            !answer.contains(&text[..text.len() - 4]),
+            "{method} echoed the key: {answer}"
+        );
+        assert!(
+            answer.contains("unknown key") && answer.contains(last_four),
+            "{method}: {answer}"
         );
     }
     // The key still works by its id.
