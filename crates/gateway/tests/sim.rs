@@ -1,7 +1,8 @@
 //! The gateway in front of the provider simulator (`replay::provider_server`, in
 //! process): every endpoint reconciled to the simulator's own usage, count_tokens
 //! forwarded without a reservation, the Claude estimate never below the
-//! simulator's count, and 64 concurrent streams never past the concurrency limit.
+//! simulator's count, 64 concurrent streams never past the concurrency limit,
+//! and a pool's failover after sending charged on the tenant's budget as billed.
 
 mod support;
 
@@ -303,8 +304,9 @@ async fn usage_above_a_full_window_is_recorded_as_debt() {
 const SMALL_BUDGET_PICO_USD: u128 = 10_000_000_000;
 
 /// The simulator billing `gpt-4o-mini` at $2.50 input and $10 output per
-/// million tokens, the price the gateway is configured with.
-async fn start_billing_sim() -> SocketAddr {
+/// million tokens, the price the gateway is configured with, answering after
+/// `ms_per_output_token` per output token.
+async fn start_billing_sim(ms_per_output_token: u64) -> SocketAddr {
     let price = replay::sim::price::Price::parse("input:2.5,output:10").unwrap();
     let billing = replay::sim::billing::Billing::new([("gpt-4o-mini".to_owned(), price)].into());
     let control = SimControl::default().with_billing(billing);
@@ -313,7 +315,7 @@ async fn start_billing_sim() -> SocketAddr {
         tpm: 100_000_000,
         window_ms: 60_000,
         concurrency: 1_000,
-        ms_per_output_token: 0,
+        ms_per_output_token,
         accounting: Accounting::Actual,
     };
     let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), control);
@@ -327,7 +329,7 @@ async fn start_billing_sim() -> SocketAddr {
 async fn calls_without_a_bound_are_billed_within_the_budget() {
     // The simulator writes its own default (4,096 tokens) to a call that names no
     // bound: the gateway reserves the model's 64 and has to send them.
-    let sim = start_billing_sim().await;
+    let sim = start_billing_sim(0).await;
     std::env::set_var("GATEWAY_SIM_BOUND_KEY", TENANT_KEY);
     let price = "price: {input: 2.5, output: 10}";
     let yaml = format!(
@@ -363,16 +365,66 @@ async fn calls_without_a_bound_are_billed_within_the_budget() {
         let output = usage["completion_tokens"].as_u64().or(usage["output_tokens"].as_u64());
         assert_eq!(output, Some(64), "{path}: the bound reserved is the bound sent: {text}");
     }
+    let billed = sim_bill(sim).await;
+    assert!(
+        billed <= SMALL_BUDGET_PICO_USD,
+        "billed {billed} pico-dollars on a $0.01 budget"
+    );
+    assert!(served >= 10 && refused > 0, "served {served}, refused {refused}");
+}
+
+/// What the simulator at `sim` billed since it started, in pico-dollars.
+async fn sim_bill(sim: SocketAddr) -> u128 {
     let request = hyper::Request::get(format!("http://{sim}/sim/billing"))
         .body(http_body_util::Full::new(bytes::Bytes::new()))
         .unwrap();
-    let response = client.request(request).await.unwrap();
+    let response = client().request(request).await.unwrap();
     let bill: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    let billed: u128 = bill["total"]["pico_usd"].as_str().unwrap().parse().unwrap();
-    assert!(
-        billed <= SMALL_BUDGET_PICO_USD,
-        "billed ${} on a $0.01 budget",
-        bill["total_usd"]
+    bill["total"]["pico_usd"].as_str().unwrap().parse().unwrap()
+}
+
+/// The upstream timeout of [`a_try_that_fails_over_after_sending_stays_charged`]:
+/// far below the slow simulator's answer (64 tokens at 20 ms each).
+const FAILOVER_TIMEOUT_MS: u64 = 200;
+/// The slow simulator's time per output token.
+const SLOW_MS_PER_TOKEN: u64 = 20;
+/// The slow deployment's breaker never opens in the test: every call tries it first.
+const BREAKER_FAILURES: u32 = 1_000;
+
+#[tokio::test]
+async fn a_try_that_fails_over_after_sending_stays_charged() {
+    // The first deployment bills each call when it receives it, then answers too
+    // late: the gateway fails over to the second, which bills the call again.
+    let (slow, fast) = (start_billing_sim(SLOW_MS_PER_TOKEN).await, start_billing_sim(0).await);
+    std::env::set_var("GATEWAY_SIM_FAILOVER_KEY", TENANT_KEY);
+    let yaml = format!(
+        "listen_addr: \"127.0.0.1:0\"\nupstream_timeout_ms: {FAILOVER_TIMEOUT_MS}\nupstreams:\n  - {{name: slow, kind: openai, base_url: \"http://{slow}\"}}\n  - {{name: fast, kind: openai, base_url: \"http://{fast}\"}}\nmodels:\n  - {{name: gpt-4o-mini, routing: ordered, max_output_tokens_default: 64, price: {{input: 2.5, output: 10}}, breaker: {{failures: {BREAKER_FAILURES}}}, deployments: [{{upstream: slow}}, {{upstream: fast, priority: 1}}]}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_SIM_FAILOVER_KEY, budgets: [{{usd: 0.01, period: day}}]}}\n"
     );
-    assert!(served >= 10 && refused > 0, "served {served}, refused {refused}");
+    let backend = memory_backend();
+    let gateway = start_gateway(&serde_yaml::from_str(&yaml).unwrap(), backend.clone()).await;
+    let client = client();
+    let (mut served, mut refused) = (0, 0);
+    for _ in 0..30 {
+        let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Write a long story."}]});
+        let (status, _, text) = post(&client, gateway, "/v1/chat/completions", body).await;
+        match status.as_u16() {
+            429 => refused += 1,
+            200 => served += 1,
+            other => panic!("{other}: {text}"),
+        }
+    }
+    let (first, second) = (sim_bill(slow).await, sim_bill(fast).await);
+    assert!(first > 0 && second > 0, "both deployments billed: {first}, {second}");
+    assert!(served > 0 && refused > 0, "served {served}, refused {refused}");
+    // Every try sent stays on the tenant's budget: it holds at least the bill,
+    // and the calls stop before the bill passes the budget.
+    let charged = u128::from(in_use(&backend, "tenant:acme:usd:day").await) * 1_000_000;
+    assert!(
+        charged >= first + second,
+        "the budget holds {charged} pico-dollars, the simulators billed {first} + {second}"
+    );
+    assert!(
+        first + second <= SMALL_BUDGET_PICO_USD,
+        "billed {first} + {second} pico-dollars on a $0.01 budget"
+    );
 }

@@ -102,7 +102,8 @@ pub struct CallLease {
     /// The pool deployment the lease is on, with the breaker's pass it holds.
     on: OnDeployment,
     /// The call went on to another deployment of its pool, which charges the
-    /// tenant: the tenant's keys of this lease are given back whole.
+    /// tenant: the tenant's rate keys of this lease are given back whole, its
+    /// budgets only when this try did no work.
     tenant_released: bool,
     /// What a call settled to the provider's usage records in the spend ledger.
     spend: Option<CallSpend>,
@@ -232,8 +233,9 @@ impl CallLease {
     }
 
     /// The call goes on to another deployment of its pool: this try completes now
-    /// with what it was settled to, and the tenant's keys are given back whole,
-    /// since the deployment that serves the call charges them.
+    /// with what it was settled to, and the tenant's rate keys are given back
+    /// whole, since the deployment that serves the call charges them; its budgets
+    /// keep a sent try's worst case: the provider bills it.
     pub async fn failed_over(mut self) {
         let deployment = &self.on.pool.deployments[self.on.index];
         deployment.state.failed_over.fetch_add(1, Ordering::Relaxed);
@@ -378,8 +380,9 @@ impl CallLease {
         );
     }
 
-    /// The lease's complete: the model's keys, the tenant's (or every tenant key
-    /// back to 0 after a failover) and the class's ceilings.
+    /// The lease's complete: the model's keys, the tenant's (or, after a
+    /// failover, the tenant's rate keys back to 0 and its budgets back to 0 when
+    /// the try did no work) and the class's ceilings.
     fn complete_request(&self, used: Option<Usage>) -> Option<CompleteRequest> {
         let lease_id = self.lease_id?;
         let tenant = if self.tenant_released {
@@ -398,7 +401,14 @@ impl CallLease {
                 key: key.clone(),
                 actual_amount: 0,
             }));
-            actuals.extend(caller_budget_releases(&self.model_keys, keys, self.reserved));
+            // An attempt sent is an attempt charged: a try whose bill is unknown
+            // (`used` is `None`: a 5xx, a timeout, a connection lost after
+            // sending) keeps its worst case on the caller's budgets as on the
+            // model's and the gateway's, since the provider did the work and
+            // bills it; only a try that did none (refused, never sent) frees them.
+            if used.is_some() {
+                actuals.extend(caller_budget_releases(&self.model_keys, keys, self.reserved));
+            }
         }
         let (classes, class) = &self.ceilings;
         classes.add_ceiling_actuals(*class, &mut actuals);

@@ -118,7 +118,8 @@ pub fn budget_actuals(
 }
 
 /// The caller's budgets a call reserved for `reserved` (input, output), back to
-/// 0: the call failed over, and the deployment that serves it charges them.
+/// 0: a try that did no work (refused, never sent) failed over, and the
+/// deployment that serves the call charges them.
 pub fn caller_budget_releases(model: &ModelKeys, tenant: &TenantKeys, reserved: (u64, u64)) -> Vec<Actual> {
     let own: Vec<&LimitKey> = tenant.usd_budgets().map(|b| &b.key).collect();
     (budget_requirements(model, Some(tenant), reserved.0, reserved.1).into_iter())
