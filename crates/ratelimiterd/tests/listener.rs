@@ -192,7 +192,14 @@ fn a_crowded_lease_table_is_logged_without_lease_ids_and_the_snapshot_is_private
         0o600,
         "the snapshot holds live lease ids: its owner's only"
     );
-    let logs = daemon.logs().join("\n");
+    // The warning is logged as the refusal happens, and read from the server's
+    // output by another thread: wait for it rather than race that thread.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut logs = daemon.logs().join("\n");
+    while !logs.contains("the lease table is crowded") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        logs = daemon.logs().join("\n");
+    }
     assert!(logs.contains("the lease table is crowded"), "{logs}");
     for id in &ids {
         assert!(!logs.contains(id.as_str()), "lease id {id} in the INFO log:\n{logs}");
