@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use serde_json::{json, Value};
-use support::gateway_setup::{client, gateway_addr, send, start_sim, Answer, HttpClient};
+use support::gateway_setup::{admin, client, gateway_addr, send, start_sim, Answer, HttpClient};
 use support::{temp_dir, BackendConfig, Daemon, ADMIN_TOKEN};
 
 /// The configured tenant's key (from the environment, as the configuration says).
@@ -26,28 +26,6 @@ fn gateway_section(sim: SocketAddr) -> String {
     format!(
         "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: sim, kind: openai, base_url: \"http://{sim}\"}}\n    - {{name: simanthropic, kind: anthropic, base_url: \"http://{sim}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: sim, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: claude-sonnet-4-5, upstream: simanthropic, rpm: 1000, input_tpm: 100000, output_tpm: 100000, concurrency: 8, max_output_tokens_default: 64}}\n  tenants:\n    - {{name: yaml-team, api_key_env: GATEWAY_KEYS_TEST_KEY}}\n"
     )
-}
-
-/// An admin call on the server at `server`; asserts its status.
-async fn admin(
-    client: &HttpClient,
-    server: SocketAddr,
-    method: hyper::Method,
-    path: &str,
-    body: Option<Value>,
-    status: u16,
-) -> Value {
-    let bearer = format!("Bearer {ADMIN_TOKEN}");
-    let answer = send(
-        client,
-        method,
-        format!("http://{server}{path}"),
-        &[("authorization", &bearer)],
-        body,
-    )
-    .await;
-    assert_eq!(answer.status, status, "{path}: {}", answer.body);
-    answer.json()
 }
 
 /// A key made through the admin API: `(id, key)`.

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
-use support::gateway_setup::{client, gateway_addr, send, start_sim, HttpClient};
+use support::gateway_setup::{admin, client, gateway_addr, send, start_sim, HttpClient};
 use support::{temp_dir, write_config_on, BackendConfig, Daemon, ADMIN_TOKEN, BIN};
 
 /// The configured tenant's key variable and key.
@@ -32,22 +32,6 @@ fn gateway_section(sim: SocketAddr, tenants: &[&str]) -> String {
         section.push_str(&format!("    - {{name: {name}, api_key_env: {env}, rpm: 100}}\n"));
     }
     section
-}
-
-/// An admin call on `server`; asserts its status, returns its JSON.
-async fn admin(
-    client: &HttpClient,
-    server: SocketAddr,
-    method: hyper::Method,
-    path: &str,
-    body: Option<Value>,
-    status: u16,
-) -> Value {
-    let bearer = format!("Bearer {ADMIN_TOKEN}");
-    let url = format!("http://{server}{path}");
-    let answer = send(client, method, url, &[("authorization", &bearer)], body).await;
-    assert_eq!(answer.status, status, "{path}: {}", answer.body);
-    answer.json()
 }
 
 /// The status of a short chat call with `key` through the gateway at `gateway`.

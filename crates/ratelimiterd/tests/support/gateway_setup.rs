@@ -16,7 +16,7 @@ use replay::sim::limits::{Accounting, ProviderLimits};
 use replay::sim::server::ProviderServer;
 use serde_json::Value;
 
-use super::Daemon;
+use super::{Daemon, ADMIN_TOKEN};
 
 /// A plain HTTP/1.1 client, of the gateway and of the server's API.
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
@@ -68,6 +68,23 @@ pub async fn send(
         headers,
         body: String::from_utf8_lossy(&bytes).into_owned(),
     }
+}
+
+/// An admin call on the server at `server` with the admin token; asserts its
+/// status, returns its JSON.
+pub async fn admin(
+    client: &HttpClient,
+    server: SocketAddr,
+    method: hyper::Method,
+    path: &str,
+    body: Option<Value>,
+    status: u16,
+) -> Value {
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let url = format!("http://{server}{path}");
+    let answer = send(client, method, url, &[("authorization", &bearer)], body).await;
+    assert_eq!(answer.status, status, "{path}: {}", answer.body);
+    answer.json()
 }
 
 /// The simulator's limits, far above what a test sends, so that the gateway's
