@@ -258,11 +258,10 @@ pub fn tenants_request(command: &TenantsCommand) -> Result<(&'static str, String
 pub fn keys_request(command: &KeysCommand) -> Result<(&'static str, String, Option<Value>), String> {
     const BASE: &str = "/v1/admin/gateway/keys";
     let named = |id: &str| {
-        let shown = crate::directory_api::shown_key_id(id);
-        if shown == id {
+        if crate::directory_api::is_key_id(id) {
             Ok(())
         } else {
-            Err(format!("invalid_argument: {shown}"))
+            Err(format!("invalid_argument: {}", crate::directory_api::shown_key_id(id)))
         }
     };
     Ok(match command {

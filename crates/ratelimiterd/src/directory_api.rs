@@ -345,12 +345,16 @@ const KEY_ID_CHARS: usize = 26;
 /// place of an id: as many as the key's hint shows.
 const SHOWN_SECRET_CHARS: usize = 4;
 
+/// Whether `id` is shaped as a key's id (a ULID), so it may be shown and sent.
+pub fn is_key_id(id: &str) -> bool {
+    id.len() == KEY_ID_CHARS && id.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+}
+
 /// `id` as an answer may show it: a key's id as it is; anything else (a
 /// key's secret text given in place of its id, most likely) never whole,
 /// only its last [`SHOWN_SECRET_CHARS`] characters.
 pub fn shown_key_id(id: &str) -> String {
-    let is_id = id.len() == KEY_ID_CHARS && id.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_uppercase());
-    if is_id {
+    if is_key_id(id) {
         return id.to_owned();
     }
     let chars: Vec<char> = id.chars().collect();
