@@ -15,7 +15,7 @@ from . import _native
 __all__ = ["Requirement", "Actual", "LimitDefinition", "LimitReport", "llm_limits", "DefinitionLike"]
 
 #: What a limit does with usage above its reservation at Complete.
-Overage = Literal["none", "debt"]
+Overage = Literal["none", "debt", "owe"]
 #: How a limit replenishes: ``rolling`` (each reservation held for the window),
 #: ``concurrency`` (held until Complete) or ``bucket`` (a token bucket refilled over the
 #: window, as Anthropic enforces its limits: the repository's docs/bucket-limits.md).
@@ -127,8 +127,11 @@ class LimitReport:
     #: Units held now: live rolling reservations or concurrency holds; for a bucket, what
     #: it lacks of its burst (taken and not yet refilled or given back).
     in_use: int
-    #: Usage recorded above reservations under ``overage="debt"``.
+    #: Usage recorded above reservations under ``overage="debt"`` or ``"owe"``.
     debt: int
+    #: True while an ``overage="owe"`` limit refuses every reservation: usage it could
+    #: not hold belongs to a window or period that has not ended.
+    owing: bool = False
 
     @classmethod
     def from_json(cls, text: str) -> "LimitReport":
@@ -145,6 +148,7 @@ class LimitReport:
             pending_decrease_to=data.get("pending_decrease_to", 0),
             in_use=data.get("in_use", 0),
             debt=data.get("debt", 0),
+            owing=data.get("owing", False),
         )
 
 

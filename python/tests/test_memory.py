@@ -110,6 +110,19 @@ def test_overage_is_dropped_or_recorded_as_debt() -> None:
     assert lim.limit(TPM).in_use == 100 and lim.limit(TPM).debt == 0
 
 
+def test_a_budget_that_owes_refuses_until_its_window_ends() -> None:
+    lim = limiter()
+    lim.define(LimitDefinition.rolling("budget:owe", 100, 60, overage="owe"))
+    first = lim.reserve([("budget:owe", 60)])
+    second = lim.reserve([("budget:owe", 30)])
+    lim.complete(first.lease_id, [("budget:owe", 90)])  # 30 more do not fit in the 10 left
+    report = lim.limit("budget:owe")
+    assert report.owing and report.debt == 30
+    lim.complete(second.lease_id, [("budget:owe", 0)])  # 30 freed
+    denied = lim.reserve([("budget:owe", 1)])
+    assert denied.denial.reason == "insufficient_capacity" and denied.denial.retry_after_ms > 0
+
+
 def test_decrease_waits_for_usage() -> None:
     lim = limiter()
     r = lim.reserve([(CONC, 2)])

@@ -207,6 +207,9 @@ pub enum OverageArg {
     None,
     /// Record it as debt.
     Debt,
+    /// Record it as debt and refuse every reservation until the window or
+    /// period it belongs to ends (a budget).
+    Owe,
 }
 
 /// How to reach a running server. Every option is global: it may come before
@@ -296,6 +299,7 @@ impl PutArgs {
             overage: match self.overage {
                 OverageArg::None => Overage::None,
                 OverageArg::Debt => Overage::Debt,
+                OverageArg::Owe => Overage::Owe,
             },
             period: None,
         })

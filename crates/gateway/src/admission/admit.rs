@@ -278,6 +278,15 @@ impl Admission {
         Ok(())
     }
 
+    /// Whether the limit `key` refuses because it owes a bill above what it
+    /// held (`overage: owe`); false when it cannot be read.
+    async fn owes(&self, key: &str) -> bool {
+        let Ok(key) = LimitKey::new(key) else {
+            return false;
+        };
+        matches!(self.backend.limit_report(&key).await, Ok(Some(report)) if report.owing)
+    }
+
     /// A 429 with the retry hints both SDKs read and the binding limit's figures.
     async fn rate_limited(&self, denial: &Denial, budget: bool, cap_ms: Option<u64>) -> GatewayError {
         let retry_after_ms = denial.retry_after_ms().min(cap_ms.unwrap_or(u64::MAX)).max(1);
@@ -289,6 +298,11 @@ impl Admission {
                 "tenant"
             };
             format!("The {whose}'s daily token budget ({key}) is spent; it frees as the day's calls age out.")
+        } else if is_budget_key(key) && self.owes(key).await {
+            format!(
+                "The budget {key} is spent: calls were billed more than it could hold, so it admits no \
+                 call until their window has passed. Please try again in {retry_after_ms}ms."
+            )
         } else if is_budget_key(key) {
             format!(
                 "The budget {key} has no room for this call's worst case now; calls in flight free \

@@ -58,13 +58,20 @@ pub fn budget_refusal(ctx: &CallContext) -> Option<GatewayError> {
 pub async fn budget_denied(backend: &dyn Backend, denial: &Denial, ctx: &CallContext) -> Option<GatewayError> {
     let key = denial_key(denial).filter(|k| denial.is_permanent() && is_budget_key(k))?;
     let limit_key = LimitKey::new(key).ok();
-    let capacity = match &limit_key {
-        Some(k) => (backend.limit_report(k).await.ok().flatten()).map(|r| r.state.definition().capacity()),
+    let report = match &limit_key {
+        Some(k) => backend.limit_report(k).await.ok().flatten(),
         None => None,
     };
+    let capacity = report.as_ref().map(|r| r.state.definition().capacity());
     let error = match (least_worst_case(ctx), capacity) {
         (Some(least), Some(capacity)) if least > capacity => above_whole_budget(key, ctx, least, capacity),
-        _ => spent(key, worst_case_of(ctx)),
+        _ => {
+            let now_unix_ms = ctx.model.pool.now_unix_ms();
+            let resets = (report.as_ref().and_then(|r| r.state.definition().period()))
+                .map(|period| ratelimiter::spend::UtcDay::of_unix_ms(period.end_unix_ms(now_unix_ms)));
+            let owing = report.as_ref().is_some_and(|r| r.owing);
+            spent(key, worst_case_of(ctx), owing, resets)
+        }
     };
     Some(match limit_key {
         Some(k) => refusal_headers(backend, &k, error).await,
@@ -92,12 +99,21 @@ fn above_whole_budget(key: &str, ctx: &CallContext, least: u64, capacity: u64) -
 }
 
 /// The 429 of a budget whose period's settled spend leaves too little for the
-/// call's worst case (`worst`, when known) before the period ends.
-fn spent(key: &str, worst: Option<u64>) -> GatewayError {
+/// call's worst case (`worst`, when known) before the period ends, or that
+/// `owing` a bill above what it held, refuses every call until then; the day
+/// it `resets` on (at 00:00 UTC), when known.
+fn spent(key: &str, worst: Option<u64>, owing: bool, resets: Option<ratelimiter::spend::UtcDay>) -> GatewayError {
+    let resets = resets.map_or_else(String::new, |day| format!(" It resets at {day}T00:00:00Z."));
+    if owing {
+        return never_retried(format!(
+            "The budget {key} is spent: calls were billed more than it could hold, so it admits no call \
+             before its period ends.{resets}"
+        ));
+    }
     let worst = worst.map_or_else(String::new, |w| format!(" (at most ${})", dollars(w)));
     never_retried(format!(
         "The budget {key} cannot hold this call's worst case{worst} before its period ends: it is spent. \
-         Lower the output bound (max_tokens) or wait for the budget's next period."
+         Lower the output bound (max_tokens) or wait for the budget's next period.{resets}"
     ))
 }
 
@@ -109,15 +125,16 @@ fn never_retried(message: String) -> GatewayError {
 
 /// What is left, in micro-dollars, of the budget with the least left among
 /// those a call of `model` by `tenant` is charged on (capacity less what is
-/// held and owed); `None` when the call has no budget or none can be read.
+/// held, nothing while it owes: what admission would grant,
+/// [`ratelimiter::LimitReport::available`]); `None` when the call has no budget
+/// or none can be read.
 pub async fn remaining_micro_usd(backend: &dyn Backend, model: &ModelKeys, tenant: Option<&TenantKeys>) -> Option<u64> {
     let mut least: Option<u64> = None;
     for budget in call_budgets(model, tenant).filter(|b| !b.is_zero()) {
         let Ok(Some(report)) = backend.limit_report(&budget.key).await else {
             continue;
         };
-        let used = report.in_use.saturating_add(report.debt);
-        let left = report.state.definition().capacity().saturating_sub(used);
+        let left = report.available();
         least = Some(least.map_or(left, |l| l.min(left)));
     }
     least
@@ -128,7 +145,7 @@ pub async fn remaining_micro_usd(backend: &dyn Backend, model: &ModelKeys, tenan
 pub async fn refusal_headers(backend: &dyn Backend, key: &LimitKey, mut error: GatewayError) -> GatewayError {
     if let Ok(Some(report)) = backend.limit_report(key).await {
         let capacity = report.state.definition().capacity();
-        let left = capacity.saturating_sub(report.in_use.saturating_add(report.debt));
+        let left = report.available();
         error = error
             .with_header(LIMIT_USD_HEADER, dollars(capacity))
             .with_header(REMAINING_USD_HEADER, dollars(left));

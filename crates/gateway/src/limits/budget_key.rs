@@ -71,7 +71,8 @@ impl BudgetKey {
     }
 
     /// Its registry definition: a rolling limit over its period or window, in
-    /// micro-dollars, recording billed usage above a reservation as debt.
+    /// micro-dollars, owing billed usage above a reservation that it cannot hold
+    /// (`overage: owe`): it then refuses every call until its period or window ends.
     /// `None` for a $0 budget.
     pub fn definition(&self) -> Option<LimitDefinition> {
         if self.is_zero() {
@@ -82,7 +83,7 @@ impl BudgetKey {
             BudgetSpan::WindowSeconds(seconds) => LimitDefinition::rolling(self.key.clone(), self.micro_usd, seconds),
         };
         let definition = definition.expect("budgets were validated with the configuration");
-        Some(definition.with_overage(ratelimiter::Overage::Debt))
+        Some(definition.with_overage(ratelimiter::Overage::Owe))
     }
 }
 
@@ -144,7 +145,7 @@ mod tests {
         assert_eq!(keys[1].key.as_str(), "tenant:acme:usd:window3600");
         let month = keys[0].definition().unwrap();
         assert_eq!((month.capacity(), month.period()), (500_000_000, Some(Period::Month)));
-        assert_eq!(month.overage(), ratelimiter::Overage::Debt);
+        assert_eq!(month.overage(), ratelimiter::Overage::Owe);
         assert!(keys[1].is_zero() && keys[1].definition().is_none(), "$0 has no limit");
     }
 }

@@ -151,7 +151,7 @@ impl BudgetWatch {
             key: key.as_str(),
             scope: &budget.scope,
             span,
-            spent_micro_usd: report.in_use.saturating_add(report.debt),
+            spent_micro_usd: report.held_and_owed(),
             budget_micro_usd: report.state.definition().capacity(),
             alert_at: &budget.alert_at,
             forgettable_after_unix_ms,

@@ -210,6 +210,12 @@ impl Pool {
         Self::new(deployments, model.routing, clock.clone())
     }
 
+    /// The gateway's clock now, in Unix ms: when a refused budget's period
+    /// ends is told on the same clock that admission runs on.
+    pub fn now_unix_ms(&self) -> u64 {
+        self.clock.now_unix_ms()
+    }
+
     /// Whether a failure may move a call to another deployment: the pool has one
     /// not yet tried besides the one that failed, whose breaker is not open (a
     /// call with none left gets the failed deployment's own answer, not a wait

@@ -137,6 +137,7 @@ impl Admin {
             state: next,
             in_use: 0,
             debt: 0,
+            owing: false,
         }))
     }
 

@@ -21,6 +21,10 @@ pub struct Limit {
     /// A bucket's level; `None` for the other kinds.
     bucket: Option<BucketLevel>,
     debt: u64,
+    /// Until when an `overage: owe` limit refuses every reservation: the end of
+    /// the latest window or period whose usage it could not hold; 0 when it
+    /// never owed.
+    owed_until_unix_ms: u64,
     streak: Streak,
 }
 
@@ -71,6 +75,7 @@ impl Limit {
             in_flight: ExpiryQueue::default(),
             bucket,
             debt: 0,
+            owed_until_unix_ms: 0,
             streak: Streak::default(),
         })
     }
@@ -282,6 +287,28 @@ impl Limit {
         self.debt = self.debt.saturating_add(units);
     }
 
+    /// Until when the limit refuses every reservation because it owes (0: it
+    /// never owed), as a snapshot saves it.
+    pub fn owed_until_unix_ms(&self) -> u64 {
+        self.owed_until_unix_ms
+    }
+
+    /// Records that usage the limit could not hold belongs to a window or
+    /// period ending at `until_unix_ms`: under `overage: owe` it refuses every
+    /// reservation until then (the latest such end wins); nothing otherwise.
+    pub fn owe_until(&mut self, until_unix_ms: u64) {
+        if self.state.definition().overage().refuses_while_owing() {
+            self.owed_until_unix_ms = self.owed_until_unix_ms.max(until_unix_ms);
+        }
+    }
+
+    /// Whether the limit refuses every reservation at `now_unix_ms` because it
+    /// owes ([`Limit::owe_until`]). A limit changed to another overage policy
+    /// since no longer refuses.
+    pub fn owes(&self, now_unix_ms: u64) -> bool {
+        self.state.definition().overage().refuses_while_owing() && now_unix_ms < self.owed_until_unix_ms
+    }
+
     /// The exact time until `units` fit, from the holds' expiry instants: the
     /// rolling hint; a bucket's, from its refills. At least 1 ms, since a denial
     /// means not now.
@@ -329,12 +356,13 @@ impl Limit {
         &mut self.streak
     }
 
-    /// State, usage and debt, as of the last [`Limit::expire`].
-    pub fn report(&self) -> LimitReport {
+    /// State, usage and debt at `now_unix_ms`, as of the last [`Limit::expire`].
+    pub fn report(&self, now_unix_ms: u64) -> LimitReport {
         LimitReport {
             state: self.state.clone(),
             in_use: self.in_use(),
             debt: self.debt,
+            owing: self.owes(now_unix_ms),
         }
     }
 }

@@ -219,11 +219,15 @@ impl MemoryState {
         let mut retry_after_ms = 0;
         for &(i, amount) in wanted.as_slice() {
             let limit = &self.limits[i as usize];
-            if limit.fits(amount, self.hold_end(limit, granted_unix_ms, hold_ms)) {
+            let owes = limit.owes(now_unix_ms);
+            if !owes && limit.fits(amount, self.hold_end(limit, granted_unix_ms, hold_ms)) {
                 continue;
             }
+            // An owing limit with a calendar period owes until the period
+            // ends: no retry can succeed before, as when its period is spent.
             let settled = limit.settled_through_period_end(now_unix_ms);
             let spent = settled.is_some_and(|settled| decision::period_is_spent(limit.capacity(), settled, amount));
+            let spent = spent || (owes && limit.has_period());
             if never.is_none() && spent {
                 never = Some(i);
             }
@@ -431,6 +435,9 @@ impl MemoryState {
         match decision::overage_fallback(limit.state().definition().overage()) {
             OverageFallback::Debt => {
                 limit.add_debt(extra);
+                // The usage belongs to the hold's window or period: an owing
+                // limit refuses until it ends (nothing when it has ended).
+                limit.owe_until(hold.expires_at_unix_ms);
                 self.overage_debt_total = self.overage_debt_total.saturating_add(extra);
             }
             OverageFallback::Dropped => self.overage_dropped_total = self.overage_dropped_total.saturating_add(extra),
@@ -475,7 +482,7 @@ impl MemoryState {
         let &i = self.index.get(key)?;
         let limit = &mut self.limits[i as usize];
         limit.expire(now_unix_ms);
-        Some(limit.report())
+        Some(limit.report(now_unix_ms))
     }
 
     /// Milliseconds until `key` next gets a held unit back, after dropping its
@@ -494,7 +501,7 @@ impl MemoryState {
             .iter_mut()
             .map(|limit| {
                 limit.expire(now_unix_ms);
-                limit.report()
+                limit.report(now_unix_ms)
             })
             .collect();
         reports.sort_unstable_by(|a, b| a.state.definition().key().cmp(b.state.definition().key()));
@@ -543,6 +550,11 @@ impl MemoryState {
 /// added.
 fn hint_ms(policy: &RetryPolicy, limit: &mut Limit, amount: u64, now_unix_ms: u64, jitter: &Jitter) -> u64 {
     let kind = limit.kind();
+    if limit.owes(now_unix_ms) {
+        // Nothing is admitted before what it owes is behind it.
+        let owed_ms = limit.owed_until_unix_ms() - now_unix_ms;
+        return owed_ms + jitter.sample_ms(policy.jitter_ms(kind));
+    }
     if let Some(period) = limit.state().definition().period() {
         // Room comes back before the boundary when a shorter hold ends (the exact
         // wait) or when calls in flight complete (the backoff of a key freed by

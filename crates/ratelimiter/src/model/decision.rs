@@ -191,7 +191,7 @@ pub enum OverageFallback {
 /// The fallback of a limit's `overage` setting.
 pub fn overage_fallback(overage: Overage) -> OverageFallback {
     match overage {
-        Overage::Debt => OverageFallback::Debt,
+        Overage::Debt | Overage::Owe => OverageFallback::Debt,
         Overage::None => OverageFallback::Dropped,
     }
 }

@@ -27,6 +27,7 @@
 mod bucket_scenarios;
 mod fixture;
 mod memory_harness;
+mod owing_scenarios;
 mod scenarios;
 
 use std::sync::Arc;
@@ -38,6 +39,7 @@ use crate::limiting::limiter::Backend;
 pub use bucket_scenarios::*;
 pub use fixture::Fixture;
 pub use memory_harness::MemoryHarness;
+pub use owing_scenarios::*;
 pub use scenarios::*;
 
 /// What the suite needs from a backend under test.
@@ -82,6 +84,8 @@ pub async fn run_all(harness: &dyn Harness) {
     reserve_precedence(harness).await;
     overage_after_the_window(harness).await;
     pause_holds_for_its_own_time(harness).await;
+    owing_refuses_until_its_window_ends(harness).await;
+    owing_in_a_period_is_final(harness).await;
 }
 
 /// Runs every token-bucket scenario in turn (docs/bucket-limits.md); panics at the

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::model::decision;
 use crate::model::definition::{
-    DefinitionError, LimitDefinition, LimitKind, LimitReport, LimitState, LimitStatus, Overage,
+    DefinitionError, LimitDefinition, LimitKind, LimitReport, LimitState, LimitStatus,
 };
 use crate::model::error::LimiterError;
 use crate::model::key::LimitKey;
@@ -188,13 +188,18 @@ impl Shared {
         }
     }
 
-    /// Creates the operator, resource, (for `overage: debt`) debt, (for a bucket)
-    /// taken and (for a calendar period) settled accounts, and the definition
-    /// log's accounts; existing ones are fine.
+    /// Creates the operator, resource, (for `overage: debt` or `owe`) debt, (for
+    /// `owe`) owed, (for a bucket) taken and (for a calendar period) settled
+    /// accounts, and the definition log's accounts; existing ones are fine. An
+    /// owed account is funded once, by a transfer whose id names the key.
     async fn create_accounts(&self, definition: &LimitDefinition) -> Result<(), LimiterError> {
         let mut accounts = vec![ids::operator_account(), ids::resource_account(definition.key())];
-        if definition.overage() == Overage::Debt {
+        if definition.overage().records_debt() {
             accounts.push(ids::debt_account(definition.key()));
+        }
+        let owes = definition.overage().refuses_while_owing();
+        if owes {
+            accounts.push(ids::owed_account(definition.key()));
         }
         if definition.kind() == LimitKind::Bucket {
             accounts.push(ids::taken_account(definition.key()));
@@ -204,7 +209,31 @@ impl Shared {
         }
         accounts.extend(super::definition_log::log_accounts());
         accounts.extend(ids::lease_marker_accounts());
-        self.create_accounts_checked(accounts, "limit").await
+        self.create_accounts_checked(accounts, "limit").await?;
+        if owes {
+            self.fund_owed_account(definition.key()).await?;
+        }
+        Ok(())
+    }
+
+    /// Funds the owed account of `key` with [`ids::OWED_LOCKS_MAX`], once for
+    /// the fleet: the transfer's id names the key, so every later apply, on
+    /// any server, finds it `exists`.
+    async fn fund_owed_account(&self, key: &LimitKey) -> Result<(), LimiterError> {
+        let fund = tb::Transfer::new(ids::owed_fund_transfer_id(key))
+            .with_debit_account_id(ids::operator_account_id())
+            .with_credit_account_id(ids::owed_account_id(key))
+            .with_amount(u128::from(ids::OWED_LOCKS_MAX))
+            .with_ledger(ids::LEDGER_LIMITS)
+            .with_code(ids::CODE_OWED_FUND);
+        let failures = (self.submitter.submit(vec![fund]).await).map_err(|e| unavailable(&e, "fund owed"))?;
+        match failures.first().map(|f| f.kind()) {
+            None | Some(Kind::Exists) => Ok(()),
+            Some(kind) => {
+                tracing::error!(%key, code = ?kind, "funding an owed account failed");
+                Err(LimiterError::Backend(format!("owed account fund: {kind:?}")))
+            }
+        }
     }
 
     /// Carries out the decrease of `versioned` (a decreasing state) if usage
@@ -312,33 +341,37 @@ impl Shared {
         Ok(applied)
     }
 
-    /// Reports `states` with `in_use` and `debt` read from their accounts; a
-    /// bucket's `in_use` is read after posting its due refills, so it is what
-    /// the bucket lacks of its burst now.
+    /// Reports `states` with `in_use`, `debt` and `owing` read from their
+    /// accounts; a bucket's `in_use` is read after posting its due refills, so
+    /// it is what the bucket lacks of its burst now. An `overage: owe` limit owes
+    /// while a lock is pending on its owed account.
     pub(super) async fn reports_of(&self, states: Vec<LimitState>) -> Result<Vec<LimitReport>, LimiterError> {
         self.post_due_refills(states.iter()).await;
         let mut reports = Vec::with_capacity(states.len());
-        for chunk in states.chunks(LOOKUP_CHUNK_ACCOUNTS / 3) {
-            let mut accounts = Vec::with_capacity(chunk.len() * 3);
+        for chunk in states.chunks(LOOKUP_CHUNK_ACCOUNTS / 4) {
+            let mut accounts = Vec::with_capacity(chunk.len() * 4);
             for state in chunk {
                 let key = state.definition().key();
                 accounts.extend([
                     ids::resource_account_id(key),
                     ids::debt_account_id(key),
                     ids::taken_account_id(key),
+                    ids::owed_account_id(key),
                 ]);
             }
             let balances = self.balances(accounts).await?;
-            for (state, found) in chunk.iter().zip(balances.chunks(3)) {
+            for (state, found) in chunk.iter().zip(balances.chunks(4)) {
                 let resource = Balance {
                     taken: found[2].unwrap_or_default().net(),
                     ..found[0].unwrap_or_default()
                 };
                 let debt = found[1].unwrap_or_default();
+                let owes = state.definition().overage().refuses_while_owing();
                 reports.push(LimitReport {
                     state: state.clone(),
                     in_use: saturate(resource.in_use()),
                     debt: saturate(debt.debits_posted.saturating_sub(debt.credits_posted)),
+                    owing: owes && found[3].unwrap_or_default().debits_pending > 0,
                 });
             }
         }

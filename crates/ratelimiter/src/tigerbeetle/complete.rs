@@ -47,6 +47,9 @@ enum Purpose {
     /// Records usage beyond the reservation as debt; `usize` is the held
     /// requirement, `u64` the units.
     Debt(usize, u64),
+    /// Makes the `overage: owe` limit of `record.held[usize]` refuse until the
+    /// hold's window or period ends ([`ids::owed_lock_transfer_id`]).
+    OwedLock(usize),
 }
 
 /// The most rounds of one Complete: each round after the first drops or
@@ -262,6 +265,7 @@ impl Shared {
             | Purpose::Refund
             | Purpose::Overage(_)
             | Purpose::Debt(..)
+            | Purpose::OwedLock(_)
                 if matches!(kind, Kind::Exists) || written_elsewhere(kind) =>
             {
                 Ok(Round::Decided)
@@ -297,6 +301,13 @@ impl Shared {
                 chain.remove(index);
                 Ok(Round::Again)
             }
+            // As many locks as the owed account holds are pending: the limit
+            // owes already, until the last of them ends.
+            Purpose::OwedLock(_) if matches!(kind, Kind::ExceedsCredits | Kind::DebitAccountNotFound) => {
+                tracing::warn!(lease = %lease, code = ?kind, "an owing limit could not take another lock");
+                chain.remove(index);
+                Ok(Round::Again)
+            }
             purpose => {
                 tracing::error!(lease = %lease, code = ?kind, purpose = ?purpose, held = record.held.len(),
                     "unexpected TigerBeetle result in complete");
@@ -318,6 +329,9 @@ impl Shared {
         units: u64,
     ) {
         let held = &record.held[i];
+        // The re-reserve's timeout is what is left of the hold's window or
+        // period; none when the window is over.
+        let left_seconds = replace.map(|index| chain.transfers[index].timeout());
         if let Some(index) = replace {
             chain.remove(index);
         }
@@ -338,6 +352,21 @@ impl Shared {
                 .with_user_data_128(lease.to_u128()),
         );
         chain.purposes.push(Purpose::Debt(i, units));
+        let owes = self.state_of(&held.key).is_some_and(|s| s.definition().overage().refuses_while_owing());
+        if let Some(seconds) = left_seconds.filter(|&s| owes && s > 0) {
+            chain.transfers.push(
+                tb::Transfer::new(ids::owed_lock_transfer_id(lease, &held.key))
+                    .with_debit_account_id(ids::owed_account_id(&held.key))
+                    .with_credit_account_id(ids::operator_account_id())
+                    .with_amount(1)
+                    .with_ledger(ids::LEDGER_LIMITS)
+                    .with_code(ids::CODE_OWED_LOCK)
+                    .with_flags(tb::transfer::Flags::PENDING)
+                    .with_timeout(seconds)
+                    .with_user_data_128(lease.to_u128()),
+            );
+            chain.purposes.push(Purpose::OwedLock(i));
+        }
     }
 
     /// The settled-account records of a Complete (docs/tigerbeetle-backend.md,

@@ -36,6 +36,24 @@ pub const CODE_REFUND: u16 = 6;
 /// account, what a completed call holds until the period's end
 /// ([`settled_transfer_id`]).
 pub const CODE_SETTLED: u16 = 7;
+/// The code of the posted transfer that funds an owed account with
+/// [`OWED_LOCKS_MAX`] once ([`owed_fund_transfer_id`]).
+pub const CODE_OWED_FUND: u16 = 8;
+/// The code of the pair of posted transfers in a reserve chain that take all of
+/// an owed account's credit and give it back: the chain fails while the limit
+/// owes ([`owed_check_ids`]).
+pub const CODE_OWED_CHECK: u16 = 9;
+/// The code of the pending transfer of one unit on an owed account that makes
+/// an `overage: owe` limit refuse until the window or period of the usage it
+/// could not hold ends ([`owed_lock_transfer_id`]).
+pub const CODE_OWED_LOCK: u16 = 10;
+
+/// How many windows or periods an owed account can owe at once: its credit,
+/// each lock taking one unit until its timeout. Calls completing past the
+/// budget while it already owes this many times add no lock (the limit owes
+/// anyway, until the last lock ends); a bound so a storm of overages cannot
+/// grow the account without end.
+pub const OWED_LOCKS_MAX: u64 = 4096;
 
 /// The ledger of lease records: the denied marker of a lease and its
 /// completion record, zero-amount transfers at ids derived from the lease id
@@ -69,6 +87,8 @@ pub const ACCOUNT_CODE_RESOURCE: u16 = 2;
 pub const ACCOUNT_CODE_DEBT: u16 = 3;
 /// The account code of a bucket's taken account ([`taken_account`]).
 pub const ACCOUNT_CODE_TAKEN: u16 = 4;
+/// The account code of an `overage: owe` limit's owed account ([`owed_account`]).
+pub const ACCOUNT_CODE_OWED: u16 = 11;
 
 /// The operator account's id: `acct:operator`. Computed once: every
 /// reservation and re-reservation names it.
@@ -235,6 +255,34 @@ pub fn debt_transfer_id(lease: LeaseId, key: &LimitKey) -> u128 {
     id128(&format!("xfer:debt:{lease}:{key}"))
 }
 
+/// The owed account's id of `key`: `acct:owed:<key>`.
+pub fn owed_account_id(key: &LimitKey) -> u128 {
+    id128(&format!("acct:owed:{key}"))
+}
+
+/// The id of the one posted transfer that funds the owed account of `key` with
+/// [`OWED_LOCKS_MAX`]: `xfer:owedfund:<key>`, so every apply of the definition,
+/// on any server, funds it once.
+pub fn owed_fund_transfer_id(key: &LimitKey) -> u128 {
+    id128(&format!("xfer:owedfund:{key}"))
+}
+
+/// The ids of the `index`-th requirement's owed check in the reserve chain of
+/// `lease` (take, give back): `xfer:owedcheck:<lease_id>:<index>` and
+/// `xfer:owedreturn:<lease_id>:<index>`, so a retried chain is the same chain.
+pub fn owed_check_ids(lease: LeaseId, index: usize) -> (u128, u128) {
+    (
+        id128(&format!("xfer:owedcheck:{lease}:{index}")),
+        id128(&format!("xfer:owedreturn:{lease}:{index}")),
+    )
+}
+
+/// The id of the lock a Complete of `lease` puts on the owed account of `key`:
+/// `xfer:owedlock:<lease_id>:<key>`, so a retried Complete locks once.
+pub fn owed_lock_transfer_id(lease: LeaseId, key: &LimitKey) -> u128 {
+    id128(&format!("xfer:owedlock:{lease}:{key}"))
+}
+
 /// The id of the funding transfer of `key` made when the resource account's
 /// posted counters were `credits_posted` and `debits_posted`.
 ///
@@ -282,6 +330,38 @@ pub fn taken_account(key: &LimitKey) -> tb::Account {
 /// What a denial reads to tell "never" from "not now".
 pub fn settled_account(key: &LimitKey) -> tb::Account {
     tb::Account::new(settled_account_id(key), LEDGER_LIMITS, ACCOUNT_CODE_SETTLED)
+}
+
+/// The owed account of the `overage: owe` limit `key` (docs/tigerbeetle-backend.md,
+/// "Debt"): funded once with [`OWED_LOCKS_MAX`], its debits can never exceed its
+/// credits; each pending lock of one unit means the limit owes until the lock's
+/// timeout, and a reserve chain's check, which takes the whole credit and gives it
+/// back, fails while any lock is pending.
+pub fn owed_account(key: &LimitKey) -> tb::Account {
+    tb::Account::new(owed_account_id(key), LEDGER_LIMITS, ACCOUNT_CODE_OWED)
+        .with_flags(tb::account::Flags::DEBITS_MUST_NOT_EXCEED_CREDITS)
+}
+
+/// The owed check of requirement `index` of `lease` on the owed account of
+/// `key`: a posted transfer of all of the account's credit to the operator,
+/// refused (`exceeds_credits`) while a lock is pending, and one giving it back.
+/// Both linked: they sit inside a reserve chain.
+pub fn owed_check(lease: LeaseId, index: usize, key: &LimitKey) -> [tb::Transfer; 2] {
+    let (take, give_back) = owed_check_ids(lease, index);
+    let transfer = |id: u128, debit: u128, credit: u128| {
+        tb::Transfer::new(id)
+            .with_debit_account_id(debit)
+            .with_credit_account_id(credit)
+            .with_amount(u128::from(OWED_LOCKS_MAX))
+            .with_ledger(LEDGER_LIMITS)
+            .with_code(CODE_OWED_CHECK)
+            .with_flags(tb::transfer::Flags::LINKED)
+            .with_user_data_128(lease.to_u128())
+    };
+    [
+        transfer(take, owed_account_id(key), operator_account_id()),
+        transfer(give_back, operator_account_id(), owed_account_id(key)),
+    ]
 }
 
 /// The debt account of `key`: unconstrained, its net debit is the recorded debt.

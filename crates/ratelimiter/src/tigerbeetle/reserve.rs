@@ -21,11 +21,16 @@ use super::submitter::Failure;
 
 use tb::error::CreateTransferErrorKind as Kind;
 
+/// The requirement (its index in the request) of each owed check the chain
+/// carries after its reservations, in chain order: two transfers each
+/// ([`ids::owed_check`]).
+type OwedChecks = Vec<usize>;
+
 /// What the backend decided before sending anything.
 enum Plan {
     /// Send this chain, after the refills due on these buckets (the
     /// request's bucket requirements); remember this record.
-    Send(Vec<tb::Transfer>, LeaseRecord, Vec<Bucket>),
+    Send(Vec<tb::Transfer>, LeaseRecord, Vec<Bucket>, OwedChecks),
     /// Answer at once.
     Answer(ReserveOutcome),
     /// A denial that sends nothing, for a lease this server does not know: the lease may
@@ -45,10 +50,10 @@ impl Shared {
             }
             other => other,
         };
-        let (chain, record, buckets) = match plan? {
+        let (chain, record, buckets, owed) = match plan? {
             Plan::Answer(outcome) => return Ok(outcome),
             Plan::Standing(denial) => return self.standing_or_earlier(request, denial).await,
-            Plan::Send(chain, record, buckets) => (chain, record, buckets),
+            Plan::Send(chain, record, buckets, owed) => (chain, record, buckets, owed),
         };
         let lease = request.lease_id();
         self.ensure_lease_marker_accounts().await?;
@@ -70,6 +75,7 @@ impl Shared {
                 return Err(unavailable(&e, "reserve"));
             }
         };
+        let failures = on_requirements(failures, request.requirements().len(), &owed);
         self.reserve_result(request, record, &failures, now, &buckets).await
     }
 
@@ -142,7 +148,7 @@ impl Shared {
         // chain, its first reservation time included.
         let reserved_at_unix_ms = self.leases.get(lease).map_or(now, |r| r.reserved_at_unix_ms);
         let margin_ms = self.window_margin_ms;
-        let chain = reserve_chain(request, &definitions, reserved_at_unix_ms, margin_ms);
+        let (chain, owed) = reserve_chain(request, &definitions, reserved_at_unix_ms, margin_ms);
         let buckets = definitions
             .iter()
             .filter_map(|s| buckets::bucket_of(s, margin_ms))
@@ -173,7 +179,7 @@ impl Shared {
             confirmed: false,
             completed: false,
         };
-        Ok(Plan::Send(chain, record, buckets))
+        Ok(Plan::Send(chain, record, buckets, owed))
     }
 
     /// The answer to a lease that was granted before: granted again with its
@@ -194,7 +200,7 @@ impl Shared {
         &self,
         request: &ReserveRequest,
         mut record: LeaseRecord,
-        failures: &[Failure],
+        failures: &[ChainFailure],
         now: u64,
         buckets: &[Bucket],
     ) -> Result<ReserveOutcome, LimiterError> {
@@ -217,7 +223,10 @@ impl Shared {
         if let Some(failure) = failures.iter().find(|f| matches!(f.kind(), Kind::ExceedsCredits)) {
             self.leases.remove(lease);
             self.denied.insert(lease);
-            self.mark_denied(lease, failure.index).await;
+            // The chain position of the refused transfer: an owed check comes
+            // after every reservation, so the first reservation's id is not burnt.
+            let position = if failure.owed { usize::MAX } else { failure.index };
+            self.mark_denied(lease, position).await;
             // The reservations are in request order.
             let requirement = &request.requirements()[failure.index];
             let key = &requirement.key;
@@ -225,6 +234,10 @@ impl Shared {
             // settled leaves no room (docs/decisions.md, "Reserve precedence",
             // row 7), else "not now" below, with the backoff of a key freed by
             // Completes.
+            if failure.owed && self.state_of(key).is_some_and(|s| s.definition().period().is_some()) {
+                // It owes until its period ends: no retry can succeed before.
+                return Ok(ReserveOutcome::Denied(decision::period_exhausted(key.clone())));
+            }
             if self.period_is_spent(key, requirement.amount).await {
                 return Ok(ReserveOutcome::Denied(decision::period_exhausted(key.clone())));
             }
@@ -392,16 +405,72 @@ fn reserve_chain(
     states: &[&LimitState],
     reserved_at_unix_ms: u64,
     default_margin_ms: u64,
-) -> Vec<tb::Transfer> {
+) -> (Vec<tb::Transfer>, OwedChecks) {
     let holds = request.requirements().iter().zip(states).map(|(r, s)| {
         let timeout = lease_timeout_seconds(s, default_margin_ms, request.hold_ms(), reserved_at_unix_ms);
         (&r.key, r.amount, timeout)
     });
     let chain = lease_chain(request.lease_id(), reserved_at_unix_ms, holds);
-    (chain.into_iter().zip(request.requirements()).zip(states))
+    let mut chain: Vec<tb::Transfer> = (chain.into_iter().zip(request.requirements()).zip(states))
         .map(|((reservation, r), s)| match s.definition().kind() {
             LimitKind::Bucket => buckets::as_take(reservation, &r.key),
             _ => reservation,
+        })
+        .collect();
+    // An owing limit refuses: its owed account's check, after every
+    // reservation, so the first transfer stays the lease's marker.
+    let owed: OwedChecks = (states.iter().enumerate())
+        .filter(|(_, s)| s.definition().overage().refuses_while_owing())
+        .map(|(i, _)| i)
+        .collect();
+    for &i in &owed {
+        chain.extend(ids::owed_check(request.lease_id(), i, &request.requirements()[i].key));
+    }
+    // Linked all but the last: the chain is all or nothing.
+    let last = chain.len() - 1;
+    for (i, transfer) in chain.iter_mut().enumerate() {
+        let flags = transfer.flags();
+        let flags = if i < last {
+            flags | tb::transfer::Flags::LINKED
+        } else {
+            flags - tb::transfer::Flags::LINKED
+        };
+        *transfer = transfer.with_flags(flags);
+    }
+    (chain, owed)
+}
+
+/// A failure of a reserve chain, on the requirement it concerns.
+pub(super) struct ChainFailure {
+    /// The requirement's index in the request.
+    pub index: usize,
+    /// TigerBeetle's result.
+    pub kind: Kind,
+    /// True when the requirement's owed check failed, not its reservation.
+    pub owed: bool,
+}
+
+impl ChainFailure {
+    fn kind(&self) -> Kind {
+        self.kind
+    }
+}
+
+/// `failures`, indexed within a chain of `requirements` reservations followed
+/// by the owed checks `owed`, as failures of requirements.
+fn on_requirements(failures: Vec<Failure>, requirements: usize, owed: &[usize]) -> Vec<ChainFailure> {
+    (failures.into_iter())
+        .map(|f| match f.index.checked_sub(requirements) {
+            None => ChainFailure {
+                index: f.index,
+                kind: f.kind(),
+                owed: false,
+            },
+            Some(check) => ChainFailure {
+                index: owed[check / 2],
+                kind: f.kind(),
+                owed: true,
+            },
         })
         .collect()
 }

@@ -94,15 +94,16 @@ fn ledger_spent(spent: &SpentByDay, owner: (&str, Option<&str>), start: UtcDay) 
         .sum()
 }
 
-/// A budget's row. `held` is what its limit holds and owes now (`in_use +
-/// debt`): the billed cost of the calls its period counts plus the worst
-/// cases of calls in flight. `spent` is the ledger's part of it (capped at
-/// `held`); `reserved` the rest; `left` = budget − held.
+/// A budget's row. `held` is what its limit holds and owes now
+/// ([`LimitReport::held_and_owed`]): the billed cost of the calls its period
+/// counts plus the worst cases of calls in flight. `spent` is the ledger's part
+/// of it (capped at `held`); `reserved` the rest; `left` what admission would
+/// grant now ([`LimitReport::available`]: nothing while the budget owes).
 fn budget_row(report: &LimitReport, spent: Option<&SpentByDay>, now_unix_ms: u64) -> Option<Value> {
     let definition = report.state.definition();
     let owner = budget_owner(definition.key().as_str())?;
     let budget = definition.capacity();
-    let held = report.in_use.saturating_add(report.debt);
+    let held = report.held_and_owed();
     let period = definition.period();
     let (span, ends_unix_ms) = match period {
         Some(p) => (p.to_string(), Some(p.end_unix_ms(now_unix_ms))),
@@ -118,7 +119,7 @@ fn budget_row(report: &LimitReport, spent: Option<&SpentByDay>, now_unix_ms: u64
         _ => None,
     };
     let reserved = spent_micro_usd.map(|s| held - s);
-    let left = budget.saturating_sub(held);
+    let left = report.available().min(budget.saturating_sub(held));
     Some(json!({
         "key": definition.key().as_str(),
         "owner": owner.0,
@@ -130,6 +131,7 @@ fn budget_row(report: &LimitReport, spent: Option<&SpentByDay>, now_unix_ms: u64
         "budget_usd": usd(budget),
         "held_micro_usd": held,
         "debt_micro_usd": report.debt,
+        "owing": report.owing,
         "spent_micro_usd": spent_micro_usd,
         "spent_usd": spent_micro_usd.map(usd),
         "reserved_micro_usd": reserved,
@@ -156,7 +158,7 @@ pub async fn budgets_document(state: &AppState, now_unix_ms: u64) -> Value {
     let mut rows: Vec<(u64, Value)> = (reports.iter())
         .filter_map(|r| {
             let row = budget_row(r, spent.as_ref(), now_unix_ms)?;
-            let fullness = (r.in_use.saturating_add(r.debt) as u128 * 1_000_000
+            let fullness = (r.held_and_owed() as u128 * 1_000_000
                 / r.state.definition().capacity().max(1) as u128) as u64;
             Some((fullness, row))
         })

@@ -117,7 +117,7 @@ async fn key_row(state: &AppState, directory: &Directory, key: &KeyView) -> Valu
         let report = tokio::time::timeout(BACKEND_READ_TIMEOUT, state.backend().limit_report(&limit)).await;
         if let Ok(Ok(Some(report))) = report {
             if report.state.definition().window_seconds() == DAY_WINDOW_SECONDS {
-                tokens_today = Some(report.in_use.saturating_add(report.debt));
+                tokens_today = Some(report.held_and_owed());
                 tokens_from = "fleet_daily_limit";
             }
         }

@@ -190,6 +190,7 @@ mod tests {
             state: LimitState::active(definition),
             in_use,
             debt: 0,
+            owing: false,
         }
     }
 

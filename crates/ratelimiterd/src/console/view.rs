@@ -479,13 +479,14 @@ fn ceilings_json(name: &str, reports: &[LimitReport], history: &History) -> (Vec
 
 fn budget_json(report: &LimitReport) -> Value {
     let definition = report.state.definition();
-    let used = report.in_use.saturating_add(report.debt);
+    let used = report.held_and_owed();
     json!({
         "key": definition.key().as_str(),
         "unit": definition.unit(),
         "capacity": definition.capacity(),
         "used": used,
-        "remaining": definition.capacity().saturating_sub(used),
+        "remaining": report.available().min(definition.capacity().saturating_sub(used)),
+        "owing": report.owing,
         "utilization_bp": basis_points(report),
     })
 }

@@ -40,6 +40,7 @@ pub mod control_routes;
 pub mod enforcement;
 pub mod errors;
 pub mod faults;
+pub mod hosted_tools;
 pub mod limits;
 pub mod openai;
 pub mod price;

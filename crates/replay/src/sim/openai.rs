@@ -35,6 +35,7 @@ use axum::Json;
 use base64::Engine;
 use serde::Deserialize;
 
+use crate::sim::hosted_tools;
 use crate::sim::admission::{admit, full_reset_ms, play_fault, put_profile_headers, refused, Admitted};
 use crate::sim::content::{output_bound, output_words, prompt_tokens, Content};
 use crate::sim::errors::{error, Wire};
@@ -104,13 +105,14 @@ fn bad_request(message: String) -> Response {
 }
 
 /// Admits a call or answers the ledger's refusal with OpenAI's headers. An
-/// admitted call is billed its whole usage (`prompt` input tokens, none cached:
-/// the simulator keeps no OpenAI prompt cache; `output` tokens) at once: a cut
-/// stream or a client's hang-up bills no less, an upper bound of the provider's bill.
+/// admitted call is billed its whole usage (`prompt` input tokens and the
+/// `searched` ones a hosted web search read, none cached: the simulator keeps no
+/// OpenAI prompt cache; `output` tokens) at once: a cut stream or a client's
+/// hang-up bills no less, an upper bound of the provider's bill.
 fn admit_openai(
     provider: &Arc<ProviderServer>,
     model: &str,
-    prompt: u64,
+    (prompt, searched): (u64, u64),
     bound: u64,
     output: u64,
 ) -> Result<(Admitted, HeaderMap), Box<Response>> {
@@ -118,7 +120,8 @@ fn admit_openai(
     let now_ms = provider.clock.now_unix_ms();
     match admit(provider, model, prompt, bound, output) {
         Ok(admitted) => {
-            (provider.control.billing).bill(model, &BilledUsage::openai(prompt, 0, output));
+            let billed = BilledUsage::openai(prompt + searched, 0, output);
+            (provider.control.billing).bill(model, &billed);
             let mut headers = headers(&limits, admitted.remaining, limits.window_ms);
             put_profile_headers(&mut headers, &admitted.profile_headers);
             Ok((admitted, headers))
@@ -166,7 +169,7 @@ pub async fn chat_completions(
     let images: u64 = contents.clone().map(|c| c.image_tokens(&request.model)).sum();
     let prompt = prompt_tokens(contents.flat_map(Content::texts)) + images;
     let output = provider.control.output_tokens(request.sim_output_tokens, bound);
-    let (admitted, headers) = match admit_openai(&provider, &request.model, prompt, bound, output) {
+    let (admitted, headers) = match admit_openai(&provider, &request.model, (prompt, 0), bound, output) {
         Ok(admitted) => admitted,
         Err(response) => return *response,
     };
@@ -312,7 +315,7 @@ pub async fn embeddings(
     }
     let _busy = provider.control.busy();
     let prompt: u64 = counts.iter().sum();
-    let (admitted, headers) = match admit_openai(&provider, &request.model, prompt, 1, 0) {
+    let (admitted, headers) = match admit_openai(&provider, &request.model, (prompt, 0), 1, 0) {
         Ok(admitted) => admitted,
         Err(response) => return *response,
     };
@@ -359,6 +362,10 @@ struct ResponsesBody {
     /// The conversation continued (an id, or `{"id": ...}`), echoed in the answer.
     #[serde(default)]
     conversation: Option<serde_json::Value>,
+    /// The tools offered; a web search among them runs once
+    /// ([`hosted_tools`]).
+    #[serde(default)]
+    tools: Vec<serde_json::Value>,
 }
 
 /// A string or input items (messages whose content is a string or blocks).
@@ -415,12 +422,20 @@ pub async fn responses(
     let busy = provider.control.busy();
     let prompt = prompt_tokens(texts) + images;
     let output = provider.control.output_tokens(request.sim_output_tokens, bound);
-    let (admitted, headers) = match admit_openai(&provider, &request.model, prompt, bound, output) {
+    let searched = if hosted_tools::offers_web_search(&request.tools) {
+        hosted_tools::WEB_SEARCH_CONTENT_TOKENS
+    } else {
+        0
+    };
+    let (admitted, headers) = match admit_openai(&provider, &request.model, (prompt, searched), bound, output) {
         Ok(admitted) => admitted,
         Err(response) => return *response,
     };
     let delay_ms = provider.limits().ms_per_output_token;
     let mut done = response_object(&request.model, admitted.now_ms, prompt, bound, output);
+    if searched > 0 {
+        with_web_search(&mut done, searched);
+    }
     done["conversation"] = conversation_of(request.conversation.as_ref());
     if !request.stream {
         tokio::time::sleep(Duration::from_millis(delay_ms * output)).await;
@@ -470,11 +485,28 @@ fn response_object(model: &str, now_ms: u64, prompt: u64, bound: u64, output: u6
     })
 }
 
+/// `done` after one web search: its call first in the output, its `searched`
+/// content tokens in the usage's input (billed as input,
+/// [`hosted_tools::WEB_SEARCH_CONTENT_TOKENS`]).
+fn with_web_search(done: &mut serde_json::Value, searched: u64) {
+    let id = done["id"].as_str().unwrap_or_default().trim_start_matches("resp_").to_owned();
+    let output = done["output"].as_array_mut().expect("a response has output");
+    output.insert(0, hosted_tools::web_search_call(&id));
+    let usage = &mut done["usage"];
+    for field in ["input_tokens", "total_tokens"] {
+        usage[field] = (usage[field].as_u64().unwrap_or(0) + searched).into();
+    }
+}
+
 /// The events of a streamed response, each named by its `type` and numbered:
 /// created, the output item and part, one text delta per token, their ends, and
 /// `response.completed` (or `response.incomplete`) with the usage.
 fn response_events(done: serde_json::Value, output: u64) -> Vec<(Bytes, bool)> {
-    let item = done["output"][0].clone();
+    // The message, after any hosted tool's call.
+    let (index, item) = (done["output"].as_array().into_iter().flatten().enumerate())
+        .find(|(_, item)| item["type"] == "message")
+        .map(|(i, item)| (i, item.clone()))
+        .expect("a response has a message");
     let item_id = item["id"].clone();
     let mut started = done.clone();
     started["status"] = "in_progress".into();
@@ -501,28 +533,28 @@ fn response_events(done: serde_json::Value, output: u64) -> Vec<(Bytes, bool)> {
             false,
         ),
         (
-            serde_json::json!({"type": "response.output_item.added", "output_index": 0, "item": empty_item}),
+            serde_json::json!({"type": "response.output_item.added", "output_index": index, "item": empty_item}),
             false,
         ),
         (
-            serde_json::json!({"type": "response.content_part.added", "item_id": item_id, "output_index": 0, "content_index": 0, "part": empty_part}),
+            serde_json::json!({"type": "response.content_part.added", "item_id": item_id, "output_index": index, "content_index": 0, "part": empty_part}),
             false,
         ),
     ];
     for word in output_words(output) {
-        let delta = serde_json::json!({"type": "response.output_text.delta", "item_id": item_id, "output_index": 0, "content_index": 0, "delta": word});
+        let delta = serde_json::json!({"type": "response.output_text.delta", "item_id": item_id, "output_index": index, "content_index": 0, "delta": word});
         bodies.push((delta, true));
     }
     bodies.extend([
         (
-            serde_json::json!({"type": "response.output_text.done", "item_id": item_id, "output_index": 0, "content_index": 0, "text": text}),
+            serde_json::json!({"type": "response.output_text.done", "item_id": item_id, "output_index": index, "content_index": 0, "text": text}),
             false,
         ),
         (
-            serde_json::json!({"type": "response.content_part.done", "item_id": item_id, "output_index": 0, "content_index": 0, "part": part}),
+            serde_json::json!({"type": "response.content_part.done", "item_id": item_id, "output_index": index, "content_index": 0, "part": part}),
             false,
         ),
-        (serde_json::json!({"type": "response.output_item.done", "output_index": 0, "item": item}), false),
+        (serde_json::json!({"type": "response.output_item.done", "output_index": index, "item": item}), false),
         (serde_json::json!({"type": end, "response": done}), false),
     ]);
     bodies

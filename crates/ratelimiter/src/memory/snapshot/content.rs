@@ -19,6 +19,9 @@ pub(super) struct LimitSnapshot {
     pub(super) kind: LimitKind,
     /// Overage recorded as debt, a report that should survive too.
     pub(super) debt: u64,
+    /// Until when an `overage: owe` limit refuses every reservation (0: it
+    /// never owed), so a restart does not admit past a budget that owes.
+    pub(super) owed_until_unix_ms: u64,
     /// The denial streak, so a restart does not reset a contended key's
     /// backoff and let every waiting client retry at once.
     pub(super) streak: Streak,
@@ -176,6 +179,7 @@ impl MemorySnapshot {
                     key: limit.state().definition().key().clone(),
                     kind: limit.kind(),
                     debt: 0,
+                    owed_until_unix_ms: 0,
                     streak: Streak::default(),
                     holds: Vec::new(),
                     bucket: None,
@@ -187,6 +191,7 @@ impl MemorySnapshot {
             }
             saved.kind = limit.kind();
             saved.debt = limit.debt();
+            saved.owed_until_unix_ms = limit.owed_until_unix_ms();
             saved.streak = limit.streak();
             saved.holds.clear();
             saved.holds.extend(limit.holds().filter(|&(at, _)| at > now_unix_ms));
@@ -284,6 +289,9 @@ impl MemorySnapshot {
                 .for_each(|(expires_at, _)| *expires_at = at(*expires_at));
             let (denials, updated_unix_ms) = limit.streak.parts();
             limit.streak = Streak::from_parts(denials, at(updated_unix_ms));
+            if limit.owed_until_unix_ms > 0 {
+                limit.owed_until_unix_ms = at(limit.owed_until_unix_ms);
+            }
             // A bucket refills from the shifted instant: a forward step does not
             // refill it at once, a backward one does not starve it.
             if let Some((_, refilled_at)) = limit.bucket.as_mut() {

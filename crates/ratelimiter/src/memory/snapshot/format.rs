@@ -15,10 +15,10 @@ use super::content::{LimitSnapshot, MemorySnapshot, SettledGroup};
 /// The first bytes of every snapshot file: tells a snapshot from any other file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"RLMEMSNP";
 /// The format version written: 2 added the boot clock and the denial
-/// streaks. A reader takes this one and [`SNAPSHOT_FORMAT_VERSION_OLDEST`],
-/// and refuses any other: a newer file after a downgrade is reported damaged
-/// rather than misread.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 2;
+/// streaks, 3 when each limit owes until. A reader takes this one back to
+/// [`SNAPSHOT_FORMAT_VERSION_OLDEST`], and refuses any other: a newer file
+/// after a downgrade is reported damaged rather than misread.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 3;
 /// The oldest format version still read: version 1 files (no boot clock, no
 /// streaks) restore with the wall clock and calm streaks, as they did.
 pub const SNAPSHOT_FORMAT_VERSION_OLDEST: u32 = 1;
@@ -55,6 +55,7 @@ impl MemorySnapshot {
             let (denials, updated_unix_ms) = limit.streak.parts();
             out.extend_from_slice(&denials.to_le_bytes());
             put_u64(&mut out, updated_unix_ms);
+            put_u64(&mut out, limit.owed_until_unix_ms);
             put_len(&mut out, limit.holds.len());
             for &(at, units) in &limit.holds {
                 put_u64(&mut out, at);
@@ -146,7 +147,9 @@ impl MemorySnapshot {
         } else {
             (None, taken_at_unix_ms.saturating_mul(1_000))
         };
-        let limit_bytes_min = if version >= 2 {
+        let limit_bytes_min = if version >= 3 {
+            2 + 1 + 1 + 8 + 12 + 8 + 4
+        } else if version >= 2 {
             2 + 1 + 1 + 8 + 12 + 4
         } else {
             2 + 1 + 1 + 8 + 4
@@ -233,6 +236,7 @@ fn read_limit(r: &mut Reader, version: u32) -> Result<LimitSnapshot, String> {
     } else {
         Streak::default()
     };
+    let owed_until_unix_ms = if version >= 3 { r.u64()? } else { 0 };
     let holds = r.items(16, |r| Ok((r.u64()?, r.u64()?)))?;
     if holds.iter().any(|&(_, units)| units == 0) || holds.windows(2).any(|w| w[0].0 >= w[1].0) {
         return Err(format!("limit {key}: holds empty or out of order"));
@@ -246,6 +250,7 @@ fn read_limit(r: &mut Reader, version: u32) -> Result<LimitSnapshot, String> {
         key,
         kind,
         debt,
+        owed_until_unix_ms,
         streak,
         holds,
         bucket,

@@ -20,6 +20,7 @@
 //!       (version 2) boot id u128 (0: unknown), taken at since boot µs u64, taken at Unix µs u64,
 //!       limits u32 × (key length u16, key, kind u8, debt u64,
 //!                     (version 2) streak denials u32, streak updated_at u64,
+//!                     (version 3) owed until u64 (0: never owed),
 //!                     holds u32 × (expires_at u64, units u64),
 //!                     (kind 2, a bucket: no holds, then level u64, refilled_at u64)),
 //!       leases u32 × (id u128, reserved_at u64, holds u8 × (limit u32, amount u64, expires_at u64)),

@@ -50,6 +50,7 @@ impl MemoryState {
                 }
             }
             limit.add_debt(saved.debt);
+            limit.owe_until(saved.owed_until_unix_ms);
             *limit.streak_mut() = saved.streak;
         }
         for group in &snapshot.settled {

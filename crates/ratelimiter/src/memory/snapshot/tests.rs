@@ -12,8 +12,8 @@ use super::content::LimitSnapshot;
 use super::format::{CHECKSUM_BYTES, HEADER_BYTES};
 use super::*;
 
-/// A version 2 encoding of a snapshot with one limit rewritten as version
-/// 1 wrote it: no boot clock after the seed, no streak after the debt.
+/// A version 3 encoding of a snapshot with one limit rewritten as version
+/// 1 wrote it: no boot clock after the seed, no streak nor owing after the debt.
 fn as_version_1(v2: &[u8], key_bytes: usize) -> Vec<u8> {
     let body_start = HEADER_BYTES;
     let boot_at = body_start + 16;
@@ -21,7 +21,7 @@ fn as_version_1(v2: &[u8], key_bytes: usize) -> Vec<u8> {
     let streak_at = boot_at + 32 + 4 + 2 + key_bytes + 1 + 8;
     let mut v1 = v2[..boot_at].to_vec();
     v1.extend_from_slice(&v2[boot_at + 32..streak_at]);
-    v1.extend_from_slice(&v2[streak_at + 12..v2.len() - CHECKSUM_BYTES]);
+    v1.extend_from_slice(&v2[streak_at + 12 + 8..v2.len() - CHECKSUM_BYTES]);
     v1[8..12].copy_from_slice(&1u32.to_le_bytes());
     let body_bytes = (v1.len() - HEADER_BYTES) as u64;
     v1[12..HEADER_BYTES].copy_from_slice(&body_bytes.to_le_bytes());
@@ -45,6 +45,7 @@ fn version_1_files_still_read_without_boot_clock_or_streaks() {
             key: key.clone(),
             kind: LimitKind::Rolling,
             debt: 3,
+            owed_until_unix_ms: 70_000,
             streak: Streak::from_parts(6, 900),
             holds: vec![(61_000, 10)],
             bucket: None,
@@ -71,6 +72,7 @@ fn version_1_files_still_read_without_boot_clock_or_streaks() {
         taken_at_unix_micros: 1_000_000,
         limits: vec![LimitSnapshot {
             streak: Streak::default(),
+            owed_until_unix_ms: 0,
             ..snapshot.limits[0].clone()
         }],
         ..snapshot.clone()

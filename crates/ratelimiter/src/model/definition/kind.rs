@@ -38,4 +38,23 @@ pub enum Overage {
     None,
     /// Record the difference as debt on the limit, reported by the admin API.
     Debt,
+    /// Record it as debt, and refuse every reservation on the limit while it
+    /// owes: until the window (or calendar period) in which the unheld usage
+    /// happened ends. For budgets, in money or tokens: a bill that could not be
+    /// bounded beforehand passes a budget once, never call after call
+    /// (docs/decisions.md, "Complete").
+    Owe,
+}
+
+impl Overage {
+    /// Whether usage that could not be held refuses the limit's next
+    /// reservations until the window or period it happened in ends.
+    pub fn refuses_while_owing(self) -> bool {
+        self == Overage::Owe
+    }
+
+    /// Whether usage that could not be held is recorded as debt.
+    pub fn records_debt(self) -> bool {
+        matches!(self, Overage::Debt | Overage::Owe)
+    }
 }

@@ -196,6 +196,33 @@ pub struct LimitReport {
     pub state: LimitState,
     /// Units held now: live rolling reservations or concurrency holds.
     pub in_use: u64,
-    /// Usage recorded above reservations under `overage: debt`.
+    /// Usage recorded above reservations under `overage: debt` or `owe`.
     pub debt: u64,
+    /// True while an `overage: owe` limit refuses every reservation: usage it
+    /// could not hold happened in a window or period that has not ended.
+    /// Absent from the JSON when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub owing: bool,
+}
+
+impl LimitReport {
+    /// What a new reservation can take now: the capacity less what is held, and
+    /// nothing while the limit owes. What a budget's "left" shows, so that it
+    /// agrees with what admission does.
+    pub fn available(&self) -> u64 {
+        if self.owing {
+            return 0;
+        }
+        self.state.definition().capacity().saturating_sub(self.in_use)
+    }
+
+    /// What the limit holds, with its debt while it owes: what a budget's
+    /// window or period has taken. Debt that no longer refuses belongs to a
+    /// window or period that ended (the debt is a total since the limit began).
+    pub fn held_and_owed(&self) -> u64 {
+        if self.owing {
+            return self.in_use.saturating_add(self.debt);
+        }
+        self.in_use
+    }
 }

@@ -227,6 +227,7 @@ fn reports_are_flat() {
         state,
         in_use: 2,
         debt: 0,
+        owing: false,
     };
     let json = serde_json::to_value(&report).unwrap();
     for field in [
