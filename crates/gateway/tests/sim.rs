@@ -375,12 +375,22 @@ async fn calls_without_a_bound_are_billed_within_the_budget() {
 
 /// What the simulator at `sim` billed since it started, in pico-dollars.
 async fn sim_bill(sim: SocketAddr) -> u128 {
+    sim_bill_report(sim).await["total"]["pico_usd"].as_str().unwrap().parse().unwrap()
+}
+
+/// The tokens the simulator at `sim` billed since it started, input and output.
+async fn sim_billed_tokens(sim: SocketAddr) -> u64 {
+    let tokens = &sim_bill_report(sim).await["total"]["tokens"];
+    tokens["input_tokens"].as_u64().unwrap() + tokens["output_tokens"].as_u64().unwrap()
+}
+
+/// The simulator's bill report (`GET /sim/billing`).
+async fn sim_bill_report(sim: SocketAddr) -> Value {
     let request = hyper::Request::get(format!("http://{sim}/sim/billing"))
         .body(http_body_util::Full::new(bytes::Bytes::new()))
         .unwrap();
     let response = client().request(request).await.unwrap();
-    let bill: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    bill["total"]["pico_usd"].as_str().unwrap().parse().unwrap()
+    serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap()
 }
 
 /// The upstream timeout of [`a_try_that_fails_over_after_sending_stays_charged`]:
@@ -398,7 +408,7 @@ async fn a_try_that_fails_over_after_sending_stays_charged() {
     let (slow, fast) = (start_billing_sim(SLOW_MS_PER_TOKEN).await, start_billing_sim(0).await);
     std::env::set_var("GATEWAY_SIM_FAILOVER_KEY", TENANT_KEY);
     let yaml = format!(
-        "listen_addr: \"127.0.0.1:0\"\nupstream_timeout_ms: {FAILOVER_TIMEOUT_MS}\nupstreams:\n  - {{name: slow, kind: openai, base_url: \"http://{slow}\"}}\n  - {{name: fast, kind: openai, base_url: \"http://{fast}\"}}\nmodels:\n  - {{name: gpt-4o-mini, routing: ordered, max_output_tokens_default: 64, price: {{input: 2.5, output: 10}}, breaker: {{failures: {BREAKER_FAILURES}}}, deployments: [{{upstream: slow}}, {{upstream: fast, priority: 1}}]}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_SIM_FAILOVER_KEY, budgets: [{{usd: 0.01, period: day}}]}}\n"
+        "listen_addr: \"127.0.0.1:0\"\nupstream_timeout_ms: {FAILOVER_TIMEOUT_MS}\nupstreams:\n  - {{name: slow, kind: openai, base_url: \"http://{slow}\"}}\n  - {{name: fast, kind: openai, base_url: \"http://{fast}\"}}\nmodels:\n  - {{name: gpt-4o-mini, routing: ordered, max_output_tokens_default: 64, price: {{input: 2.5, output: 10}}, breaker: {{failures: {BREAKER_FAILURES}}}, deployments: [{{upstream: slow}}, {{upstream: fast, priority: 1}}]}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_SIM_FAILOVER_KEY, daily_tokens: 10000000, budgets: [{{usd: 0.01, period: day}}]}}\n"
     );
     let backend = memory_backend();
     let gateway = start_gateway(&serde_yaml::from_str(&yaml).unwrap(), backend.clone()).await;
@@ -427,4 +437,8 @@ async fn a_try_that_fails_over_after_sending_stays_charged() {
         first + second <= SMALL_BUDGET_PICO_USD,
         "billed {first} + {second} pico-dollars on a $0.01 budget"
     );
+    // The same on the tenant's daily tokens: both tries' tokens stay counted.
+    let tokens = sim_billed_tokens(slow).await + sim_billed_tokens(fast).await;
+    let counted = in_use(&backend, "tenant:acme:llm:daily_tokens").await;
+    assert!(counted >= tokens, "daily tokens hold {counted}, the simulators billed {tokens}");
 }

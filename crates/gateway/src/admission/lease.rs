@@ -233,9 +233,9 @@ impl CallLease {
     }
 
     /// The call goes on to another deployment of its pool: this try completes now
-    /// with what it was settled to, and the tenant's rate keys are given back
-    /// whole, since the deployment that serves the call charges them; its budgets
-    /// keep a sent try's worst case: the provider bills it.
+    /// with what it was settled to, and the caller's request rates are given back
+    /// whole, since the deployment that serves the call charges them; its budgets,
+    /// in tokens and in money, keep a sent try's worst case: the provider bills it.
     pub async fn failed_over(mut self) {
         let deployment = &self.on.pool.deployments[self.on.index];
         deployment.state.failed_over.fetch_add(1, Ordering::Relaxed);
@@ -381,7 +381,7 @@ impl CallLease {
     }
 
     /// The lease's complete: the model's keys, the tenant's (or, after a
-    /// failover, the tenant's rate keys back to 0 and its budgets back to 0 when
+    /// failover, the caller's rate keys back to 0 and its budgets back to 0 when
     /// the try did no work) and the class's ceilings.
     fn complete_request(&self, used: Option<Usage>) -> Option<CompleteRequest> {
         let lease_id = self.lease_id?;
@@ -394,18 +394,21 @@ impl CallLease {
             actuals(&self.model_keys, tenant, self.reserved, &usage)
         });
         if let (true, Some(keys)) = (self.tenant_released, &self.tenant_keys) {
-            // Every tenant key this lease holds, back to 0: the deployment that
-            // serves the call charges the tenant.
-            let held = [&keys.daily_tokens, &keys.rpm].into_iter().flatten();
-            actuals.extend(held.map(|key| Actual {
+            // The caller's request rates (its tenant's and its key's own), back
+            // to 0: the deployment that serves the call counts the request.
+            let own_rpm = keys.key.as_ref().and_then(|k| k.rpm.as_ref());
+            let rates = keys.rpm.iter().chain(own_rpm);
+            // An attempt sent is an attempt charged: a try whose bill is unknown
+            // (`used` is `None`: a 5xx, a timeout, a connection lost after
+            // sending) keeps its worst case on the caller's budgets, in tokens
+            // (`daily_tokens`) and in money, as on the model's and the gateway's,
+            // since the provider did the work and bills it; only a try that did
+            // none (refused, never sent) frees them.
+            let budgets = keys.budgets().filter(|_| used.is_some());
+            actuals.extend(rates.chain(budgets).map(|key| Actual {
                 key: key.clone(),
                 actual_amount: 0,
             }));
-            // An attempt sent is an attempt charged: a try whose bill is unknown
-            // (`used` is `None`: a 5xx, a timeout, a connection lost after
-            // sending) keeps its worst case on the caller's budgets as on the
-            // model's and the gateway's, since the provider did the work and
-            // bills it; only a try that did none (refused, never sent) frees them.
             if used.is_some() {
                 actuals.extend(caller_budget_releases(&self.model_keys, keys, self.reserved));
             }
