@@ -111,6 +111,22 @@ def test_responses_sync_and_stream_reconcile(gw: Gateway) -> None:
     assert_charged(gw, before, {TPM: 2 * PROMPT + 10, RPM: 2})
 
 
+def test_a_web_search_is_billed_as_input_and_charged_as_the_provider_counts_it(gw: Gateway) -> None:
+    # OpenAI bills a web search's content as 8,000 input tokens of the call
+    # (https://platform.openai.com/docs/pricing#built-in-tools): more than the call reserved.
+    before = gw.usage_of([TPM, TENANT_DAILY])
+    response = client(gw).responses.create(
+        model="gpt-4o-mini", input=QUESTION, tools=[{"type": "web_search"}], max_output_tokens=30,
+        extra_body={"sim_output_tokens": 3},
+    )
+    assert [item.type for item in response.output] == ["web_search_call", "message"]
+    assert response.usage is not None
+    searched = tokens(QUESTION) + 8_000
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (searched, 3)
+    assert response.output_text == "the cat sat "
+    assert_charged(gw, before, {TPM: searched + 3, TENANT_DAILY: searched + 3})
+
+
 def test_models_lists_the_configured_models(gw: Gateway) -> None:
     ids = {m.id for m in client(gw).models.list()}
     assert {"gpt-4o-mini", "gpt-4o", "text-embedding-3-small"} <= ids
