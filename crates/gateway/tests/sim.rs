@@ -375,7 +375,11 @@ async fn calls_without_a_bound_are_billed_within_the_budget() {
 
 /// What the simulator at `sim` billed since it started, in pico-dollars.
 async fn sim_bill(sim: SocketAddr) -> u128 {
-    sim_bill_report(sim).await["total"]["pico_usd"].as_str().unwrap().parse().unwrap()
+    sim_bill_report(sim).await["total"]["pico_usd"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// The tokens the simulator at `sim` billed since it started, input and output.
@@ -440,5 +444,8 @@ async fn a_try_that_fails_over_after_sending_stays_charged() {
     // The same on the tenant's daily tokens: both tries' tokens stay counted.
     let tokens = sim_billed_tokens(slow).await + sim_billed_tokens(fast).await;
     let counted = in_use(&backend, "tenant:acme:llm:daily_tokens").await;
-    assert!(counted >= tokens, "daily tokens hold {counted}, the simulators billed {tokens}");
+    assert!(
+        counted >= tokens,
+        "daily tokens hold {counted}, the simulators billed {tokens}"
+    );
 }

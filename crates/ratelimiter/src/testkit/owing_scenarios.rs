@@ -30,7 +30,8 @@ pub async fn owing_refuses_until_its_window_ends(h: &dyn Harness) {
     assert_insufficient("an owing budget refuses what would fit", &outcome, &owe);
     // The call in flight used 1 of its 4: 3 freed, and still nothing admitted.
     f.complete(second, &[(&owe, 1), (&debt, 1)]).await;
-    f.assert_in_use("the second call shrank", &[(&owe, 5), (&debt, 5)]).await;
+    f.assert_in_use("the second call shrank", &[(&owe, 5), (&debt, 5)])
+        .await;
     let (_, outcome) = f.reserve_new(&[(&owe, 1)]).await;
     assert_insufficient("room freed while owing is not handed out", &outcome, &owe);
     let (_, outcome) = f.reserve_new(&[(&debt, 1)]).await;

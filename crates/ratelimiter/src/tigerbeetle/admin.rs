@@ -12,9 +12,7 @@
 use std::time::Duration;
 
 use crate::model::decision;
-use crate::model::definition::{
-    DefinitionError, LimitDefinition, LimitKind, LimitReport, LimitState, LimitStatus,
-};
+use crate::model::definition::{DefinitionError, LimitDefinition, LimitKind, LimitReport, LimitState, LimitStatus};
 use crate::model::error::LimiterError;
 use crate::model::key::LimitKey;
 use tigerbeetle_unofficial as tb;

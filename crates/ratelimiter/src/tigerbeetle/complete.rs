@@ -352,7 +352,9 @@ impl Shared {
                 .with_user_data_128(lease.to_u128()),
         );
         chain.purposes.push(Purpose::Debt(i, units));
-        let owes = self.state_of(&held.key).is_some_and(|s| s.definition().overage().refuses_while_owing());
+        let owes = self
+            .state_of(&held.key)
+            .is_some_and(|s| s.definition().overage().refuses_while_owing());
         if let Some(seconds) = left_seconds.filter(|&s| owes && s > 0) {
             chain.transfers.push(
                 tb::Transfer::new(ids::owed_lock_transfer_id(lease, &held.key))

@@ -158,8 +158,8 @@ pub async fn budgets_document(state: &AppState, now_unix_ms: u64) -> Value {
     let mut rows: Vec<(u64, Value)> = (reports.iter())
         .filter_map(|r| {
             let row = budget_row(r, spent.as_ref(), now_unix_ms)?;
-            let fullness = (r.held_and_owed() as u128 * 1_000_000
-                / r.state.definition().capacity().max(1) as u128) as u64;
+            let fullness =
+                (r.held_and_owed() as u128 * 1_000_000 / r.state.definition().capacity().max(1) as u128) as u64;
             Some((fullness, row))
         })
         .collect();

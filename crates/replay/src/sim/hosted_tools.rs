@@ -39,7 +39,10 @@ mod tests {
     #[test]
     fn only_the_web_search_tools_search() {
         assert!(offers_web_search(&[json!({"type": "web_search"})]));
-        assert!(offers_web_search(&[json!({"type": "function", "name": "f"}), json!({"type": "web_search_preview"})]));
+        assert!(offers_web_search(&[
+            json!({"type": "function", "name": "f"}),
+            json!({"type": "web_search_preview"})
+        ]));
         assert!(!offers_web_search(&[json!({"type": "function", "name": "web_search"})]));
         assert!(!offers_web_search(&[]));
         assert_eq!(web_search_call("x")["type"], "web_search_call");

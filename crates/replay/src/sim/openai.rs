@@ -35,10 +35,10 @@ use axum::Json;
 use base64::Engine;
 use serde::Deserialize;
 
-use crate::sim::hosted_tools;
 use crate::sim::admission::{admit, full_reset_ms, play_fault, put_profile_headers, refused, Admitted};
 use crate::sim::content::{output_bound, output_words, prompt_tokens, Content};
 use crate::sim::errors::{error, Wire};
+use crate::sim::hosted_tools;
 use crate::sim::limits::ProviderLimits;
 use crate::sim::price::BilledUsage;
 use crate::sim::prompt;
@@ -489,7 +489,11 @@ fn response_object(model: &str, now_ms: u64, prompt: u64, bound: u64, output: u6
 /// content tokens in the usage's input (billed as input,
 /// [`hosted_tools::WEB_SEARCH_CONTENT_TOKENS`]).
 fn with_web_search(done: &mut serde_json::Value, searched: u64) {
-    let id = done["id"].as_str().unwrap_or_default().trim_start_matches("resp_").to_owned();
+    let id = done["id"]
+        .as_str()
+        .unwrap_or_default()
+        .trim_start_matches("resp_")
+        .to_owned();
     let output = done["output"].as_array_mut().expect("a response has output");
     output.insert(0, hosted_tools::web_search_call(&id));
     let usage = &mut done["usage"];
