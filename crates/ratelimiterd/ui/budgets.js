@@ -2,7 +2,7 @@
 // GET /ui/api/budgets (each budget in money: spent, reserved, left in its
 // period) and GET /ui/api/spend (the last 14 days in UTC by tenant and by
 // model, from the spend ledger), and draws the days as stacked bars in SVG.
-// Uses console.js's helpers ($, el, api, errorText, num, SVG_NS).
+// Uses shared.js's helpers ($, el, num, SVG_NS, loaded) and console.js's (api, errorText).
 "use strict";
 
 // How often the panel is read: a budget moves with each completed call, and a
@@ -46,9 +46,12 @@ async function readBudgets() {
     $("budgets-error").hidden = true;
     renderBudgets(budgets);
     renderSpend(spend);
+    loaded("budgets-panel");
   } catch (e) {
     $("budgets-error").hidden = false;
     $("budgets-error").textContent = "The budgets could not be read: " + e.message;
+    if ($("budgets-panel").hasAttribute("aria-busy")) $("spend-charts").replaceChildren();
+    loadFailed("budgets-panel", [$("budgets").tBodies[0]]);
   } finally {
     budgetsView.reading = false;
   }
