@@ -459,7 +459,11 @@ async fn the_gateway_and_tenants_are_shown_without_key_material() {
     assert_eq!(tenants[0]["name"], "acme");
     assert_eq!(tenants[0]["daily_tokens"]["used"], 1_250);
     assert_eq!(tenants[0]["daily_tokens"]["remaining"], 3_750);
-    assert_eq!(tenants[0]["budgets"], json!([]), "acme has daily tokens, no budget in money");
+    assert_eq!(
+        tenants[0]["budgets"],
+        json!([]),
+        "acme has daily tokens, no budget in money"
+    );
     assert_eq!(tenants[0]["calls_per_min"], 120.0);
 }
 

@@ -83,7 +83,10 @@ fn budgets_and_daily_tokens_are_told_apart() {
 
     // The limits table: a budget is money, with its period and where it is changed.
     let search = limit_row(&state, "tenant:search:usd:day");
-    assert_eq!((search["capacity"].as_u64(), search["period"].as_str()), (Some(40_000_000), Some("day")));
+    assert_eq!(
+        (search["capacity"].as_u64(), search["period"].as_str()),
+        (Some(40_000_000), Some("day"))
+    );
     assert_eq!(
         search["budget"],
         json!({"owner": "tenant", "owner_name": "search", "kept_on": "configuration"})
@@ -92,7 +95,11 @@ fn budgets_and_daily_tokens_are_told_apart() {
     assert_eq!(webteam["period"], "week");
     assert_eq!(webteam["budget"]["kept_on"], "directory", "{webteam}");
     let tokens = limit_row(&state, "tenant:acme:llm:daily_tokens");
-    assert_eq!((tokens["budget"].is_null(), tokens["period"].is_null()), (true, true), "{tokens}");
+    assert_eq!(
+        (tokens["budget"].is_null(), tokens["period"].is_null()),
+        (true, true),
+        "{tokens}"
+    );
 
     // The tenants table: daily tokens are daily tokens, budgets are budgets.
     let search = tenant_row(&state, "search");
@@ -105,7 +112,10 @@ fn budgets_and_daily_tokens_are_told_apart() {
     );
     let acme = tenant_row(&state, "acme");
     assert_eq!(
-        (acme["daily_tokens"]["key"].as_str(), acme["daily_tokens"]["capacity"].as_u64()),
+        (
+            acme["daily_tokens"]["key"].as_str(),
+            acme["daily_tokens"]["capacity"].as_u64()
+        ),
         (Some("tenant:acme:llm:daily_tokens"), Some(5_000))
     );
     assert_eq!(acme["budgets"], json!([]), "acme has no budget: {acme}");
@@ -124,10 +134,18 @@ fn a_revoked_or_expired_keys_limits_are_retired_and_counted_in_no_card() {
         br#"{"name": "webteam"}"#,
     );
     assert_eq!(made.status, 201, "{}", made.text());
-    let (revoked, rotated, working) = (full_key(server, json!({})), full_key(server, json!({})), full_key(server, json!({})));
+    let (revoked, rotated, working) = (
+        full_key(server, json!({})),
+        full_key(server, json!({})),
+        full_key(server, json!({})),
+    );
     let expiring = full_key(server, json!({"expires_in_seconds": 1}));
     let before = state(server);
-    assert_eq!(before["limits"]["summary"]["full"], 4, "{}", before["limits"]["summary"]);
+    assert_eq!(
+        before["limits"]["summary"]["full"], 4,
+        "{}",
+        before["limits"]["summary"]
+    );
 
     let path = format!("/v1/admin/gateway/keys/{revoked}");
     assert_eq!(request(server, "DELETE", &path, Some(ADMIN_TOKEN), b"").status, 200);
@@ -142,7 +160,11 @@ fn a_revoked_or_expired_keys_limits_are_retired_and_counted_in_no_card() {
         if after["limits"]["summary"]["retired"] == 2 {
             break after;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "the expiring key never retired: {}", after["limits"]);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the expiring key never retired: {}",
+            after["limits"]
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     let summary = &after["limits"]["summary"];
@@ -157,5 +179,8 @@ fn a_revoked_or_expired_keys_limits_are_retired_and_counted_in_no_card() {
     assert_eq!(retired(&rotated), Value::Null, "its successor charges it");
     assert_eq!(retired(&working), Value::Null);
     // Still shown as they are: what they hold until their window rolls.
-    assert_eq!(limit_row(&after, &format!("key:{revoked}:llm:rpm"))["utilization_bp"], 10_000);
+    assert_eq!(
+        limit_row(&after, &format!("key:{revoked}:llm:rpm"))["utilization_bp"],
+        10_000
+    );
 }

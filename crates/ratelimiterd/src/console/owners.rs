@@ -58,8 +58,7 @@ impl<'a> Owners<'a> {
         let directory = self.directory?;
         let id = key.strip_prefix(KEY_LIMIT_PREFIX)?.split(':').next()?;
         let mut seen = self.seen.lock().expect("the console's owners lock");
-        *(seen.entry(id.to_owned()))
-            .or_insert_with(|| chain_retired(directory, id))
+        *(seen.entry(id.to_owned())).or_insert_with(|| chain_retired(directory, id))
     }
 
     /// The budget `key` is, for the limits table: its owner, and where it is

@@ -51,7 +51,10 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/ui", get(|| file(INDEX_HTML, "text/html; charset=utf-8")))
         .route("/ui/", get(|| file(INDEX_HTML, "text/html; charset=utf-8")))
         .route("/ui/console.css", get(|| file(CONSOLE_CSS, "text/css; charset=utf-8")))
-        .route("/ui/shared.js", get(|| file(SHARED_JS, "text/javascript; charset=utf-8")))
+        .route(
+            "/ui/shared.js",
+            get(|| file(SHARED_JS, "text/javascript; charset=utf-8")),
+        )
         .route(
             "/ui/console.js",
             get(|| file(CONSOLE_JS, "text/javascript; charset=utf-8")),

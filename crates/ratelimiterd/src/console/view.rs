@@ -151,8 +151,8 @@ async fn limit_row<'a>(
 /// A retired limit (a revoked or expired key's own) refuses no call: it is
 /// counted apart, in none of the others.
 fn summary(reports: &[LimitReport], owners: &Owners<'_>) -> Value {
-    let (live, retired): (Vec<&LimitReport>, Vec<&LimitReport>) = (reports.iter())
-        .partition(|r| owners.retired(r.state.definition().key().as_str()).is_none());
+    let (live, retired): (Vec<&LimitReport>, Vec<&LimitReport>) =
+        (reports.iter()).partition(|r| owners.retired(r.state.definition().key().as_str()).is_none());
     let full = live.iter().filter(|r| basis_points(r) >= 10_000).count();
     let hot = live.iter().filter(|r| basis_points(r) >= 8_000).count();
     let decreasing = (live.iter())
