@@ -3,7 +3,8 @@
 //! it is money, with its period and where it is changed; the tenants table
 //! keeps a tenant's daily tokens and its budgets apart; and a revoked or
 //! expired key's own limits are marked retired and counted in no card, while
-//! the limits a rotated key hands to its successor still count.
+//! the limits a rotated key hands to its successor still count (the budgets
+//! panel marks a revoked key's budget the same way).
 
 mod support;
 
@@ -134,11 +135,8 @@ fn a_revoked_or_expired_keys_limits_are_retired_and_counted_in_no_card() {
         br#"{"name": "webteam"}"#,
     );
     assert_eq!(made.status, 201, "{}", made.text());
-    let (revoked, rotated, working) = (
-        full_key(server, json!({})),
-        full_key(server, json!({})),
-        full_key(server, json!({})),
-    );
+    let revoked = full_key(server, json!({"budgets": [{"usd": 1, "period": "day"}]}));
+    let (rotated, working) = (full_key(server, json!({})), full_key(server, json!({})));
     let expiring = full_key(server, json!({"expires_in_seconds": 1}));
     let before = state(server);
     assert_eq!(
@@ -157,7 +155,8 @@ fn a_revoked_or_expired_keys_limits_are_retired_and_counted_in_no_card() {
     let started = Instant::now();
     let after = loop {
         let after = state(server);
-        if after["limits"]["summary"]["retired"] == 2 {
+        // The revoked key's rpm and budget, the expiring key's rpm once it expired.
+        if after["limits"]["summary"]["retired"] == 3 {
             break after;
         }
         assert!(
@@ -178,6 +177,12 @@ fn a_revoked_or_expired_keys_limits_are_retired_and_counted_in_no_card() {
     assert_eq!(retired(&expiring), "expired");
     assert_eq!(retired(&rotated), Value::Null, "its successor charges it");
     assert_eq!(retired(&working), Value::Null);
+    // The budgets panel marks a revoked key's budget too.
+    let budgets = request(server, "GET", "/ui/api/budgets", Some(ADMIN_TOKEN), b"").json();
+    let budget = (budgets["rows"].as_array().unwrap().iter())
+        .find(|r| r["key"] == format!("key:{revoked}:usd:day"))
+        .unwrap_or_else(|| panic!("no budget of the revoked key: {budgets}"));
+    assert_eq!(budget["retired"], "revoked", "{budget}");
     // Still shown as they are: what they hold until their window rolls.
     assert_eq!(
         limit_row(&after, &format!("key:{revoked}:llm:rpm"))["utilization_bp"],

@@ -77,7 +77,8 @@ function renderBudgets(data) {
     : `${num(data.total)} budgets` + (data.rows.length < data.total ? `, ${data.rows.length} fullest shown` : "");
   const rows = data.rows.map((b) => el("tr", { "data-budget": b.key },
     el("td", { class: "key", text: b.key }),
-    el("td", {}, el("span", { class: "kind", text: b.owner }), " ", b.owner_name || ""),
+    el("td", {}, el("span", { class: "kind", text: b.owner }), " ", b.owner_name || "",
+      b.retired ? el("span", { class: "pill retired", title: "No working key charges this budget" }, "key " + b.retired) : null),
     el("td", { text: b.span }),
     el("td", { class: "num", "data-field": "budget", text: dollars(b.budget_usd) }),
     el("td", { class: "num", "data-field": "spent", text: dollars(b.spent_usd),

@@ -21,8 +21,8 @@
 //! - [`history`]: the rings of recent samples (a leaf: no server module);
 //! - [`query`]: the page of limits asked for (sort, filter, slice);
 //! - this module: [`Console`], the access rule and the history the state holds;
-//! - [`budgets`]: the budgets panel's and the spend chart's documents;
 //! - [`owners`]: whose a limit is: a budget's owner, a revoked or expired key's limits;
+//! - [`budgets`]: the budgets panel's and the spend chart's documents;
 //! - [`view`]: the JSON document of `GET /ui/api/state`, read from the state;
 //! - [`directory`]: the tenants and keys panel's document, `GET /ui/api/directory`;
 //! - [`routes`]: the page's files, the endpoint and who may call it;

@@ -14,8 +14,6 @@ use ratelimiter::directory::{Directory, KeyStatus, Source, KEY_LIMIT_PREFIX};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::console::budgets::budget_owner;
-
 /// The most keys followed from the key whose id a limit carries to the key
 /// that charges it now: each rotation links a key to its successor, which
 /// charges the first key's limits. Rotations are made by hand, so a real chain
@@ -30,6 +28,27 @@ pub enum Retired {
     Revoked,
     /// The last key of its rotation chain expired.
     Expired,
+}
+
+/// Whose budget a limit key is, from its shape (docs/gateway.md, "Budgets"):
+/// `(owner kind, owner name)`; the gateway's has no name.
+pub fn budget_owner(key: &str) -> Option<(&'static str, Option<&str>)> {
+    if !is_budget_key(key) {
+        return None;
+    }
+    let (head, _span) = key.rsplit_once(':')?;
+    let head = head.strip_suffix(":usd")?;
+    if head == "gateway" {
+        return Some(("gateway", None));
+    }
+    let (kind, name) = head.split_once(':')?;
+    let kind = match kind {
+        "tenant" => "tenant",
+        "key" => "key",
+        "model" => "model",
+        _ => return None,
+    };
+    Some((kind, Some(name)))
 }
 
 /// The owners of the limits of one document: the directory read once per key
@@ -96,4 +115,22 @@ fn chain_retired(directory: &Directory, id: &str) -> Option<Retired> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_key_names_its_owner() {
+        assert_eq!(budget_owner("gateway:usd:day"), Some(("gateway", None)));
+        assert_eq!(budget_owner("tenant:acme:usd:month"), Some(("tenant", Some("acme"))));
+        assert_eq!(budget_owner("key:01J:usd:window3600"), Some(("key", Some("01J"))));
+        assert_eq!(
+            budget_owner("model:llama3:8b:usd:week"),
+            Some(("model", Some("llama3:8b")))
+        );
+        assert_eq!(budget_owner("tenant:acme:llm:rpm"), None, "not money");
+        assert_eq!(budget_owner("global:usd:day"), None, "no such owner");
+    }
 }
