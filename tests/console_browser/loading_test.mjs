@@ -25,10 +25,13 @@ export async function checkLoading(page, api) {
   const listener = (message) => {
     if (message.sessionId === page.sessionId && message.method === "Fetch.requestPaused") held.push(message.params);
   };
+  // Away from the console first, so that every read held is the new page's.
+  await page.goto("about:blank");
   page.browser.listeners.push(listener);
   await page.send("Fetch.enable", { patterns: HELD.map((urlPattern) => ({ urlPattern, requestStage: "Request" })) });
   try {
     await page.goto(`${api}/ui`);
+    await page.waitFor(`document.getElementById('loading') !== null`, "the console's page");
     const waitHeld = async (part, what) => {
       const deadline = Date.now() + 15_000;
       while (!held.some((r) => r.request.url.includes(part))) {

@@ -79,6 +79,8 @@ async function refresh() {
   } catch (e) {
     $("banner").hidden = false;
     $("banner").textContent = "The server does not answer: " + e.message;
+    // Before the first answer the banner is not on screen: the loading note says it.
+    $("loading-note").textContent = "The server does not answer: " + e.message + " (trying again)";
     schedule();
     return;
   }
