@@ -187,6 +187,7 @@ async function run(page, api) {
   await page.waitFor(`document.querySelector('#limits th[data-sort="utilization"]').classList.contains('sorted-desc')`, "sorted by utilization");
   await checkKeysPanel(page, api, showcase.gateway, ARTIFACTS);
   await checkBudgetsPanel(page, ARTIFACTS);
+  await checkBudgetEdit(page, api);
   await checkLayout(page, ARTIFACTS, WIDE);
   await new Promise((r) => setTimeout(r, 1500));
   await showcase(api);
@@ -231,6 +232,35 @@ async function checkMoney(page) {
   check(globex === "no budget", `globex has daily tokens and no budget: ${globex}`);
   const headers = await page.eval(`[...document.querySelectorAll('#tenants th')].map((th) => th.textContent).join('|')`);
   check(headers.includes("Daily tokens") && headers.includes("Budgets") && !/budget used/i.test(headers), `the tenants table's columns: ${headers}`);
+}
+
+/** A budget changed from the page in dollars, its period kept; then lowered
+ *  back (applied, or pending while the period holds spend). */
+async function checkBudgetEdit(page, api) {
+  const key = "gateway:usd:day";
+  const filter = (q) => page.eval(`document.getElementById('filter').value = ${JSON.stringify(q)}; document.getElementById('filter').dispatchEvent(new Event('input')); true`);
+  await filter(key);
+  for (const [typed, micro, shown] of [["2.5", 2500000, "$2.50 / day✎"], ["$1", 1000000, "$1.00 / day✎"]]) {
+    await page.waitFor(`document.querySelector('#limits tr[data-key="${key}"] button.edit') !== null`, `${key}'s ✎`);
+    await page.eval(`document.querySelector('#limits tr[data-key="${key}"] button.edit').click(); true`);
+    await page.waitFor(`document.getElementById('edit').open`, "the budget dialog");
+    const label = await page.eval(`document.getElementById('edit-label').textContent`);
+    check(label === "New budget in USD (per day)", `the dialog asks for dollars: ${label}`);
+    await page.eval(`document.getElementById('edit-capacity').value = 'forty'; document.getElementById('edit-apply').click(); true`);
+    const error = await page.waitFor(`document.getElementById('edit-error').textContent`, "a bad amount refused in the page");
+    check(error.includes("dollars"), `the error names dollars: ${error}`);
+    await page.eval(`document.getElementById('edit-capacity').value = ${JSON.stringify(typed)}; document.getElementById('edit-apply').click(); true`);
+    await page.waitFor(`!document.getElementById('edit').open`, "the budget dialog to close");
+    const stored = await admin(api, `/v1/admin/limits/${key}`);
+    // A lower budget waits while the period holds spend (a pending decrease), as any limit.
+    const target = stored.body.status === "decreasing" ? stored.body.pending_decrease_to : stored.body.capacity;
+    check(target === micro && stored.body.period === "day", `the budget in micro-dollars, its period kept: ${stored.text}`);
+    const seen = stored.body.status === "decreasing"
+      ? `(document.querySelector('#limits tr[data-key="${key}"] .pill.decreasing') || {}).textContent === ${JSON.stringify("→ " + shown.split(" ")[0])}`
+      : `${cell(key, "capacity")} === ${JSON.stringify(shown)}`;
+    await page.waitFor(seen, `${shown} in the table`);
+  }
+  await filter("");
 }
 
 /** The text of `selector` in the page, or null. */
