@@ -166,6 +166,11 @@ export class Page {
     throw new Error(`timed out waiting for ${what} (last value: ${JSON.stringify(last)})`);
   }
 
+  /** The window's size in CSS pixels, as a smaller screen would give it. */
+  async setViewport(width, height) {
+    await this.send("Emulation.setDeviceMetricsOverride", { width, height, deviceScaleFactor: 1, mobile: false });
+  }
+
   async screenshot() {
     const { data } = await this.send("Page.captureScreenshot", { format: "png", captureBeyondViewport: true });
     return Buffer.from(data, "base64");

@@ -5,7 +5,9 @@
 // as paused, a capacity changed from the page with the server's error shown
 // for a bad one, the classes panel with both classes' calls counted and the
 // tenants' classes, the tenants and keys panel (keys_test.mjs), and the
-// budgets panel and spend chart (budgets_test.mjs). Keeps
+// budgets panel and spend chart (budgets_test.mjs), the budgets in dollars in
+// the limits and tenants tables, the loading states (loading_test.mjs), and
+// that every panel fits 1400 px (layout_test.mjs). Keeps
 // screenshots in $ARTIFACTS_DIR, the whole page once every panel has its data
 // as console-full.png; with UPDATE_CONSOLE_PNG=1 that one also replaces
 // docs/console.png (so a run on a read-only checkout never writes the tree).
@@ -17,9 +19,13 @@ import { Browser } from "./cdp.mjs";
 import { ADMIN_TOKEN, TENANT_KEYS, UPSTREAM_KEY, admin, check, freePort, json, startServer, startSim, stopAll, ulid } from "./harness.mjs";
 import { checkKeysPanel } from "./keys_test.mjs";
 import { checkBudgetsPanel } from "./budgets_test.mjs";
+import { checkLayout } from "./layout_test.mjs";
+import { checkLoading } from "./loading_test.mjs";
 
 const ARTIFACTS = process.env.ARTIFACTS_DIR || join(process.cwd(), "target", "artifacts");
 const DEMO_KEY = "console:demo:rpm";
+/** The window of the test and of docs/console.png. */
+const WIDE = { width: 1600, height: 1000 };
 /** The picture of the console the documentation shows (README.md, docs/console.md). */
 const DOCS_PNG = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "docs", "console.png");
 
@@ -136,6 +142,7 @@ async function run(page, api) {
   // The right token opens it; the limits table fills.
   await page.eval(`document.getElementById('token').value = ${JSON.stringify(ADMIN_TOKEN)}; document.getElementById('login-submit').click(); true`);
   await page.waitFor(`!document.getElementById('console').hidden`, "the console after the right token");
+  await checkLoading(page, api);
   const rows = await page.waitFor(`document.querySelectorAll('#limits tbody tr[data-key]').length >= 10 && document.querySelectorAll('#limits tbody tr[data-key]').length`, "the limits table");
   check(rows >= 10, `limits rows: ${rows}`);
   await page.waitFor(`${cell(DEMO_KEY, "in-use")} === '0'`, "the demo key at 0 in use");
@@ -156,6 +163,7 @@ async function run(page, api) {
   check(mini === "active", `gpt-4o-mini is active: ${mini}`);
   await page.waitFor(`document.querySelector('#tenants tr[data-tenant="acme"]') !== null`, "the tenant acme");
   await checkClasses(page);
+  await checkMoney(page);
 
   // A bad capacity is refused with the server's error; a good one applies.
   const openEdit = `document.querySelector('#limits tr[data-key="${DEMO_KEY}"] button.edit').click(); true`;
@@ -179,6 +187,8 @@ async function run(page, api) {
   await page.waitFor(`document.querySelector('#limits th[data-sort="utilization"]').classList.contains('sorted-desc')`, "sorted by utilization");
   await checkKeysPanel(page, api, showcase.gateway, ARTIFACTS);
   await checkBudgetsPanel(page, ARTIFACTS);
+  await checkBudgetEdit(page, api);
+  await checkLayout(page, ARTIFACTS, WIDE);
   await new Promise((r) => setTimeout(r, 1500));
   await showcase(api);
   check(page.errors.length === 0, `no script errors: ${page.errors.join("; ")}`);
@@ -201,6 +211,56 @@ async function saveFullPage(page) {
     writeFileSync(DOCS_PNG, picture);
     console.log(`console browser test: ${DOCS_PNG} updated`);
   }
+}
+
+/** Budgets in dollars with their period wherever they show, and a tenant's
+ *  daily tokens never called its budget. */
+async function checkMoney(page) {
+  for (const [key, shown] of [["gateway:usd:day", "$1.00 / day"], ["tenant:acme:usd:day", "$0.50 / day"]]) {
+    await page.eval(`document.getElementById('filter').value = ${JSON.stringify(key)}; document.getElementById('filter').dispatchEvent(new Event('input')); true`);
+    await page.waitFor(`(${cell(key, "capacity")} || '').startsWith(${JSON.stringify(shown)})`, `${key} as ${shown} in the limits table`);
+    const held = await page.eval(cell(key, "in-use"));
+    check(/^\$\d+\.\d{2,6}$/.test(held), `${key}: what it holds in dollars: ${held}`);
+  }
+  await page.eval(`document.getElementById('filter').value = ''; document.getElementById('filter').dispatchEvent(new Event('input')); true`);
+  await page.waitFor(`${cell(DEMO_KEY, "capacity")} !== null`, "every limit again once the filter is cleared");
+  const acme = await page.eval(text('#tenants tr[data-tenant="acme"] td.budgets'));
+  check(acme.includes("of $0.50 / day"), `acme's budget in dollars in the tenants table: ${acme}`);
+  const tokens = await page.eval(text('#tenants tr[data-tenant="acme"] td.daily-tokens'));
+  check(/ \d[\d.,k]* \/ 20(\.0)?k$/.test(tokens), `acme's daily tokens as tokens: ${tokens}`);
+  const globex = await page.eval(text('#tenants tr[data-tenant="globex"] td.budgets'));
+  check(globex === "no budget", `globex has daily tokens and no budget: ${globex}`);
+  const headers = await page.eval(`[...document.querySelectorAll('#tenants th')].map((th) => th.textContent).join('|')`);
+  check(headers.includes("Daily tokens") && headers.includes("Budgets") && !/budget used/i.test(headers), `the tenants table's columns: ${headers}`);
+}
+
+/** A budget changed from the page in dollars, its period kept; then lowered
+ *  back (applied, or pending while the period holds spend). */
+async function checkBudgetEdit(page, api) {
+  const key = "gateway:usd:day";
+  const filter = (q) => page.eval(`document.getElementById('filter').value = ${JSON.stringify(q)}; document.getElementById('filter').dispatchEvent(new Event('input')); true`);
+  await filter(key);
+  for (const [typed, micro, shown] of [["2.5", 2500000, "$2.50 / day✎"], ["$1", 1000000, "$1.00 / day✎"]]) {
+    await page.waitFor(`document.querySelector('#limits tr[data-key="${key}"] button.edit') !== null`, `${key}'s ✎`);
+    await page.eval(`document.querySelector('#limits tr[data-key="${key}"] button.edit').click(); true`);
+    await page.waitFor(`document.getElementById('edit').open`, "the budget dialog");
+    const label = await page.eval(`document.getElementById('edit-label').textContent`);
+    check(label === "New budget in USD (per day)", `the dialog asks for dollars: ${label}`);
+    await page.eval(`document.getElementById('edit-capacity').value = 'forty'; document.getElementById('edit-apply').click(); true`);
+    const error = await page.waitFor(`document.getElementById('edit-error').textContent`, "a bad amount refused in the page");
+    check(error.includes("dollars"), `the error names dollars: ${error}`);
+    await page.eval(`document.getElementById('edit-capacity').value = ${JSON.stringify(typed)}; document.getElementById('edit-apply').click(); true`);
+    await page.waitFor(`!document.getElementById('edit').open`, "the budget dialog to close");
+    const stored = await admin(api, `/v1/admin/limits/${key}`);
+    // A lower budget waits while the period holds spend (a pending decrease), as any limit.
+    const target = stored.body.status === "decreasing" ? stored.body.pending_decrease_to : stored.body.capacity;
+    check(target === micro && stored.body.period === "day", `the budget in micro-dollars, its period kept: ${stored.text}`);
+    const seen = stored.body.status === "decreasing"
+      ? `(document.querySelector('#limits tr[data-key="${key}"] .pill.decreasing') || {}).textContent === ${JSON.stringify("→ " + shown.split(" ")[0])}`
+      : `${cell(key, "capacity")} === ${JSON.stringify(shown)}`;
+    await page.waitFor(seen, `${shown} in the table`);
+  }
+  await filter("");
 }
 
 /** The text of `selector` in the page, or null. */

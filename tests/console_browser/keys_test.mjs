@@ -2,7 +2,8 @@
 // "Tenants and keys"): the tenants listed with where they come from, a key
 // created in the page and shown once (copied, then gone from the page when its
 // dialog closes), used for a gateway call that the panel counts, rotated in the
-// page with a grace, and revoked in the page, after which the gateway refuses it.
+// page with a grace, and revoked in the page, after which the gateway refuses it;
+// and a revoked key's full limit shown retired, out of the "At capacity" card.
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { admin, check, json } from "./harness.mjs";
@@ -98,4 +99,28 @@ export async function checkKeysPanel(page, api, gateway, artifacts) {
   const actions = await page.eval(`document.querySelectorAll('#keys tr[data-key-id="${next.id}"] button').length`);
   check(actions === 0, "a revoked key offers no action");
   writeFileSync(join(artifacts, "console-keys.png"), await page.screenshot());
+  await checkRetired(page, api, gateway);
+}
+
+/** The "At capacity" card's count. */
+const AT_CAPACITY = `Number([...document.querySelectorAll('#cards .card')].find((c) => c.querySelector('.label').textContent === 'At capacity')
+  .querySelector('.value').textContent.replace(/,/g, ''))`;
+
+/** A key whose rpm of 1 is spent counts at capacity; revoked, its limit is
+ *  shown retired (grey, marked) and counts no more. */
+async function checkRetired(page, api, gateway) {
+  const made = await admin(api, "/v1/admin/gateway/keys", "POST", { tenant: "webteam", name: "one-a-minute", rpm: 1 });
+  check(made.status === 201, `a key with rpm 1: ${made.text}`);
+  const limit = `key:${made.body.id}:llm:rpm`;
+  check((await chatWith(gateway, made.body.key)).status === 200, "its one call a minute");
+  const row = `document.querySelector('#limits tr[data-key="${limit}"]')`;
+  await page.eval(`document.getElementById('filter').value = ''; document.getElementById('filter').dispatchEvent(new Event('input')); true`);
+  await page.waitFor(`${row} !== null && ${row}.querySelector('.fill').classList.contains('bad')`, "the key's full rpm limit in red", 20_000);
+  const full = await page.eval(AT_CAPACITY);
+  check(full >= 1, `the full limit is at capacity: ${full}`);
+  const revoked = await admin(api, `/v1/admin/gateway/keys/${made.body.id}`, "DELETE");
+  check(revoked.status === 200, `revoking it: ${revoked.text}`);
+  await page.waitFor(`${AT_CAPACITY} === ${full - 1}`, "the revoked key's limit out of the At capacity card", 20_000);
+  await page.waitFor(`${row}.classList.contains('retired') && ${row}.querySelector('.fill').classList.contains('retired')
+    && ${row}.querySelector('.pill.retired').textContent === 'key revoked'`, "the revoked key's limit shown retired");
 }

@@ -137,6 +137,7 @@ async fn the_page_and_its_files_are_served_offline_with_a_strict_policy() {
     for (path, content_type) in [
         ("/ui", "text/html"),
         ("/ui/", "text/html"),
+        ("/ui/shared.js", "text/javascript"),
         ("/ui/console.js", "text/javascript"),
         ("/ui/keys.js", "text/javascript"),
         ("/ui/console.css", "text/css"),
@@ -161,6 +162,11 @@ async fn the_page_and_its_files_are_served_offline_with_a_strict_policy() {
     }
     let page = h.send(Method::GET, "/ui", None, None).await.text;
     assert!(page.contains("src=\"/ui/console.js\"") && page.contains("href=\"/ui/console.css\""));
+    let (shared, console) = (page.find("src=\"/ui/shared.js\""), page.find("src=\"/ui/console.js\""));
+    assert!(
+        shared.is_some_and(|s| console.is_some_and(|c| s < c)),
+        "the shared helpers load first"
+    );
     assert!(page.contains("src=\"/ui/keys.js\"") && page.contains("id=\"keys-panel\""));
     assert!(!page.contains("<script>"), "no inline script: the policy forbids it");
 }
@@ -451,8 +457,13 @@ async fn the_gateway_and_tenants_are_shown_without_key_material() {
     let tenants = state["tenants"]["rows"].as_array().unwrap();
     assert_eq!(tenants.len(), 1);
     assert_eq!(tenants[0]["name"], "acme");
-    assert_eq!(tenants[0]["budget"]["used"], 1_250);
-    assert_eq!(tenants[0]["budget"]["remaining"], 3_750);
+    assert_eq!(tenants[0]["daily_tokens"]["used"], 1_250);
+    assert_eq!(tenants[0]["daily_tokens"]["remaining"], 3_750);
+    assert_eq!(
+        tenants[0]["budgets"],
+        json!([]),
+        "acme has daily tokens, no budget in money"
+    );
     assert_eq!(tenants[0]["calls_per_min"], 120.0);
 }
 

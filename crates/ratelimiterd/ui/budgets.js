@@ -2,7 +2,7 @@
 // GET /ui/api/budgets (each budget in money: spent, reserved, left in its
 // period) and GET /ui/api/spend (the last 14 days in UTC by tenant and by
 // model, from the spend ledger), and draws the days as stacked bars in SVG.
-// Uses console.js's helpers ($, el, api, errorText, num, SVG_NS).
+// Uses shared.js's helpers ($, el, num, SVG_NS, loaded) and console.js's (api, errorText).
 "use strict";
 
 // How often the panel is read: a budget moves with each completed call, and a
@@ -46,9 +46,12 @@ async function readBudgets() {
     $("budgets-error").hidden = true;
     renderBudgets(budgets);
     renderSpend(spend);
+    loaded("budgets-panel");
   } catch (e) {
     $("budgets-error").hidden = false;
     $("budgets-error").textContent = "The budgets could not be read: " + e.message;
+    if ($("budgets-panel").hasAttribute("aria-busy")) $("spend-charts").replaceChildren();
+    loadFailed("budgets-panel", [$("budgets").tBodies[0]]);
   } finally {
     budgetsView.reading = false;
   }
@@ -74,7 +77,8 @@ function renderBudgets(data) {
     : `${num(data.total)} budgets` + (data.rows.length < data.total ? `, ${data.rows.length} fullest shown` : "");
   const rows = data.rows.map((b) => el("tr", { "data-budget": b.key },
     el("td", { class: "key", text: b.key }),
-    el("td", {}, el("span", { class: "kind", text: b.owner }), " ", b.owner_name || ""),
+    el("td", {}, el("span", { class: "kind", text: b.owner }), " ", b.owner_name || "",
+      b.retired ? el("span", { class: "pill retired", title: "No working key charges this budget" }, "key " + b.retired) : null),
     el("td", { text: b.span }),
     el("td", { class: "num", "data-field": "budget", text: dollars(b.budget_usd) }),
     el("td", { class: "num", "data-field": "spent", text: dollars(b.spent_usd),

@@ -5,10 +5,7 @@
 
 const TOKEN_KEY = "ratelimiterd.adminToken";
 const REFRESH_MS = 1000;
-const SPARK_W = 120;
-const SPARK_H = 24;
 const HISTORY_MS = 15 * 60 * 1000;
-const SVG_NS = "http://www.w3.org/2000/svg";
 
 const view = {
   sort: "utilization",
@@ -17,7 +14,7 @@ const view = {
   count: 50,
   filter: "",
   modelSort: { key: "name", order: "asc" },
-  tenantSort: { key: "budget", order: "desc" },
+  tenantSort: { key: "daily_tokens", order: "desc" },
   classSort: { key: "order", order: "asc" },
   paused: false,
   timer: null,
@@ -29,133 +26,6 @@ const view = {
 const stats = { startedAt: performance.now(), firstRenderMs: null, refreshes: 0, lastFetchMs: 0, lastRenderMs: 0,
   fetchMsTotal: 0, renderMsTotal: 0 };
 window.__consoleStats = stats;
-
-const $ = (id) => document.getElementById(id);
-
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attrs || {})) {
-    if (value === null || value === undefined || value === false) continue;
-    if (name === "class") node.className = value;
-    else if (name === "text") node.textContent = value;
-    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
-    else node.setAttribute(name, value === true ? "" : value);
-  }
-  for (const child of children) {
-    if (child === null || child === undefined) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
-
-// ---------- formatting ----------
-
-const intFmt = new Intl.NumberFormat("en-US");
-function num(n) {
-  if (n === null || n === undefined) return "—";
-  return intFmt.format(n);
-}
-function rate(n) {
-  if (n === null || n === undefined) return "—";
-  if (n === 0) return "0";
-  if (n < 10) return n.toFixed(1);
-  return intFmt.format(Math.round(n));
-}
-function compact(n) {
-  if (n === null || n === undefined) return "—";
-  n = Math.round(n);
-  const abs = Math.abs(n);
-  if (abs >= 1e9) return (n / 1e9).toFixed(abs >= 1e10 ? 0 : 1) + "G";
-  if (abs >= 1e6) return (n / 1e6).toFixed(abs >= 1e7 ? 0 : 1) + "M";
-  if (abs >= 1e4) return (n / 1e3).toFixed(abs >= 1e5 ? 0 : 1) + "k";
-  return intFmt.format(n);
-}
-function duration(ms) {
-  if (ms === null || ms === undefined) return "—";
-  if (ms < 1000) return Math.round(ms) + " ms";
-  const s = ms / 1000;
-  if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + " s";
-  const m = Math.floor(s / 60);
-  if (m < 60) return m + " min " + Math.floor(s % 60) + " s";
-  return Math.floor(m / 60) + " h " + (m % 60) + " min";
-}
-function percent(bp) {
-  return (bp / 100).toFixed(bp < 1000 ? 1 : 0) + "%";
-}
-function level(bp) {
-  return bp >= 9000 ? "bad" : bp >= 7000 ? "warn" : "";
-}
-
-function bar(bp) {
-  const fill = el("div", { class: "fill " + level(bp) });
-  fill.style.width = Math.min(100, bp / 100) + "%";
-  return el("span", {}, el("span", { class: "bar" }, fill), el("span", { class: "bar-label", text: percent(bp) }));
-}
-
-// `full`: draw the dashed line of a full limit (utilization); off for counts.
-function sparkline(history, slots, full = true) {
-  const svg = document.createElementNS(SVG_NS, "svg");
-  svg.setAttribute("class", "sparkline");
-  svg.setAttribute("width", SPARK_W);
-  svg.setAttribute("height", SPARK_H);
-  svg.setAttribute("viewBox", `0 0 ${SPARK_W} ${SPARK_H}`);
-  const values = history || [];
-  const known = values.filter((v) => v !== null);
-  if (known.length === 0) {
-    const t = document.createElementNS(SVG_NS, "text");
-    t.setAttribute("class", "none");
-    t.setAttribute("x", 2);
-    t.setAttribute("y", 15);
-    t.textContent = "collecting…";
-    svg.append(t);
-    return svg;
-  }
-  const top = Math.max(10000, ...known);
-  // A fixed 15-minute axis, newest at the right: a young history fills the right end only.
-  const shift = Math.max(0, slots - values.length);
-  const step = SPARK_W / Math.max(1, Math.max(slots, values.length) - 1);
-  const y = (v) => (SPARK_H - 2 - (v / top) * (SPARK_H - 4)).toFixed(1);
-  if (full) {
-    const line = document.createElementNS(SVG_NS, "line");
-    line.setAttribute("class", "full");
-    line.setAttribute("x1", 0);
-    line.setAttribute("x2", SPARK_W);
-    line.setAttribute("y1", y(10000));
-    line.setAttribute("y2", y(10000));
-    svg.append(line);
-  }
-  // One path per run of known samples: a gap is a gap, not a straight line.
-  let line = "";
-  let area = "";
-  let run = [];
-  const flush = () => {
-    if (run.length === 0) return;
-    const x = (i) => ((i + shift) * step).toFixed(1);
-    const pts = run.map(([i, v]) => `${x(i)},${y(v)}`);
-    line += "M" + pts.join("L");
-    area += `M${x(run[0][0])},${SPARK_H}L` + pts.join("L") + `L${x(run[run.length - 1][0])},${SPARK_H}Z`;
-    run = [];
-  };
-  values.forEach((v, i) => (v === null ? flush() : run.push([i, v])));
-  flush();
-  for (const [cls, d] of [["area", area], ["line", line]]) {
-    const p = document.createElementNS(SVG_NS, "path");
-    p.setAttribute("class", cls);
-    p.setAttribute("d", d);
-    svg.append(p);
-  }
-  // The latest sample as a dot, so that a lone sample shows too.
-  const lastIndex = values.length - 1;
-  if (values[lastIndex] !== null) {
-    const dot = document.createElementNS(SVG_NS, "circle");
-    dot.setAttribute("class", "last");
-    dot.setAttribute("cx", ((lastIndex + shift) * step).toFixed(1));
-    dot.setAttribute("cy", y(values[lastIndex]));
-    dot.setAttribute("r", 1.8);
-    svg.append(dot);
-  }
-  return svg;
-}
 
 // ---------- server ----------
 
@@ -188,7 +58,7 @@ function stateUrl() {
 // ---------- screens ----------
 
 function show(screen) {
-  for (const id of ["login", "off", "console"]) $(id).hidden = id !== screen;
+  for (const id of ["loading", "login", "off", "console"]) $(id).hidden = id !== screen;
   $("logout").hidden = screen !== "console" || !view.tokenRequired;
   $("pause-refresh").hidden = screen !== "console";
 }
@@ -209,6 +79,8 @@ async function refresh() {
   } catch (e) {
     $("banner").hidden = false;
     $("banner").textContent = "The server does not answer: " + e.message;
+    // Before the first answer the banner is not on screen: the loading note says it.
+    $("loading-note").textContent = "The server does not answer: " + e.message + " (trying again)";
     schedule();
     return;
   }
@@ -331,20 +203,26 @@ function renderLimits(limits, intervalMs) {
   $("page-info").textContent = `${num(first)}–${num(last)} of ${num(limits.matched)}`;
   $("prev").disabled = limits.offset === 0;
   $("next").disabled = last >= limits.matched;
+  if (limits.summary.retired) {
+    $("limits-count").textContent += ` · ${num(limits.summary.retired)} of revoked or expired keys, in no card`;
+  }
   const slots = Math.round(HISTORY_MS / intervalMs);
   const rows = limits.rows.map((r) => {
+    // A budget counts micro-dollars: shown in dollars, with its period.
+    const amount = r.budget ? money : num;
     const pending = r.status === "decreasing"
-      ? el("span", { class: "pill decreasing", title: "Waiting for usage to fit the lower capacity" }, "→ " + num(r.pending_decrease_to))
+      ? el("span", { class: "pill decreasing", title: "Waiting for usage to fit the lower capacity" }, "→ " + amount(r.pending_decrease_to))
       : "—";
-    const edit = el("button", { type: "button", class: "edit", title: "Change capacity", "aria-label": "Change capacity of " + r.key,
-      onclick: () => openEdit(r) }, "✎");
-    return el("tr", { "data-key": r.key },
-      el("td", { class: "key", title: r.key, text: r.key }),
+    const capacity = r.budget ? perSpan(r.capacity, r.period, r.window_seconds) : num(r.capacity);
+    return el("tr", { "data-key": r.key, class: r.retired ? "retired" : null },
+      el("td", { class: "key", title: r.key }, r.key, r.retired
+        ? el("span", { class: "pill retired", title: "No working key charges this limit: it refuses no call and counts in no card" }, "key " + r.retired)
+        : null),
       el("td", {}, el("span", { class: "kind", text: r.kind })),
-      el("td", { class: "num capacity" }, el("span", { class: "cap" }, el("span", { text: num(r.capacity) }), edit)),
-      el("td", { class: "num in-use", text: num(r.in_use) }),
-      el("td", { class: "util" }, bar(r.utilization_bp)),
-      el("td", { class: "num debt", text: r.debt ? num(r.debt) : "—" }),
+      el("td", { class: "num capacity" }, el("span", { class: "cap" }, el("span", { text: capacity }), editButton(r))),
+      el("td", { class: "num in-use", text: amount(r.in_use) }),
+      el("td", { class: "util" }, bar(r.utilization_bp, Boolean(r.retired))),
+      el("td", { class: "num debt", text: r.debt ? amount(r.debt) : "—" }),
       el("td", { class: "num" }, pending),
       el("td", { class: "num release", text: r.next_release_ms === null ? "—" : duration(r.next_release_ms) }),
       el("td", { class: "spark", title: "Utilization, last 15 min" }, sparkline(r.history, slots)));
@@ -356,6 +234,20 @@ function renderLimits(limits, intervalMs) {
   } else {
     body.replaceChildren(...rows);
   }
+}
+
+// The ✎ of a row, or, for a budget kept on a tenant's or key's record (made
+// through the admin API), a note saying where it changes: the limit alone would
+// disagree with the record.
+function editButton(r) {
+  if (r.budget && r.budget.kept_on === "directory") {
+    const where = r.budget.owner === "tenant"
+      ? `ratelimiterd tenants update ${r.budget.owner_name} --budget USD/PERIOD`
+      : "a new key with its --budget (a key's budgets are set when it is made)";
+    return el("span", { class: "muted small kept", title: `Kept on the ${r.budget.owner}'s record: change it with ${where}` }, "ⓘ");
+  }
+  return el("button", { type: "button", class: "edit", title: r.budget ? "Change budget" : "Change capacity",
+    "aria-label": "Change capacity of " + r.key, onclick: () => openEdit(r) }, "✎");
 }
 
 function sortRows(rows, sort, valueOf) {
@@ -416,30 +308,41 @@ function renderModels(gateway) {
   table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 9, text: "No models configured." }))]));
 }
 
+// A tenant's budgets in money, one line each: how full, and what it holds of its budget per span.
+function tenantBudgets(budgets) {
+  if (!budgets.length) return el("span", { class: "muted", text: "no budget" });
+  return el("span", { class: "budget-lines" }, ...budgets.map((b) => el("span", { class: "budget-line", "data-budget-key": b.key,
+    title: `${b.key}: ${money(b.used_micro_usd)} held of ${money(b.budget_micro_usd)}, ${money(b.left_micro_usd)} left` },
+  bar(b.utilization_bp), el("span", { class: "muted small", text: ` ${money(b.used_micro_usd)} of ${perSpan(b.budget_micro_usd, b.period, b.window_seconds)}` }))));
+}
+
 function renderTenants(tenants) {
   const table = $("tenants");
   markSorted(table, view.tenantSort.key, view.tenantSort.order);
   $("tenants-note").textContent = tenants.total > tenants.rows.length
     ? `${tenants.rows.length} of ${num(tenants.total)} shown` : `${num(tenants.total)} tenants`;
   const valueOf = (t, k) => {
-    if (k === "budget") return t.budget ? t.budget.utilization_bp : null;
-    if (k === "remaining") return t.budget ? t.budget.remaining : null;
+    if (k === "daily_tokens") return t.daily_tokens ? t.daily_tokens.utilization_bp : null;
+    if (k === "remaining") return t.daily_tokens ? t.daily_tokens.remaining : null;
+    if (k === "budgets") return t.budgets.length ? Math.max(...t.budgets.map((b) => b.utilization_bp)) : null;
     return t[k];
   };
   const rows = sortRows(tenants.rows, view.tenantSort, valueOf).map((t) => {
-    const budget = t.budget
-      ? el("span", { title: `${num(t.budget.used)} of ${num(t.budget.capacity)} ${t.budget.unit} (${t.budget.key})` }, bar(t.budget.utilization_bp),
-        el("span", { class: "muted small", text: ` ${compact(t.budget.used)} / ${compact(t.budget.capacity)}` }))
-      : el("span", { class: "muted", text: "no daily budget" });
+    const tokens = t.daily_tokens;
+    const daily = tokens
+      ? el("span", { title: `${num(tokens.used)} of ${num(tokens.capacity)} tokens over the rolling day (${tokens.key})` }, bar(tokens.utilization_bp),
+        el("span", { class: "muted small", text: ` ${compact(tokens.used)} / ${compact(tokens.capacity)}` }))
+      : el("span", { class: "muted", text: "no daily tokens" });
     return el("tr", { "data-tenant": t.name },
       el("td", { class: "key", title: t.class ? "class " + t.class : null }, t.name,
         t.class ? el("span", { class: "muted class", text: " · " + t.class }) : null),
-      el("td", { class: "util" }, budget),
-      el("td", { class: "num", text: t.budget ? compact(t.budget.remaining) : "—" }),
+      el("td", { class: "util daily-tokens" }, daily),
+      el("td", { class: "num", text: tokens ? compact(tokens.remaining) : "—" }),
+      el("td", { class: "budgets" }, tenantBudgets(t.budgets)),
       el("td", { class: "num", text: rate(t.calls_per_min) }),
       el("td", { class: "num", text: compact(t.tokens_per_min === null ? null : Math.round(t.tokens_per_min)) }));
   });
-  table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 5, text: "No tenants." }))]));
+  table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "empty", colspan: 6, text: "No tenants." }))]));
 }
 
 function ppm(v) {
@@ -565,9 +468,13 @@ let editing = null;
 function openEdit(row) {
   editing = row;
   $("edit-key").textContent = row.key;
-  $("edit-current").textContent = `Capacity ${num(row.capacity)}${row.unit ? " " + row.unit : ""}, ${num(row.in_use)} in use` +
-    (row.status === "decreasing" ? `, decreasing to ${num(row.pending_decrease_to)}` : "");
-  $("edit-capacity").value = row.capacity;
+  // A budget is changed in dollars, its period kept.
+  const amount = row.budget ? money : num;
+  $("edit-label").textContent = row.budget ? `New budget in USD (per ${spanText(row.period, row.window_seconds)})` : "New capacity";
+  $("edit-current").textContent = (row.budget ? `Budget ${perSpan(row.capacity, row.period, row.window_seconds)}, ${money(row.in_use)} held`
+    : `Capacity ${num(row.capacity)}${row.unit ? " " + row.unit : ""}, ${num(row.in_use)} in use`) +
+    (row.status === "decreasing" ? `, decreasing to ${amount(row.pending_decrease_to)}` : "");
+  $("edit-capacity").value = row.budget ? money(row.capacity).slice(1).replace(/,/g, "") : row.capacity;
   $("edit-error").textContent = "";
   $("edit-apply").disabled = false;
   $("edit").showModal();
@@ -576,12 +483,21 @@ function openEdit(row) {
 
 // The fields of a definition the admin PUT takes; the rest of a report
 // (usage, status) is the server's.
-const DEFINITION_FIELDS = ["key", "kind", "capacity", "window_seconds", "window_margin_ms", "timeout_seconds", "unit", "description", "overage"];
+// A period limit (a budget per day, week or month) keeps its `period`.
+const DEFINITION_FIELDS = ["key", "kind", "capacity", "window_seconds", "window_margin_ms", "timeout_seconds", "unit", "description",
+  "overage", "period"];
 
 async function applyEdit(event) {
   event.preventDefault();
-  const raw = $("edit-capacity").value.trim();
-  if (!/^\d+$/.test(raw)) {
+  let raw = $("edit-capacity").value.trim();
+  if (editing.budget) {
+    const micro = dollarsToMicro(raw);
+    if (micro === null) {
+      $("edit-error").textContent = "The budget is an amount in dollars with at most six decimals (40, 12.50).";
+      return;
+    }
+    raw = String(micro);
+  } else if (!/^\d+$/.test(raw)) {
     $("edit-error").textContent = "The capacity is a whole number.";
     return;
   }
@@ -605,9 +521,10 @@ async function applyEdit(event) {
     if (!put.ok) throw new Error(await errorText(put));
     const state = await put.json();
     $("edit").close();
+    const amount = editing.budget ? money : num;
     toast(state.status === "decreasing"
-      ? `${state.key}: decreasing to ${num(state.pending_decrease_to)} once usage fits`
-      : `${state.key}: capacity ${num(state.capacity)}`);
+      ? `${state.key}: decreasing to ${amount(state.pending_decrease_to)} once usage fits`
+      : `${state.key}: ${editing.budget ? "budget" : "capacity"} ${amount(state.capacity)}`);
     refreshNow();
   } catch (e) {
     $("edit-error").textContent = e.message;

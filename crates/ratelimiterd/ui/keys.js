@@ -3,7 +3,8 @@
 // admin token and JSON bodies as every change of the console. A new key's text
 // comes only in the 201 that made it: it is written into the dialog that shows
 // it, and erased from the page when the dialog closes; no variable keeps it.
-// Uses console.js's helpers ($, el, api, errorText, num, compact, toast, view).
+// Uses shared.js's helpers ($, el, num, compact, perSpan, loaded) and console.js's
+// (api, errorText, toast, view).
 "use strict";
 
 // How often the panel is read: keys change by hand, not every second.
@@ -37,9 +38,11 @@ async function readDirectory() {
     if (!response.ok) throw new Error(await errorText(response));
     $("keys-error").hidden = true;
     renderDirectory(await response.json());
+    loaded("keys-panel");
   } catch (e) {
     $("keys-error").hidden = false;
     $("keys-error").textContent = "The tenants and keys could not be read: " + e.message;
+    loadFailed("keys-panel", [$("dir-tenants").tBodies[0], $("keys").tBodies[0]]);
   } finally {
     keysView.reading = false;
   }
@@ -55,7 +58,15 @@ function limitsText(o) {
   if (o.rpm !== null && o.rpm !== undefined) parts.push(`${num(o.rpm)} rpm`);
   if (o.concurrency !== null && o.concurrency !== undefined) parts.push(`${num(o.concurrency)} at once`);
   if (o.daily_tokens !== null && o.daily_tokens !== undefined) parts.push(`${compact(o.daily_tokens)} tokens/day`);
+  if (o.budgets && o.budgets.length) parts.push(budgetsText(o.budgets));
   return parts.length ? parts.join(" · ") : "—";
+}
+
+// A record's budgets as written (`usd` in dollars, a period or a window):
+// "$500.00 / month, $40.00 / day".
+function budgetsText(budgets) {
+  if (!budgets || !budgets.length) return "—";
+  return budgets.map((b) => perSpan(Math.round(b.usd * MICRO_USD_PER_USD), b.period, b.window_seconds)).join(", ");
 }
 
 function when(seconds) {
@@ -74,9 +85,10 @@ function renderDirectory(data) {
     el("td", { class: "num", text: num(t.rpm) }),
     el("td", { class: "num", text: num(t.concurrency) }),
     el("td", { class: "num", text: t.daily_tokens === null ? "—" : compact(t.daily_tokens) }),
+    el("td", { class: "budgets small", text: budgetsText(t.budgets) }),
     el("td", { class: "muted", text: t.models ? t.models.join(", ") : "all" })));
   $("dir-tenants").tBodies[0].replaceChildren(...(tenantRows.length ? tenantRows
-    : [el("tr", {}, el("td", { class: "empty", colspan: 7, text: "No tenants: add one in gateway.tenants or with the admin API." }))]));
+    : [el("tr", {}, el("td", { class: "empty", colspan: 8, text: "No tenants: add one in gateway.tenants or with the admin API." }))]));
   renderTenantChoice();
   renderKeys(data.keys);
 }

@@ -12,11 +12,11 @@
 
 use std::collections::BTreeMap;
 
-use gateway::limits::budgets::is_budget_key;
 use ratelimiter::spend::{SpendBook, SpendField, SpendQuery, SpendRow, UtcDay};
 use ratelimiter::{LimitReport, Period};
 use serde_json::{json, Value};
 
+use crate::console::owners::{budget_owner, Owners};
 use crate::spend_api::usd;
 use crate::state::AppState;
 
@@ -32,27 +32,6 @@ pub const CHART_SERIES_MAX: usize = 8;
 const OTHER_SERIES: &str = "(other)";
 /// Milliseconds in a day.
 const DAY_MS: u64 = 86_400_000;
-
-/// Whose budget a limit key is, from its shape (docs/gateway.md, "Budgets"):
-/// `(owner kind, owner name)`; the gateway's has no name.
-pub fn budget_owner(key: &str) -> Option<(&'static str, Option<&str>)> {
-    if !is_budget_key(key) {
-        return None;
-    }
-    let (head, _span) = key.rsplit_once(':')?;
-    let head = head.strip_suffix(":usd")?;
-    if head == "gateway" {
-        return Some(("gateway", None));
-    }
-    let (kind, name) = head.split_once(':')?;
-    let kind = match kind {
-        "tenant" => "tenant",
-        "key" => "key",
-        "model" => "model",
-        _ => return None,
-    };
-    Some((kind, Some(name)))
-}
 
 /// The ledger's billed cost of an owner's calls by day, for the days from the
 /// longest period's start to today: `(field, name, day) -> micro-dollars`.
@@ -99,7 +78,12 @@ fn ledger_spent(spent: &SpentByDay, owner: (&str, Option<&str>), start: UtcDay) 
 /// counts plus the worst cases of calls in flight. `spent` is the ledger's part
 /// of it (capped at `held`); `reserved` the rest; `left` what admission would
 /// grant now ([`LimitReport::available`]: nothing while the budget owes).
-fn budget_row(report: &LimitReport, spent: Option<&SpentByDay>, now_unix_ms: u64) -> Option<Value> {
+fn budget_row(
+    report: &LimitReport,
+    spent: Option<&SpentByDay>,
+    owners: &Owners<'_>,
+    now_unix_ms: u64,
+) -> Option<Value> {
     let definition = report.state.definition();
     let owner = budget_owner(definition.key().as_str())?;
     let budget = definition.capacity();
@@ -140,6 +124,7 @@ fn budget_row(report: &LimitReport, spent: Option<&SpentByDay>, now_unix_ms: u64
         "left_usd": usd(left),
         "period_ends_unix_ms": ends_unix_ms,
         "status": report.state.status(),
+        "retired": owners.retired(definition.key().as_str()),
     }))
 }
 
@@ -155,9 +140,10 @@ pub async fn budgets_document(state: &AppState, now_unix_ms: u64) -> Value {
         .start_unix_ms(now_unix_ms)
         .min(Period::Week.start_unix_ms(now_unix_ms));
     let spent = spent_by_day(state.spend().map(|b| &**b), UtcDay::of_unix_ms(first_unix_ms), today).await;
+    let owners = Owners::new(state.directory().map(|d| &**d));
     let mut rows: Vec<(u64, Value)> = (reports.iter())
         .filter_map(|r| {
-            let row = budget_row(r, spent.as_ref(), now_unix_ms)?;
+            let row = budget_row(r, spent.as_ref(), &owners, now_unix_ms)?;
             let fullness =
                 (r.held_and_owed() as u128 * 1_000_000 / r.state.definition().capacity().max(1) as u128) as u64;
             Some((fullness, row))
@@ -234,22 +220,4 @@ pub async fn spend_document(book: &dyn SpendBook, now_unix_ms: u64) -> Result<Va
         "by_tenant": series(&by_tenant, |r| r.tenant.as_ref(), &days),
         "by_model": series(&by_model, |r| r.model.as_ref(), &days),
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_budget_key_names_its_owner() {
-        assert_eq!(budget_owner("gateway:usd:day"), Some(("gateway", None)));
-        assert_eq!(budget_owner("tenant:acme:usd:month"), Some(("tenant", Some("acme"))));
-        assert_eq!(budget_owner("key:01J:usd:window3600"), Some(("key", Some("01J"))));
-        assert_eq!(
-            budget_owner("model:llama3:8b:usd:week"),
-            Some(("model", Some("llama3:8b")))
-        );
-        assert_eq!(budget_owner("tenant:acme:llm:rpm"), None, "not money");
-        assert_eq!(budget_owner("global:usd:day"), None, "no such owner");
-    }
 }

@@ -21,9 +21,10 @@
 //! - [`history`]: the rings of recent samples (a leaf: no server module);
 //! - [`query`]: the page of limits asked for (sort, filter, slice);
 //! - this module: [`Console`], the access rule and the history the state holds;
+//! - [`owners`]: whose a limit is: a budget's owner, a revoked or expired key's limits;
+//! - [`budgets`]: the budgets panel's and the spend chart's documents;
 //! - [`view`]: the JSON document of `GET /ui/api/state`, read from the state;
 //! - [`directory`]: the tenants and keys panel's document, `GET /ui/api/directory`;
-//! - [`budgets`]: the budgets panel's and the spend chart's documents;
 //! - [`routes`]: the page's files, the endpoint and who may call it;
 //! - [`sampler`]: the task that fills the history.
 //!
@@ -33,6 +34,7 @@ pub mod access;
 pub mod budgets;
 pub mod directory;
 pub mod history;
+pub mod owners;
 pub mod query;
 pub mod routes;
 pub mod sampler;

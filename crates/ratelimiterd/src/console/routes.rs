@@ -24,6 +24,7 @@ use crate::state::AppState;
 /// The page and its files, compiled in: the console needs nothing at runtime.
 const INDEX_HTML: &str = include_str!("../../ui/index.html");
 const CONSOLE_CSS: &str = include_str!("../../ui/console.css");
+const SHARED_JS: &str = include_str!("../../ui/shared.js");
 const CONSOLE_JS: &str = include_str!("../../ui/console.js");
 const KEYS_JS: &str = include_str!("../../ui/keys.js");
 const BUDGETS_JS: &str = include_str!("../../ui/budgets.js");
@@ -50,6 +51,10 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/ui", get(|| file(INDEX_HTML, "text/html; charset=utf-8")))
         .route("/ui/", get(|| file(INDEX_HTML, "text/html; charset=utf-8")))
         .route("/ui/console.css", get(|| file(CONSOLE_CSS, "text/css; charset=utf-8")))
+        .route(
+            "/ui/shared.js",
+            get(|| file(SHARED_JS, "text/javascript; charset=utf-8")),
+        )
         .route(
             "/ui/console.js",
             get(|| file(CONSOLE_JS, "text/javascript; charset=utf-8")),

@@ -10,11 +10,14 @@ use futures_util::future::join_all;
 use gateway::class_metrics::ClassTotals;
 use gateway::metrics::{CallTotals, NO_TENANT};
 use ratelimiter::metrics::{HistogramSnapshot, MetricValue, BUCKET_BOUNDS_MICROS};
-use ratelimiter::{LimitReport, LimitStatus};
+use ratelimiter::{LimitReport, LimitStatus, Period};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use gateway::limits::budgets::is_budget_key;
+
 use crate::console::history::{basis_points, GatewaySample, History, SAMPLE_INTERVAL_MS};
+use crate::console::owners::{Owners, Retired};
 use crate::console::query::LimitsQuery;
 use crate::state::AppState;
 
@@ -35,7 +38,7 @@ pub const TENANTS_SHOWN_MAX: usize = 100;
 /// The most ceiling keys listed per class, fullest first: a class over many
 /// models has one per model limit, and the fullest are the ones that bind.
 pub const CEILINGS_SHOWN_MAX: usize = 20;
-/// The window of a tenant's budget: a rolling day.
+/// The window of a tenant's daily tokens: a rolling day.
 const DAY_SECONDS: u64 = 86_400;
 
 /// One row of the limits table.
@@ -51,8 +54,15 @@ struct LimitRow<'a> {
     status: LimitStatus,
     pending_decrease_to: u64,
     window_seconds: u64,
+    /// The calendar period in UTC of a period limit (a budget's `day`).
+    period: Option<Period>,
     timeout_seconds: u64,
     next_release_ms: Option<u64>,
+    /// A key's own limit that no working key charges: shown, counted in no card.
+    retired: Option<Retired>,
+    /// A budget in money (`...:usd:<span>`, capacity in micro-dollars): its
+    /// owner and where it is changed ([`Owners::budget`]).
+    budget: Option<Value>,
     /// Utilization samples, oldest first, every `sample_interval_ms`.
     history: Vec<Option<u16>>,
 }
@@ -75,11 +85,14 @@ pub async fn state_document(state: &AppState, history: &History, query: &LimitsQ
         Err(_) => json!({ "error": format!("no answer within {} ms", BACKEND_READ_TIMEOUT.as_millis()) }),
     };
     let (matched, page) = query.apply(&reports);
+    let owners = Owners::new(state.directory().map(|d| &**d));
     // A row's next release is a backend read (pages of a key's transfers on
     // TigerBeetle): a page of held rows is read a few at a time, not one by one.
     let mut rows = Vec::with_capacity(page.len());
     for chunk in page.chunks(NEXT_RELEASE_READS_MAX) {
-        let reads: Vec<_> = chunk.iter().map(|report| limit_row(state, history, report)).collect();
+        let reads: Vec<_> = (chunk.iter())
+            .map(|report| limit_row(state, history, &owners, report))
+            .collect();
         rows.extend(join_all(reads).await);
     }
     json!({
@@ -91,7 +104,7 @@ pub async fn state_document(state: &AppState, history: &History, query: &LimitsQ
             "matched": matched,
             "offset": query.offset,
             "error": limits_error,
-            "summary": summary(&reports),
+            "summary": summary(&reports, &owners),
             "rows": rows,
         },
         "gateway": gateway_section(state, history),
@@ -100,8 +113,15 @@ pub async fn state_document(state: &AppState, history: &History, query: &LimitsQ
     })
 }
 
-async fn limit_row<'a>(state: &AppState, history: &History, report: &'a LimitReport) -> LimitRow<'a> {
+async fn limit_row<'a>(
+    state: &AppState,
+    history: &History,
+    owners: &Owners<'_>,
+    report: &'a LimitReport,
+) -> LimitRow<'a> {
     let definition = report.state.definition();
+    let key = definition.key().as_str();
+    let (retired, budget) = (owners.retired(key), owners.budget(key));
     let next_release_ms = tokio::time::timeout(BACKEND_READ_TIMEOUT, state.backend().next_release_ms(definition.key()))
         .await
         .ok()
@@ -118,21 +138,29 @@ async fn limit_row<'a>(state: &AppState, history: &History, report: &'a LimitRep
         status: report.state.status(),
         pending_decrease_to: report.state.pending_decrease_to(),
         window_seconds: definition.window_seconds(),
+        period: definition.period(),
         timeout_seconds: definition.timeout_seconds(),
         next_release_ms,
+        retired,
+        budget,
         history: history.limit(definition.key()),
     }
 }
 
 /// Counts over every limit, not just the page: what the header cards show.
-fn summary(reports: &[LimitReport]) -> Value {
-    let full = reports.iter().filter(|r| basis_points(r) >= 10_000).count();
-    let hot = reports.iter().filter(|r| basis_points(r) >= 8_000).count();
-    let decreasing = (reports.iter())
+/// A retired limit (a revoked or expired key's own) refuses no call: it is
+/// counted apart, in none of the others.
+fn summary(reports: &[LimitReport], owners: &Owners<'_>) -> Value {
+    let (live, retired): (Vec<&LimitReport>, Vec<&LimitReport>) =
+        (reports.iter()).partition(|r| owners.retired(r.state.definition().key().as_str()).is_none());
+    let full = live.iter().filter(|r| basis_points(r) >= 10_000).count();
+    let hot = live.iter().filter(|r| basis_points(r) >= 8_000).count();
+    let decreasing = (live.iter())
         .filter(|r| r.state.status() == LimitStatus::Decreasing)
         .count();
-    let in_debt = reports.iter().filter(|r| r.debt > 0).count();
-    json!({ "full": full, "above_80_percent": hot, "decreasing": decreasing, "in_debt": in_debt })
+    let in_debt = live.iter().filter(|r| r.debt > 0).count();
+    json!({ "full": full, "above_80_percent": hot, "decreasing": decreasing, "in_debt": in_debt,
+            "retired": retired.len() })
 }
 
 fn backend_section(state: &AppState, health: Option<String>, limits: usize, servers: Value) -> Value {
@@ -294,30 +322,19 @@ fn tenants_section(state: &AppState, reports: &[LimitReport], history: &History)
         let growth = growth_by(&old, &new, |_, t| t.to_owned());
         (growth, old, new)
     });
-    // One pass over the limits: each tenant with its budget, the first of its keys
-    // (in key order) with a one-day window.
-    let mut budgets: BTreeMap<&str, Option<&LimitReport>> = BTreeMap::new();
-    for report in reports {
-        let definition = report.state.definition();
-        if let Some(name) = tenant_of(definition.key().as_str()) {
-            let budget = budgets.entry(name).or_default();
-            if budget.is_none() && definition.window_seconds() == DAY_SECONDS {
-                *budget = Some(report);
-            }
-        }
-    }
+    let mut tenants = tenant_limits(reports);
     if let Some((growth, _, _)) = &minute {
         for name in growth.keys().filter(|t| t.as_str() != NO_TENANT) {
-            budgets.entry(name.as_str()).or_default();
+            tenants.entry(name.as_str()).or_default();
         }
     }
-    let total = budgets.len();
-    let mut shown: Vec<(&str, Option<&LimitReport>)> = budgets.into_iter().collect();
-    // The fullest budgets first (a stable sort keeps names in order among equals).
-    shown.sort_by_key(|(_, budget)| std::cmp::Reverse(budget.map_or(0, basis_points)));
+    let total = tenants.len();
+    let mut shown: Vec<(&str, TenantLimits)> = tenants.into_iter().collect();
+    // The fullest first (a stable sort keeps names in order among equals).
+    shown.sort_by_key(|(_, limits)| std::cmp::Reverse(limits.fullness()));
     shown.truncate(TENANTS_SHOWN_MAX);
     let rows: Vec<Value> = (shown.into_iter())
-        .map(|(name, budget)| {
+        .map(|(name, limits)| {
             let (calls, tokens) = match &minute {
                 Some((growth, old, new)) => {
                     let g = growth.get(name).copied().unwrap_or_default();
@@ -331,7 +348,8 @@ fn tenants_section(state: &AppState, reports: &[LimitReport], history: &History)
             json!({
                 "name": name,
                 "class": class_of.get(name),
-                "budget": budget.map(budget_json),
+                "daily_tokens": limits.daily_tokens.map(tokens_json),
+                "budgets": limits.budgets.into_iter().map(money_json).collect::<Vec<_>>(),
                 "calls_per_min": calls,
                 "tokens_per_min": tokens,
             })
@@ -477,7 +495,53 @@ fn ceilings_json(name: &str, reports: &[LimitReport], history: &History) -> (Vec
     (rows, total)
 }
 
-fn budget_json(report: &LimitReport) -> Value {
+/// One tenant's limits as the tenants table shows them, never one for the
+/// other: its daily tokens and its budgets in money.
+#[derive(Default)]
+struct TenantLimits<'a> {
+    /// The first of its limits (in key order) over a rolling day that is not
+    /// money: the gateway's `tenant:<name>:llm:daily_tokens`.
+    daily_tokens: Option<&'a LimitReport>,
+    /// Its budgets in money (`tenant:<name>:usd:<span>`), in key order.
+    budgets: Vec<&'a LimitReport>,
+}
+
+impl TenantLimits<'_> {
+    /// The fullest of its limits, in basis points: the table's order.
+    fn fullness(&self) -> u16 {
+        (self.daily_tokens.iter().chain(&self.budgets))
+            .map(|r| basis_points(r))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// One pass over the limits: each tenant named by a `tenant:<name>:...` key
+/// with its daily tokens and its budgets.
+fn tenant_limits(reports: &[LimitReport]) -> BTreeMap<&str, TenantLimits<'_>> {
+    let mut tenants: BTreeMap<&str, TenantLimits> = BTreeMap::new();
+    for report in reports {
+        let definition = report.state.definition();
+        let key = definition.key().as_str();
+        let Some(name) = tenant_of(key) else {
+            continue;
+        };
+        let limits = tenants.entry(name).or_default();
+        if is_budget_key(key) {
+            limits.budgets.push(report);
+        } else if limits.daily_tokens.is_none()
+            && definition.period().is_none()
+            && definition.window_seconds() == DAY_SECONDS
+        {
+            limits.daily_tokens = Some(report);
+        }
+    }
+    tenants
+}
+
+/// A tenant's daily tokens: used = in use, with the debt while it owes, over
+/// the rolling day; remaining what admission would grant (0 while it owes).
+fn tokens_json(report: &LimitReport) -> Value {
     let definition = report.state.definition();
     let used = report.held_and_owed();
     json!({
@@ -486,6 +550,23 @@ fn budget_json(report: &LimitReport) -> Value {
         "capacity": definition.capacity(),
         "used": used,
         "remaining": report.available().min(definition.capacity().saturating_sub(used)),
+        "owing": report.owing,
+        "utilization_bp": basis_points(report),
+    })
+}
+
+/// A tenant's budget in money, in micro-dollars, with its period (or window):
+/// used = what it holds and owes, as admission counts it.
+fn money_json(report: &LimitReport) -> Value {
+    let definition = report.state.definition();
+    let used = report.held_and_owed();
+    json!({
+        "key": definition.key().as_str(),
+        "period": definition.period(),
+        "window_seconds": definition.period().is_none().then(|| definition.window_seconds()),
+        "budget_micro_usd": definition.capacity(),
+        "used_micro_usd": used,
+        "left_micro_usd": report.available().min(definition.capacity().saturating_sub(used)),
         "owing": report.owing,
         "utilization_bp": basis_points(report),
     })
