@@ -352,7 +352,9 @@ impl Admission {
 fn never_fits(call: &Call, denial: &Denial) -> GatewayError {
     GatewayError::invalid(format!(
         "This request can never be admitted: it needs {} input and {} output tokens, more than the whole \
-         capacity of the limit {}. Shorten the prompt or lower the output bound (max_tokens).",
+         capacity of the limit {}. Shorten the prompt or lower the output bound (max_tokens). A file, an \
+         image of unknown size or stored context is counted at the model's file_tokens, image_tokens or \
+         stored_context_tokens: the gateway's operator can set them to what calls send.",
         call.input_tokens,
         call.output_tokens,
         denial_key(denial).unwrap_or("?")

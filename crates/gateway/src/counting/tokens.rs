@@ -155,6 +155,21 @@ pub fn default_encoding(kind: UpstreamKind, model: &str) -> Encoding {
 /// ask the operator to set fields that change nothing.
 const BOUNDS_UNUSED_BY_ANTHROPIC: [&str; 2] = ["max_output_tokens_default", "stored_context_tokens"];
 
+/// The bounds of parts whose size the gateway cannot read (a file, an image of
+/// unknown size, stored context): only calls that send such a part are counted
+/// at them.
+const PART_BOUNDS: [&str; 3] = ["file_tokens", "image_tokens", "stored_context_tokens"];
+
+/// Whether the operator set the part bound `field` of `model`.
+fn part_bound_set(model: &ModelConfig, field: &str) -> bool {
+    match field {
+        "file_tokens" => model.file_tokens.is_some(),
+        "image_tokens" => model.image_tokens.is_some(),
+        "stored_context_tokens" => model.stored_context_tokens.is_some(),
+        _ => true,
+    }
+}
+
 /// The output bound of a chat or Responses call without one, for a model whose
 /// configuration names none: the model's largest output (its row of the table;
 /// a model in no row, the table's largest). Anthropic's API requires
@@ -198,9 +213,12 @@ impl Counter {
     /// The bounds of this counter, by their field, that are larger than a token
     /// limit of `model` on its own (a tier-1 `tpm` below a context window): a
     /// call using one can never be admitted. The gateway logs them at start, so
-    /// that the operator sets the field to what the tenants send. A bound that
-    /// no call to an upstream of `kind` is counted at is left out: the operator
-    /// has nothing to set (`BOUNDS_UNUSED_BY_ANTHROPIC`).
+    /// that the operator sets the field to what the tenants send. Left out: a
+    /// bound that no call to an upstream of `kind` is counted at (the operator
+    /// has nothing to set, `BOUNDS_UNUSED_BY_ANTHROPIC`), and a part's bound
+    /// the operator did not set (`PART_BOUNDS`): only calls that send such a
+    /// part meet it, and their 400 names the field (`admission::admit`), so a
+    /// model configured with its limits alone starts without a warning.
     pub fn bounds_above_limits(&self, model: &ModelConfig, kind: UpstreamKind) -> Vec<(&'static str, u64, u64)> {
         let input_limit = model.limits.published.tpm.or(model.limits.published.input_tpm);
         let output_limit = model.limits.published.tpm.or(model.limits.published.output_tpm);
@@ -214,6 +232,7 @@ impl Counter {
             .into_iter()
             .filter_map(|(field, tokens, limit)| Some((field, tokens, limit?)))
             .filter(|(field, _, _)| kind != UpstreamKind::Anthropic || !BOUNDS_UNUSED_BY_ANTHROPIC.contains(field))
+            .filter(|(field, _, _)| !PART_BOUNDS.contains(field) || part_bound_set(model, field))
             .filter(|(_, tokens, limit)| tokens > limit)
             .collect()
     }

@@ -290,10 +290,18 @@ fn bounds_larger_than_a_limit_are_named() {
     let config: ModelConfig =
         serde_yaml::from_str("{name: gpt-4.1, upstream: u, tpm: 30000, stored_context_tokens: 20000}").unwrap();
     let counter = Counter::for_model(UpstreamKind::Openai, &config);
+    // A part's bound is named only when the operator set it: the file bound
+    // left at the context window is met by file calls alone, whose 400 names it.
     assert_eq!(
         counter.bounds_above_limits(&config, UpstreamKind::Openai),
+        [("max_output_tokens_default", 32_768, 30_000)]
+    );
+    let files: ModelConfig =
+        serde_yaml::from_str("{name: gpt-4.1, upstream: u, tpm: 30000, file_tokens: 40000}").unwrap();
+    assert_eq!(
+        Counter::for_model(UpstreamKind::Openai, &files).bounds_above_limits(&files, UpstreamKind::Openai),
         [
-            ("file_tokens", 1_047_576, 30_000),
+            ("file_tokens", 40_000, 30_000),
             ("max_output_tokens_default", 32_768, 30_000)
         ]
     );
@@ -310,15 +318,12 @@ fn an_anthropic_model_is_warned_only_of_the_bounds_its_calls_use() {
     let config: ModelConfig =
         serde_yaml::from_str("{name: claude-sonnet-4-5, upstream: u, input_tpm: 30000, output_tpm: 8000}").unwrap();
     let counter = Counter::for_model(UpstreamKind::Anthropic, &config);
-    let window = counter.row.context_window_tokens;
     // Messages calls always name max_tokens and never continue stored context;
-    // a PDF document is counted at file_tokens.
-    assert_eq!(
-        counter.bounds_above_limits(&config, UpstreamKind::Anthropic),
-        [("file_tokens", window, 30_000)]
-    );
+    // a PDF document is counted at file_tokens, which the operator did not set:
+    // a model with its limits alone starts without a warning.
+    assert!(counter.bounds_above_limits(&config, UpstreamKind::Anthropic).is_empty());
     let sized: ModelConfig = serde_yaml::from_str(
-        "{name: claude-sonnet-4-5, upstream: u, input_tpm: 30000, output_tpm: 8000, file_tokens: 20000}",
+        "{name: claude-sonnet-4-5, upstream: u, input_tpm: 30000, output_tpm: 8000, file_tokens: 20000, stored_context_tokens: 40000}",
     )
     .unwrap();
     let counter = Counter::for_model(UpstreamKind::Anthropic, &sized);
