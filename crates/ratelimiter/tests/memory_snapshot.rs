@@ -383,7 +383,10 @@ async fn a_budget_that_owes_still_owes_after_a_restore() {
     let report = second.limit_report(&key("budget")).await.unwrap().unwrap();
     assert!(report.owing, "{report:?}");
     let denied = reserve(&second, LeaseId::generate(), &[("budget", 1)]).await;
-    assert!(matches!(denied, ReserveOutcome::Denied(Denial::InsufficientCapacity { .. })), "{denied:?}");
+    assert!(
+        matches!(denied, ReserveOutcome::Denied(Denial::InsufficientCapacity { .. })),
+        "{denied:?}"
+    );
     clock.advance_ms(60_000 + 1_000);
     let allowed = reserve(&second, LeaseId::generate(), &[("budget", 1)]).await;
     assert!(matches!(allowed, ReserveOutcome::Allowed { .. }), "{allowed:?}");
