@@ -344,7 +344,10 @@ mod tests {
         };
         let rolling = |key| LimitDefinition::rolling(key, 100, 60).unwrap();
         assert_eq!(overage("tenant:acme:llm:daily_tokens", rolling), Overage::Owe);
-        assert_eq!(overage("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:daily_tokens", rolling), Overage::Owe);
+        assert_eq!(
+            overage("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:daily_tokens", rolling),
+            Overage::Owe
+        );
         assert_eq!(overage("tenant:acme:usd:day", rolling), Overage::Owe);
         assert_eq!(overage("gateway:usd:window3600", rolling), Overage::Owe);
         assert_eq!(overage("global:llm:openai:gpt-4o:tpm", rolling), Overage::Debt);

@@ -53,7 +53,8 @@ pub async fn forward(
     let bound = (ctx.call.bound_to_send)
         .and_then(|bound| openai::bound_field(ctx.endpoint, upstream.config.kind).map(|field| (field, bound)));
     let body = deployment.body(&ctx.call.upstream_body, bound);
-    let send = (gateway.client).send(upstream, Method::POST, ctx.endpoint.path(), headers, body);
+    let path = upstream.path_of(ctx.endpoint.path(), &deployment.config.name);
+    let send = (gateway.client).send(upstream, Method::POST, &path, headers, body);
     // What is left of the call's binding budget, read while the call is sent.
     let backend = gateway.admission.backend();
     let keys = deployment.keys();
