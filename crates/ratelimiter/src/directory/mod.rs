@@ -15,6 +15,7 @@
 //! - `name`: the rules of names.
 
 mod change;
+mod counters;
 mod error;
 mod index;
 mod journal;
@@ -26,7 +27,7 @@ mod service;
 mod store;
 mod tenant;
 
-pub use change::{Change, Recorded};
+pub use change::{Change, Recorded, FORGET_KEYS_PER_CHANGE};
 pub use error::DirectoryError;
 pub use index::{Authenticated, DirectoryIndex, Refusal};
 pub use journal::{journal_path, FileStore, COMPACT_CHANGES_MIN, JOURNAL_FILE_NAME};
@@ -37,8 +38,8 @@ pub use key::{
 pub use limits::LIMIT_VALUE_MAX;
 pub use secret::{KeyHash, NewKey, KEY_HINT_CHARS, KEY_PREFIX, KEY_RANDOM_BYTES, PRESENTED_KEY_BYTES_MAX};
 pub use service::{
-    CreatedKey, Directory, DIRECTORY_REFRESH_INTERVAL_MS, KEYS_MAX, TENANTS_MAX, UNKNOWN_KEY_READ_INTERVAL_MS,
-    WRITE_ATTEMPTS_MAX,
+    CreatedKey, Directory, DirectoryOptions, DIRECTORY_REFRESH_INTERVAL_MS, FORGET_INTERVAL_MS, KEYS_MAX,
+    KEY_RETENTION_MS_DEFAULT, TENANTS_MAX, UNKNOWN_KEY_READ_INTERVAL_MS, WRITE_ATTEMPTS_MAX,
 };
 pub use store::{Appended, DirectoryStore};
 pub use tenant::{Source, TenantFields, TenantPatch, TenantRecord, TENANT_CAP_MAX};
