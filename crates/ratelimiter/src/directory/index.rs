@@ -105,7 +105,8 @@ impl DirectoryIndex {
                 old && self.insert_key(key)
             }
             Change::UpdateKey { id, limits, .. } => self.update_key(&id, |key| key.limits = limits),
-            Change::ForgetKeys { ids, .. } => ids.iter().fold(false, |any, id| self.forget_key(id) || any),
+            // Every id is forgotten (no short circuit): true when any was known.
+            Change::ForgetKeys { ids, .. } => ids.iter().filter(|id| self.forget_key(id)).count() > 0,
         };
         // A forgetting's subject is never followed: nothing to remember of it.
         if !forgetting {

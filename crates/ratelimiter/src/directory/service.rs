@@ -647,6 +647,13 @@ impl Directory {
         index.keys(tenant).map(|k| view(&index, k, now)).collect()
     }
 
+    /// Every key kept (revoked and expired ones until forgotten), by id: the
+    /// records the server derives the keys' own limits from at start.
+    pub fn key_records(&self) -> Vec<Arc<KeyRecord>> {
+        let index = self.index.read().expect("directory lock");
+        index.keys(None).cloned().collect()
+    }
+
     /// What the API shows of the key `id` now.
     pub fn key_view(&self, id: &str) -> Option<super::KeyView> {
         let index = self.index.read().expect("directory lock");
