@@ -44,6 +44,8 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
     failed_leases_max: 500000          # denied lease ids remembered
     snapshot_interval_ms: 1000         # live state saved beside the registry (0: only at a graceful stop)
     damaged_snapshot: start_fresh      # or refuse: a damaged snapshot at start is moved aside, or stops it
+  directory:
+    key_retention_days: 30             # revoked and expired gateway keys listed this long, then forgotten
   tigerbeetle:
     cluster_id: \"0\"
     addresses: [\"127.0.0.1:3000\"]
