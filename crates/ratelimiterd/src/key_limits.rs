@@ -76,9 +76,10 @@ pub struct StartDefinitions {
     pub budgets_redefined: usize,
 }
 
-/// At start, before the memory snapshot is restored: every kept key's own
-/// limits, from the directory's records, after one read of every limit the
-/// backend holds.
+/// At start, before the memory snapshot is restored: the own limits of every
+/// key that has not ended (a revoked or expired key's are never charged
+/// again, and on the memory backend they are gone after a restart), from the
+/// directory's records, after one read of every limit the backend holds.
 pub async fn define_at_start(state: &AppState, directory: &Directory) -> Result<StartDefinitions, String> {
     let reports = state.backend().limit_reports().await.map_err(|e| e.to_string())?;
     let known: HashMap<LimitKey, LimitState> = (reports.into_iter())
@@ -87,7 +88,7 @@ pub async fn define_at_start(state: &AppState, directory: &Directory) -> Result<
     // The keys of one rotation share their limits: each is defined once.
     let mut done: HashSet<LimitKey> = HashSet::new();
     let mut out = StartDefinitions::default();
-    for key in directory.key_records() {
+    for key in directory.unended_key_records() {
         for definition in definitions(state, &key) {
             if !done.insert(definition.key().clone()) {
                 continue;

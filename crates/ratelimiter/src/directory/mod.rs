@@ -11,7 +11,9 @@
 //! - [`DirectoryStore`] (`store`): the durable record; [`FileStore`]
 //!   (`journal`) beside the memory backend's registry, and on TigerBeetle
 //!   `crate::tigerbeetle::directory_log`, read by every server of a fleet.
-//! - [`Directory`] (`service`): validation, writes, reads and metrics.
+//! - [`Directory`] (`service`): validation, writes, the store's reads and the
+//!   forgetting of keys past their retention; what it shows (`reads`) and
+//!   counts (`counters`) apart.
 //! - `name`: the rules of names.
 
 mod change;
@@ -22,6 +24,7 @@ mod journal;
 mod key;
 mod limits;
 pub mod name;
+mod reads;
 mod secret;
 mod service;
 mod store;
