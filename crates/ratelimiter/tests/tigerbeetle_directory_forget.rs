@@ -50,7 +50,11 @@ async fn a_key_forgotten_by_one_server_is_forgotten_by_every_server_of_the_clust
     assert_eq!(a.forget_past_retention().await.unwrap(), 1);
     let started = Instant::now();
     while b.sizes().1 != 1 {
-        assert!(started.elapsed() < Duration::from_secs(1), "B still keeps {:?}", b.keys(None));
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "B still keeps {:?}",
+            b.keys(None)
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(b.authenticate_now(&revoked.key.text).unwrap_err(), Refusal::Unknown);

@@ -103,7 +103,11 @@ fn post(addr: SocketAddr, path: &str, body: &str) -> u16 {
     stream.write_all(request.as_bytes()).unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
-    answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The time of one key creation on `server`, with an `rpm` and a daily
@@ -129,7 +133,9 @@ fn median<T: Ord + Copy>(mut values: Vec<T>) -> T {
 }
 
 fn main() {
-    let keys: usize = std::env::args().nth(1).map_or(KEYS_DEFAULT, |n| n.parse().expect("KEYS: a number"));
+    let keys: usize = std::env::args()
+        .nth(1)
+        .map_or(KEYS_DEFAULT, |n| n.parse().expect("KEYS: a number"));
     let root = std::env::temp_dir().join(format!("directory-start-{}", std::process::id()));
     let (empty, full) = (root.join("empty"), root.join("full"));
     let key_text = |i: usize| format!("rlk-start-{i}");
