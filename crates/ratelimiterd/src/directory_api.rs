@@ -449,13 +449,17 @@ pub async fn update_key(
     let change = tokio::spawn(async move {
         let next = ratelimiter::directory::KeyRecord {
             limits: limits.clone(),
-            ..key
+            ..key.clone()
         };
         crate::key_limits::define_budgets(&state, &next).await?;
-        directory
-            .update_key_limits(&id, &limits)
-            .await
-            .map_err(|e| key_refusal(&id, e))?;
+        if let Err(e) = directory.update_key_limits(&id, &limits).await {
+            // The record did not change: its budgets are defined back as it says.
+            if let Err(undo) = crate::key_limits::define_budgets(&state, &key).await {
+                tracing::error!(key_id = %key.id, error = %undo,
+                    "gateway: a key's budgets could not be defined back after its change failed; the next start does");
+            }
+            return Err(key_refusal(&id, e));
+        }
         directory.key_view(&id).ok_or_else(|| unknown_key(&id))
     });
     let view = change
