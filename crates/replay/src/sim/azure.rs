@@ -29,7 +29,7 @@ pub async fn chat_completions(
 ) -> Response {
     match as_openai(&uri, headers, body, Some(&deployment)) {
         Ok((headers, body)) => openai::chat_completions(state, headers, body).await,
-        Err(response) => response,
+        Err(response) => *response,
     }
 }
 
@@ -43,7 +43,7 @@ pub async fn embeddings(
 ) -> Response {
     match as_openai(&uri, headers, body, Some(&deployment)) {
         Ok((headers, body)) => openai::embeddings(state, headers, body).await,
-        Err(response) => response,
+        Err(response) => *response,
     }
 }
 
@@ -51,7 +51,7 @@ pub async fn embeddings(
 pub async fn responses(state: State<Arc<ProviderServer>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     match as_openai(&uri, headers, body, None) {
         Ok((headers, body)) => openai::responses(state, headers, body).await,
-        Err(response) => response,
+        Err(response) => *response,
     }
 }
 
@@ -63,17 +63,17 @@ fn as_openai(
     mut headers: HeaderMap,
     body: Bytes,
     deployment: Option<&str>,
-) -> Result<(HeaderMap, Bytes), Response> {
+) -> Result<(HeaderMap, Bytes), Box<Response>> {
     let version = (uri.query().unwrap_or_default().split('&'))
         .find_map(|pair| pair.strip_prefix("api-version="))
         .filter(|v| !v.is_empty());
     if version.is_none() {
         let error = serde_json::json!({"error": {"code": "404", "message": "Resource not found"}});
-        return Err((StatusCode::NOT_FOUND, Json(error)).into_response());
+        return Err(Box::new((StatusCode::NOT_FOUND, Json(error)).into_response()));
     }
     if let Some(key) = headers.get("api-key").and_then(|v| v.to_str().ok()) {
-        let bearer =
-            HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| StatusCode::UNAUTHORIZED.into_response())?;
+        let bearer = HeaderValue::from_str(&format!("Bearer {key}"))
+            .map_err(|_| Box::new(StatusCode::UNAUTHORIZED.into_response()))?;
         headers.insert("authorization", bearer);
     }
     let Some(deployment) = deployment else {
