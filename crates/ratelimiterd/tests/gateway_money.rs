@@ -102,8 +102,9 @@ fn gateway_section(sim: SocketAddr, scope: Scope) -> String {
     )
 }
 
-/// A runtime tenant and a key of it with the budget: the key's text.
-fn key_with_budget(server: SocketAddr) -> String {
+/// A runtime tenant and a key of it with a budget of `usd` a day: the key's
+/// id and text.
+fn key_with_budget(server: SocketAddr, usd: &str) -> (String, String) {
     let tenant = json!({"name": "runtime-fin"});
     let created = request(
         server,
@@ -113,7 +114,7 @@ fn key_with_budget(server: SocketAddr) -> String {
         tenant.to_string().as_bytes(),
     );
     assert_eq!(created.status, 201, "{}", created.text());
-    let budget: f64 = BUDGET_USD.parse().unwrap();
+    let budget: f64 = usd.parse().unwrap();
     let key = json!({"tenant": "runtime-fin", "budgets": [{"usd": budget, "period": "day"}]});
     let created = request(
         server,
@@ -124,7 +125,8 @@ fn key_with_budget(server: SocketAddr) -> String {
     );
     assert_eq!(created.status, 201, "{}", created.text());
     let created: Value = serde_json::from_str(&created.text()).unwrap();
-    created["key"].as_str().unwrap().to_owned()
+    let text = |field: &str| created[field].as_str().unwrap().to_owned();
+    (text("id"), text("key"))
 }
 
 /// One Responses call offering the web search, through `gateway` with `key`.
@@ -200,7 +202,7 @@ async fn a_budget_that_owes_refuses_on_memory_in_every_scope() {
         let dir = temp_dir("gateway-debt-memory");
         let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &gateway_section(sim, scope));
         let key = match scope {
-            Scope::Key => key_with_budget(daemon.addr),
+            Scope::Key => key_with_budget(daemon.addr, BUDGET_USD).1,
             _ => TENANT_KEY.to_owned(),
         };
         calls_stop_once_the_budget_owes(sim, &[gateway_addr(&daemon)], &key, scope);
@@ -317,10 +319,10 @@ const FAILOVER_TIMEOUT_MS: u64 = 200;
 /// The slow simulator's time per output token.
 const SLOW_MS_PER_TOKEN: u64 = 20;
 
-/// The tenant's budget in micro-dollars, as the admin API reports it on `server`.
-fn budget_in_use(server: SocketAddr) -> u64 {
-    let path = "/v1/admin/limits/tenant:fin:usd:day";
-    let report = request(server, "GET", path, Some(ADMIN_TOKEN), b"");
+/// What the budget `key` holds in micro-dollars, as the admin API reports it on `server`.
+fn budget_in_use(server: SocketAddr, key: &str) -> u64 {
+    let path = format!("/v1/admin/limits/{key}");
+    let report = request(server, "GET", &path, Some(ADMIN_TOKEN), b"");
     assert_eq!(report.status, 200, "{}", report.text());
     serde_json::from_str::<Value>(&report.text()).unwrap()["in_use"]
         .as_u64()
@@ -330,9 +332,14 @@ fn budget_in_use(server: SocketAddr) -> u64 {
 /// Calls through each of `gateways` in turn to a pool whose first deployment
 /// (`slow`) bills each call when it receives it and answers too late: every
 /// call fails over to `fast`, which bills it again. Both tries stay on the
-/// budget, which holds at least the two bills, and the calls stop before the
-/// bills pass it.
-fn failed_over_tries_stay_charged(slow: SocketAddr, fast: SocketAddr, gateways: &[SocketAddr], admin: SocketAddr) {
+/// budget `budget` of the caller of `key`, which holds at least the two bills,
+/// and the calls stop before the bills pass it.
+fn failed_over_tries_stay_charged(
+    (slow, fast): (SocketAddr, SocketAddr),
+    gateways: &[SocketAddr],
+    admin: SocketAddr,
+    (key, budget): (&str, &str),
+) {
     let (mut served, mut refused) = (0, 0);
     for round in 0..CALLS * 2 {
         let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Write a long story."}]});
@@ -341,7 +348,7 @@ fn failed_over_tries_stay_charged(slow: SocketAddr, fast: SocketAddr, gateways: 
             gateway,
             "POST",
             "/v1/chat/completions",
-            Some(TENANT_KEY),
+            Some(key),
             body.to_string().as_bytes(),
         );
         match answer.status {
@@ -353,7 +360,7 @@ fn failed_over_tries_stay_charged(slow: SocketAddr, fast: SocketAddr, gateways: 
     let (first, second) = (sim_bill(slow), sim_bill(fast));
     assert!(first > 0 && second > 0, "both deployments billed: {first}, {second}");
     assert!(served > 0 && refused > 0, "served {served}, refused {refused}");
-    let charged = u128::from(budget_in_use(admin)) * 1_000_000;
+    let charged = u128::from(budget_in_use(admin, budget)) * 1_000_000;
     assert!(
         charged >= first + second,
         "the budget holds {charged} pico-dollars, the simulators billed {first} + {second}"
@@ -402,7 +409,18 @@ async fn the_bound_sent_and_a_failed_over_try_keep_the_bill_within_the_budget_on
     );
     let dir = temp_dir("gateway-money-failover");
     let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &failover_section(slow, fast));
-    failed_over_tries_stay_charged(slow, fast, &[gateway_addr(&daemon)], daemon.addr);
+    let tenant = (TENANT_KEY, "tenant:fin:usd:day");
+    failed_over_tries_stay_charged((slow, fast), &[gateway_addr(&daemon)], daemon.addr, tenant);
+    // The same on a key's own budget, made at runtime.
+    let (slow, fast) = (
+        start_billing_sim_slowed(SLOW_MS_PER_TOKEN).await,
+        start_billing_sim().await,
+    );
+    let dir = temp_dir("gateway-money-failover-key");
+    let daemon = Daemon::start_on(&dir, BackendConfig::Memory, "", &failover_section(slow, fast));
+    let (id, key) = key_with_budget(daemon.addr, SMALL_BUDGET_USD);
+    let budget = format!("key:{id}:usd:day");
+    failed_over_tries_stay_charged((slow, fast), &[gateway_addr(&daemon)], daemon.addr, (&key, &budget));
 }
 
 #[cfg(feature = "tigerbeetle")]
@@ -418,5 +436,6 @@ async fn the_bound_sent_and_a_failed_over_try_keep_the_bill_within_the_budget_on
         start_billing_sim().await,
     );
     let fleet = Fleet::start("gateway-money-failover", &failover_section(slow, fast));
-    failed_over_tries_stay_charged(slow, fast, &fleet.gateways(), fleet.servers[1].addr);
+    let tenant = (TENANT_KEY, "tenant:fin:usd:day");
+    failed_over_tries_stay_charged((slow, fast), &fleet.gateways(), fleet.servers[1].addr, tenant);
 }
