@@ -30,8 +30,47 @@ pub fn refuse_budget_key(key: &LimitKey) -> Result<(), String> {
     ))
 }
 
+/// A definition of a budget in money through `PUT /v1/admin/limits`, as it is
+/// applied: a budget of the directory (a key's, or a tenant's made through the
+/// admin API, `directory_tenant` says which names are) is its record's, and is
+/// refused ([`refuse_budget_key`]); a budget of the configuration (the
+/// gateway's, a model's, a configured tenant's) changes at runtime like any
+/// limit, until the configuration is applied again, as long as it keeps the
+/// span its key names (`usd:day` a calendar day, `usd:window3600` a rolling
+/// hour), and it owes what it cannot hold (`overage: owe`) as every budget
+/// does. Any other definition is returned as given.
+pub fn budget_put(
+    definition: LimitDefinition,
+    directory_tenant: impl Fn(&str) -> bool,
+) -> Result<LimitDefinition, String> {
+    let key = definition.key().as_str();
+    if !gateway::limits::budgets::is_budget_key(key) {
+        return Ok(definition);
+    }
+    let tenant = key.strip_prefix("tenant:").and_then(|rest| rest.split(":usd:").next());
+    if key.starts_with("key:") || tenant.is_some_and(&directory_tenant) {
+        return Err(refuse_budget_key(definition.key()).expect_err("a budget key"));
+    }
+    let span = match definition.period() {
+        Some(period) => ratelimiter::price::budget::BudgetSpan::Period(period),
+        None => ratelimiter::price::budget::BudgetSpan::WindowSeconds(definition.window_seconds()),
+    };
+    let named =
+        definition.kind() == ratelimiter::LimitKind::Rolling && key.ends_with(&format!(":{}", span.key_suffix()));
+    if !named {
+        return Err(format!(
+            "{key} is a budget in money over the span its key names: give it `kind: rolling` with that period \
+             (`period: day`, `week` or `month`) or window (`window_seconds` for `usd:window<seconds>`); it was \
+             given a {} {span:?}",
+            definition.kind()
+        ));
+    }
+    Ok(definition.with_overage(ratelimiter::Overage::Owe))
+}
+
 /// `PUT /v1/admin/limits`: 200 with the stored state and its usage; a budget
-/// in money is refused ([`refuse_budget_key`]), a 400 before anything changes.
+/// in money is refused when its owner's record holds it, and must keep its
+/// span otherwise ([`budget_put`]), a 400 before anything changes.
 ///
 /// The change runs in its own task, so a request timeout or a client that hangs
 /// up cannot stop it between persisting and applying.
@@ -41,9 +80,15 @@ pub fn refuse_budget_key(key: &LimitKey) -> Result<(), String> {
 /// capacity whose ceiling would hold nothing is a 400) and defined after it.
 pub async fn put_limit(State(state): State<AppState>, JsonBody(definition): JsonBody<LimitDefinition>) -> Response {
     let key = definition.key().clone();
-    if let Err(message) = refuse_budget_key(&key) {
-        return ApiError::InvalidRequest(message).into_response();
-    }
+    let directory = state.directory().cloned();
+    let directory_tenant = |name: &str| {
+        let tenant = directory.as_ref().and_then(|d| d.tenant(name));
+        tenant.is_some_and(|t| t.source == ratelimiter::directory::Source::Api)
+    };
+    let definition = match budget_put(definition, directory_tenant) {
+        Ok(definition) => definition,
+        Err(message) => return ApiError::InvalidRequest(message).into_response(),
+    };
     let ceilings = match state.gateway().map(|g| g.ceilings_over(&definition)) {
         Some(Err(message)) => return ApiError::InvalidRequest(message).into_response(),
         Some(Ok(ceilings)) => ceilings,

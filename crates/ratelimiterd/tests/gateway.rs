@@ -267,10 +267,11 @@ async fn class_ceilings_follow_an_admin_change_of_their_model_limit() {
 }
 
 /// A tenant's budget in money is a limit like any other: the admin API shows it
-/// in micro-dollars, and refuses to define it through `PUT /v1/admin/limits`:
-/// a budget changes with its owner (docs/gateway.md, "Budgets and spend").
+/// in micro-dollars; a configured tenant's changes through `PUT
+/// /v1/admin/limits` as long as it keeps the span its key names, and owes as
+/// every budget does (docs/gateway.md, "Budgets and spend").
 #[tokio::test]
-async fn a_budget_in_money_is_shown_by_the_admin_api_and_changed_only_with_its_owner() {
+async fn a_budget_in_money_is_shown_by_the_admin_api_and_keeps_its_span() {
     let (sim, _) = start_paced_sim(64, 0).await;
     std::env::set_var("GATEWAY_FLEET_TEST_KEY", TENANT_KEY);
     let section = format!(
@@ -297,18 +298,30 @@ async fn a_budget_in_money_is_shown_by_the_admin_api_and_changed_only_with_its_o
     );
     let billed = (prompt * 150_000 + completion * 600_000).div_ceil(1_000_000);
     eventually_in_use(&client, daemon.addr, key, billed).await;
-    // A budget is its owner's: defining it through the limits API is refused,
-    // naming where it changes, and the limit is unchanged.
+    // A budget over another span than its key names is refused, the limit unchanged.
     let put = admin_put(
         &client,
         daemon.addr,
-        json!({"key": key, "kind": "rolling", "capacity": 1, "period": "month"}),
+        json!({"key": key, "kind": "rolling", "capacity": 1, "window_seconds": 60}),
     )
     .await;
     assert_eq!(put.status, 400, "{}", put.body);
-    assert!(put.body.contains("configuration's budgets"), "{}", put.body);
+    assert!(put.body.contains("over the span its key names"), "{}", put.body);
     let report = admin_report(&client, daemon.addr, key).await;
     assert_eq!(report["capacity"], json!(10_000_000), "{report}");
+    // Over its month, it changes at runtime, and still owes.
+    let put = admin_put(
+        &client,
+        daemon.addr,
+        json!({"key": key, "kind": "rolling", "capacity": 20_000_000, "period": "month"}),
+    )
+    .await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    let report = admin_report(&client, daemon.addr, key).await;
+    assert_eq!(
+        (report["capacity"].clone(), report["overage"].clone()),
+        (json!(20_000_000), json!("owe"))
+    );
     let served = chat_with(&client, gateway, TENANT_KEY).await;
     assert_eq!(served.status, 200, "{}", served.body);
 }

@@ -103,18 +103,13 @@ async fn a_keys_budgets_change_through_its_patch_and_a_bad_patch_changes_nothing
 }
 
 #[tokio::test]
-async fn the_server_refuses_to_define_a_budget_in_money_through_the_limits_api() {
+async fn the_server_refuses_a_directory_budget_and_a_budget_off_its_span_through_the_limits_api() {
     let h = harness("budget-put", "").await;
     let id = tenant_and_key(&h).await;
     let rolling = |key: &str| json!({"key": key, "kind": "rolling", "capacity": 1, "window_seconds": 60});
-    let budgets = [
-        "tenant:search:usd:day".to_owned(),
-        format!("key:{id}:usd:window3600"),
-        "model:gpt-4o-mini:usd:month".to_owned(),
-        "gateway:usd:week".to_owned(),
-    ];
-    for key in &budgets {
-        let (status, answer) = h.send(Method::PUT, "/v1/admin/limits", Some(rolling(key))).await;
+    // The directory's budgets are their records': refused, naming where they change.
+    for key in ["tenant:search:usd:day".to_owned(), format!("key:{id}:usd:window60")] {
+        let (status, answer) = h.send(Method::PUT, "/v1/admin/limits", Some(rolling(&key))).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{key}: {answer}");
         let message = error(&answer);
         assert!(
@@ -126,6 +121,19 @@ async fn the_server_refuses_to_define_a_budget_in_money_through_the_limits_api()
         let (status, _) = h.send(Method::GET, &format!("/v1/admin/limits/{key}"), None).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{key}: nothing defined");
     }
+    // The configuration's: only over the span their key names, and owing.
+    for key in ["model:gpt-4o-mini:usd:month", "gateway:usd:week"] {
+        let (status, answer) = h.send(Method::PUT, "/v1/admin/limits", Some(rolling(key))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{key}: {answer}");
+        assert!(error(&answer).contains("over the span its key names"), "{answer}");
+    }
+    let week = json!({"key": "gateway:usd:week", "kind": "rolling", "capacity": 5, "period": "week"});
+    let (status, answer) = h.send(Method::PUT, "/v1/admin/limits", Some(week)).await;
+    assert_eq!(
+        (status, answer["overage"].clone()),
+        (StatusCode::OK, json!("owe")),
+        "{answer}"
+    );
     // The rate of a tenant named `usd` is no budget.
     let (status, answer) = h
         .send(Method::PUT, "/v1/admin/limits", Some(rolling("tenant:usd:llm:rpm")))
