@@ -200,7 +200,8 @@ async fn the_model_is_rewritten_for_each_deployment_and_the_answer_keeps_the_ups
 
 /// Fails d0 with `fault` (or no connection at all when `None`), then checks that
 /// the call (stream or not) is served by d1, d0's lease settled by `d0_tokens_kept`,
-/// and the tenant charged once.
+/// and the tenant's daily tokens charged d1's call, plus d0's worst case when d0
+/// was sent the call (a try sent is a try charged).
 async fn fails_over(fault: Option<Value>, stream: bool, d0_tokens_kept: bool, timeout_ms: u64) {
     let live = [start_deployment(0).await, start_deployment(0).await];
     let sims = match fault {
@@ -231,7 +232,7 @@ async fn fails_over(fault: Option<Value>, stream: bool, d0_tokens_kept: bool, ti
         1,
         "the request stays on d0's rpm"
     );
-    // The tenant is charged once, by d1's call.
+    // The tenant is charged d1's call, and d0's worst case when d0 had the call.
     let d1_tpm = {
         let mut tokens = 0;
         for _ in 0..200 {
@@ -243,7 +244,7 @@ async fn fails_over(fault: Option<Value>, stream: bool, d0_tokens_kept: bool, ti
         }
         tokens
     };
-    eventually_in_use(&backend, "tenant:acme:llm:daily_tokens", d1_tpm).await;
+    eventually_in_use(&backend, "tenant:acme:llm:daily_tokens", d1_tpm + d0_tpm).await;
     let deployments = metrics.deployments_json();
     assert_eq!(deployments[0]["failed_over"], 1, "{deployments}");
     assert_eq!(deployments[1]["admitted"], 1, "{deployments}");
