@@ -445,7 +445,14 @@ struct PathFigures {
 /// One round of one path: the open loop, the streams, the closed loop.
 async fn run_round(options: &Options, path: &Route, hz: u64, figures: &mut PathFigures) -> String {
     let before = path.pids.ticks();
-    let samples = open_loop((path.addr, path.key.clone()), options.rate, options.seconds, options.connections, false).await;
+    let samples = open_loop(
+        (path.addr, path.key.clone()),
+        options.rate,
+        options.seconds,
+        options.connections,
+        false,
+    )
+    .await;
     let cpu_open = cpu_per_call_us(before, path.pids.ticks(), samples.len() as u64, hz);
     figures.latency.add(&samples);
     let streams = open_loop(

@@ -204,7 +204,11 @@ mod tests {
         let recorder = SpendRecorder::start(book.clone(), Arc::new(SpendMetrics::default()));
         recorder.record(entry("gpt"));
         tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(book.tries.lock().unwrap().len(), 1, "the first entry is written at once");
+        assert_eq!(
+            book.tries.lock().unwrap().len(),
+            1,
+            "the first entry is written at once"
+        );
         // 50 entries over 50 ms, then time for every write.
         for _ in 0..50 {
             recorder.record(entry("gpt"));
@@ -212,8 +216,16 @@ mod tests {
         }
         tokio::time::sleep(SPEND_WRITE_INTERVAL * 3).await;
         let tries = book.tries.lock().unwrap().clone();
-        assert_eq!(tries.iter().map(Vec::len).sum::<usize>(), 51, "every entry is written once");
-        assert!(tries.len() <= 3, "one write per interval, not one per entry: {} writes", tries.len());
+        assert_eq!(
+            tries.iter().map(Vec::len).sum::<usize>(),
+            51,
+            "every entry is written once"
+        );
+        assert!(
+            tries.len() <= 3,
+            "one write per interval, not one per entry: {} writes",
+            tries.len()
+        );
     }
 
     #[tokio::test]

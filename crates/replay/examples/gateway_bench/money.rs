@@ -23,7 +23,12 @@ const BUDGET_USD_PER_DAY: u64 = 100_000;
 pub async fn tenant_key(api: SocketAddr) -> String {
     let tenant = format!(r#"{{"name":"{TENANT}","budgets":[{{"usd":{BUDGET_USD_PER_DAY},"period":"day"}}]}}"#);
     post(api, "/v1/admin/gateway/tenants", tenant).await;
-    let key = post(api, "/v1/admin/gateway/keys", format!(r#"{{"tenant":"{TENANT}","name":"bench"}}"#)).await;
+    let key = post(
+        api,
+        "/v1/admin/gateway/keys",
+        format!(r#"{{"tenant":"{TENANT}","name":"bench"}}"#),
+    )
+    .await;
     let key: serde_json::Value = serde_json::from_slice(&key).expect("the key's JSON");
     key["key"].as_str().expect("the answer carries the key").to_owned()
 }
@@ -40,7 +45,12 @@ async fn post(api: SocketAddr, path: &str, body: String) -> Bytes {
         .expect("a request");
     let response = sender.send_request(request).await.expect("the admin API answers");
     let status = response.status();
-    let body = response.into_body().collect().await.expect("the answer's body").to_bytes();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("the answer's body")
+        .to_bytes();
     assert_eq!(status, 201, "{path}: {}", String::from_utf8_lossy(&body));
     body
 }
