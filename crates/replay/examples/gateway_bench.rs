@@ -16,6 +16,9 @@
 //! as a third path in the same rounds (the two servers' order alternating by
 //! round), so a change is measured against its base under the same noise, and
 //! prints each figure's after / before ratio per round as a median and spread; `--snapshots off` turns the servers' memory snapshots off.
+//! `--money on` sends the new server's calls with a key of a tenant made through its
+//! admin API, with a budget in dollars (`gateway_bench/money.rs`); a baseline from
+//! before keys and money serves its plain configuration.
 //! `--server-cpu N` pins the servers to CPU N (with `taskset`); run the bench itself
 //! under `taskset -c M` (its simulators inherit it) to give the gateway a core of its
 //! own, as in a deployment where the gateway does not share cores with its callers and
@@ -29,6 +32,8 @@
 mod bench_support;
 #[path = "gateway_bench/cpu.rs"]
 mod cpu;
+#[path = "gateway_bench/money.rs"]
+mod money;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -61,13 +66,15 @@ const STREAM_MS_PER_TOKEN: u64 = 1;
 const STREAM_TOKENS: u64 = 16;
 
 /// The flags, as the usage line shows them.
-const USAGE: &str = "[--bin-dir DIR] [--baseline-bin DIR] [--snapshots on|off] [--server-cpu N] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]";
+const USAGE: &str = "[--bin-dir DIR] [--baseline-bin DIR] [--snapshots on|off] [--money on|off] [--server-cpu N] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]";
 
 #[derive(Debug, Clone)]
 struct Options {
     bin_dir: PathBuf,
     baseline_bin: Option<PathBuf>,
     snapshots: bool,
+    /// Whether the new server's calls carry a tenant key with a budget (`money.rs`).
+    money: bool,
     /// The CPU the servers are pinned to, if any.
     server_cpu: Option<usize>,
     rate: f64,
@@ -82,6 +89,7 @@ fn parse_options() -> Options {
         bin_dir: PathBuf::from("target/release"),
         baseline_bin: None,
         snapshots: true,
+        money: false,
         server_cpu: None,
         rate: 1_000.0,
         seconds: 5.0,
@@ -100,6 +108,13 @@ fn parse_options() -> Options {
                     "on" => true,
                     "off" => false,
                     _ => flags.fail("--snapshots: on or off"),
+                }
+            }
+            "--money" => {
+                options.money = match value.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => flags.fail("--money: on or off"),
                 }
             }
             "--server-cpu" => options.server_cpu = Some(number() as usize),
@@ -269,19 +284,21 @@ const FIRST_TOKEN: &[u8] = b"\"content\":\"the ";
 /// token) has arrived, relative to `since`.
 async fn call(
     sender: &mut SendRequest<Full<Bytes>>,
-    addr: SocketAddr,
+    (addr, key): (SocketAddr, Option<&str>),
     body: &Bytes,
     stream: bool,
     since: Instant,
 ) -> Duration {
     sender.ready().await.expect("the connection stays up");
-    let request = Request::builder()
+    let mut request = Request::builder()
         .method(Method::POST)
         .uri("/v1/chat/completions")
         .header("host", addr.to_string())
-        .header("content-type", "application/json")
-        .body(Full::new(body.clone()))
-        .expect("a request");
+        .header("content-type", "application/json");
+    if let Some(key) = key {
+        request = request.header("authorization", format!("Bearer {key}"));
+    }
+    let request = request.body(Full::new(body.clone())).expect("a request");
     let response = sender.send_request(request).await.expect("an answer");
     assert_eq!(response.status(), 200, "every call is served");
     let mut body = response.into_body();
@@ -301,20 +318,26 @@ async fn call(
 
 /// Open loop at `rate` for `seconds` over `connections`: each connection sends its
 /// share of a fixed schedule; latency counts from the scheduled start.
-async fn open_loop(addr: SocketAddr, rate: f64, seconds: f64, connections: usize, stream: bool) -> Vec<u64> {
+async fn open_loop(
+    (addr, key): (SocketAddr, Option<Arc<str>>),
+    rate: f64,
+    seconds: f64,
+    connections: usize,
+    stream: bool,
+) -> Vec<u64> {
     let total = (rate * seconds) as usize;
     let start = Instant::now() + Duration::from_millis(50);
     let body = chat_body(stream);
     let mut workers = Vec::with_capacity(connections);
     for worker in 0..connections {
-        let body = body.clone();
+        let (body, key) = (body.clone(), key.clone());
         workers.push(tokio::spawn(async move {
             let mut sender = connect(addr).await;
             let mut samples = Vec::new();
             for i in (worker..total).step_by(connections) {
                 let scheduled = start + Duration::from_secs_f64(i as f64 / rate);
                 tokio::time::sleep_until(scheduled.into()).await;
-                let latency = call(&mut sender, addr, &body, stream, scheduled).await;
+                let latency = call(&mut sender, (addr, key.as_deref()), &body, stream, scheduled).await;
                 samples.push(latency.as_micros() as u64);
             }
             samples
@@ -331,17 +354,17 @@ async fn open_loop(addr: SocketAddr, rate: f64, seconds: f64, connections: usize
 
 /// Closed loop: `connections` callers back to back for `seconds`; calls per
 /// second, and every call made (those still in flight at the stop included).
-async fn closed_loop(addr: SocketAddr, seconds: f64, connections: usize) -> (f64, u64) {
+async fn closed_loop((addr, key): (SocketAddr, Option<Arc<str>>), seconds: f64, connections: usize) -> (f64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let body = chat_body(false);
     let mut workers = Vec::new();
     for _ in 0..connections {
-        let (stop, done, body) = (Arc::clone(&stop), Arc::clone(&done), body.clone());
+        let (stop, done, body, key) = (Arc::clone(&stop), Arc::clone(&done), body.clone(), key.clone());
         workers.push(tokio::spawn(async move {
             let mut sender = connect(addr).await;
             while !stop.load(Ordering::Relaxed) {
-                call(&mut sender, addr, &body, false, Instant::now()).await;
+                call(&mut sender, (addr, key.as_deref()), &body, false, Instant::now()).await;
                 done.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -402,6 +425,8 @@ struct Route {
     name: &'static str,
     addr: SocketAddr,
     stream_addr: SocketAddr,
+    /// The key its calls carry, if any.
+    key: Option<Arc<str>>,
     pids: Pids,
 }
 
@@ -420,11 +445,18 @@ struct PathFigures {
 /// One round of one path: the open loop, the streams, the closed loop.
 async fn run_round(options: &Options, path: &Route, hz: u64, figures: &mut PathFigures) -> String {
     let before = path.pids.ticks();
-    let samples = open_loop(path.addr, options.rate, options.seconds, options.connections, false).await;
+    let samples = open_loop(
+        (path.addr, path.key.clone()),
+        options.rate,
+        options.seconds,
+        options.connections,
+        false,
+    )
+    .await;
     let cpu_open = cpu_per_call_us(before, path.pids.ticks(), samples.len() as u64, hz);
     figures.latency.add(&samples);
     let streams = open_loop(
-        path.stream_addr,
+        (path.stream_addr, path.key.clone()),
         options.stream_rate,
         options.seconds,
         options.connections,
@@ -433,7 +465,7 @@ async fn run_round(options: &Options, path: &Route, hz: u64, figures: &mut PathF
     .await;
     figures.ttft.add(&streams);
     let before = path.pids.ticks();
-    let (rate, calls) = closed_loop(path.addr, options.seconds, options.connections).await;
+    let (rate, calls) = closed_loop((path.addr, path.key.clone()), options.seconds, options.connections).await;
     let cpu_closed = cpu_per_call_us(before, path.pids.ticks(), calls, hz);
     figures.max_rate.push(rate);
     figures.cpu_open.push(cpu_open);
@@ -590,12 +622,17 @@ async fn main() {
     let baseline =
         (options.baseline_bin.as_ref()).map(|dir| start_gateway(&options, dir, sims, &directory.join("baseline")));
     println!(
-        "provider-sim {sim} (streams: {paced_sim}, {STREAM_MS_PER_TOKEN} ms per token, {STREAM_TOKENS} tokens), gateway {gateway}{}; snapshots {}; servers on CPU {}; {} rounds of {} s; open loop {} req/s (streams {} req/s) over {} connections",
+        "provider-sim {sim} (streams: {paced_sim}, {STREAM_MS_PER_TOKEN} ms per token, {STREAM_TOKENS} tokens), gateway {gateway}{}; snapshots {}; {}; servers on CPU {}; {} rounds of {} s; open loop {} req/s (streams {} req/s) over {} connections",
         baseline.as_ref().map_or(String::new(), |b| format!(", baseline {}", b.gateway)),
         if options.snapshots { "every 1 s" } else { "off" },
+        if options.money { "the gateway's calls with a tenant key and a budget" } else { "anonymous calls" },
         options.server_cpu.map_or("any".to_string(), |cpu| cpu.to_string()),
         options.rounds, options.seconds, options.rate, options.stream_rate, options.connections
     );
+    let key: Option<Arc<str>> = match options.money {
+        true => Some(Arc::from(money::tenant_key(server.api).await)),
+        false => None,
+    };
     let pids = |server: Option<&Process>| Pids {
         generator: std::process::id(),
         simulator: sim_process.pid(),
@@ -607,12 +644,14 @@ async fn main() {
             name: "direct",
             addr: sim,
             stream_addr: paced_sim,
+            key: None,
             pids: pids(None),
         },
         Route {
             name: "gateway",
             addr: gateway,
             stream_addr: gateway,
+            key,
             pids: pids(Some(&server.process)),
         },
     ];
@@ -622,12 +661,13 @@ async fn main() {
             name: "baseline",
             addr: base.gateway,
             stream_addr: base.gateway,
+            key: None,
             pids,
         });
     }
     // Warm-up: connections, allocators, the tokenizer's tables.
     for path in &paths {
-        closed_loop(path.addr, 1.0, options.connections).await;
+        closed_loop((path.addr, path.key.clone()), 1.0, options.connections).await;
     }
     let hz = clock_ticks_per_second();
     let mut figures: Vec<PathFigures> = paths.iter().map(|_| PathFigures::default()).collect();

@@ -106,6 +106,15 @@ pub struct Caller {
     pub class: usize,
     /// Its calls open and waiting.
     pub caps: Arc<TenantCaps>,
+    /// The owner of its leases ([`Caller::lease_owner`]), made once with the
+    /// caller ([`lease_owner_of`]): its tag is a SHA-256 of the name, too dear
+    /// to compute again for every call.
+    pub owner_of_leases: LeaseOwner,
+}
+
+/// The owner of the leases of the caller named `name` (see [`Caller::lease_owner`]).
+pub fn lease_owner_of(name: &str) -> LeaseOwner {
+    LeaseOwner::new(format!("{LEASE_OWNER_PREFIX}{name}"))
 }
 
 impl Caller {
@@ -118,6 +127,7 @@ impl Caller {
             keys: None,
             class: 0,
             caps: Arc::new(caps),
+            owner_of_leases: lease_owner_of(NO_TENANT),
         }
     }
 
@@ -126,7 +136,7 @@ impl Caller {
     /// one tenant holding its whole share cannot crowd out another's live leases.
     /// The gateway makes its own lease ids, so no namespace is needed.
     pub fn lease_owner(&self) -> LeaseOwner {
-        LeaseOwner::new(format!("{LEASE_OWNER_PREFIX}{}", self.name))
+        self.owner_of_leases.clone()
     }
 
     /// The prefix of the tenant's own keys (`tenant:<name>:`); `None` without a tenant.

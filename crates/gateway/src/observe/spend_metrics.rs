@@ -9,15 +9,16 @@ use std::sync::Mutex;
 
 use ratelimiter::spend::SpendEntry;
 
-/// (tenant, model, deployment).
-type Labels = (String, String, String);
+/// Sums by tenant, then model, then deployment: nested so that counting an
+/// entry whose labels are known looks them up without copying them.
+type Sums = BTreeMap<String, BTreeMap<String, BTreeMap<String, u64>>>;
 
 /// The spend recorded durably by this server, and what could not be recorded.
 #[derive(Debug, Default)]
 pub struct SpendMetrics {
     /// Micro-dollars by (tenant, model, deployment); bounded by the tenants,
     /// models and deployments the configuration and directory have.
-    micro_usd: Mutex<BTreeMap<Labels, u64>>,
+    micro_usd: Mutex<Sums>,
     /// Entries written to the ledger.
     pub recorded: AtomicU64,
     /// Writes of a batch that failed (each retried with backoff).
@@ -26,13 +27,21 @@ pub struct SpendMetrics {
     pub dropped: AtomicU64,
 }
 
+/// The value of `map` at `key`, made (default) when missing; the key is
+/// copied only then.
+fn slot<'a, V: Default>(map: &'a mut BTreeMap<String, V>, key: &str) -> &'a mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_owned(), V::default());
+    }
+    map.get_mut(key).expect("inserted above")
+}
+
 impl SpendMetrics {
     /// Counts `entry`, recorded durably.
     pub fn add(&self, entry: &SpendEntry) {
         self.recorded.fetch_add(1, Ordering::Relaxed);
-        let labels = (entry.tenant.clone(), entry.model.clone(), entry.deployment.clone());
         let mut sums = self.micro_usd.lock().expect("spend metrics lock");
-        let sum = sums.entry(labels).or_default();
+        let sum = slot(slot(slot(&mut sums, &entry.tenant), &entry.model), &entry.deployment);
         *sum = sum.saturating_add(entry.micro_usd);
     }
 
@@ -43,7 +52,13 @@ impl SpendMetrics {
             out,
             "# HELP {name} Billed cost of completed calls recorded in the spend ledger by this server, in micro-dollars.\n# TYPE {name} counter"
         );
-        for ((tenant, model, deployment), value) in self.micro_usd.lock().expect("spend metrics lock").iter() {
+        let sums = self.micro_usd.lock().expect("spend metrics lock");
+        let labelled = sums.iter().flat_map(|(tenant, models)| {
+            (models.iter()).flat_map(move |(model, deployments)| {
+                (deployments.iter()).map(move |(deployment, value)| ((tenant, model, deployment), value))
+            })
+        });
+        for ((tenant, model, deployment), value) in labelled {
             let _ = writeln!(
                 out,
                 "{name}{{tenant=\"{}\",model=\"{}\",deployment=\"{}\"}} {value}",
@@ -52,6 +67,7 @@ impl SpendMetrics {
                 escaped(deployment)
             );
         }
+        drop(sums);
         for (name, help, counter) in [
             (
                 "spend_recorded_total",

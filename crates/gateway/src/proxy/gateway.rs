@@ -337,6 +337,7 @@ fn callers(config: &GatewayConfig, classes: &Classes) -> Vec<Caller> {
                 tenant.connections_max(config),
                 tenant.queued_max(config),
             )),
+            owner_of_leases: crate::admission::entry::lease_owner_of(&tenant.name),
         }
     });
     let caps = TenantCaps::new(

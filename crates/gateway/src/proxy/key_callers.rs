@@ -114,6 +114,7 @@ impl KeyCallers {
                 keys: Some(Arc::new(keys.with_key(own))),
                 class: tenant.class,
                 caps: tenant.caps.clone(),
+                owner_of_leases: tenant.owner_of_leases.clone(),
             }),
             _ => tenant,
         };
@@ -198,6 +199,7 @@ fn api_caller(tenant: &TenantRecord, index: usize, admission: &Admission, caps_d
             cap(f.connections_max, caps_default.0),
             cap(f.queued_max, caps_default.1),
         )),
+        owner_of_leases: crate::admission::entry::lease_owner_of(&tenant.name),
     }
 }
 

@@ -7,38 +7,80 @@
 //! `Origin` must come from the gateway's own origin; a body must be JSON.
 //! A gateway with tenants needs none of it: a page cannot send a tenant's key.
 
+use std::future::{ready, Ready};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderMap};
-use axum::middleware::Next;
 use axum::response::Response;
+use futures_util::future::Either;
 use ratelimiter::origin::is_json_content_type;
 
 use super::gateway::Gateway;
 use crate::wire::error::{ErrorKind, Format, GatewayError};
 
-/// Middleware around every route: refuses, in the provider's error shape, a
+/// The layer around every route: refuses, in the provider's error shape, a
 /// request from another origin (403) or with a body that is not JSON (415) when
 /// the gateway serves anonymous callers. Nothing is read or reserved first.
-pub async fn require_origin(State(gateway): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
-    let Some(policy) = &gateway.origin else {
-        return next.run(request).await;
-    };
-    let headers = request.headers();
+/// A tower layer, not `axum::middleware::from_fn`: the check reads headers
+/// only, so the route's own future is returned as it is, without the boxed
+/// future and the clone of the routes that a `from_fn` middleware costs each call.
+#[derive(Clone)]
+pub struct RequireOrigin(pub Arc<Gateway>);
+
+impl<S> tower::Layer<S> for RequireOrigin {
+    type Service = OriginChecked<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        OriginChecked {
+            inner,
+            gateway: self.0.clone(),
+        }
+    }
+}
+
+/// A route behind [`RequireOrigin`].
+#[derive(Clone)]
+pub struct OriginChecked<S> {
+    inner: S,
+    gateway: Arc<Gateway>,
+}
+
+impl<S> tower::Service<Request> for OriginChecked<S>
+where
+    S: tower::Service<Request, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Either<Ready<Result<Response, S::Error>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        match refusal(&self.gateway, request.headers()) {
+            Some(refused) => Either::Left(ready(Ok(refused))),
+            None => Either::Right(self.inner.call(request)),
+        }
+    }
+}
+
+/// The answer refusing a request with `headers`, if the gateway's origin
+/// policy refuses it; `None` when it may go on.
+fn refusal(gateway: &Gateway, headers: &HeaderMap) -> Option<Response> {
+    let policy = gateway.origin.as_ref()?;
     let text = |name: header::HeaderName| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
     let refusal = match policy.check(text(header::HOST), text(header::ORIGIN)) {
-        Err(refusal) => Some(GatewayError::new(ErrorKind::PermissionDenied, refusal.to_string())),
-        Ok(()) if has_body(headers) && !is_json(headers) => Some(GatewayError::new(
+        Err(refusal) => GatewayError::new(ErrorKind::PermissionDenied, refusal.to_string()),
+        Ok(()) if has_body(headers) && !is_json(headers) => GatewayError::new(
             ErrorKind::UnsupportedMediaType,
             "A request body must be JSON (Content-Type: application/json).",
-        )),
-        Ok(()) => None,
+        ),
+        Ok(()) => return None,
     };
-    match refusal {
-        Some(error) => error.into_response(Format::of_headers(headers)),
-        None => next.run(request).await,
-    }
+    Some(refusal.into_response(Format::of_headers(headers)))
 }
 
 /// True when the request declares a body: a `Content-Length` above 0 or a

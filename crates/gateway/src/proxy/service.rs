@@ -41,10 +41,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             post(super::conversations::create_conversation),
         )
         .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            gateway.clone(),
-            super::origin::require_origin,
-        ))
+        .layer(super::origin::RequireOrigin(gateway.clone()))
         .with_state(gateway)
 }
 

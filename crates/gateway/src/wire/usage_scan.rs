@@ -52,8 +52,9 @@ pub struct UsageScanner {
     depth: u32,
     in_string: bool,
     escape: bool,
-    /// The key being read at depth 1, `None` when too long or escaped.
-    key: Option<Vec<u8>>,
+    /// The key being read at depth 1, `None` when too long or escaped: in
+    /// place, since every top-level key of every answer passes through it.
+    key: Option<KeyBytes>,
     key_is_usage: bool,
     capturing: bool,
     captured: Vec<u8>,
@@ -63,6 +64,33 @@ pub struct UsageScanner {
     /// The same for the top-level `conversation`, bounded by [`CONVERSATION_BYTES_MAX`].
     conversation: Capture,
 }
+
+/// A top-level key being read, up to [`KEY_BYTES_MAX`] bytes, held without an allocation.
+#[derive(Debug, Clone, Copy, Default)]
+struct KeyBytes {
+    bytes: [u8; KEY_BYTES_MAX],
+    len: usize,
+}
+
+impl KeyBytes {
+    /// Appends `byte`; false when the key is longer than any compared.
+    fn push(&mut self, byte: u8) -> bool {
+        let Some(slot) = self.bytes.get_mut(self.len) else {
+            return false;
+        };
+        *slot = byte;
+        self.len += 1;
+        true
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// Bytes reserved for a captured value when its key is met: the usual `id`,
+/// `conversation` or `usage` fits without the buffer growing byte by byte.
+const CAPTURE_BYTES_FIRST: usize = 256;
 
 /// One top-level value kept whole when small, by its key.
 #[derive(Debug)]
@@ -98,6 +126,7 @@ impl Capture {
             self.seen += 1;
             self.active = true;
             self.bytes.clear();
+            self.bytes.reserve(CAPTURE_BYTES_FIRST.min(self.bytes_max));
         }
     }
 
@@ -162,7 +191,7 @@ impl UsageScanner {
             b'"' => {
                 self.in_string = true;
                 if self.depth == 1 && self.top == Top::ExpectKey {
-                    self.key = Some(Vec::new());
+                    self.key = Some(KeyBytes::default());
                 } else {
                     self.value_byte(byte);
                 }
@@ -198,6 +227,7 @@ impl UsageScanner {
                     self.usage_seen += 1;
                     self.capturing = true;
                     self.captured.clear();
+                    self.captured.reserve(CAPTURE_BYTES_FIRST);
                 }
                 self.id.on_colon();
                 self.conversation.on_colon();
@@ -220,17 +250,16 @@ impl UsageScanner {
             self.in_string = false;
             if in_key {
                 let key = self.key.take();
-                self.key_is_usage = key.as_deref() == Some(b"usage");
-                self.id.on_key(key.as_deref());
-                self.conversation.on_key(key.as_deref());
+                let key = key.as_ref().map(KeyBytes::as_slice);
+                self.key_is_usage = key == Some(&b"usage"[..]);
+                self.id.on_key(key);
+                self.conversation.on_key(key);
                 self.top = Top::ExpectColon;
                 return;
             }
         } else if in_key {
             if let Some(key) = &mut self.key {
-                if key.len() < KEY_BYTES_MAX {
-                    key.push(byte);
-                } else {
+                if !key.push(byte) {
                     self.key = None;
                 }
             }
