@@ -17,6 +17,7 @@ use crate::admission::budget::{remaining_micro_usd, REMAINING_USD_HEADER};
 use crate::admission::{CallContext, CallLease, ModelEntry};
 use crate::config::UpstreamKind;
 use crate::limits::budgets::dollars;
+use crate::observe::trace::{TryTarget, TryTrace};
 use crate::routing::{pause, Deployment};
 use crate::wire::call::Endpoint;
 use crate::wire::error::{ErrorKind, GatewayError};
@@ -53,7 +54,20 @@ pub async fn forward(
     let bound = (ctx.call.bound_to_send)
         .and_then(|bound| openai::bound_field(ctx.endpoint, upstream.config.kind).map(|field| (field, bound)));
     let body = deployment.body(&ctx.call.upstream_body, bound);
-    let send = (gateway.client).send(upstream, Method::POST, ctx.endpoint.path(), headers, body);
+    if let Some(trace) = &ctx.trace {
+        lease.traced(trace.start_try(TryTarget {
+            endpoint: ctx.endpoint,
+            kind: upstream.config.kind,
+            upstream: &upstream.config.name,
+            base_url: &upstream.config.base_url,
+            model: &deployment.config.name,
+            max_tokens: bound.map(|(_, bound)| bound),
+            stream: ctx.call.stream,
+        }));
+    }
+    let trace_headers = lease.trace().map(TryTrace::headers);
+    let route = (Method::POST, ctx.endpoint.path());
+    let send = (gateway.client).send_with(upstream, route, headers, trace_headers, body);
     // What is left of the call's binding budget, read while the call is sent.
     let backend = gateway.admission.backend();
     let keys = deployment.keys();
@@ -64,6 +78,13 @@ pub async fn forward(
     let response = match result {
         Ok(response) => response,
         Err(error) => {
+            if let Some(trace) = lease.trace() {
+                trace.failed(match error {
+                    UpstreamError::Timeout => "timeout",
+                    UpstreamError::Unreachable(_) => "unreachable",
+                    UpstreamError::Failed(_) => "connection_failed",
+                });
+            }
             let unreachable = matches!(error, UpstreamError::Unreachable(_));
             let error = upstream_error(error);
             if unreachable {
@@ -76,6 +97,9 @@ pub async fn forward(
     };
     let (parts, body) = response.into_parts();
     observe_provider_limits(model, deployment, &parts.headers);
+    if let Some(trace) = lease.trace() {
+        trace.answered(parts.status);
+    }
     if let Some(error) = credentials_refused(upstream, parts.status) {
         // Nothing was served: the provider refused the gateway's key for this
         // deployment, not the call; another deployment's key may hold.
