@@ -389,7 +389,7 @@ impl CallLease {
             Settle::Usage(usage) => Some(usage),
             _ => None,
         };
-        let deployment = &self.on.pool.deployments[self.on.index].label;
+        let deployment = self.on.pool.deployments[self.on.index].label.clone();
         let reserved = self.reserved.0.saturating_add(self.reserved.1);
         let billed = self.completed.as_ref().and_then(|c| c.billed_micro_usd);
         let used = used.map(|u| (u.input_tokens.saturating_add(u.output_tokens), billed));

@@ -7,8 +7,7 @@
 //! [`Telemetry`] only when the server exports traces: without one, a call
 //! carries no [`CallTrace`] and nothing of this module runs or allocates.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -89,9 +88,6 @@ pub const DECISION_QUEUED: &str = "queued";
 /// See [`DECISION_ADMITTED`].
 pub const DECISION_DENIED: &str = "denied";
 
-/// [`CallTrace`]'s mark of a call that never queued.
-const NOT_QUEUED: u64 = u64::MAX;
-
 /// What the gateway exports traces with: the server's tracer and the W3C
 /// trace-context propagator, both made by the server's telemetry setup.
 pub struct Telemetry {
@@ -120,28 +116,86 @@ impl Telemetry {
                 KeyValue::new(URL_PATH, route),
             ])
             .start_with_context(&self.tracer, &parent);
-        CallTrace {
+        CallTrace(Arc::new(CallSpan {
             telemetry: self.clone(),
             cx: parent.with_span(span),
-            queued_ms: Arc::new(AtomicU64::new(NOT_QUEUED)),
-        }
+            facts: Mutex::new(LimiterFacts::default()),
+        }))
     }
 }
 
-/// The SERVER span of one call, shared by its phases; the span ends when the
-/// last of them lets it go (the answer's last byte, or the handler's return).
-#[derive(Clone)]
-pub struct CallTrace {
-    telemetry: Arc<Telemetry>,
-    cx: Context,
-    /// How long the call queued, once it has; [`NOT_QUEUED`] before.
-    queued_ms: Arc<AtomicU64>,
+/// The limiter's part of a call, gathered as its phases go and written on the
+/// SERVER span once, when it ends: a failover or a wait changes a fact, and
+/// an attribute set twice would be exported twice.
+#[derive(Default)]
+struct LimiterFacts {
+    decision: Option<&'static str>,
+    queue_wait_ms: Option<u64>,
+    denied: Option<(String, Option<u64>)>,
+    /// The deployment of the last try, its tokens reserved, and those
+    /// reconciled to with the dollars billed.
+    served: Option<(Arc<str>, u64, Option<(u64, Option<u64>)>)>,
 }
 
+impl LimiterFacts {
+    /// The facts as the SERVER span's attributes.
+    fn attributes(&self) -> Vec<KeyValue> {
+        let mut attributes = Vec::new();
+        if let Some(decision) = self.decision {
+            attributes.push(KeyValue::new(RATELIMITER_DECISION, decision));
+            let wait_ms = self.queue_wait_ms.unwrap_or(0);
+            attributes.push(KeyValue::new(RATELIMITER_QUEUE_WAIT_MS, wait_ms as i64));
+        }
+        if let Some((key, retry_after_ms)) = &self.denied {
+            attributes.push(KeyValue::new(RATELIMITER_DENIED_BY, key.clone()));
+            if let Some(ms) = retry_after_ms {
+                attributes.push(KeyValue::new(RATELIMITER_RETRY_AFTER_MS, *ms as i64));
+            }
+        }
+        if let Some((deployment, reserved, used)) = &self.served {
+            attributes.push(KeyValue::new(RATELIMITER_DEPLOYMENT, deployment.to_string()));
+            attributes.push(KeyValue::new(RATELIMITER_TOKENS_RESERVED, *reserved as i64));
+            if let Some((tokens, billed_micro_usd)) = used {
+                attributes.push(KeyValue::new(RATELIMITER_TOKENS_USED, *tokens as i64));
+                if let Some(micro) = billed_micro_usd {
+                    attributes.push(KeyValue::new(RATELIMITER_USD_BILLED, *micro as f64 / 1e6));
+                }
+            }
+        }
+        attributes
+    }
+}
+
+/// A call's SERVER span and its limiter facts; the span ends when the last of
+/// the call's phases lets it go (the answer's last byte, or the handler's return).
+struct CallSpan {
+    telemetry: Arc<Telemetry>,
+    cx: Context,
+    facts: Mutex<LimiterFacts>,
+}
+
+impl Drop for CallSpan {
+    fn drop(&mut self) {
+        let facts = self.facts.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let span = self.cx.span();
+        span.set_attributes(facts.attributes());
+        span.end();
+    }
+}
+
+/// The SERVER span of one call, shared by its phases.
+#[derive(Clone)]
+pub struct CallTrace(Arc<CallSpan>);
+
 impl CallTrace {
+    /// The facts, whatever a panicking holder left.
+    fn facts(&self) -> std::sync::MutexGuard<'_, LimiterFacts> {
+        self.0.facts.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Who calls: the tenant, the directory key's id and the class.
     pub fn caller(&self, tenant: &str, key_id: Option<&str>, class: &str) {
-        let span = self.cx.span();
+        let span = self.0.cx.span();
         span.set_attribute(KeyValue::new(RATELIMITER_TENANT, tenant.to_owned()));
         if let Some(id) = key_id {
             span.set_attribute(KeyValue::new(RATELIMITER_KEY_ID, id.to_owned()));
@@ -149,44 +203,33 @@ impl CallTrace {
         span.set_attribute(KeyValue::new(RATELIMITER_CLASS, class.to_owned()));
     }
 
-    /// The call waited `waited` in its model's queue.
+    /// The call waited `waited` in its model's queue (in all, over its tries).
     pub fn queued(&self, waited: Duration) {
-        let wait_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX - 1);
-        self.queued_ms.store(wait_ms, Ordering::Relaxed);
-        self.cx
-            .span()
-            .set_attribute(KeyValue::new(RATELIMITER_QUEUE_WAIT_MS, wait_ms as i64));
+        let wait_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+        let mut facts = self.facts();
+        facts.queue_wait_ms = Some(facts.queue_wait_ms.unwrap_or(0).saturating_add(wait_ms));
     }
 
     /// The call was admitted: at once, or after its queue wait.
     pub fn admitted(&self) {
-        let span = self.cx.span();
-        let decision = if self.queued_ms.load(Ordering::Relaxed) == NOT_QUEUED {
-            span.set_attribute(KeyValue::new(RATELIMITER_QUEUE_WAIT_MS, 0_i64));
-            DECISION_ADMITTED
-        } else {
-            DECISION_QUEUED
-        };
-        span.set_attribute(KeyValue::new(RATELIMITER_DECISION, decision));
+        let mut facts = self.facts();
+        facts.decision = Some(match facts.queue_wait_ms {
+            Some(_) => DECISION_QUEUED,
+            None => DECISION_ADMITTED,
+        });
     }
 
     /// The call was denied by the limit `key`, with `retry_after_ms` as its hint.
     pub fn denied(&self, key: &str, retry_after_ms: Option<u64>) {
-        let span = self.cx.span();
-        span.set_attribute(KeyValue::new(RATELIMITER_DECISION, DECISION_DENIED));
-        span.set_attribute(KeyValue::new(RATELIMITER_DENIED_BY, key.to_owned()));
-        if let Some(ms) = retry_after_ms {
-            span.set_attribute(KeyValue::new(RATELIMITER_RETRY_AFTER_MS, ms as i64));
-        }
-        if self.queued_ms.load(Ordering::Relaxed) == NOT_QUEUED {
-            span.set_attribute(KeyValue::new(RATELIMITER_QUEUE_WAIT_MS, 0_i64));
-        }
+        let mut facts = self.facts();
+        facts.decision = Some(DECISION_DENIED);
+        facts.denied = Some((key.to_owned(), retry_after_ms));
     }
 
     /// The status the client got; a 5xx marks the span an error, as the HTTP
     /// conventions ask of a SERVER span (a 4xx is the client's).
     pub fn responded(&self, status: StatusCode) {
-        let span = self.cx.span();
+        let span = self.0.cx.span();
         span.set_attribute(KeyValue::new(HTTP_RESPONSE_STATUS_CODE, i64::from(status.as_u16())));
         if status.is_server_error() {
             span.set_attribute(KeyValue::new(ERROR_TYPE, status.as_u16().to_string()));
@@ -194,22 +237,15 @@ impl CallTrace {
         }
     }
 
-    /// What the deployment that served the call reserved and was reconciled to.
-    pub fn served(&self, deployment: &str, reserved_tokens: u64, used: Option<(u64, Option<u64>)>) {
-        let span = self.cx.span();
-        span.set_attribute(KeyValue::new(RATELIMITER_DEPLOYMENT, deployment.to_owned()));
-        span.set_attribute(KeyValue::new(RATELIMITER_TOKENS_RESERVED, reserved_tokens as i64));
-        if let Some((tokens, billed_micro_usd)) = used {
-            span.set_attribute(KeyValue::new(RATELIMITER_TOKENS_USED, tokens as i64));
-            if let Some(micro) = billed_micro_usd {
-                span.set_attribute(KeyValue::new(RATELIMITER_USD_BILLED, micro as f64 / 1e6));
-            }
-        }
+    /// What the try on `deployment` reserved and was reconciled to (the
+    /// tokens, and the dollars billed): the last try's is the call's.
+    fn served(&self, deployment: Arc<str>, reserved_tokens: u64, used: Option<(u64, Option<u64>)>) {
+        self.facts().served = Some((deployment, reserved_tokens, used));
     }
 
     /// The CLIENT span of one try of the call on a deployment.
     pub fn start_try(&self, target: TryTarget<'_>) -> TryTrace {
-        let telemetry = &self.telemetry;
+        let telemetry = &self.0.telemetry;
         let operation = match target.endpoint {
             Endpoint::Embeddings => "embeddings",
             _ => "chat",
@@ -234,10 +270,10 @@ impl CallTrace {
             .span_builder(format!("{operation} {}", target.model))
             .with_kind(SpanKind::Client)
             .with_attributes(attributes)
-            .start_with_context(&telemetry.tracer, &self.cx);
+            .start_with_context(&telemetry.tracer, &self.0.cx);
         TryTrace {
             call: self.clone(),
-            cx: self.cx.with_span(span),
+            cx: self.0.cx.with_span(span),
         }
     }
 }
@@ -271,7 +307,7 @@ impl TryTrace {
     /// request sent upstream; a client's trace marked not sampled stays so.
     pub fn headers(&self) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        (self.call.telemetry.propagator).inject_context(&self.cx, &mut HeaderInjector(&mut headers));
+        (self.call.0.telemetry.propagator).inject_context(&self.cx, &mut HeaderInjector(&mut headers));
         headers
     }
 
@@ -295,7 +331,7 @@ impl TryTrace {
     /// The try ended: the provider's `usage` on the CLIENT span, the limiter's
     /// figures on the call's SERVER span (the deployment, the tokens reserved,
     /// and those reconciled to with the dollars billed), and the CLIENT span ended.
-    pub fn ended(&self, usage: Option<Usage>, served: (&str, u64, Option<(u64, Option<u64>)>)) {
+    pub fn ended(&self, usage: Option<Usage>, served: (Arc<str>, u64, Option<(u64, Option<u64>)>)) {
         let span = self.cx.span();
         if let Some(usage) = usage {
             // Every input token, cached ones included, as the conventions count them.

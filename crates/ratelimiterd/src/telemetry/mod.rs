@@ -215,11 +215,11 @@ mod tests {
         let error = |pairs: &'static [(&'static str, &'static str)]| section.resolve(&env_of(pairs)).unwrap_err();
         assert!(error(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).contains("OTEL_EXPORTER_OTLP_PROTOCOL"));
         assert!(error(&[("OTEL_TRACES_SAMPLER", "sometimes")]).contains("OTEL_TRACES_SAMPLER"));
-        let ratio = [
+        const RATIO: &[(&str, &str)] = &[
             ("OTEL_TRACES_SAMPLER", "traceidratio"),
             ("OTEL_TRACES_SAMPLER_ARG", "2"),
         ];
-        assert!(error(&ratio).contains("OTEL_TRACES_SAMPLER_ARG"));
+        assert!(error(RATIO).contains("OTEL_TRACES_SAMPLER_ARG"));
         assert!(error(&[("OTEL_SDK_DISABLED", "maybe")]).contains("OTEL_SDK_DISABLED"));
         assert!(error(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]).contains("not an http"));
     }

@@ -1,0 +1,419 @@
+//! The gateway's traces over OTLP through the real `ratelimiterd` binary
+//! (docs/telemetry.md): an OTLP/HTTP receiver in this process decodes what the
+//! server exports; upstream stubs record the `traceparent` each try is sent
+//! with. A served call continues the caller's trace with a SERVER span and a
+//! CLIENT span; a failover shows two CLIENT spans; a denial carries the
+//! limit's key and hint; a caller's unsampled trace stays unsampled upstream
+//! and unexported; nothing is exported when export is off; the docs' example
+//! configuration exports.
+
+mod support;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use axum::Router;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use serde_json::json;
+use support::gateway_setup::{client, gateway_addr, send, Answer, HttpClient};
+use support::{temp_dir, write_config_on, BackendConfig, Daemon};
+
+/// The tenant's key, passed to the server in its environment.
+const KEY: &str = "telemetry-test-key-0123456789abcdef";
+/// The variable the configuration reads the tenant's key from.
+const KEY_ENV: &str = "TELEMETRY_TEST_KEY";
+/// The caller's trace, sampled, and its parent span.
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT_ID: &str = "00f067aa0ba902b7";
+/// How long a test waits for spans: the batch is sent every 50 ms here.
+const SPANS_WAIT: Duration = Duration::from_secs(15);
+
+/// What the receiver got: each span with its resource's `service.name`.
+#[derive(Default)]
+struct Received {
+    spans: Vec<(String, Span)>,
+}
+
+/// An OTLP/HTTP receiver of traces on a free loopback port.
+async fn start_receiver() -> (SocketAddr, Arc<Mutex<Received>>) {
+    async fn traces(State(got): State<Arc<Mutex<Received>>>, body: Bytes) -> StatusCode {
+        let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
+        let mut got = got.lock().unwrap();
+        for resource in request.resource_spans {
+            let attributes = resource.resource.map(|r| r.attributes).unwrap_or_default();
+            let service = string(&attributes, "service.name").unwrap_or_default();
+            for scope in resource.scope_spans {
+                got.spans.extend(scope.spans.into_iter().map(|s| (service.clone(), s)));
+            }
+        }
+        StatusCode::OK
+    }
+    let got = Arc::new(Mutex::new(Received::default()));
+    let router = Router::new().route("/v1/traces", post(traces)).with_state(got.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (addr, got)
+}
+
+/// An upstream that records each request's headers and answers `status`
+/// (200: a chat completion with its usage).
+async fn start_upstream(status: StatusCode) -> (SocketAddr, Arc<Mutex<Vec<HeaderMap>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorded = seen.clone();
+    let answer = move |headers: HeaderMap| {
+        recorded.lock().unwrap().push(headers);
+        let body = json!({
+            "id": "chatcmpl-telemetry", "object": "chat.completion", "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}
+        });
+        async move {
+            if status.is_success() {
+                (status, axum::Json(body)).into_response()
+            } else {
+                (
+                    status,
+                    axum::Json(json!({"error": {"message": "down", "type": "server_error"}})),
+                )
+                    .into_response()
+            }
+        }
+    };
+    let router = Router::new().route("/v1/chat/completions", post(answer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (addr, seen)
+}
+
+/// A served model on `good`, a pool whose first deployment (`bad`) fails, and
+/// a model of one request a minute that denies at once; one tenant.
+fn gateway_section(good: SocketAddr, bad: SocketAddr) -> String {
+    format!(
+        "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: good, kind: openai, base_url: \"http://{good}\"}}\n    - {{name: bad, kind: openai, base_url: \"http://{bad}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: good, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: pooled, max_output_tokens_default: 64, deployments: [{{upstream: bad, model: gpt-4o, priority: 0, rpm: 1000, tpm: 1000000}}, {{upstream: good, model: gpt-4o, priority: 1, rpm: 1000, tpm: 1000000}}]}}\n    - {{name: tiny, max_wait_ms: 0, max_output_tokens_default: 64, deployments: [{{upstream: good, model: gpt-4.1-mini, rpm: 1}}]}}\n  tenants:\n    - {{name: team, api_key_env: {KEY_ENV}}}\n"
+    )
+}
+
+/// Starts the server on `sections` with `env` (the tenant's key added).
+fn start_server(dir: &std::path::Path, sections: &str, env: &[(&str, &str)]) -> Daemon {
+    let config = write_config_on(dir, BackendConfig::Memory, "", sections);
+    let mut all: Vec<(&str, &std::ffi::OsStr)> = vec![(KEY_ENV, KEY.as_ref())];
+    all.extend(env.iter().map(|(k, v)| (*k, std::ffi::OsStr::new(*v))));
+    Daemon::start_with_env(&config, &all).unwrap_or_else(|logs| panic!("ratelimiterd did not start:\n{logs}"))
+}
+
+/// A chat call to `model` with `extra` headers.
+async fn chat(client: &HttpClient, gateway: SocketAddr, model: &str, extra: &[(&str, &str)]) -> Answer {
+    let bearer = format!("Bearer {KEY}");
+    let mut headers = vec![("authorization", bearer.as_str())];
+    headers.extend_from_slice(extra);
+    let body = json!({"model": model, "messages": [{"role": "user", "content": "hello"}]});
+    let url = format!("http://{gateway}/v1/chat/completions");
+    send(client, hyper::Method::POST, url, &headers, Some(body)).await
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Any> {
+    (attributes.iter().find(|kv| kv.key == key)).and_then(|kv| kv.value.as_ref()?.value.as_ref())
+}
+
+fn string(attributes: &[KeyValue], key: &str) -> Option<String> {
+    match attribute(attributes, key)? {
+        Any::StringValue(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn int(attributes: &[KeyValue], key: &str) -> Option<i64> {
+    match attribute(attributes, key)? {
+        Any::IntValue(i) => Some(*i),
+        _ => None,
+    }
+}
+
+/// Waits (bounded) until the spans of `trace_id` include `count` of them, then returns them.
+async fn spans_of(got: &Arc<Mutex<Received>>, trace_id: &str, count: usize) -> Vec<(String, Span)> {
+    let started = Instant::now();
+    loop {
+        let spans: Vec<(String, Span)> = (got.lock().unwrap().spans.iter())
+            .filter(|(_, s)| hex(&s.trace_id) == trace_id)
+            .cloned()
+            .collect();
+        if spans.len() >= count {
+            return spans;
+        }
+        assert!(
+            started.elapsed() < SPANS_WAIT,
+            "{} of {count} spans of {trace_id}",
+            spans.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn kind(span: &Span, kind: SpanKind) -> bool {
+    span.kind == kind as i32
+}
+
+/// A traceparent of a fresh trace numbered `n`, sampled or not.
+fn traceparent(n: u8, sampled: bool) -> (String, String) {
+    let trace_id = format!("{:032x}", 0x1000_u128 + u128::from(n));
+    let flags = if sampled { "01" } else { "00" };
+    (trace_id.clone(), format!("00-{trace_id}-{PARENT_ID}-{flags}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_a_served_call_continues_the_callers_trace() {
+    let (receiver, got) = start_receiver().await;
+    let (good, good_seen) = start_upstream(StatusCode::OK).await;
+    let (bad, _) = start_upstream(StatusCode::SERVICE_UNAVAILABLE).await;
+    let dir = temp_dir("telemetry-served");
+    let endpoint = format!("http://{receiver}");
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+    ];
+    let server = start_server(&dir, &gateway_section(good, bad), &env);
+    let (client, gateway) = (client(), gateway_addr(&server));
+    let parent = format!("00-{TRACE_ID}-{PARENT_ID}-01");
+    let answer = chat(
+        &client,
+        gateway,
+        "gpt-4o-mini",
+        &[("traceparent", &parent), ("tracestate", "vendor=x")],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let spans = spans_of(&got, TRACE_ID, 2).await;
+    let (service, server_span) = spans
+        .iter()
+        .find(|(_, s)| kind(s, SpanKind::Server))
+        .expect("a SERVER span");
+    let (_, client_span) = spans
+        .iter()
+        .find(|(_, s)| kind(s, SpanKind::Client))
+        .expect("a CLIENT span");
+    assert_eq!(service, "ratelimiterd");
+    assert_eq!(server_span.name, "POST /v1/chat/completions");
+    assert_eq!(
+        hex(&server_span.parent_span_id),
+        PARENT_ID,
+        "the caller's span is the parent"
+    );
+    let attrs = &server_span.attributes;
+    assert_eq!(string(attrs, "http.request.method").as_deref(), Some("POST"));
+    assert_eq!(string(attrs, "http.route").as_deref(), Some("/v1/chat/completions"));
+    assert_eq!(int(attrs, "http.response.status_code"), Some(200));
+    assert_eq!(string(attrs, "ratelimiter.tenant").as_deref(), Some("team"));
+    assert!(string(attrs, "ratelimiter.class").is_some(), "{attrs:?}");
+    assert_eq!(string(attrs, "ratelimiter.decision").as_deref(), Some("admitted"));
+    assert_eq!(int(attrs, "ratelimiter.queue.wait_ms"), Some(0));
+    assert_eq!(string(attrs, "ratelimiter.deployment").as_deref(), Some("good"));
+    assert!(
+        int(attrs, "ratelimiter.tokens.reserved").is_some_and(|t| t >= 64),
+        "{attrs:?}"
+    );
+    assert_eq!(int(attrs, "ratelimiter.tokens.used"), Some(17));
+    assert!(matches!(attribute(attrs, "ratelimiter.usd.billed"), Some(Any::DoubleValue(usd)) if *usd > 0.0));
+    assert_eq!(client_span.name, "chat gpt-4o-mini");
+    assert_eq!(client_span.parent_span_id, server_span.span_id);
+    let attrs = &client_span.attributes;
+    assert_eq!(string(attrs, "gen_ai.operation.name").as_deref(), Some("chat"));
+    assert_eq!(string(attrs, "gen_ai.provider.name").as_deref(), Some("openai"));
+    assert!(attribute(attrs, "gen_ai.system").is_none());
+    assert_eq!(string(attrs, "gen_ai.request.model").as_deref(), Some("gpt-4o-mini"));
+    assert_eq!(int(attrs, "gen_ai.usage.input_tokens"), Some(12));
+    assert_eq!(int(attrs, "gen_ai.usage.output_tokens"), Some(5));
+    assert_eq!(string(attrs, "server.address").as_deref(), Some("127.0.0.1"));
+    assert_eq!(int(attrs, "server.port"), Some(i64::from(good.port())));
+    assert_eq!(int(attrs, "http.response.status_code"), Some(200));
+    // The request sent upstream is the CLIENT span's child, with the caller's tracestate.
+    let upstream = good_seen.lock().unwrap()[0].clone();
+    let sent = format!("00-{TRACE_ID}-{}-01", hex(&client_span.span_id));
+    assert_eq!(
+        upstream.get("traceparent").and_then(|v| v.to_str().ok()),
+        Some(sent.as_str())
+    );
+    assert_eq!(
+        upstream.get("tracestate").and_then(|v| v.to_str().ok()),
+        Some("vendor=x")
+    );
+    // Never the key, in any attribute of any span.
+    let all = got.lock().unwrap().spans.clone();
+    for (_, span) in &all {
+        assert!(!format!("{:?}", span.attributes).contains(KEY), "{span:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_a_failover_a_denial_and_an_unsampled_caller() {
+    let (receiver, got) = start_receiver().await;
+    let (good, good_seen) = start_upstream(StatusCode::OK).await;
+    let (bad, bad_seen) = start_upstream(StatusCode::SERVICE_UNAVAILABLE).await;
+    let dir = temp_dir("telemetry-failover");
+    let traces = format!("http://{receiver}/v1/traces");
+    let env = [
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+    ];
+    let server = start_server(&dir, &gateway_section(good, bad), &env);
+    let (client, gateway) = (client(), gateway_addr(&server));
+    // A failover: the first deployment answers 503, the second serves.
+    let (failover, parent) = traceparent(1, true);
+    assert_eq!(
+        chat(&client, gateway, "pooled", &[("traceparent", &parent)])
+            .await
+            .status,
+        200
+    );
+    let spans = spans_of(&got, &failover, 3).await;
+    let tries: Vec<&Span> = (spans.iter().map(|(_, s)| s))
+        .filter(|s| kind(s, SpanKind::Client))
+        .collect();
+    assert_eq!(tries.len(), 2, "{spans:?}");
+    let failed = tries
+        .iter()
+        .find(|s| string(&s.attributes, "error.type").is_some())
+        .expect("a failed try");
+    assert_eq!(string(&failed.attributes, "error.type").as_deref(), Some("503"));
+    assert_eq!(failed.status.as_ref().map(|s| s.code), Some(SpanStatus::Error as i32));
+    assert_eq!(int(&failed.attributes, "server.port"), Some(i64::from(bad.port())));
+    let served = tries
+        .iter()
+        .find(|s| string(&s.attributes, "error.type").is_none())
+        .expect("a served try");
+    assert_eq!(int(&served.attributes, "server.port"), Some(i64::from(good.port())));
+    assert_eq!(bad_seen.lock().unwrap().len(), 1);
+    let server_span = &spans.iter().find(|(_, s)| kind(s, SpanKind::Server)).unwrap().1;
+    assert_eq!(
+        string(&server_span.attributes, "ratelimiter.deployment").as_deref(),
+        Some("good")
+    );
+    // A denial: `tiny` admits one request a minute and never waits.
+    assert_eq!(chat(&client, gateway, "tiny", &[]).await.status, 200);
+    let (denied, parent) = traceparent(2, true);
+    let answer = chat(&client, gateway, "tiny", &[("traceparent", &parent)]).await;
+    assert_eq!(answer.status, 429, "{}", answer.body);
+    let spans = spans_of(&got, &denied, 1).await;
+    assert_eq!(spans.len(), 1, "no try: {spans:?}");
+    let attrs = &spans[0].1.attributes;
+    assert_eq!(string(attrs, "ratelimiter.decision").as_deref(), Some("denied"));
+    assert!(
+        string(attrs, "ratelimiter.denied_by").is_some_and(|k| k.ends_with(":rpm")),
+        "{attrs:?}"
+    );
+    let hint: i64 = answer.headers["retry-after-ms"].to_str().unwrap().parse().unwrap();
+    assert_eq!(int(attrs, "ratelimiter.retry_after_ms"), Some(hint));
+    assert_eq!(int(attrs, "http.response.status_code"), Some(429));
+    // A caller's unsampled trace: passed on unsampled, and not exported.
+    let (unsampled, parent) = traceparent(3, false);
+    let before = good_seen.lock().unwrap().len();
+    assert_eq!(
+        chat(&client, gateway, "gpt-4o-mini", &[("traceparent", &parent)])
+            .await
+            .status,
+        200
+    );
+    let upstream = good_seen.lock().unwrap()[before].clone();
+    let sent = upstream["traceparent"].to_str().unwrap().to_owned();
+    assert!(
+        sent.starts_with(&format!("00-{unsampled}-")) && sent.ends_with("-00"),
+        "{sent}"
+    );
+    assert_ne!(sent, parent, "the gateway's span is the upstream's parent");
+    // A sampled call after it is exported; by then the unsampled one would have been.
+    let (after, parent) = traceparent(4, true);
+    assert_eq!(
+        chat(&client, gateway, "gpt-4o-mini", &[("traceparent", &parent)])
+            .await
+            .status,
+        200
+    );
+    spans_of(&got, &after, 2).await;
+    let leaked = got
+        .lock()
+        .unwrap()
+        .spans
+        .iter()
+        .any(|(_, s)| hex(&s.trace_id) == unsampled);
+    assert!(!leaked, "an unsampled trace was exported");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_nothing_is_exported_or_propagated_when_export_is_off() {
+    let (receiver, got) = start_receiver().await;
+    let (good, good_seen) = start_upstream(StatusCode::OK).await;
+    let dir = temp_dir("telemetry-off");
+    let endpoint = format!("http://{receiver}");
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_SDK_DISABLED", "true"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+    ];
+    let server = start_server(&dir, &gateway_section(good, good), &env);
+    let (client, gateway) = (client(), gateway_addr(&server));
+    let parent = format!("00-{TRACE_ID}-{PARENT_ID}-01");
+    assert_eq!(
+        chat(&client, gateway, "gpt-4o-mini", &[("traceparent", &parent)])
+            .await
+            .status,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        got.lock().unwrap().spans.is_empty(),
+        "spans exported with OTEL_SDK_DISABLED=true"
+    );
+    let upstream = good_seen.lock().unwrap()[0].clone();
+    assert!(upstream.get("traceparent").is_none(), "{upstream:?}");
+    assert!(!server.logs().iter().any(|l| l.contains("OTLP")), "{:?}", server.logs());
+}
+
+/// The `telemetry:` example of docs/telemetry.md, its endpoint moved to the receiver.
+fn docs_example(receiver: SocketAddr) -> String {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/telemetry.md")).unwrap();
+    let block = (doc.split("```yaml\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("a yaml block");
+    assert!(block.starts_with("telemetry:\n"), "{block}");
+    block.replace("http://127.0.0.1:4318", &format!("http://{receiver}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_docs_example() {
+    let (receiver, got) = start_receiver().await;
+    let (good, _) = start_upstream(StatusCode::OK).await;
+    let dir = temp_dir("telemetry-docs");
+    let sections = format!("{}{}", gateway_section(good, good), docs_example(receiver));
+    let server = start_server(&dir, &sections, &[("OTEL_BSP_SCHEDULE_DELAY", "50")]);
+    let (client, gateway) = (client(), gateway_addr(&server));
+    let parent = format!("00-{TRACE_ID}-{PARENT_ID}-01");
+    assert_eq!(
+        chat(&client, gateway, "gpt-4o-mini", &[("traceparent", &parent)])
+            .await
+            .status,
+        200
+    );
+    let spans = spans_of(&got, TRACE_ID, 2).await;
+    assert!(spans.iter().all(|(service, _)| service == "llm-gateway"), "{spans:?}");
+    let names: HashMap<String, i32> = spans.iter().map(|(_, s)| (s.name.clone(), s.kind)).collect();
+    assert_eq!(names.get("POST /v1/chat/completions"), Some(&(SpanKind::Server as i32)));
+    assert_eq!(names.get("chat gpt-4o-mini"), Some(&(SpanKind::Client as i32)));
+}
