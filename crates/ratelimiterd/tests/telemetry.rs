@@ -2,10 +2,10 @@
 //! (docs/telemetry.md): an OTLP/HTTP receiver in this process decodes what the
 //! server exports; upstream stubs record the `traceparent` each try is sent
 //! with. A served call continues the caller's trace with a SERVER span and a
-//! CLIENT span; a failover shows two CLIENT spans; a denial carries the
-//! limit's key and hint; a caller's unsampled trace stays unsampled upstream
-//! and unexported; nothing is exported when export is off; the docs' example
-//! configuration exports.
+//! CLIENT span; a queued call says how long it waited; a failover shows two
+//! CLIENT spans; a denial carries the limit's key and hint; a caller's
+//! unsampled trace stays unsampled upstream and unexported; nothing is
+//! exported when export is off; the docs' example configuration exports.
 
 mod support;
 
@@ -70,8 +70,8 @@ async fn start_receiver() -> (SocketAddr, Arc<Mutex<Received>>) {
 }
 
 /// An upstream that records each request's headers and answers `status`
-/// (200: a chat completion with its usage).
-async fn start_upstream(status: StatusCode) -> (SocketAddr, Arc<Mutex<Vec<HeaderMap>>>) {
+/// (200: a chat completion with its usage) after `delay`.
+async fn start_upstream_after(status: StatusCode, delay: Duration) -> (SocketAddr, Arc<Mutex<Vec<HeaderMap>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let recorded = seen.clone();
     let answer = move |headers: HeaderMap| {
@@ -82,6 +82,7 @@ async fn start_upstream(status: StatusCode) -> (SocketAddr, Arc<Mutex<Vec<Header
             "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}
         });
         async move {
+            tokio::time::sleep(delay).await;
             if status.is_success() {
                 (status, axum::Json(body)).into_response()
             } else {
@@ -100,11 +101,17 @@ async fn start_upstream(status: StatusCode) -> (SocketAddr, Arc<Mutex<Vec<Header
     (addr, seen)
 }
 
+/// [`start_upstream_after`] with no delay.
+async fn start_upstream(status: StatusCode) -> (SocketAddr, Arc<Mutex<Vec<HeaderMap>>>) {
+    start_upstream_after(status, Duration::ZERO).await
+}
+
 /// A served model on `good`, a pool whose first deployment (`bad`) fails, and
-/// a model of one request a minute that denies at once; one tenant.
-fn gateway_section(good: SocketAddr, bad: SocketAddr) -> String {
+/// a model of one request a minute that denies at once, a model of one call at
+/// a time on `slow` whose calls queue; one tenant.
+fn gateway_section(good: SocketAddr, bad: SocketAddr, slow: SocketAddr) -> String {
     format!(
-        "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: good, kind: openai, base_url: \"http://{good}\"}}\n    - {{name: bad, kind: openai, base_url: \"http://{bad}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: good, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: pooled, max_output_tokens_default: 64, deployments: [{{upstream: bad, model: gpt-4o, priority: 0, rpm: 1000, tpm: 1000000}}, {{upstream: good, model: gpt-4o, priority: 1, rpm: 1000, tpm: 1000000}}]}}\n    - {{name: tiny, max_wait_ms: 0, max_output_tokens_default: 64, deployments: [{{upstream: good, model: gpt-4.1-mini, rpm: 1}}]}}\n  tenants:\n    - {{name: team, api_key_env: {KEY_ENV}}}\n"
+        "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: good, kind: openai, base_url: \"http://{good}\"}}\n    - {{name: bad, kind: openai, base_url: \"http://{bad}\"}}\n    - {{name: slow, kind: openai, base_url: \"http://{slow}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: good, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: pooled, max_output_tokens_default: 64, deployments: [{{upstream: bad, model: gpt-4o, priority: 0, rpm: 1000, tpm: 1000000}}, {{upstream: good, model: gpt-4o, priority: 1, rpm: 1000, tpm: 1000000}}]}}\n    - {{name: tiny, max_wait_ms: 0, max_output_tokens_default: 64, deployments: [{{upstream: good, model: gpt-4.1-mini, rpm: 1}}]}}\n    - {{name: single, max_wait_ms: 10000, max_output_tokens_default: 64, deployments: [{{upstream: slow, model: gpt-4o-mini, concurrency: 1}}]}}\n  tenants:\n    - {{name: team, api_key_env: {KEY_ENV}}}\n"
     )
 }
 
@@ -190,7 +197,7 @@ async fn telemetry_a_served_call_continues_the_callers_trace() {
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
         ("OTEL_BSP_SCHEDULE_DELAY", "50"),
     ];
-    let server = start_server(&dir, &gateway_section(good, bad), &env);
+    let server = start_server(&dir, &gateway_section(good, bad, good), &env);
     let (client, gateway) = (client(), gateway_addr(&server));
     let parent = format!("00-{TRACE_ID}-{PARENT_ID}-01");
     let answer = chat(
@@ -255,11 +262,53 @@ async fn telemetry_a_served_call_continues_the_callers_trace() {
         upstream.get("tracestate").and_then(|v| v.to_str().ok()),
         Some("vendor=x")
     );
-    // Never the key, in any attribute of any span.
+    // Never the key, in any attribute of any span; no attribute twice.
     let all = got.lock().unwrap().spans.clone();
     for (_, span) in &all {
         assert!(!format!("{:?}", span.attributes).contains(KEY), "{span:?}");
+        let keys: std::collections::HashSet<&str> = span.attributes.iter().map(|kv| kv.key.as_str()).collect();
+        assert_eq!(keys.len(), span.attributes.len(), "{span:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_a_queued_call_says_how_long_it_waited() {
+    let (receiver, got) = start_receiver().await;
+    let (good, _) = start_upstream(StatusCode::OK).await;
+    let (slow, _) = start_upstream_after(StatusCode::OK, Duration::from_millis(400)).await;
+    let dir = temp_dir("telemetry-queued");
+    let endpoint = format!("http://{receiver}");
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+    ];
+    let server = start_server(&dir, &gateway_section(good, good, slow), &env);
+    let (client, gateway) = (client(), gateway_addr(&server));
+    let ((first, first_parent), (second, second_parent)) = (traceparent(5, true), traceparent(6, true));
+    // `single` serves one call at a time: the second waits for the first.
+    let first_headers = [("traceparent", first_parent.as_str())];
+    let one = chat(&client, gateway, "single", &first_headers);
+    let two = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        chat(&client, gateway, "single", &[("traceparent", &second_parent)]).await
+    };
+    let (one, two) = tokio::join!(one, two);
+    assert_eq!((one.status, two.status), (200, 200), "{} {}", one.body, two.body);
+    let server_span =
+        |spans: Vec<(String, Span)>| spans.into_iter().find(|(_, s)| kind(s, SpanKind::Server)).unwrap().1;
+    let at_once = server_span(spans_of(&got, &first, 2).await);
+    assert_eq!(
+        string(&at_once.attributes, "ratelimiter.decision").as_deref(),
+        Some("admitted")
+    );
+    assert_eq!(int(&at_once.attributes, "ratelimiter.queue.wait_ms"), Some(0));
+    let queued = server_span(spans_of(&got, &second, 2).await);
+    assert_eq!(
+        string(&queued.attributes, "ratelimiter.decision").as_deref(),
+        Some("queued")
+    );
+    let waited = int(&queued.attributes, "ratelimiter.queue.wait_ms").unwrap();
+    assert!((100..=5_000).contains(&waited), "waited {waited} ms");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,7 +322,7 @@ async fn telemetry_a_failover_a_denial_and_an_unsampled_caller() {
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces.as_str()),
         ("OTEL_BSP_SCHEDULE_DELAY", "50"),
     ];
-    let server = start_server(&dir, &gateway_section(good, bad), &env);
+    let server = start_server(&dir, &gateway_section(good, bad, good), &env);
     let (client, gateway) = (client(), gateway_addr(&server));
     // A failover: the first deployment answers 503, the second serves.
     let (failover, parent) = traceparent(1, true);
@@ -367,7 +416,7 @@ async fn telemetry_nothing_is_exported_or_propagated_when_export_is_off() {
         ("OTEL_SDK_DISABLED", "true"),
         ("OTEL_BSP_SCHEDULE_DELAY", "50"),
     ];
-    let server = start_server(&dir, &gateway_section(good, good), &env);
+    let server = start_server(&dir, &gateway_section(good, good, good), &env);
     let (client, gateway) = (client(), gateway_addr(&server));
     let parent = format!("00-{TRACE_ID}-{PARENT_ID}-01");
     assert_eq!(
@@ -401,7 +450,7 @@ async fn telemetry_docs_example() {
     let (receiver, got) = start_receiver().await;
     let (good, _) = start_upstream(StatusCode::OK).await;
     let dir = temp_dir("telemetry-docs");
-    let sections = format!("{}{}", gateway_section(good, good), docs_example(receiver));
+    let sections = format!("{}{}", gateway_section(good, good, good), docs_example(receiver));
     let server = start_server(&dir, &sections, &[("OTEL_BSP_SCHEDULE_DELAY", "50")]);
     let (client, gateway) = (client(), gateway_addr(&server));
     let parent = format!("00-{TRACE_ID}-{PARENT_ID}-01");
