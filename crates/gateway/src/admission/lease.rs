@@ -33,7 +33,7 @@ use crate::observe::budget_alerts::AlertScope;
 use crate::observe::budget_watch::{BudgetWatch, WatchedBudget};
 use crate::observe::key_usage::KeyCall;
 use crate::observe::metrics::CallCounters;
-use crate::observe::trace::TryTrace;
+use crate::observe::trace::{Served, TryTrace};
 use crate::routing::{Grant, Pass, Pool};
 use crate::wire::usage::Usage;
 
@@ -389,11 +389,13 @@ impl CallLease {
             Settle::Usage(usage) => Some(usage),
             _ => None,
         };
-        let deployment = self.on.pool.deployments[self.on.index].label.clone();
-        let reserved = self.reserved.0.saturating_add(self.reserved.1);
-        let billed = self.completed.as_ref().and_then(|c| c.billed_micro_usd);
-        let used = used.map(|u| (u.input_tokens.saturating_add(u.output_tokens), billed));
-        trace.ended(usage, (deployment, reserved, used));
+        let served = Served {
+            deployment: self.on.pool.deployments[self.on.index].label.clone(),
+            reserved_tokens: self.reserved.0.saturating_add(self.reserved.1),
+            used_tokens: used.map(|u| u.input_tokens.saturating_add(u.output_tokens)),
+            billed_micro_usd: self.completed.as_ref().and_then(|c| c.billed_micro_usd),
+        };
+        trace.ended(usage, served);
     }
 
     /// The call's one log line.

@@ -132,9 +132,20 @@ struct LimiterFacts {
     decision: Option<&'static str>,
     queue_wait_ms: Option<u64>,
     denied: Option<(String, Option<u64>)>,
-    /// The deployment of the last try, its tokens reserved, and those
-    /// reconciled to with the dollars billed.
-    served: Option<(Arc<str>, u64, Option<(u64, Option<u64>)>)>,
+    /// What the last try reserved and was reconciled to.
+    served: Option<Served>,
+}
+
+/// What one try reserved and was reconciled to, for the call's SERVER span.
+pub struct Served {
+    /// The deployment tried.
+    pub deployment: Arc<str>,
+    /// The tokens reserved: the input count and the output bound.
+    pub reserved_tokens: u64,
+    /// The tokens the limits were reconciled to; `None` while the reservation is kept.
+    pub used_tokens: Option<u64>,
+    /// The try's cost in micro-dollars, when a price is known.
+    pub billed_micro_usd: Option<u64>,
 }
 
 impl LimiterFacts {
@@ -152,14 +163,17 @@ impl LimiterFacts {
                 attributes.push(KeyValue::new(RATELIMITER_RETRY_AFTER_MS, *ms as i64));
             }
         }
-        if let Some((deployment, reserved, used)) = &self.served {
-            attributes.push(KeyValue::new(RATELIMITER_DEPLOYMENT, deployment.to_string()));
-            attributes.push(KeyValue::new(RATELIMITER_TOKENS_RESERVED, *reserved as i64));
-            if let Some((tokens, billed_micro_usd)) = used {
-                attributes.push(KeyValue::new(RATELIMITER_TOKENS_USED, *tokens as i64));
-                if let Some(micro) = billed_micro_usd {
-                    attributes.push(KeyValue::new(RATELIMITER_USD_BILLED, *micro as f64 / 1e6));
-                }
+        if let Some(served) = &self.served {
+            attributes.push(KeyValue::new(RATELIMITER_DEPLOYMENT, served.deployment.to_string()));
+            attributes.push(KeyValue::new(
+                RATELIMITER_TOKENS_RESERVED,
+                served.reserved_tokens as i64,
+            ));
+            if let Some(tokens) = served.used_tokens {
+                attributes.push(KeyValue::new(RATELIMITER_TOKENS_USED, tokens as i64));
+            }
+            if let Some(micro) = served.billed_micro_usd {
+                attributes.push(KeyValue::new(RATELIMITER_USD_BILLED, micro as f64 / 1e6));
             }
         }
         attributes
@@ -237,10 +251,9 @@ impl CallTrace {
         }
     }
 
-    /// What the try on `deployment` reserved and was reconciled to (the
-    /// tokens, and the dollars billed): the last try's is the call's.
-    fn served(&self, deployment: Arc<str>, reserved_tokens: u64, used: Option<(u64, Option<u64>)>) {
-        self.facts().served = Some((deployment, reserved_tokens, used));
+    /// What a try reserved and was reconciled to: the last try's is the call's.
+    fn served(&self, served: Served) {
+        self.facts().served = Some(served);
     }
 
     /// The CLIENT span of one try of the call on a deployment.
@@ -328,10 +341,9 @@ impl TryTrace {
         span.set_status(Status::error(""));
     }
 
-    /// The try ended: the provider's `usage` on the CLIENT span, the limiter's
-    /// figures on the call's SERVER span (the deployment, the tokens reserved,
-    /// and those reconciled to with the dollars billed), and the CLIENT span ended.
-    pub fn ended(&self, usage: Option<Usage>, served: (Arc<str>, u64, Option<(u64, Option<u64>)>)) {
+    /// The try ended: the provider's `usage` on the CLIENT span, what the try
+    /// reserved and was reconciled to on the call's SERVER span, and the CLIENT span ended.
+    pub fn ended(&self, usage: Option<Usage>, served: Served) {
         let span = self.cx.span();
         if let Some(usage) = usage {
             // Every input token, cached ones included, as the conventions count them.
@@ -345,8 +357,7 @@ impl TryTrace {
                 KeyValue::new(GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, cache_creation as i64),
             ]);
         }
-        let (deployment, reserved, used) = served;
-        self.call.served(deployment, reserved, used);
+        self.call.served(served);
         span.end();
     }
 }
