@@ -5,7 +5,8 @@
 //! CLIENT span; a queued call says how long it waited; a failover shows two
 //! CLIENT spans; a denial carries the limit's key and hint; a caller's
 //! unsampled trace stays unsampled upstream and unexported; nothing is
-//! exported when export is off; the docs' example configuration exports.
+//! exported when export is off; the docs' example configuration exports; the
+//! GenAI and limiter metrics arrive with their names, units and attributes.
 
 mod support;
 
@@ -20,9 +21,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Number;
+use opentelemetry_proto::tonic::metrics::v1::Metric;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -41,10 +46,12 @@ const PARENT_ID: &str = "00f067aa0ba902b7";
 /// How long a test waits for spans: the batch is sent every 50 ms here.
 const SPANS_WAIT: Duration = Duration::from_secs(15);
 
-/// What the receiver got: each span with its resource's `service.name`.
+/// What the receiver got: each span with its resource's `service.name`, and
+/// every metric of every export, in order.
 #[derive(Default)]
 struct Received {
     spans: Vec<(String, Span)>,
+    metrics: Vec<Metric>,
 }
 
 /// An OTLP/HTTP receiver of traces on a free loopback port.
@@ -61,8 +68,18 @@ async fn start_receiver() -> (SocketAddr, Arc<Mutex<Received>>) {
         }
         StatusCode::OK
     }
+    async fn metrics(State(got): State<Arc<Mutex<Received>>>, body: Bytes) -> StatusCode {
+        let request = ExportMetricsServiceRequest::decode(body).expect("OTLP protobuf");
+        let metrics = (request.resource_metrics.into_iter())
+            .flat_map(|r| r.scope_metrics)
+            .flat_map(|s| s.metrics);
+        got.lock().unwrap().metrics.extend(metrics);
+        StatusCode::OK
+    }
     let got = Arc::new(Mutex::new(Received::default()));
-    let router = Router::new().route("/v1/traces", post(traces)).with_state(got.clone());
+    let router = (Router::new().route("/v1/traces", post(traces)))
+        .route("/v1/metrics", post(metrics))
+        .with_state(got.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -465,4 +482,103 @@ async fn telemetry_docs_example() {
     let names: HashMap<String, i32> = spans.iter().map(|(_, s)| (s.name.clone(), s.kind)).collect();
     assert_eq!(names.get("POST /v1/chat/completions"), Some(&(SpanKind::Server as i32)));
     assert_eq!(names.get("chat gpt-4o-mini"), Some(&(SpanKind::Client as i32)));
+}
+
+/// The last export's `name` metric, once it has a point whose attributes
+/// include every pair of `with` (waits, bounded); its unit and the points'
+/// `(attributes, count or value, sum)`.
+async fn metric(
+    got: &Arc<Mutex<Received>>,
+    name: &str,
+    with: &[(&str, &str)],
+) -> (String, Vec<(Vec<KeyValue>, u64, f64)>) {
+    let started = Instant::now();
+    loop {
+        let last = got
+            .lock()
+            .unwrap()
+            .metrics
+            .iter()
+            .rev()
+            .find(|m| m.name == name)
+            .cloned();
+        let points = |metric: &Metric| -> Vec<(Vec<KeyValue>, u64, f64)> {
+            match &metric.data {
+                Some(Data::Histogram(h)) => (h.data_points.iter())
+                    .map(|p| (p.attributes.clone(), p.count, p.sum.unwrap_or(0.0)))
+                    .collect(),
+                Some(Data::Sum(sum)) => (sum.data_points.iter())
+                    .map(|p| match p.value {
+                        Some(Number::AsInt(v)) => (p.attributes.clone(), v as u64, v as f64),
+                        Some(Number::AsDouble(v)) => (p.attributes.clone(), v as u64, v),
+                        None => (p.attributes.clone(), 0, 0.0),
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            }
+        };
+        if let Some(metric) = last {
+            let points = points(&metric);
+            let matches = |a: &[KeyValue]| with.iter().all(|(k, v)| string(a, k).as_deref() == Some(*v));
+            if points.iter().any(|(a, _, _)| matches(a)) {
+                return (
+                    metric.unit.clone(),
+                    points.into_iter().filter(|(a, _, _)| matches(a)).collect(),
+                );
+            }
+        }
+        assert!(started.elapsed() < SPANS_WAIT, "no {name} with {with:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_metrics_of_tries_and_decisions() {
+    let (receiver, got) = start_receiver().await;
+    let (good, _) = start_upstream(StatusCode::OK).await;
+    let (bad, _) = start_upstream(StatusCode::SERVICE_UNAVAILABLE).await;
+    let dir = temp_dir("telemetry-metrics");
+    let endpoint = format!("http://{receiver}");
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "100"),
+    ];
+    let server = start_server(&dir, &gateway_section(good, bad, good), &env);
+    let (client, gateway) = (client(), gateway_addr(&server));
+    assert_eq!(chat(&client, gateway, "gpt-4o-mini", &[]).await.status, 200);
+    assert_eq!(chat(&client, gateway, "pooled", &[]).await.status, 200);
+    assert_eq!(chat(&client, gateway, "tiny", &[]).await.status, 200);
+    assert_eq!(chat(&client, gateway, "tiny", &[]).await.status, 429);
+    let served = [
+        ("gen_ai.request.model", "gpt-4o-mini"),
+        ("gen_ai.provider.name", "openai"),
+    ];
+    let input = [served.as_slice(), &[("gen_ai.token.type", "input")]].concat();
+    let (unit, points) = metric(&got, "gen_ai.client.token.usage", &input).await;
+    assert_eq!((unit.as_str(), points[0].1, points[0].2), ("{token}", 1, 12.0));
+    let output = [served.as_slice(), &[("gen_ai.token.type", "output")]].concat();
+    let (_, points) = metric(&got, "gen_ai.client.token.usage", &output).await;
+    assert_eq!((points[0].1, points[0].2), (1, 5.0));
+    let failed = [("gen_ai.request.model", "gpt-4o"), ("error.type", "503")];
+    let (unit, points) = metric(&got, "gen_ai.client.operation.duration", &failed).await;
+    assert_eq!((unit.as_str(), points.len(), points[0].1), ("s", 1, 1));
+    // Two tries of the pooled call, the second once its answer has ended.
+    let started = Instant::now();
+    loop {
+        let model = [("gen_ai.request.model", "gpt-4o")];
+        let (_, tries) = metric(&got, "gen_ai.client.operation.duration", &model).await;
+        if tries.iter().map(|(_, count, _)| count).sum::<u64>() == 2 {
+            break;
+        }
+        assert!(started.elapsed() < SPANS_WAIT, "{tries:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let denied = [("ratelimiter.decision", "denied"), ("gen_ai.request.model", "tiny")];
+    let (unit, points) = metric(&got, "ratelimiter.gateway.decisions", &denied).await;
+    assert_eq!((unit.as_str(), points[0].1), ("{call}", 1));
+    let admitted = [("ratelimiter.decision", "admitted"), ("gen_ai.request.model", "tiny")];
+    assert_eq!(metric(&got, "ratelimiter.gateway.decisions", &admitted).await.1[0].1, 1);
+    // Tenant and key stay off the metrics.
+    let all = format!("{:?}", got.lock().unwrap().metrics);
+    assert!(!all.contains("ratelimiter.tenant") && !all.contains(KEY), "{all}");
 }

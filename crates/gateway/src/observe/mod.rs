@@ -8,6 +8,7 @@ pub mod alert_webhook;
 pub mod budget_alerts;
 pub mod budget_watch;
 pub mod class_metrics;
+pub mod genai_metrics;
 pub mod key_usage;
 pub mod metrics;
 pub mod prometheus;

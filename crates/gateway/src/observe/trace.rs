@@ -7,8 +7,8 @@
 //! [`Telemetry`] only when the server exports traces: without one, a call
 //! carries no [`CallTrace`] and nothing of this module runs or allocates.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use opentelemetry::global::BoxedTracer;
@@ -16,6 +16,7 @@ use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 
+use super::genai_metrics::GenAiMetrics;
 use crate::config::UpstreamKind;
 use crate::wire::call::Endpoint;
 use crate::wire::usage::Usage;
@@ -93,12 +94,26 @@ pub const DECISION_DENIED: &str = "denied";
 pub struct Telemetry {
     tracer: BoxedTracer,
     propagator: Box<dyn TextMapPropagator + Send + Sync>,
+    /// The metrics' instruments, when the server exports metrics.
+    metrics: Option<GenAiMetrics>,
 }
 
 impl Telemetry {
     /// Spans made by `tracer`, contexts read from and written to headers by `propagator`.
     pub fn new(tracer: BoxedTracer, propagator: Box<dyn TextMapPropagator + Send + Sync>) -> Self {
-        Self { tracer, propagator }
+        Self {
+            tracer,
+            propagator,
+            metrics: None,
+        }
+    }
+
+    /// This telemetry recording each call's metrics with `metrics` too.
+    pub fn with_metrics(self, metrics: GenAiMetrics) -> Self {
+        Self {
+            metrics: Some(metrics),
+            ..self
+        }
     }
 
     /// The SERVER span of a call to `endpoint`, a child of the client's
@@ -129,6 +144,8 @@ impl Telemetry {
 /// an attribute set twice would be exported twice.
 #[derive(Default)]
 struct LimiterFacts {
+    /// The model the client asked for, for the metrics' attributes.
+    model: Option<String>,
     decision: Option<&'static str>,
     queue_wait_ms: Option<u64>,
     denied: Option<(String, Option<u64>)>,
@@ -191,6 +208,13 @@ struct CallSpan {
 impl Drop for CallSpan {
     fn drop(&mut self) {
         let facts = self.facts.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let (Some(metrics), Some(decision)) = (&self.telemetry.metrics, facts.decision) {
+            let model = facts.model.clone().unwrap_or_default();
+            metrics.decided(&[
+                KeyValue::new(RATELIMITER_DECISION, decision),
+                KeyValue::new(GEN_AI_REQUEST_MODEL, model),
+            ]);
+        }
         let span = self.cx.span();
         span.set_attributes(facts.attributes());
         span.end();
@@ -207,8 +231,10 @@ impl CallTrace {
         self.0.facts.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Who calls: the tenant, the directory key's id and the class.
-    pub fn caller(&self, tenant: &str, key_id: Option<&str>, class: &str) {
+    /// Who calls (the tenant, the directory key's id and the class) and the
+    /// model it asked for.
+    pub fn caller(&self, (tenant, key_id): (&str, Option<&str>), class: &str, model: &str) {
+        self.facts().model = Some(model.to_owned());
         let span = self.0.cx.span();
         span.set_attribute(KeyValue::new(RATELIMITER_TENANT, tenant.to_owned()));
         if let Some(id) = key_id {
@@ -221,6 +247,10 @@ impl CallTrace {
     pub fn queued(&self, waited: Duration) {
         let wait_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
         let mut facts = self.facts();
+        if let Some(metrics) = &self.0.telemetry.metrics {
+            let model = facts.model.clone().unwrap_or_default();
+            metrics.queued(waited, &[KeyValue::new(GEN_AI_REQUEST_MODEL, model)]);
+        }
         facts.queue_wait_ms = Some(facts.queue_wait_ms.unwrap_or(0).saturating_add(wait_ms));
     }
 
@@ -263,15 +293,16 @@ impl CallTrace {
             Endpoint::Embeddings => "embeddings",
             _ => "chat",
         };
-        let mut attributes = vec![
+        let metric_attributes = vec![
             KeyValue::new(GEN_AI_OPERATION_NAME, operation),
             KeyValue::new(
                 GEN_AI_PROVIDER_NAME,
                 provider_name(target.kind, target.upstream, target.base_url),
             ),
             KeyValue::new(GEN_AI_REQUEST_MODEL, target.model.to_owned()),
-            KeyValue::new(GEN_AI_REQUEST_STREAM, target.stream),
         ];
+        let mut attributes = metric_attributes.clone();
+        attributes.push(KeyValue::new(GEN_AI_REQUEST_STREAM, target.stream));
         if let Some(bound) = target.max_tokens {
             attributes.push(KeyValue::new(GEN_AI_REQUEST_MAX_TOKENS, bound as i64));
         }
@@ -287,6 +318,9 @@ impl CallTrace {
         TryTrace {
             call: self.clone(),
             cx: self.0.cx.with_span(span),
+            started: Instant::now(),
+            metric_attributes,
+            error_type: OnceLock::new(),
         }
     }
 }
@@ -313,6 +347,12 @@ pub struct TryTarget<'a> {
 pub struct TryTrace {
     call: CallTrace,
     cx: Context,
+    /// When the try was sent, for `gen_ai.client.operation.duration`.
+    started: Instant,
+    /// The operation, provider and model: the try's metrics' attributes.
+    metric_attributes: Vec<KeyValue>,
+    /// The try's `error.type`, once it failed.
+    error_type: OnceLock<String>,
 }
 
 impl TryTrace {
@@ -337,8 +377,10 @@ impl TryTrace {
     /// or what went wrong on the connection (`timeout`, ...).
     pub fn failed(&self, error_type: &str) {
         let span = self.cx.span();
-        span.set_attribute(KeyValue::new(ERROR_TYPE, error_type.to_owned()));
-        span.set_status(Status::error(""));
+        if self.error_type.set(error_type.to_owned()).is_ok() {
+            span.set_attribute(KeyValue::new(ERROR_TYPE, error_type.to_owned()));
+            span.set_status(Status::error(""));
+        }
     }
 
     /// The try ended: the provider's `usage` on the CLIENT span, what the try
@@ -356,6 +398,14 @@ impl TryTrace {
                 KeyValue::new(GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, cache_read as i64),
                 KeyValue::new(GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, cache_creation as i64),
             ]);
+        }
+        if let Some(metrics) = &self.call.0.telemetry.metrics {
+            let mut attributes = self.metric_attributes.clone();
+            if let Some(error_type) = self.error_type.get() {
+                attributes.push(KeyValue::new(ERROR_TYPE, error_type.clone()));
+            }
+            let tokens = usage.map(|u| (u.input_tokens.saturating_add(u.cache_read_tokens), u.output_tokens));
+            metrics.try_ended(&attributes, self.started.elapsed(), tokens);
         }
         self.call.served(served);
         span.end();

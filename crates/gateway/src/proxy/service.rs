@@ -143,7 +143,8 @@ async fn serve(
     ctx.key_call = authorized.key.as_ref().map(|k| gateway.key_call(&k.key.id));
     let key = authorized.key.as_ref().map(|k| k.key.id.as_str());
     if let Some(trace) = &trace {
-        trace.caller(&ctx.caller.name, key, gateway.admission.classes().name(ctx.class));
+        let class = gateway.admission.classes().name(ctx.class);
+        trace.caller((&ctx.caller.name, key), class, &ctx.model.name);
     }
     ctx.trace = trace;
     ctx.spend = (gateway.spend.clone()).map(|sink| CallSpend::new(sink, key));

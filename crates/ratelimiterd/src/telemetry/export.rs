@@ -1,16 +1,22 @@
-//! The OTLP exporter of a [`Resolved`] configuration: spans batched off the
-//! calls' path in a bounded queue, on the server's tokio runtime, sent over
-//! OTLP http/protobuf by hyper; the gateway's [`Telemetry`] made from it.
+//! The OTLP exporters of a [`Resolved`] configuration: spans batched off the
+//! calls' path in a bounded queue and metrics read periodically, both by tasks
+//! of the server's tokio runtime, sent over OTLP http/protobuf by hyper; the
+//! gateway's [`Telemetry`] made from them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gateway::observe::genai_metrics::GenAiMetrics;
 use gateway::observe::trace::{Telemetry, SEMCONV_SCHEMA_URL};
 use opentelemetry::global::BoxedTracer;
+use opentelemetry::metrics::MeterProvider;
+use opentelemetry::trace::noop::NoopTracer;
 use opentelemetry::trace::TracerProvider;
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::metrics::periodic_reader_with_async_runtime::PeriodicReader;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::resource::EnvResourceDetector;
 use opentelemetry_sdk::runtime;
@@ -24,52 +30,106 @@ use super::Resolved;
 /// that is down must not hold the stop for the exporter's whole timeout.
 pub const SHUTDOWN_FLUSH_MS: u64 = 5_000;
 
-/// The running export: what the gateway traces with, and the provider to flush at the stop.
+/// The running export: what the gateway traces and measures with, and the
+/// providers to flush at the stop.
 pub struct Exporting {
-    provider: SdkTracerProvider,
-    /// The gateway's tracer and propagator.
+    traces: Option<SdkTracerProvider>,
+    metrics: Option<SdkMeterProvider>,
+    /// The gateway's tracer, propagator and instruments.
     pub gateway: Arc<Telemetry>,
 }
 
 impl Exporting {
     /// Starts the export `resolved` describes; must run on the server's tokio
-    /// runtime, where the batch's task and the HTTP client live.
+    /// runtime, where the batch's task, the periodic reader and the HTTP client live.
     pub fn start(resolved: &Resolved) -> Result<Self, String> {
-        let headers: HashMap<String, String> = resolved.headers.clone().into_iter().collect();
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(resolved.traces_endpoint.clone())
-            .with_headers(headers)
-            .build()
-            .map_err(|e| format!("telemetry: the OTLP exporter could not be built: {e}"))?;
-        let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(processor)
-            .with_sampler(resolved.sampler.clone())
-            .with_resource(resource(resolved))
-            .build();
+        let resource = resource(resolved);
         let scope = InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
             .with_version(env!("CARGO_PKG_VERSION"))
             .with_schema_url(SEMCONV_SCHEMA_URL)
             .build();
-        let tracer = BoxedTracer::new(Box::new(provider.tracer_with_scope(scope)));
-        let gateway = Arc::new(Telemetry::new(tracer, Box::new(TraceContextPropagator::new())));
-        tracing::info!(traces_endpoint = %resolved.traces_endpoint, "exporting traces over OTLP");
-        Ok(Self { provider, gateway })
+        let traces = (resolved.traces_endpoint.as_deref())
+            .map(|endpoint| tracer_provider(resolved, endpoint, resource.clone()))
+            .transpose()?;
+        // Without traces, spans are not recorded; the caller's context still goes upstream.
+        let tracer = match &traces {
+            Some(provider) => BoxedTracer::new(Box::new(provider.tracer_with_scope(scope.clone()))),
+            None => BoxedTracer::new(Box::new(NoopTracer::new())),
+        };
+        let metrics = (resolved.metrics_endpoint.as_deref())
+            .map(|endpoint| meter_provider(resolved, endpoint, resource))
+            .transpose()?;
+        let mut telemetry = Telemetry::new(tracer, Box::new(TraceContextPropagator::new()));
+        if let Some(provider) = &metrics {
+            telemetry = telemetry.with_metrics(GenAiMetrics::new(&provider.meter_with_scope(scope)));
+        }
+        tracing::info!(traces_endpoint = ?resolved.traces_endpoint, metrics_endpoint = ?resolved.metrics_endpoint,
+            "exporting over OTLP");
+        Ok(Self {
+            traces,
+            metrics,
+            gateway: Arc::new(telemetry),
+        })
     }
 
-    /// Sends what is still queued and stops, waiting at most [`SHUTDOWN_FLUSH_MS`].
+    /// Sends what is still queued and stops, waiting at most [`SHUTDOWN_FLUSH_MS`] each.
     pub async fn shutdown(self) {
-        let provider = self.provider;
-        // The SDK's shutdown blocks its thread until the batch's task answers.
+        let timeout = Duration::from_millis(SHUTDOWN_FLUSH_MS);
+        let (traces, metrics) = (self.traces, self.metrics);
+        // The SDK's shutdown blocks its thread until the export's task answers.
         let stop = tokio::task::spawn_blocking(move || {
-            provider.shutdown_with_timeout(Duration::from_millis(SHUTDOWN_FLUSH_MS))
+            let traces = traces.map(|p| p.shutdown_with_timeout(timeout));
+            let metrics = metrics.map(|p| p.shutdown_with_timeout(timeout));
+            (traces, metrics)
         });
-        if let Ok(Err(e)) = stop.await {
-            tracing::warn!(error = %e, "telemetry: the last spans could not all be sent");
+        if let Ok((traces, metrics)) = stop.await {
+            if let Some(Err(e)) = traces {
+                tracing::warn!(error = %e, "telemetry: the last spans could not all be sent");
+            }
+            if let Some(Err(e)) = metrics {
+                tracing::warn!(error = %e, "telemetry: the last metrics could not all be sent");
+            }
         }
     }
+}
+
+/// The section's headers, to which the exporter adds the environment's.
+fn headers(resolved: &Resolved) -> HashMap<String, String> {
+    resolved.headers.clone().into_iter().collect()
+}
+
+/// Spans batched in a bounded queue and sent by a task of the runtime.
+fn tracer_provider(resolved: &Resolved, endpoint: &str, resource: Resource) -> Result<SdkTracerProvider, String> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(endpoint)
+        .with_headers(headers(resolved))
+        .build()
+        .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
+    let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
+    Ok(SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_sampler(resolved.sampler.clone())
+        .with_resource(resource)
+        .build())
+}
+
+/// Metrics read and sent every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default)
+/// by a task of the runtime.
+fn meter_provider(resolved: &Resolved, endpoint: &str, resource: Resource) -> Result<SdkMeterProvider, String> {
+    let exporter = opentelemetry_otlp::MetricExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(endpoint)
+        .with_headers(headers(resolved))
+        .build()
+        .map_err(|e| format!("telemetry: the OTLP metric exporter could not be built: {e}"))?;
+    let reader = PeriodicReader::builder(exporter, runtime::Tokio).build();
+    Ok(SdkMeterProvider::builder()
+        .with_reader(reader)
+        .with_resource(resource)
+        .build())
 }
 
 /// The service's resource: the section's attributes, then `service.name`, then

@@ -16,6 +16,8 @@ pub const SERVICE_NAME_DEFAULT: &str = "ratelimiterd";
 pub const PROTOCOL_HTTP_PROTOBUF: &str = "http/protobuf";
 /// The path of traces under a base endpoint (the OTLP/HTTP specification's).
 pub const TRACES_PATH: &str = "/v1/traces";
+/// The path of metrics under a base endpoint (the OTLP/HTTP specification's).
+pub const METRICS_PATH: &str = "/v1/metrics";
 /// The sampler when none is configured: a caller's decision is followed, a
 /// call without a sampled parent is sampled.
 pub const SAMPLER_DEFAULT: &str = "parentbased_always_on";
@@ -24,10 +26,13 @@ pub const SAMPLER_DEFAULT: &str = "parentbased_always_on";
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
-    /// Base OTLP/HTTP endpoint; `/v1/traces` is appended (`OTEL_EXPORTER_OTLP_ENDPOINT`).
+    /// Base OTLP/HTTP endpoint; `/v1/traces` and `/v1/metrics` are appended
+    /// (`OTEL_EXPORTER_OTLP_ENDPOINT`).
     pub endpoint: Option<String>,
     /// Endpoint of traces, used as given (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`).
     pub traces_endpoint: Option<String>,
+    /// Endpoint of metrics, used as given (`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`).
+    pub metrics_endpoint: Option<String>,
     /// Headers sent with each export (`OTEL_EXPORTER_OTLP_HEADERS`, which wins per header).
     pub headers: BTreeMap<String, String>,
     /// `http/protobuf`, the default (`OTEL_EXPORTER_OTLP_PROTOCOL`).
@@ -47,8 +52,10 @@ pub struct TelemetryConfig {
 /// What the exporter is started with, once the section and the environment are read.
 #[derive(Debug, Clone)]
 pub struct Resolved {
-    /// Where spans are sent.
-    pub traces_endpoint: String,
+    /// Where spans are sent; `None`: no span is exported.
+    pub traces_endpoint: Option<String>,
+    /// Where metrics are sent; `None`: no metric is exported.
+    pub metrics_endpoint: Option<String>,
     /// The section's headers (the exporter adds the environment's over them).
     pub headers: BTreeMap<String, String>,
     /// The service's name.
@@ -72,23 +79,38 @@ impl TelemetryConfig {
         if disabled {
             return Ok(None);
         }
-        let traces_endpoint = (env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
-            .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|base| with_path(&base, TRACES_PATH)))
-            .or_else(|| self.traces_endpoint.clone())
-            .or_else(|| self.endpoint.as_deref().map(|base| with_path(base, TRACES_PATH)));
-        let Some(traces_endpoint) = traces_endpoint else {
-            return Ok(None);
+        let endpoint = |signal_var: &str, signal: &Option<String>, path: &str| {
+            (env(signal_var))
+                .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|base| with_path(&base, path)))
+                .or_else(|| signal.clone())
+                .or_else(|| self.endpoint.as_deref().map(|base| with_path(base, path)))
         };
-        check_endpoint(&traces_endpoint)?;
-        let protocol = (env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
-            .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
-            .or_else(|| self.protocol.clone())
-            .unwrap_or_else(|| PROTOCOL_HTTP_PROTOBUF.to_owned());
-        if protocol != PROTOCOL_HTTP_PROTOBUF {
-            return Err(format!(
-                "telemetry.protocol (OTEL_EXPORTER_OTLP_PROTOCOL): `{protocol}` is not supported; this server \
-                 exports OTLP over `{PROTOCOL_HTTP_PROTOBUF}`"
-            ));
+        let traces_endpoint = endpoint("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &self.traces_endpoint, TRACES_PATH);
+        let metrics_endpoint = endpoint(
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            &self.metrics_endpoint,
+            METRICS_PATH,
+        );
+        if traces_endpoint.is_none() && metrics_endpoint.is_none() {
+            return Ok(None);
+        }
+        for url in traces_endpoint.iter().chain(&metrics_endpoint) {
+            check_endpoint(url)?;
+        }
+        for signal in [
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+        ] {
+            let protocol = (env(signal))
+                .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+                .or_else(|| self.protocol.clone())
+                .unwrap_or_else(|| PROTOCOL_HTTP_PROTOBUF.to_owned());
+            if protocol != PROTOCOL_HTTP_PROTOBUF {
+                return Err(format!(
+                    "telemetry.protocol (OTEL_EXPORTER_OTLP_PROTOCOL): `{protocol}` is not supported; this \
+                     server exports OTLP over `{PROTOCOL_HTTP_PROTOBUF}`"
+                ));
+            }
         }
         let sampler_name = (env("OTEL_TRACES_SAMPLER")).or_else(|| self.sampler.clone());
         let sampler_arg = (env("OTEL_TRACES_SAMPLER_ARG")).or_else(|| self.sampler_arg.clone());
@@ -98,6 +120,7 @@ impl TelemetryConfig {
         )?;
         Ok(Some(Resolved {
             traces_endpoint,
+            metrics_endpoint,
             headers: self.headers.clone(),
             service_name: (env("OTEL_SERVICE_NAME"))
                 .or_else(|| self.service_name.clone())
@@ -186,20 +209,33 @@ mod tests {
             ..TelemetryConfig::default()
         };
         let from_file = section.resolve(&env_of(&[])).unwrap().unwrap();
-        assert_eq!(from_file.traces_endpoint, "http://collector:4318/v1/traces");
+        assert_eq!(
+            from_file.traces_endpoint.as_deref(),
+            Some("http://collector:4318/v1/traces")
+        );
+        assert_eq!(
+            from_file.metrics_endpoint.as_deref(),
+            Some("http://collector:4318/v1/metrics")
+        );
         assert_eq!(from_file.service_name, "from-file");
         let env = env_of(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://other:4318"),
             ("OTEL_SERVICE_NAME", "from-env"),
         ]);
         let from_env = section.resolve(&env).unwrap().unwrap();
-        assert_eq!(from_env.traces_endpoint, "http://other:4318/v1/traces");
+        assert_eq!(from_env.traces_endpoint.as_deref(), Some("http://other:4318/v1/traces"));
         assert_eq!(from_env.service_name, "from-env");
         let signal = env_of(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:1/custom")]);
+        let traces_only = section.resolve(&signal).unwrap().unwrap();
+        assert_eq!(traces_only.traces_endpoint.as_deref(), Some("http://t:1/custom"));
         assert_eq!(
-            section.resolve(&signal).unwrap().unwrap().traces_endpoint,
-            "http://t:1/custom"
+            traces_only.metrics_endpoint.as_deref(),
+            Some("http://collector:4318/v1/metrics")
         );
+        const METRICS: &[(&str, &str)] = &[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://m:1/x")];
+        let metrics = TelemetryConfig::default().resolve(&env_of(METRICS)).unwrap().unwrap();
+        assert_eq!(metrics.traces_endpoint, None);
+        assert_eq!(metrics.metrics_endpoint.as_deref(), Some("http://m:1/x"));
         let off = env_of(&[("OTEL_SDK_DISABLED", "TRUE")]);
         assert!(section.resolve(&off).unwrap().is_none());
         let default = TelemetryConfig::default().resolve(&env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")]));
