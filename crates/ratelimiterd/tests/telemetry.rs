@@ -6,7 +6,8 @@
 //! CLIENT spans; a denial carries the limit's key and hint; a caller's
 //! unsampled trace stays unsampled upstream and unexported; nothing is
 //! exported when export is off; the docs' example configuration exports; the
-//! GenAI and limiter metrics arrive with their names, units and attributes.
+//! GenAI and limiter metrics arrive with their names, units and attributes; a
+//! collector that is slow and refuses every export delays no call.
 
 mod support;
 
@@ -581,4 +582,36 @@ async fn telemetry_metrics_of_tries_and_decisions() {
     // Tenant and key stay off the metrics.
     let all = format!("{:?}", got.lock().unwrap().metrics);
     assert!(!all.contains("ratelimiter.tenant") && !all.contains(KEY), "{all}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_a_collector_that_is_slow_and_failing_delays_no_call() {
+    // Every export waits 2 s, then is refused with a 503.
+    async fn refuse() -> StatusCode {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+    let router = Router::new()
+        .route("/v1/traces", post(refuse))
+        .route("/v1/metrics", post(refuse));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let (good, _) = start_upstream(StatusCode::OK).await;
+    let dir = temp_dir("telemetry-slow-collector");
+    let endpoint = format!("http://{collector}");
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "10"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "10"),
+    ];
+    let server = start_server(&dir, &gateway_section(good, good, good), &env);
+    let (client, gateway) = (client(), gateway_addr(&server));
+    let started = Instant::now();
+    for _ in 0..20 {
+        assert_eq!(chat(&client, gateway, "gpt-4o-mini", &[]).await.status, 200);
+    }
+    let took = started.elapsed();
+    // An export waited on would take 2 s per call; twenty calls take a few ms each.
+    assert!(took < Duration::from_secs(5), "20 calls took {took:?}");
 }
