@@ -199,9 +199,18 @@ impl CallLease {
         self.trace = Some(trace);
     }
 
-    /// The try's CLIENT span, if the call is traced.
-    pub fn trace(&self) -> Option<&TryTrace> {
-        self.trace.as_ref()
+    /// The provider answered the try with `status`, for its CLIENT span.
+    pub fn trace_answered(&self, status: StatusCode) {
+        if let Some(trace) = &self.trace {
+            trace.answered(status);
+        }
+    }
+
+    /// The try failed with `error_type` before an answer, for its CLIENT span.
+    pub fn trace_failed(&self, error_type: &str) {
+        if let Some(trace) = &self.trace {
+            trace.failed(error_type);
+        }
     }
 
     /// What the call completed as; `None` until it has (its answer's end, or
