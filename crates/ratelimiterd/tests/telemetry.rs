@@ -7,7 +7,8 @@
 //! unsampled trace stays unsampled upstream and unexported; nothing is
 //! exported when export is off; the docs' example configuration exports; the
 //! GenAI and limiter metrics arrive with their names, units and attributes; a
-//! collector that is slow and refuses every export delays no call.
+//! collector that is slow and refuses every export delays no call; a bad
+//! variable is named by `check-config`.
 
 mod support;
 
@@ -614,4 +615,33 @@ async fn telemetry_a_collector_that_is_slow_and_failing_delays_no_call() {
     let took = started.elapsed();
     // An export waited on would take 2 s per call; twenty calls take a few ms each.
     assert!(took < Duration::from_secs(5), "20 calls took {took:?}");
+}
+
+#[test]
+fn telemetry_a_bad_variable_is_named_by_check_config() {
+    let dir = temp_dir("telemetry-check");
+    let config = write_config_on(&dir, BackendConfig::Memory, "", "");
+    let check = |sampler: &str| {
+        std::process::Command::new(support::BIN)
+            .arg("--config")
+            .arg(&config)
+            .arg("check-config")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+            .env("OTEL_TRACES_SAMPLER", sampler)
+            .output()
+            .expect("run ratelimiterd check-config")
+    };
+    let refused = check("sometimes");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("OTEL_TRACES_SAMPLER") && stderr.contains("sometimes"),
+        "{stderr}"
+    );
+    let accepted = check("parentbased_traceidratio");
+    assert!(
+        accepted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&accepted.stderr)
+    );
 }
