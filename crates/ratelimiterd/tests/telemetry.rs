@@ -1,14 +1,9 @@
-//! The gateway's traces over OTLP through the real `ratelimiterd` binary
-//! (docs/telemetry.md): an OTLP/HTTP receiver in this process decodes what the
-//! server exports; upstream stubs record the `traceparent` each try is sent
-//! with. A served call continues the caller's trace with a SERVER span and a
-//! CLIENT span; a queued call says how long it waited; a failover shows two
-//! CLIENT spans; a denial carries the limit's key and hint; a caller's
-//! unsampled trace stays unsampled upstream and unexported; nothing is
-//! exported when export is off; the docs' example configuration exports; the
-//! GenAI and limiter metrics arrive with their names, units and attributes; a
-//! collector that is slow and refuses every export delays no call; a bad
-//! variable is named by `check-config`.
+//! The gateway's traces and metrics over OTLP through the real `ratelimiterd`
+//! binary (docs/telemetry.md), decoded by an OTLP/HTTP receiver in this
+//! process; upstream stubs record the `traceparent` each try is sent with. A
+//! served call, a queued one, a failover, a denial, a stream, an unsampled
+//! caller, export off, the docs' example, the metrics' names, units and
+//! attributes, a slow and failing collector, a bad variable in `check-config`.
 
 mod support;
 
@@ -89,12 +84,13 @@ async fn start_receiver() -> (SocketAddr, Arc<Mutex<Received>>) {
 }
 
 /// An upstream that records each request's headers and answers `status`
-/// (200: a chat completion with its usage) after `delay`.
+/// (200: a chat completion with its usage, streamed when asked) after `delay`.
 async fn start_upstream_after(status: StatusCode, delay: Duration) -> (SocketAddr, Arc<Mutex<Vec<HeaderMap>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let recorded = seen.clone();
-    let answer = move |headers: HeaderMap| {
+    let answer = move |headers: HeaderMap, request: Bytes| {
         recorded.lock().unwrap().push(headers);
+        let stream = String::from_utf8_lossy(&request).contains("\"stream\":true");
         let body = json!({
             "id": "chatcmpl-telemetry", "object": "chat.completion", "model": "gpt-4o-mini",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
@@ -102,7 +98,13 @@ async fn start_upstream_after(status: StatusCode, delay: Duration) -> (SocketAdd
         });
         async move {
             tokio::time::sleep(delay).await;
-            if status.is_success() {
+            if status.is_success() && stream {
+                let usage = json!({"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17});
+                let last = json!({"id": "chatcmpl-s", "object": "chat.completion.chunk", "model": "gpt-4o-mini",
+                    "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}], "usage": usage});
+                let events = format!("data: {last}\n\ndata: [DONE]\n\n");
+                ([("content-type", "text/event-stream")], events).into_response()
+            } else if status.is_success() {
                 (status, axum::Json(body)).into_response()
             } else {
                 (
@@ -163,6 +165,13 @@ fn attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Any> {
 fn string(attributes: &[KeyValue], key: &str) -> Option<String> {
     match attribute(attributes, key)? {
         Any::StringValue(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn boolean(attributes: &[KeyValue], key: &str) -> Option<bool> {
+    match attribute(attributes, key)? {
+        Any::BoolValue(b) => Some(*b),
         _ => None,
     }
 }
@@ -644,4 +653,45 @@ fn telemetry_a_bad_variable_is_named_by_check_config() {
         "{}",
         String::from_utf8_lossy(&accepted.stderr)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_a_stream_ends_its_client_span_with_its_usage() {
+    let (receiver, got) = start_receiver().await;
+    let (good, _) = start_upstream(StatusCode::OK).await;
+    let dir = temp_dir("telemetry-stream");
+    let endpoint = format!("http://{receiver}");
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+    ];
+    let server = start_server(&dir, &gateway_section(good, good, good), &env);
+    let (trace_id, parent) = traceparent(7, true);
+    let (bearer, url) = (
+        format!("Bearer {KEY}"),
+        format!("http://{}/v1/chat/completions", gateway_addr(&server)),
+    );
+    let body = json!({"model": "gpt-4o-mini", "stream": true, "messages": [{"role": "user", "content": "hello"}]});
+    let headers = [("authorization", bearer.as_str()), ("traceparent", parent.as_str())];
+    let answer = send(&client(), hyper::Method::POST, url, &headers, Some(body)).await;
+    assert!(
+        answer.status == 200 && answer.body.contains("[DONE]"),
+        "{}",
+        answer.body
+    );
+    let spans = spans_of(&got, &trace_id, 2).await;
+    let client_span = &spans
+        .iter()
+        .find(|(_, s)| kind(s, SpanKind::Client))
+        .expect("a CLIENT span")
+        .1;
+    assert_eq!(boolean(&client_span.attributes, "gen_ai.request.stream"), Some(true));
+    assert_eq!(int(&client_span.attributes, "gen_ai.usage.input_tokens"), Some(12));
+    assert_eq!(int(&client_span.attributes, "gen_ai.usage.output_tokens"), Some(5));
+    let server_span = &spans
+        .iter()
+        .find(|(_, s)| kind(s, SpanKind::Server))
+        .expect("a SERVER span")
+        .1;
+    assert_eq!(int(&server_span.attributes, "ratelimiter.tokens.used"), Some(17));
 }
