@@ -266,7 +266,15 @@ async fn telemetry_a_served_call_continues_the_callers_trace() {
         "{attrs:?}"
     );
     assert_eq!(int(attrs, "ratelimiter.tokens.used"), Some(17));
-    assert!(matches!(attribute(attrs, "ratelimiter.usd.billed"), Some(Any::DoubleValue(usd)) if *usd > 0.0));
+    let dollars = |key| match attribute(attrs, key) {
+        Some(Any::DoubleValue(usd)) => *usd,
+        _ => panic!("{key}: {attrs:?}"),
+    };
+    let (reserved, billed) = (dollars("ratelimiter.usd.reserved"), dollars("ratelimiter.usd.billed"));
+    assert!(
+        billed > 0.0 && reserved > billed,
+        "reserved {reserved}, billed {billed}"
+    );
     assert_eq!(client_span.name, "chat gpt-4o-mini");
     assert_eq!(client_span.parent_span_id, server_span.span_id);
     let attrs = &client_span.attributes;

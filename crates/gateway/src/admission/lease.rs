@@ -24,7 +24,7 @@ use super::context::CallContext;
 use super::queue::ModelQueue;
 use super::spend::CallSpend;
 use crate::counting::calibration::Calibrator;
-use crate::limits::budgets::{GATEWAY_BUDGET_PREFIX, MODEL_BUDGET_PREFIX};
+use crate::limits::budgets::{worst_case, GATEWAY_BUDGET_PREFIX, MODEL_BUDGET_PREFIX};
 use crate::limits::{
     actuals, billed_of, call_budgets, caller_budget_releases, run_if_ready, spawn_if_pending, Classes, ModelKeys,
     TenantKeys,
@@ -402,6 +402,7 @@ impl CallLease {
             deployment: self.on.pool.deployments[self.on.index].label.clone(),
             reserved_tokens: self.reserved.0.saturating_add(self.reserved.1),
             used_tokens: used.map(|u| u.input_tokens.saturating_add(u.output_tokens)),
+            reserved_micro_usd: worst_case(self.model_keys.price.as_ref(), self.reserved),
             billed_micro_usd: self.completed.as_ref().and_then(|c| c.billed_micro_usd),
         };
         trace.ended(usage, served);

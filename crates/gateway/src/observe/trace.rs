@@ -79,6 +79,9 @@ pub const RATELIMITER_RETRY_AFTER_MS: &str = "ratelimiter.retry_after_ms";
 pub const RATELIMITER_TOKENS_RESERVED: &str = "ratelimiter.tokens.reserved";
 /// The limiter: the tokens the limits were reconciled to.
 pub const RATELIMITER_TOKENS_USED: &str = "ratelimiter.tokens.used";
+/// The limiter: the call's worst case in dollars at the deployment's price,
+/// what its budgets in money reserve.
+pub const RATELIMITER_USD_RESERVED: &str = "ratelimiter.usd.reserved";
 /// The limiter: the call's cost in dollars, at the deployment's price.
 pub const RATELIMITER_USD_BILLED: &str = "ratelimiter.usd.billed";
 
@@ -161,6 +164,8 @@ pub struct Served {
     pub reserved_tokens: u64,
     /// The tokens the limits were reconciled to; `None` while the reservation is kept.
     pub used_tokens: Option<u64>,
+    /// The try's worst case in micro-dollars, when a price is known.
+    pub reserved_micro_usd: Option<u64>,
     /// The try's cost in micro-dollars, when a price is known.
     pub billed_micro_usd: Option<u64>,
 }
@@ -188,6 +193,9 @@ impl LimiterFacts {
             ));
             if let Some(tokens) = served.used_tokens {
                 attributes.push(KeyValue::new(RATELIMITER_TOKENS_USED, tokens as i64));
+            }
+            if let Some(micro) = served.reserved_micro_usd {
+                attributes.push(KeyValue::new(RATELIMITER_USD_RESERVED, micro as f64 / 1e6));
             }
             if let Some(micro) = served.billed_micro_usd {
                 attributes.push(KeyValue::new(RATELIMITER_USD_BILLED, micro as f64 / 1e6));
