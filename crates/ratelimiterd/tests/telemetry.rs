@@ -5,6 +5,8 @@
 //! caller, export off, the docs' example, the metrics' names, units and
 //! attributes, a slow and failing collector, a bad variable in `check-config`.
 
+#[path = "telemetry_support/otlp.rs"]
+mod otlp;
 mod support;
 
 use std::collections::HashMap;
@@ -13,22 +15,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
-use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::metrics::v1::metric::Data;
-use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Number;
-use opentelemetry_proto::tonic::metrics::v1::Metric;
-use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
-use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message;
+use otlp::{
+    attribute, boolean, hex, int, kind, metric, spans_of, start_receiver, string, Any, Span, SpanKind, SPANS_WAIT,
+};
 use serde_json::json;
 use support::gateway_setup::{client, gateway_addr, send, Answer, HttpClient};
 use support::{temp_dir, write_config_on, BackendConfig, Daemon};
@@ -40,48 +34,6 @@ const KEY_ENV: &str = "TELEMETRY_TEST_KEY";
 /// The caller's trace, sampled, and its parent span.
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_ID: &str = "00f067aa0ba902b7";
-/// How long a test waits for spans: the batch is sent every 50 ms here.
-const SPANS_WAIT: Duration = Duration::from_secs(15);
-
-/// What the receiver got: each span with its resource's `service.name`, and
-/// every metric of every export, in order.
-#[derive(Default)]
-struct Received {
-    spans: Vec<(String, Span)>,
-    metrics: Vec<Metric>,
-}
-
-/// An OTLP/HTTP receiver of traces on a free loopback port.
-async fn start_receiver() -> (SocketAddr, Arc<Mutex<Received>>) {
-    async fn traces(State(got): State<Arc<Mutex<Received>>>, body: Bytes) -> StatusCode {
-        let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
-        let mut got = got.lock().unwrap();
-        for resource in request.resource_spans {
-            let attributes = resource.resource.map(|r| r.attributes).unwrap_or_default();
-            let service = string(&attributes, "service.name").unwrap_or_default();
-            for scope in resource.scope_spans {
-                got.spans.extend(scope.spans.into_iter().map(|s| (service.clone(), s)));
-            }
-        }
-        StatusCode::OK
-    }
-    async fn metrics(State(got): State<Arc<Mutex<Received>>>, body: Bytes) -> StatusCode {
-        let request = ExportMetricsServiceRequest::decode(body).expect("OTLP protobuf");
-        let metrics = (request.resource_metrics.into_iter())
-            .flat_map(|r| r.scope_metrics)
-            .flat_map(|s| s.metrics);
-        got.lock().unwrap().metrics.extend(metrics);
-        StatusCode::OK
-    }
-    let got = Arc::new(Mutex::new(Received::default()));
-    let router = (Router::new().route("/v1/traces", post(traces)))
-        .route("/v1/metrics", post(metrics))
-        .with_state(got.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    (addr, got)
-}
 
 /// An upstream that records each request's headers and answers `status`
 /// (200: a chat completion with its usage, streamed when asked) after `delay`.
@@ -152,59 +104,6 @@ async fn chat(client: &HttpClient, gateway: SocketAddr, model: &str, extra: &[(&
     let body = json!({"model": model, "messages": [{"role": "user", "content": "hello"}]});
     let url = format!("http://{gateway}/v1/chat/completions");
     send(client, hyper::Method::POST, url, &headers, Some(body)).await
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Any> {
-    (attributes.iter().find(|kv| kv.key == key)).and_then(|kv| kv.value.as_ref()?.value.as_ref())
-}
-
-fn string(attributes: &[KeyValue], key: &str) -> Option<String> {
-    match attribute(attributes, key)? {
-        Any::StringValue(s) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-fn boolean(attributes: &[KeyValue], key: &str) -> Option<bool> {
-    match attribute(attributes, key)? {
-        Any::BoolValue(b) => Some(*b),
-        _ => None,
-    }
-}
-
-fn int(attributes: &[KeyValue], key: &str) -> Option<i64> {
-    match attribute(attributes, key)? {
-        Any::IntValue(i) => Some(*i),
-        _ => None,
-    }
-}
-
-/// Waits (bounded) until the spans of `trace_id` include `count` of them, then returns them.
-async fn spans_of(got: &Arc<Mutex<Received>>, trace_id: &str, count: usize) -> Vec<(String, Span)> {
-    let started = Instant::now();
-    loop {
-        let spans: Vec<(String, Span)> = (got.lock().unwrap().spans.iter())
-            .filter(|(_, s)| hex(&s.trace_id) == trace_id)
-            .cloned()
-            .collect();
-        if spans.len() >= count {
-            return spans;
-        }
-        assert!(
-            started.elapsed() < SPANS_WAIT,
-            "{} of {count} spans of {trace_id}",
-            spans.len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn kind(span: &Span, kind: SpanKind) -> bool {
-    span.kind == kind as i32
 }
 
 /// A traceparent of a fresh trace numbered `n`, sampled or not.
@@ -501,54 +400,6 @@ async fn telemetry_docs_example() {
     let names: HashMap<String, i32> = spans.iter().map(|(_, s)| (s.name.clone(), s.kind)).collect();
     assert_eq!(names.get("POST /v1/chat/completions"), Some(&(SpanKind::Server as i32)));
     assert_eq!(names.get("chat gpt-4o-mini"), Some(&(SpanKind::Client as i32)));
-}
-
-/// The last export's `name` metric, once it has a point whose attributes
-/// include every pair of `with` (waits, bounded); its unit and the points'
-/// `(attributes, count or value, sum)`.
-async fn metric(
-    got: &Arc<Mutex<Received>>,
-    name: &str,
-    with: &[(&str, &str)],
-) -> (String, Vec<(Vec<KeyValue>, u64, f64)>) {
-    let started = Instant::now();
-    loop {
-        let last = got
-            .lock()
-            .unwrap()
-            .metrics
-            .iter()
-            .rev()
-            .find(|m| m.name == name)
-            .cloned();
-        let points = |metric: &Metric| -> Vec<(Vec<KeyValue>, u64, f64)> {
-            match &metric.data {
-                Some(Data::Histogram(h)) => (h.data_points.iter())
-                    .map(|p| (p.attributes.clone(), p.count, p.sum.unwrap_or(0.0)))
-                    .collect(),
-                Some(Data::Sum(sum)) => (sum.data_points.iter())
-                    .map(|p| match p.value {
-                        Some(Number::AsInt(v)) => (p.attributes.clone(), v as u64, v as f64),
-                        Some(Number::AsDouble(v)) => (p.attributes.clone(), v as u64, v),
-                        None => (p.attributes.clone(), 0, 0.0),
-                    })
-                    .collect(),
-                _ => Vec::new(),
-            }
-        };
-        if let Some(metric) = last {
-            let points = points(&metric);
-            let matches = |a: &[KeyValue]| with.iter().all(|(k, v)| string(a, k).as_deref() == Some(*v));
-            if points.iter().any(|(a, _, _)| matches(a)) {
-                return (
-                    metric.unit.clone(),
-                    points.into_iter().filter(|(a, _, _)| matches(a)).collect(),
-                );
-            }
-        }
-        assert!(started.elapsed() < SPANS_WAIT, "no {name} with {with:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
