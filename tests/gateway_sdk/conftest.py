@@ -55,7 +55,12 @@ MODELS: list[dict[str, Any]] = [
     {"name": "text-embedding-3-small", "upstream": "openai", "rpm": 100000, "tpm": 50000000, "max_wait_ms": 0},
     {"name": "claude-haiku-4-5", "upstream": "anthropic", "rpm": 100000, "input_tpm": 50000000,
      "output_tpm": 10000000, "concurrency": 64, "max_wait_ms": 30000},
+    # An Azure OpenAI deployment: its name is the deployment's, in the path.
+    {"name": "azure-mini", "upstream": "azure", "rpm": 100000, "tpm": 50000000, "concurrency": 64,
+     "max_output_tokens_default": 64, "max_wait_ms": 30000, "price": {"input": 0.15, "output": 0.6}},
 ]
+#: The Azure upstream's api-version (https://learn.microsoft.com/en-us/azure/ai-foundry/openai/api-version-lifecycle).
+AZURE_API_VERSION = "2024-10-21"
 #: Served by the simulator but not configured in the gateway: a 404 there.
 UNCONFIGURED_MODEL = "claude-sonnet-4-5"
 
@@ -134,6 +139,8 @@ def gateway_config(directory: Path, api_port: int, gateway_port: int, sim_url: s
     upstreams = [
         {"name": "openai", "kind": "openai", "base_url": sim_url, "api_key_env": "SIM_UPSTREAM_KEY"},
         {"name": "anthropic", "kind": "anthropic", "base_url": sim_url, "api_key_env": "SIM_UPSTREAM_KEY"},
+        {"name": "azure", "kind": "azure", "base_url": sim_url, "api_version": AZURE_API_VERSION,
+         "api_key_env": "SIM_UPSTREAM_KEY"},
     ]
     tenants = [{"name": "acme", "api_key_env": "ACME_GATEWAY_KEY", "daily_tokens": 100000000}]
     return "\n".join([

@@ -13,8 +13,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use ratelimiter::directory::{
-    Appended, Change, Directory, DirectoryError, DirectoryIndex, DirectoryStore, FileStore, KeyLimits, KeySpec,
-    Recorded, Refusal, Source, TenantFields, TenantPatch, TenantRecord, UNKNOWN_KEY_READ_INTERVAL_MS,
+    Appended, Change, Directory, DirectoryError, DirectoryIndex, DirectoryOptions, DirectoryStore, FileStore,
+    KeyLimits, KeySpec, Recorded, Refusal, Source, TenantFields, TenantPatch, TenantRecord,
+    UNKNOWN_KEY_READ_INTERVAL_MS,
 };
 use ratelimiter::FakeClock;
 
@@ -426,4 +427,121 @@ async fn a_shared_store_down_at_start_opens_and_is_read_once_it_answers() {
     tokio::time::sleep(std::time::Duration::from_millis(UNKNOWN_KEY_READ_INTERVAL_MS)).await;
     let found = directory.authenticate(&made.key.text).await.unwrap();
     assert_eq!(found.tenant.name, "acme");
+}
+
+/// A day, in ms: the retention of the forgetting test.
+const DAY_MS: u64 = 86_400_000;
+
+async fn open_with(path: &PathBuf, clock: &FakeClock, options: DirectoryOptions) -> Directory {
+    let store = Arc::new(FileStore::open(path).unwrap());
+    Directory::open_with(store, Arc::new(clock.clone()), Vec::new(), options)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn ended_keys_are_listed_until_their_retention_ends_then_forgotten_for_good_and_no_longer_counted() {
+    let path = temp_file("forget");
+    let clock = FakeClock::new(1_700_000_000_000);
+    let options = DirectoryOptions {
+        key_retention_ms: DAY_MS,
+        keys_max: 4,
+    };
+    let directory = open_with(&path, &clock, options).await;
+    directory.create_tenant("acme", TenantFields::default()).await.unwrap();
+    let revoked = directory.create_key(&spec("acme")).await.unwrap();
+    let expiring = KeySpec {
+        expires_in_seconds: Some(60),
+        ..spec("acme")
+    };
+    let expired = directory.create_key(&expiring).await.unwrap();
+    let kept = directory.create_key(&spec("acme")).await.unwrap();
+    let rotated = directory.rotate_key(&kept.record.id, 0).await.unwrap();
+    let full = directory.create_key(&spec("acme")).await.unwrap_err();
+    assert!(
+        matches!(&full, DirectoryError::Full(m) if m.contains("forgotten")),
+        "{full:?}"
+    );
+    directory.revoke_key(&revoked.record.id).await.unwrap();
+    // A day after the revocation less a millisecond: still listed, still counted.
+    clock.advance_ms(DAY_MS - 1);
+    assert_eq!(directory.forget_past_retention().await.unwrap(), 0);
+    assert_eq!(directory.keys(Some("acme")).len(), 4);
+    assert!(directory.create_key(&spec("acme")).await.is_err(), "still full");
+    // At the day: the revoked key and the rotated-away key (ended at the
+    // rotation) go; the one that expired a minute in stays a minute more.
+    clock.advance_ms(1);
+    let made = directory.create_key(&spec("acme")).await.unwrap();
+    assert_eq!(directory.sizes().1, 3, "forgotten to make room");
+    let ids: Vec<String> = directory.keys(None).into_iter().map(|k| k.id).collect();
+    assert!(
+        !ids.contains(&revoked.record.id) && !ids.contains(&kept.record.id),
+        "{ids:?}"
+    );
+    assert!(ids.contains(&expired.record.id) && ids.contains(&rotated.record.id));
+    assert_eq!(
+        directory.authenticate(&revoked.key.text).await.unwrap_err(),
+        Refusal::Unknown
+    );
+    assert_eq!(
+        directory.revoke_key(&revoked.record.id).await.unwrap_err(),
+        DirectoryError::UnknownKey(revoked.record.id.clone())
+    );
+    assert!(
+        directory.authenticate(&rotated.key.text).await.is_ok(),
+        "the successor works on"
+    );
+    clock.advance_ms(60_000);
+    assert_eq!(directory.forget_past_retention().await.unwrap(), 1);
+    drop(directory);
+    // Forgetting is recorded: a reopen with a longer retention does not bring them back.
+    let longer = DirectoryOptions {
+        key_retention_ms: 365 * DAY_MS,
+        ..options
+    };
+    let directory = open_with(&path, &clock, longer).await;
+    let ids: Vec<String> = directory.keys(None).into_iter().map(|k| k.id).collect();
+    assert_eq!(ids, vec![rotated.record.id.clone(), made.record.id.clone()]);
+}
+
+#[tokio::test]
+async fn a_keys_budgets_change_durably_and_a_bad_change_changes_nothing() {
+    let path = temp_file("update-key");
+    let clock = FakeClock::new(1_700_000_000_000);
+    let directory = open(&path, &clock, Vec::new()).await;
+    directory.create_tenant("acme", TenantFields::default()).await.unwrap();
+    let key = directory.create_key(&spec("acme")).await.unwrap();
+    let budget: ratelimiter::price::budget::BudgetConfig =
+        serde_json::from_value(serde_json::json!({"usd": 5, "period": "day"})).unwrap();
+    let limits = KeyLimits {
+        rpm: Some(9),
+        budgets: Some(vec![budget]),
+        ..Default::default()
+    };
+    let updated = directory.update_key_limits(&key.record.id, &limits).await.unwrap();
+    assert_eq!(updated.limits, limits);
+    let bad: ratelimiter::price::budget::BudgetConfig =
+        serde_json::from_value(serde_json::json!({"usd": 5, "period": "fortnight"})).unwrap();
+    let refused = KeyLimits {
+        budgets: Some(vec![bad]),
+        ..Default::default()
+    };
+    let error = directory.update_key_limits(&key.record.id, &refused).await.unwrap_err();
+    assert!(
+        matches!(&error, DirectoryError::Invalid { field, .. } if field.contains("period")),
+        "{error:?}"
+    );
+    directory.revoke_key(&key.record.id).await.unwrap();
+    let error = directory
+        .update_key_limits(&key.record.id, &KeyLimits::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, DirectoryError::Conflict(_)), "{error:?}");
+    drop(directory);
+    let directory = open(&path, &clock, Vec::new()).await;
+    assert_eq!(
+        directory.key(&key.record.id).unwrap().limits,
+        limits,
+        "kept across a reopen"
+    );
 }

@@ -208,8 +208,9 @@ async fn a_damaged_snapshot_is_rejected_whole() {
         assert!(!error.is_empty(), "truncated to {len}");
     }
     let mut newer = bytes.clone();
-    newer[8] = 3;
-    assert!(MemorySnapshot::decode(&newer).unwrap_err().contains("version 3"));
+    newer[8] = u8::try_from(ratelimiter::memory::SNAPSHOT_FORMAT_VERSION + 1).unwrap();
+    let newer_version = format!("version {}", ratelimiter::memory::SNAPSHOT_FORMAT_VERSION + 1);
+    assert!(MemorySnapshot::decode(&newer).unwrap_err().contains(&newer_version));
     let mut longer = bytes.clone();
     longer.push(0);
     assert!(MemorySnapshot::decode(&longer).is_err());
@@ -356,6 +357,39 @@ async fn denial_streaks_survive_a_snapshot() {
         after_restore > from_calm,
         "a streak of 4 backs off longer ({after_restore} ms) than a calm key ({from_calm} ms); hints before: {hints:?}"
     );
+}
+
+/// A budget that owes (`overage: owe`) still owes after a restart, until
+/// the window of the bill it could not hold ends: a restart does not admit
+/// past it.
+#[tokio::test]
+async fn a_budget_that_owes_still_owes_after_a_restore() {
+    let clock = FakeClock::new(START_UNIX_MS);
+    let owe = || {
+        let definition = LimitDefinition::rolling(key("budget"), 100, 60).unwrap();
+        LimitState::active(definition.with_overage(ratelimiter::definition::Overage::Owe))
+    };
+    let first = MemoryBackend::new(Arc::new(clock.clone()), MemoryConfig::default());
+    first.apply_state(&owe()).await.unwrap();
+    let (billed, in_flight) = (LeaseId::generate(), LeaseId::generate());
+    reserve(&first, billed, &[("budget", 60)]).await;
+    reserve(&first, in_flight, &[("budget", 30)]).await;
+    complete(&first, billed, &[("budget", 150)]).await;
+    complete(&first, in_flight, &[("budget", 0)]).await;
+    let snapshot = through_bytes(&first.snapshot());
+    let second = MemoryBackend::new(Arc::new(clock.clone()), MemoryConfig::default());
+    second.apply_state(&owe()).await.unwrap();
+    second.restore(&snapshot).unwrap();
+    let report = second.limit_report(&key("budget")).await.unwrap().unwrap();
+    assert!(report.owing, "{report:?}");
+    let denied = reserve(&second, LeaseId::generate(), &[("budget", 1)]).await;
+    assert!(
+        matches!(denied, ReserveOutcome::Denied(Denial::InsufficientCapacity { .. })),
+        "{denied:?}"
+    );
+    clock.advance_ms(60_000 + 1_000);
+    let allowed = reserve(&second, LeaseId::generate(), &[("budget", 1)]).await;
+    assert!(matches!(allowed, ReserveOutcome::Allowed { .. }), "{allowed:?}");
 }
 
 /// [`backend`]'s limits with a fixed jitter seed.

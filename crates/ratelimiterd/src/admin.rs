@@ -12,7 +12,26 @@ use crate::body::JsonBody;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// `PUT /v1/admin/limits`: 200 with the stored state and its usage.
+/// Refuses a definition of a budget in money (`tenant:<name>:usd:<span>`,
+/// `key:<id>:usd:<span>`, a model's, the gateway's: the gateway's
+/// [`gateway::limits::budgets::is_budget_key`], the one predicate of the
+/// server and the CLI): a budget is its owner's record (its period, its
+/// alerts), and a limit written beside it would disagree with it.
+pub fn refuse_budget_key(key: &LimitKey) -> Result<(), String> {
+    if !gateway::limits::budgets::is_budget_key(key.as_str()) {
+        return Ok(());
+    }
+    Err(format!(
+        "{key} is a budget in money, its owner's: a definition here would disagree with the tenant's or key's \
+         record (its period, its alerts); change it with PATCH /v1/admin/gateway/tenants/<name> or \
+         PATCH /v1/admin/gateway/keys/<id> and their `budgets` (the CLI's `ratelimiterd tenants update NAME --budget \
+         USD/PERIOD` or `ratelimiterd keys update ID --budget USD/PERIOD`, PERIOD day, week, month or a window such \
+         as 3600s), or in the configuration's budgets"
+    ))
+}
+
+/// `PUT /v1/admin/limits`: 200 with the stored state and its usage; a budget
+/// in money is refused ([`refuse_budget_key`]), a 400 before anything changes.
 ///
 /// The change runs in its own task, so a request timeout or a client that hangs
 /// up cannot stop it between persisting and applying.
@@ -22,6 +41,9 @@ use crate::state::AppState;
 /// capacity whose ceiling would hold nothing is a 400) and defined after it.
 pub async fn put_limit(State(state): State<AppState>, JsonBody(definition): JsonBody<LimitDefinition>) -> Response {
     let key = definition.key().clone();
+    if let Err(message) = refuse_budget_key(&key) {
+        return ApiError::InvalidRequest(message).into_response();
+    }
     let ceilings = match state.gateway().map(|g| g.ceilings_over(&definition)) {
         Some(Err(message)) => return ApiError::InvalidRequest(message).into_response(),
         Some(Ok(ceilings)) => ceilings,

@@ -59,7 +59,10 @@ fn directory_routes(state: &AppState) -> Router<AppState> {
             get(d::get_tenant).patch(d::update_tenant).delete(d::delete_tenant),
         )
         .route("/v1/admin/gateway/keys", post(d::create_key).get(d::list_keys))
-        .route("/v1/admin/gateway/keys/{id}", get(d::get_key).delete(d::revoke_key))
+        .route(
+            "/v1/admin/gateway/keys/{id}",
+            get(d::get_key).patch(d::update_key).delete(d::revoke_key),
+        )
         .route("/v1/admin/gateway/keys/{id}/rotate", post(d::rotate_key))
         .route_layer(from_fn_with_state(state.clone(), d::served))
 }

@@ -44,6 +44,8 @@ Without a subcommand, runs the server. Without --config, it serves the memory ba
     failed_leases_max: 500000          # denied lease ids remembered
     snapshot_interval_ms: 1000         # live state saved beside the registry (0: only at a graceful stop)
     damaged_snapshot: start_fresh      # or refuse: a damaged snapshot at start is moved aside, or stops it
+  directory:
+    key_retention_days: 30             # revoked and expired gateway keys listed this long, then forgotten
   tigerbeetle:
     cluster_id: \"0\"
     addresses: [\"127.0.0.1:3000\"]
@@ -107,7 +109,7 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::cli_directory::TenantsCommand,
     },
-    /// The gateway's keys on a running server: create, list, get, revoke, rotate.
+    /// The gateway's keys on a running server: create, list, get, update, revoke, rotate.
     Keys {
         /// Which keys operation.
         #[command(subcommand)]
@@ -262,27 +264,10 @@ impl Remote {
     }
 }
 
-/// The part of a limit key that makes it a budget in money
-/// (`tenant:search:usd:month`, `key:<id>:usd:day`, a model's or the gateway's).
-const BUDGET_KEY_SEGMENT: &str = "usd";
-
-/// Refuses `limits put` of a budget in money: its period (a calendar day,
-/// week or month) cannot be written by `limits put`, and the tenant's or
-/// key's record would then say one budget while its limit holds another.
-fn refuse_budget_key(key: &LimitKey) -> Result<(), String> {
-    if !key.as_str().split(':').any(|part| part == BUDGET_KEY_SEGMENT) {
-        return Ok(());
-    }
-    Err(format!(
-        "{key} is a budget in money: `limits put` would make it a rolling window apart from its tenant's or key's \
-         record; change it with `ratelimiterd tenants update NAME --budget USD/PERIOD` (PERIOD day, week, month or \
-         a window such as 3600s), `ratelimiterd keys create ... --budget USD/PERIOD`, or the configuration's budgets"
-    ))
-}
-
 impl PutArgs {
     fn definition(&self) -> Result<LimitDefinition, String> {
-        refuse_budget_key(&self.key)?;
+        // The server refuses it too; refused here before anything is sent.
+        crate::admin::refuse_budget_key(&self.key)?;
         LimitDefinition::new(DefinitionFields {
             key: self.key.clone(),
             kind: match self.kind {
@@ -495,5 +480,26 @@ mod tests {
         // A key merely containing the letters is not a budget.
         let rolling = put_definition(&["--kind", "rolling", "--capacity", "5", "--window-seconds", "60"]);
         assert!(rolling.is_ok(), "{rolling:?}");
+        // The server's predicate, the gateway's: the rate of a tenant named
+        // `usd` is no budget, and the CLI does not refuse it either.
+        let cli = parse(&[
+            "limits",
+            "put",
+            "--key",
+            "tenant:usd:llm:rpm",
+            "--kind",
+            "rolling",
+            "--capacity",
+            "5",
+            "--window-seconds",
+            "60",
+        ]);
+        let Some(Command::Limits {
+            command: LimitsCommand::Put(put),
+        }) = cli.command
+        else {
+            panic!("not a put");
+        };
+        assert!(put.definition().is_ok());
     }
 }

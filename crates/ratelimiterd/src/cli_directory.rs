@@ -88,6 +88,19 @@ pub enum KeysCommand {
         /// Its id.
         id: String,
     },
+    /// Change a key's budgets (PATCH /v1/admin/gateway/keys/ID): the budgets
+    /// given replace the key's; its other settings are set at its creation.
+    Update {
+        /// Its id.
+        id: String,
+        /// A budget in money, USD/PERIOD with PERIOD day, week, month or a
+        /// rolling window such as 3600s (`5/day`); repeat for several (at most 3).
+        #[arg(long = "budget", value_name = "USD/PERIOD", value_parser = parse_budget)]
+        budgets: Vec<Value>,
+        /// `budgets`: remove every budget of the key.
+        #[arg(long = "clear", value_name = "FIELD")]
+        clear: Vec<String>,
+    },
     /// Revoke a key: refused by every server of the fleet within a second.
     Revoke {
         /// Its id.
@@ -129,7 +142,7 @@ pub struct KeyArgs {
     pub daily_tokens: Option<u64>,
     /// Its own budget in money, USD/PERIOD with PERIOD day, week, month or a
     /// rolling window such as 3600s (`5/day`); repeat for several (at most 3).
-    /// A key's limits are set at its creation (the API changes no key).
+    /// `keys update` changes them later.
     #[arg(long = "budget", value_name = "USD/PERIOD", value_parser = parse_budget)]
     pub budgets: Vec<Value>,
 }
@@ -272,6 +285,10 @@ pub fn keys_request(command: &KeysCommand) -> Result<(&'static str, String, Opti
             named(id)?;
             ("GET", format!("{BASE}/{id}"), None)
         }
+        KeysCommand::Update { id, budgets, clear } => {
+            named(id)?;
+            ("PATCH", format!("{BASE}/{id}"), Some(key_update_body(budgets, clear)?))
+        }
         KeysCommand::Revoke { id } => {
             named(id)?;
             ("DELETE", format!("{BASE}/{id}"), None)
@@ -285,6 +302,27 @@ pub fn keys_request(command: &KeysCommand) -> Result<(&'static str, String, Opti
             )
         }
     })
+}
+
+/// The body of `keys update`: the budgets given, or none with `--clear
+/// budgets`; refused before anything is sent when it changes nothing, clears
+/// another field, or both sets and clears the budgets.
+fn key_update_body(budgets: &[Value], clear: &[String]) -> Result<Value, String> {
+    if let Some(other) = clear.iter().find(|f| *f != "budgets") {
+        return Err(format!(
+            "invalid_argument: --clear {other}: only a key's budgets change after its creation"
+        ));
+    }
+    match (budgets.is_empty(), clear.is_empty()) {
+        (false, true) => Ok(json!({ "budgets": budgets })),
+        (true, false) => Ok(json!({ "budgets": null })),
+        (false, false) => {
+            Err("invalid_argument: --clear budgets and a new --budget in one update; give one of the two".to_owned())
+        }
+        (true, true) => Err(
+            "invalid_argument: nothing to change: give --budget USD/PERIOD (repeatable) or --clear budgets".to_owned(),
+        ),
+    }
 }
 
 /// Sends `request` and prints the answer; an answer that is not a success is
@@ -402,6 +440,29 @@ mod tests {
             body.unwrap(),
             json!({"tenant": "search", "budgets": [{"usd": 5, "period": "day"}]})
         );
+        let (method, path, body) = request(&["keys", "update", KEY_ID, "--budget", "5/day", "--budget", "1/3600s"]);
+        assert_eq!(
+            (method, path, body.unwrap()),
+            (
+                "PATCH",
+                format!("/v1/admin/gateway/keys/{KEY_ID}"),
+                json!({"budgets": [{"usd": 5, "period": "day"}, {"usd": 1, "window_seconds": 3600}]})
+            )
+        );
+        let (_, _, body) = request(&["keys", "update", KEY_ID, "--clear", "budgets"]);
+        assert_eq!(body.unwrap(), json!({"budgets": null}));
+        for (args, expected) in [
+            (&["--clear", "rpm"][..], "only a key's budgets"),
+            (&["--budget", "5/day", "--clear", "budgets"][..], "one of the two"),
+            (&[][..], "nothing to change"),
+        ] {
+            let line = [&["ratelimiterd", "keys", "update", KEY_ID][..], args].concat();
+            let DirectoryLine::Keys { command } = DirectoryLine::try_parse_from(line).unwrap() else {
+                panic!("a keys command");
+            };
+            let error = keys_request(&command).unwrap_err();
+            assert!(error.contains(expected), "{args:?}: {error}");
+        }
         for bad in ["500", "500/fortnight", "five/day", "-1/day", "5/0s", "5/s", "5/3600"] {
             let flag = format!("--budget={bad}");
             let line = ["ratelimiterd", "tenants", "create", "t", flag.as_str()];

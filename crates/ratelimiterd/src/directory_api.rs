@@ -259,8 +259,9 @@ fn created_json(created: &CreatedKey) -> Value {
 
 /// `POST /v1/admin/gateway/keys`: 201 with the key, shown this once; 404
 /// for an unknown tenant. The key's own limits are defined right after it
-/// (`key:<id>:llm:rpm`, …); if that fails, the key is revoked and the
-/// answer is the failure.
+/// (`key:<id>:llm:rpm`, …; `key_limits.rs`: from its record, with no write
+/// of the registry file on the memory backend); if that fails, the key is
+/// revoked and the answer is the failure.
 pub async fn create_key(State(state): State<AppState>, mut fields: Fields) -> Result<Response, ApiError> {
     let spec = KeySpec {
         tenant: fields.require("tenant")?,
@@ -288,12 +289,9 @@ pub async fn create_key(State(state): State<AppState>, mut fields: Fields) -> Re
     // In its own task: a client hanging up cannot stop it between the key and its limits.
     let change = tokio::spawn(async move {
         let created = directory.create_key(&spec).await?;
-        let hold_seconds = state.gateway_scope().concurrency_hold_seconds();
-        for definition in gateway::limits::directory_key_definitions(&created.record, hold_seconds) {
-            if let Err(e) = state.admin().define(definition).await {
-                let _ = directory.revoke_key(&created.record.id).await;
-                return Err(ApiError::from(e));
-            }
+        if let Err(e) = crate::key_limits::define_new(&state, &created.record).await {
+            let _ = directory.revoke_key(&created.record.id).await;
+            return Err(e);
         }
         Ok::<_, ApiError>(created)
     });
@@ -385,6 +383,88 @@ pub async fn revoke_key(
     let directory = directory(&state);
     directory.revoke_key(&id).await.map_err(|e| key_refusal(&id, e))?;
     let view = directory.key_view(&id).ok_or_else(|| unknown_key(&id))?;
+    Ok(Json(serde_json::to_value(view).expect("a key view serializes")))
+}
+
+/// The fields a key is created with that its PATCH does not change: they
+/// make another key (its tenant, scope, life) or are its rates, set once.
+const KEY_FIELDS_SET_AT_CREATION: [&str; 7] = [
+    "tenant",
+    "name",
+    "models",
+    "expires_in_seconds",
+    "rpm",
+    "concurrency",
+    "daily_tokens",
+];
+
+/// `PATCH /v1/admin/gateway/keys/{id}` `{"budgets": [...]}`: replaces the
+/// key's budgets (`null` or `[]`: none); 200 with the key. The budgets'
+/// limits are defined before the key names them, so no call meets one
+/// undefined; a bad budget, a model without a price, or another field is a
+/// 400 naming it, and nothing changes.
+pub async fn update_key(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    mut fields: Fields,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_name(id)?;
+    let budgets: Option<Option<Vec<BudgetConfig>>> = fields.take_patch("budgets")?;
+    for name in KEY_FIELDS_SET_AT_CREATION {
+        if fields.take_patch::<Value>(name)?.is_some() {
+            return Err(ApiError::InvalidRequest(format!(
+                "{name}: set at the key's creation; a key's PATCH changes its budgets only (rotate or create a key \
+                 for another scope or life)"
+            )));
+        }
+    }
+    fields.finish()?;
+    let budgets = budgets.ok_or_else(|| {
+        ApiError::InvalidRequest("budgets: is required (a key's PATCH changes its budgets only)".to_owned())
+    })?;
+    let directory = directory(&state).clone();
+    let key = directory.key(&id).ok_or_else(|| unknown_key(&id))?;
+    match directory.key_view(&id).map(|v| v.status) {
+        Some(KeyStatus::Active) => {}
+        status => {
+            let status = serde_json::to_value(status).expect("a status serializes");
+            return Err(ApiError::from(ratelimiter::directory::DirectoryError::Conflict(
+                format!("key {id} is {status}: only a working key's budgets are changed"),
+            )));
+        }
+    }
+    let limits = KeyLimits {
+        budgets: budgets.filter(|b| !b.is_empty()),
+        ..key.limits.clone()
+    };
+    KeySpec {
+        limits: limits.clone(),
+        ..Default::default()
+    }
+    .validate()?;
+    let tenant_models = directory.tenant(&key.tenant).and_then(|t| t.fields.models);
+    let key_models = key.models.as_deref().or(tenant_models.as_deref());
+    check_priced(&state, "budgets", limits.budgets.as_deref(), key_models)?;
+    // In its own task: a client hanging up cannot stop it between the limits and the key.
+    let change = tokio::spawn(async move {
+        let next = ratelimiter::directory::KeyRecord {
+            limits: limits.clone(),
+            ..key.clone()
+        };
+        crate::key_limits::define_budgets(&state, &next).await?;
+        if let Err(e) = directory.update_key_limits(&id, &limits).await {
+            // The record did not change: its budgets are defined back as it says.
+            if let Err(undo) = crate::key_limits::define_budgets(&state, &key).await {
+                tracing::error!(key_id = %key.id, error = %undo,
+                    "gateway: a key's budgets could not be defined back after its change failed; the next start does");
+            }
+            return Err(key_refusal(&id, e));
+        }
+        directory.key_view(&id).ok_or_else(|| unknown_key(&id))
+    });
+    let view = change
+        .await
+        .map_err(|e| ApiError::Internal(format!("changing a key failed: {e}")))??;
     Ok(Json(serde_json::to_value(view).expect("a key view serializes")))
 }
 

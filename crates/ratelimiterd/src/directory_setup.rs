@@ -100,7 +100,8 @@ pub fn config_tenants(config: &Config) -> Vec<TenantRecord> {
 
 /// Opens the directory of `config`: on `store` when the backend keeps one
 /// (TigerBeetle's cluster), else in the file beside the registry; starts its
-/// periodic read on a shared store.
+/// periodic read on a shared store, and the periodic forgetting of the keys
+/// past `directory.key_retention_days`.
 pub async fn open(
     config: &Config,
     store: Option<Arc<dyn DirectoryStore>>,
@@ -110,10 +111,11 @@ pub async fn open(
         Some(store) => store,
         None => Arc::new(FileStore::open(journal_path(&config.registry.path))?),
     };
-    let directory = Directory::open(store, clock, config_tenants(config))
+    let directory = Directory::open_with(store, clock, config_tenants(config), config.directory.options())
         .await
         .map_err(|e| format!("gateway tenants and keys: {e}"))?;
     let directory = Arc::new(directory);
     directory.start_refresh();
+    directory.start_forgetting();
     Ok(directory)
 }

@@ -28,6 +28,7 @@ pub mod directory_setup;
 pub mod echo;
 pub mod error;
 pub mod health;
+pub mod key_limits;
 pub mod lease;
 pub mod logging;
 pub mod metrics;

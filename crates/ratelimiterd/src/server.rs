@@ -93,8 +93,9 @@ impl ServeOptions {
 }
 
 /// Builds the server's state from `config`: the backend, the registry, every
-/// persisted state applied to the backend, then (memory backend) the live
-/// state of the last snapshot, then the definitions of the `profiles:` entries. On TigerBeetle the cluster keeps the
+/// persisted state applied to the backend, the directory of tenants and keys
+/// with the limits derived from it, then (memory backend) the live state of
+/// the last snapshot, then the definitions of the `profiles:` entries. On TigerBeetle the cluster keeps the
 /// definitions: the registry file is not used, except that limits of a file
 /// written by a server of the same data directory before are moved into the
 /// cluster once.
@@ -121,6 +122,14 @@ pub async fn start(config: &Config) -> Result<AppState, ServerError> {
     if defined > 0 {
         tracing::info!(defined, "gateway: missing tenant limits defined at start");
     }
+    define_key_limits(&state).await?;
+    // The memory backend's live state comes after the limits it refers to
+    // (the keys' own, derived from the directory, included).
+    if let Some(snapshots) = state.snapshots() {
+        snapshots
+            .restore_at_start(config.memory.damaged_snapshot)
+            .map_err(ServerError::Snapshot)?;
+    }
     if config.gateway.is_some() {
         state.open_spend(config).map_err(ServerError::Gateway)?;
     }
@@ -140,7 +149,28 @@ pub async fn start(config: &Config) -> Result<AppState, ServerError> {
     Ok(state)
 }
 
-/// [`start`] before the `profiles:` entries are defined.
+/// The own limits of every key of the directory, from their records
+/// (`key_limits.rs`): on the memory backend, where the registry file does not
+/// hold them, all of them at every start.
+async fn define_key_limits(state: &AppState) -> Result<(), ServerError> {
+    let Some(directory) = state.directory().filter(|d| d.sizes().1 > 0) else {
+        return Ok(());
+    };
+    let started = std::time::Instant::now();
+    let defined = crate::key_limits::define_at_start(state, directory)
+        .await
+        .map_err(|e| ServerError::Directory(format!("defining the gateway keys' own limits: {e}")))?;
+    tracing::info!(
+        missing = defined.missing,
+        budgets_redefined = defined.budgets_redefined,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "gateway keys' own limits defined"
+    );
+    Ok(())
+}
+
+/// [`start`] before the directory is read and the `profiles:` entries are
+/// defined (and, on the memory backend, before its snapshot is restored).
 async fn restore(config: &Config) -> Result<AppState, ServerError> {
     let backend = backend::build(config).await.map_err(ServerError::Backend)?;
     let restore_error = |e: ratelimiter::admin::AdminError| ServerError::Restore {
@@ -151,12 +181,6 @@ async fn restore(config: &Config) -> Result<AppState, ServerError> {
         let state = AppState::new(backend, Some(Registry::open(&config.registry.path)?), config);
         let restored = state.admin().restore().await.map_err(restore_error)?;
         tracing::info!(restored, registry = %config.registry.path.display(), "limits restored");
-        // The memory backend's live state comes after the limits it refers to.
-        if let Some(snapshots) = state.snapshots() {
-            snapshots
-                .restore_at_start(config.memory.damaged_snapshot)
-                .map_err(ServerError::Snapshot)?;
-        }
         return Ok(state);
     }
     let state = AppState::new(backend, None, config);

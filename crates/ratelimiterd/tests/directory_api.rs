@@ -5,90 +5,17 @@
 
 mod support;
 
-use std::sync::Arc;
-
-use axum::body::Body;
-use axum::http::{header, Method, Request, StatusCode};
-use axum::Router;
-use ratelimiter::memory::MemoryBackend;
-use ratelimiter::registry::Registry;
-use ratelimiter::{FakeClock, LimitKey};
-use ratelimiterd::{app, AppState, Config};
+use axum::http::{Method, StatusCode};
+use ratelimiter::LimitKey;
 use serde_json::{json, Value};
-use support::{temp_dir, TempDir};
-use tower::ServiceExt;
+use support::admin_harness::{harness_with, Harness};
 
 const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef";
 const GATEWAY: &str = "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  classes: [{name: gold}, {name: bronze}]\n  upstreams:\n    - {name: openai, kind: openai, base_url: \"http://127.0.0.1:9\"}\n  models:\n    - {name: gpt-4o-mini, upstream: openai, rpm: 500}\n    - {name: gpt-4o, upstream: openai, rpm: 500}\n  tenants:\n    - {name: yaml-team, api_key_env: DIRECTORY_API_TEST_KEY, rpm: 9}\n";
 
-struct Harness {
-    router: Router,
-    clock: FakeClock,
-    state: AppState,
-    token: Option<&'static str>,
-    _dir: TempDir,
-}
-
-async fn harness_with(name: &str, server: &str, sections: &str, token: Option<&'static str>) -> Harness {
-    let dir = temp_dir(name);
-    let registry_path = dir.join("limits.json");
-    let text = format!(
-        "server:\n{server}registry:\n  path: {}\n{sections}",
-        registry_path.display()
-    );
-    let config = Config::parse(&text, std::path::Path::new("test.yaml")).unwrap();
-    let clock = FakeClock::new(1_700_000_000_000);
-    let backend = Arc::new(MemoryBackend::new(
-        Arc::new(clock.clone()),
-        ratelimiterd::backend::memory_config(&config),
-    ));
-    let registry = Registry::open(&registry_path).unwrap();
-    let state = AppState::new(
-        ratelimiterd::backend::SelectedBackend::of(backend),
-        Some(registry),
-        &config,
-    );
-    state.open_directory(&config, Arc::new(clock.clone())).await.unwrap();
-    Harness {
-        router: app(state.clone()),
-        clock,
-        state,
-        token,
-        _dir: dir,
-    }
-}
-
 async fn harness(name: &str) -> Harness {
     let server = format!("  admin_token: {ADMIN_TOKEN}\n");
     harness_with(name, &server, GATEWAY, Some(ADMIN_TOKEN)).await
-}
-
-impl Harness {
-    async fn send_raw(&self, method: Method, path: &str, body: Vec<u8>, token: Option<&str>) -> (StatusCode, Value) {
-        let mut request = Request::builder().method(method).uri(path);
-        if let Some(token) = token {
-            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        if !body.is_empty() {
-            request = request.header(header::CONTENT_TYPE, "application/json");
-        }
-        let response = self
-            .router
-            .clone()
-            .oneshot(request.body(Body::from(body)).unwrap())
-            .await
-            .unwrap();
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 24).await.unwrap();
-        let value =
-            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-        (status, value)
-    }
-
-    async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let body = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
-        self.send_raw(method, path, body, self.token).await
-    }
 }
 
 fn error(body: &Value) -> &str {

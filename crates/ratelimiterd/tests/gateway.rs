@@ -267,10 +267,10 @@ async fn class_ceilings_follow_an_admin_change_of_their_model_limit() {
 }
 
 /// A tenant's budget in money is a limit like any other: the admin API shows it
-/// in micro-dollars and changes it at runtime, and the next call is held to the
-/// new capacity (docs/gateway.md, "Budgets and spend").
+/// in micro-dollars, and refuses to define it through `PUT /v1/admin/limits`:
+/// a budget changes with its owner (docs/gateway.md, "Budgets and spend").
 #[tokio::test]
-async fn a_budget_in_money_is_shown_and_changed_by_the_admin_api() {
+async fn a_budget_in_money_is_shown_by_the_admin_api_and_changed_only_with_its_owner() {
     let (sim, _) = start_paced_sim(64, 0).await;
     std::env::set_var("GATEWAY_FLEET_TEST_KEY", TENANT_KEY);
     let section = format!(
@@ -297,17 +297,20 @@ async fn a_budget_in_money_is_shown_and_changed_by_the_admin_api() {
     );
     let billed = (prompt * 150_000 + completion * 600_000).div_ceil(1_000_000);
     eventually_in_use(&client, daemon.addr, key, billed).await;
-    // Lowered to one micro-dollar: the next call's worst case no longer fits.
+    // A budget is its owner's: defining it through the limits API is refused,
+    // naming where it changes, and the limit is unchanged.
     let put = admin_put(
         &client,
         daemon.addr,
         json!({"key": key, "kind": "rolling", "capacity": 1, "period": "month"}),
     )
     .await;
-    assert_eq!(put.status, 200, "{}", put.body);
-    let refused = chat_with(&client, gateway, TENANT_KEY).await;
-    assert_eq!(refused.status, 429, "{}", refused.body);
-    assert!(refused.body.contains(key), "{}", refused.body);
+    assert_eq!(put.status, 400, "{}", put.body);
+    assert!(put.body.contains("configuration's budgets"), "{}", put.body);
+    let report = admin_report(&client, daemon.addr, key).await;
+    assert_eq!(report["capacity"], json!(10_000_000), "{report}");
+    let served = chat_with(&client, gateway, TENANT_KEY).await;
+    assert_eq!(served.status, 200, "{}", served.body);
 }
 
 #[cfg(feature = "tigerbeetle")]

@@ -208,22 +208,46 @@ async fn a_budget_that_owes_refuses_on_memory_in_every_scope() {
     }
 }
 
+/// Two servers of one fresh TigerBeetle cluster with the gateway `section`.
+#[cfg(feature = "tigerbeetle")]
+struct Fleet {
+    servers: [Daemon; 2],
+    _dirs: [support::TempDir; 2],
+    _cluster: ratelimiter::tigerbeetle::LocalCluster,
+}
+
+#[cfg(feature = "tigerbeetle")]
+impl Fleet {
+    fn start(name: &str, section: &str) -> Self {
+        let cluster = ratelimiter::tigerbeetle::LocalCluster::start().expect("starting a local TigerBeetle");
+        let backend = BackendConfig::TigerBeetle {
+            addresses: cluster.address(),
+            settings: "  sessions: 2\n  request_timeout_ms: 2000\n",
+        };
+        let dirs = [temp_dir(&format!("{name}-a")), temp_dir(&format!("{name}-b"))];
+        let servers = [0, 1].map(|i| Daemon::start_on(&dirs[i], backend, "", section));
+        Self {
+            servers,
+            _dirs: dirs,
+            _cluster: cluster,
+        }
+    }
+
+    /// Both servers' gateway addresses.
+    fn gateways(&self) -> [SocketAddr; 2] {
+        [gateway_addr(&self.servers[0]), gateway_addr(&self.servers[1])]
+    }
+}
+
 #[cfg(feature = "tigerbeetle")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_that_owes_refuses_on_every_server_of_a_fleet() {
-    let cluster = ratelimiter::tigerbeetle::LocalCluster::start().expect("starting a local TigerBeetle");
-    let backend = BackendConfig::TigerBeetle {
-        addresses: cluster.address(),
-        settings: "  sessions: 2\n  request_timeout_ms: 2000\n",
-    };
     let sim = start_billing_sim().await;
-    let (dir_a, dir_b) = (temp_dir("gateway-debt-fleet-a"), temp_dir("gateway-debt-fleet-b"));
-    let a = Daemon::start_on(&dir_a, backend, "", &gateway_section(sim, Scope::Tenant));
-    let b = Daemon::start_on(&dir_b, backend, "", &gateway_section(sim, Scope::Tenant));
-    let gateways = [gateway_addr(&a), gateway_addr(&b)];
-    calls_stop_once_the_budget_owes(sim, &gateways, TENANT_KEY, Scope::Tenant);
-    console_says_owing(a.addr, Scope::Tenant);
-    console_says_owing(b.addr, Scope::Tenant);
+    let fleet = Fleet::start("gateway-money-owes", &gateway_section(sim, Scope::Tenant));
+    calls_stop_once_the_budget_owes(sim, &fleet.gateways(), TENANT_KEY, Scope::Tenant);
+    for server in &fleet.servers {
+        console_says_owing(server.addr, Scope::Tenant);
+    }
 }
 
 /// The output bound the model reserves for a call that names none.
@@ -384,32 +408,15 @@ async fn the_bound_sent_and_a_failed_over_try_keep_the_bill_within_the_budget_on
 #[cfg(feature = "tigerbeetle")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bound_sent_and_a_failed_over_try_keep_the_bill_within_the_budget_on_a_fleet() {
-    let cluster = ratelimiter::tigerbeetle::LocalCluster::start().expect("starting a local TigerBeetle");
-    let backend = BackendConfig::TigerBeetle {
-        addresses: cluster.address(),
-        settings: "  sessions: 2\n  request_timeout_ms: 2000\n",
-    };
     let sim = start_billing_sim().await;
-    let (dir_a, dir_b) = (temp_dir("gateway-money-bound-a"), temp_dir("gateway-money-bound-b"));
-    let a = Daemon::start_on(&dir_a, backend, "", &unbounded_section(sim));
-    let b = Daemon::start_on(&dir_b, backend, "", &unbounded_section(sim));
-    unbounded_calls_stay_within_the_budget(sim, &[gateway_addr(&a), gateway_addr(&b)]);
-    drop((a, b));
+    let fleet = Fleet::start("gateway-money-bound", &unbounded_section(sim));
+    unbounded_calls_stay_within_the_budget(sim, &fleet.gateways());
+    drop(fleet);
     // Another cluster, so the tenant's budget starts from nothing.
-    let cluster = ratelimiter::tigerbeetle::LocalCluster::start().expect("starting a local TigerBeetle");
-    let backend = BackendConfig::TigerBeetle {
-        addresses: cluster.address(),
-        settings: "  sessions: 2\n  request_timeout_ms: 2000\n",
-    };
     let (slow, fast) = (
         start_billing_sim_slowed(SLOW_MS_PER_TOKEN).await,
         start_billing_sim().await,
     );
-    let (dir_a, dir_b) = (
-        temp_dir("gateway-money-failover-a"),
-        temp_dir("gateway-money-failover-b"),
-    );
-    let a = Daemon::start_on(&dir_a, backend, "", &failover_section(slow, fast));
-    let b = Daemon::start_on(&dir_b, backend, "", &failover_section(slow, fast));
-    failed_over_tries_stay_charged(slow, fast, &[gateway_addr(&a), gateway_addr(&b)], b.addr);
+    let fleet = Fleet::start("gateway-money-failover", &failover_section(slow, fast));
+    failed_over_tries_stay_charged(slow, fast, &fleet.gateways(), fleet.servers[1].addr);
 }

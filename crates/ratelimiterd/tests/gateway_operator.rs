@@ -249,7 +249,8 @@ async fn budgets_are_set_from_the_command_line_with_their_periods() {
 }
 
 /// A budget on a tenant or key that may call `llama` (no price) is a 400
-/// naming it, on create and on PATCH, and the tenant's record is unchanged.
+/// naming it, on create and on PATCH (the tenant's, the key's, and the CLI's
+/// `tenants update` and `keys update`), and the record is unchanged.
 #[tokio::test]
 async fn a_budget_over_an_unpriced_model_is_refused_and_changes_nothing() {
     let dir = temp_dir("gateway-operator-unpriced");
@@ -304,6 +305,39 @@ async fn a_budget_over_an_unpriced_model_is_refused_and_changes_nothing() {
     )
     .await;
     assert!(refused.to_string().contains("model llama"), "{refused}");
+    // A key made without a budget gets none by its PATCH or `keys update` either.
+    let bare = json!({"tenant": "open"});
+    let bare = admin(
+        &client,
+        daemon.addr,
+        post.clone(),
+        "/v1/admin/gateway/keys",
+        Some(bare),
+        201,
+    )
+    .await;
+    let bare_path = format!("/v1/admin/gateway/keys/{}", bare["id"].as_str().unwrap());
+    let refused = admin(
+        &client,
+        daemon.addr,
+        patch.clone(),
+        &bare_path,
+        Some(json!({"budgets": budgets})),
+        400,
+    )
+    .await;
+    assert!(refused.to_string().contains("model llama"), "{refused}");
+    let refused = cli_refused(
+        &daemon,
+        &["keys", "update", bare["id"].as_str().unwrap(), "--budget", "5/day"],
+    );
+    assert!(refused.contains("model llama"), "{refused}");
+    let unchanged = admin(&client, daemon.addr, hyper::Method::GET, &bare_path, None, 200).await;
+    assert_eq!(
+        unchanged.get("budgets"),
+        None,
+        "a refused PATCH changes nothing: {unchanged}"
+    );
     // Narrowed to priced models, the same budget is taken.
     let narrowed = json!({"models": ["gpt-4o-mini"], "budgets": budgets});
     let shown = admin(&client, daemon.addr, patch.clone(), path, Some(narrowed), 200).await;

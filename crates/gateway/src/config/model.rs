@@ -17,12 +17,20 @@ pub enum UpstreamKind {
     Anthropic,
     /// Any server of the OpenAI wire format (vLLM, Ollama, ...).
     OpenaiCompatible,
+    /// Azure OpenAI's per-deployment paths
+    /// (`/openai/deployments/{deployment}/chat/completions?api-version=...`)
+    /// with the `api-key` header: OpenAI's wire format, the deployment's name in
+    /// the path (docs/gateway.md, "Azure OpenAI").
+    Azure,
 }
 
 impl UpstreamKind {
     /// True for the formats of OpenAI's API.
     pub fn is_openai(self) -> bool {
-        matches!(self, UpstreamKind::Openai | UpstreamKind::OpenaiCompatible)
+        matches!(
+            self,
+            UpstreamKind::Openai | UpstreamKind::OpenaiCompatible | UpstreamKind::Azure
+        )
     }
 }
 
@@ -46,6 +54,11 @@ pub struct UpstreamConfig {
     /// features the gateway's key is used with.
     #[serde(default)]
     pub forward_headers: Vec<String>,
+    /// The `api-version` query parameter of every call (`kind: azure` only,
+    /// where it is required: Azure answers 404 without it), e.g. `2024-10-21`
+    /// (<https://learn.microsoft.com/en-us/azure/ai-foundry/openai/api-version-lifecycle>).
+    #[serde(default)]
+    pub api_version: Option<String>,
 }
 
 /// The tokenizer used to count a model's prompts.

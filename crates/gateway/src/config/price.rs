@@ -17,6 +17,7 @@ pub fn price_provider(kind: UpstreamKind, profile: Option<&str>) -> &str {
         (None, UpstreamKind::Openai) => "openai",
         (None, UpstreamKind::Anthropic) => "anthropic",
         (None, UpstreamKind::OpenaiCompatible) => "openai-compatible",
+        (None, UpstreamKind::Azure) => "azure",
     }
 }
 

@@ -293,6 +293,7 @@ fn pool_configuration_errors_name_the_model_and_the_entry() {
             base_url: "https://api.anthropic.com".into(),
             api_key_env: None,
             forward_headers: Vec::new(),
+            api_version: None,
         });
         config.models[0].deployments[2].upstream = "claude".into();
         config.models[0].deployments[2].limits.profile = None;
@@ -320,4 +321,29 @@ fn pool_configuration_errors_name_the_model_and_the_entry() {
     single.upstream = "azure-east".into();
     config.models.push(single);
     assert_eq!(config.validate().unwrap_err().entry, "models[1].model");
+}
+
+#[test]
+fn an_azure_upstream_needs_its_api_version_and_no_other_takes_one() {
+    let azure = |version: &str| {
+        parse(&format!(
+            "listen_addr: \"127.0.0.1:0\"\nallow_anonymous: true\nupstreams:\n  - {{name: az, kind: azure, base_url: \"https://acme.openai.azure.com\"{version}}}\nmodels:\n  - {{name: gpt-4o-prod, upstream: az, tpm: 1000}}\n"
+        ))
+    };
+    azure(", api_version: \"2024-10-21\"").validate().unwrap();
+    azure(", api_version: \"2025-04-01-preview\"").validate().unwrap();
+    for (version, says) in [
+        ("", "required for kind azure"),
+        (", api_version: \"\"", "is not an api-version"),
+        (", api_version: \"2024-10-21&x=1\"", "is not an api-version"),
+    ] {
+        let error = azure(version).validate().unwrap_err();
+        assert_eq!(error.entry, "upstreams[0].api_version", "{version}");
+        assert!(error.message.contains(says), "{version}: {error}");
+    }
+    let mut config = parse(EXAMPLE);
+    config.upstreams[0].api_version = Some("2024-10-21".into());
+    let error = config.validate().unwrap_err();
+    assert_eq!(error.entry, "upstreams[0].api_version");
+    assert!(error.message.contains("only an upstream of kind azure"), "{error}");
 }

@@ -7,8 +7,8 @@ use ratelimiter::LimitKey;
 use super::error::invalid;
 use super::{
     check_forwardable, resolve, validate_classes, validate_formats, validate_shape, GatewayConfig, GatewayConfigError,
-    ModelConfig, UnknownFields, BODY_BYTES_MAX_LIMIT, CLIENT_TIMEOUT_MS_LIMIT, ENTRIES_MAX, FORWARD_HEADERS_MAX,
-    MAX_WAIT_MS_LIMIT, TENANT_CAP_LIMIT, UPSTREAM_TIMEOUT_MS_LIMIT,
+    ModelConfig, UnknownFields, UpstreamConfig, UpstreamKind, BODY_BYTES_MAX_LIMIT, CLIENT_TIMEOUT_MS_LIMIT,
+    ENTRIES_MAX, FORWARD_HEADERS_MAX, MAX_WAIT_MS_LIMIT, TENANT_CAP_LIMIT, UPSTREAM_TIMEOUT_MS_LIMIT,
 };
 
 impl GatewayConfig {
@@ -101,6 +101,7 @@ impl GatewayConfig {
                     "must be an http:// or https:// URL",
                 ));
             }
+            check_api_version(upstream).map_err(|m| invalid(format!("upstreams[{i}].api_version"), m))?;
             if upstream.forward_headers.len() > FORWARD_HEADERS_MAX {
                 return Err(invalid(
                     format!("upstreams[{i}].forward_headers"),
@@ -279,4 +280,27 @@ fn check_name(entry: &str, name: &str) -> Result<(), GatewayConfigError> {
     LimitKey::new(name)
         .map(|_| ())
         .map_err(|e| invalid(entry, e.to_string()))
+}
+
+/// The longest `api-version` accepted: Azure's are dates with an optional
+/// `-preview` (`2025-04-01-preview`, 18 bytes).
+const API_VERSION_BYTES_MAX: usize = 32;
+
+/// An Azure upstream names its `api-version` (dates and `-preview`: digits,
+/// letters, `-` and `.`, so it needs no escaping in a query); no other kind has one.
+fn check_api_version(upstream: &UpstreamConfig) -> Result<(), String> {
+    match (upstream.kind, upstream.api_version.as_deref()) {
+        (UpstreamKind::Azure, None) => Err("required for kind azure (e.g. \"2024-10-21\")".to_owned()),
+        (UpstreamKind::Azure, Some(version)) => {
+            let safe = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+            if version.is_empty() || version.len() > API_VERSION_BYTES_MAX || !version.chars().all(safe) {
+                return Err(format!(
+                    "{version:?} is not an api-version: at most {API_VERSION_BYTES_MAX} letters, digits, '-' and '.'"
+                ));
+            }
+            Ok(())
+        }
+        (_, Some(_)) => Err("only an upstream of kind azure takes an api_version".to_owned()),
+        (_, None) => Ok(()),
+    }
 }

@@ -338,6 +338,25 @@ mod tests {
     }
 
     #[test]
+    fn budgets_owe_and_token_limits_record_debt() {
+        let overage = |key: &str, definition: fn(LimitKey) -> LimitDefinition| {
+            with_debt(definition(LimitKey::new(key).unwrap())).overage()
+        };
+        let rolling = |key| LimitDefinition::rolling(key, 100, 60).unwrap();
+        assert_eq!(overage("tenant:acme:llm:daily_tokens", rolling), Overage::Owe);
+        assert_eq!(
+            overage("key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:llm:daily_tokens", rolling),
+            Overage::Owe
+        );
+        assert_eq!(overage("tenant:acme:usd:day", rolling), Overage::Owe);
+        assert_eq!(overage("gateway:usd:window3600", rolling), Overage::Owe);
+        assert_eq!(overage("global:llm:openai:gpt-4o:tpm", rolling), Overage::Debt);
+        assert_eq!(overage("tenant:acme:llm:rpm", rolling), Overage::None);
+        let concurrency = |key| LimitDefinition::concurrency(key, 4, 60).unwrap();
+        assert_eq!(overage("tenant:acme:llm:concurrency", concurrency), Overage::None);
+    }
+
+    #[test]
     fn a_directory_keys_own_limits_join_its_tenants_in_one_reservation() {
         let keys = ModelKeys::new("anthropic", &model());
         let own = KeyLimitKeys {

@@ -421,10 +421,12 @@ impl TryTrace {
 }
 
 /// The GenAI conventions' provider name of an upstream: `openai`, `azure.ai.openai`
-/// (an Azure OpenAI host), `anthropic`, else the upstream's configured name.
+/// (an `azure` upstream, or an `openai` one on an Azure OpenAI host), `anthropic`,
+/// else the upstream's configured name.
 fn provider_name(kind: UpstreamKind, upstream: &str, base_url: &str) -> String {
     match kind {
         UpstreamKind::Anthropic => "anthropic".to_owned(),
+        UpstreamKind::Azure => "azure.ai.openai".to_owned(),
         UpstreamKind::Openai if host_and_port(base_url).is_some_and(|(h, _)| h.ends_with(".openai.azure.com")) => {
             "azure.ai.openai".to_owned()
         }
@@ -485,6 +487,7 @@ mod tests {
         let azure = "https://acme.openai.azure.com/openai";
         assert_eq!(provider_name(UpstreamKind::Openai, "azure", azure), "azure.ai.openai");
         assert_eq!(provider_name(UpstreamKind::Anthropic, "a", "https://x"), "anthropic");
+        assert_eq!(provider_name(UpstreamKind::Azure, "az", "https://x"), "azure.ai.openai");
         assert_eq!(
             provider_name(UpstreamKind::OpenaiCompatible, "vllm", "http://x"),
             "vllm"

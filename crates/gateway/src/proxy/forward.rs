@@ -55,8 +55,8 @@ pub async fn forward(
         .and_then(|bound| openai::bound_field(ctx.endpoint, upstream.config.kind).map(|field| (field, bound)));
     let body = deployment.body(&ctx.call.upstream_body, bound);
     let trace_headers = start_try_span(ctx, (upstream, deployment), bound.map(|(_, b)| b), &mut lease);
-    let route = (Method::POST, ctx.endpoint.path());
-    let send = (gateway.client).send_with(upstream, route, headers, trace_headers, body);
+    let path = upstream.path_of(ctx.endpoint.path(), &deployment.config.name);
+    let send = (gateway.client).send_with(upstream, (Method::POST, &path), headers, trace_headers, body);
     // What is left of the call's binding budget, read while the call is sent.
     let backend = gateway.admission.backend();
     let keys = deployment.keys();

@@ -15,6 +15,7 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use percent_encoding::utf8_percent_encode;
 
 use crate::config::{UpstreamConfig, UpstreamKind};
 use crate::proxy::headers::Forwarded;
@@ -75,6 +76,7 @@ impl Upstream {
                 }
                 let (name, value) = match config.kind {
                     UpstreamKind::Anthropic => ("x-api-key", key),
+                    UpstreamKind::Azure => ("api-key", key),
                     _ => ("authorization", format!("Bearer {key}")),
                 };
                 let mut value = HeaderValue::from_str(&value)
@@ -91,6 +93,38 @@ impl Upstream {
         })
     }
 }
+
+impl Upstream {
+    /// The path of an API `path` (`/v1/chat/completions`) on this upstream, for
+    /// a call to `model` (the name sent upstream): the same path, except on
+    /// Azure, whose chat completions and embeddings live under the deployment
+    /// (`/openai/deployments/{model}/chat/completions`) and its other paths
+    /// under `/openai/` (`/openai/responses`), each with the upstream's
+    /// `api-version`
+    /// (<https://learn.microsoft.com/en-us/azure/ai-foundry/openai/reference>).
+    pub fn path_of<'a>(&self, path: &'a str, model: &str) -> std::borrow::Cow<'a, str> {
+        if self.config.kind != UpstreamKind::Azure {
+            return std::borrow::Cow::Borrowed(path);
+        }
+        let version = self.config.api_version.as_deref().unwrap_or_default();
+        let rest = path.strip_prefix("/v1/").unwrap_or(path.trim_start_matches('/'));
+        let deployment = utf8_percent_encode(model, PATH_SEGMENT);
+        std::borrow::Cow::Owned(match rest {
+            "chat/completions" | "embeddings" => {
+                format!("/openai/deployments/{deployment}/{rest}?api-version={version}")
+            }
+            _ => format!("/openai/{rest}?api-version={version}"),
+        })
+    }
+}
+
+/// The bytes escaped in a deployment's name in a path: all but the unreserved
+/// ones of RFC 3986 (a deployment's name is letters, digits, `-`, `_` and `.`).
+const PATH_SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// The pooled client shared by every upstream.
 #[derive(Clone)]
@@ -195,4 +229,38 @@ impl UpstreamClient {
 /// ([`crate::proxy::headers::answer_headers`]).
 pub fn response_headers(upstream: HeaderMap) -> HeaderMap {
     crate::proxy::headers::answer_headers(upstream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream(kind: &str) -> Upstream {
+        let version = if kind == "azure" {
+            ", api_version: \"2024-10-21\""
+        } else {
+            ""
+        };
+        let yaml = format!("{{name: u, kind: {kind}, base_url: \"https://acme.openai.azure.com\"{version}}}");
+        Upstream::new(serde_yaml::from_str(&yaml).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn azure_paths_name_the_deployment_and_the_api_version() {
+        let azure = upstream("azure");
+        assert_eq!(
+            azure.path_of("/v1/chat/completions", "gpt-4o-prod"),
+            "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21"
+        );
+        assert_eq!(
+            azure.path_of("/v1/embeddings", "embed/large v2"),
+            "/openai/deployments/embed%2Flarge%20v2/embeddings?api-version=2024-10-21"
+        );
+        assert_eq!(
+            azure.path_of("/v1/responses", "gpt-4o-prod"),
+            "/openai/responses?api-version=2024-10-21"
+        );
+        let openai = upstream("openai");
+        assert_eq!(openai.path_of("/v1/chat/completions", "gpt-4o"), "/v1/chat/completions");
+    }
 }

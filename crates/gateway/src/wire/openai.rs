@@ -153,7 +153,7 @@ const BOUND_FIELDS: [&str; 3] = ["max_completion_tokens", "max_tokens", "max_out
 pub fn bound_field(endpoint: Endpoint, kind: UpstreamKind) -> Option<&'static str> {
     match (endpoint, kind) {
         (Endpoint::Responses, _) => Some("max_output_tokens"),
-        (Endpoint::ChatCompletions, UpstreamKind::Openai) => Some("max_completion_tokens"),
+        (Endpoint::ChatCompletions, UpstreamKind::Openai | UpstreamKind::Azure) => Some("max_completion_tokens"),
         (Endpoint::ChatCompletions, UpstreamKind::OpenaiCompatible) => Some("max_tokens"),
         _ => None,
     }

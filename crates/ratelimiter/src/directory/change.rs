@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{KeyRecord, TenantRecord};
+use super::{KeyLimits, KeyRecord, TenantRecord};
 
 /// One change, as the store carries it (JSON, one object per change).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,7 +47,29 @@ pub enum Change {
         /// The new key.
         key: KeyRecord,
     },
+    /// A key's own limits changed (its budgets, through the key's PATCH).
+    UpdateKey {
+        /// Its id.
+        id: String,
+        /// Its limits in force from now on, whole.
+        limits: KeyLimits,
+        /// When, ms since the Unix epoch.
+        at_unix_ms: u64,
+    },
+    /// Keys forgotten: revoked or expired longer than the retention, they
+    /// leave the lists and the bound on keys (docs/gateway.md, "Tenants and keys").
+    ForgetKeys {
+        /// Their ids, at most [`FORGET_KEYS_PER_CHANGE`].
+        ids: Vec<String>,
+        /// When, ms since the Unix epoch.
+        at_unix_ms: u64,
+    },
 }
+
+/// The most keys one [`Change::ForgetKeys`] names: 500 ids of 26 characters
+/// make about 15 KB of JSON, within the half of the largest change the
+/// cluster's log carries (32 KiB), so a forgetting never has to be split.
+pub const FORGET_KEYS_PER_CHANGE: usize = 500;
 
 impl Change {
     /// The record a change follows the latest version of: at most one change
@@ -58,7 +80,12 @@ impl Change {
             Change::PutTenant { tenant } => format!("tenant:{}", tenant.name),
             Change::DeleteTenant { name, .. } => format!("tenant:{name}"),
             Change::CreateKey { key } => format!("key:{}", key.id),
-            Change::RevokeKey { id, .. } | Change::RotateKey { id, .. } => format!("key:{id}"),
+            Change::RevokeKey { id, .. } | Change::RotateKey { id, .. } | Change::UpdateKey { id, .. } => {
+                format!("key:{id}")
+            }
+            // Two servers forgetting the same keys at once claim the same
+            // subject: one writes, the other reads the keys gone.
+            Change::ForgetKeys { ids, .. } => format!("forget:{}", ids.first().map_or("", String::as_str)),
         }
     }
 
@@ -70,6 +97,8 @@ impl Change {
             Change::CreateKey { .. } => "create_key",
             Change::RevokeKey { .. } => "revoke_key",
             Change::RotateKey { .. } => "rotate_key",
+            Change::UpdateKey { .. } => "update_key",
+            Change::ForgetKeys { .. } => "forget_keys",
         }
     }
 }

@@ -81,6 +81,7 @@ impl DirectoryIndex {
     /// (a change that no longer applies, such as a put over a YAML tenant).
     pub fn apply(&mut self, recorded: Recorded) -> bool {
         let subject = recorded.change.subject();
+        let forgetting = matches!(recorded.change, Change::ForgetKeys { .. });
         let applied = match recorded.change {
             Change::PutTenant { tenant } => self.put_tenant(tenant),
             Change::DeleteTenant { name, id, at_unix_ms } => self.delete_tenant(&name, &id, at_unix_ms),
@@ -103,8 +104,14 @@ impl DirectoryIndex {
                 });
                 old && self.insert_key(key)
             }
+            Change::UpdateKey { id, limits, .. } => self.update_key(&id, |key| key.limits = limits),
+            // Every id is forgotten (no short circuit): true when any was known.
+            Change::ForgetKeys { ids, .. } => ids.iter().filter(|id| self.forget_key(id)).count() > 0,
         };
-        self.versions.insert(subject, recorded.version);
+        // A forgetting's subject is never followed: nothing to remember of it.
+        if !forgetting {
+            self.versions.insert(subject, recorded.version);
+        }
         self.newest_version = self.newest_version.max(recorded.version);
         if !applied {
             self.skipped_total += 1;
@@ -181,6 +188,37 @@ impl DirectoryIndex {
         self.by_hash.insert(key.hash, key.clone());
         self.keys.insert(key.id.clone(), key);
         true
+    }
+
+    /// Drops the key `id` and everything kept of it; false when unknown.
+    fn forget_key(&mut self, id: &str) -> bool {
+        let Some(key) = self.keys.remove(id) else {
+            return false;
+        };
+        if self.by_hash.get(&key.hash).is_some_and(|k| k.id == key.id) {
+            self.by_hash.remove(&key.hash);
+        }
+        if let Some(ids) = self.by_tenant.get_mut(&key.tenant) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_tenant.remove(&key.tenant);
+            }
+        }
+        self.versions.remove(&format!("key:{id}"));
+        true
+    }
+
+    /// Up to `most` keys that ended (revoked, expired, or their tenant
+    /// deleted) at least `retention_ms` before `now_unix_ms`, by id.
+    pub fn past_retention(&self, now_unix_ms: u64, retention_ms: u64, most: usize) -> Vec<String> {
+        (self.keys.values())
+            .filter(|k| {
+                k.ended_at_unix_ms(now_unix_ms)
+                    .is_some_and(|ended| ended.saturating_add(retention_ms) <= now_unix_ms)
+            })
+            .take(most)
+            .map(|k| k.id.clone())
+            .collect()
     }
 
     /// True when the stored tenant `name` of id `id` is not deleted (a

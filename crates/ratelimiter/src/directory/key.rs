@@ -147,6 +147,17 @@ impl KeyRecord {
         }
     }
 
+    /// When it stopped working, for good: the first of its revocation and
+    /// its expiry (`None` while neither happened or is due). A key of a YAML
+    /// tenant missing from the file has not ended: it works again with the entry.
+    pub fn ended_at_unix_ms(&self, now_unix_ms: u64) -> Option<u64> {
+        let expired = self.expires_at_unix_ms.filter(|at| *at <= now_unix_ms);
+        match (self.revoked_at_unix_ms, expired) {
+            (Some(revoked), Some(expired)) => Some(revoked.min(expired)),
+            (revoked, expired) => revoked.or(expired),
+        }
+    }
+
     /// `key:<limits_of>:llm:<dimension>`: the limit key of one of its limits.
     pub fn limit_key(&self, dimension: &str) -> LimitKey {
         LimitKey::new(format!("{KEY_LIMIT_PREFIX}{}:llm:{dimension}", self.limits_of))

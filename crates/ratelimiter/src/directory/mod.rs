@@ -11,22 +11,26 @@
 //! - [`DirectoryStore`] (`store`): the durable record; [`FileStore`]
 //!   (`journal`) beside the memory backend's registry, and on TigerBeetle
 //!   `crate::tigerbeetle::directory_log`, read by every server of a fleet.
-//! - [`Directory`] (`service`): validation, writes, reads and metrics.
+//! - [`Directory`] (`service`): validation, writes, the store's reads and the
+//!   forgetting of keys past their retention; what it shows (`reads`) and
+//!   counts (`counters`) apart.
 //! - `name`: the rules of names.
 
 mod change;
+mod counters;
 mod error;
 mod index;
 mod journal;
 mod key;
 mod limits;
 pub mod name;
+mod reads;
 mod secret;
 mod service;
 mod store;
 mod tenant;
 
-pub use change::{Change, Recorded};
+pub use change::{Change, Recorded, FORGET_KEYS_PER_CHANGE};
 pub use error::DirectoryError;
 pub use index::{Authenticated, DirectoryIndex, Refusal};
 pub use journal::{journal_path, FileStore, COMPACT_CHANGES_MIN, JOURNAL_FILE_NAME};
@@ -37,8 +41,8 @@ pub use key::{
 pub use limits::LIMIT_VALUE_MAX;
 pub use secret::{KeyHash, NewKey, KEY_HINT_CHARS, KEY_PREFIX, KEY_RANDOM_BYTES, PRESENTED_KEY_BYTES_MAX};
 pub use service::{
-    CreatedKey, Directory, DIRECTORY_REFRESH_INTERVAL_MS, KEYS_MAX, TENANTS_MAX, UNKNOWN_KEY_READ_INTERVAL_MS,
-    WRITE_ATTEMPTS_MAX,
+    CreatedKey, Directory, DirectoryOptions, DIRECTORY_REFRESH_INTERVAL_MS, FORGET_INTERVAL_MS, KEYS_MAX,
+    KEY_RETENTION_MS_DEFAULT, TENANTS_MAX, UNKNOWN_KEY_READ_INTERVAL_MS, WRITE_ATTEMPTS_MAX,
 };
 pub use store::{Appended, DirectoryStore};
 pub use tenant::{Source, TenantFields, TenantPatch, TenantRecord, TENANT_CAP_MAX};

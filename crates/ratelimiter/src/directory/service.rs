@@ -3,11 +3,12 @@
 //! against a view read up to date, recorded durably, read back, logged and
 //! counted; the gateway's lookup reads only the in-memory index.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::change::Change;
+use super::counters::Counters;
 use super::index::{Authenticated, DirectoryIndex, Refusal};
 use super::secret::NewKey;
 use super::store::{Appended, DirectoryStore};
@@ -28,9 +29,37 @@ pub const UNKNOWN_KEY_READ_INTERVAL_MS: u64 = 100;
 pub const WRITE_ATTEMPTS_MAX: usize = 3;
 /// The most tenants kept (the YAML's included): tenants are listed whole.
 pub const TENANTS_MAX: usize = 100_000;
-/// The most keys kept, revoked ones included: about 1.8 KB each resident
-/// after a start (measured, BENCHMARKS.md "Gateway keys"), 1.8 GB at the bound.
+/// The most keys kept, revoked and expired ones included until they are
+/// forgotten: about 1.8 KB each resident after a start (measured,
+/// BENCHMARKS.md "Gateway keys"), 1.8 GB at the bound.
 pub const KEYS_MAX: usize = 1_000_000;
+/// How long a revoked or expired key is kept (listed, counted) by default:
+/// thirty days, time enough to see in the lists why an application's key
+/// stopped working.
+pub const KEY_RETENTION_MS_DEFAULT: u64 = 30 * 86_400_000;
+/// How often a server forgets the keys past their retention: a day's
+/// retention is kept within a quarter of an hour, and a scan of a million
+/// keys every ten minutes costs nothing noticeable.
+pub const FORGET_INTERVAL_MS: u64 = 600_000;
+
+/// What a directory is opened with besides its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirectoryOptions {
+    /// How long a key is kept after it ended (revoked, expired, its tenant
+    /// deleted) before it is forgotten.
+    pub key_retention_ms: u64,
+    /// The most keys kept ([`KEYS_MAX`]; lower in tests of the bound).
+    pub keys_max: usize,
+}
+
+impl Default for DirectoryOptions {
+    fn default() -> Self {
+        Self {
+            key_retention_ms: KEY_RETENTION_MS_DEFAULT,
+            keys_max: KEYS_MAX,
+        }
+    }
+}
 
 /// A key just created: its record and its text, shown this once.
 #[derive(Debug)]
@@ -41,34 +70,20 @@ pub struct CreatedKey {
     pub key: NewKey,
 }
 
-/// Counters of the directory, exported by the server.
-#[derive(Debug, Default)]
-struct Counters {
-    tenants_created: AtomicU64,
-    tenants_updated: AtomicU64,
-    tenants_deleted: AtomicU64,
-    keys_created: AtomicU64,
-    keys_revoked: AtomicU64,
-    keys_rotated: AtomicU64,
-    reads_started: AtomicU64,
-    reads_done: AtomicU64,
-    read_failures: AtomicU64,
-    unknown_key_reads: AtomicU64,
-}
-
 /// The directory of one server.
 #[derive(Debug)]
 pub struct Directory {
     store: Arc<dyn DirectoryStore>,
-    index: RwLock<DirectoryIndex>,
-    clock: Arc<dyn Clock>,
+    pub(super) index: RwLock<DirectoryIndex>,
+    pub(super) clock: Arc<dyn Clock>,
+    options: DirectoryOptions,
     /// Serializes this server's changes (another server's are ordered by the store).
     writes: tokio::sync::Mutex<()>,
     /// Serializes reads of the store.
     reads: tokio::sync::Mutex<()>,
     /// Serializes and spaces the reads made for unknown keys.
     unknown_reads: tokio::sync::Mutex<Option<Instant>>,
-    counters: Counters,
+    pub(super) counters: Counters,
 }
 
 impl Directory {
@@ -81,12 +96,25 @@ impl Directory {
         clock: Arc<dyn Clock>,
         config_tenants: Vec<TenantRecord>,
     ) -> Result<Self, DirectoryError> {
+        Self::open_with(store, clock, config_tenants, DirectoryOptions::default()).await
+    }
+
+    /// [`Directory::open`] with `options`; the keys past their retention are
+    /// forgotten before the store is compacted, so a compacted file holds
+    /// none of them.
+    pub async fn open_with(
+        store: Arc<dyn DirectoryStore>,
+        clock: Arc<dyn Clock>,
+        config_tenants: Vec<TenantRecord>,
+        options: DirectoryOptions,
+    ) -> Result<Self, DirectoryError> {
         let mut index = DirectoryIndex::default();
         index.set_config_tenants(config_tenants);
         let directory = Self {
             store,
             index: RwLock::new(index),
             clock,
+            options,
             writes: tokio::sync::Mutex::new(()),
             reads: tokio::sync::Mutex::new(()),
             unknown_reads: tokio::sync::Mutex::new(None),
@@ -107,6 +135,9 @@ impl Directory {
             Err(e) => return Err(e),
         }
         directory.refuse_shadowed()?;
+        if let Err(e) = directory.forget_past_retention().await {
+            tracing::warn!(error = %e, "forgetting the keys past their retention failed at start; will retry");
+        }
         let records = directory.snapshot_changes();
         directory.store.compact(records).await?;
         Ok(directory)
@@ -238,12 +269,23 @@ impl Directory {
         &self,
         make: impl Fn(&DirectoryIndex, u64) -> Result<(Change, T), DirectoryError>,
     ) -> Result<T, DirectoryError> {
+        self.write_if(|index, now| make(index, now).map(|(change, out)| (Some(change), out)))
+            .await
+    }
+
+    /// [`Directory::write`] of a change `make` may find needless (`None`:
+    /// nothing is written, its answer returned).
+    async fn write_if<T>(
+        &self,
+        make: impl Fn(&DirectoryIndex, u64) -> Result<(Option<Change>, T), DirectoryError>,
+    ) -> Result<T, DirectoryError> {
         let _writes = self.writes.lock().await;
         for _ in 0..WRITE_ATTEMPTS_MAX {
             self.refresh().await?;
             let (change, out, previous) = {
                 let index = self.index.read().expect("directory lock");
                 let (change, out) = make(&index, self.clock.now_unix_ms())?;
+                let Some(change) = change else { return Ok(out) };
                 let previous = index.version_of(&change.subject());
                 (change, out, previous)
             };
@@ -268,7 +310,11 @@ fn log_change(change: &Change) {
         Change::PutTenant { tenant } => (tenant.name.as_str(), ""),
         Change::DeleteTenant { name, .. } => (name.as_str(), ""),
         Change::CreateKey { key } | Change::RotateKey { key, .. } => (key.tenant.as_str(), key.id.as_str()),
-        Change::RevokeKey { id, .. } => ("", id.as_str()),
+        Change::RevokeKey { id, .. } | Change::UpdateKey { id, .. } => ("", id.as_str()),
+        Change::ForgetKeys { ids, .. } => {
+            tracing::info!(change = change.kind(), keys = ids.len(), "gateway directory changed");
+            return;
+        }
     };
     let replaces = match change {
         Change::RotateKey { id, .. } => id.as_str(),
@@ -372,6 +418,10 @@ impl Directory {
     /// as it is read (the answer is then 404, as if the tenant had been gone).
     pub async fn create_key(&self, spec: &KeySpec) -> Result<CreatedKey, DirectoryError> {
         spec.validate()?;
+        if self.sizes().1 >= self.options.keys_max {
+            // Full: the keys past their retention make room first.
+            self.forget_past_retention().await?;
+        }
         let key = NewKey::generate();
         let id = new_id(self.clock.now_unix_ms());
         let record = self
@@ -379,9 +429,12 @@ impl Directory {
                 let tenant = index
                     .tenant(&spec.tenant)
                     .ok_or_else(|| DirectoryError::UnknownTenant(spec.tenant.clone()))?;
-                if index.keys_len() >= KEYS_MAX {
+                let most = self.options.keys_max;
+                if index.keys_len() >= most {
                     return Err(DirectoryError::Full(format!(
-                        "the directory holds {KEYS_MAX} keys, its most"
+                        "the directory holds {most} keys, its most; revoked and expired keys count until they are \
+                         forgotten, {} days after they ended (directory.key_retention_days)",
+                        self.options.key_retention_ms / 86_400_000
                     )));
                 }
                 let record = KeyRecord {
@@ -483,6 +536,78 @@ impl Directory {
     }
 }
 
+impl Directory {
+    /// Replaces the own limits of the key `id` by `limits` (its budgets,
+    /// through the key's PATCH); returns the key. A key that no longer works
+    /// is not changed (409): nothing would charge them.
+    pub async fn update_key_limits(&self, id: &str, limits: &super::KeyLimits) -> Result<KeyRecord, DirectoryError> {
+        super::KeySpec {
+            limits: limits.clone(),
+            ..Default::default()
+        }
+        .validate()?;
+        self.write(|index, now| {
+            let key = index.key(id).ok_or_else(|| DirectoryError::UnknownKey(id.to_owned()))?;
+            if index.authenticate_hash(&key.hash, now).is_err() {
+                return Err(DirectoryError::Conflict(format!(
+                    "key {id} is {:?}: only a working key's limits are changed",
+                    key.status(now)
+                )));
+            }
+            let change = Change::UpdateKey {
+                id: id.to_owned(),
+                limits: limits.clone(),
+                at_unix_ms: now,
+            };
+            Ok((change, ()))
+        })
+        .await?;
+        self.counters.keys_updated.fetch_add(1, Ordering::Relaxed);
+        self.key(id).ok_or_else(|| DirectoryError::UnknownKey(id.to_owned()))
+    }
+
+    /// Forgets every key that ended (revoked, expired, its tenant deleted)
+    /// longer than the retention ago, [`super::FORGET_KEYS_PER_CHANGE`] a
+    /// change; returns how many. A forgotten key is no longer listed nor
+    /// counted toward the bound, and is refused as an unknown key.
+    pub async fn forget_past_retention(&self) -> Result<usize, DirectoryError> {
+        let retention_ms = self.options.key_retention_ms;
+        let mut forgotten = 0;
+        loop {
+            let count = self
+                .write_if(|index, now| {
+                    let ids = index.past_retention(now, retention_ms, super::FORGET_KEYS_PER_CHANGE);
+                    let count = ids.len();
+                    let change = (count > 0).then_some(Change::ForgetKeys { ids, at_unix_ms: now });
+                    Ok((change, count))
+                })
+                .await?;
+            forgotten += count;
+            self.counters.keys_forgotten.fetch_add(count as u64, Ordering::Relaxed);
+            if count < super::FORGET_KEYS_PER_CHANGE {
+                return Ok(forgotten);
+            }
+        }
+    }
+
+    /// Starts the task that forgets the keys past their retention every
+    /// [`FORGET_INTERVAL_MS`]; it ends when the directory is dropped.
+    pub fn start_forgetting(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let directory: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(FORGET_INTERVAL_MS)).await;
+                let Some(directory) = directory.upgrade() else {
+                    return;
+                };
+                if let Err(e) = directory.forget_past_retention().await {
+                    tracing::warn!(error = %e, "forgetting the keys past their retention failed; will retry");
+                }
+            }
+        })
+    }
+}
+
 fn live_api_tenant<'a>(index: &'a DirectoryIndex, name: &str) -> Result<&'a Arc<TenantRecord>, DirectoryError> {
     let tenant = index
         .tenant(name)
@@ -493,88 +618,4 @@ fn live_api_tenant<'a>(index: &'a DirectoryIndex, name: &str) -> Result<&'a Arc<
         )));
     }
     Ok(tenant)
-}
-
-impl Directory {
-    /// The live tenant `name`.
-    pub fn tenant(&self, name: &str) -> Option<TenantRecord> {
-        let index = self.index.read().expect("directory lock");
-        index.tenant(name).map(|t| TenantRecord::clone(t))
-    }
-
-    /// Every live tenant, by name.
-    pub fn tenants(&self) -> Vec<TenantRecord> {
-        let index = self.index.read().expect("directory lock");
-        index.tenants().map(|t| TenantRecord::clone(t)).collect()
-    }
-
-    /// The key `id`, in any state.
-    pub fn key(&self, id: &str) -> Option<KeyRecord> {
-        let index = self.index.read().expect("directory lock");
-        index.key(id).map(|k| KeyRecord::clone(k))
-    }
-
-    /// Every key, or those of the tenant named `tenant`, by id; with the
-    /// status each has now (a key whose tenant is gone is revoked).
-    pub fn keys(&self, tenant: Option<&str>) -> Vec<super::KeyView> {
-        let index = self.index.read().expect("directory lock");
-        let now = self.clock.now_unix_ms();
-        index.keys(tenant).map(|k| view(&index, k, now)).collect()
-    }
-
-    /// What the API shows of the key `id` now.
-    pub fn key_view(&self, id: &str) -> Option<super::KeyView> {
-        let index = self.index.read().expect("directory lock");
-        let now = self.clock.now_unix_ms();
-        index.key(id).map(|k| view(&index, k, now))
-    }
-
-    /// How many tenants live and how many keys are kept (revoked ones included).
-    pub fn sizes(&self) -> (usize, usize) {
-        let index = self.index.read().expect("directory lock");
-        (index.tenants_len(), index.keys_len())
-    }
-
-    /// Reads of the store made for unknown keys so far.
-    pub fn unknown_key_reads(&self) -> u64 {
-        self.counters.unknown_key_reads.load(Ordering::Relaxed)
-    }
-
-    /// Reads of the store so far (periodic, for unknown keys, around writes).
-    pub fn reads(&self) -> u64 {
-        self.counters.reads_started.load(Ordering::Relaxed)
-    }
-
-    /// The directory's counters and sizes, for `/metrics`.
-    pub fn metrics(&self) -> Vec<crate::base::metrics::Metric> {
-        use crate::base::metrics::{Metric, MetricValue};
-        let load = |c: &AtomicU64| MetricValue::Counter(c.load(Ordering::Relaxed));
-        let c = &self.counters;
-        let (tenants, keys) = {
-            let index = self.index.read().expect("directory lock");
-            (index.tenants_len() as u64, index.keys_len() as u64)
-        };
-        vec![
-            Metric { name: "gateway_tenants_created_total", help: "Gateway tenants created through the admin API on this server.", value: load(&c.tenants_created) },
-            Metric { name: "gateway_tenants_updated_total", help: "Gateway tenants changed through the admin API on this server.", value: load(&c.tenants_updated) },
-            Metric { name: "gateway_tenants_deleted_total", help: "Gateway tenants deleted (their keys revoked) through the admin API on this server.", value: load(&c.tenants_deleted) },
-            Metric { name: "gateway_keys_created_total", help: "Gateway keys created through the admin API on this server.", value: load(&c.keys_created) },
-            Metric { name: "gateway_keys_revoked_total", help: "Gateway keys revoked through the admin API on this server.", value: load(&c.keys_revoked) },
-            Metric { name: "gateway_keys_rotated_total", help: "Gateway keys rotated through the admin API on this server.", value: load(&c.keys_rotated) },
-            Metric { name: "gateway_directory_reads_total", help: "Reads of the store of tenants and keys (periodic on a shared store, around changes, for unknown keys).", value: load(&c.reads_started) },
-            Metric { name: "gateway_directory_unknown_key_reads_total", help: "Reads of the store made because a presented key was unknown: at most ten a second however many wrong keys arrive.", value: load(&c.unknown_key_reads) },
-            Metric { name: "gateway_directory_read_failures_total", help: "Reads of the store of tenants and keys that failed: the server serves what it read last.", value: load(&c.read_failures) },
-            Metric { name: "gateway_tenants", help: "Live gateway tenants known to this server, the configuration's included.", value: MetricValue::Gauge(tenants) },
-            Metric { name: "gateway_keys", help: "Gateway keys known to this server, revoked and expired ones included.", value: MetricValue::Gauge(keys) },
-        ]
-    }
-}
-
-/// A key's view, revoked when its tenant is gone.
-fn view(index: &DirectoryIndex, key: &KeyRecord, now: u64) -> super::KeyView {
-    let mut view = key.view(now);
-    if view.status == super::KeyStatus::Active && index.authenticate_hash(&key.hash, now).is_err() {
-        view.status = super::KeyStatus::Revoked;
-    }
-    view
 }

@@ -24,9 +24,11 @@ use super::settled_leases::{SettledLease, SettledLeases};
 use super::stack_vec::StackVec;
 use crate::base::recent_ids::RecentIds;
 
-/// The most limits one memory backend defines: indices are `u32`, and a
-/// deployment has a few per model and tenant, far fewer than this.
-pub const LIMITS_MAX: usize = 1 << 20;
+/// The most limits one memory backend defines: indices are `u32`; a
+/// deployment has a few per model and tenant, and a directory of a million
+/// keys (`directory::KEYS_MAX`) up to eight per key (its rpm, daily tokens,
+/// concurrency and budgets), within this.
+pub const LIMITS_MAX: usize = 1 << 23;
 /// How much longer than the longest window or timeout denied and settled lease
 /// ids are remembered: a caller that waited out a window-long hint and retries
 /// with the same id is still answered as TigerBeetle (which never forgets) would.

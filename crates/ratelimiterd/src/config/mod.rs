@@ -11,6 +11,7 @@
 //! holds the checks of single values they share.
 
 mod checks;
+mod directory;
 mod memory;
 mod server;
 
@@ -22,6 +23,7 @@ use serde::Deserialize;
 
 use checks::check_range;
 pub use checks::parse_listen_addr;
+pub use directory::{DirectorySection, KEY_RETENTION_DAYS_DEFAULT, KEY_RETENTION_DAYS_LIMIT};
 pub use memory::{
     DamagedSnapshotPolicy, MemorySection, MEMORY_ENTRIES_MAX_LIMIT, SNAPSHOT_INTERVAL_MS_DEFAULT,
     SNAPSHOT_INTERVAL_MS_LIMIT, SNAPSHOT_INTERVAL_MS_MIN,
@@ -94,6 +96,8 @@ pub struct Config {
     pub defaults: DefinitionDefaults,
     /// Bounds of the memory backend.
     pub memory: MemorySection,
+    /// How the gateway's tenants and keys made through the admin API are kept.
+    pub directory: DirectorySection,
     /// Log output.
     pub log: LogConfig,
     /// The OpenAI/Anthropic gateway on a listener of its own (docs/gateway.md);
@@ -284,6 +288,7 @@ impl Config {
         ratelimiter::check_window_margin_ms(self.defaults.window_margin_ms, 0)
             .map_err(|m| invalid("defaults.window_margin_ms", m))?;
         (self.memory.validate()).map_err(|(entry, message)| invalid(&entry, message))?;
+        (self.directory.validate()).map_err(|(entry, message)| invalid(&entry, message))?;
         self.validate_tigerbeetle(path)?;
         if let Some(gateway) = &self.gateway {
             parse_listen_addr(&gateway.listen_addr).map_err(|m| invalid("gateway.listen_addr", m))?;

@@ -8,6 +8,7 @@
 
 #![allow(dead_code)]
 
+pub mod admin_harness;
 pub mod daemon;
 pub mod gateway_setup;
 pub mod proxy;

@@ -25,12 +25,15 @@
 //! - [`server`]: the provider's state (ledger and control) and a call's slot;
 //! - [`admission`]: a call through the fault switch and the ledger, and its refusal;
 //! - [`sse`]: streamed bodies at the model's pace;
-//! - [`openai`], [`anthropic`]: the two wire formats; [`control_routes`]: `/sim/*`;
+//! - [`hosted_tools`]: OpenAI's hosted web search, billed as input;
+//! - [`openai`], [`anthropic`]: the two wire formats; [`azure`]: Azure OpenAI's
+//!   per-deployment paths over the OpenAI endpoints; [`control_routes`]: `/sim/*`;
 //! - [`routes`]: every route on one listener;
 //! - [`client`]: the replay's HTTP client for the provider.
 
 pub mod admission;
 pub mod anthropic;
+pub mod azure;
 pub mod billing;
 pub mod cache;
 pub mod client;

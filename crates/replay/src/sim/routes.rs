@@ -12,7 +12,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::sim::server::ProviderServer;
-use crate::sim::{anthropic, control_routes, openai};
+use crate::sim::{anthropic, azure, control_routes, openai};
 
 /// The largest request body, in bytes: two million prompt tokens of four bytes.
 pub const BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
@@ -29,6 +29,12 @@ impl ProviderServer {
             .route("/v1/models", get(openai::models))
             .route("/v1/messages", post(anthropic::messages))
             .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+            .route(
+                "/openai/deployments/{deployment}/chat/completions",
+                post(azure::chat_completions),
+            )
+            .route("/openai/deployments/{deployment}/embeddings", post(azure::embeddings))
+            .route("/openai/responses", post(azure::responses))
             .route(
                 "/sim/stats",
                 get(control_routes::stats).delete(control_routes::reset_stats),
