@@ -41,6 +41,7 @@ pub mod signals;
 pub mod snapshots;
 pub mod spend_api;
 pub mod state;
+pub mod telemetry;
 pub mod tenant_limits;
 pub mod write_stall;
 

@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::shutdown::Shutdown;
 use crate::snapshots::MemorySnapshots;
 use crate::state::AppState;
+use crate::telemetry::export::Exporting;
 use crate::{backend, connections, decrease};
 
 /// Why the server could not start or stopped with an error.
@@ -46,6 +47,9 @@ pub enum ServerError {
     /// the backend refused).
     #[error("gateway: {0}")]
     Gateway(String),
+    /// The OpenTelemetry export could not start (an entry or variable named).
+    #[error("{0}")]
+    Telemetry(String),
     /// The listen address could not be bound, or serving failed.
     #[error("listen {addr}: {source}")]
     Io {
@@ -206,8 +210,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     }
     let options = ServeOptions::from_config(&config);
     let shutdown = Shutdown::new(shutdown);
+    // Only the gateway's calls are traced: without one, nothing is exported.
+    let resolved = (config.telemetry.resolve(&|name| std::env::var(name).ok())).map_err(ServerError::Telemetry)?;
+    let exporting = match (resolved, &config.gateway) {
+        (Some(resolved), Some(_)) => Some(Exporting::start(&resolved).map_err(ServerError::Telemetry)?),
+        _ => None,
+    };
+    let telemetry = exporting.as_ref().map(|e| e.gateway.clone());
     let gateway = match &config.gateway {
-        Some(section) => Some(start_gateway(section, &state, options, shutdown.clone()).await?),
+        Some(section) => Some(start_gateway(section, &state, (options, telemetry), shutdown.clone()).await?),
         None => None,
     };
     let reload = (state.gateway()).and_then(|g| crate::price_reload::PriceReload::of(&config, g.clone()));
@@ -229,6 +240,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     if let Some(gateway) = gateway {
         let _ = gateway.await;
     }
+    if let Some(exporting) = exporting {
+        exporting.shutdown().await;
+    }
     result
 }
 
@@ -237,7 +251,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
 pub async fn start_gateway(
     section: &gateway::GatewayConfig,
     state: &AppState,
-    options: ServeOptions,
+    (options, telemetry): (ServeOptions, Option<Arc<gateway::observe::trace::Telemetry>>),
     shutdown: Shutdown,
 ) -> Result<tokio::task::JoinHandle<()>, ServerError> {
     let mut gateway = gateway::Gateway::new(section, state.backend().clone()).map_err(ServerError::Gateway)?;
@@ -253,6 +267,9 @@ pub async fn start_gateway(
     }
     if let Some(book) = state.spend() {
         gateway = gateway.with_spend(book.clone(), Arc::new(ratelimiter::SystemClock::new()));
+    }
+    if let Some(telemetry) = telemetry {
+        gateway = gateway.with_telemetry(telemetry);
     }
     for definition in gateway.definitions() {
         state

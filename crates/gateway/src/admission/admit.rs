@@ -132,6 +132,7 @@ impl Admission {
             need,
             started,
             spend: None,
+            trace: None,
         }
     }
 
@@ -158,6 +159,9 @@ impl Admission {
             ctx.counters.tokens_reserved.fetch_add(reserved, Ordering::Relaxed);
         }
         ctx.need.tried |= 1 << grant.deployment;
+        if let Some(trace) = &ctx.trace {
+            trace.admitted();
+        }
         Ok(CallLease::granted(grant, ctx, &self.limiter, &self.classes).watched_by(self.budget_watch.clone()))
     }
 
@@ -209,6 +213,9 @@ impl Admission {
         let outcome = tokio::time::timeout(Duration::from_millis(max_wait_ms), &mut ticket.grant).await;
         model.metrics.queue_wait.observe(waited.elapsed());
         ctx.class_counters.queue_wait.observe(waited.elapsed());
+        if let Some(trace) = &ctx.trace {
+            trace.queued(waited.elapsed());
+        }
         match outcome {
             Ok(Ok(Ok(grant))) => Ok(grant),
             Ok(Ok(Err(Refusal::Denied(denial)))) => Err(self.refuse(ctx, denial).await),
@@ -235,6 +242,11 @@ impl Admission {
 
     /// The answer to a denial: 400 when the call can never fit, else a 429.
     async fn refuse(&self, ctx: &CallContext, denial: Denial) -> GatewayError {
+        if let Some(trace) = &ctx.trace {
+            let cap_ms = ctx.model.pool.cooldown_left_ms(&denial).unwrap_or(u64::MAX);
+            let hint = (!denial.is_permanent()).then(|| denial.retry_after_ms().min(cap_ms).max(1));
+            trace.denied(denial_key(&denial).unwrap_or(""), hint);
+        }
         if let Some(refused) = budget_denied(self.backend.as_ref(), &denial, ctx).await {
             ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
             return refused;

@@ -28,6 +28,9 @@ pub fn budget_refusal(ctx: &CallContext) -> Option<GatewayError> {
     let deployments = &ctx.model.pool.deployments;
     let first = &deployments[0].keys();
     if let Some(zero) = call_budgets(first, tenant).find(|b| b.is_zero()) {
+        if let Some(trace) = &ctx.trace {
+            trace.denied(zero.key.as_str(), None);
+        }
         let message = format!(
             "The budget {} is $0: it refuses every call. Raise it to call {}.",
             zero.key, ctx.model.name

@@ -11,6 +11,7 @@ use super::spend::CallSpend;
 use crate::observe::class_metrics::ClassCounters;
 use crate::observe::key_usage::KeyCall;
 use crate::observe::metrics::CallCounters;
+use crate::observe::trace::CallTrace;
 use crate::routing::Need;
 use crate::wire::call::{Call, Endpoint};
 
@@ -39,6 +40,8 @@ pub struct CallContext {
     /// What the call records in the spend ledger once it completes; `None`
     /// when the server keeps no ledger.
     pub spend: Option<CallSpend>,
+    /// The call's SERVER span, when the server exports traces.
+    pub trace: Option<CallTrace>,
 }
 
 impl CallContext {

@@ -24,7 +24,7 @@ use super::context::CallContext;
 use super::queue::ModelQueue;
 use super::spend::CallSpend;
 use crate::counting::calibration::Calibrator;
-use crate::limits::budgets::{GATEWAY_BUDGET_PREFIX, MODEL_BUDGET_PREFIX};
+use crate::limits::budgets::{worst_case, GATEWAY_BUDGET_PREFIX, MODEL_BUDGET_PREFIX};
 use crate::limits::{
     actuals, billed_of, call_budgets, caller_budget_releases, run_if_ready, spawn_if_pending, Classes, ModelKeys,
     TenantKeys,
@@ -33,6 +33,7 @@ use crate::observe::budget_alerts::AlertScope;
 use crate::observe::budget_watch::{BudgetWatch, WatchedBudget};
 use crate::observe::key_usage::KeyCall;
 use crate::observe::metrics::CallCounters;
+use crate::observe::trace::{Served, TryTrace};
 use crate::routing::{Grant, Pass, Pool};
 use crate::wire::usage::Usage;
 
@@ -111,6 +112,8 @@ pub struct CallLease {
     completed: Option<Completed>,
     /// Raises the alerts of the call's budgets once they are reconciled.
     budget_watch: Option<Arc<BudgetWatch>>,
+    /// The try's CLIENT span, when the server exports traces: ended with the lease.
+    trace: Option<TryTrace>,
 }
 
 /// A lease's place in its model's pool: its local load window learns when the
@@ -180,6 +183,7 @@ impl CallLease {
             spend: ctx.spend.clone(),
             completed: None,
             budget_watch: None,
+            trace: None,
         }
     }
 
@@ -188,6 +192,25 @@ impl CallLease {
     pub fn watched_by(mut self, watch: Option<Arc<BudgetWatch>>) -> Self {
         self.budget_watch = watch;
         self
+    }
+
+    /// The try's CLIENT span, ended when the lease ends.
+    pub fn traced(&mut self, trace: TryTrace) {
+        self.trace = Some(trace);
+    }
+
+    /// The provider answered the try with `status`, for its CLIENT span.
+    pub fn trace_answered(&self, status: StatusCode) {
+        if let Some(trace) = &self.trace {
+            trace.answered(status);
+        }
+    }
+
+    /// The try failed with `error_type` before an answer, for its CLIENT span.
+    pub fn trace_failed(&self, error_type: &str) {
+        if let Some(trace) = &self.trace {
+            trace.failed(error_type);
+        }
     }
 
     /// What the call completed as; `None` until it has (its answer's end, or
@@ -283,6 +306,7 @@ impl CallLease {
         }
         self.completed = Some(self.completion(used));
         self.log_line(used);
+        self.end_trace(used);
         if let (Settle::Usage(_), Some(spend), Some(completed)) = (self.settle, &self.spend, &self.completed) {
             // Queued, never awaited: the answer does not wait for the ledger.
             spend.record(completed);
@@ -362,6 +386,26 @@ impl CallLease {
             usage: used,
             billed_micro_usd: used.and_then(|usage| billed_of(&self.model_keys, &usage)),
         }
+    }
+
+    /// The try's CLIENT span ends with the provider's usage, and the call's
+    /// SERVER span learns what this try reserved and was reconciled to.
+    fn end_trace(&self, used: Option<Usage>) {
+        let Some(trace) = &self.trace else {
+            return;
+        };
+        let usage = match self.settle {
+            Settle::Usage(usage) => Some(usage),
+            _ => None,
+        };
+        let served = Served {
+            deployment: self.on.pool.deployments[self.on.index].label.clone(),
+            reserved_tokens: self.reserved.0.saturating_add(self.reserved.1),
+            used_tokens: used.map(|u| u.input_tokens.saturating_add(u.output_tokens)),
+            reserved_micro_usd: worst_case(self.model_keys.price.as_ref(), self.reserved),
+            billed_micro_usd: self.completed.as_ref().and_then(|c| c.billed_micro_usd),
+        };
+        trace.ended(usage, served);
     }
 
     /// The call's one log line.

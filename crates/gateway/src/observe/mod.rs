@@ -2,15 +2,17 @@
 //! (model, class) and per deployment, each directory key's calls today, in the Prometheus text format, and the
 //! console's views of each model and class right now; the spend recorded in the
 //! spend ledger, and the recorder that writes it off the calls' path; the
-//! budgets' alerts and their webhook.
+//! budgets' alerts and their webhook; the trace of each call, for OpenTelemetry.
 
 pub mod alert_webhook;
 pub mod budget_alerts;
 pub mod budget_watch;
 pub mod class_metrics;
+pub mod genai_metrics;
 pub mod key_usage;
 pub mod metrics;
 pub mod prometheus;
 pub mod spend_metrics;
 pub mod spend_recorder;
 pub mod status;
+pub mod trace;

@@ -17,6 +17,7 @@ use crate::admission::budget::{remaining_micro_usd, REMAINING_USD_HEADER};
 use crate::admission::{CallContext, CallLease, ModelEntry};
 use crate::config::UpstreamKind;
 use crate::limits::budgets::dollars;
+use crate::observe::trace::TryTarget;
 use crate::routing::{pause, Deployment};
 use crate::wire::call::Endpoint;
 use crate::wire::error::{ErrorKind, GatewayError};
@@ -53,8 +54,9 @@ pub async fn forward(
     let bound = (ctx.call.bound_to_send)
         .and_then(|bound| openai::bound_field(ctx.endpoint, upstream.config.kind).map(|field| (field, bound)));
     let body = deployment.body(&ctx.call.upstream_body, bound);
+    let trace_headers = start_try_span(ctx, (upstream, deployment), bound.map(|(_, b)| b), &mut lease);
     let path = upstream.path_of(ctx.endpoint.path(), &deployment.config.name);
-    let send = (gateway.client).send(upstream, Method::POST, &path, headers, body);
+    let send = (gateway.client).send_with(upstream, (Method::POST, &path), headers, trace_headers, body);
     // What is left of the call's binding budget, read while the call is sent.
     let backend = gateway.admission.backend();
     let keys = deployment.keys();
@@ -65,6 +67,7 @@ pub async fn forward(
     let response = match result {
         Ok(response) => response,
         Err(error) => {
+            lease.trace_failed(error_type(&error));
             let unreachable = matches!(error, UpstreamError::Unreachable(_));
             let error = upstream_error(error);
             if unreachable {
@@ -77,6 +80,7 @@ pub async fn forward(
     };
     let (parts, body) = response.into_parts();
     observe_provider_limits(model, deployment, &parts.headers);
+    lease.trace_answered(parts.status);
     if let Some(error) = credentials_refused(upstream, parts.status) {
         // Nothing was served: the provider refused the gateway's key for this
         // deployment, not the call; another deployment's key may hold.
@@ -121,6 +125,37 @@ pub async fn forward(
         response.headers_mut().insert(REMAINING_USD_HEADER, value);
     }
     Ok(Forwarded::Answer(response))
+}
+
+/// The CLIENT span of this try on `deployment` of `upstream`, when the call is
+/// traced: handed to the lease, and its `traceparent` returned for the request.
+fn start_try_span(
+    ctx: &CallContext,
+    (upstream, deployment): (&Upstream, &Deployment),
+    max_tokens: Option<u64>,
+    lease: &mut CallLease,
+) -> Option<HeaderMap> {
+    let trace = ctx.trace.as_ref()?.start_try(TryTarget {
+        endpoint: ctx.endpoint,
+        kind: upstream.config.kind,
+        upstream: &upstream.config.name,
+        base_url: &upstream.config.base_url,
+        model: &deployment.config.name,
+        max_tokens,
+        stream: ctx.call.stream,
+    });
+    let headers = trace.headers();
+    lease.traced(trace);
+    Some(headers)
+}
+
+/// A failed try's `error.type`: what went wrong on the connection.
+fn error_type(error: &UpstreamError) -> &'static str {
+    match error {
+        UpstreamError::Timeout => "timeout",
+        UpstreamError::Unreachable(_) => "unreachable",
+        UpstreamError::Failed(_) => "connection_failed",
+    }
 }
 
 /// Whether an answer's headers say it is an event stream.

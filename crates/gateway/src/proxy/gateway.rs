@@ -25,6 +25,7 @@ use crate::observe::key_usage::{KeyCall, KeyUsage};
 use crate::observe::metrics::GatewayMetrics;
 use crate::observe::spend_recorder::SpendRecorder;
 use crate::observe::status::{ClassStatus, ModelStatus};
+use crate::observe::trace::Telemetry;
 use crate::routing::Pool;
 use crate::wire::call::Endpoint;
 use crate::wire::error::{ErrorKind, GatewayError};
@@ -59,6 +60,8 @@ pub struct Gateway {
     pub(super) spend: Option<SpendSink>,
     /// The budget alerts' watch, shared with admission.
     budget_watch: Arc<BudgetWatch>,
+    /// Each call's spans, when the server exports traces; `None`: no span is made.
+    pub(super) telemetry: Option<Arc<Telemetry>>,
 }
 
 /// A limiter view of a backend (the trait object cannot be upcast on this Rust).
@@ -156,6 +159,7 @@ impl Gateway {
             response_ids: Arc::new(ResponseIds::default()),
             spend: None,
             budget_watch,
+            telemetry: None,
         })
     }
 
@@ -273,6 +277,12 @@ impl Gateway {
     pub fn with_spend(mut self, book: Arc<dyn SpendBook>, clock: Arc<dyn Clock>) -> Self {
         let recorder = SpendRecorder::start(book, self.metrics.spend.clone());
         self.spend = Some(SpendSink { recorder, clock });
+        self
+    }
+
+    /// This gateway tracing every call with `telemetry` (docs/telemetry.md).
+    pub fn with_telemetry(mut self, telemetry: Arc<Telemetry>) -> Self {
+        self.telemetry = Some(telemetry);
         self
     }
 

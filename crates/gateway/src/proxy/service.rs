@@ -20,6 +20,7 @@ use super::key_callers::Authorized;
 use crate::admission::spend::CallSpend;
 use crate::admission::tenant_caps::HoldingBody;
 use crate::admission::{Caller, ModelEntry};
+use crate::observe::trace::CallTrace;
 use crate::wire::call::{model_name, parse_object, Endpoint};
 use crate::wire::error::{ErrorKind, Format, GatewayError, Shaped};
 
@@ -70,6 +71,23 @@ async fn list_models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) ->
 }
 
 async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
+    // The call's SERVER span, only when the server exports traces (docs/telemetry.md).
+    let trace = (gateway.telemetry.as_ref()).map(|telemetry| telemetry.start_call(&headers, endpoint));
+    let response = answer_call(gateway, endpoint, headers, body, trace.clone()).await;
+    if let Some(trace) = &trace {
+        trace.responded(response.status());
+    }
+    response
+}
+
+/// The answer to a call: authenticated, held on its tenant's cap, served.
+async fn answer_call(
+    gateway: Arc<Gateway>,
+    endpoint: Endpoint,
+    headers: HeaderMap,
+    body: Body,
+    trace: Option<CallTrace>,
+) -> Response {
     let opened = gateway.authenticate(&headers).await.and_then(|authorized| {
         let held = authorized.caller.caps.open()?;
         Ok((authorized, held))
@@ -78,7 +96,7 @@ async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, b
         Ok(opened) => opened,
         Err(error) => return Shaped(endpoint.format(), error).into_response(),
     };
-    let response = match serve(gateway, endpoint, authorized, headers, body).await {
+    let response = match serve(gateway, endpoint, (authorized, trace), headers, body).await {
         Ok(response) => response,
         Err(error) => Shaped(endpoint.format(), error).into_response(),
     };
@@ -89,7 +107,7 @@ async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, b
 async fn serve(
     gateway: Arc<Gateway>,
     endpoint: Endpoint,
-    authorized: Authorized,
+    (authorized, trace): (Authorized, Option<CallTrace>),
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, GatewayError> {
@@ -121,6 +139,11 @@ async fn serve(
         .context((caller, class), model, (endpoint, call), started);
     ctx.key_call = authorized.key.as_ref().map(|k| gateway.key_call(&k.key.id));
     let key = authorized.key.as_ref().map(|k| k.key.id.as_str());
+    if let Some(trace) = &trace {
+        let class = gateway.admission.classes().name(ctx.class);
+        trace.caller((&ctx.caller.name, key), class, &ctx.model.name);
+    }
+    ctx.trace = trace;
     ctx.spend = (gateway.spend.clone()).map(|sink| CallSpend::new(sink, key));
     // Each deployment of the pool is tried at most once (docs/gateway.md, "Pools").
     loop {

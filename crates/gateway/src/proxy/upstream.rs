@@ -182,6 +182,20 @@ impl UpstreamClient {
         client_headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Response<Incoming>, UpstreamError> {
+        self.send_with(upstream, (method, path), client_headers, None, body)
+            .await
+    }
+
+    /// [`UpstreamClient::send`] with `extra` headers set on the request after
+    /// the client's (the try's `traceparent`, docs/telemetry.md).
+    pub async fn send_with(
+        &self,
+        upstream: &Upstream,
+        (method, path): (Method, &str),
+        client_headers: &HeaderMap,
+        extra: Option<HeaderMap>,
+        body: Bytes,
+    ) -> Result<Response<Incoming>, UpstreamError> {
         let uri = format!("{}{path}", upstream.config.base_url.trim_end_matches('/'));
         let mut builder = Request::builder().method(method).uri(uri);
         let headers = builder.headers_mut().expect("a fresh builder");
@@ -192,6 +206,9 @@ impl UpstreamClient {
                 "anthropic-version",
                 HeaderValue::from_static(crate::wire::anthropic::API_VERSION_DEFAULT),
             );
+        }
+        if let Some(extra) = extra {
+            headers.extend(extra);
         }
         if let Some((name, value)) = &upstream.auth {
             headers.insert(name.clone(), value.clone());

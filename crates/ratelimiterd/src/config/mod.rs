@@ -106,6 +106,9 @@ pub struct Config {
     /// Provider profiles (docs/provider-profiles.md): each entry's published limits
     /// become the definitions of its provider's profile, applied at startup.
     pub profiles: Vec<ProfileEntry>,
+    /// OpenTelemetry export (docs/telemetry.md), each entry overridden by its
+    /// `OTEL_*` environment variable; nothing set: nothing exported.
+    pub telemetry: crate::telemetry::TelemetryConfig,
     /// The file it was read from, if any: where the gateway's prices are
     /// read again at runtime (docs/gateway.md, "Prices").
     #[serde(skip)]
@@ -293,6 +296,8 @@ impl Config {
                 .validate()
                 .map_err(|e| invalid(&format!("gateway.{}", e.entry), e.message))?;
         }
+        // With the environment it is read with, as the server will read it.
+        (self.telemetry.resolve(&|name| std::env::var(name).ok())).map_err(|m| invalid("telemetry", m))?;
         if self.profiles.len() > PROFILES_MAX {
             return Err(invalid("profiles", format!("at most {PROFILES_MAX} entries")));
         }

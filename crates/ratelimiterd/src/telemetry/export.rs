@@ -1,0 +1,145 @@
+//! The OTLP exporters of a [`Resolved`] configuration: spans batched off the
+//! calls' path in a bounded queue and metrics read periodically, both by tasks
+//! of the server's tokio runtime, sent over OTLP http/protobuf by hyper; the
+//! gateway's [`Telemetry`] made from them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway::observe::genai_metrics::GenAiMetrics;
+use gateway::observe::trace::{Telemetry, SEMCONV_SCHEMA_URL};
+use opentelemetry::global::BoxedTracer;
+use opentelemetry::metrics::MeterProvider;
+use opentelemetry::trace::noop::NoopTracer;
+use opentelemetry::trace::TracerProvider;
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::metrics::periodic_reader_with_async_runtime::PeriodicReader;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::resource::EnvResourceDetector;
+use opentelemetry_sdk::runtime;
+use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+
+use super::Resolved;
+
+/// How long a stopping server waits for its last spans to be sent: a collector
+/// that is down must not hold the stop for the exporter's whole timeout.
+pub const SHUTDOWN_FLUSH_MS: u64 = 5_000;
+
+/// The running export: what the gateway traces and measures with, and the
+/// providers to flush at the stop.
+pub struct Exporting {
+    traces: Option<SdkTracerProvider>,
+    metrics: Option<SdkMeterProvider>,
+    /// The gateway's tracer, propagator and instruments.
+    pub gateway: Arc<Telemetry>,
+}
+
+impl Exporting {
+    /// Starts the export `resolved` describes; must run on the server's tokio
+    /// runtime, where the batch's task, the periodic reader and the HTTP client live.
+    pub fn start(resolved: &Resolved) -> Result<Self, String> {
+        let resource = resource(resolved);
+        let scope = InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .with_schema_url(SEMCONV_SCHEMA_URL)
+            .build();
+        let traces = (resolved.traces_endpoint.as_deref())
+            .map(|endpoint| tracer_provider(resolved, endpoint, resource.clone()))
+            .transpose()?;
+        // Without traces, spans are not recorded; the caller's context still goes upstream.
+        let tracer = match &traces {
+            Some(provider) => BoxedTracer::new(Box::new(provider.tracer_with_scope(scope.clone()))),
+            None => BoxedTracer::new(Box::new(NoopTracer::new())),
+        };
+        let metrics = (resolved.metrics_endpoint.as_deref())
+            .map(|endpoint| meter_provider(resolved, endpoint, resource))
+            .transpose()?;
+        let mut telemetry = Telemetry::new(tracer, Box::new(TraceContextPropagator::new()));
+        if let Some(provider) = &metrics {
+            telemetry = telemetry.with_metrics(GenAiMetrics::new(&provider.meter_with_scope(scope)));
+        }
+        tracing::info!(traces_endpoint = ?resolved.traces_endpoint, metrics_endpoint = ?resolved.metrics_endpoint,
+            "exporting over OTLP");
+        Ok(Self {
+            traces,
+            metrics,
+            gateway: Arc::new(telemetry),
+        })
+    }
+
+    /// Sends what is still queued and stops, waiting at most [`SHUTDOWN_FLUSH_MS`] each.
+    pub async fn shutdown(self) {
+        let timeout = Duration::from_millis(SHUTDOWN_FLUSH_MS);
+        let (traces, metrics) = (self.traces, self.metrics);
+        // The SDK's shutdown blocks its thread until the export's task answers.
+        let stop = tokio::task::spawn_blocking(move || {
+            let traces = traces.map(|p| p.shutdown_with_timeout(timeout));
+            let metrics = metrics.map(|p| p.shutdown_with_timeout(timeout));
+            (traces, metrics)
+        });
+        if let Ok((traces, metrics)) = stop.await {
+            if let Some(Err(e)) = traces {
+                tracing::warn!(error = %e, "telemetry: the last spans could not all be sent");
+            }
+            if let Some(Err(e)) = metrics {
+                tracing::warn!(error = %e, "telemetry: the last metrics could not all be sent");
+            }
+        }
+    }
+}
+
+/// The section's headers, to which the exporter adds the environment's.
+fn headers(resolved: &Resolved) -> HashMap<String, String> {
+    resolved.headers.clone().into_iter().collect()
+}
+
+/// Spans batched in a bounded queue and sent by a task of the runtime.
+fn tracer_provider(resolved: &Resolved, endpoint: &str, resource: Resource) -> Result<SdkTracerProvider, String> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(endpoint)
+        .with_headers(headers(resolved))
+        .build()
+        .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
+    let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
+    Ok(SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_sampler(resolved.sampler.clone())
+        .with_resource(resource)
+        .build())
+}
+
+/// Metrics read and sent every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default)
+/// by a task of the runtime.
+fn meter_provider(resolved: &Resolved, endpoint: &str, resource: Resource) -> Result<SdkMeterProvider, String> {
+    let exporter = opentelemetry_otlp::MetricExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(endpoint)
+        .with_headers(headers(resolved))
+        .build()
+        .map_err(|e| format!("telemetry: the OTLP metric exporter could not be built: {e}"))?;
+    let reader = PeriodicReader::builder(exporter, runtime::Tokio).build();
+    Ok(SdkMeterProvider::builder()
+        .with_reader(reader)
+        .with_resource(resource)
+        .build())
+}
+
+/// The service's resource: the section's attributes, then `service.name`, then
+/// `OTEL_RESOURCE_ATTRIBUTES` over them, and `OTEL_SERVICE_NAME` (already in
+/// `resolved.service_name`) last.
+fn resource(resolved: &Resolved) -> Resource {
+    let configured = (resolved.resource_attributes.iter()).map(|(k, v)| KeyValue::new(k.clone(), v.clone()));
+    Resource::builder_empty()
+        .with_attributes(configured)
+        .with_detector(Box::new(EnvResourceDetector::new()))
+        .with_service_name(resolved.service_name.clone())
+        .build()
+}
