@@ -21,13 +21,19 @@ pub fn refuse_budget_key(key: &LimitKey) -> Result<(), String> {
     if !gateway::limits::budgets::is_budget_key(key.as_str()) {
         return Ok(());
     }
-    Err(format!(
+    Err(owner_budget_refusal(key))
+}
+
+/// The refusal of a budget in money whose owner's record holds it: where it
+/// changes instead.
+fn owner_budget_refusal(key: &LimitKey) -> String {
+    format!(
         "{key} is a budget in money, its owner's: a definition here would disagree with the tenant's or key's \
          record (its period, its alerts); change it with PATCH /v1/admin/gateway/tenants/<name> or \
          PATCH /v1/admin/gateway/keys/<id> and their `budgets` (the CLI's `ratelimiterd tenants update NAME --budget \
          USD/PERIOD` or `ratelimiterd keys update ID --budget USD/PERIOD`, PERIOD day, week, month or a window such \
          as 3600s), or in the configuration's budgets"
-    ))
+    )
 }
 
 /// A definition of a budget in money through `PUT /v1/admin/limits`, as it is
@@ -49,7 +55,7 @@ pub fn budget_put(
     }
     let tenant = key.strip_prefix("tenant:").and_then(|rest| rest.split(":usd:").next());
     if key.starts_with("key:") || tenant.is_some_and(&directory_tenant) {
-        return Err(refuse_budget_key(definition.key()).expect_err("a budget key"));
+        return Err(owner_budget_refusal(definition.key()));
     }
     let span = match definition.period() {
         Some(period) => ratelimiter::price::budget::BudgetSpan::Period(period),

@@ -426,7 +426,12 @@ mod tests {
     }
 
     fn put_definition(args: &[&str]) -> Result<LimitDefinition, String> {
-        let base = ["limits", "put", "--key", "global:llm:anthropic:m:otpm"];
+        put_definition_of("global:llm:anthropic:m:otpm", args)
+    }
+
+    /// What `limits put --key KEY ARGS` would define.
+    fn put_definition_of(key: &str, args: &[&str]) -> Result<LimitDefinition, String> {
+        let base = ["limits", "put", "--key", key];
         let cli = parse(&[&base[..], args].concat());
         match cli.command {
             Some(Command::Limits {
@@ -448,58 +453,23 @@ mod tests {
 
     #[test]
     fn limits_put_refuses_a_budget_in_money_pointing_at_the_budget_commands() {
+        let rolling_args = ["--kind", "rolling", "--capacity", "5", "--window-seconds", "60"];
         for key in [
             "tenant:search:usd:day",
             "key:01KB2M9Y3R4VQ8H6ZJ1N5T7C0D:usd:window3600",
             "global:usd:month",
         ] {
-            let cli = parse(&[
-                "limits",
-                "put",
-                "--key",
-                key,
-                "--kind",
-                "rolling",
-                "--capacity",
-                "5",
-                "--window-seconds",
-                "60",
-            ]);
-            let Some(Command::Limits {
-                command: LimitsCommand::Put(put),
-            }) = cli.command
-            else {
-                panic!("not a put");
-            };
-            let refused = put.definition().unwrap_err();
+            let refused = put_definition_of(key, &rolling_args).unwrap_err();
             assert!(
                 refused.contains("--budget USD/PERIOD") && refused.contains(key),
                 "{refused}"
             );
         }
         // A key merely containing the letters is not a budget.
-        let rolling = put_definition(&["--kind", "rolling", "--capacity", "5", "--window-seconds", "60"]);
+        let rolling = put_definition(&rolling_args);
         assert!(rolling.is_ok(), "{rolling:?}");
         // The server's predicate, the gateway's: the rate of a tenant named
         // `usd` is no budget, and the CLI does not refuse it either.
-        let cli = parse(&[
-            "limits",
-            "put",
-            "--key",
-            "tenant:usd:llm:rpm",
-            "--kind",
-            "rolling",
-            "--capacity",
-            "5",
-            "--window-seconds",
-            "60",
-        ]);
-        let Some(Command::Limits {
-            command: LimitsCommand::Put(put),
-        }) = cli.command
-        else {
-            panic!("not a put");
-        };
-        assert!(put.definition().is_ok());
+        assert!(put_definition_of("tenant:usd:llm:rpm", &rolling_args).is_ok());
     }
 }

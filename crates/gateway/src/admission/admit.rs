@@ -12,7 +12,7 @@ use ratelimiter::{
     Backend, CompleteRequest, Denial, LeaseId, LimitKey, Limiter, LimiterError, Requirement, ReserveRequest,
 };
 
-use super::budget::{budget_denied, budget_refusal, refusal_headers};
+use super::budget::{budget_denied, budget_refusal, budget_report, refusal_headers};
 use super::context::CallContext;
 use super::entry::{Caller, ModelEntry};
 use super::lease::CallLease;
@@ -290,19 +290,16 @@ impl Admission {
         Ok(())
     }
 
-    /// Whether the limit `key` refuses because it owes a bill above what it
-    /// held (`overage: owe`); false when it cannot be read.
-    async fn owes(&self, key: &str) -> bool {
-        let Ok(key) = LimitKey::new(key) else {
-            return false;
-        };
-        matches!(self.backend.limit_report(&key).await, Ok(Some(report)) if report.owing)
-    }
-
     /// A 429 with the retry hints both SDKs read and the binding limit's figures.
     async fn rate_limited(&self, denial: &Denial, budget: bool, cap_ms: Option<u64>) -> GatewayError {
         let retry_after_ms = denial.retry_after_ms().min(cap_ms.unwrap_or(u64::MAX)).max(1);
         let key = denial_key(denial).unwrap_or("");
+        // A budget in money's report, read once for its message and its figures.
+        let money = if is_budget_key(key) {
+            budget_report(self.backend.as_ref(), key).await
+        } else {
+            None
+        };
         let message = if budget {
             let whose = if key.starts_with(KEY_LIMIT_PREFIX) {
                 "key"
@@ -310,7 +307,7 @@ impl Admission {
                 "tenant"
             };
             format!("The {whose}'s daily token budget ({key}) is spent; it frees as the day's calls age out.")
-        } else if is_budget_key(key) && self.owes(key).await {
+        } else if money.as_ref().is_some_and(|report| report.owing) {
             format!(
                 "The budget {key} is spent: calls were billed more than it could hold, so it admits no \
                  call until their window has passed. Please try again in {retry_after_ms}ms."
@@ -331,10 +328,7 @@ impl Admission {
         }
         if is_budget_key(key) {
             // A budget in money: its figures in USD.
-            return match LimitKey::new(key) {
-                Ok(key) => refusal_headers(self.backend.as_ref(), &key, error).await,
-                Err(_) => error,
-            };
+            return refusal_headers(money.as_ref(), error);
         }
         let dimension = match key.rsplit(':').next().unwrap_or("") {
             "rpm" => "requests",

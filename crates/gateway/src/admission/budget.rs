@@ -5,7 +5,7 @@
 //! the period ends when the period's spend leaves too little, and the binding
 //! budget's remaining dollars in every answer.
 
-use ratelimiter::{Backend, Denial, LimitKey};
+use ratelimiter::{Backend, Denial, LimitKey, LimitReport};
 
 use super::context::CallContext;
 use crate::limits::budgets::dollars;
@@ -60,11 +60,7 @@ pub fn budget_refusal(ctx: &CallContext) -> Option<GatewayError> {
 /// little: a 429 that is never retried, until the budget's next period.
 pub async fn budget_denied(backend: &dyn Backend, denial: &Denial, ctx: &CallContext) -> Option<GatewayError> {
     let key = denial_key(denial).filter(|k| denial.is_permanent() && is_budget_key(k))?;
-    let limit_key = LimitKey::new(key).ok();
-    let report = match &limit_key {
-        Some(k) => backend.limit_report(k).await.ok().flatten(),
-        None => None,
-    };
+    let report = budget_report(backend, key).await;
     let capacity = report.as_ref().map(|r| r.state.definition().capacity());
     let error = match (least_worst_case(ctx), capacity) {
         (Some(least), Some(capacity)) if least > capacity => above_whole_budget(key, ctx, least, capacity),
@@ -76,10 +72,7 @@ pub async fn budget_denied(backend: &dyn Backend, denial: &Denial, ctx: &CallCon
             spent(key, worst_case_of(ctx), owing, resets)
         }
     };
-    Some(match limit_key {
-        Some(k) => refusal_headers(backend, &k, error).await,
-        None => error,
-    })
+    Some(refusal_headers(report.as_ref(), error))
 }
 
 /// The 400 of a call whose least worst case (`least`, on the cheapest
@@ -143,15 +136,21 @@ pub async fn remaining_micro_usd(backend: &dyn Backend, model: &ModelKeys, tenan
     least
 }
 
-/// The budget headers of a refusal on `key`, a budget in money: its capacity
-/// and what is left of it, in USD.
-pub async fn refusal_headers(backend: &dyn Backend, key: &LimitKey, mut error: GatewayError) -> GatewayError {
-    if let Ok(Some(report)) = backend.limit_report(key).await {
+/// The report of the budget `key`, read once for a refusal's message and
+/// headers; `None` when it cannot be read.
+pub async fn budget_report(backend: &dyn Backend, key: &str) -> Option<LimitReport> {
+    let key = LimitKey::new(key).ok()?;
+    backend.limit_report(&key).await.ok().flatten()
+}
+
+/// The budget headers of a refusal on a budget in money of `report`: its
+/// capacity and what is left of it, in USD; none when it could not be read.
+pub fn refusal_headers(report: Option<&LimitReport>, mut error: GatewayError) -> GatewayError {
+    if let Some(report) = report {
         let capacity = report.state.definition().capacity();
-        let left = report.available();
         error = error
             .with_header(LIMIT_USD_HEADER, dollars(capacity))
-            .with_header(REMAINING_USD_HEADER, dollars(left));
+            .with_header(REMAINING_USD_HEADER, dollars(report.available()));
     }
     error
 }

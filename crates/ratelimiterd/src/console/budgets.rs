@@ -103,7 +103,7 @@ fn budget_row(
         _ => None,
     };
     let reserved = spent_micro_usd.map(|s| held - s);
-    let left = report.available().min(budget.saturating_sub(held));
+    let left = report.available();
     Some(json!({
         "key": definition.key().as_str(),
         "owner": owner.0,

@@ -549,7 +549,7 @@ fn tokens_json(report: &LimitReport) -> Value {
         "unit": definition.unit(),
         "capacity": definition.capacity(),
         "used": used,
-        "remaining": report.available().min(definition.capacity().saturating_sub(used)),
+        "remaining": report.available(),
         "owing": report.owing,
         "utilization_bp": basis_points(report),
     })
@@ -566,7 +566,7 @@ fn money_json(report: &LimitReport) -> Value {
         "window_seconds": definition.period().is_none().then(|| definition.window_seconds()),
         "budget_micro_usd": definition.capacity(),
         "used_micro_usd": used,
-        "left_micro_usd": report.available().min(definition.capacity().saturating_sub(used)),
+        "left_micro_usd": report.available(),
         "owing": report.owing,
         "utilization_bp": basis_points(report),
     })
