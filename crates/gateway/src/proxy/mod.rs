@@ -16,7 +16,9 @@ pub mod origin;
 pub mod prices;
 pub mod response_ids;
 pub mod service;
+pub mod service_account;
 pub mod upstream;
+pub mod vertex_token;
 
 pub use gateway::Gateway;
 pub use service::router;

@@ -216,6 +216,13 @@ impl UpstreamClient {
         let request = builder
             .body(Full::new(body))
             .map_err(|e| UpstreamError::Failed(e.to_string()))?;
+        self.request(request).await
+    }
+
+    /// Sends `request` as it is, over the pooled connections, within the
+    /// client's timeout: a call that is not a model call (a Vertex AI token
+    /// exchange, `proxy/vertex_token.rs`).
+    pub async fn request(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>, UpstreamError> {
         match tokio::time::timeout(self.timeout, self.client.request(request)).await {
             Err(_) => Err(UpstreamError::Timeout),
             Ok(Ok(response)) => Ok(response),
