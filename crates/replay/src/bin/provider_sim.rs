@@ -12,9 +12,11 @@ use replay::sim::limits::{Accounting, ProviderLimits};
 use replay::sim::price::Price;
 use replay::sim::profile::{ProfileName, SimProfile};
 use replay::sim::server::ProviderServer;
+use replay::sim::vertex_auth::VertexAuth;
 
 /// Serves OpenAI's and Anthropic's endpoints (chat completions, embeddings,
-/// responses, models; messages, count_tokens), streaming included, enforcing RPM,
+/// responses, models; messages, count_tokens), Azure's and Vertex AI's paths
+/// over them, streaming included, enforcing RPM,
 /// TPM and concurrency limits over a rolling window; and `GET /sim/stats`,
 /// `POST /sim/faults`, `GET /sim/billing` (docs/provider-sim.md).
 #[derive(Debug, Parser)]
@@ -74,6 +76,26 @@ struct Args {
     /// The seed of the `random` output draw.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Vertex AI: the service account's key file (JSON) whose signed
+    /// assertions `POST /token` exchanges for access tokens; without it the
+    /// Vertex AI paths refuse every call.
+    #[arg(long)]
+    vertex_service_account: Option<std::path::PathBuf>,
+    /// Vertex AI: how long an access token lasts, in seconds.
+    #[arg(long, default_value_t = replay::sim::vertex_auth::TOKEN_LIFETIME_S_DEFAULT)]
+    vertex_token_lifetime_seconds: u64,
+}
+
+/// The Vertex AI token endpoint of `--vertex-service-account`, or the error to exit with.
+fn vertex_auth(args: &Args) -> Result<Option<VertexAuth>, String> {
+    let Some(path) = &args.vertex_service_account else {
+        return Ok(None);
+    };
+    let context = |e: String| format!("--vertex-service-account {}: {e}", path.display());
+    let file = std::fs::read(path).map_err(|e| context(e.to_string()))?;
+    VertexAuth::from_key_file(&file, args.vertex_token_lifetime_seconds)
+        .map(Some)
+        .map_err(context)
 }
 
 /// How many tokens a call without `sim_output_tokens` writes.
@@ -107,6 +129,10 @@ async fn main() {
         eprintln!("provider-sim: --rpm, --tpm, --concurrency must be at least 1 and --window-seconds 1..=86400");
         std::process::exit(2);
     }
+    let vertex = vertex_auth(&args).unwrap_or_else(|e| {
+        eprintln!("provider-sim: {e}");
+        std::process::exit(2);
+    });
     let limits = ProviderLimits {
         rpm: args.rpm,
         tpm: args.tpm,
@@ -163,6 +189,9 @@ async fn main() {
     }
     let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), control);
     provider.set_profile(profile);
+    if let Some(vertex) = vertex {
+        provider.set_vertex_auth(vertex);
+    }
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -101,6 +101,13 @@ impl SimControl {
         }
     }
 
+    /// The key callers must send, if one is required: what a route that
+    /// authenticates its callers otherwise (Vertex AI's bearer token) hands
+    /// the wire format it serves the call with.
+    pub(crate) fn api_key(&self) -> Option<&str> {
+        self.api_key.as_deref()
+    }
+
     /// The models served.
     pub fn models(&self) -> &[String] {
         &self.models

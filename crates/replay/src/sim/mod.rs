@@ -22,12 +22,15 @@
 //! - [`errors`]: the two wire formats' error shapes; [`faults`]: the fault switch;
 //! - [`content`]: what a call's messages hold, as the simulator counts them;
 //! - [`control`]: the models, the key, the calls in flight, the armed fault;
-//! - [`server`]: the provider's state (ledger and control) and a call's slot;
+//! - [`server`]: the provider's state (ledger, control, quota buckets) and a call's slot;
 //! - [`admission`]: a call through the fault switch and the ledger, and its refusal;
 //! - [`sse`]: streamed bodies at the model's pace;
 //! - [`hosted_tools`]: OpenAI's hosted web search, billed as input;
+//! - [`vertex_auth`]: Google's token endpoint for a service account and the
+//!   check of the tokens it issued;
 //! - [`openai`], [`anthropic`]: the two wire formats; [`azure`]: Azure OpenAI's
-//!   per-deployment paths over the OpenAI endpoints; [`control_routes`]: `/sim/*`;
+//!   per-deployment paths over the OpenAI endpoints; [`vertex`]: Vertex AI's
+//!   Claude and OpenAI-compatible paths over them; [`control_routes`]: `/sim/*`;
 //! - [`routes`]: every route on one listener;
 //! - [`client`]: the replay's HTTP client for the provider.
 
@@ -54,5 +57,7 @@ pub mod reset_time;
 pub mod routes;
 pub mod server;
 pub mod sse;
+pub mod vertex;
+pub mod vertex_auth;
 pub mod vision;
 pub mod wire;

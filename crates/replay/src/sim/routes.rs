@@ -1,5 +1,5 @@
 //! The simulated provider's routes on loopback: the OpenAI and Anthropic
-//! endpoints (docs/provider-sim.md) and the simulator's control routes, served
+//! endpoints, Azure's and Vertex AI's paths (docs/provider-sim.md) and the simulator's control routes, served
 //! over one listener.
 
 use std::future::Future;
@@ -12,7 +12,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::sim::server::ProviderServer;
-use crate::sim::{anthropic, azure, control_routes, openai};
+use crate::sim::{anthropic, azure, control_routes, openai, vertex};
 
 /// The largest request body, in bytes: two million prompt tokens of four bytes.
 pub const BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
@@ -35,6 +35,15 @@ impl ProviderServer {
             )
             .route("/openai/deployments/{deployment}/embeddings", post(azure::embeddings))
             .route("/openai/responses", post(azure::responses))
+            .route("/token", post(vertex::token))
+            .route(
+                "/v1/projects/{project}/locations/{region}/publishers/anthropic/models/{model_action}",
+                post(vertex::claude),
+            )
+            .route(
+                "/v1/projects/{project}/locations/{region}/endpoints/openapi/chat/completions",
+                post(vertex::openapi_chat),
+            )
             .route(
                 "/sim/stats",
                 get(control_routes::stats).delete(control_routes::reset_stats),

@@ -5,6 +5,7 @@
 //! with `retry-after` and rate-limit headers when refused, and takes a time that
 //! grows with the output tokens.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::http::{HeaderMap, HeaderValue};
@@ -14,6 +15,12 @@ use crate::sim::control::SimControl;
 use crate::sim::limits::ProviderLimits;
 use crate::sim::profile::SimProfile;
 use crate::sim::provider::{Admission, Ledger, LedgerCounts, Remaining, Ticket, TokenLimit};
+use crate::sim::vertex_auth::VertexAuth;
+
+/// The most quota buckets of their own a provider keeps ([`ProviderServer::bucket`]):
+/// Vertex AI serves about 40 regions; 4,096 covers every region for a hundred
+/// models, and bounds what clients naming made-up regions can make it hold.
+pub const BUCKETS_MAX: usize = 4_096;
 
 /// The provider with its ledger, shared by every connection.
 #[derive(Debug)]
@@ -22,6 +29,11 @@ pub struct ProviderServer {
     pub(crate) clock: Arc<dyn Clock>,
     /// The models, key, fault switch and call counts of the wire formats.
     pub(crate) control: Arc<SimControl>,
+    /// Vertex AI's token endpoint and the tokens it issued.
+    vertex_auth: Mutex<Arc<VertexAuth>>,
+    /// The quota buckets of a provider that keeps one per project, region and
+    /// model (Vertex AI's Claude), by name; empty for the others.
+    buckets: Mutex<HashMap<String, Arc<ProviderServer>>>,
 }
 
 impl ProviderServer {
@@ -37,7 +49,47 @@ impl ProviderServer {
             ledger: Mutex::new(Ledger::new(limits)),
             clock,
             control: Arc::new(control),
+            vertex_auth: Mutex::new(Arc::new(VertexAuth::default())),
+            buckets: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Trusts `auth`'s service account at the Vertex AI token endpoint from now
+    /// on (call it before serving): the buckets made after share it.
+    pub fn set_vertex_auth(&self, auth: VertexAuth) {
+        *self.vertex_auth.lock().expect("vertex lock") = Arc::new(auth);
+    }
+
+    /// The Vertex AI token endpoint and the tokens it issued.
+    pub fn vertex_auth(&self) -> Arc<VertexAuth> {
+        Arc::clone(&self.vertex_auth.lock().expect("vertex lock"))
+    }
+
+    /// The quota bucket `name` (Vertex AI's: `{project}/{region}/{model}`): a
+    /// ledger of its own with this provider's limits and profile, sharing its
+    /// models, key, faults, calls and bill; made at its first call. `None` past
+    /// [`BUCKETS_MAX`] buckets.
+    pub fn bucket(&self, name: &str) -> Option<Arc<ProviderServer>> {
+        let mut buckets = self.buckets.lock().expect("buckets lock");
+        if let Some(bucket) = buckets.get(name) {
+            return Some(Arc::clone(bucket));
+        }
+        if buckets.len() >= BUCKETS_MAX {
+            return None;
+        }
+        let ledger = {
+            let ledger = self.ledger.lock().expect("ledger lock");
+            Ledger::with_profile(*ledger.limits(), *ledger.profile(), self.clock.now_unix_ms())
+        };
+        let bucket = Arc::new(Self {
+            ledger: Mutex::new(ledger),
+            clock: Arc::clone(&self.clock),
+            control: Arc::clone(&self.control),
+            vertex_auth: Mutex::new(self.vertex_auth()),
+            buckets: Mutex::new(HashMap::new()),
+        });
+        buckets.insert(name.to_owned(), Arc::clone(&bucket));
+        Some(bucket)
     }
 
     /// The most model calls served at once since the start or the last reset.
