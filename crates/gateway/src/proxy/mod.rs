@@ -8,6 +8,7 @@ pub mod answer;
 pub mod auth;
 pub mod body;
 pub mod conversations;
+pub mod credentials;
 pub mod forward;
 pub mod gateway;
 pub mod headers;
