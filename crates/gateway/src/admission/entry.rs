@@ -23,7 +23,8 @@ pub const LEASE_OWNER_PREFIX: &str = "gateway tenant ";
 pub struct ModelEntry {
     /// Its configuration.
     pub config: ModelConfig,
-    /// The wire format of its deployments (one per pool).
+    /// The wire format of its deployments (one per pool), as the kind that
+    /// speaks it natively (`UpstreamConfig::format_of`).
     pub kind: UpstreamKind,
     /// The name, shared by every call's log line.
     pub name: Arc<str>,

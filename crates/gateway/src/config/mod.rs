@@ -17,6 +17,7 @@ mod price;
 mod section;
 #[cfg(test)]
 pub(crate) mod tests;
+mod upstream;
 mod validate;
 
 pub use alerts::{
@@ -35,7 +36,7 @@ pub use deployment::{
 };
 pub use error::GatewayConfigError;
 pub use headers::check_forwardable;
-pub use model::{Encoding, ModelConfig, TenantConfig, UpstreamConfig, UpstreamKind};
+pub use model::{key_model_name, Encoding, ModelConfig, TenantConfig};
 pub use pool::{resolve, validate_formats, validate_shape, Resolved};
 pub use price::{deployment_price, price_provider};
 pub use section::{
@@ -45,3 +46,4 @@ pub use section::{
     TENANT_CONNECTIONS_MAX_DEFAULT, TENANT_KEY_BYTES_MIN, TENANT_QUEUED_MAX_DEFAULT, UPSTREAM_TIMEOUT_MS_DEFAULT,
     UPSTREAM_TIMEOUT_MS_LIMIT,
 };
+pub use upstream::{default_base_url, UpstreamConfig, UpstreamKind};

@@ -7,60 +7,6 @@ use serde::Deserialize;
 
 use super::{BreakerConfig, BudgetConfig, DeploymentConfig, DeploymentLimits, Routing};
 
-/// The wire format an upstream speaks.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum UpstreamKind {
-    /// api.openai.com.
-    Openai,
-    /// api.anthropic.com.
-    Anthropic,
-    /// Any server of the OpenAI wire format (vLLM, Ollama, ...).
-    OpenaiCompatible,
-    /// Azure OpenAI's per-deployment paths
-    /// (`/openai/deployments/{deployment}/chat/completions?api-version=...`)
-    /// with the `api-key` header: OpenAI's wire format, the deployment's name in
-    /// the path (docs/gateway.md, "Azure OpenAI").
-    Azure,
-}
-
-impl UpstreamKind {
-    /// True for the formats of OpenAI's API.
-    pub fn is_openai(self) -> bool {
-        matches!(
-            self,
-            UpstreamKind::Openai | UpstreamKind::OpenaiCompatible | UpstreamKind::Azure
-        )
-    }
-}
-
-/// One `upstreams:` entry.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct UpstreamConfig {
-    /// The provider part of the limit keys (`global:llm:<name>:<model>:rpm`).
-    pub name: String,
-    /// The wire format.
-    pub kind: UpstreamKind,
-    /// Everything before `/v1/...`, e.g. `http://127.0.0.1:9000`.
-    pub base_url: String,
-    /// The environment variable holding the upstream's key; never the key itself,
-    /// so configuration files can be shared. `None`: no key is sent (local servers).
-    #[serde(default)]
-    pub api_key_env: Option<String>,
-    /// Client request headers passed to this upstream besides `anthropic-version`
-    /// (such as `anthropic-beta`, `openai-organization`, `openai-project`): none
-    /// unless listed, so a client cannot pick the organization, project or beta
-    /// features the gateway's key is used with.
-    #[serde(default)]
-    pub forward_headers: Vec<String>,
-    /// The `api-version` query parameter of every call (`kind: azure` only,
-    /// where it is required: Azure answers 404 without it), e.g. `2024-10-21`
-    /// (<https://learn.microsoft.com/en-us/azure/ai-foundry/openai/api-version-lifecycle>).
-    #[serde(default)]
-    pub api_version: Option<String>,
-}
-
 /// The tokenizer used to count a model's prompts.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -132,7 +78,27 @@ pub struct ModelConfig {
     pub budgets: Vec<BudgetConfig>,
 }
 
+/// The model part of a deployment's limit keys: the name sent upstream with
+/// each `:` written `@` (docs/gateway.md, "Amazon Bedrock", limit keys). A key
+/// component holds no `:` (it separates the key's parts); only a Bedrock model
+/// id may hold one (`us.anthropic.claude-sonnet-4-5-20250929-v1:0`), and a
+/// Bedrock model id holding `@` is refused, so on every upstream the mapping
+/// is one-to-one: ids without `:` are their own key name, and a Bedrock key
+/// name's `@` can only have been a `:`.
+pub fn key_model_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.contains(':') {
+        std::borrow::Cow::Owned(name.replace(':', "@"))
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
+}
+
 impl ModelConfig {
+    /// The model part of its limit keys ([`key_model_name`] of its name).
+    pub fn key_name(&self) -> std::borrow::Cow<'_, str> {
+        key_model_name(&self.name)
+    }
+
     /// The model's provider profile, keyed by the name of `upstream` (the keys stay
     /// `global:llm:<upstream>:<model>:...`); `None` without `profile`.
     pub fn llm_profile(&self, upstream: &str) -> Option<Result<LlmProfile, ProfileError>> {
@@ -140,7 +106,7 @@ impl ModelConfig {
         Some(llm_profile_keyed(
             provider,
             upstream,
-            &self.name,
+            &self.key_name(),
             &self.limits.published,
         ))
     }

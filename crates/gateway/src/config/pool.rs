@@ -1,7 +1,10 @@
 //! A model's `deployments:` (docs/gateway.md, "Pools"): how a model resolves
 //! into its deployments, and the rules of a pool's shape.
 
-use super::{GatewayConfigError, ModelConfig, Routing, UpstreamConfig, DEPLOYMENTS_MAX, PRIORITY_MAX, WEIGHT_MAX};
+use super::{
+    DeploymentConfig, GatewayConfigError, ModelConfig, Routing, UpstreamConfig, DEPLOYMENTS_MAX, PRIORITY_MAX,
+    WEIGHT_MAX,
+};
 
 /// A deployment resolved: its single-deployment form (name = the model sent
 /// upstream, with its own limits) and its place in the pool.
@@ -115,15 +118,19 @@ pub fn validate_shape(model: &ModelConfig, entry: &dyn Fn(&str) -> String) -> Re
     Ok(())
 }
 
-/// A pool's deployments speak one wire format: OpenAI's (openai and
-/// openai-compatible mix) or Anthropic's.
+/// A pool's deployments speak one wire format ([`UpstreamConfig::format_of`]):
+/// OpenAI's (openai, openai-compatible, azure and the OpenAI-format Bedrock and
+/// Vertex models mix) or Anthropic's (anthropic, and Claude on Bedrock and Vertex).
 pub fn validate_formats(
     model: &ModelConfig,
     upstreams: &[UpstreamConfig],
     entry: &dyn Fn(&str) -> String,
 ) -> Result<(), GatewayConfigError> {
-    let kind_of = |name: &str| upstreams.iter().find(|u| u.name == name).map(|u| u.kind.is_openai());
-    let mut kinds = model.deployments.iter().map(|d| kind_of(&d.upstream));
+    let kind_of = |d: &DeploymentConfig| {
+        let sent = d.model.as_deref().unwrap_or(&model.name);
+        (upstreams.iter().find(|u| u.name == d.upstream)).map(|u| u.format_of(sent).is_openai())
+    };
+    let mut kinds = model.deployments.iter().map(kind_of);
     let Some(first) = kinds.next() else { return Ok(()) };
     for (j, kind) in kinds.enumerate() {
         if kind != first {

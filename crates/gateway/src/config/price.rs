@@ -9,15 +9,13 @@ use super::{resolve, validate_budgets, GatewayConfig, GatewayConfigError, ModelC
 /// The provider whose list prices a deployment's model is looked up in: its
 /// profile's (`openai`, `azure`, `anthropic`, `gemini`, `bedrock`), else its
 /// upstream's kind. Only OpenAI's, Anthropic's and Gemini's own APIs have list
-/// prices (docs/prices.md); Azure, Bedrock and other OpenAI-compatible servers
-/// bill their own rates, so their models need a `price`.
+/// prices (docs/prices.md); Azure, Bedrock, Vertex AI and other
+/// OpenAI-compatible servers bill their own rates, so their models need a `price`.
 pub fn price_provider(kind: UpstreamKind, profile: Option<&str>) -> &str {
     match (profile, kind) {
         (Some(profile), _) => profile,
-        (None, UpstreamKind::Openai) => "openai",
-        (None, UpstreamKind::Anthropic) => "anthropic",
-        (None, UpstreamKind::OpenaiCompatible) => "openai-compatible",
-        (None, UpstreamKind::Azure) => "azure",
+        // The kind's own name: only openai's and anthropic's have list prices.
+        (None, kind) => kind.name(),
     }
 }
 

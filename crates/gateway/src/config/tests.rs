@@ -294,6 +294,9 @@ fn pool_configuration_errors_name_the_model_and_the_entry() {
             api_key_env: None,
             forward_headers: Vec::new(),
             api_version: None,
+            region: None,
+            project: None,
+            credentials_file: None,
         });
         config.models[0].deployments[2].upstream = "claude".into();
         config.models[0].deployments[2].limits.profile = None;
@@ -346,4 +349,111 @@ fn an_azure_upstream_needs_its_api_version_and_no_other_takes_one() {
     let error = config.validate().unwrap_err();
     assert_eq!(error.entry, "upstreams[0].api_version");
     assert!(error.message.contains("only an upstream of kind azure"), "{error}");
+}
+
+/// A section whose first upstream is `upstream` (YAML flow mapping fields) and
+/// whose one model is served there.
+fn with_upstream(upstream: &str) -> GatewayConfig {
+    parse(&format!(
+        "listen_addr: \"127.0.0.1:0\"\nallow_anonymous: true\nupstreams:\n  - {{name: up, {upstream}}}\nmodels:\n  - {{name: m, upstream: up, tpm: 1000}}\n"
+    ))
+}
+
+#[test]
+fn regional_fields_are_required_where_they_apply_and_refused_elsewhere() {
+    for (upstream, entry, says) in [
+        ("kind: bedrock", "upstreams[0].region", "required for kind bedrock"),
+        (
+            "kind: vertex, project: p",
+            "upstreams[0].region",
+            "required for kind vertex",
+        ),
+        (
+            "kind: bedrock, region: US_EAST",
+            "upstreams[0].region",
+            "is not a region",
+        ),
+        ("kind: bedrock, region: \"\"", "upstreams[0].region", "is not a region"),
+        (
+            "kind: vertex, region: global",
+            "upstreams[0].project",
+            "required for kind vertex",
+        ),
+        (
+            "kind: vertex, region: global, project: \"a/b\"",
+            "upstreams[0].project",
+            "is not a project id",
+        ),
+        (
+            "kind: bedrock, region: us-east-1, project: p",
+            "upstreams[0].project",
+            "only an upstream of kind vertex",
+        ),
+        (
+            "kind: openai, base_url: \"https://x\", region: us-east-1",
+            "upstreams[0].region",
+            "only an upstream of kind bedrock or vertex",
+        ),
+        (
+            "kind: vertex, region: global, project: p, credentials_file: \"\"",
+            "upstreams[0].credentials_file",
+            "must not be empty",
+        ),
+        (
+            "kind: anthropic, base_url: \"https://x\", credentials_file: f",
+            "upstreams[0].credentials_file",
+            "only an upstream of kind vertex",
+        ),
+        ("kind: openai", "upstreams[0].base_url", "must be an http"),
+    ] {
+        let error = with_upstream(upstream).validate().unwrap_err();
+        assert_eq!(error.entry, entry, "{upstream}: {error}");
+        assert!(error.message.contains(says), "{upstream}: {error}");
+    }
+}
+
+#[test]
+fn a_kind_this_version_cannot_reach_is_refused_at_load() {
+    for upstream in [
+        "kind: bedrock, region: us-east-1",
+        "kind: vertex, region: us-east5, project: p",
+    ] {
+        let error = with_upstream(upstream).validate().unwrap_err();
+        assert_eq!(error.entry, "upstreams[0].kind", "{upstream}: {error}");
+        assert!(
+            error.message.contains("not served by this version"),
+            "{upstream}: {error}"
+        );
+    }
+}
+
+#[test]
+fn bedrock_model_ids_map_one_to_one_onto_limit_key_names() {
+    use super::key_model_name;
+    let id = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
+    assert_eq!(key_model_name(id), "us.anthropic.claude-sonnet-4-5-20250929-v1@0");
+    assert_eq!(
+        key_model_name("claude-sonnet-4-5@20250929"),
+        "claude-sonnet-4-5@20250929",
+        "no ':': itself"
+    );
+    let arn = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/abc";
+    let key = ratelimiter::LimitKey::llm_rpm("bedrock-east", &key_model_name(arn)).unwrap();
+    assert_eq!(
+        key.as_str(),
+        "global:llm:bedrock-east:arn@aws@bedrock@us-east-1@123456789012@application-inference-profile/abc:rpm"
+    );
+    // One-to-one: a Bedrock id holds no '@', so its key name's '@' were its ':'.
+    let bedrock: UpstreamConfig = serde_yaml::from_str("{name: b, kind: bedrock, region: us-east-1}").unwrap();
+    let mut pool = docs_pool();
+    pool.upstreams.push(bedrock);
+    pool.models[0].deployments[0].upstream = "b".into();
+    pool.models[0].deployments[0].model = Some("us.anthropic.claude-v1@0".into());
+    let error = pool.validate().unwrap_err();
+    assert_eq!(error.entry, "models[0].deployments[0].model", "{error}");
+    assert!(error.message.contains("holds no '@'"), "{error}");
+    // Elsewhere a ':' is still refused.
+    let mut pool = docs_pool();
+    pool.models[0].deployments[0].model = Some("llama3:8b".into());
+    assert_eq!(pool.validate().unwrap_err().entry, "models[0].deployments[0].model");
 }

@@ -40,7 +40,12 @@ impl GatewayConfig {
         self.validate_tenants()?;
         self.validate_money()?;
         (self.alerts.webhook()).map_err(|(field, message)| invalid(format!("alerts.{field}"), message))?;
-        self.validate_classes()
+        self.validate_classes()?;
+        // Last, so that every other fault of the file is told first.
+        for (i, upstream) in self.upstreams.iter().enumerate() {
+            check_served(upstream.kind).map_err(|m| invalid(format!("upstreams[{i}].kind"), m))?;
+        }
+        Ok(())
     }
 
     fn validate_classes(&self) -> Result<(), GatewayConfigError> {
@@ -91,6 +96,7 @@ impl GatewayConfig {
             if !names.insert(upstream.name.as_str()) {
                 return Err(invalid(format!("upstreams[{i}].name"), "appears twice"));
             }
+            check_regional(upstream).map_err(|(field, m)| invalid(format!("upstreams[{i}].{field}"), m))?;
             let rest = upstream
                 .base_url
                 .strip_prefix("https://")
@@ -205,13 +211,13 @@ impl GatewayConfig {
         {
             return Err(invalid(entry("tpm"), "give tpm, or input_tpm and output_tpm, not both"));
         }
-        if upstream.kind.is_openai()
+        if upstream.format_of(&model.name).is_openai()
             && (model.limits.published.input_tpm.is_some() || model.limits.published.output_tpm.is_some())
         {
             return Err(invalid(entry("input_tpm"), "OpenAI models have one tpm"));
         }
-        check_name(&entry("model"), &model.name)?;
-        LimitKey::llm_rpm(&upstream.name, &model.name).map_err(|e| invalid(entry("name"), e.to_string()))?;
+        check_model_id(upstream, &model.name).map_err(|m| invalid(entry("model"), m))?;
+        LimitKey::llm_rpm(&upstream.name, &model.key_name()).map_err(|e| invalid(entry("name"), e.to_string()))?;
         Self::validate_profile(model, &upstream.name, entry)?;
         Ok(())
     }
@@ -273,6 +279,22 @@ fn check_known(unknown: &UnknownFields, entry: &dyn Fn(&str) -> String) -> Resul
     }
 }
 
+/// A deployment's model id (the name sent upstream) names its limit keys
+/// ([`super::key_model_name`]): a valid key component, where only a Bedrock
+/// id may hold `:` (`...-v1:0`, written `@` in the keys) and so must hold no
+/// `@`, or two ids would share their keys.
+fn check_model_id(upstream: &UpstreamConfig, name: &str) -> Result<(), String> {
+    if upstream.kind == UpstreamKind::Bedrock && name.contains('@') {
+        return Err(format!(
+            "{name:?}: a Bedrock model id holds no '@' (its ':' are written '@' in the limit keys)"
+        ));
+    }
+    if name.is_empty() || (name.contains(':') && upstream.kind != UpstreamKind::Bedrock) {
+        return Err("must be non-empty and must not contain ':'".to_owned());
+    }
+    LimitKey::new(name).map(|_| ()).map_err(|e| e.to_string())
+}
+
 fn check_name(entry: &str, name: &str) -> Result<(), GatewayConfigError> {
     if name.is_empty() || name.contains(':') {
         return Err(invalid(entry, "must be non-empty and must not contain ':'"));
@@ -302,5 +324,91 @@ fn check_api_version(upstream: &UpstreamConfig) -> Result<(), String> {
         }
         (_, Some(_)) => Err("only an upstream of kind azure takes an api_version".to_owned()),
         (_, None) => Ok(()),
+    }
+}
+
+/// The longest `region` accepted: AWS's and Google Cloud's are a few words
+/// joined by `-` (`ap-southeast-2`, `europe-west4`, 14 bytes).
+const REGION_BYTES_MAX: usize = 32;
+/// The longest `project` accepted: a Google Cloud project id is at most 30
+/// bytes, a domain-scoped one (`example.com:my-project`) more
+/// (<https://cloud.google.com/resource-manager/docs/creating-managing-projects>).
+const PROJECT_BYTES_MAX: usize = 100;
+
+/// A `bedrock` or `vertex` upstream names its `region` (and a `vertex` one its
+/// `project`), each safe in a host name and a path; `credentials_file` is
+/// Vertex's only. Fails with the field at fault and why.
+fn check_regional(upstream: &UpstreamConfig) -> Result<(), (&'static str, String)> {
+    let kind = upstream.kind;
+    let region_safe = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    match (kind.is_regional(), upstream.region.as_deref()) {
+        (true, None) => {
+            return Err((
+                "region",
+                format!("required for kind {} (e.g. {})", kind.name(), region_example(kind)),
+            ))
+        }
+        (true, Some(region))
+            if region.is_empty() || region.len() > REGION_BYTES_MAX || !region.chars().all(region_safe) =>
+        {
+            return Err((
+                "region",
+                format!("{region:?} is not a region: at most {REGION_BYTES_MAX} lowercase letters, digits and '-'"),
+            ));
+        }
+        (false, Some(_)) => {
+            return Err((
+                "region",
+                "only an upstream of kind bedrock or vertex takes a region".to_owned(),
+            ))
+        }
+        _ => {}
+    }
+    let project_safe = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.' | ':');
+    match (kind == UpstreamKind::Vertex, upstream.project.as_deref()) {
+        (true, None) => {
+            return Err((
+                "project",
+                "required for kind vertex (the Google Cloud project id)".to_owned(),
+            ))
+        }
+        (true, Some(project))
+            if project.is_empty() || project.len() > PROJECT_BYTES_MAX || !project.chars().all(project_safe) =>
+        {
+            return Err(("project", format!("{project:?} is not a project id: at most {PROJECT_BYTES_MAX} lowercase letters, digits, '-', '.' and ':'")));
+        }
+        (false, Some(_)) => return Err(("project", "only an upstream of kind vertex takes a project".to_owned())),
+        _ => {}
+    }
+    match (kind == UpstreamKind::Vertex, upstream.credentials_file.as_deref()) {
+        (true, Some("")) => Err((
+            "credentials_file",
+            "must not be empty (leave it out for GOOGLE_APPLICATION_CREDENTIALS)".to_owned(),
+        )),
+        (false, Some(_)) => Err((
+            "credentials_file",
+            "only an upstream of kind vertex takes a credentials_file".to_owned(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The kinds this build configures but cannot yet reach: refused at load,
+/// never a failing call. Vertex AI needs its service account's token source.
+fn check_served(kind: UpstreamKind) -> Result<(), String> {
+    match kind {
+        UpstreamKind::Bedrock => Err(format!(
+            "kind {} is not served by this version of the gateway yet",
+            kind.name()
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn region_example(kind: UpstreamKind) -> &'static str {
+    if kind == UpstreamKind::Vertex {
+        "us-east5, or global"
+    } else {
+        "us-east-1"
     }
 }

@@ -99,7 +99,7 @@ impl ModelKeys {
                 usd: Vec::new(),
             };
         }
-        let global = |dimension: &str| key(format!("global:llm:{upstream}:{}:{dimension}", model.name));
+        let global = |dimension: &str| key(format!("global:llm:{upstream}:{}:{dimension}", model.key_name()));
         Self {
             rpm: model.limits.published.rpm.map(|_| global("rpm")),
             tpm: model.limits.published.tpm.map(|_| global("tpm")),

@@ -422,7 +422,8 @@ impl TryTrace {
 
 /// The GenAI conventions' provider name of an upstream: `openai`, `azure.ai.openai`
 /// (an `azure` upstream, or an `openai` one on an Azure OpenAI host), `anthropic`,
-/// else the upstream's configured name.
+/// `aws.bedrock`, `gcp.vertex_ai`, else the upstream's configured name
+/// (<https://opentelemetry.io/docs/specs/semconv/registry/attributes/gen-ai/>).
 fn provider_name(kind: UpstreamKind, upstream: &str, base_url: &str) -> String {
     match kind {
         UpstreamKind::Anthropic => "anthropic".to_owned(),
@@ -432,6 +433,8 @@ fn provider_name(kind: UpstreamKind, upstream: &str, base_url: &str) -> String {
         }
         UpstreamKind::Openai => "openai".to_owned(),
         UpstreamKind::OpenaiCompatible => upstream.to_owned(),
+        UpstreamKind::Bedrock => "aws.bedrock".to_owned(),
+        UpstreamKind::Vertex => "gcp.vertex_ai".to_owned(),
     }
 }
 
@@ -488,6 +491,8 @@ mod tests {
         assert_eq!(provider_name(UpstreamKind::Openai, "azure", azure), "azure.ai.openai");
         assert_eq!(provider_name(UpstreamKind::Anthropic, "a", "https://x"), "anthropic");
         assert_eq!(provider_name(UpstreamKind::Azure, "az", "https://x"), "azure.ai.openai");
+        assert_eq!(provider_name(UpstreamKind::Bedrock, "b", "https://x"), "aws.bedrock");
+        assert_eq!(provider_name(UpstreamKind::Vertex, "v", "https://x"), "gcp.vertex_ai");
         assert_eq!(
             provider_name(UpstreamKind::OpenaiCompatible, "vllm", "http://x"),
             "vllm"

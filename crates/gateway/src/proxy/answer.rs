@@ -22,6 +22,7 @@ use hyper::body::{Body as _, Incoming};
 use super::response_ids::RememberResponseId;
 use crate::admission::CallLease;
 use crate::wire::call::Endpoint;
+use crate::wire::envelope::Reframer;
 use crate::wire::format::StreamUsage;
 use crate::wire::sse;
 use crate::wire::usage::{EventAction, Usage};
@@ -36,6 +37,7 @@ pub const WHOLE_ANSWER_BYTES_MAX: usize = 256 * 1024;
 enum Reader {
     /// A stream: each event forwarded once whole, its usage read from the events.
     Events {
+        reframer: Reframer,
         splitter: sse::Splitter,
         usage: StreamUsage,
     },
@@ -51,7 +53,12 @@ impl Reader {
     /// The bytes of `data` to forward now.
     fn push(&mut self, data: Bytes) -> Result<Bytes, io::Error> {
         match self {
-            Reader::Events { splitter, usage } => {
+            Reader::Events {
+                reframer,
+                splitter,
+                usage,
+            } => {
+                let data = reframer.push(data).map_err(io::Error::other)?;
                 let events = splitter.push(&data).map_err(|e| io::Error::other(e.to_string()))?;
                 let mut out = Vec::with_capacity(data.len());
                 for event in events {
@@ -73,7 +80,7 @@ impl Reader {
     /// The answer ended whole: the bytes left to forward, and its usage if read.
     fn end(&mut self) -> (Bytes, Option<Usage>) {
         match self {
-            Reader::Events { splitter, usage } => (splitter.finish().unwrap_or_default(), usage.final_usage()),
+            Reader::Events { splitter, usage, .. } => (splitter.finish().unwrap_or_default(), usage.final_usage()),
             Reader::Whole { endpoint, scanner } => {
                 let answer = scanner.as_ref().and_then(UsageScanner::answer);
                 (Bytes::new(), answer.and_then(|answer| endpoint.usage_of_body(&answer)))
@@ -121,16 +128,18 @@ struct Answer {
     remember: Option<RememberResponseId>,
 }
 
-/// The client's stream of an event-stream answer of `endpoint`: each event
-/// forwarded the moment it is whole (`drop_usage_chunk`: the usage chunk the
-/// gateway asked for is not), the usage read on the way.
+/// The client's stream of an event-stream answer of `endpoint`, its bytes
+/// turned into server-sent events by `reframer`: each event forwarded the
+/// moment it is whole (`drop_usage_chunk`: the usage chunk the gateway asked
+/// for is not), the usage read on the way.
 pub fn events(
-    body: Incoming,
+    (body, reframer): (Incoming, Reframer),
     (endpoint, drop_usage_chunk): (Endpoint, bool),
     (lease, remember): (CallLease, Option<RememberResponseId>),
     idle_timeout: Duration,
 ) -> Body {
     let reader = Reader::Events {
+        reframer,
         splitter: sse::Splitter::default(),
         usage: endpoint.stream_usage(drop_usage_chunk),
     };

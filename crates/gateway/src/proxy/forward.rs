@@ -51,11 +51,18 @@ pub async fn forward(
     let last = ctx.is_last_try();
     let sent = Instant::now();
     // The bound reserved is the bound sent, in the field this deployment's upstream reads.
+    let format = upstream.config.format_of(&deployment.config.name);
     let bound = (ctx.call.bound_to_send)
-        .and_then(|bound| openai::bound_field(ctx.endpoint, upstream.config.kind).map(|field| (field, bound)));
-    let body = deployment.body(&ctx.call.upstream_body, bound);
+        .and_then(|bound| openai::bound_field(ctx.endpoint, format).map(|field| (field, bound)));
+    let envelope = upstream.envelope(&deployment.config.name);
+    let Some(path) = upstream.path_of(ctx.endpoint.path(), &deployment.config.name, ctx.call.stream) else {
+        // Validated at load: a pool's deployments all serve its endpoints.
+        let error = GatewayError::model_not_found(&model.config.name);
+        return try_next(lease, last).await.ok_or(error);
+    };
+    let forwarded = upstream.forwarded_headers(headers);
+    let body = deployment.body(&ctx.call.upstream_body, bound, (envelope, &forwarded));
     let trace_headers = start_try_span(ctx, (upstream, deployment), bound.map(|(_, b)| b), &mut lease);
-    let path = upstream.path_of(ctx.endpoint.path(), &deployment.config.name);
     let send = (gateway.client).send_with(upstream, (Method::POST, &path), headers, trace_headers, body);
     // What is left of the call's binding budget, read while the call is sent.
     let backend = gateway.admission.backend();
@@ -68,7 +75,8 @@ pub async fn forward(
         Ok(response) => response,
         Err(error) => {
             lease.trace_failed(error_type(&error));
-            let unreachable = matches!(error, UpstreamError::Unreachable(_));
+            // Nothing reached the provider: no connection, or no credentials to send.
+            let unreachable = matches!(error, UpstreamError::Unreachable(_) | UpstreamError::Credentials(_));
             let error = upstream_error(error);
             if unreachable {
                 lease.refused(error.status());
@@ -96,7 +104,8 @@ pub async fn forward(
         lease.failed_over().await;
         return Ok(Forwarded::FailedOver);
     }
-    let stream = parts.status.is_success() && ctx.call.stream && is_event_stream(&parts.headers);
+    let reframer = envelope.reframer();
+    let stream = parts.status.is_success() && ctx.call.stream && reframer.is_stream(&parts.headers);
     let idle_timeout = gateway.client.timeout();
     // A stored response's id and its conversation are recorded for the tenant
     // they were handed to.
@@ -106,7 +115,7 @@ pub async fn forward(
     });
     let answer_body = if stream {
         answer::events(
-            body,
+            (body, reframer),
             (ctx.endpoint, ctx.call.drop_usage_chunk),
             (lease, remember),
             idle_timeout,
@@ -117,6 +126,10 @@ pub async fn forward(
         answer::whole(body, (ctx.endpoint, scan), (lease, remember), idle_timeout).await
     };
     let mut response = answer(parts.status, parts.headers, answer_body);
+    if stream && envelope.reframer().changes_content_type() {
+        let value = axum::http::HeaderValue::from_static("text/event-stream");
+        response.headers_mut().insert(axum::http::header::CONTENT_TYPE, value);
+    }
     if let Ok(value) = axum::http::HeaderValue::from_str(&deployment.label) {
         response.headers_mut().insert(DEPLOYMENT_HEADER, value);
     }
@@ -155,14 +168,8 @@ fn error_type(error: &UpstreamError) -> &'static str {
         UpstreamError::Timeout => "timeout",
         UpstreamError::Unreachable(_) => "unreachable",
         UpstreamError::Failed(_) => "connection_failed",
+        UpstreamError::Credentials(_) => "credentials",
     }
-}
-
-/// Whether an answer's headers say it is an event stream.
-fn is_event_stream(headers: &HeaderMap) -> bool {
-    (headers.get("content-type"))
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
 /// A failed try: failed over when a deployment is left (`Some`), else `None`:
@@ -223,7 +230,7 @@ fn observe_provider_limits(model: &ModelEntry, deployment: &Deployment, headers:
     let above = if deployment.keys().profile.is_some() {
         // A profile's sub-windows are compared per minute by the library.
         let upstream = &config.upstream;
-        !ratelimiter::provider_headers::below_configured(&read, upstream, &config.name, &deployment.definitions)
+        !ratelimiter::provider_headers::below_configured(&read, upstream, &config.key_name(), &deployment.definitions)
             .is_empty()
     } else {
         matches!((config.limits.published.rpm, limit_requests), (Some(ours), Some(theirs)) if ours > theirs)
@@ -249,6 +256,10 @@ pub fn upstream_error(error: UpstreamError) -> GatewayError {
         UpstreamError::Failed(_) => {
             GatewayError::new(ErrorKind::BadGateway, "The upstream provider's connection failed.")
         }
+        UpstreamError::Credentials(_) => GatewayError::new(
+            ErrorKind::BadGateway,
+            "The gateway's credentials for the upstream provider could not be obtained; the call was not sent.",
+        ),
     }
 }
 

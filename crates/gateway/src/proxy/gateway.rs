@@ -124,7 +124,9 @@ impl Gateway {
             for deployment in &pool.deployments {
                 metrics.add_deployment(deployment.state.clone());
             }
-            let kind = upstreams[pool.deployments[0].upstream].config.kind;
+            // The wire format: the first deployment's, which every other one shares.
+            let first = &pool.deployments[0];
+            let kind = upstreams[first.upstream].config.format_of(&first.config.name);
             let entry = ModelEntry::new(model, (pool, kind), callers.len(), &classes, &metrics);
             warn_bounds_above_limits(&entry);
             // The vocabulary loads on first use: at startup, not on a client's first call.

@@ -7,7 +7,9 @@
 pub mod answer;
 pub mod auth;
 pub mod body;
+pub mod connector;
 pub mod conversations;
+pub mod credentials;
 pub mod forward;
 pub mod gateway;
 pub mod headers;

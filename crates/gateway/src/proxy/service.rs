@@ -165,15 +165,14 @@ async fn count_tokens(
 ) -> Result<Response, GatewayError> {
     let deployment = &model.pool.deployments[0];
     let upstream = &gateway.upstreams[deployment.upstream];
+    let name = &deployment.config.name;
+    let path = (upstream.path_of(Endpoint::CountTokens.path(), name, false))
+        .ok_or_else(|| GatewayError::model_not_found(&model.config.name))?;
     gateway.admission.count_tokens(caller).await?;
+    let forwarded = upstream.forwarded_headers(headers);
+    let body = deployment.body(&bytes, None, (upstream.envelope(name), &forwarded));
     let response = (gateway.client)
-        .send(
-            upstream,
-            Method::POST,
-            Endpoint::CountTokens.path(),
-            headers,
-            deployment.body(&bytes, None),
-        )
+        .send(upstream, Method::POST, &path, headers, body)
         .await
         .map_err(upstream_error)?;
     let (parts, body) = response.into_parts();

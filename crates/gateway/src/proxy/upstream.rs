@@ -5,20 +5,26 @@
 //! the frames the gateway forwards, and the fastest of the candidates (reqwest
 //! wraps this same client), with rustls for `https://` upstreams.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use std::borrow::Cow;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use percent_encoding::utf8_percent_encode;
 
 use crate::config::{UpstreamConfig, UpstreamKind};
+use crate::proxy::credentials::Credentials;
 use crate::proxy::headers::Forwarded;
+use crate::proxy::vertex_token::VertexToken;
+use crate::wire::envelope::Envelope;
 
 /// Idle pooled connections kept per upstream host: enough for a burst of calls
 /// in flight to reuse connections rather than open new ones.
@@ -38,6 +44,10 @@ pub enum UpstreamError {
     /// No answer within `gateway.upstream_timeout_ms`.
     #[error("upstream did not answer in time")]
     Timeout,
+    /// The gateway's credentials for the upstream could not be had (a token
+    /// not renewed, a signature not made): nothing was sent.
+    #[error("upstream credentials unavailable: {0}")]
+    Credentials(String),
 }
 
 /// One configured upstream with its key, read from the environment at startup.
@@ -45,7 +55,7 @@ pub enum UpstreamError {
 pub struct Upstream {
     /// The configuration entry.
     pub config: UpstreamConfig,
-    auth: Option<(HeaderName, HeaderValue)>,
+    credentials: Credentials,
     forwarded: Forwarded,
 }
 
@@ -58,11 +68,28 @@ impl std::fmt::Debug for Upstream {
 }
 
 impl Upstream {
-    /// The upstream of `config`, its key taken from `api_key_env`.
+    /// The upstream of `config`, its key taken from `api_key_env`, or its
+    /// kind's own credentials; an error naming the upstream and what is
+    /// missing when they cannot be had.
     pub fn new(config: UpstreamConfig) -> Result<Self, String> {
-        let auth = match &config.api_key_env {
-            None => None,
-            Some(var) => {
+        let credentials = match (&config.api_key_env, config.kind) {
+            (None, UpstreamKind::Vertex) => Credentials::Vertex(Arc::new(VertexToken::of_upstream(&config)?)),
+            (Some(_), UpstreamKind::Vertex) => {
+                return Err(format!(
+                    "gateway upstream {}: kind vertex authenticates with a service account's key \
+                     (credentials_file, or GOOGLE_APPLICATION_CREDENTIALS), not api_key_env",
+                    config.name
+                ))
+            }
+            (None, UpstreamKind::Bedrock) => {
+                return Err(format!(
+                    "gateway upstream {}: kind {} has no credentials in this version of the gateway",
+                    config.name,
+                    config.kind.name()
+                ))
+            }
+            (None, _) => Credentials::None,
+            (Some(var), _) => {
                 let key = std::env::var(var).map_err(|_| {
                     format!(
                         "gateway upstream {}: environment variable {var} is not set",
@@ -82,41 +109,103 @@ impl Upstream {
                 let mut value = HeaderValue::from_str(&value)
                     .map_err(|_| format!("gateway upstream {}: {var} is not a valid header value", config.name))?;
                 value.set_sensitive(true);
-                Some((HeaderName::from_static(name), value))
+                Credentials::Header(HeaderName::from_static(name), value)
             }
         };
         let forwarded = Forwarded::new(&config.forward_headers);
         Ok(Self {
             config,
-            auth,
+            credentials,
             forwarded,
         })
+    }
+
+    /// The client's headers this upstream is passed (its `forward_headers`):
+    /// what its envelope may carry in the body.
+    pub fn forwarded_headers(&self, client_headers: &HeaderMap) -> HeaderMap {
+        let mut out = HeaderMap::new();
+        self.forwarded.copy(client_headers, &mut out);
+        out
+    }
+
+    /// The envelope of calls to `model` (the name sent upstream) here.
+    pub fn envelope(&self, model: &str) -> Envelope {
+        Envelope::of(&self.config, model)
     }
 }
 
 impl Upstream {
     /// The path of an API `path` (`/v1/chat/completions`) on this upstream, for
-    /// a call to `model` (the name sent upstream): the same path, except on
-    /// Azure, whose chat completions and embeddings live under the deployment
-    /// (`/openai/deployments/{model}/chat/completions`) and its other paths
-    /// under `/openai/` (`/openai/responses`), each with the upstream's
-    /// `api-version`
-    /// (<https://learn.microsoft.com/en-us/azure/ai-foundry/openai/reference>).
-    pub fn path_of<'a>(&self, path: &'a str, model: &str) -> std::borrow::Cow<'a, str> {
-        if self.config.kind != UpstreamKind::Azure {
-            return std::borrow::Cow::Borrowed(path);
-        }
-        let version = self.config.api_version.as_deref().unwrap_or_default();
+    /// a call to `model` (the name sent upstream), streamed or not; `None` when
+    /// the upstream serves no such API for the model. The same path, except:
+    /// - on Azure, whose chat completions and embeddings live under the
+    ///   deployment (`/openai/deployments/{model}/chat/completions`) and its
+    ///   other paths under `/openai/` (`/openai/responses`), each with the
+    ///   upstream's `api-version`
+    ///   (<https://learn.microsoft.com/en-us/azure/ai-foundry/openai/reference>);
+    /// - on Bedrock, where Claude's Messages are `InvokeModel`
+    ///   (`/model/{model}/invoke`, or `/invoke-with-response-stream`,
+    ///   <https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModel.html>)
+    ///   and other models' chat completions Bedrock's OpenAI-compatible
+    ///   `/openai/v1/chat/completions`
+    ///   (<https://docs.aws.amazon.com/bedrock/latest/userguide/inference-chat-completions.html>).
+    pub fn path_of<'a>(&self, path: &'a str, model: &str, stream: bool) -> Option<Cow<'a, str>> {
         let rest = path.strip_prefix("/v1/").unwrap_or(path.trim_start_matches('/'));
-        let deployment = utf8_percent_encode(model, PATH_SEGMENT);
-        std::borrow::Cow::Owned(match rest {
-            "chat/completions" | "embeddings" => {
-                format!("/openai/deployments/{deployment}/{rest}?api-version={version}")
+        // A model id in a path is one segment: `:` and `/` (a Bedrock ARN) escaped,
+        // as Bedrock's SigV4 canonical request expects.
+        let segment = utf8_percent_encode(model, PATH_SEGMENT);
+        match self.config.kind {
+            UpstreamKind::Azure => {
+                let version = self.config.api_version.as_deref().unwrap_or_default();
+                Some(Cow::Owned(match rest {
+                    "chat/completions" | "embeddings" => {
+                        format!("/openai/deployments/{segment}/{rest}?api-version={version}")
+                    }
+                    _ => format!("/openai/{rest}?api-version={version}"),
+                }))
             }
-            _ => format!("/openai/{rest}?api-version={version}"),
-        })
+            UpstreamKind::Bedrock => match (self.envelope(model), rest) {
+                (Envelope::BedrockMessages, "messages") if stream => {
+                    Some(Cow::Owned(format!("/model/{segment}/invoke-with-response-stream")))
+                }
+                (Envelope::BedrockMessages, "messages") => Some(Cow::Owned(format!("/model/{segment}/invoke"))),
+                (Envelope::Plain, "chat/completions") => Some(Cow::Borrowed("/openai/v1/chat/completions")),
+                _ => None,
+            },
+            UpstreamKind::Vertex => self.vertex_path_of(rest, model, stream),
+            _ => Some(Cow::Borrowed(path)),
+        }
+    }
+
+    /// A Vertex AI path: Claude's Messages are `rawPredict`, or
+    /// `streamRawPredict`, on the publisher's model
+    /// (<https://docs.anthropic.com/en/api/claude-on-vertex-ai>), other models'
+    /// chat completions the OpenAI-compatible endpoint
+    /// (<https://cloud.google.com/vertex-ai/generative-ai/docs/start/openai>),
+    /// each under the upstream's project and region.
+    fn vertex_path_of(&self, rest: &str, model: &str, stream: bool) -> Option<Cow<'static, str>> {
+        let project = self.config.project.as_deref().unwrap_or_default();
+        let region = self.config.region.as_deref().unwrap_or_default();
+        let location = format!("/v1/projects/{project}/locations/{region}");
+        let segment = utf8_percent_encode(model, VERTEX_MODEL_SEGMENT);
+        let action = if stream { "streamRawPredict" } else { "rawPredict" };
+        match (self.envelope(model), rest) {
+            (Envelope::VertexMessages, "messages") => Some(Cow::Owned(format!(
+                "{location}/publishers/anthropic/models/{segment}:{action}"
+            ))),
+            (Envelope::Plain, "chat/completions") => {
+                Some(Cow::Owned(format!("{location}/endpoints/openapi/chat/completions")))
+            }
+            _ => None,
+        }
     }
 }
+
+/// The bytes escaped in a Vertex AI model id in a path: those of
+/// [`PATH_SEGMENT`] but `@`, which a path segment may hold (RFC 3986,
+/// `pchar`) and which Google's ids (`claude-sonnet-4-5@20250929`) and the
+/// anthropic SDK's `AnthropicVertex` write as is.
+const VERTEX_MODEL_SEGMENT: &percent_encoding::AsciiSet = &PATH_SEGMENT.remove(b'@');
 
 /// The bytes escaped in a deployment's name in a path: all but the unreserved
 /// ones of RFC 3986 (a deployment's name is letters, digits, `-`, `_` and `.`).
@@ -137,29 +226,12 @@ impl UpstreamClient {
     /// A client whose calls give up after `timeout` without an answer; `https://`
     /// upstreams are verified against Mozilla's roots (webpki-roots).
     pub fn new(timeout: Duration) -> Self {
-        let roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        Self::with_roots(timeout, roots)
+        Self::with_roots(timeout, crate::proxy::connector::webpki_roots())
     }
 
     /// A client that trusts `roots` only: a private CA, or a test's certificate.
     pub fn with_roots(timeout: Duration, roots: rustls::RootCertStore) -> Self {
-        let mut http = HttpConnector::new();
-        http.set_nodelay(true);
-        // The TLS connector does the scheme check itself.
-        http.enforce_http(false);
-        let tls =
-            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .expect("ring supports the default protocol versions")
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-        let connector = HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+        let connector = crate::proxy::connector::https_connector(roots);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(POOL_IDLE_PER_HOST)
             .pool_idle_timeout(Duration::from_millis(POOL_IDLE_TIMEOUT_MS))
@@ -210,19 +282,10 @@ impl UpstreamClient {
         if let Some(extra) = extra {
             headers.extend(extra);
         }
-        if let Some((name, value)) = &upstream.auth {
-            headers.insert(name.clone(), value.clone());
-        }
-        let request = builder
-            .body(Full::new(body))
-            .map_err(|e| UpstreamError::Failed(e.to_string()))?;
-        self.request(request).await
-    }
-
-    /// Sends `request` as it is, over the pooled connections, within the
-    /// client's timeout: a call that is not a model call (a Vertex AI token
-    /// exchange, `proxy/vertex_token.rs`).
-    pub async fn request(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>, UpstreamError> {
+        let mut request = builder.body(body).map_err(|e| UpstreamError::Failed(e.to_string()))?;
+        // Last: a signature covers the request as sent.
+        (upstream.credentials.apply(&mut request).await).map_err(|e| UpstreamError::Credentials(e.0))?;
+        let request = request.map(Full::new);
         match tokio::time::timeout(self.timeout, self.client.request(request)).await {
             Err(_) => Err(UpstreamError::Timeout),
             Ok(Ok(response)) => Ok(response),
@@ -255,19 +318,50 @@ mod tests {
     #[test]
     fn azure_paths_name_the_deployment_and_the_api_version() {
         let azure = upstream("azure");
+        let path = |path, model| azure.path_of(path, model, false).unwrap();
         assert_eq!(
-            azure.path_of("/v1/chat/completions", "gpt-4o-prod"),
+            path("/v1/chat/completions", "gpt-4o-prod"),
             "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21"
         );
         assert_eq!(
-            azure.path_of("/v1/embeddings", "embed/large v2"),
+            path("/v1/embeddings", "embed/large v2"),
             "/openai/deployments/embed%2Flarge%20v2/embeddings?api-version=2024-10-21"
         );
         assert_eq!(
-            azure.path_of("/v1/responses", "gpt-4o-prod"),
+            path("/v1/responses", "gpt-4o-prod"),
             "/openai/responses?api-version=2024-10-21"
         );
         let openai = upstream("openai");
-        assert_eq!(openai.path_of("/v1/chat/completions", "gpt-4o"), "/v1/chat/completions");
+        assert_eq!(
+            openai.path_of("/v1/chat/completions", "gpt-4o", true).unwrap(),
+            "/v1/chat/completions"
+        );
+    }
+
+    #[test]
+    fn bedrock_paths_invoke_claude_by_its_escaped_id_and_other_models_by_openais_path() {
+        let config = serde_yaml::from_str("{name: b, kind: bedrock, region: us-east-1, api_key_env: PATH}").unwrap();
+        let bedrock = Upstream::new(config).unwrap();
+        let claude = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
+        assert_eq!(
+            bedrock.path_of("/v1/messages", claude, false).unwrap(),
+            "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
+        );
+        assert_eq!(
+            bedrock.path_of("/v1/messages", claude, true).unwrap(),
+            "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke-with-response-stream"
+        );
+        let arn = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-v1:0";
+        assert!(bedrock
+            .path_of("/v1/messages", arn, false)
+            .unwrap()
+            .starts_with("/model/arn%3Aaws%3Abedrock%3A"));
+        let oss = "openai.gpt-oss-120b-1:0";
+        assert_eq!(
+            bedrock.path_of("/v1/chat/completions", oss, true).unwrap(),
+            "/openai/v1/chat/completions"
+        );
+        assert_eq!(bedrock.path_of("/v1/messages/count_tokens", claude, false), None);
+        assert_eq!(bedrock.path_of("/v1/responses", oss, false), None);
     }
 }

@@ -22,10 +22,16 @@ use std::sync::{Arc, Mutex};
 use axum::http::{HeaderValue, Method, Request};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use ratelimiter::Clock;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use ratelimiter::{Clock, SystemClock};
 
+use crate::config::UpstreamConfig;
+use crate::proxy::connector::{https_connector, webpki_roots};
+use crate::proxy::credentials::{CredentialsError, VertexTokenSource};
 use crate::proxy::service_account::{ServiceAccount, CLOUD_PLATFORM_SCOPE};
-use crate::proxy::upstream::UpstreamClient;
 
 /// The most of a token's lifetime left when its renewal starts: Google's
 /// client libraries renew 5 minutes ahead (and the tokens last an hour).
@@ -53,6 +59,13 @@ pub const TOKEN_ANSWER_BYTES_MAX: usize = 64 * 1024;
 pub const TOKEN_LIFETIME_S_MAX: u64 = 12 * 3_600;
 /// The most characters of the token endpoint's `error` field kept in a reason.
 const ERROR_CODE_CHARS_MAX: usize = 80;
+/// How long one exchange may take: Google answers in well under a second; a
+/// call waiting for its first token gives up after this.
+pub const EXCHANGE_TIMEOUT_MS: u64 = 10_000;
+/// The environment variable naming the key file when `credentials_file` is
+/// not given, as Google's client libraries read it
+/// (<https://cloud.google.com/docs/authentication/application-default-credentials>).
+pub const CREDENTIALS_ENV: &str = "GOOGLE_APPLICATION_CREDENTIALS";
 
 /// How long before its expiry a token of `lifetime_ms` is renewed.
 pub fn renew_before_ms(lifetime_ms: u64) -> u64 {
@@ -89,10 +102,13 @@ impl std::fmt::Debug for VertexToken {
     }
 }
 
+/// The token endpoint's client: its own small pool (an exchange an hour).
+type TokenClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
 struct Inner {
     upstream: String,
     account: ServiceAccount,
-    client: UpstreamClient,
+    client: TokenClient,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
     /// Woken when an exchange ends, for the calls waiting on it.
@@ -118,9 +134,10 @@ struct Token {
 
 impl VertexToken {
     /// The token source of upstream `upstream`, signing with `account`,
-    /// exchanging over `client`, reading time from `clock`. No exchange is made
-    /// before the first call.
-    pub fn new(upstream: &str, account: ServiceAccount, client: UpstreamClient, clock: Arc<dyn Clock>) -> Self {
+    /// reading time from `clock`, exchanging over a client of its own that
+    /// trusts Mozilla's roots. No exchange is made before the first call.
+    pub fn new(upstream: &str, account: ServiceAccount, clock: Arc<dyn Clock>) -> Self {
+        let client = Client::builder(TokioExecutor::new()).build(https_connector(webpki_roots()));
         let inner = Inner {
             upstream: upstream.to_owned(),
             account,
@@ -131,6 +148,27 @@ impl VertexToken {
             exchanges: AtomicU64::new(0),
         };
         Self { inner: Arc::new(inner) }
+    }
+
+    /// The token source of a `vertex` upstream: its `credentials_file`, else
+    /// the file `GOOGLE_APPLICATION_CREDENTIALS` names, read and checked now (a
+    /// start-up error names the upstream, the file and the field at fault);
+    /// on the system clock.
+    pub fn of_upstream(config: &UpstreamConfig) -> Result<Self, String> {
+        let path = match &config.credentials_file {
+            Some(path) => path.clone(),
+            None => std::env::var(CREDENTIALS_ENV)
+                .ok()
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| {
+                    format!(
+                        "gateway upstream {}: no credentials_file, and {CREDENTIALS_ENV} is not set",
+                        config.name
+                    )
+                })?,
+        };
+        let account = ServiceAccount::from_file(&config.name, std::path::Path::new(&path))?;
+        Ok(Self::new(&config.name, account, Arc::new(SystemClock::new())))
     }
 
     /// Exchanges made so far, answered or not.
@@ -186,6 +224,15 @@ impl VertexToken {
     }
 }
 
+#[async_trait::async_trait]
+impl VertexTokenSource for VertexToken {
+    async fn header(&self) -> Result<HeaderValue, CredentialsError> {
+        VertexToken::header(self)
+            .await
+            .map_err(|e| CredentialsError(e.to_string()))
+    }
+}
+
 impl Inner {
     async fn renew(self: Arc<Self>) {
         let sent_ms = self.clock.now_unix_ms();
@@ -231,7 +278,13 @@ impl Inner {
             .header("content-type", "application/x-www-form-urlencoded")
             .body(Full::new(Bytes::from(body)))
             .map_err(|_| "the key file's token_uri is not a valid request URL".to_owned())?;
-        let response = self.client.request(request).await.map_err(|e| e.to_string())?;
+        let timeout = std::time::Duration::from_millis(EXCHANGE_TIMEOUT_MS);
+        let response = match tokio::time::timeout(timeout, self.client.request(request)).await {
+            Err(_) => return Err(format!("the token endpoint did not answer in {EXCHANGE_TIMEOUT_MS} ms")),
+            Ok(Err(e)) if e.is_connect() => return Err(format!("the token endpoint is unreachable: {e}")),
+            Ok(Err(e)) => return Err(format!("the token exchange failed: {e}")),
+            Ok(Ok(response)) => response,
+        };
         let status = response.status();
         let body = Limited::new(response.into_body(), TOKEN_ANSWER_BYTES_MAX)
             .collect()

@@ -54,8 +54,7 @@ async fn source(lifetime_s: u64) -> (Arc<Endpoint>, VertexToken, FakeClock) {
     });
     let account = ServiceAccount::from_json(file.to_string().as_bytes()).unwrap();
     let clock = FakeClock::new(START_MS);
-    let client = UpstreamClient::new(Duration::from_secs(10));
-    let source = VertexToken::new("vertex-east", account, client, Arc::new(clock.clone()));
+    let source = VertexToken::new("vertex-east", account, Arc::new(clock.clone()));
     (endpoint, source, clock)
 }
 
@@ -206,12 +205,7 @@ async fn an_unreachable_token_endpoint_is_an_error_naming_the_upstream() {
     account.token_uri = format!("http://{}/token", closed.local_addr().unwrap());
     drop(closed);
     let clock = Arc::new(FakeClock::new(START_MS));
-    let unreachable = VertexToken::new(
-        "vertex-west",
-        account,
-        UpstreamClient::new(Duration::from_secs(5)),
-        clock,
-    );
+    let unreachable = VertexToken::new("vertex-west", account, clock);
     let error = unreachable.header().await.unwrap_err().to_string();
     assert!(
         error.starts_with("gateway upstream vertex-west:") && error.contains("unreachable"),

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use axum::http::HeaderMap;
 use bytes::Bytes;
 use ratelimiter::clock::Clock;
 use ratelimiter::LimitDefinition;
@@ -13,6 +14,7 @@ use super::order::{Capacity, LoadWindow};
 use super::pause::Cooldown;
 use crate::config::{BreakerConfig, ModelConfig, Resolved};
 use crate::limits::{BudgetKey, ModelKeys};
+use crate::wire::envelope::Envelope;
 use ratelimiter::price::ModelPrice;
 
 /// One deployment, ready to serve.
@@ -55,7 +57,7 @@ impl Deployment {
         state: Arc<DeploymentState>,
     ) -> Self {
         let config = resolved.model.clone();
-        let prefix = format!("global:llm:{}:{}:", config.upstream, config.name);
+        let prefix = format!("global:llm:{}:{}:", config.upstream, config.key_name());
         Self {
             upstream,
             label: Arc::from(config.upstream.as_str()),
@@ -106,10 +108,17 @@ impl Deployment {
 
     /// The body sent to this deployment: `body` with `model` rewritten when the
     /// deployment's name differs (the answer keeps what the upstream returns),
-    /// and with `bound` (the field this deployment's upstream reads, and the
-    /// output bound the call was reserved at) when the request named none.
-    pub fn body(&self, body: &Bytes, bound: Option<(&str, u64)>) -> Bytes {
-        if self.rewrite.is_none() && bound.is_none() {
+    /// with `bound` (the field this deployment's upstream reads, and the
+    /// output bound the call was reserved at) when the request named none, and
+    /// wrapped in its upstream's `envelope` (with the client's `forwarded`
+    /// headers it may carry).
+    pub fn body(
+        &self,
+        body: &Bytes,
+        bound: Option<(&str, u64)>,
+        (envelope, forwarded): (Envelope, &HeaderMap),
+    ) -> Bytes {
+        if self.rewrite.is_none() && bound.is_none() && !envelope.rewrites_body() {
             return body.clone();
         }
         match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
@@ -120,6 +129,7 @@ impl Deployment {
                 if let Some(bound) = bound {
                     crate::wire::openai::set_bound(&mut object, bound);
                 }
+                envelope.wrap(&mut object, forwarded);
                 serde_json::to_vec(&object).map_or_else(|_| body.clone(), Bytes::from)
             }
             Err(_) => body.clone(),

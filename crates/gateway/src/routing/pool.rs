@@ -353,7 +353,10 @@ impl Pool {
 mod tests {
     use super::*;
 
+    use axum::http::HeaderMap;
     use bytes::Bytes;
+
+    use crate::wire::envelope::Envelope;
 
     fn clock() -> Arc<dyn Clock> {
         Arc::new(ratelimiter::SystemClock::new())
@@ -388,12 +391,13 @@ mod tests {
         let stats = Arc::new(DeploymentState::new("gpt-4o", "east", "gpt-4o-ptu", None, clock()));
         let east = Deployment::new("gpt-4o", &resolved[0], (0, (None, Vec::new())), &[], stats.clone());
         let body = Bytes::from_static(br#"{"model":"gpt-4o","messages":[],"max_tokens":3}"#);
-        let sent: serde_json::Value = serde_json::from_slice(&east.body(&body, None)).unwrap();
+        let sent: serde_json::Value =
+            serde_json::from_slice(&east.body(&body, None, (Envelope::Plain, &HeaderMap::new()))).unwrap();
         assert_eq!(sent["model"], "gpt-4o-ptu");
         assert_eq!(sent["max_tokens"], 3, "the rest unchanged");
         let west = Deployment::new("gpt-4o", &resolved[1], (1, (None, Vec::new())), &[], stats);
         assert_eq!(
-            west.body(&body, None),
+            west.body(&body, None, (Envelope::Plain, &HeaderMap::new())),
             body,
             "the same name: the client's bytes, untouched"
         );

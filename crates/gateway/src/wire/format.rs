@@ -72,8 +72,9 @@ impl Format {
         }
     }
 
-    /// Whether an upstream of `kind` speaks this format (an OpenAI-compatible
-    /// server speaks OpenAI's).
+    /// Whether a deployment whose wire format is `kind` (as
+    /// `UpstreamConfig::format_of` gives it) speaks this format (an
+    /// OpenAI-compatible server speaks OpenAI's).
     pub fn is_spoken_by(self, kind: UpstreamKind) -> bool {
         match self {
             Format::OpenAi => kind.is_openai(),

@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 pub mod call;
+pub mod envelope;
 pub mod error;
 pub mod format;
 pub mod openai;

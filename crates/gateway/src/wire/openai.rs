@@ -142,7 +142,9 @@ fn read_responses(
 /// most the one [`bound_field`] names, never another one left `null`.
 const BOUND_FIELDS: [&str; 3] = ["max_completion_tokens", "max_tokens", "max_output_tokens"];
 
-/// The field in which an upstream of `kind` reads the output bound of an
+/// The field in which a deployment of wire format `kind` (as
+/// `UpstreamConfig::format_of` gives it: Bedrock's and Vertex's OpenAI-format
+/// models are `OpenaiCompatible`) reads the output bound of an
 /// `endpoint` call, `None` where the gateway never adds one (Anthropic's
 /// `max_tokens` is required, embeddings have no output). Chat on OpenAI (and
 /// Azure OpenAI, the same kind) takes `max_completion_tokens`: `max_tokens` is
