@@ -20,7 +20,7 @@ use hyper_util::rt::TokioExecutor;
 use percent_encoding::utf8_percent_encode;
 
 use crate::config::{UpstreamConfig, UpstreamKind};
-use crate::proxy::credentials::Credentials;
+use crate::proxy::credentials::{AwsSigner, Credentials};
 use crate::proxy::headers::Forwarded;
 use crate::wire::envelope::Envelope;
 
@@ -71,7 +71,12 @@ impl Upstream {
     /// missing when they cannot be had.
     pub fn new(config: UpstreamConfig) -> Result<Self, String> {
         let credentials = match (&config.api_key_env, config.kind) {
-            (None, UpstreamKind::Bedrock | UpstreamKind::Vertex) => {
+            (None, UpstreamKind::Bedrock) => {
+                let region = config.region.as_deref().expect("validated: bedrock has a region");
+                let env = |var: &str| std::env::var(var).ok();
+                Credentials::Aws(std::sync::Arc::new(AwsSigner::from_env(&config.name, region, &env)?))
+            }
+            (None, UpstreamKind::Vertex) => {
                 return Err(format!(
                     "gateway upstream {}: kind {} has no credentials in this version of the gateway",
                     config.name,
