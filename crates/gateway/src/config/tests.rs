@@ -413,21 +413,6 @@ fn regional_fields_are_required_where_they_apply_and_refused_elsewhere() {
 }
 
 #[test]
-fn a_kind_this_version_cannot_reach_is_refused_at_load() {
-    for upstream in [
-        "kind: bedrock, region: us-east-1",
-        "kind: vertex, region: us-east5, project: p",
-    ] {
-        let error = with_upstream(upstream).validate().unwrap_err();
-        assert_eq!(error.entry, "upstreams[0].kind", "{upstream}: {error}");
-        assert!(
-            error.message.contains("not served by this version"),
-            "{upstream}: {error}"
-        );
-    }
-}
-
-#[test]
 fn bedrock_model_ids_map_one_to_one_onto_limit_key_names() {
     use super::key_model_name;
     let id = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
@@ -456,4 +441,26 @@ fn bedrock_model_ids_map_one_to_one_onto_limit_key_names() {
     let mut pool = docs_pool();
     pool.models[0].deployments[0].model = Some("llama3:8b".into());
     assert_eq!(pool.validate().unwrap_err().entry, "models[0].deployments[0].model");
+}
+
+#[test]
+fn a_pool_mixes_anthropic_and_claude_on_bedrock_but_not_bedrock_s_openai_models() {
+    let pool = |second: &str| {
+        parse(&format!(
+            "listen_addr: \"127.0.0.1:0\"\nallow_anonymous: true\nupstreams:\n  - {{name: a, kind: anthropic, base_url: \"https://x\"}}\n  - {{name: b, kind: bedrock, region: us-east-1}}\nmodels:\n  - name: claude\n    deployments:\n      - {{upstream: a, rpm: 5, input_tpm: 100, output_tpm: 10}}\n      - {{upstream: b, model: \"{second}\", rpm: 5, tpm: 1000}}\n"
+        ))
+    };
+    pool("us.anthropic.claude-sonnet-4-5-20250929-v1:0").validate().unwrap();
+    let error = pool("openai.gpt-oss-120b-1:0").validate().unwrap_err();
+    assert_eq!(error.entry, "models[0].deployments[1].upstream", "{error}");
+    assert!(error.message.contains("one wire format"), "{error}");
+    // Bedrock's OpenAI-format models have one tpm, as OpenAI's.
+    let split = |model: &str| {
+        parse(&format!(
+            "listen_addr: \"127.0.0.1:0\"\nallow_anonymous: true\nupstreams:\n  - {{name: b, kind: bedrock, region: us-east-1}}\nmodels:\n  - name: m\n    deployments:\n      - {{upstream: b, model: \"{model}\", input_tpm: 10, output_tpm: 5}}\n"
+        ))
+    };
+    let error = split("openai.gpt-oss-120b-1:0").validate().unwrap_err();
+    assert_eq!(error.entry, "models[0].deployments[0].input_tpm", "{error}");
+    split("anthropic.claude-v1:0").validate().unwrap();
 }

@@ -40,12 +40,7 @@ impl GatewayConfig {
         self.validate_tenants()?;
         self.validate_money()?;
         (self.alerts.webhook()).map_err(|(field, message)| invalid(format!("alerts.{field}"), message))?;
-        self.validate_classes()?;
-        // Last, so that every other fault of the file is told first.
-        for (i, upstream) in self.upstreams.iter().enumerate() {
-            check_served(upstream.kind).map_err(|m| invalid(format!("upstreams[{i}].kind"), m))?;
-        }
-        Ok(())
+        self.validate_classes()
     }
 
     fn validate_classes(&self) -> Result<(), GatewayConfigError> {
@@ -388,18 +383,6 @@ fn check_regional(upstream: &UpstreamConfig) -> Result<(), (&'static str, String
         (false, Some(_)) => Err((
             "credentials_file",
             "only an upstream of kind vertex takes a credentials_file".to_owned(),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// The kinds this build configures but cannot yet reach: refused at load,
-/// never a failing call. Vertex AI needs its service account's token source.
-fn check_served(kind: UpstreamKind) -> Result<(), String> {
-    match kind {
-        UpstreamKind::Bedrock => Err(format!(
-            "kind {} is not served by this version of the gateway yet",
-            kind.name()
         )),
         _ => Ok(()),
     }

@@ -21,7 +21,7 @@ use hyper_util::rt::TokioExecutor;
 use percent_encoding::utf8_percent_encode;
 
 use crate::config::{UpstreamConfig, UpstreamKind};
-use crate::proxy::credentials::Credentials;
+use crate::proxy::credentials::{AwsSigner, Credentials};
 use crate::proxy::headers::Forwarded;
 use crate::proxy::vertex_token::VertexToken;
 use crate::wire::envelope::Envelope;
@@ -73,19 +73,17 @@ impl Upstream {
     /// missing when they cannot be had.
     pub fn new(config: UpstreamConfig) -> Result<Self, String> {
         let credentials = match (&config.api_key_env, config.kind) {
+            (None, UpstreamKind::Bedrock) => {
+                let region = config.region.as_deref().expect("validated: bedrock has a region");
+                let env = |var: &str| std::env::var(var).ok();
+                Credentials::Aws(std::sync::Arc::new(AwsSigner::from_env(&config.name, region, &env)?))
+            }
             (None, UpstreamKind::Vertex) => Credentials::Vertex(Arc::new(VertexToken::of_upstream(&config)?)),
             (Some(_), UpstreamKind::Vertex) => {
                 return Err(format!(
                     "gateway upstream {}: kind vertex authenticates with a service account's key \
                      (credentials_file, or GOOGLE_APPLICATION_CREDENTIALS), not api_key_env",
                     config.name
-                ))
-            }
-            (None, UpstreamKind::Bedrock) => {
-                return Err(format!(
-                    "gateway upstream {}: kind {} has no credentials in this version of the gateway",
-                    config.name,
-                    config.kind.name()
                 ))
             }
             (None, _) => Credentials::None,

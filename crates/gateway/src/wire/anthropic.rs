@@ -86,13 +86,16 @@ impl StreamUsage {
         let name = sse::name(event);
         let is_start = name == Some(b"message_start");
         let is_delta = name == Some(b"message_delta");
-        if !is_start && !is_delta {
+        let is_stop = name == Some(b"message_stop");
+        if !is_start && !is_delta && !is_stop {
             return EventAction::Forward;
         }
         let Some(value) = sse::data(event).and_then(|d| serde_json::from_slice::<Value>(&d).ok()) else {
             return EventAction::Forward;
         };
-        if is_start {
+        if is_stop {
+            self.on_bedrock_metrics(&value);
+        } else if is_start {
             if let Some(usage) = value.get("message").and_then(|m| m.get("usage")) {
                 let fields = UsageFields::of_value(usage);
                 self.malformed |= fields.is_none();
@@ -122,6 +125,38 @@ impl StreamUsage {
     }
 }
 
+/// The field of Bedrock's last stream event holding the call's token counts
+/// (<https://docs.aws.amazon.com/bedrock/latest/userguide/model-parameters-anthropic-claude-messages-request-response.html>).
+pub const BEDROCK_METRICS_FIELD: &str = "amazon-bedrock-invocationMetrics";
+
+impl StreamUsage {
+    /// Bedrock's `message_stop` carries the counts it bills and throttles on
+    /// (`inputTokenCount` without the cache's, `cacheReadInputTokenCount`,
+    /// `cacheWriteInputTokenCount`, `outputTokenCount`): they are the final usage.
+    fn on_bedrock_metrics(&mut self, stop: &Value) {
+        let Some(metrics) = stop.get(BEDROCK_METRICS_FIELD) else {
+            return;
+        };
+        let count = |name: &str| metrics.get(name).map(Value::as_u64);
+        let (Some(Some(input)), Some(Some(output))) = (count("inputTokenCount"), count("outputTokenCount")) else {
+            self.malformed = true;
+            return;
+        };
+        let written = count("cacheWriteInputTokenCount").flatten().unwrap_or(0);
+        let mut usage = self.usage.unwrap_or_default();
+        usage.input_tokens = input.saturating_add(written);
+        usage.output_tokens = output;
+        usage.cache_read_tokens = count("cacheReadInputTokenCount").flatten().unwrap_or(0);
+        if usage.cache_write_tokens.saturating_add(usage.cache_write_1h_tokens) != written {
+            // The stream's own split of the writes, else all at the 5-minute rate.
+            usage.cache_write_tokens = written;
+            usage.cache_write_1h_tokens = 0;
+        }
+        self.usage = Some(usage);
+        self.final_seen = true;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +177,25 @@ mod tests {
         assert!(read(json!({"model": "c", "messages": []})).is_err());
         assert!(read(json!({"model": "c", "max_tokens": 5})).is_err());
         assert!(read(json!({"model": "c", "max_tokens": "5", "messages": []})).is_err());
+    }
+
+    #[test]
+    fn bedrock_s_invocation_metrics_are_the_final_usage() {
+        let mut reader = StreamUsage::default();
+        let start = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}\n\n";
+        reader.on_event(start);
+        assert_eq!(reader.final_usage(), None, "no delta, no metrics yet");
+        let stop = b"event: message_stop\ndata: {\"type\":\"message_stop\",\"amazon-bedrock-invocationMetrics\":{\"inputTokenCount\":21,\"outputTokenCount\":9,\"cacheReadInputTokenCount\":4,\"cacheWriteInputTokenCount\":2,\"invocationLatency\":5,\"firstByteLatency\":1}}\n\n";
+        reader.on_event(stop);
+        let usage = reader.final_usage().unwrap();
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens),
+            (23, 9, 4)
+        );
+        assert_eq!(usage.cache_write_tokens, 2);
+        let mut plain = StreamUsage::default();
+        plain.on_event(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+        assert_eq!(plain.final_usage(), None, "Anthropic's own stop carries nothing");
     }
 
     #[test]

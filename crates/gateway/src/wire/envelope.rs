@@ -9,6 +9,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::config::{UpstreamConfig, UpstreamKind};
+use crate::wire::event_stream::{self, EventStreamReframer};
 
 /// The `anthropic_version` of a Claude body on Bedrock
 /// (<https://docs.aws.amazon.com/bedrock/latest/userguide/model-parameters-anthropic-claude-messages-request-response.html>).
@@ -90,7 +91,8 @@ impl Envelope {
     /// server-sent events.
     pub fn reframer(self) -> Reframer {
         match self {
-            Envelope::Plain | Envelope::BedrockMessages | Envelope::VertexMessages => Reframer::Sse,
+            Envelope::Plain | Envelope::VertexMessages => Reframer::Sse,
+            Envelope::BedrockMessages => Reframer::AwsEventStream(Box::default()),
         }
     }
 }
@@ -101,6 +103,9 @@ impl Envelope {
 pub enum Reframer {
     /// The upstream already sends server-sent events: passed through.
     Sse,
+    /// Bedrock's AWS event-stream frames, each chunk re-emitted as an
+    /// Anthropic event.
+    AwsEventStream(Box<EventStreamReframer>),
 }
 
 impl Reframer {
@@ -109,6 +114,7 @@ impl Reframer {
         let content_type = (headers.get("content-type")).and_then(|v| v.to_str().ok());
         match self {
             Reframer::Sse => content_type.is_some_and(|v| v.starts_with("text/event-stream")),
+            Reframer::AwsEventStream(_) => content_type.is_some_and(|v| v.starts_with(event_stream::CONTENT_TYPE)),
         }
     }
 
@@ -116,6 +122,7 @@ impl Reframer {
     pub fn push(&mut self, data: Bytes) -> Result<Bytes, String> {
         match self {
             Reframer::Sse => Ok(data),
+            Reframer::AwsEventStream(reframer) => reframer.push(&data),
         }
     }
 
@@ -124,6 +131,7 @@ impl Reframer {
     pub fn changes_content_type(&self) -> bool {
         match self {
             Reframer::Sse => false,
+            Reframer::AwsEventStream(_) => true,
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod anthropic;
 pub mod call;
 pub mod envelope;
 pub mod error;
+pub mod event_stream;
 pub mod format;
 pub mod openai;
 pub mod sse;

@@ -6,6 +6,8 @@
 //! Secrets are marked sensitive in the headers and never logged nor written in
 //! an error.
 
+pub mod aws;
+pub mod sts;
 pub mod vertex;
 
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use std::sync::Arc;
 use axum::http::{HeaderName, HeaderValue, Request};
 use bytes::Bytes;
 
+pub use aws::AwsSigner;
 pub use vertex::VertexTokenSource;
 
 /// Why credentials could not be applied to a request: nothing was sent. The
@@ -29,6 +32,8 @@ pub enum Credentials {
     /// A key in a header, the same on every request (`authorization: Bearer`,
     /// Anthropic's `x-api-key`, Azure's `api-key`).
     Header(HeaderName, HeaderValue),
+    /// AWS Signature Version 4 over the whole request (Bedrock).
+    Aws(Arc<AwsSigner>),
     /// Vertex AI's OAuth access token, `authorization: Bearer`, from a source
     /// that renews it before it expires.
     Vertex(Arc<dyn VertexTokenSource>),
@@ -40,6 +45,7 @@ impl std::fmt::Debug for Credentials {
         f.write_str(match self {
             Credentials::None => "None",
             Credentials::Header(..) => "Header",
+            Credentials::Aws(_) => "Aws",
             Credentials::Vertex(_) => "Vertex",
         })
     }
@@ -55,6 +61,7 @@ impl Credentials {
                 request.headers_mut().insert(name.clone(), value.clone());
                 Ok(())
             }
+            Credentials::Aws(signer) => signer.sign(request).await,
             Credentials::Vertex(source) => {
                 let mut value = source.header().await?;
                 value.set_sensitive(true);
