@@ -4,7 +4,8 @@
 //!
 //! `POST /token` takes the form `grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer&assertion=JWT`;
 //! the assertion must be signed RS256 by the configured service account's key,
-//! name the account in `iss`, this endpoint's own URL in `aud`, the
+//! name the account in `iss`, Google's token endpoint or this endpoint's own
+//! URL in `aud`, the
 //! `cloud-platform` scope, and an `iat`..`exp` of at most an hour around now.
 //! The answer is `{"access_token", "expires_in", "token_type": "Bearer"}`, an
 //! opaque token of the configured lifetime; a bad assertion is Google's 400
@@ -25,6 +26,10 @@ use ring::signature::{KeyPair, RsaKeyPair, UnparsedPublicKey, RSA_PKCS1_2048_819
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::PrivatePkcs8KeyDer;
 
+/// The audience Google documents for every assertion ("When making an access
+/// token request this value is always `https://oauth2.googleapis.com/token`"),
+/// which google-auth sends whatever the key file's `token_uri`.
+pub const GOOGLE_TOKEN_AUDIENCE: &str = "https://oauth2.googleapis.com/token";
 /// The grant type of a service account's assertion (RFC 7523).
 pub const JWT_BEARER_GRANT: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 /// The scope Vertex AI's calls need.
@@ -195,18 +200,16 @@ impl VertexAuth {
     }
 }
 
-/// The claims of a service account's assertion: `iss` the account, `aud` this
-/// endpoint, the `cloud-platform` scope, issued at most [`CLOCK_SKEW_S_MAX`]
+/// The claims of a service account's assertion: `iss` the account, `aud`
+/// Google's token endpoint or this one, the `cloud-platform` scope, issued at most [`CLOCK_SKEW_S_MAX`]
 /// ahead, not expired, and valid for at most an hour.
 fn check_claims(claims: &serde_json::Value, client_email: &str, host: &str, now_s: u64) -> Result<(), String> {
     if claims["iss"] != client_email {
         return Err("the assertion's iss is not the service account".to_owned());
     }
     let audience = claims["aud"].as_str().unwrap_or_default();
-    if ![format!("http://{host}/token"), format!("https://{host}/token")]
-        .iter()
-        .any(|a| a == audience)
-    {
+    let own = [format!("http://{host}/token"), format!("https://{host}/token")];
+    if audience != GOOGLE_TOKEN_AUDIENCE && !own.iter().any(|a| a == audience) {
         return Err("Invalid JWT: the aud claim is not this token endpoint".to_owned());
     }
     let scopes = claims["scope"].as_str().unwrap_or_default();
