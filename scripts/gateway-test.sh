@@ -20,8 +20,9 @@ export CARGO_TARGET_DIR="$TARGET"
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
-# Majors pinned: the tests read the SDKs' public surface (errors, streams, usage).
-"$VENV/bin/python" -m pip install -q "openai>=1.60,<3" "anthropic>=0.45,<1" "pytest>=8,<10"
+# Majors pinned: the tests read the SDKs' public surface (errors, streams, usage);
+# the bedrock extra brings botocore, which AnthropicBedrock signs its calls with.
+"$VENV/bin/python" -m pip install -q "openai>=1.60,<3" "anthropic[bedrock]>=0.45,<1" "pytest>=8,<10"
 
 if [ -z "${GATEWAY_TEST_TARGET:-}" ]; then
     if grep -q '^gateway' crates/ratelimiterd/Cargo.toml; then
