@@ -194,6 +194,84 @@ fn parse_amz_date(text: &str) -> Option<SystemTime> {
 mod tests {
     use super::*;
 
+    fn keys(token: Option<&str>) -> AwsKeys {
+        AwsKeys {
+            access_key_id: "AKIDSIM".to_owned(),
+            secret_access_key: "secret".to_owned(),
+            session_token: token.map(str::to_owned),
+        }
+    }
+
+    /// A request as a client signs it with `keys` at `time`.
+    fn signed(keys: &AwsKeys, time: SystemTime) -> (Method, Uri, HeaderMap, Vec<u8>) {
+        let body = br#"{"anthropic_version":"bedrock-2023-05-31"}"#.to_vec();
+        let uri = "http://127.0.0.1:9/model/us.anthropic.claude-v1%3A0/invoke";
+        let identity: Identity = Credentials::new(
+            &keys.access_key_id,
+            &keys.secret_access_key,
+            keys.session_token.clone(),
+            None,
+            "test",
+        )
+        .into();
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region("us-east-1")
+            .name("bedrock")
+            .time(time)
+            .settings(SigningSettings::default())
+            .build()
+            .unwrap()
+            .into();
+        let headers = [("content-type", "application/json"), ("host", "127.0.0.1:9")];
+        let signable = SignableRequest::new("POST", uri, headers.into_iter(), SignableBody::Bytes(&body)).unwrap();
+        let (instructions, _) = sign(signable, &params).unwrap().into_parts();
+        let mut request = axum::http::Request::post(uri).body(()).unwrap();
+        for (name, value) in headers {
+            request.headers_mut().insert(name, value.parse().unwrap());
+        }
+        instructions.apply_to_request_http1x(&mut request);
+        let uri: Uri = "/model/us.anthropic.claude-v1%3A0/invoke".parse().unwrap();
+        (Method::POST, uri, request.headers().clone(), body)
+    }
+
+    fn check(keys: &AwsKeys, request: &(Method, Uri, HeaderMap, Vec<u8>), now: SystemTime) -> Result<(), Refused> {
+        verify(keys, "bedrock", (&request.0, &request.1, &request.2, &request.3), now)
+    }
+
+    #[test]
+    fn the_right_signature_passes_and_a_wrong_secret_a_stale_date_or_a_changed_body_do_not() {
+        let now = SystemTime::now();
+        let keys = keys(Some("token-1"));
+        let request = signed(&keys, now);
+        check(&keys, &request, now).unwrap();
+        let other = AwsKeys {
+            secret_access_key: "not-the-secret".to_owned(),
+            ..keys.clone()
+        };
+        let error = check(&keys, &signed(&other, now), now).unwrap_err();
+        assert_eq!(error.error_type, "InvalidSignatureException");
+        assert!(error
+            .message
+            .starts_with("The request signature we calculated does not match"));
+        let stale = check(&keys, &signed(&keys, now - Duration::from_secs(600)), now).unwrap_err();
+        assert!(stale.message.starts_with("Signature expired"), "{stale:?}");
+        let mut changed = request.clone();
+        changed.3.push(b' ');
+        assert_eq!(
+            check(&keys, &changed, now).unwrap_err().error_type,
+            "InvalidSignatureException"
+        );
+        let token = check(&keys, &signed(&self::keys(Some("token-2")), now), now).unwrap_err();
+        assert_eq!(token.error_type, "UnrecognizedClientException", "another session token");
+        let mut unsigned = request;
+        unsigned.2.remove("authorization");
+        assert_eq!(
+            check(&keys, &unsigned, now).unwrap_err().error_type,
+            "MissingAuthenticationTokenException"
+        );
+    }
+
     #[test]
     fn amz_dates_are_read_in_utc() {
         let t = parse_amz_date("20231114T221320Z").unwrap();
