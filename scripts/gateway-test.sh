@@ -21,8 +21,9 @@ if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
 # Majors pinned: the tests read the SDKs' public surface (errors, streams, usage);
-# the vertex extra brings google-auth, which AnthropicVertex makes its tokens with.
-"$VENV/bin/python" -m pip install -q "openai>=1.60,<3" "anthropic[vertex]>=0.45,<1" "pytest>=8,<10"
+# the bedrock extra brings botocore, which AnthropicBedrock signs its calls with;
+# the vertex extra google-auth, which AnthropicVertex makes its tokens with.
+"$VENV/bin/python" -m pip install -q "openai>=1.60,<3" "anthropic[bedrock,vertex]>=0.45,<1" "pytest>=8,<10"
 
 if [ -z "${GATEWAY_TEST_TARGET:-}" ]; then
     if grep -q '^gateway' crates/ratelimiterd/Cargo.toml; then

@@ -80,6 +80,10 @@ fn localize(mut section: serde_yaml::Value, sim: SocketAddr) -> (gateway::Gatewa
         upstream["base_url"] = format!("http://{sim}").into();
         if let Some(variable) = upstream.get("api_key_env").and_then(|v| v.as_str()) {
             std::env::set_var(variable, "upstream-key-unused-by-the-simulator");
+        } else if upstream.get("kind").and_then(|v| v.as_str()) == Some("bedrock") {
+            // The environment's AWS keys, which the simulator without keys does not check.
+            std::env::set_var("AWS_ACCESS_KEY_ID", "AKIDDOCEXAMPLE");
+            std::env::set_var("AWS_SECRET_ACCESS_KEY", "doc-example-secret");
         }
     }
     let mut first_key = None;
@@ -117,9 +121,9 @@ async fn every_documented_gateway_configuration_starts_and_serves_its_models() {
         let gateway = start_gateway(&config, memory_backend()).await;
         let client = client();
         for model in &config.models {
-            let first = &gateway::config::resolve(model)[0].model.upstream;
-            let upstream = config.upstreams.iter().find(|u| &u.name == first).unwrap();
-            let (path, body) = match upstream.kind {
+            let first = &gateway::config::resolve(model)[0].model;
+            let upstream = config.upstreams.iter().find(|u| u.name == first.upstream).unwrap();
+            let (path, body) = match upstream.format_of(&first.name) {
                 gateway::config::UpstreamKind::Anthropic => (
                     "/v1/messages",
                     json!({"model": model.name, "max_tokens": 8, "messages": [{"role": "user", "content": "Hello"}]}),

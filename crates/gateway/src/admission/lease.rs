@@ -238,6 +238,14 @@ impl CallLease {
         }
     }
 
+    /// The provider answered `status` and said the deployment cannot serve for
+    /// now (Bedrock's `ModelNotReadyException`, a 429): as
+    /// [`CallLease::answered`], and a failure for its breaker.
+    pub fn answered_unavailable(&mut self, status: StatusCode) {
+        self.on.decide(Some(false));
+        self.answered(status);
+    }
+
     /// The deployment did no work for the call (no connection, or the provider
     /// refused the gateway's own key): a failure for its breaker, tokens back;
     /// the client gets `status`.

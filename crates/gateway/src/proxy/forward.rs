@@ -95,7 +95,11 @@ pub async fn forward(
         lease.refused(error.status());
         return try_next(lease, last).await.ok_or_else(|| failed(error));
     }
-    lease.answered(parts.status);
+    if not_ready(upstream, &parts.headers) {
+        lease.answered_unavailable(parts.status);
+    } else {
+        lease.answered(parts.status);
+    }
     if parts.status == StatusCode::TOO_MANY_REQUESTS {
         let backend = gateway.admission.backend().clone();
         pause::start(backend, &deployment.keys(), &parts.headers, &deployment.state.cooldown);
@@ -170,6 +174,20 @@ fn error_type(error: &UpstreamError) -> &'static str {
         UpstreamError::Failed(_) => "connection_failed",
         UpstreamError::Credentials(_) => "credentials",
     }
+}
+
+/// Bedrock's error type of a model that cannot serve yet (a 429 that is no
+/// throttle: the model is being loaded,
+/// <https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModel.html#API_runtime_InvokeModel_Errors>).
+const MODEL_NOT_READY: &str = "ModelNotReadyException";
+
+/// Whether `upstream` answered that its model is not ready (`x-amzn-ErrorType`
+/// `ModelNotReadyException...`): its breaker counts it, as a 5xx.
+fn not_ready(upstream: &Upstream, headers: &HeaderMap) -> bool {
+    upstream.config.kind == UpstreamKind::Bedrock
+        && (headers.get("x-amzn-errortype"))
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with(MODEL_NOT_READY))
 }
 
 /// A failed try: failed over when a deployment is left (`Some`), else `None`:
@@ -270,4 +288,31 @@ pub fn answer(status: StatusCode, upstream_headers: HeaderMap, body: Body) -> Re
     *response.status_mut() = status;
     *response.headers_mut() = response_headers(upstream_headers);
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_bedrock_s_model_not_ready_counts_as_unavailable() {
+        let upstream = |kind: &str| {
+            let yaml =
+                format!("{{name: u, kind: {kind}, region: us-east-1, base_url: \"http://x\", api_key_env: PATH}}");
+            Upstream::new(serde_yaml::from_str(&yaml).unwrap()).unwrap()
+        };
+        let mut headers = HeaderMap::new();
+        let not_ready_type = "ModelNotReadyException:http://internal.amazon.com/coral/com.amazon.bedrock/";
+        headers.insert("x-amzn-errortype", not_ready_type.parse().unwrap());
+        assert!(not_ready(&upstream("bedrock"), &headers));
+        let mut throttled = HeaderMap::new();
+        throttled.insert("x-amzn-errortype", "ThrottlingException".parse().unwrap());
+        assert!(!not_ready(&upstream("bedrock"), &throttled));
+        let anthropic = "{name: u, kind: anthropic, base_url: \"http://x\", api_key_env: PATH}";
+        let anthropic = Upstream::new(serde_yaml::from_str(anthropic).unwrap()).unwrap();
+        assert!(
+            !not_ready(&anthropic, &headers),
+            "another provider's header means nothing"
+        );
+    }
 }

@@ -12,6 +12,7 @@ use replay::sim::limits::{Accounting, ProviderLimits};
 use replay::sim::price::Price;
 use replay::sim::profile::{ProfileName, SimProfile};
 use replay::sim::server::ProviderServer;
+use replay::sim::sigv4::AwsKeys;
 use replay::sim::vertex_auth::VertexAuth;
 
 /// Serves OpenAI's and Anthropic's endpoints (chat completions, embeddings,
@@ -51,6 +52,12 @@ struct Args {
     /// Bearer` or `x-api-key`); no key is required without it.
     #[arg(long)]
     api_key_env: Option<String>,
+    /// Bedrock's routes check every request's AWS Signature Version 4 against
+    /// the keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and require
+    /// AWS_SESSION_TOKEN when set); without it, they take the `--api-key-env`
+    /// key as a Bedrock API key, or anything.
+    #[arg(long)]
+    aws_sigv4: bool,
     /// How the limits are enforced: a sliding log, or as a provider documents it
     /// (docs/provider-profiles.md).
     #[arg(long, value_enum, default_value = "sliding")]
@@ -175,6 +182,19 @@ async fn main() {
     let mut control = SimControl::new(models, api_key).with_billing(Billing::new(prices));
     if let OutputTokens::Random = args.output_tokens {
         control = control.with_random_output(args.seed);
+    }
+    if args.aws_sigv4 {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let (Some(access_key_id), Some(secret_access_key)) = (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY"))
+        else {
+            eprintln!("provider-sim: --aws-sigv4 needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY");
+            std::process::exit(2);
+        };
+        control = control.with_aws_keys(AwsKeys {
+            access_key_id,
+            secret_access_key,
+            session_token: var("AWS_SESSION_TOKEN"),
+        });
     }
     let defaults = SimProfile::with_defaults(args.profile, &limits);
     let profile = SimProfile {

@@ -16,6 +16,7 @@ use crate::sim::billing::Billing;
 use crate::sim::cache::PromptCache;
 use crate::sim::errors::{error, Wire};
 use crate::sim::faults::{ArmedFault, FaultMode};
+use crate::sim::sigv4::AwsKeys;
 
 /// The models the simulator serves when none are configured: the replay's model and
 /// the names the gateway's tests and examples use. Any other name gets a 404, as a
@@ -36,6 +37,8 @@ pub const MODELS_MAX: usize = 256;
 pub struct SimControl {
     models: Vec<String>,
     api_key: Option<String>,
+    /// The AWS keys Bedrock's signatures are checked with (`sim/bedrock.rs`).
+    aws_keys: Option<AwsKeys>,
     fault: Mutex<Option<ArmedFault>>,
     in_flight: AtomicU64,
     in_flight_max: AtomicU64,
@@ -65,6 +68,7 @@ impl SimControl {
         Self {
             models,
             api_key,
+            aws_keys: None,
             fault: Mutex::new(None),
             in_flight: AtomicU64::new(0),
             in_flight_max: AtomicU64::new(0),
@@ -74,6 +78,24 @@ impl SimControl {
             output_draw: None,
             billing: Billing::default(),
         }
+    }
+
+    /// Checks Bedrock's SigV4 signatures against `keys` (docs/provider-sim.md, "Bedrock").
+    pub fn with_aws_keys(self, keys: AwsKeys) -> Self {
+        Self {
+            aws_keys: Some(keys),
+            ..self
+        }
+    }
+
+    /// The key callers must send, if one is required.
+    pub fn api_key(&self) -> Option<&str> {
+        self.api_key.as_deref()
+    }
+
+    /// The AWS keys Bedrock's signatures are checked with, if configured.
+    pub fn aws_keys(&self) -> Option<&AwsKeys> {
+        self.aws_keys.as_ref()
     }
 
     /// Bills calls with `billing`'s prices.
@@ -99,13 +121,6 @@ impl SimControl {
             (None, Some(draw)) if bound > 0 => draw.lock().expect("draw lock").gen_range(1..=bound),
             (None, _) => bound,
         }
-    }
-
-    /// The key callers must send, if one is required: what a route that
-    /// authenticates its callers otherwise (Vertex AI's bearer token) hands
-    /// the wire format it serves the call with.
-    pub(crate) fn api_key(&self) -> Option<&str> {
-        self.api_key.as_deref()
     }
 
     /// The models served.

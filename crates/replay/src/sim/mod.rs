@@ -20,6 +20,7 @@
 //! - [`price`], [`billing`]: what a model's tokens cost, and the bill of every call;
 //! - [`wire`]: the chat call's request and usage shapes and their bounds;
 //! - [`errors`]: the two wire formats' error shapes; [`faults`]: the fault switch;
+//! - [`sigv4`]: AWS Signature Version 4 checked as Bedrock checks it;
 //! - [`content`]: what a call's messages hold, as the simulator counts them;
 //! - [`control`]: the models, the key, the calls in flight, the armed fault;
 //! - [`server`]: the provider's state (ledger, control, quota buckets) and a call's slot;
@@ -29,14 +30,17 @@
 //! - [`vertex_auth`]: Google's token endpoint for a service account and the
 //!   check of the tokens it issued;
 //! - [`openai`], [`anthropic`]: the two wire formats; [`azure`]: Azure OpenAI's
-//!   per-deployment paths over the OpenAI endpoints; [`vertex`]: Vertex AI's
-//!   Claude and OpenAI-compatible paths over them; [`control_routes`]: `/sim/*`;
+//!   per-deployment paths over the OpenAI endpoints; [`event_stream`]: Bedrock's
+//!   stream frames; [`bedrock`]: Bedrock's runtime over the Anthropic and OpenAI
+//!   endpoints; [`vertex`]: Vertex AI's Claude and OpenAI-compatible paths over
+//!   them; [`control_routes`]: `/sim/*`;
 //! - [`routes`]: every route on one listener;
 //! - [`client`]: the replay's HTTP client for the provider.
 
 pub mod admission;
 pub mod anthropic;
 pub mod azure;
+pub mod bedrock;
 pub mod billing;
 pub mod cache;
 pub mod client;
@@ -45,6 +49,7 @@ pub mod control;
 pub mod control_routes;
 pub mod enforcement;
 pub mod errors;
+pub mod event_stream;
 pub mod faults;
 pub mod hosted_tools;
 pub mod limits;
@@ -56,6 +61,7 @@ pub mod provider;
 pub mod reset_time;
 pub mod routes;
 pub mod server;
+pub mod sigv4;
 pub mod sse;
 pub mod vertex;
 pub mod vertex_auth;

@@ -12,7 +12,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::sim::server::ProviderServer;
-use crate::sim::{anthropic, azure, control_routes, openai, vertex};
+use crate::sim::{anthropic, azure, bedrock, control_routes, openai, vertex};
 
 /// The largest request body, in bytes: two million prompt tokens of four bytes.
 pub const BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
@@ -35,6 +35,12 @@ impl ProviderServer {
             )
             .route("/openai/deployments/{deployment}/embeddings", post(azure::embeddings))
             .route("/openai/responses", post(azure::responses))
+            .route("/model/{model}/invoke", post(bedrock::invoke))
+            .route(
+                "/model/{model}/invoke-with-response-stream",
+                post(bedrock::invoke_stream),
+            )
+            .route("/openai/v1/chat/completions", post(bedrock::chat_completions))
             .route("/token", post(vertex::token))
             .route(
                 "/v1/projects/{project}/locations/{region}/publishers/anthropic/models/{model_action}",

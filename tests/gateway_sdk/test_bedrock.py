@@ -1,0 +1,173 @@
+"""Amazon Bedrock: the anthropic SDK's ``AnthropicBedrock`` client (SigV4 signed by
+botocore) against the simulator, which checks every signature (it speaks as
+Bedrock does), and the plain ``anthropic`` SDK through the gateway to a pool
+deployment of kind ``bedrock``, streaming and not, reconciled to the usage
+Bedrock reported. One simulator with ``--aws-sigv4`` and one gateway of their
+own, the gateway signing with the same keys."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import anthropic
+import pytest
+
+from conftest import (
+    MS_PER_OUTPUT_TOKEN,
+    START_TIMEOUT_S,
+    TENANT_KEY,
+    Gateway,
+    binary,
+    free_port,
+    http,
+    stop,
+    tokens,
+    wait_http,
+)
+
+#: A cross-region inference profile's id: it holds '.' and ':'.
+CLAUDE_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+#: The id in the limit keys: ':' written '@' (docs/gateway.md, "Amazon Bedrock").
+CLAUDE_KEY = "us.anthropic.claude-sonnet-4-5-20250929-v1@0"
+REGION = "us-east-1"
+AWS = {
+    "AWS_ACCESS_KEY_ID": "ASIASIMULATOR0000001",
+    "AWS_SECRET_ACCESS_KEY": "simulated/secret+key0000000000000000000",
+    "AWS_SESSION_TOKEN": "simulated-session-token",
+}
+QUESTION = "Name three rivers of Europe."
+INPUT_TPM = f"global:llm:bedrock:{CLAUDE_KEY}:input_tpm"
+OUTPUT_TPM = f"global:llm:bedrock:{CLAUDE_KEY}:output_tpm"
+
+
+def start_bedrock_sim(directory: Path) -> tuple[subprocess.Popen, str]:
+    log = directory / "provider-sim.log"
+    process = subprocess.Popen(
+        [binary("PROVIDER_SIM_BIN"), "--listen", "127.0.0.1:0", "--rpm", "1000000", "--tpm", "1000000000",
+         "--ms-per-output-token", str(MS_PER_OUTPUT_TOKEN), "--models", CLAUDE_ID, "--aws-sigv4"],
+        env={**os.environ, **AWS},
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "wb"),
+    )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"provider-sim exited: {log.read_text()}")
+        found = re.search(r"serving on (http://\S+)", log.read_text())
+        if found:
+            return process, found.group(1)
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError("provider-sim did not start in time")
+
+
+def config(directory: Path, api_port: int, gateway_port: int, sim_url: str) -> str:
+    return f"""server:
+  listen_addr: "127.0.0.1:{api_port}"
+registry:
+  path: "{directory / "limits.json"}"
+gateway:
+  listen_addr: "127.0.0.1:{gateway_port}"
+  upstreams:
+    - {{name: bedrock, kind: bedrock, region: {REGION}, base_url: "{sim_url}"}}
+  models:
+    - name: claude-sonnet-4-5
+      deployments:
+        - {{upstream: bedrock, model: "{CLAUDE_ID}", rpm: 100000, input_tpm: 50000000, output_tpm: 10000000}}
+  tenants:
+    - {{name: acme, api_key_env: ACME_GATEWAY_KEY, daily_tokens: 100000000}}
+"""
+
+
+@pytest.fixture(scope="module")
+def bedrock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    directory = tmp_path_factory.mktemp("bedrock")
+    sim, sim_url = start_bedrock_sim(directory)
+    processes = [sim]
+    try:
+        if os.environ.get("GATEWAY_TEST_TARGET", "gateway") == "sim":
+            yield Gateway(sim_url, TENANT_KEY, sim_url, None, [directory / "provider-sim.log"])
+            return
+        api_port, gateway_port = free_port(), free_port()
+        path = directory / "ratelimiterd.yaml"
+        path.write_text(config(directory, api_port, gateway_port, sim_url))
+        log = directory / "ratelimiterd.log"
+        server = subprocess.Popen(
+            [binary("RATELIMITERD_BIN"), "--config", str(path)],
+            env={**os.environ, **AWS, "ACME_GATEWAY_KEY": TENANT_KEY},
+            stdout=subprocess.DEVNULL,
+            stderr=open(log, "wb"),
+        )
+        processes.append(server)
+        wait_http(f"http://127.0.0.1:{api_port}/healthz", server, log)
+        base = f"http://127.0.0.1:{gateway_port}"
+        wait_http(f"{base}/v1/models", server, log)
+        yield Gateway(base, TENANT_KEY, sim_url, f"http://127.0.0.1:{api_port}", [log])
+    finally:
+        for process in reversed(processes):
+            stop(process)
+
+
+def bedrock_client(gw: Gateway, secret: str = AWS["AWS_SECRET_ACCESS_KEY"]) -> anthropic.AnthropicBedrock:
+    return anthropic.AnthropicBedrock(
+        aws_access_key=AWS["AWS_ACCESS_KEY_ID"], aws_secret_key=secret,
+        aws_session_token=AWS["AWS_SESSION_TOKEN"], aws_region=REGION, base_url=gw.sim_url, max_retries=0,
+    )
+
+
+def test_the_simulator_speaks_bedrock_to_anthropic_bedrock(bedrock: Gateway) -> None:
+    client = bedrock_client(bedrock)
+    message = client.messages.create(
+        model=CLAUDE_ID, max_tokens=30, messages=[{"role": "user", "content": QUESTION}],
+        extra_body={"sim_output_tokens": 5},
+    )
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (tokens(QUESTION), 5)
+    with client.messages.stream(
+        model=CLAUDE_ID, max_tokens=30, messages=[{"role": "user", "content": QUESTION}],
+        extra_body={"sim_output_tokens": 3},
+    ) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "the cat sat "
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (tokens(QUESTION), 3)
+    # Another secret: Bedrock's 403, the signature refused.
+    with pytest.raises(anthropic.PermissionDeniedError, match="signature we calculated does not match"):
+        bedrock_client(bedrock, secret="not-the-secret").messages.create(
+            model=CLAUDE_ID, max_tokens=5, messages=[{"role": "user", "content": QUESTION}]
+        )
+    # Throttled in Bedrock's shape: the SDK's rate-limit error.
+    bedrock.fault(mode="status", status=429, count=1)
+    with pytest.raises(anthropic.RateLimitError):
+        client.messages.create(model=CLAUDE_ID, max_tokens=5, messages=[{"role": "user", "content": QUESTION}])
+    status, headers, _ = http("POST", f"{bedrock.sim_url}/model/{CLAUDE_ID}/invoke",
+                              {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 5,
+                               "messages": [{"role": "user", "content": QUESTION}]})
+    assert status == 403 and headers["x-amzn-errortype"].startswith("MissingAuthenticationTokenException")
+
+
+def test_the_anthropic_sdk_reaches_a_bedrock_deployment_through_the_gateway(bedrock: Gateway) -> None:
+    bedrock.require_gateway()
+    client = anthropic.Anthropic(base_url=bedrock.base_url, api_key=bedrock.api_key, max_retries=0)
+    before = bedrock.usage_of([INPUT_TPM, OUTPUT_TPM])
+    message = client.messages.create(
+        model="claude-sonnet-4-5", max_tokens=40, messages=[{"role": "user", "content": QUESTION}],
+        extra_body={"sim_output_tokens": 6},
+    )
+    assert message.model == CLAUDE_ID
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (tokens(QUESTION), 6)
+    with client.messages.stream(
+        model="claude-sonnet-4-5", max_tokens=40, messages=[{"role": "user", "content": QUESTION}],
+        extra_body={"sim_output_tokens": 4},
+    ) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "the cat sat on "
+    assert final.usage.output_tokens == 4
+    # Reconciled to what Bedrock reported, the 40-token bounds given back.
+    bedrock.wait_in_use(OUTPUT_TPM, before[OUTPUT_TPM] + 6 + 4)
+    bedrock.wait_in_use(INPUT_TPM, before[INPUT_TPM] + 2 * tokens(QUESTION))
