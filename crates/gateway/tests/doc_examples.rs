@@ -2,7 +2,8 @@
 //! `gateway:` section of a YAML block (or a shell heredoc) in README.md and
 //! docs/gateway.md is validated, started in front of the provider simulator
 //! (its listener and upstream addresses moved to loopback, its key variables
-//! set), and called once per model, so an example that no longer starts, or a
+//! set, a Vertex AI upstream's key file one the simulator trusts), and called
+//! once per model, so an example that no longer starts, or a
 //! field it shows that the gateway refuses, fails here.
 
 mod support;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use ratelimiter::SystemClock;
 use replay::provider::{Accounting, ProviderLimits};
 use replay::provider_server::ProviderServer;
+use replay::sim::vertex_auth::VertexAuth;
 use replay::sim_control::SimControl;
 use serde_json::{json, Value};
 use support::*;
@@ -66,10 +68,30 @@ async fn start_sim(models: Vec<String>) -> SocketAddr {
     };
     let control = SimControl::new(models, None);
     let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), control);
+    // The service account of the Vertex AI examples ([`vertex_key_file`]).
+    let account = json!({"client_email": VERTEX_ACCOUNT, "private_key": VERTEX_TEST_KEY});
+    provider.set_vertex_auth(VertexAuth::from_key_file(account.to_string().as_bytes(), 3_600).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
     addr
+}
+
+/// The test-only key (tests/fixtures/README.md): the key of the Vertex AI
+/// examples' service account, which the simulator trusts.
+const VERTEX_TEST_KEY: &str = include_str!("../../../tests/fixtures/vertex-test-only-key.pem");
+const VERTEX_ACCOUNT: &str = "gateway@acme-ml.iam.gserviceaccount.com";
+
+/// A key file of the examples' service account whose `token_uri` is `sim`'s,
+/// in this test's directory.
+fn vertex_key_file(sim: SocketAddr) -> String {
+    let dir = std::env::temp_dir().join(format!("gateway-doc-examples-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("vertex-{}.json", sim.port()));
+    let file = json!({"type": "service_account", "private_key_id": "k1", "private_key": VERTEX_TEST_KEY,
+        "client_email": VERTEX_ACCOUNT, "token_uri": format!("http://{sim}/token")});
+    std::fs::write(&path, file.to_string()).unwrap();
+    path.display().to_string()
 }
 
 /// The example moved to loopback: its listener on a free port, its upstreams
@@ -80,6 +102,8 @@ fn localize(mut section: serde_yaml::Value, sim: SocketAddr) -> (gateway::Gatewa
         upstream["base_url"] = format!("http://{sim}").into();
         if let Some(variable) = upstream.get("api_key_env").and_then(|v| v.as_str()) {
             std::env::set_var(variable, "upstream-key-unused-by-the-simulator");
+        } else if upstream.get("kind").and_then(|v| v.as_str()) == Some("vertex") {
+            upstream["credentials_file"] = vertex_key_file(sim).into();
         } else if upstream.get("kind").and_then(|v| v.as_str()) == Some("bedrock") {
             // The environment's AWS keys, which the simulator without keys does not check.
             std::env::set_var("AWS_ACCESS_KEY_ID", "AKIDDOCEXAMPLE");
@@ -148,6 +172,7 @@ async fn every_documented_gateway_configuration_starts_and_serves_its_models() {
             assert_eq!(status, 200, "{place}: {}: {answer}", model.name);
         }
     }
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("gateway-doc-examples-{}", std::process::id())));
 }
 
 #[test]

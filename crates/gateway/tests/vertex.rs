@@ -24,8 +24,10 @@ use support::*;
 const TEST_KEY: &str = include_str!("../../../tests/fixtures/vertex-test-only-key.pem");
 const CLAUDE: &str = "claude-sonnet-4-5@20250929";
 const GEMINI: &str = "google/gemini-2.5-flash";
-/// The tokens' lifetime: a few seconds, so that the test sees several renewals.
-const TOKEN_LIFETIME_S: u64 = 4;
+/// The tokens' lifetime: a few seconds, so that the test sees several renewals,
+/// and enough that a token's last twentieth (250 ms, which the gateway keeps
+/// unused) covers a call's way to the simulator on a loaded machine.
+const TOKEN_LIFETIME_S: u64 = 5;
 /// How long calls flow in the renewal test: three lifetimes.
 const FLOW_MS: u64 = 3 * TOKEN_LIFETIME_S * 1_000;
 

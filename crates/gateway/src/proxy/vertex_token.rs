@@ -237,7 +237,13 @@ impl Inner {
     async fn renew(self: Arc<Self>) {
         let sent_ms = self.clock.now_unix_ms();
         self.exchanges.fetch_add(1, Ordering::SeqCst);
-        let result = self.exchange(sent_ms).await;
+        // The whole exchange, its answer's body included, is bounded: the calls
+        // waiting for a first token wait on it.
+        let timeout = std::time::Duration::from_millis(EXCHANGE_TIMEOUT_MS);
+        let result = match tokio::time::timeout(timeout, self.exchange(sent_ms)).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("the token endpoint did not answer in {EXCHANGE_TIMEOUT_MS} ms")),
+        };
         let mut state = self.state.lock().expect("token lock");
         state.renewing = false;
         match result {
@@ -278,12 +284,10 @@ impl Inner {
             .header("content-type", "application/x-www-form-urlencoded")
             .body(Full::new(Bytes::from(body)))
             .map_err(|_| "the key file's token_uri is not a valid request URL".to_owned())?;
-        let timeout = std::time::Duration::from_millis(EXCHANGE_TIMEOUT_MS);
-        let response = match tokio::time::timeout(timeout, self.client.request(request)).await {
-            Err(_) => return Err(format!("the token endpoint did not answer in {EXCHANGE_TIMEOUT_MS} ms")),
-            Ok(Err(e)) if e.is_connect() => return Err(format!("the token endpoint is unreachable: {e}")),
-            Ok(Err(e)) => return Err(format!("the token exchange failed: {e}")),
-            Ok(Ok(response)) => response,
+        let response = match self.client.request(request).await {
+            Err(e) if e.is_connect() => return Err(format!("the token endpoint is unreachable: {e}")),
+            Err(e) => return Err(format!("the token exchange failed: {e}")),
+            Ok(response) => response,
         };
         let status = response.status();
         let body = Limited::new(response.into_body(), TOKEN_ANSWER_BYTES_MAX)
