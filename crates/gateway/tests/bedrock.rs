@@ -9,6 +9,7 @@ mod support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use ratelimiter::SystemClock;
@@ -31,6 +32,11 @@ const SESSION_TOKEN: &str = "simulated-session-token";
 static ENVIRONMENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn start_sim() -> SocketAddr {
+    start_sim_with(None).await.0
+}
+
+/// The simulator, with an STS issuing credentials of `sts_lifetime` when given.
+async fn start_sim_with(sts_lifetime: Option<Duration>) -> (SocketAddr, Arc<ProviderServer>) {
     let limits = ProviderLimits {
         rpm: 100_000,
         tpm: 100_000_000,
@@ -40,22 +46,34 @@ async fn start_sim() -> SocketAddr {
         accounting: Accounting::Actual,
     };
     let models = vec![CLAUDE_ID.to_owned(), "claude-sonnet-4-5".to_owned()];
-    let control = SimControl::new(models, None).with_aws_keys(AwsKeys {
+    let mut control = SimControl::new(models, None).with_aws_keys(AwsKeys {
         access_key_id: ACCESS_KEY_ID.to_owned(),
         secret_access_key: SECRET.to_owned(),
         session_token: Some(SESSION_TOKEN.to_owned()),
     });
+    if let Some(lifetime) = sts_lifetime {
+        control = control.with_sts(lifetime);
+    }
     let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), control);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
-    addr
+    (addr, provider)
 }
 
 /// A gateway whose `claude` pool is Bedrock alone, or Anthropic first then
 /// Bedrock, both on `sim`, its AWS credentials the secret `secret`.
 async fn start(sim: SocketAddr, secret: &str, with_anthropic: bool) -> (SocketAddr, Arc<dyn ratelimiter::Backend>) {
     let _environment = ENVIRONMENT.lock().await;
+    start_locked(sim, secret, with_anthropic).await
+}
+
+/// [`start`], the environment already held.
+async fn start_locked(
+    sim: SocketAddr,
+    secret: &str,
+    with_anthropic: bool,
+) -> (SocketAddr, Arc<dyn ratelimiter::Backend>) {
     std::env::set_var("GATEWAY_BEDROCK_ACME_KEY", TENANT_KEY);
     std::env::set_var("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID);
     std::env::set_var("AWS_SECRET_ACCESS_KEY", secret);
@@ -209,4 +227,37 @@ async fn bedrock_s_throttling_moves_the_pool_s_calls_to_anthropic_without_a_clie
         served.push(headers["x-ratelimit-deployment"].to_str().unwrap().to_owned());
     }
     assert!(served.iter().all(|d| d == "anthropic"), "{served:?}");
+}
+
+#[tokio::test]
+async fn web_identity_credentials_are_renewed_with_sts_before_they_expire_and_never_sent_expired() {
+    let lifetime = Duration::from_millis(1_500);
+    let (sim, provider) = start_sim_with(Some(lifetime)).await;
+    let token_file = std::env::temp_dir().join(format!("gateway-bedrock-web-identity-{}", std::process::id()));
+    std::fs::write(&token_file, "a-web-identity-token\n").unwrap();
+    let (gateway, _) = {
+        let _environment = ENVIRONMENT.lock().await;
+        std::env::set_var("AWS_WEB_IDENTITY_TOKEN_FILE", &token_file);
+        std::env::set_var("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/gateway");
+        std::env::set_var("AWS_ENDPOINT_URL_STS", format!("http://{sim}"));
+        let started = start_locked(sim, "unused: the web identity wins", false).await;
+        for var in ["AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ENDPOINT_URL_STS"] {
+            std::env::remove_var(var);
+        }
+        started
+    };
+    assert_eq!(provider.sts_issued(), 0, "assumed at the first call, not before");
+    // Calls for more than three lifetimes: the simulator refuses an expired
+    // key, so every call served proves none was sent expired.
+    let started = Instant::now();
+    let mut calls = 0;
+    while started.elapsed() < lifetime * 3 + lifetime / 2 {
+        let (status, _, body) = call(gateway, &messages(calls % 2 == 1, 2)).await;
+        assert_eq!(status, 200, "call {calls} after {:?}: {body}", started.elapsed());
+        calls += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let issued = provider.sts_issued();
+    assert!((4..=calls).contains(&issued), "{issued} credentials for {calls} calls");
+    std::fs::remove_file(&token_file).unwrap();
 }
