@@ -74,6 +74,17 @@ async fn start_locked(
     secret: &str,
     with_anthropic: bool,
 ) -> (SocketAddr, Arc<dyn ratelimiter::Backend>) {
+    let limits = "rpm: 10000, input_tpm: 1000000, output_tpm: 1000000";
+    start_with_limits(sim, secret, with_anthropic, limits).await
+}
+
+/// [`start_locked`] with the Bedrock deployment's own `limits` (YAML flow fields).
+async fn start_with_limits(
+    sim: SocketAddr,
+    secret: &str,
+    with_anthropic: bool,
+    limits: &str,
+) -> (SocketAddr, Arc<dyn ratelimiter::Backend>) {
     std::env::set_var("GATEWAY_BEDROCK_ACME_KEY", TENANT_KEY);
     std::env::set_var("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID);
     std::env::set_var("AWS_SECRET_ACCESS_KEY", secret);
@@ -84,7 +95,7 @@ async fn start_locked(
         ""
     };
     let yaml = format!(
-        "listen_addr: \"127.0.0.1:0\"\nupstream_timeout_ms: 2000\nupstreams:\n  - {{name: anthropic, kind: anthropic, base_url: \"http://{sim}\"}}\n  - {{name: bedrock, kind: bedrock, region: us-east-1, base_url: \"http://{sim}\", forward_headers: [anthropic-beta]}}\nmodels:\n  - name: claude\n    deployments:\n{anthropic}      - {{upstream: bedrock, model: \"{CLAUDE_ID}\", rpm: 10000, input_tpm: 1000000, output_tpm: 1000000}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_BEDROCK_ACME_KEY, daily_tokens: 100000000}}\n"
+        "listen_addr: \"127.0.0.1:0\"\nupstream_timeout_ms: 2000\nupstreams:\n  - {{name: anthropic, kind: anthropic, base_url: \"http://{sim}\"}}\n  - {{name: bedrock, kind: bedrock, region: us-east-1, base_url: \"http://{sim}\", forward_headers: [anthropic-beta]}}\nmodels:\n  - name: claude\n    deployments:\n{anthropic}      - {{upstream: bedrock, model: \"{CLAUDE_ID}\", {limits}}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_BEDROCK_ACME_KEY, daily_tokens: 100000000}}\n"
     );
     let config: gateway::GatewayConfig = serde_yaml::from_str(&yaml).unwrap();
     config.validate().unwrap();
@@ -260,4 +271,21 @@ async fn web_identity_credentials_are_renewed_with_sts_before_they_expire_and_ne
     let issued = provider.sts_issued();
     assert!((4..=calls).contains(&issued), "{issued} credentials for {calls} calls");
     std::fs::remove_file(&token_file).unwrap();
+}
+
+#[tokio::test]
+async fn the_bedrock_profile_settles_a_call_to_its_input_plus_five_times_its_output() {
+    let sim = start_sim().await;
+    let (gateway, backend) = {
+        let _environment = ENVIRONMENT.lock().await;
+        start_with_limits(sim, SECRET, false, "rpm: 1000, tpm: 1000000, profile: bedrock").await
+    };
+    let (status, _, body) = call(gateway, &messages(false, 7)).await;
+    assert_eq!(status, 200, "{body}");
+    let input = serde_json::from_str::<Value>(&body).unwrap()["usage"]["input_tokens"]
+        .as_u64()
+        .unwrap();
+    // Bedrock burns Claude's output down at 5x: what the quota was charged.
+    eventually_in_use(&backend, &key("tpm"), input + 5 * 7).await;
+    eventually_in_use(&backend, &key("rpm"), 1).await;
 }

@@ -21,7 +21,7 @@ use crate::observe::trace::TryTarget;
 use crate::routing::{pause, Deployment};
 use crate::wire::call::Endpoint;
 use crate::wire::error::{ErrorKind, GatewayError};
-use crate::wire::openai;
+use crate::wire::{anthropic, openai};
 
 /// What one try on a deployment came to.
 pub enum Forwarded {
@@ -127,7 +127,16 @@ pub async fn forward(
     } else {
         // Passed on as it arrives; only a success's usage is read, on the way.
         let scan = parts.status.is_success();
-        answer::whole(body, (ctx.endpoint, scan), (lease, remember), idle_timeout).await
+        let headers_usage = (upstream.config.kind == UpstreamKind::Bedrock)
+            .then(|| anthropic::usage_of_bedrock_headers(&parts.headers))
+            .flatten();
+        answer::whole(
+            (body, headers_usage),
+            (ctx.endpoint, scan),
+            (lease, remember),
+            idle_timeout,
+        )
+        .await
     };
     let mut response = answer(parts.status, parts.headers, answer_body);
     if stream && envelope.reframer().changes_content_type() {
