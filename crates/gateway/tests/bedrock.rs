@@ -24,6 +24,8 @@ use support::*;
 const CLAUDE_ID: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
 /// Its limit keys' model part (docs/gateway.md, "Amazon Bedrock").
 const CLAUDE_KEY: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1@0";
+/// A model of Bedrock's OpenAI-compatible chat.
+const OSS_ID: &str = "openai.gpt-oss-120b-1:0";
 const ACCESS_KEY_ID: &str = "ASIASIMULATOR0000001";
 const SECRET: &str = "simulated/secret+key0000000000000000000";
 const SESSION_TOKEN: &str = "simulated-session-token";
@@ -45,7 +47,7 @@ async fn start_sim_with(sts_lifetime: Option<Duration>) -> (SocketAddr, Arc<Prov
         ms_per_output_token: 1,
         accounting: Accounting::Actual,
     };
-    let models = vec![CLAUDE_ID.to_owned(), "claude-sonnet-4-5".to_owned()];
+    let models = vec![CLAUDE_ID.to_owned(), "claude-sonnet-4-5".to_owned(), OSS_ID.to_owned()];
     let mut control = SimControl::new(models, None).with_aws_keys(AwsKeys {
         access_key_id: ACCESS_KEY_ID.to_owned(),
         secret_access_key: SECRET.to_owned(),
@@ -288,4 +290,34 @@ async fn the_bedrock_profile_settles_a_call_to_its_input_plus_five_times_its_out
     // Bedrock burns Claude's output down at 5x: what the quota was charged.
     eventually_in_use(&backend, &key("tpm"), input + 5 * 7).await;
     eventually_in_use(&backend, &key("rpm"), 1).await;
+}
+
+#[tokio::test]
+async fn bedrock_s_other_models_speak_openai_s_chat_and_nothing_bedrock_lacks() {
+    let sim = start_sim().await;
+    let yaml = format!(
+        "listen_addr: \"127.0.0.1:0\"\nupstreams:\n  - {{name: bedrock, kind: bedrock, region: us-east-1, base_url: \"http://{sim}\"}}\nmodels:\n  - name: oss\n    max_output_tokens_default: 32\n    deployments:\n      - {{upstream: bedrock, model: \"{OSS_ID}\", rpm: 1000, tpm: 100000}}\ntenants:\n  - {{name: acme, api_key_env: GATEWAY_BEDROCK_ACME_KEY}}\n"
+    );
+    let config: gateway::GatewayConfig = serde_yaml::from_str(&yaml).unwrap();
+    config.validate().unwrap();
+    let backend = memory_backend();
+    let gateway = {
+        let _environment = ENVIRONMENT.lock().await;
+        std::env::set_var("GATEWAY_BEDROCK_ACME_KEY", TENANT_KEY);
+        std::env::set_var("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID);
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", SECRET);
+        std::env::set_var("AWS_SESSION_TOKEN", SESSION_TOKEN);
+        start_gateway(&config, backend.clone()).await
+    };
+    let chat = json!({"model": "oss", "messages": [{"role": "user", "content": "Hi"}], "sim_output_tokens": 4});
+    let (status, _, body) = post(&client(), gateway, "/v1/chat/completions", chat).await;
+    assert_eq!(status, 200, "{body}");
+    let usage = serde_json::from_str::<Value>(&body).unwrap()["usage"].clone();
+    let total = usage["total_tokens"].as_u64().unwrap();
+    let tpm = "global:llm:bedrock:openai.gpt-oss-120b-1@0:tpm";
+    eventually_in_use(&backend, tpm, total).await;
+    let responses = json!({"model": "oss", "input": "Hi"});
+    let (status, _, body) = post(&client(), gateway, "/v1/responses", responses).await;
+    assert_eq!(status, 404, "Bedrock has no Responses API: {body}");
+    eventually_in_use(&backend, tpm, total).await;
 }

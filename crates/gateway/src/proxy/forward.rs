@@ -56,8 +56,9 @@ pub async fn forward(
         .and_then(|bound| openai::bound_field(ctx.endpoint, format).map(|field| (field, bound)));
     let envelope = upstream.envelope(&deployment.config.name);
     let Some(path) = upstream.path_of(ctx.endpoint.path(), &deployment.config.name, ctx.call.stream) else {
-        // Validated at load: a pool's deployments all serve its endpoints.
+        // Checked before admission (`Gateway::model_for`): nothing was sent.
         let error = GatewayError::model_not_found(&model.config.name);
+        lease.refused(error.status());
         return try_next(lease, last).await.ok_or(error);
     };
     let forwarded = upstream.forwarded_headers(headers);
