@@ -46,6 +46,9 @@ enum Reader {
     Whole {
         endpoint: Endpoint,
         scanner: Option<UsageScanner>,
+        /// The usage the answer's headers report (Bedrock's token counts),
+        /// read when its body holds none.
+        headers_usage: Option<Usage>,
     },
 }
 
@@ -81,9 +84,14 @@ impl Reader {
     fn end(&mut self) -> (Bytes, Option<Usage>) {
         match self {
             Reader::Events { splitter, usage, .. } => (splitter.finish().unwrap_or_default(), usage.final_usage()),
-            Reader::Whole { endpoint, scanner } => {
+            Reader::Whole {
+                endpoint,
+                scanner,
+                headers_usage,
+            } => {
                 let answer = scanner.as_ref().and_then(UsageScanner::answer);
-                (Bytes::new(), answer.and_then(|answer| endpoint.usage_of_body(&answer)))
+                let usage = answer.and_then(|answer| endpoint.usage_of_body(&answer));
+                (Bytes::new(), usage.or(*headers_usage))
             }
         }
     }
@@ -150,10 +158,10 @@ pub fn events(
 
 /// The client's body of a whole answer of `endpoint`: whole when it has all
 /// arrived already (up to [`WHOLE_ANSWER_BYTES_MAX`]), else forwarded chunk by
-/// chunk; with `scan`, its usage read and the lease settled to it once the
-/// answer ended whole.
+/// chunk; with `scan`, its usage read (from the body, else `headers_usage`)
+/// and the lease settled to it once the answer ended whole.
 pub async fn whole(
-    body: Incoming,
+    (body, headers_usage): (Incoming, Option<Usage>),
     (endpoint, scan): (Endpoint, bool),
     (lease, remember): (CallLease, Option<RememberResponseId>),
     idle_timeout: Duration,
@@ -161,6 +169,7 @@ pub async fn whole(
     let reader = Reader::Whole {
         endpoint,
         scanner: scan.then(UsageScanner::default),
+        headers_usage: headers_usage.filter(|_| scan),
     };
     let mut answer = Answer::new(body, reader, lease, idle_timeout);
     answer.remember = remember;

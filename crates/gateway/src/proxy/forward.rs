@@ -21,7 +21,7 @@ use crate::observe::trace::TryTarget;
 use crate::routing::{pause, Deployment};
 use crate::wire::call::Endpoint;
 use crate::wire::error::{ErrorKind, GatewayError};
-use crate::wire::openai;
+use crate::wire::{anthropic, openai};
 
 /// What one try on a deployment came to.
 pub enum Forwarded {
@@ -56,8 +56,9 @@ pub async fn forward(
         .and_then(|bound| openai::bound_field(ctx.endpoint, format).map(|field| (field, bound)));
     let envelope = upstream.envelope(&deployment.config.name);
     let Some(path) = upstream.path_of(ctx.endpoint.path(), &deployment.config.name, ctx.call.stream) else {
-        // Validated at load: a pool's deployments all serve its endpoints.
+        // Checked before admission (`Gateway::model_for`): nothing was sent.
         let error = GatewayError::model_not_found(&model.config.name);
+        lease.refused(error.status());
         return try_next(lease, last).await.ok_or(error);
     };
     let forwarded = upstream.forwarded_headers(headers);
@@ -127,7 +128,16 @@ pub async fn forward(
     } else {
         // Passed on as it arrives; only a success's usage is read, on the way.
         let scan = parts.status.is_success();
-        answer::whole(body, (ctx.endpoint, scan), (lease, remember), idle_timeout).await
+        let headers_usage = (upstream.config.kind == UpstreamKind::Bedrock)
+            .then(|| anthropic::usage_of_bedrock_headers(&parts.headers))
+            .flatten();
+        answer::whole(
+            (body, headers_usage),
+            (ctx.endpoint, scan),
+            (lease, remember),
+            idle_timeout,
+        )
+        .await
     };
     let mut response = answer(parts.status, parts.headers, answer_body);
     if stream && envelope.reframer().changes_content_type() {

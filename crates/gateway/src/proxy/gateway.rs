@@ -318,13 +318,18 @@ impl Gateway {
             .ok_or_else(incorrect_key)
     }
 
-    /// The model `name` when it is served in `endpoint`'s wire format.
+    /// The model `name` when it is served in `endpoint`'s wire format, and
+    /// each of its deployments' upstreams has the endpoint (Bedrock serves
+    /// chat, not the Responses API).
     pub(super) fn model_for(&self, endpoint: Endpoint, name: &str) -> Result<&Arc<ModelEntry>, GatewayError> {
         let model = self
             .models
             .get(name)
             .ok_or_else(|| GatewayError::model_not_found(name))?;
-        if endpoint.format().is_spoken_by(model.kind) {
+        let served = |d: &crate::routing::Deployment| {
+            (self.upstreams[d.upstream].path_of(endpoint.path(), &d.config.name, false)).is_some()
+        };
+        if endpoint.format().is_spoken_by(model.kind) && model.pool.deployments.iter().all(served) {
             Ok(model)
         } else {
             Err(GatewayError::model_not_found(name))

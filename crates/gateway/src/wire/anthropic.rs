@@ -125,6 +125,30 @@ impl StreamUsage {
     }
 }
 
+/// The headers of Bedrock's token counts on a whole answer
+/// (<https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModel.html#API_runtime_InvokeModel_ResponseSyntax>).
+pub const BEDROCK_INPUT_TOKENS_HEADER: &str = "x-amzn-bedrock-input-token-count";
+/// The output count's header.
+pub const BEDROCK_OUTPUT_TOKENS_HEADER: &str = "x-amzn-bedrock-output-token-count";
+/// The cache reads' header.
+pub const BEDROCK_CACHE_READ_HEADER: &str = "x-amzn-bedrock-cache-read-input-token-count";
+/// The cache writes' header.
+pub const BEDROCK_CACHE_WRITE_HEADER: &str = "x-amzn-bedrock-cache-write-input-token-count";
+
+/// The usage Bedrock's headers report on a whole answer (`None` without both
+/// the input and output counts): read when the body holds no usage.
+pub fn usage_of_bedrock_headers(headers: &axum::http::HeaderMap) -> Option<Usage> {
+    let count = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<u64>().ok();
+    let written = count(BEDROCK_CACHE_WRITE_HEADER).unwrap_or(0);
+    Some(Usage {
+        input_tokens: count(BEDROCK_INPUT_TOKENS_HEADER)?.saturating_add(written),
+        output_tokens: count(BEDROCK_OUTPUT_TOKENS_HEADER)?,
+        cache_read_tokens: count(BEDROCK_CACHE_READ_HEADER).unwrap_or(0),
+        cache_write_tokens: written,
+        ..Usage::default()
+    })
+}
+
 /// The field of Bedrock's last stream event holding the call's token counts
 /// (<https://docs.aws.amazon.com/bedrock/latest/userguide/model-parameters-anthropic-claude-messages-request-response.html>).
 pub const BEDROCK_METRICS_FIELD: &str = "amazon-bedrock-invocationMetrics";
@@ -177,6 +201,20 @@ mod tests {
         assert!(read(json!({"model": "c", "messages": []})).is_err());
         assert!(read(json!({"model": "c", "max_tokens": 5})).is_err());
         assert!(read(json!({"model": "c", "max_tokens": "5", "messages": []})).is_err());
+    }
+
+    #[test]
+    fn bedrock_s_headers_give_a_whole_answer_s_usage() {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert(BEDROCK_INPUT_TOKENS_HEADER, "12".parse().unwrap());
+        assert_eq!(usage_of_bedrock_headers(&headers), None, "no output count");
+        headers.insert(BEDROCK_OUTPUT_TOKENS_HEADER, "5".parse().unwrap());
+        headers.insert(BEDROCK_CACHE_WRITE_HEADER, "3".parse().unwrap());
+        let usage = usage_of_bedrock_headers(&headers).unwrap();
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens, usage.cache_write_tokens),
+            (15, 5, 3)
+        );
     }
 
     #[test]

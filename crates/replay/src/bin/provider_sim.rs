@@ -58,6 +58,11 @@ struct Args {
     /// key as a Bedrock API key, or anything.
     #[arg(long)]
     aws_sigv4: bool,
+    /// Serves STS's AssumeRoleWithWebIdentity at `POST /` (point
+    /// AWS_ENDPOINT_URL_STS here), its credentials lasting this long and
+    /// accepted by Bedrock's routes until they expire.
+    #[arg(long)]
+    sts_lifetime_ms: Option<u64>,
     /// How the limits are enforced: a sliding log, or as a provider documents it
     /// (docs/provider-profiles.md).
     #[arg(long, value_enum, default_value = "sliding")]
@@ -182,6 +187,13 @@ async fn main() {
     let mut control = SimControl::new(models, api_key).with_billing(Billing::new(prices));
     if let OutputTokens::Random = args.output_tokens {
         control = control.with_random_output(args.seed);
+    }
+    if let Some(lifetime_ms) = args.sts_lifetime_ms {
+        if lifetime_ms == 0 {
+            eprintln!("provider-sim: --sts-lifetime-ms must be at least 1");
+            std::process::exit(2);
+        }
+        control = control.with_sts(std::time::Duration::from_millis(lifetime_ms));
     }
     if args.aws_sigv4 {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());

@@ -33,7 +33,8 @@ use serde_json::{Map, Value};
 
 use crate::sim::event_stream::{reframe, CONTENT_TYPE};
 use crate::sim::server::ProviderServer;
-use crate::sim::sigv4::{verify, Refused};
+use crate::sim::sigv4::{access_key_id, verify, AwsKeys, Refused};
+use crate::sim::sts::Issued;
 use crate::sim::{anthropic, openai};
 
 /// The SigV4 service name Bedrock's runtime checks.
@@ -146,9 +147,9 @@ fn authenticate(provider: &ProviderServer, (method, uri, headers, body): Receive
                 message: "The security token included in the request is invalid.".to_owned(),
             });
         }
-    } else if let Some(keys) = provider.control.aws_keys() {
+    } else if let Some(keys) = keys_of(provider, &headers)? {
         verify(
-            keys,
+            &keys,
             SIGNING_SERVICE,
             (&method, &uri, &headers, &body),
             SystemTime::now(),
@@ -166,6 +167,29 @@ fn authenticate(provider: &ProviderServer, (method, uri, headers, body): Receive
         inner.insert("authorization", bearer.expect("a key is a header value"));
     }
     Ok(inner)
+}
+
+/// The keys a SigV4 request is checked with: those STS issued it, while
+/// valid, else the configured ones; `None` when no AWS keys are configured
+/// (signatures are not checked).
+fn keys_of(provider: &ProviderServer, headers: &HeaderMap) -> Result<Option<AwsKeys>, Refused> {
+    let configured = provider.control.aws_keys();
+    let Some(sts) = provider.control.sts() else {
+        return Ok(configured.cloned());
+    };
+    let id = access_key_id(headers).unwrap_or_default();
+    match (sts.lookup(id, SystemTime::now()), configured) {
+        (Issued::Valid(keys), _) => Ok(Some(keys)),
+        (Issued::Expired, _) => Err(Refused {
+            error_type: "ExpiredTokenException",
+            message: "The security token included in the request is expired".to_owned(),
+        }),
+        (Issued::Unknown, Some(keys)) => Ok(Some(keys.clone())),
+        (Issued::Unknown, None) => Err(Refused {
+            error_type: "UnrecognizedClientException",
+            message: "The security token included in the request is invalid.".to_owned(),
+        }),
+    }
 }
 
 /// An Anthropic endpoint's answer as Bedrock gives it: no rate-limit headers

@@ -17,6 +17,7 @@ use crate::sim::cache::PromptCache;
 use crate::sim::errors::{error, Wire};
 use crate::sim::faults::{ArmedFault, FaultMode};
 use crate::sim::sigv4::AwsKeys;
+use crate::sim::sts::Sts;
 
 /// The models the simulator serves when none are configured: the replay's model and
 /// the names the gateway's tests and examples use. Any other name gets a 404, as a
@@ -39,6 +40,8 @@ pub struct SimControl {
     api_key: Option<String>,
     /// The AWS keys Bedrock's signatures are checked with (`sim/bedrock.rs`).
     aws_keys: Option<AwsKeys>,
+    /// STS's web identity exchange, when served (`sim/sts.rs`).
+    sts: Option<Sts>,
     fault: Mutex<Option<ArmedFault>>,
     in_flight: AtomicU64,
     in_flight_max: AtomicU64,
@@ -69,6 +72,7 @@ impl SimControl {
             models,
             api_key,
             aws_keys: None,
+            sts: None,
             fault: Mutex::new(None),
             in_flight: AtomicU64::new(0),
             in_flight_max: AtomicU64::new(0),
@@ -86,6 +90,20 @@ impl SimControl {
             aws_keys: Some(keys),
             ..self
         }
+    }
+
+    /// Serves STS's `AssumeRoleWithWebIdentity`, its credentials lasting
+    /// `lifetime` and accepted by Bedrock's routes until they expire.
+    pub fn with_sts(self, lifetime: std::time::Duration) -> Self {
+        Self {
+            sts: Some(Sts::new(lifetime)),
+            ..self
+        }
+    }
+
+    /// The STS, if served.
+    pub fn sts(&self) -> Option<&Sts> {
+        self.sts.as_ref()
     }
 
     /// The key callers must send, if one is required.

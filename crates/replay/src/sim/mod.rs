@@ -20,7 +20,8 @@
 //! - [`price`], [`billing`]: what a model's tokens cost, and the bill of every call;
 //! - [`wire`]: the chat call's request and usage shapes and their bounds;
 //! - [`errors`]: the two wire formats' error shapes; [`faults`]: the fault switch;
-//! - [`sigv4`]: AWS Signature Version 4 checked as Bedrock checks it;
+//! - [`sigv4`]: AWS Signature Version 4 checked as Bedrock checks it; [`sts`]:
+//!   temporary credentials for a web identity;
 //! - [`content`]: what a call's messages hold, as the simulator counts them;
 //! - [`control`]: the models, the key, the calls in flight, the armed fault;
 //! - [`server`]: the provider's state (ledger, control, quota buckets) and a call's slot;
@@ -63,6 +64,7 @@ pub mod routes;
 pub mod server;
 pub mod sigv4;
 pub mod sse;
+pub mod sts;
 pub mod vertex;
 pub mod vertex_auth;
 pub mod vision;

@@ -124,6 +124,11 @@ impl ProviderServer {
         *ledger = Ledger::with_profile(*ledger.limits(), profile, self.clock.now_unix_ms());
     }
 
+    /// How many temporary credentials the simulated STS issued (`sim/sts.rs`).
+    pub fn sts_issued(&self) -> u64 {
+        self.control.sts().map_or(0, |sts| sts.issued_count())
+    }
+
     /// The profile enforced.
     pub fn profile(&self) -> SimProfile {
         *self.ledger.lock().expect("ledger lock").profile()

@@ -73,6 +73,12 @@ fn parse_authorization(value: &str) -> Option<Authorization<'_>> {
     })
 }
 
+/// The access key id a request's `authorization` names, if it is SigV4's.
+pub fn access_key_id(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get("authorization")?.to_str().ok()?;
+    parse_authorization(value).map(|auth| auth.access_key_id)
+}
+
 /// Checks the SigV4 signature of a request to `service` against `keys` at `now`.
 pub fn verify(
     keys: &AwsKeys,
