@@ -31,7 +31,8 @@
 //! - [`openai`], [`anthropic`]: the two wire formats; [`azure`]: Azure OpenAI's
 //!   per-deployment paths over the OpenAI endpoints; [`event_stream`]: Bedrock's
 //!   stream frames; [`bedrock`]: Bedrock's runtime over the Anthropic and OpenAI
-//!   endpoints; [`control_routes`]: `/sim/*`;
+//!   endpoints; [`sts_routes`]: STS's `AssumeRoleWithWebIdentity`;
+//!   [`control_routes`]: `/sim/*`;
 //! - [`routes`]: every route on one listener;
 //! - [`client`]: the replay's HTTP client for the provider.
 
@@ -62,5 +63,6 @@ pub mod server;
 pub mod sigv4;
 pub mod sse;
 pub mod sts;
+pub mod sts_routes;
 pub mod vision;
 pub mod wire;
