@@ -34,6 +34,10 @@ from conftest import (
 CLAUDE_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 #: The id in the limit keys: ':' written '@' (docs/gateway.md, "Amazon Bedrock").
 CLAUDE_KEY = "us.anthropic.claude-sonnet-4-5-20250929-v1@0"
+#: The pool's Bedrock deployment: a global inference profile's id.
+POOL_ID = "global.anthropic.claude-sonnet-4-5-20250929-v1:0"
+#: The pool's Anthropic deployment.
+ANTHROPIC_MODEL = "claude-sonnet-4-5"
 REGION = "us-east-1"
 AWS = {
     "AWS_ACCESS_KEY_ID": "ASIASIMULATOR0000001",
@@ -49,7 +53,7 @@ def start_bedrock_sim(directory: Path) -> tuple[subprocess.Popen, str]:
     log = directory / "provider-sim.log"
     process = subprocess.Popen(
         [binary("PROVIDER_SIM_BIN"), "--listen", "127.0.0.1:0", "--rpm", "1000000", "--tpm", "1000000000",
-         "--ms-per-output-token", str(MS_PER_OUTPUT_TOKEN), "--models", CLAUDE_ID, "--aws-sigv4"],
+         "--ms-per-output-token", str(MS_PER_OUTPUT_TOKEN), "--models", f"{CLAUDE_ID},{POOL_ID},{ANTHROPIC_MODEL}", "--aws-sigv4"],
         env={**os.environ, **AWS},
         stdout=subprocess.DEVNULL,
         stderr=open(log, "wb"),
@@ -75,10 +79,15 @@ gateway:
   listen_addr: "127.0.0.1:{gateway_port}"
   upstreams:
     - {{name: bedrock, kind: bedrock, region: {REGION}, base_url: "{sim_url}"}}
+    - {{name: anthropic, kind: anthropic, base_url: "{sim_url}"}}
   models:
     - name: claude-sonnet-4-5
       deployments:
         - {{upstream: bedrock, model: "{CLAUDE_ID}", rpm: 100000, input_tpm: 50000000, output_tpm: 10000000}}
+    - name: claude-pool
+      deployments:
+        - {{upstream: anthropic, model: {ANTHROPIC_MODEL}, rpm: 100000, input_tpm: 50000000, output_tpm: 10000000}}
+        - {{upstream: bedrock, model: "{POOL_ID}", rpm: 100000, input_tpm: 50000000, output_tpm: 10000000}}
   tenants:
     - {{name: acme, api_key_env: ACME_GATEWAY_KEY, daily_tokens: 100000000}}
 """
@@ -171,3 +180,26 @@ def test_the_anthropic_sdk_reaches_a_bedrock_deployment_through_the_gateway(bedr
     # Reconciled to what Bedrock reported, the 40-token bounds given back.
     bedrock.wait_in_use(OUTPUT_TPM, before[OUTPUT_TPM] + 6 + 4)
     bedrock.wait_in_use(INPUT_TPM, before[INPUT_TPM] + 2 * tokens(QUESTION))
+
+
+def test_throttling_on_one_provider_moves_the_pools_calls_to_the_other(bedrock: Gateway) -> None:
+    bedrock.require_gateway()
+    client = anthropic.Anthropic(base_url=bedrock.base_url, api_key=bedrock.api_key, max_retries=0)
+
+    def ask(stream: bool) -> str:
+        request = {"model": "claude-pool", "max_tokens": 20, "messages": [{"role": "user", "content": QUESTION}],
+                   "extra_body": {"sim_output_tokens": 2}}
+        if stream:
+            with client.messages.stream(**request) as events:
+                return events.get_final_message().model
+        return client.messages.create(**request).model
+
+    try:
+        # Anthropic throttled for a while: every call is served by Bedrock, none fails.
+        bedrock.fault(mode="status", status=429, for_ms=30000, model=ANTHROPIC_MODEL)
+        assert {ask(stream) for stream in [False, True] * 3} == {POOL_ID}
+        # Now Bedrock throttles, in its own shape: Anthropic serves them.
+        bedrock.fault(mode="status", status=429, for_ms=30000, model=POOL_ID)
+        assert {ask(stream) for stream in [False, True] * 3} == {ANTHROPIC_MODEL}
+    finally:
+        assert http("DELETE", f"{bedrock.sim_url}/sim/faults")[0] == 204

@@ -22,19 +22,20 @@
 //! - [`errors`]: the two wire formats' error shapes; [`faults`]: the fault switch;
 //! - [`sigv4`]: AWS Signature Version 4 checked as Bedrock checks it; [`sts`]:
 //!   temporary credentials for a web identity;
+//! - [`vertex_auth`]: Google's token endpoint for a service account and the
+//!   check of the tokens it issued;
 //! - [`content`]: what a call's messages hold, as the simulator counts them;
 //! - [`control`]: the models, the key, the calls in flight, the armed fault;
 //! - [`server`]: the provider's state (ledger, control, quota buckets) and a call's slot;
 //! - [`admission`]: a call through the fault switch and the ledger, and its refusal;
 //! - [`sse`]: streamed bodies at the model's pace;
 //! - [`hosted_tools`]: OpenAI's hosted web search, billed as input;
-//! - [`vertex_auth`]: Google's token endpoint for a service account and the
-//!   check of the tokens it issued;
 //! - [`openai`], [`anthropic`]: the two wire formats; [`azure`]: Azure OpenAI's
 //!   per-deployment paths over the OpenAI endpoints; [`event_stream`]: Bedrock's
 //!   stream frames; [`bedrock`]: Bedrock's runtime over the Anthropic and OpenAI
-//!   endpoints; [`vertex`]: Vertex AI's Claude and OpenAI-compatible paths over
-//!   them; [`control_routes`]: `/sim/*`;
+//!   endpoints; [`sts_routes`]: STS's `AssumeRoleWithWebIdentity`; [`vertex`]:
+//!   Vertex AI's Claude and OpenAI-compatible paths over them;
+//!   [`control_routes`]: `/sim/*`;
 //! - [`routes`]: every route on one listener;
 //! - [`client`]: the replay's HTTP client for the provider.
 
@@ -65,6 +66,7 @@ pub mod server;
 pub mod sigv4;
 pub mod sse;
 pub mod sts;
+pub mod sts_routes;
 pub mod vertex;
 pub mod vertex_auth;
 pub mod vision;

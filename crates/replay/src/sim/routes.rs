@@ -12,7 +12,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::sim::server::ProviderServer;
-use crate::sim::{anthropic, azure, bedrock, control_routes, openai, sts, vertex};
+use crate::sim::{anthropic, azure, bedrock, control_routes, openai, sts_routes, vertex};
 
 /// The largest request body, in bytes: two million prompt tokens of four bytes.
 pub const BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
@@ -41,7 +41,7 @@ impl ProviderServer {
                 post(bedrock::invoke_stream),
             )
             .route("/openai/v1/chat/completions", post(bedrock::chat_completions))
-            .route("/", post(sts::assume_role_with_web_identity))
+            .route("/", post(sts_routes::assume_role_with_web_identity))
             .route("/token", post(vertex::token))
             .route(
                 "/v1/projects/{project}/locations/{region}/publishers/anthropic/models/{model_action}",
