@@ -362,4 +362,45 @@ mod tests {
         assert_eq!(bedrock.path_of("/v1/messages/count_tokens", claude, false), None);
         assert_eq!(bedrock.path_of("/v1/responses", oss, false), None);
     }
+
+    #[test]
+    fn vertex_paths_raw_predict_claude_and_send_other_models_to_the_openai_endpoint() {
+        let dir = std::env::temp_dir().join(format!("gateway-upstream-vertex-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("sa.json");
+        let file = serde_json::json!({"type": "service_account", "private_key_id": "k1",
+            "private_key": include_str!("../../../../tests/fixtures/vertex-test-only-key.pem"),
+            "client_email": "gw@acme-ml.iam.gserviceaccount.com", "token_uri": "https://oauth2.googleapis.com/token"});
+        std::fs::write(&key, file.to_string()).unwrap();
+        let yaml = format!(
+            "{{name: v, kind: vertex, project: acme-ml, region: us-east5, credentials_file: \"{}\"}}",
+            key.display()
+        );
+        let vertex = Upstream::new(serde_yaml::from_str(&yaml).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let claude = "claude-sonnet-4-5@20250929";
+        let location = "/v1/projects/acme-ml/locations/us-east5";
+        assert_eq!(
+            vertex.path_of("/v1/messages", claude, false).unwrap(),
+            format!("{location}/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict")
+        );
+        assert_eq!(
+            vertex.path_of("/v1/messages", claude, true).unwrap(),
+            format!("{location}/publishers/anthropic/models/claude-sonnet-4-5@20250929:streamRawPredict")
+        );
+        assert_eq!(
+            vertex
+                .path_of("/v1/chat/completions", "google/gemini-2.5-flash", true)
+                .unwrap(),
+            format!("{location}/endpoints/openapi/chat/completions")
+        );
+        assert_eq!(vertex.path_of("/v1/messages/count_tokens", claude, false), None);
+        assert_eq!(
+            vertex.path_of("/v1/embeddings", "google/text-embedding-005", false),
+            None
+        );
+        let keyed = "{name: v, kind: vertex, project: p, region: global, api_key_env: PATH}";
+        let error = Upstream::new(serde_yaml::from_str(keyed).unwrap()).unwrap_err();
+        assert!(error.contains("not api_key_env"), "{error}");
+    }
 }
