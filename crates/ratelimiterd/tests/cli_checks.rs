@@ -1,6 +1,6 @@
 //! What the `ratelimiterd` binary's one-shot commands print: `check-config`
 //! fails on an unset key variable of the gateway exactly as `serve` would,
-//! naming it; a key operation given a key's text in place of its id never
+//! naming it, and on a Vertex AI upstream's bad or missing key file; a key operation given a key's text in place of its id never
 //! prints the text back (its last four characters at most).
 
 mod support;
@@ -54,6 +54,58 @@ fn check_config_fails_on_an_unset_key_variable_as_the_start_does() {
     let checked = run(&config, &["check-config"], &[UPSTREAM_VAR, TENANT_VAR]);
     assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
     assert_eq!(String::from_utf8_lossy(&checked.stdout), "configuration is valid\n");
+}
+
+/// A gateway with one Vertex AI upstream: its key file `{credentials}`, or
+/// `GOOGLE_APPLICATION_CREDENTIALS`'s when the line is left out.
+fn vertex_gateway(credentials: Option<&Path>) -> String {
+    let file = credentials.map_or(String::new(), |p| format!(", credentials_file: \"{}\"", p.display()));
+    format!(
+        "server:\n  listen_addr: \"127.0.0.1:0\"\ngateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: vx, kind: vertex, project: acme-ml, region: us-east5{file}}}\n  models:\n    - {{name: claude-sonnet-4-5, upstream: vx, rpm: 10, input_tpm: 1000, output_tpm: 1000}}\n  tenants:\n    - {{name: acme, api_key_env: CLI_CHECKS_TENANT_KEY}}\n"
+    )
+}
+
+#[test]
+fn check_config_and_serve_refuse_a_vertex_key_file_naming_the_upstream_and_the_field() {
+    let dir = temp_dir("cli-check-config-vertex");
+    let key = dir.join("vertex-sa.json");
+    let mut file = serde_json::json!({"type": "service_account", "private_key_id": "k1",
+        "client_email": "gw@acme-ml.iam.gserviceaccount.com", "token_uri": "https://oauth2.googleapis.com/token",
+        "private_key": include_str!("../../../tests/fixtures/vertex-test-only-key.pem")});
+    file.as_object_mut().unwrap().remove("private_key");
+    std::fs::write(&key, file.to_string()).unwrap();
+    let config = dir.join("gateway.yaml");
+    std::fs::write(&config, vertex_gateway(Some(&key))).unwrap();
+    for command in ["check-config", "serve"] {
+        let refused = run(&config, &[command], &[TENANT_VAR]);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{command}: {stderr}");
+        assert!(
+            stderr.contains("gateway upstream vx: credentials_file "),
+            "{command}: {stderr}"
+        );
+        assert!(
+            stderr.contains("the field private_key is missing"),
+            "{command}: {stderr}"
+        );
+    }
+    let unset = dir.join("default.yaml");
+    std::fs::write(&unset, vertex_gateway(None)).unwrap();
+    let mut command = Command::new(BIN);
+    command.arg("--config").arg(&unset).arg("check-config");
+    command
+        .env_remove("GOOGLE_APPLICATION_CREDENTIALS")
+        .env(TENANT_VAR, "tenant-key-0123456789abcdef");
+    let refused = command.output().expect("run ratelimiterd");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("gateway upstream vx: no credentials_file, and GOOGLE_APPLICATION_CREDENTIALS is not set"),
+        "{stderr}"
+    );
+    file["private_key"] = include_str!("../../../tests/fixtures/vertex-test-only-key.pem").into();
+    std::fs::write(&key, file.to_string()).unwrap();
+    let checked = run(&config, &["check-config"], &[TENANT_VAR]);
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
 }
 
 /// Runs a client command of the binary against `daemon` with the admin token.
