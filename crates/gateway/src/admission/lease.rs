@@ -34,6 +34,7 @@ use crate::observe::budget_watch::{BudgetWatch, WatchedBudget};
 use crate::observe::key_usage::KeyCall;
 use crate::observe::metrics::CallCounters;
 use crate::observe::trace::{Served, TryTrace};
+use crate::wire::response_facts::ResponseFacts;
 use crate::routing::{Grant, Pass, Pool};
 use crate::wire::usage::Usage;
 
@@ -203,6 +204,25 @@ impl CallLease {
     pub fn trace_answered(&self, status: StatusCode) {
         if let Some(trace) = &self.trace {
             trace.answered(status);
+        }
+    }
+
+    /// Whether the try has a CLIENT span: only then is its answer read for its facts.
+    pub fn is_traced(&self) -> bool {
+        self.trace.is_some()
+    }
+
+    /// What the try's answer said of itself, for its CLIENT span.
+    pub fn trace_response(&self, facts: ResponseFacts) {
+        if let Some(trace) = &self.trace {
+            trace.responded(facts);
+        }
+    }
+
+    /// The try's stream sent its first bytes, for its CLIENT span.
+    pub fn trace_first_chunk(&self) {
+        if let Some(trace) = &self.trace {
+            trace.first_chunk();
         }
     }
 

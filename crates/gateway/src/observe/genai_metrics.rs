@@ -15,6 +15,8 @@ use opentelemetry::KeyValue;
 pub const GEN_AI_CLIENT_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
 /// GenAI conventions: how long a try took, in seconds (a stream to its end).
 pub const GEN_AI_CLIENT_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
+/// GenAI conventions (after v1.37): a stream's time to its first chunk, in seconds.
+pub const GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
 /// GenAI conventions: `input` or `output`.
 pub const GEN_AI_TOKEN_TYPE: &str = "gen_ai.token.type";
 /// The limiter: calls by `ratelimiter.decision` and `gen_ai.request.model`.
@@ -33,10 +35,18 @@ const DURATION_BOUNDARIES_S: [f64; 14] = [
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 ];
 
+/// The GenAI conventions' advised buckets of the times to a first token or
+/// chunk, in seconds (`gen_ai.server.time_to_first_token`,
+/// <https://github.com/open-telemetry/semantic-conventions/blob/v1.37.0/docs/gen-ai/gen-ai-metrics.md>).
+const FIRST_TOKEN_BOUNDARIES_S: [f64; 16] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+];
+
 /// The instruments, made once from the server's meter.
 pub struct GenAiMetrics {
     token_usage: Histogram<u64>,
     operation_duration: Histogram<f64>,
+    time_to_first_chunk: Histogram<f64>,
     decisions: Counter<u64>,
     queue_duration: Histogram<f64>,
 }
@@ -54,6 +64,11 @@ impl GenAiMetrics {
                 .with_unit("s")
                 .with_description("Duration of each try on a deployment")
                 .with_boundaries(DURATION_BOUNDARIES_S.to_vec())
+                .build(),
+            time_to_first_chunk: (meter.f64_histogram(GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK))
+                .with_unit("s")
+                .with_description("Time from sending a streamed try to its first chunk")
+                .with_boundaries(FIRST_TOKEN_BOUNDARIES_S.to_vec())
                 .build(),
             decisions: (meter.u64_counter(RATELIMITER_GATEWAY_DECISIONS))
                 .with_unit("{call}")
@@ -81,6 +96,12 @@ impl GenAiMetrics {
             }
             self.token_usage.record(output, &typed);
         }
+    }
+
+    /// A streamed try's first chunk came `after` it was sent (`attributes` as
+    /// [`GenAiMetrics::try_ended`]'s).
+    pub fn first_chunk(&self, attributes: &[KeyValue], after: Duration) {
+        self.time_to_first_chunk.record(after.as_secs_f64(), attributes);
     }
 
     /// A call's decision, with `attributes` its `ratelimiter.decision` and

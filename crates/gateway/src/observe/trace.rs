@@ -14,11 +14,12 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 
 use super::genai_metrics::GenAiMetrics;
 use crate::config::UpstreamKind;
 use crate::wire::call::Endpoint;
+use crate::wire::response_facts::ResponseFacts;
 use crate::wire::usage::Usage;
 
 /// The version of the OpenTelemetry semantic conventions the names follow
@@ -46,6 +47,14 @@ pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
 pub const GEN_AI_PROVIDER_NAME: &str = "gen_ai.provider.name";
 /// GenAI conventions: the model as sent to the deployment.
 pub const GEN_AI_REQUEST_MODEL: &str = "gen_ai.request.model";
+/// GenAI conventions: the response's id, as the provider gave it.
+pub const GEN_AI_RESPONSE_ID: &str = "gen_ai.response.id";
+/// GenAI conventions: the model that served the answer, as the provider names it.
+pub const GEN_AI_RESPONSE_MODEL: &str = "gen_ai.response.model";
+/// GenAI conventions: why each choice finished, one per choice.
+pub const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+/// GenAI conventions (after v1.37): a stream's first bytes, in seconds after the try was sent.
+pub const GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_first_chunk";
 /// GenAI conventions: the output bound sent.
 pub const GEN_AI_REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
 /// GenAI conventions: whether the answer is asked as a stream.
@@ -329,6 +338,8 @@ impl CallTrace {
             started: Instant::now(),
             metric_attributes,
             error_type: OnceLock::new(),
+            response: OnceLock::new(),
+            first_chunk: OnceLock::new(),
         }
     }
 }
@@ -359,8 +370,13 @@ pub struct TryTrace {
     started: Instant,
     /// The operation, provider and model: the try's metrics' attributes.
     metric_attributes: Vec<KeyValue>,
-    /// The try's `error.type`, once it failed.
+    /// The try's `error.type`, once it failed: the status or what went wrong
+    /// on the connection; the answer's own error type wins over it.
     error_type: OnceLock<String>,
+    /// What the answer said of itself, once it ended whole.
+    response: OnceLock<ResponseFacts>,
+    /// When a stream's first bytes came, after the try was sent.
+    first_chunk: OnceLock<Duration>,
 }
 
 impl TryTrace {
@@ -381,20 +397,64 @@ impl TryTrace {
         }
     }
 
-    /// The try failed: `error_type` is the provider's error type, the status,
-    /// or what went wrong on the connection (`timeout`, ...).
+    /// The try failed: `error_type` is the status or what went wrong on the
+    /// connection (`timeout`, ...); an error type the answer gives wins at the end.
     pub fn failed(&self, error_type: &str) {
-        let span = self.cx.span();
         if self.error_type.set(error_type.to_owned()).is_ok() {
-            span.set_attribute(KeyValue::new(ERROR_TYPE, error_type.to_owned()));
-            span.set_status(Status::error(""));
+            self.cx.span().set_status(Status::error(""));
         }
+    }
+
+    /// What the answer said of itself (read as it passed, once it ended whole).
+    pub fn responded(&self, facts: ResponseFacts) {
+        if facts.error_type.is_some() {
+            self.cx.span().set_status(Status::error(""));
+        }
+        let _ = self.response.set(facts);
+    }
+
+    /// The stream's first bytes came now.
+    pub fn first_chunk(&self) {
+        let _ = self.first_chunk.set(self.started.elapsed());
+    }
+
+    /// The try's `error.type`: the answer's own error type, else the status
+    /// or the connection's failure; `None` when it did not fail.
+    fn error_type(&self) -> Option<&str> {
+        let answered = self.response.get().and_then(|facts| facts.error_type.as_deref());
+        answered.or(self.error_type.get().map(String::as_str))
+    }
+
+    /// The answer's facts and the stream's first chunk, as the span's attributes.
+    fn response_attributes(&self) -> Vec<KeyValue> {
+        let mut attributes = Vec::new();
+        if let Some(error_type) = self.error_type() {
+            attributes.push(KeyValue::new(ERROR_TYPE, error_type.to_owned()));
+        }
+        if let Some(first) = self.first_chunk.get() {
+            attributes.push(KeyValue::new(GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, first.as_secs_f64()));
+        }
+        let Some(facts) = self.response.get() else {
+            return attributes;
+        };
+        if let Some(id) = &facts.id {
+            attributes.push(KeyValue::new(GEN_AI_RESPONSE_ID, id.clone()));
+        }
+        if let Some(model) = &facts.model {
+            attributes.push(KeyValue::new(GEN_AI_RESPONSE_MODEL, model.clone()));
+        }
+        if !facts.finish_reasons.is_empty() {
+            let reasons = facts.finish_reasons.iter().map(|r| StringValue::from(r.clone())).collect();
+            attributes.push(KeyValue::new(GEN_AI_RESPONSE_FINISH_REASONS, Value::Array(Array::String(reasons))));
+        }
+        attributes
     }
 
     /// The try ended: the provider's `usage` on the CLIENT span, what the try
     /// reserved and was reconciled to on the call's SERVER span, and the CLIENT span ended.
     pub fn ended(&self, usage: Option<Usage>, served: Served) {
         let span = self.cx.span();
+        span.set_attributes(self.response_attributes());
         if let Some(usage) = usage {
             // Every input token, cached ones included, as the conventions count them.
             let input = usage.input_tokens.saturating_add(usage.cache_read_tokens);
@@ -409,11 +469,14 @@ impl TryTrace {
         }
         if let Some(metrics) = &self.call.0.telemetry.metrics {
             let mut attributes = self.metric_attributes.clone();
-            if let Some(error_type) = self.error_type.get() {
-                attributes.push(KeyValue::new(ERROR_TYPE, error_type.clone()));
+            if let Some(error_type) = self.error_type() {
+                attributes.push(KeyValue::new(ERROR_TYPE, error_type.to_owned()));
             }
             let tokens = usage.map(|u| (u.input_tokens.saturating_add(u.cache_read_tokens), u.output_tokens));
             metrics.try_ended(&attributes, self.started.elapsed(), tokens);
+            if let Some(first) = self.first_chunk.get() {
+                metrics.first_chunk(&attributes, *first);
+            }
         }
         self.call.served(served);
         span.end();

@@ -23,6 +23,7 @@ use super::response_ids::RememberResponseId;
 use crate::admission::CallLease;
 use crate::wire::call::Endpoint;
 use crate::wire::format::StreamUsage;
+use crate::wire::response_facts::ResponseFacts;
 use crate::wire::sse;
 use crate::wire::usage::{EventAction, Usage};
 use crate::wire::usage_scan::UsageScanner;
@@ -40,10 +41,13 @@ enum Reader {
         usage: StreamUsage,
     },
     /// A whole answer, forwarded as it comes; its usage scanned (`None`: not read,
-    /// an error answer).
+    /// an error answer of an untraced call).
     Whole {
         endpoint: Endpoint,
         scanner: Option<UsageScanner>,
+        /// Whether its usage is read (a success; an error answer is scanned
+        /// only for its facts).
+        read_usage: bool,
     },
 }
 
@@ -74,8 +78,12 @@ impl Reader {
     fn end(&mut self) -> (Bytes, Option<Usage>) {
         match self {
             Reader::Events { splitter, usage } => (splitter.finish().unwrap_or_default(), usage.final_usage()),
-            Reader::Whole { endpoint, scanner } => {
-                let answer = scanner.as_ref().and_then(UsageScanner::answer);
+            Reader::Whole {
+                endpoint,
+                scanner,
+                read_usage,
+            } => {
+                let answer = scanner.as_ref().filter(|_| *read_usage).and_then(UsageScanner::answer);
                 (Bytes::new(), answer.and_then(|answer| endpoint.usage_of_body(&answer)))
             }
         }
@@ -93,6 +101,14 @@ impl Reader {
                     scanner.and_then(UsageScanner::conversation),
                 )
             }
+        }
+    }
+
+    /// What the answer said of itself, when the call is traced and it ended whole.
+    fn facts(&self) -> Option<ResponseFacts> {
+        match self {
+            Reader::Events { usage, .. } => usage.facts().cloned(),
+            Reader::Whole { scanner, .. } => scanner.as_ref().and_then(UsageScanner::response_facts),
         }
     }
 
@@ -119,6 +135,8 @@ struct Answer {
     /// Where the answer's response id and conversation go when it ended whole
     /// (Responses only).
     remember: Option<RememberResponseId>,
+    /// Whether the stream's first bytes were told to the try's span.
+    first_chunk_seen: bool,
 }
 
 /// The client's stream of an event-stream answer of `endpoint`: each event
@@ -130,9 +148,10 @@ pub fn events(
     (lease, remember): (CallLease, Option<RememberResponseId>),
     idle_timeout: Duration,
 ) -> Body {
+    let usage = endpoint.stream_usage(drop_usage_chunk);
     let reader = Reader::Events {
         splitter: sse::Splitter::default(),
-        usage: endpoint.stream_usage(drop_usage_chunk),
+        usage: if lease.is_traced() { usage.with_facts() } else { usage },
     };
     let mut answer = Answer::new(body, reader, lease, idle_timeout);
     answer.remember = remember;
@@ -149,9 +168,15 @@ pub async fn whole(
     (lease, remember): (CallLease, Option<RememberResponseId>),
     idle_timeout: Duration,
 ) -> Body {
+    let scanner = match (scan, lease.is_traced()) {
+        (_, true) => Some(UsageScanner::with_facts()),
+        (true, false) => Some(UsageScanner::default()),
+        (false, false) => None,
+    };
     let reader = Reader::Whole {
         endpoint,
-        scanner: scan.then(UsageScanner::default),
+        scanner,
+        read_usage: scan,
     };
     let mut answer = Answer::new(body, reader, lease, idle_timeout);
     answer.remember = remember;
@@ -198,6 +223,7 @@ impl Answer {
             failed: None,
             ended: false,
             remember: None,
+            first_chunk_seen: false,
         }
     }
 
@@ -231,6 +257,9 @@ impl Answer {
         if let Some(usage) = usage {
             self.lease.settled(usage);
         }
+        if let Some(facts) = self.reader.facts() {
+            self.lease.trace_response(facts);
+        }
         let (response_id, conversation) = self.reader.handed();
         let (remember, lease) = (&self.remember, &mut self.lease);
         let record = async {
@@ -253,7 +282,13 @@ impl Answer {
         }
         while !self.ended {
             let out = match self.next_data().await {
-                Ok(Some(data)) => self.reader.push(data),
+                Ok(Some(data)) => {
+                    if !self.first_chunk_seen && matches!(self.reader, Reader::Events { .. }) {
+                        self.first_chunk_seen = true;
+                        self.lease.trace_first_chunk();
+                    }
+                    self.reader.push(data)
+                }
                 Ok(None) => Ok(self.end().await),
                 Err(e) => Err(e),
             };

@@ -8,6 +8,7 @@ pub mod call;
 pub mod error;
 pub mod format;
 pub mod openai;
+pub mod response_facts;
 pub mod sse;
 pub mod usage;
 pub mod usage_scan;

@@ -1,0 +1,117 @@
+//! What the gateway's CLIENT spans and GenAI metrics say of an answer, through
+//! the real `ratelimiterd` binary and an OTLP/HTTP receiver in this process
+//! (docs/telemetry.md): the response's id, model and finish reasons of each
+//! provider's shape, whole and streamed, a stream's time to its first chunk,
+//! the provider's own error type, and the server-side GenAI metrics.
+
+#[path = "telemetry_support/otlp.rs"]
+mod otlp;
+#[path = "telemetry_support/rig.rs"]
+mod rig;
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
+use otlp::{attribute, kind, spans_of, start_receiver, string, Any, Span, SpanKind};
+use rig::{as_env, call, export_env, start_server, start_shapes, KEY_ENV};
+use serde_json::json;
+use support::gateway_setup::{client, gateway_addr};
+use support::temp_dir;
+
+/// Models on `ok` (OpenAI) and `anth` (Anthropic) that answer, and on
+/// `broken` (OpenAI, a 400) and `down` (Anthropic, a 529) that fail, each its
+/// call's last try.
+fn section(ok: SocketAddr, anth: SocketAddr, broken: SocketAddr, down: SocketAddr) -> String {
+    format!(
+        "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: ok, kind: openai, base_url: \"http://{ok}\"}}\n    - {{name: anth, kind: anthropic, base_url: \"http://{anth}\"}}\n    - {{name: broken, kind: openai, base_url: \"http://{broken}\"}}\n    - {{name: down, kind: anthropic, base_url: \"http://{down}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: ok, rpm: 1000, tpm: 1000000, max_output_tokens_default: 64}}\n    - {{name: claude-sonnet-4-5, upstream: anth, rpm: 1000, input_tpm: 100000, output_tpm: 100000}}\n    - {{name: refused, max_output_tokens_default: 64, deployments: [{{upstream: broken, model: gpt-4o-mini, rpm: 1000}}]}}\n    - {{name: overloaded, deployments: [{{upstream: down, model: claude-sonnet-4-5, rpm: 1000}}]}}\n  tenants:\n    - {{name: team, api_key_env: {KEY_ENV}}}\n"
+    )
+}
+
+/// The CLIENT span among `spans`.
+fn client_span(spans: &[(String, Span)]) -> Span {
+    let found = spans.iter().find(|(_, s)| kind(s, SpanKind::Client));
+    found.expect("a CLIENT span").1.clone()
+}
+
+/// The span's `gen_ai.response.finish_reasons`.
+fn reasons(span: &Span) -> Vec<String> {
+    match attribute(&span.attributes, "gen_ai.response.finish_reasons") {
+        Some(Any::ArrayValue(array)) => (array.values.iter())
+            .filter_map(|v| match &v.value {
+                Some(Any::StringValue(s)) => Some(s.clone()),
+                _ => None,
+            })
+            .collect(),
+        other => panic!("finish reasons: {other:?} in {span:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_the_answers_id_model_and_finish_reasons_of_each_shape() {
+    let (receiver, got) = start_receiver().await;
+    let (ok, _) = start_shapes(StatusCode::OK, Duration::ZERO).await;
+    let (anth, _) = start_shapes(StatusCode::OK, Duration::from_millis(30)).await;
+    let dir = temp_dir("telemetry-genai-shapes");
+    let env = export_env(receiver);
+    let server = start_server(&dir, &section(ok, anth, ok, anth), &as_env(&env));
+    let (client, gateway) = (client(), gateway_addr(&server));
+    let messages = json!([{"role": "user", "content": "hello"}]);
+    let calls = [
+        ("/v1/chat/completions", json!({"model": "gpt-4o-mini", "messages": messages}), "chatcmpl-1", "gpt-4o-mini-2024-07-18", "stop"),
+        ("/v1/chat/completions", json!({"model": "gpt-4o-mini", "stream": true, "messages": messages}), "chatcmpl-2", "gpt-4o-mini-2024-07-18", "length"),
+        ("/v1/responses", json!({"model": "gpt-4o-mini", "input": "hello"}), "resp_1", "gpt-4o-mini-2024-07-18", "completed"),
+        ("/v1/messages", json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": messages}), "msg_1", "claude-x-20250101", "end_turn"),
+        ("/v1/messages", json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "stream": true, "messages": messages}), "msg_2", "claude-x-20250101", "max_tokens"),
+    ];
+    for (n, (path, body, id, model, reason)) in calls.into_iter().enumerate() {
+        let stream = body["stream"] == json!(true);
+        let (trace_id, answer) = call(&client, gateway, (path, body), n as u8).await;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        let span = client_span(&spans_of(&got, &trace_id, 2).await);
+        let attrs = &span.attributes;
+        assert_eq!(string(attrs, "gen_ai.response.id").as_deref(), Some(id), "{path} {attrs:?}");
+        assert_eq!(string(attrs, "gen_ai.response.model").as_deref(), Some(model), "{path}");
+        assert_eq!(reasons(&span), [reason], "{path}");
+        assert!(attribute(attrs, "error.type").is_none(), "{path} {attrs:?}");
+        let first_chunk = match attribute(attrs, "gen_ai.response.time_to_first_chunk") {
+            Some(Any::DoubleValue(seconds)) => Some(*seconds),
+            _ => None,
+        };
+        if !stream {
+            assert_eq!(first_chunk, None, "{path}: a whole answer has no first chunk");
+        } else if path == "/v1/messages" {
+            // The Anthropic stub answers after 30 ms.
+            assert!(first_chunk.is_some_and(|s| (0.03..5.0).contains(&s)), "{first_chunk:?}");
+        } else {
+            assert!(first_chunk.is_some_and(|s| s > 0.0 && s < 5.0), "{first_chunk:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_a_failed_try_carries_the_providers_error_type() {
+    let (receiver, got) = start_receiver().await;
+    let (ok, _) = start_shapes(StatusCode::OK, Duration::ZERO).await;
+    let (broken, _) = start_shapes(StatusCode::BAD_REQUEST, Duration::ZERO).await;
+    let (down, _) = start_shapes(StatusCode::from_u16(529).unwrap(), Duration::ZERO).await;
+    let dir = temp_dir("telemetry-genai-errors");
+    let env = export_env(receiver);
+    let server = start_server(&dir, &section(ok, ok, broken, down), &as_env(&env));
+    let (client, gateway) = (client(), gateway_addr(&server));
+    let messages = json!([{"role": "user", "content": "hello"}]);
+    let calls = [
+        ("/v1/chat/completions", json!({"model": "refused", "messages": messages}), 400, "invalid_request_error"),
+        ("/v1/messages", json!({"model": "overloaded", "max_tokens": 16, "messages": messages}), 529, "overloaded_error"),
+    ];
+    for (n, (path, body, status, error_type)) in calls.into_iter().enumerate() {
+        let (trace_id, answer) = call(&client, gateway, (path, body), 20 + n as u8).await;
+        assert_eq!(answer.status, status, "{}", answer.body);
+        let span = client_span(&spans_of(&got, &trace_id, 2).await);
+        assert_eq!(string(&span.attributes, "error.type").as_deref(), Some(error_type), "{span:?}");
+        let status_code = span.status.as_ref().map(|s| s.code);
+        assert_eq!(status_code, Some(SpanStatus::Error as i32), "{span:?}");
+    }
+}
