@@ -2,7 +2,8 @@
 //! the real `ratelimiterd` binary and an OTLP/HTTP receiver in this process
 //! (docs/telemetry.md): the response's id, model and finish reasons of each
 //! provider's shape, whole and streamed, a stream's time to its first chunk,
-//! the provider's own error type, and the server-side GenAI metrics.
+//! the provider's own error type, and the server-side GenAI metrics, with the
+//! tenant among their attributes only when the operator opts in.
 
 #[path = "telemetry_support/otlp.rs"]
 mod otlp;
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
-use otlp::{attribute, kind, spans_of, start_receiver, string, Any, Span, SpanKind};
+use otlp::{attribute, kind, metric, spans_of, start_receiver, string, Any, Span, SpanKind};
 use rig::{as_env, call, export_env, start_server, start_shapes, KEY_ENV};
 use serde_json::json;
 use support::gateway_setup::{client, gateway_addr};
@@ -113,5 +114,57 @@ async fn telemetry_a_failed_try_carries_the_providers_error_type() {
         assert_eq!(string(&span.attributes, "error.type").as_deref(), Some(error_type), "{span:?}");
         let status_code = span.status.as_ref().map(|s| s.code);
         assert_eq!(status_code, Some(SpanStatus::Error as i32), "{span:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_server_metrics_and_the_tenant_only_on_opt_in() {
+    let (ok, _) = start_shapes(StatusCode::OK, Duration::from_millis(20)).await;
+    let (broken, _) = start_shapes(StatusCode::BAD_REQUEST, Duration::ZERO).await;
+    let messages = json!([{"role": "user", "content": "hello"}]);
+    for opt_in in [true, false] {
+        let (receiver, got) = start_receiver().await;
+        let dir = temp_dir("telemetry-genai-metrics");
+        let env = export_env(receiver);
+        let telemetry = if opt_in { "telemetry:\n  metrics_tenant: true\n" } else { "" };
+        let sections = format!("{}{telemetry}", section(ok, ok, broken, ok));
+        let server = start_server(&dir, &sections, &as_env(&env));
+        let (client, gateway) = (client(), gateway_addr(&server));
+        let stream = json!({"model": "gpt-4o-mini", "stream": true, "messages": messages});
+        let (_, answer) = call(&client, gateway, ("/v1/chat/completions", stream), 40).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        let refused = json!({"model": "refused", "messages": messages});
+        let (_, answer) = call(&client, gateway, ("/v1/chat/completions", refused), 41).await;
+        assert_eq!(answer.status, 400, "{}", answer.body);
+        let served = [
+            ("gen_ai.operation.name", "chat"),
+            ("gen_ai.provider.name", "openai"),
+            ("gen_ai.request.model", "gpt-4o-mini"),
+        ];
+        for name in [
+            "gen_ai.server.request.duration",
+            "gen_ai.server.time_to_first_token",
+            "gen_ai.server.time_per_output_token",
+            "gen_ai.client.operation.time_to_first_chunk",
+        ] {
+            let (unit, points) = metric(&got, name, &served).await;
+            assert_eq!(unit, "s", "{name}");
+            let (attributes, count, sum) = &points[0];
+            assert!(*count == 1 && *sum > 0.0, "{name}: {points:?}");
+            assert!(attribute(attributes, "error.type").is_none(), "{name}: {attributes:?}");
+            let tenant = string(attributes, "ratelimiter.tenant");
+            assert_eq!(tenant.as_deref(), opt_in.then_some("team"), "{name}: {attributes:?}");
+        }
+        // The whole answer's first chunk is no stream's: the 20 ms stream's time
+        // to first token is the only point.
+        let (_, points) = metric(&got, "gen_ai.server.time_to_first_token", &[]).await;
+        assert_eq!(points.len(), 1, "{points:?}");
+        let failed = [("gen_ai.request.model", "refused"), ("error.type", "400")];
+        let (_, points) = metric(&got, "gen_ai.server.request.duration", &failed).await;
+        assert_eq!(points[0].1, 1, "{points:?}");
+        let decisions = metric(&got, "ratelimiter.gateway.decisions", &[("ratelimiter.decision", "admitted")]);
+        let (_, points) = decisions.await;
+        let tenant = points.iter().any(|(a, _, _)| attribute(a, "ratelimiter.tenant").is_some());
+        assert_eq!(tenant, opt_in, "{points:?}");
     }
 }

@@ -147,6 +147,8 @@ impl Telemetry {
             telemetry: self.clone(),
             cx: parent.with_span(span),
             facts: Mutex::new(LimiterFacts::default()),
+            started: Instant::now(),
+            operation: operation_name(endpoint),
         }))
     }
 }
@@ -163,6 +165,16 @@ struct LimiterFacts {
     denied: Option<(String, Option<u64>)>,
     /// What the last try reserved and was reconciled to.
     served: Option<Served>,
+    /// The caller's tenant, for the metrics when the operator opted in.
+    tenant: Option<String>,
+    /// The last try's provider, for the call's server metrics.
+    provider: Option<String>,
+    /// When the call's stream sent its first chunk.
+    first_chunk_at: Option<Instant>,
+    /// The last try's output tokens, as the provider reported them.
+    output_tokens: Option<u64>,
+    /// The status the client got.
+    status: Option<u16>,
 }
 
 /// What one try reserved and was reconciled to, for the call's SERVER span.
@@ -220,17 +232,42 @@ struct CallSpan {
     telemetry: Arc<Telemetry>,
     cx: Context,
     facts: Mutex<LimiterFacts>,
+    /// When the call came, for `gen_ai.server.request.duration`.
+    started: Instant,
+    /// The call's `gen_ai.operation.name`.
+    operation: &'static str,
+}
+
+impl CallSpan {
+    /// The call's metrics: its decision and, as a server, its duration and a
+    /// stream's time to first token and per output token.
+    fn record_metrics(&self, metrics: &GenAiMetrics, facts: &LimiterFacts) {
+        let model = KeyValue::new(GEN_AI_REQUEST_MODEL, facts.model.clone().unwrap_or_default());
+        let tenant = facts.tenant.as_deref().and_then(|t| metrics.tenant_attribute(t));
+        if let Some(decision) = facts.decision {
+            let mut attributes = vec![KeyValue::new(RATELIMITER_DECISION, decision), model.clone()];
+            attributes.extend(tenant.clone());
+            metrics.decided(&attributes);
+        }
+        let mut attributes = vec![KeyValue::new(GEN_AI_OPERATION_NAME, self.operation), model];
+        if let Some(provider) = &facts.provider {
+            attributes.push(KeyValue::new(GEN_AI_PROVIDER_NAME, provider.clone()));
+        }
+        if let Some(status) = facts.status.filter(|s| *s >= 400) {
+            attributes.push(KeyValue::new(ERROR_TYPE, status.to_string()));
+        }
+        attributes.extend(tenant);
+        let stream = (facts.first_chunk_at).map(|at| (at.duration_since(self.started), facts.output_tokens));
+        metrics.call_ended(&attributes, self.started.elapsed(), stream);
+    }
 }
 
 impl Drop for CallSpan {
     fn drop(&mut self) {
         let facts = self.facts.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let (Some(metrics), Some(decision)) = (&self.telemetry.metrics, facts.decision) {
-            let model = facts.model.clone().unwrap_or_default();
-            metrics.decided(&[
-                KeyValue::new(RATELIMITER_DECISION, decision),
-                KeyValue::new(GEN_AI_REQUEST_MODEL, model),
-            ]);
+        let facts = std::mem::take(facts);
+        if let Some(metrics) = &self.telemetry.metrics {
+            self.record_metrics(metrics, &facts);
         }
         let span = self.cx.span();
         span.set_attributes(facts.attributes());
@@ -251,7 +288,10 @@ impl CallTrace {
     /// Who calls (the tenant, the directory key's id and the class) and the
     /// model it asked for.
     pub fn caller(&self, (tenant, key_id): (&str, Option<&str>), class: &str, model: &str) {
-        self.facts().model = Some(model.to_owned());
+        let mut facts = self.facts();
+        facts.model = Some(model.to_owned());
+        facts.tenant = Some(tenant.to_owned());
+        drop(facts);
         let span = self.0.cx.span();
         span.set_attribute(KeyValue::new(RATELIMITER_TENANT, tenant.to_owned()));
         if let Some(id) = key_id {
@@ -266,7 +306,9 @@ impl CallTrace {
         let mut facts = self.facts();
         if let Some(metrics) = &self.0.telemetry.metrics {
             let model = facts.model.clone().unwrap_or_default();
-            metrics.queued(waited, &[KeyValue::new(GEN_AI_REQUEST_MODEL, model)]);
+            let mut attributes = vec![KeyValue::new(GEN_AI_REQUEST_MODEL, model)];
+            attributes.extend(facts.tenant.as_deref().and_then(|t| metrics.tenant_attribute(t)));
+            metrics.queued(waited, &attributes);
         }
         facts.queue_wait_ms = Some(facts.queue_wait_ms.unwrap_or(0).saturating_add(wait_ms));
     }
@@ -290,6 +332,7 @@ impl CallTrace {
     /// The status the client got; a 5xx marks the span an error, as the HTTP
     /// conventions ask of a SERVER span (a 4xx is the client's).
     pub fn responded(&self, status: StatusCode) {
+        self.facts().status = Some(status.as_u16());
         let span = self.0.cx.span();
         span.set_attribute(KeyValue::new(HTTP_RESPONSE_STATUS_CODE, i64::from(status.as_u16())));
         if status.is_server_error() {
@@ -306,19 +349,20 @@ impl CallTrace {
     /// The CLIENT span of one try of the call on a deployment.
     pub fn start_try(&self, target: TryTarget<'_>) -> TryTrace {
         let telemetry = &self.0.telemetry;
-        let operation = match target.endpoint {
-            Endpoint::Embeddings => "embeddings",
-            _ => "chat",
-        };
-        let metric_attributes = vec![
+        let operation = operation_name(target.endpoint);
+        let provider = provider_name(target.kind, target.upstream, target.base_url);
+        let mut metric_attributes = vec![
             KeyValue::new(GEN_AI_OPERATION_NAME, operation),
-            KeyValue::new(
-                GEN_AI_PROVIDER_NAME,
-                provider_name(target.kind, target.upstream, target.base_url),
-            ),
+            KeyValue::new(GEN_AI_PROVIDER_NAME, provider.clone()),
             KeyValue::new(GEN_AI_REQUEST_MODEL, target.model.to_owned()),
         ];
         let mut attributes = metric_attributes.clone();
+        let mut facts = self.facts();
+        facts.provider = Some(provider);
+        if let Some(metrics) = &telemetry.metrics {
+            metric_attributes.extend(facts.tenant.as_deref().and_then(|t| metrics.tenant_attribute(t)));
+        }
+        drop(facts);
         attributes.push(KeyValue::new(GEN_AI_REQUEST_STREAM, target.stream));
         if let Some(bound) = target.max_tokens {
             attributes.push(KeyValue::new(GEN_AI_REQUEST_MAX_TOKENS, bound as i64));
@@ -416,6 +460,7 @@ impl TryTrace {
     /// The stream's first bytes came now.
     pub fn first_chunk(&self) {
         let _ = self.first_chunk.set(self.started.elapsed());
+        self.call.facts().first_chunk_at.get_or_insert_with(Instant::now);
     }
 
     /// The try's `error.type`: the answer's own error type, else the status
@@ -478,8 +523,17 @@ impl TryTrace {
                 metrics.first_chunk(&attributes, *first);
             }
         }
+        self.call.facts().output_tokens = usage.map(|u| u.output_tokens);
         self.call.served(served);
         span.end();
+    }
+}
+
+/// The GenAI conventions' `gen_ai.operation.name` of a call to `endpoint`.
+fn operation_name(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::Embeddings => "embeddings",
+        _ => "chat",
     }
 }
 

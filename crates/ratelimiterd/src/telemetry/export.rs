@@ -61,7 +61,9 @@ impl Exporting {
             .transpose()?;
         let mut telemetry = Telemetry::new(tracer, Box::new(TraceContextPropagator::new()));
         if let Some(provider) = &metrics {
-            telemetry = telemetry.with_metrics(GenAiMetrics::new(&provider.meter_with_scope(scope)));
+            let metrics = GenAiMetrics::new(&provider.meter_with_scope(scope));
+            let metrics = if resolved.metrics_tenant { metrics.with_tenants() } else { metrics };
+            telemetry = telemetry.with_metrics(metrics);
         }
         tracing::info!(traces_endpoint = ?resolved.traces_endpoint, metrics_endpoint = ?resolved.metrics_endpoint,
             "exporting over OTLP");

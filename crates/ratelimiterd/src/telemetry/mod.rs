@@ -47,6 +47,9 @@ pub struct TelemetryConfig {
     pub sampler_arg: Option<String>,
     /// No export at all (`OTEL_SDK_DISABLED`).
     pub disabled: bool,
+    /// The caller's tenant as an attribute of the metrics (off by default: a
+    /// series per tenant, bounded by `gateway::observe::genai_metrics::METRIC_TENANTS_MAX`).
+    pub metrics_tenant: bool,
 }
 
 /// What the exporter is started with, once the section and the environment are read.
@@ -64,6 +67,8 @@ pub struct Resolved {
     pub resource_attributes: BTreeMap<String, String>,
     /// Which calls are sampled.
     pub sampler: Sampler,
+    /// Whether the metrics carry the caller's tenant.
+    pub metrics_tenant: bool,
 }
 
 impl TelemetryConfig {
@@ -127,6 +132,7 @@ impl TelemetryConfig {
                 .unwrap_or_else(|| SERVICE_NAME_DEFAULT.to_owned()),
             resource_attributes: self.resource_attributes.clone(),
             sampler,
+            metrics_tenant: self.metrics_tenant,
         }))
     }
 }
