@@ -3,7 +3,8 @@
 //! (docs/telemetry.md): the response's id, model and finish reasons of each
 //! provider's shape, whole and streamed, a stream's time to its first chunk,
 //! the provider's own error type, and the server-side GenAI metrics, with the
-//! tenant among their attributes only when the operator opts in.
+//! tenant among their attributes only when the operator opts in; message
+//! content only on the opt-in, by the variable or the `telemetry:` section.
 
 #[path = "telemetry_support/otlp.rs"]
 mod otlp;
@@ -17,7 +18,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
 use otlp::{attribute, kind, metric, spans_of, start_receiver, string, Any, Span, SpanKind};
-use rig::{as_env, call, export_env, start_server, start_shapes, KEY_ENV};
+use rig::{as_env, call, export_env, start_server, start_shapes, KEY, KEY_ENV};
 use serde_json::json;
 use support::gateway_setup::{client, gateway_addr};
 use support::temp_dir;
@@ -166,5 +167,59 @@ async fn telemetry_server_metrics_and_the_tenant_only_on_opt_in() {
         let (_, points) = decisions.await;
         let tenant = points.iter().any(|(a, _, _)| attribute(a, "ratelimiter.tenant").is_some());
         assert_eq!(tenant, opt_in, "{points:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_message_content_only_on_opt_in() {
+    let (ok, _) = start_shapes(StatusCode::OK, Duration::ZERO).await;
+    let messages = json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]);
+    let calls = [
+        ("/v1/chat/completions", json!({"model": "gpt-4o-mini", "messages": messages})),
+        ("/v1/chat/completions", json!({"model": "gpt-4o-mini", "stream": true, "messages": messages})),
+        ("/v1/responses", json!({"model": "gpt-4o-mini", "input": "hello"})),
+        ("/v1/messages", json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "stream": true,
+            "messages": [{"role": "user", "content": "hello"}]})),
+    ];
+    let by_env = [("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true".to_owned())];
+    let ways: [(&[(&str, String)], &str, bool); 3] = [
+        (&[], "", false),
+        (&by_env, "", true),
+        (&[], "telemetry:\n  capture_message_content: true\n", true),
+    ];
+    for (way, (extra_env, telemetry, recorded)) in ways.into_iter().enumerate() {
+        let (receiver, got) = start_receiver().await;
+        let dir = temp_dir("telemetry-genai-content");
+        let mut env = export_env(receiver);
+        env.extend(extra_env.iter().cloned());
+        let sections = format!("{}{telemetry}", section(ok, ok, ok, ok));
+        let server = start_server(&dir, &sections, &as_env(&env));
+        let (client, gateway) = (client(), gateway_addr(&server));
+        for (n, (path, body)) in calls.iter().enumerate() {
+            let (trace_id, answer) = call(&client, gateway, (path, body.clone()), 60 + n as u8).await;
+            assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+            let spans = spans_of(&got, &trace_id, 2).await;
+            let span = client_span(&spans);
+            let input = string(&span.attributes, "gen_ai.input.messages");
+            let output = string(&span.attributes, "gen_ai.output.messages");
+            for (_, span) in &spans {
+                let attributes = format!("{:?}", span.attributes);
+                assert!(!attributes.contains(KEY) && !attributes.contains("Bearer"), "{span:?}");
+                if !recorded {
+                    assert!(!attributes.contains("hello"), "way {way}: {span:?}");
+                }
+            }
+            if !recorded {
+                assert_eq!((input, output), (None, None), "way {way} {path}");
+                continue;
+            }
+            let input: serde_json::Value = serde_json::from_str(&input.expect("input messages")).unwrap();
+            let last = input.as_array().unwrap().last().unwrap().clone();
+            assert_eq!(last, json!({"role": "user", "parts": [{"type": "text", "content": "hello"}]}), "{path}");
+            let output: serde_json::Value = serde_json::from_str(&output.expect("output messages")).unwrap();
+            assert_eq!(output[0]["role"], "assistant", "{path}: {output}");
+            assert_eq!(output[0]["parts"][0], json!({"type": "text", "content": "hi"}), "{path}: {output}");
+            assert!(output[0]["finish_reason"].is_string(), "{path}: {output}");
+        }
     }
 }

@@ -207,9 +207,11 @@ impl CallLease {
         }
     }
 
-    /// Whether the try has a CLIENT span: only then is its answer read for its facts.
-    pub fn is_traced(&self) -> bool {
-        self.trace.is_some()
+    /// How the try's answer is read for its CLIENT span: `None` untraced,
+    /// `Some(false)` for its facts, `Some(true)` for its text too (the
+    /// operator opted in to message content).
+    pub fn trace_reads(&self) -> Option<bool> {
+        self.trace.as_ref().map(TryTrace::captures_content)
     }
 
     /// What the try's answer said of itself, for its CLIENT span.

@@ -19,6 +19,7 @@ use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 use super::genai_metrics::GenAiMetrics;
 use crate::config::UpstreamKind;
 use crate::wire::call::Endpoint;
+use crate::wire::content::{input_messages, output_messages};
 use crate::wire::response_facts::ResponseFacts;
 use crate::wire::usage::Usage;
 
@@ -55,6 +56,10 @@ pub const GEN_AI_RESPONSE_MODEL: &str = "gen_ai.response.model";
 pub const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
 /// GenAI conventions (after v1.37): a stream's first bytes, in seconds after the try was sent.
 pub const GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_first_chunk";
+/// GenAI conventions: the request's messages (only on the operator's opt-in).
+pub const GEN_AI_INPUT_MESSAGES: &str = "gen_ai.input.messages";
+/// GenAI conventions: the answer's messages (only on the operator's opt-in).
+pub const GEN_AI_OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
 /// GenAI conventions: the output bound sent.
 pub const GEN_AI_REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
 /// GenAI conventions: whether the answer is asked as a stream.
@@ -108,6 +113,8 @@ pub struct Telemetry {
     propagator: Box<dyn TextMapPropagator + Send + Sync>,
     /// The metrics' instruments, when the server exports metrics.
     metrics: Option<GenAiMetrics>,
+    /// Whether the messages are recorded (the operator's opt-in).
+    capture_content: bool,
 }
 
 impl Telemetry {
@@ -117,6 +124,16 @@ impl Telemetry {
             tracer,
             propagator,
             metrics: None,
+            capture_content: false,
+        }
+    }
+
+    /// This telemetry recording each try's messages too, as
+    /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` asks.
+    pub fn with_message_content(self) -> Self {
+        Self {
+            capture_content: true,
+            ..self
         }
     }
 
@@ -367,6 +384,11 @@ impl CallTrace {
         if let Some(bound) = target.max_tokens {
             attributes.push(KeyValue::new(GEN_AI_REQUEST_MAX_TOKENS, bound as i64));
         }
+        if telemetry.capture_content {
+            if let Some(messages) = input_messages(target.endpoint, target.request) {
+                attributes.push(KeyValue::new(GEN_AI_INPUT_MESSAGES, messages));
+            }
+        }
         if let Some((host, port)) = host_and_port(target.base_url) {
             attributes.push(KeyValue::new(SERVER_ADDRESS, host.to_owned()));
             attributes.push(KeyValue::new(SERVER_PORT, i64::from(port)));
@@ -404,6 +426,8 @@ pub struct TryTarget<'a> {
     pub max_tokens: Option<u64>,
     /// Whether a stream is asked.
     pub stream: bool,
+    /// The client's request body, for its messages when they are recorded.
+    pub request: &'a [u8],
 }
 
 /// The CLIENT span of one try; it ends when the try's lease completes.
@@ -457,6 +481,11 @@ impl TryTrace {
         let _ = self.response.set(facts);
     }
 
+    /// Whether the answer's text is read for `gen_ai.output.messages`.
+    pub fn captures_content(&self) -> bool {
+        self.call.0.telemetry.capture_content
+    }
+
     /// The stream's first bytes came now.
     pub fn first_chunk(&self) {
         let _ = self.first_chunk.set(self.started.elapsed());
@@ -487,6 +516,10 @@ impl TryTrace {
         }
         if let Some(model) = &facts.model {
             attributes.push(KeyValue::new(GEN_AI_RESPONSE_MODEL, model.clone()));
+        }
+        if let Some(texts) = &facts.texts {
+            let messages = output_messages(texts, &facts.finish_reasons);
+            attributes.push(KeyValue::new(GEN_AI_OUTPUT_MESSAGES, messages));
         }
         if !facts.finish_reasons.is_empty() {
             let reasons = facts.finish_reasons.iter().map(|r| StringValue::from(r.clone())).collect();

@@ -22,6 +22,7 @@ use hyper::body::{Body as _, Incoming};
 use super::response_ids::RememberResponseId;
 use crate::admission::CallLease;
 use crate::wire::call::Endpoint;
+use crate::wire::content::texts_of_answer;
 use crate::wire::format::StreamUsage;
 use crate::wire::response_facts::ResponseFacts;
 use crate::wire::sse;
@@ -108,7 +109,14 @@ impl Reader {
     fn facts(&self) -> Option<ResponseFacts> {
         match self {
             Reader::Events { usage, .. } => usage.facts().cloned(),
-            Reader::Whole { scanner, .. } => scanner.as_ref().and_then(UsageScanner::response_facts),
+            Reader::Whole { scanner, endpoint, .. } => {
+                let scanner = scanner.as_ref()?;
+                let mut facts = scanner.response_facts()?;
+                if let Some(content) = scanner.content() {
+                    facts.texts = Some(texts_of_answer(*endpoint, &content));
+                }
+                Some(facts)
+            }
         }
     }
 
@@ -151,7 +159,11 @@ pub fn events(
     let usage = endpoint.stream_usage(drop_usage_chunk);
     let reader = Reader::Events {
         splitter: sse::Splitter::default(),
-        usage: if lease.is_traced() { usage.with_facts() } else { usage },
+        usage: match lease.trace_reads() {
+            None => usage,
+            Some(false) => usage.with_facts(),
+            Some(true) => usage.with_content(),
+        },
     };
     let mut answer = Answer::new(body, reader, lease, idle_timeout);
     answer.remember = remember;
@@ -168,10 +180,11 @@ pub async fn whole(
     (lease, remember): (CallLease, Option<RememberResponseId>),
     idle_timeout: Duration,
 ) -> Body {
-    let scanner = match (scan, lease.is_traced()) {
-        (_, true) => Some(UsageScanner::with_facts()),
-        (true, false) => Some(UsageScanner::default()),
-        (false, false) => None,
+    let scanner = match (scan, lease.trace_reads()) {
+        (_, Some(true)) => Some(UsageScanner::with_content()),
+        (_, Some(false)) => Some(UsageScanner::with_facts()),
+        (true, None) => Some(UsageScanner::default()),
+        (false, None) => None,
     };
     let reader = Reader::Whole {
         endpoint,

@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::counting::tokens::Counter;
 use crate::wire::call::{optional_bool, optional_u64, required_array, Call};
+use crate::wire::content::append_text;
 use crate::wire::error::GatewayError;
 use crate::wire::response_facts::{short_string, ResponseFacts};
 use crate::wire::sse;
@@ -91,7 +92,8 @@ impl StreamUsage {
         let is_start = name == Some(b"message_start");
         let is_delta = name == Some(b"message_delta");
         let is_error = name == Some(b"error") && self.facts.is_some();
-        if !is_start && !is_delta && !is_error {
+        let is_text = name == Some(b"content_block_delta") && self.facts.as_ref().is_some_and(|f| f.texts.is_some());
+        if !is_start && !is_delta && !is_error && !is_text {
             return EventAction::Forward;
         }
         let Some(value) = sse::data(event).and_then(|d| serde_json::from_slice::<Value>(&d).ok()) else {
@@ -141,6 +143,11 @@ fn read_facts(facts: &mut ResponseFacts, value: &Value) {
     }
     if let Some(error) = value.get("error") {
         facts.read_error(error);
+    }
+    let text = value.get("delta").and_then(|d| d.get("text")).and_then(Value::as_str);
+    if let (Some(texts), Some(text)) = (&mut facts.texts, text) {
+        // One message: its text blocks read as one text.
+        append_text(texts, 0, text);
     }
 }
 

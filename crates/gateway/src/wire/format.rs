@@ -126,6 +126,17 @@ impl StreamUsage {
         self
     }
 
+    /// This reader reading the stream's facts and its text (the operator
+    /// opted in to message content).
+    pub fn with_content(self) -> Self {
+        let mut reader = self.with_facts();
+        match &mut reader {
+            StreamUsage::OpenAi(r) => r.facts.iter_mut().for_each(|f| f.texts = Some(Vec::new())),
+            StreamUsage::Anthropic(r) => r.facts.iter_mut().for_each(|f| f.texts = Some(Vec::new())),
+        }
+        reader
+    }
+
     /// What the stream said of its response, when read ([`StreamUsage::with_facts`]).
     pub fn facts(&self) -> Option<&ResponseFacts> {
         match self {

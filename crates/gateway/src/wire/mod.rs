@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 pub mod call;
+pub mod content;
 pub mod error;
 pub mod format;
 pub mod openai;

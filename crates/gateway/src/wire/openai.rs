@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use crate::config::UpstreamKind;
 use crate::counting::tokens::{prompt_characters, Counter};
 use crate::wire::call::{optional_bool, optional_u64, required_array, Call, Endpoint};
+use crate::wire::content::texts_of_answer;
 use crate::wire::error::GatewayError;
 use crate::wire::response_facts::{may_finish, ResponseFacts};
 use crate::wire::sse;
@@ -233,7 +234,9 @@ impl StreamUsage {
     /// Responses API's come with its usage.
     fn wants_facts(&self, data: &[u8]) -> bool {
         match &self.facts {
-            Some(facts) if self.endpoint != Endpoint::Responses => facts.id.is_none() || may_finish(data),
+            Some(facts) if self.endpoint != Endpoint::Responses => {
+                facts.id.is_none() || facts.texts.is_some() || may_finish(data)
+            }
             _ => false,
         }
     }
@@ -279,6 +282,9 @@ impl StreamUsage {
                 facts.read_id_and_model(response);
                 if let Some(status) = response.get("status").and_then(Value::as_str) {
                     facts.push_reason(status);
+                }
+                if let (Some(texts), Some(output)) = (&mut facts.texts, response.get("output")) {
+                    *texts = texts_of_answer(Endpoint::Responses, output);
                 }
             }
         }

@@ -22,6 +22,8 @@
 
 use serde_json::Value;
 
+use super::content::append_text;
+
 /// The most finish reasons kept: one per choice, and a call asks at most
 /// OpenAI's `n` of 128 choices; more would only grow the span.
 pub const FINISH_REASONS_MAX: usize = 128;
@@ -40,6 +42,9 @@ pub struct ResponseFacts {
     pub finish_reasons: Vec<String>,
     /// The provider's error type of an error answer (`rate_limit_error`, ...).
     pub error_type: Option<String>,
+    /// The text of each choice, read only when the operator opted in to
+    /// message content (`Some` then, from the start).
+    pub texts: Option<Vec<String>>,
 }
 
 impl ResponseFacts {
@@ -67,13 +72,18 @@ impl ResponseFacts {
     }
 
     /// Reads an OpenAI chat object or chunk: its id, model and the finish
-    /// reason of each choice that has one.
+    /// reason of each choice that has one, and a chunk's text when content is read.
     pub fn read_chat(&mut self, object: &Value) {
         self.read_id_and_model(object);
         let choices = object.get("choices").and_then(Value::as_array).into_iter().flatten();
-        for choice in choices {
+        for (position, choice) in choices.enumerate() {
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
                 self.push_reason(reason);
+            }
+            let text = choice.get("delta").and_then(|d| d.get("content")).and_then(Value::as_str);
+            if let (Some(texts), Some(text)) = (&mut self.texts, text) {
+                let index = choice.get("index").and_then(Value::as_u64).map_or(position, |i| i as usize);
+                append_text(texts, index, text);
             }
         }
     }

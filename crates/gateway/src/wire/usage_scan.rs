@@ -18,6 +18,7 @@
 //! `model`, its finish reasons and its error type are read the same way, for
 //! the try's span ([`super::response_facts`]).
 
+use super::content::CONTENT_BYTES_MAX;
 use super::response_facts::{short_string, ChoicesReasons, ResponseFacts, FACT_BYTES_MAX};
 
 /// The largest `usage` value kept: the providers' are a few hundred bytes.
@@ -88,6 +89,9 @@ struct FactCaptures {
     key_is_choices: bool,
     in_choices: bool,
     choices: ChoicesReasons,
+    /// The answer's content value (`choices`, `output` or `content`), kept
+    /// only when the operator opted in to message content.
+    content: Option<[Capture; 3]>,
 }
 
 impl FactCaptures {
@@ -100,34 +104,36 @@ impl FactCaptures {
             key_is_choices: false,
             in_choices: false,
             choices: ChoicesReasons::default(),
+            content: None,
         }
     }
 
-    fn captures(&mut self) -> [&mut Capture; 4] {
-        [&mut self.model, &mut self.stop_reason, &mut self.status, &mut self.error]
+    fn captures(&mut self) -> impl Iterator<Item = &mut Capture> {
+        let fixed = [&mut self.model, &mut self.stop_reason, &mut self.status, &mut self.error];
+        fixed.into_iter().chain(self.content.iter_mut().flatten())
     }
 
     fn on_key(&mut self, key: Option<&[u8]>) {
         self.key_is_choices = key == Some(&b"choices"[..]);
-        self.captures().into_iter().for_each(|c| c.on_key(key));
+        self.captures().for_each(|c| c.on_key(key));
     }
 
     fn on_colon(&mut self) {
         self.in_choices = self.key_is_choices;
-        self.captures().into_iter().for_each(Capture::on_colon);
+        self.captures().for_each(Capture::on_colon);
     }
 
     fn keep(&mut self, byte: u8) {
         if self.in_choices {
             self.choices.byte(byte);
         }
-        self.captures().into_iter().for_each(|c| c.keep(byte));
+        self.captures().for_each(|c| c.keep(byte));
     }
 
     fn end_value(&mut self) {
         self.key_is_choices = false;
         self.in_choices = false;
-        self.captures().into_iter().for_each(Capture::end_value);
+        self.captures().for_each(Capture::end_value);
     }
 
     /// The facts read, with `id` the scanner's.
@@ -261,6 +267,28 @@ impl UsageScanner {
             facts: Some(Box::new(FactCaptures::new())),
             ..Self::default()
         }
+    }
+
+    /// A scanner that reads the answer's facts and its content value
+    /// (`choices`, `output` or `content`, each up to twice
+    /// [`CONTENT_BYTES_MAX`], for its escapes).
+    pub fn with_content() -> Self {
+        let mut facts = FactCaptures::new();
+        let bound = 2 * CONTENT_BYTES_MAX;
+        facts.content = Some([b"choices".as_slice(), b"output", b"content"].map(|key| Capture::new(key, bound)));
+        Self {
+            facts: Some(Box::new(facts)),
+            ..Self::default()
+        }
+    }
+
+    /// The answer's content value, once the whole object has been read, when
+    /// the scanner was made [`UsageScanner::with_content`] and the value fit.
+    pub fn content(&self) -> Option<serde_json::Value> {
+        let whole = self.top == Top::Done && !self.in_string;
+        let captures = self.facts.as_ref().filter(|_| whole)?.content.as_ref()?;
+        let value = captures.iter().find_map(|c| c.value().filter(|v| !v.is_empty()))?;
+        serde_json::from_slice(value).ok()
     }
 
     /// Reads the next bytes of the answer.

@@ -60,6 +60,9 @@ impl Exporting {
             .map(|endpoint| meter_provider(resolved, endpoint, resource))
             .transpose()?;
         let mut telemetry = Telemetry::new(tracer, Box::new(TraceContextPropagator::new()));
+        if resolved.capture_message_content {
+            telemetry = telemetry.with_message_content();
+        }
         if let Some(provider) = &metrics {
             let metrics = GenAiMetrics::new(&provider.meter_with_scope(scope));
             let metrics = if resolved.metrics_tenant { metrics.with_tenants() } else { metrics };

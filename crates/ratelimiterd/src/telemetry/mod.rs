@@ -50,7 +50,13 @@ pub struct TelemetryConfig {
     /// The caller's tenant as an attribute of the metrics (off by default: a
     /// series per tenant, bounded by `gateway::observe::genai_metrics::METRIC_TENANTS_MAX`).
     pub metrics_tenant: bool,
+    /// Record the messages of each call on its spans
+    /// (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`; off by default).
+    pub capture_message_content: bool,
 }
+
+/// The variable the GenAI instrumentations read for their opt-in to message content.
+pub const CAPTURE_CONTENT_VAR: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 
 /// What the exporter is started with, once the section and the environment are read.
 #[derive(Debug, Clone)]
@@ -69,6 +75,8 @@ pub struct Resolved {
     pub sampler: Sampler,
     /// Whether the metrics carry the caller's tenant.
     pub metrics_tenant: bool,
+    /// Whether the spans carry each call's messages.
+    pub capture_message_content: bool,
 }
 
 impl TelemetryConfig {
@@ -117,6 +125,10 @@ impl TelemetryConfig {
                 ));
             }
         }
+        let capture_message_content = match env(CAPTURE_CONTENT_VAR) {
+            Some(value) => parse_bool(&value).map_err(|m| format!("{CAPTURE_CONTENT_VAR}: {m}"))?,
+            None => self.capture_message_content,
+        };
         let sampler_name = (env("OTEL_TRACES_SAMPLER")).or_else(|| self.sampler.clone());
         let sampler_arg = (env("OTEL_TRACES_SAMPLER_ARG")).or_else(|| self.sampler_arg.clone());
         let sampler = sampler(
@@ -133,6 +145,7 @@ impl TelemetryConfig {
             resource_attributes: self.resource_attributes.clone(),
             sampler,
             metrics_tenant: self.metrics_tenant,
+            capture_message_content,
         }))
     }
 }
@@ -263,6 +276,10 @@ mod tests {
         ];
         assert!(error(RATIO).contains("OTEL_TRACES_SAMPLER_ARG"));
         assert!(error(&[("OTEL_SDK_DISABLED", "maybe")]).contains("OTEL_SDK_DISABLED"));
+        assert!(error(&[(CAPTURE_CONTENT_VAR, "yes")]).contains(CAPTURE_CONTENT_VAR));
+        assert!(!section.resolve(&env_of(&[])).unwrap().unwrap().capture_message_content);
+        let on = section.resolve(&env_of(&[(CAPTURE_CONTENT_VAR, "true")]));
+        assert!(on.unwrap().unwrap().capture_message_content);
         assert!(error(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]).contains("not an http"));
     }
 }

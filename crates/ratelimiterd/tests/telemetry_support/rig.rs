@@ -103,7 +103,8 @@ fn shaped(path: &str, body: &Value, status: StatusCode) -> Response {
                 "usage": {"input_tokens": 12, "output_tokens": 1}}});
             let delta = json!({"type": "message_delta", "delta": {"stop_reason": "max_tokens"},
                 "usage": {"output_tokens": 5}});
-            sse(format!("event: message_start\ndata: {start}\n\nevent: message_delta\ndata: {delta}\n\nevent: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"))
+            let text = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}});
+            sse(format!("event: message_start\ndata: {start}\n\nevent: content_block_delta\ndata: {text}\n\nevent: message_delta\ndata: {delta}\n\nevent: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"))
         }
     }
 }
