@@ -213,7 +213,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     // Only the gateway's calls are traced: without one, nothing is exported.
     let resolved = (config.telemetry.resolve(&|name| std::env::var(name).ok())).map_err(ServerError::Telemetry)?;
     let exporting = match (resolved, &config.gateway) {
-        (Some(resolved), Some(_)) => Some(Exporting::start(&resolved).map_err(ServerError::Telemetry)?),
+        (Some(resolved), Some(_)) => Some(Exporting::start(&resolved, state.metrics().otel_dropped.clone()).map_err(ServerError::Telemetry)?),
         _ => None,
     };
     let telemetry = exporting.as_ref().map(|e| e.gateway.clone());

@@ -4,6 +4,7 @@
 //! gateway's [`Telemetry`] made from them.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,9 +22,11 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::resource::EnvResourceDetector;
 use opentelemetry_sdk::runtime;
 use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
+use super::counted::{spans_queue_max, BoundedSpans, CountedMetrics, CountedSpans, CONTROL_SLOTS};
+use super::dropped::OtelDropped;
 use super::Resolved;
 
 /// How long a stopping server waits for its last spans to be sent: a collector
@@ -42,14 +45,15 @@ pub struct Exporting {
 impl Exporting {
     /// Starts the export `resolved` describes; must run on the server's tokio
     /// runtime, where the batch's task, the periodic reader and the HTTP client live.
-    pub fn start(resolved: &Resolved) -> Result<Self, String> {
+    /// What it drops or fails to send is counted in `dropped`.
+    pub fn start(resolved: &Resolved, dropped: Arc<OtelDropped>) -> Result<Self, String> {
         let resource = resource(resolved);
         let scope = InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
             .with_version(env!("CARGO_PKG_VERSION"))
             .with_schema_url(SEMCONV_SCHEMA_URL)
             .build();
         let traces = (resolved.traces_endpoint.as_deref())
-            .map(|endpoint| tracer_provider(resolved, endpoint, resource.clone()))
+            .map(|endpoint| tracer_provider(resolved, endpoint, (resource.clone(), dropped.clone())))
             .transpose()?;
         // Without traces, spans are not recorded; the caller's context still goes upstream.
         let tracer = match &traces {
@@ -57,7 +61,7 @@ impl Exporting {
             None => BoxedTracer::new(Box::new(NoopTracer::new())),
         };
         let metrics = (resolved.metrics_endpoint.as_deref())
-            .map(|endpoint| meter_provider(resolved, endpoint, resource))
+            .map(|endpoint| meter_provider(resolved, endpoint, (resource, dropped)))
             .transpose()?;
         let mut telemetry = Telemetry::new(tracer, Box::new(TraceContextPropagator::new()));
         if resolved.capture_message_content {
@@ -103,8 +107,13 @@ fn headers(resolved: &Resolved) -> HashMap<String, String> {
     resolved.headers.clone().into_iter().collect()
 }
 
-/// Spans batched in a bounded queue and sent by a task of the runtime.
-fn tracer_provider(resolved: &Resolved, endpoint: &str, resource: Resource) -> Result<SdkTracerProvider, String> {
+/// Spans batched in a bounded queue and sent by a task of the runtime; what
+/// finds the queue full or fails to be sent is counted in `dropped`.
+fn tracer_provider(
+    resolved: &Resolved,
+    endpoint: &str,
+    (resource, dropped): (Resource, Arc<OtelDropped>),
+) -> Result<SdkTracerProvider, String> {
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
@@ -112,7 +121,13 @@ fn tracer_provider(resolved: &Resolved, endpoint: &str, resource: Resource) -> R
         .with_headers(headers(resolved))
         .build()
         .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
-    let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
+    let (in_queue, max) = (Arc::new(AtomicUsize::new(0)), spans_queue_max());
+    let exporter = CountedSpans::new(exporter, dropped.clone(), in_queue.clone());
+    let config = BatchConfigBuilder::default().with_max_queue_size(max + CONTROL_SLOTS).build();
+    let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio)
+        .with_batch_config(config)
+        .build();
+    let processor = BoundedSpans::new(processor, (in_queue, max), dropped);
     Ok(SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_sampler(resolved.sampler.clone())
@@ -121,8 +136,12 @@ fn tracer_provider(resolved: &Resolved, endpoint: &str, resource: Resource) -> R
 }
 
 /// Metrics read and sent every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default)
-/// by a task of the runtime.
-fn meter_provider(resolved: &Resolved, endpoint: &str, resource: Resource) -> Result<SdkMeterProvider, String> {
+/// by a task of the runtime; an export that fails is counted in `dropped`.
+fn meter_provider(
+    resolved: &Resolved,
+    endpoint: &str,
+    (resource, dropped): (Resource, Arc<OtelDropped>),
+) -> Result<SdkMeterProvider, String> {
     let exporter = opentelemetry_otlp::MetricExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
@@ -130,7 +149,7 @@ fn meter_provider(resolved: &Resolved, endpoint: &str, resource: Resource) -> Re
         .with_headers(headers(resolved))
         .build()
         .map_err(|e| format!("telemetry: the OTLP metric exporter could not be built: {e}"))?;
-    let reader = PeriodicReader::builder(exporter, runtime::Tokio).build();
+    let reader = PeriodicReader::builder(CountedMetrics::new(exporter, dropped), runtime::Tokio).build();
     Ok(SdkMeterProvider::builder()
         .with_reader(reader)
         .with_resource(resource)

@@ -3,6 +3,8 @@
 //! variables (the environment wins), and the exporter it starts ([`export`]).
 //! Nothing configured: nothing is exported and nothing is logged.
 
+pub mod counted;
+pub mod dropped;
 pub mod export;
 
 use std::collections::BTreeMap;

@@ -2,6 +2,9 @@
 //! in protobuf, decoded with `opentelemetry-proto`, kept in order; and the
 //! readers of what it got (attributes, spans of a trace, a metric's points).
 
+// Each test file uses its own share of these helpers.
+#![allow(dead_code)]
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -3,6 +3,9 @@
 //! upstream stubs answering each provider's shape (whole and streamed) or an
 //! error, recording the headers each try is sent with.
 
+// Each test file uses its own share of these helpers.
+#![allow(dead_code)]
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
