@@ -25,6 +25,7 @@ use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProces
 use opentelemetry_sdk::trace::{BatchConfigBuilder, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
+use super::api_trace::ApiTracer;
 use super::counted::{spans_queue_max, BoundedSpans, CountedMetrics, CountedSpans, CONTROL_SLOTS};
 use super::dropped::OtelDropped;
 use super::Resolved;
@@ -79,6 +80,16 @@ impl Exporting {
             metrics,
             gateway: Arc::new(telemetry),
         })
+    }
+
+    /// The tracer of the limiter's API, when spans are exported.
+    pub fn api_tracer(&self) -> Option<ApiTracer> {
+        let scope = InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .with_schema_url(SEMCONV_SCHEMA_URL)
+            .build();
+        let provider = self.traces.as_ref()?;
+        Some(ApiTracer::new(BoxedTracer::new(Box::new(provider.tracer_with_scope(scope)))))
     }
 
     /// Sends what is still queued and stops, waiting at most [`SHUTDOWN_FLUSH_MS`] each.

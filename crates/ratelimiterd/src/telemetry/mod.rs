@@ -3,6 +3,7 @@
 //! variables (the environment wins), and the exporter it starts ([`export`]).
 //! Nothing configured: nothing is exported and nothing is logged.
 
+pub mod api_trace;
 pub mod counted;
 pub mod dropped;
 pub mod export;
