@@ -53,6 +53,18 @@ impl TraceContext {
 }
 
 /// Runs `future` with `context` sent on each request the client makes in it.
+///
+/// ```no_run
+/// # async fn example(client: ratelimiter::httpclient::HttpClient, request: ratelimiter::ReserveRequest)
+/// # -> Result<(), Box<dyn std::error::Error>> {
+/// use ratelimiter::httpclient::{with_trace_context, TraceContext};
+/// use ratelimiter::Limiter;
+///
+/// let context = TraceContext::new("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None)?;
+/// let outcome = with_trace_context(context, client.reserve(&request)).await?;
+/// # Ok(())
+/// # }
+/// ```
 pub async fn with_trace_context<F: Future>(context: TraceContext, future: F) -> F::Output {
     CURRENT.scope(context, future).await
 }
