@@ -2,7 +2,7 @@
 
 When ``opentelemetry-api`` is installed and a span is current, its W3C
 ``traceparent`` (and ``tracestate``) go with each reserve and complete, so that
-``ratelimiterd``'s span of the call joins the caller's trace (docs/telemetry.md,
+``ratelimiterd``'s span of the call joins the caller's trace (docs/observability.md,
 "The limiter's API"). The package is never a dependency: without it, or
 without a current span, nothing is sent and nothing fails.
 """

@@ -193,7 +193,11 @@ impl RemoteLimiter {
 
 /// The caller's trace context, when it gave a `traceparent`; a malformed one
 /// is an `InvalidArgumentError`, never sent.
-fn trace_context(py: Python<'_>, traceparent: Option<&str>, tracestate: Option<&str>) -> PyResult<Option<TraceContext>> {
+fn trace_context(
+    py: Python<'_>,
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+) -> PyResult<Option<TraceContext>> {
     let Some(traceparent) = traceparent else {
         return Ok(None);
     };

@@ -213,7 +213,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     // The limiter's API and the gateway's calls are traced once an endpoint is set.
     let resolved = (config.telemetry.resolve(&|name| std::env::var(name).ok())).map_err(ServerError::Telemetry)?;
     let exporting = match resolved {
-        Some(resolved) => Some(Exporting::start(&resolved, state.metrics().otel_dropped.clone()).map_err(ServerError::Telemetry)?),
+        Some(resolved) => {
+            Some(Exporting::start(&resolved, state.metrics().otel_dropped.clone()).map_err(ServerError::Telemetry)?)
+        }
         None => None,
     };
     if let Some(tracer) = exporting.as_ref().and_then(Exporting::api_tracer) {

@@ -1,5 +1,5 @@
 //! The gateway's traces and metrics over OTLP through the real `ratelimiterd`
-//! binary (docs/telemetry.md), decoded by an OTLP/HTTP receiver in this
+//! binary (docs/observability.md), decoded by an OTLP/HTTP receiver in this
 //! process; upstream stubs record the `traceparent` each try is sent with. A
 //! served call, a queued one, a failover, a denial, a stream, an unsampled
 //! caller, export off, the docs' example, the metrics' names, units and
@@ -372,9 +372,9 @@ async fn telemetry_nothing_is_exported_or_propagated_when_export_is_off() {
     assert!(!server.logs().iter().any(|l| l.contains("OTLP")), "{:?}", server.logs());
 }
 
-/// The `telemetry:` example of docs/telemetry.md, its endpoint moved to the receiver.
+/// The `telemetry:` example of docs/observability.md, its endpoint moved to the receiver.
 fn docs_example(receiver: SocketAddr) -> String {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/telemetry.md")).unwrap();
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/observability.md")).unwrap();
     let block = (doc.split("```yaml\n").nth(1))
         .and_then(|rest| rest.split("```").next())
         .expect("a yaml block");

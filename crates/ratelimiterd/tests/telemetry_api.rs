@@ -1,5 +1,5 @@
 //! The limiter's API traced, through the real `ratelimiterd` binary without a
-//! gateway and the library's HTTP client (docs/telemetry.md, "The limiter's
+//! gateway and the library's HTTP client (docs/observability.md, "The limiter's
 //! API"): a reserve and a complete sent within the caller's trace context are
 //! SERVER spans of the caller's trace, with the limit keys, the decision and,
 //! on a denial, the binding key and the retry hint.
@@ -47,31 +47,56 @@ async fn telemetry_reserve_and_complete_continue_the_callers_trace() {
     let env = export_env(receiver);
     let server = start_server(&dir, "", &as_env(&env));
     let definition = json!({"key": "global:rpm", "kind": "rolling", "capacity": 1, "window_seconds": 60});
-    server.client(ADMIN_TOKEN).put_limit(&serde_json::from_value(definition).unwrap()).await.unwrap();
+    server
+        .client(ADMIN_TOKEN)
+        .put_limit(&serde_json::from_value(definition).unwrap())
+        .await
+        .unwrap();
     let client = server.client(CLIENT_TOKEN);
     let key = LimitKey::new("global:rpm").unwrap();
-    let reserve = || ReserveRequest::new(LeaseId::generate(), None, vec![Requirement { key: key.clone(), amount: 1 }]);
+    let reserve = || {
+        ReserveRequest::new(
+            LeaseId::generate(),
+            None,
+            vec![Requirement {
+                key: key.clone(),
+                amount: 1,
+            }],
+        )
+    };
     // Allowed, then completed, in one trace.
     let (allowed_trace, parent) = traceparent(1);
     let request = reserve().unwrap();
     let context = TraceContext::new(&parent, Some("vendor=x")).unwrap();
     with_trace_context(context, async {
         assert!(client.reserve(&request).await.unwrap().is_allowed());
-        let actual = Actual { key: key.clone(), actual_amount: 1 };
-        client.complete(&CompleteRequest::new(request.lease_id(), None, vec![actual]).unwrap()).await.unwrap();
+        let actual = Actual {
+            key: key.clone(),
+            actual_amount: 1,
+        };
+        client
+            .complete(&CompleteRequest::new(request.lease_id(), None, vec![actual]).unwrap())
+            .await
+            .unwrap();
     })
     .await;
     // Denied, in another.
     let (denied_trace, parent) = traceparent(2);
     let context = TraceContext::new(&parent, None).unwrap();
-    let denied = with_trace_context(context, client.reserve(&reserve().unwrap())).await.unwrap();
+    let denied = with_trace_context(context, client.reserve(&reserve().unwrap()))
+        .await
+        .unwrap();
     assert!(!denied.is_allowed());
     let spans = spans_of(&got, &allowed_trace, 2).await;
     let (service, _) = &spans[0];
     assert_eq!(service, "ratelimiterd");
     let reserved = named(&spans, "POST /v1/reserve");
     assert!(kind(reserved, SpanKind::Server));
-    assert_eq!(hex(&reserved.parent_span_id), PARENT_ID, "the caller's span is the parent");
+    assert_eq!(
+        hex(&reserved.parent_span_id),
+        PARENT_ID,
+        "the caller's span is the parent"
+    );
     let attrs = &reserved.attributes;
     assert_eq!(string(attrs, "http.route").as_deref(), Some("/v1/reserve"));
     assert_eq!(int(attrs, "http.response.status_code"), Some(200));
@@ -83,12 +108,21 @@ async fn telemetry_reserve_and_complete_continue_the_callers_trace() {
     let lease = request.lease_id().to_string();
     for (_, span) in &spans {
         let all = format!("{:?}", span.attributes);
-        assert!(!all.contains(&lease) && !all.contains(CLIENT_TOKEN), "no lease id, no token: {all}");
+        assert!(
+            !all.contains(&lease) && !all.contains(CLIENT_TOKEN),
+            "no lease id, no token: {all}"
+        );
     }
     let spans = spans_of(&got, &denied_trace, 1).await;
     let attrs = &named(&spans, "POST /v1/reserve").attributes;
     assert_eq!(string(attrs, "ratelimiter.decision").as_deref(), Some("denied"));
     assert_eq!(string(attrs, "ratelimiter.denied_by").as_deref(), Some("global:rpm"));
-    assert_eq!(string(attrs, "ratelimiter.denial").as_deref(), Some("insufficient_capacity"));
-    assert!(int(attrs, "ratelimiter.retry_after_ms").is_some_and(|ms| ms > 0), "{attrs:?}");
+    assert_eq!(
+        string(attrs, "ratelimiter.denial").as_deref(),
+        Some("insufficient_capacity")
+    );
+    assert!(
+        int(attrs, "ratelimiter.retry_after_ms").is_some_and(|ms| ms > 0),
+        "{attrs:?}"
+    );
 }

@@ -1,5 +1,5 @@
 //! The OTLP export never in a call's way, through the real `ratelimiterd`
-//! binary (docs/telemetry.md, "Never in a call's way"): a collector that
+//! binary (docs/observability.md, "Never in a call's way"): a collector that
 //! answers 503 and one that is down slow no call against the same calls with
 //! export off, and what was dropped or failed is counted by signal in
 //! `ratelimiterd_otel_dropped_total` on the Prometheus endpoint.
@@ -62,10 +62,23 @@ async fn time_calls(client: &HttpClient, server: &Daemon) -> Duration {
 
 /// The server's `ratelimiterd_otel_dropped_total` of `signal`.
 async fn dropped(client: &HttpClient, server: &Daemon, signal: &str) -> u64 {
-    let text = send(client, hyper::Method::GET, format!("http://{}/metrics", server.addr), &[], None).await;
+    let text = send(
+        client,
+        hyper::Method::GET,
+        format!("http://{}/metrics", server.addr),
+        &[],
+        None,
+    )
+    .await;
     let line = format!("ratelimiterd_otel_dropped_total{{signal=\"{signal}\"}} ");
-    let value = text.body.lines().find_map(|l| l.strip_prefix(line.as_str()).map(str::to_owned));
-    value.unwrap_or_else(|| panic!("no {line}in:\n{}", text.body)).parse().unwrap()
+    let value = text
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix(line.as_str()).map(str::to_owned));
+    value
+        .unwrap_or_else(|| panic!("no {line}in:\n{}", text.body))
+        .parse()
+        .unwrap()
 }
 
 /// Waits (bounded) until the server has counted at least `least` lost items of `signal`.
@@ -102,7 +115,10 @@ async fn telemetry_a_refusing_or_down_collector_slows_no_call_and_is_counted() {
     for (endpoint, queue) in collectors {
         let env = [
             ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone()),
-            ("OTEL_BSP_SCHEDULE_DELAY", if queue == "4" { "60000" } else { "50" }.to_owned()),
+            (
+                "OTEL_BSP_SCHEDULE_DELAY",
+                if queue == "4" { "60000" } else { "50" }.to_owned(),
+            ),
             ("OTEL_BSP_MAX_QUEUE_SIZE", queue.to_owned()),
             ("OTEL_METRIC_EXPORT_INTERVAL", "100".to_owned()),
         ];
@@ -113,7 +129,10 @@ async fn telemetry_a_refusing_or_down_collector_slows_no_call_and_is_counted() {
         // Generous: a call waiting on an export would wait for its connection
         // or a 503 each time; the same calls with export off set the pace.
         let bound = baseline * 3 + Duration::from_millis(500);
-        assert!(took < bound, "{endpoint}: {took:?} against {baseline:?} with export off");
+        assert!(
+            took < bound,
+            "{endpoint}: {took:?} against {baseline:?} with export off"
+        );
         // Two spans a call: at least all but the queue's 4 of the 80 spans of the
         // first 40 calls are lost, and the metrics' exports fail.
         dropped_at_least(&client, &server, "traces", 4 * u64::from(CALLS) - 4).await;

@@ -1,6 +1,6 @@
 //! What the gateway's CLIENT spans and GenAI metrics say of an answer, through
 //! the real `ratelimiterd` binary and an OTLP/HTTP receiver in this process
-//! (docs/telemetry.md): the response's id, model and finish reasons of each
+//! (docs/observability.md): the response's id, model and finish reasons of each
 //! provider's shape, whole and streamed, a stream's time to its first chunk,
 //! the provider's own error type, and the server-side GenAI metrics, with the
 //! tenant among their attributes only when the operator opts in; message
@@ -62,11 +62,41 @@ async fn telemetry_the_answers_id_model_and_finish_reasons_of_each_shape() {
     let (client, gateway) = (client(), gateway_addr(&server));
     let messages = json!([{"role": "user", "content": "hello"}]);
     let calls = [
-        ("/v1/chat/completions", json!({"model": "gpt-4o-mini", "messages": messages}), "chatcmpl-1", "gpt-4o-mini-2024-07-18", "stop"),
-        ("/v1/chat/completions", json!({"model": "gpt-4o-mini", "stream": true, "messages": messages}), "chatcmpl-2", "gpt-4o-mini-2024-07-18", "length"),
-        ("/v1/responses", json!({"model": "gpt-4o-mini", "input": "hello"}), "resp_1", "gpt-4o-mini-2024-07-18", "completed"),
-        ("/v1/messages", json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": messages}), "msg_1", "claude-x-20250101", "end_turn"),
-        ("/v1/messages", json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "stream": true, "messages": messages}), "msg_2", "claude-x-20250101", "max_tokens"),
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4o-mini", "messages": messages}),
+            "chatcmpl-1",
+            "gpt-4o-mini-2024-07-18",
+            "stop",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4o-mini", "stream": true, "messages": messages}),
+            "chatcmpl-2",
+            "gpt-4o-mini-2024-07-18",
+            "length",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-4o-mini", "input": "hello"}),
+            "resp_1",
+            "gpt-4o-mini-2024-07-18",
+            "completed",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": messages}),
+            "msg_1",
+            "claude-x-20250101",
+            "end_turn",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "stream": true, "messages": messages}),
+            "msg_2",
+            "claude-x-20250101",
+            "max_tokens",
+        ),
     ];
     for (n, (path, body, id, model, reason)) in calls.into_iter().enumerate() {
         let stream = body["stream"] == json!(true);
@@ -74,7 +104,11 @@ async fn telemetry_the_answers_id_model_and_finish_reasons_of_each_shape() {
         assert_eq!(answer.status, 200, "{path}: {}", answer.body);
         let span = client_span(&spans_of(&got, &trace_id, 2).await);
         let attrs = &span.attributes;
-        assert_eq!(string(attrs, "gen_ai.response.id").as_deref(), Some(id), "{path} {attrs:?}");
+        assert_eq!(
+            string(attrs, "gen_ai.response.id").as_deref(),
+            Some(id),
+            "{path} {attrs:?}"
+        );
         assert_eq!(string(attrs, "gen_ai.response.model").as_deref(), Some(model), "{path}");
         assert_eq!(reasons(&span), [reason], "{path}");
         assert!(attribute(attrs, "error.type").is_none(), "{path} {attrs:?}");
@@ -105,14 +139,28 @@ async fn telemetry_a_failed_try_carries_the_providers_error_type() {
     let (client, gateway) = (client(), gateway_addr(&server));
     let messages = json!([{"role": "user", "content": "hello"}]);
     let calls = [
-        ("/v1/chat/completions", json!({"model": "refused", "messages": messages}), 400, "invalid_request_error"),
-        ("/v1/messages", json!({"model": "overloaded", "max_tokens": 16, "messages": messages}), 529, "overloaded_error"),
+        (
+            "/v1/chat/completions",
+            json!({"model": "refused", "messages": messages}),
+            400,
+            "invalid_request_error",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "overloaded", "max_tokens": 16, "messages": messages}),
+            529,
+            "overloaded_error",
+        ),
     ];
     for (n, (path, body, status, error_type)) in calls.into_iter().enumerate() {
         let (trace_id, answer) = call(&client, gateway, (path, body), 20 + n as u8).await;
         assert_eq!(answer.status, status, "{}", answer.body);
         let span = client_span(&spans_of(&got, &trace_id, 2).await);
-        assert_eq!(string(&span.attributes, "error.type").as_deref(), Some(error_type), "{span:?}");
+        assert_eq!(
+            string(&span.attributes, "error.type").as_deref(),
+            Some(error_type),
+            "{span:?}"
+        );
         let status_code = span.status.as_ref().map(|s| s.code);
         assert_eq!(status_code, Some(SpanStatus::Error as i32), "{span:?}");
     }
@@ -127,7 +175,11 @@ async fn telemetry_server_metrics_and_the_tenant_only_on_opt_in() {
         let (receiver, got) = start_receiver().await;
         let dir = temp_dir("telemetry-genai-metrics");
         let env = export_env(receiver);
-        let telemetry = if opt_in { "telemetry:\n  metrics_tenant: true\n" } else { "" };
+        let telemetry = if opt_in {
+            "telemetry:\n  metrics_tenant: true\n"
+        } else {
+            ""
+        };
         let sections = format!("{}{telemetry}", section(ok, ok, broken, ok));
         let server = start_server(&dir, &sections, &as_env(&env));
         let (client, gateway) = (client(), gateway_addr(&server));
@@ -163,9 +215,15 @@ async fn telemetry_server_metrics_and_the_tenant_only_on_opt_in() {
         let failed = [("gen_ai.request.model", "refused"), ("error.type", "400")];
         let (_, points) = metric(&got, "gen_ai.server.request.duration", &failed).await;
         assert_eq!(points[0].1, 1, "{points:?}");
-        let decisions = metric(&got, "ratelimiter.gateway.decisions", &[("ratelimiter.decision", "admitted")]);
+        let decisions = metric(
+            &got,
+            "ratelimiter.gateway.decisions",
+            &[("ratelimiter.decision", "admitted")],
+        );
         let (_, points) = decisions.await;
-        let tenant = points.iter().any(|(a, _, _)| attribute(a, "ratelimiter.tenant").is_some());
+        let tenant = points
+            .iter()
+            .any(|(a, _, _)| attribute(a, "ratelimiter.tenant").is_some());
         assert_eq!(tenant, opt_in, "{points:?}");
     }
 }
@@ -175,11 +233,20 @@ async fn telemetry_message_content_only_on_opt_in() {
     let (ok, _) = start_shapes(StatusCode::OK, Duration::ZERO).await;
     let messages = json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]);
     let calls = [
-        ("/v1/chat/completions", json!({"model": "gpt-4o-mini", "messages": messages})),
-        ("/v1/chat/completions", json!({"model": "gpt-4o-mini", "stream": true, "messages": messages})),
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4o-mini", "messages": messages}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4o-mini", "stream": true, "messages": messages}),
+        ),
         ("/v1/responses", json!({"model": "gpt-4o-mini", "input": "hello"})),
-        ("/v1/messages", json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "stream": true,
-            "messages": [{"role": "user", "content": "hello"}]})),
+        (
+            "/v1/messages",
+            json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "stream": true,
+            "messages": [{"role": "user", "content": "hello"}]}),
+        ),
     ];
     let by_env = [("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true".to_owned())];
     let ways: [(&[(&str, String)], &str, bool); 3] = [
@@ -215,10 +282,18 @@ async fn telemetry_message_content_only_on_opt_in() {
             }
             let input: serde_json::Value = serde_json::from_str(&input.expect("input messages")).unwrap();
             let last = input.as_array().unwrap().last().unwrap().clone();
-            assert_eq!(last, json!({"role": "user", "parts": [{"type": "text", "content": "hello"}]}), "{path}");
+            assert_eq!(
+                last,
+                json!({"role": "user", "parts": [{"type": "text", "content": "hello"}]}),
+                "{path}"
+            );
             let output: serde_json::Value = serde_json::from_str(&output.expect("output messages")).unwrap();
             assert_eq!(output[0]["role"], "assistant", "{path}: {output}");
-            assert_eq!(output[0]["parts"][0], json!({"type": "text", "content": "hi"}), "{path}: {output}");
+            assert_eq!(
+                output[0]["parts"][0],
+                json!({"type": "text", "content": "hi"}),
+                "{path}: {output}"
+            );
             assert!(output[0]["finish_reason"].is_string(), "{path}: {output}");
         }
     }

@@ -34,8 +34,8 @@ use crate::observe::budget_watch::{BudgetWatch, WatchedBudget};
 use crate::observe::key_usage::KeyCall;
 use crate::observe::metrics::CallCounters;
 use crate::observe::trace::{Served, TryTrace};
-use crate::wire::response_facts::ResponseFacts;
 use crate::routing::{Grant, Pass, Pool};
+use crate::wire::response_facts::ResponseFacts;
 use crate::wire::usage::Usage;
 
 /// How the call's tokens are reconciled.

@@ -1,4 +1,4 @@
-//! The metrics of the gateway's calls over OTLP (docs/telemetry.md): the
+//! The metrics of the gateway's calls over OTLP (docs/observability.md): the
 //! OpenTelemetry GenAI client metrics of each try on a deployment, and the
 //! limiter's own decisions and queue waits. Named once, here; recorded by the
 //! call's trace ([`super::trace`]) only when the server exports metrics.
@@ -150,7 +150,11 @@ impl GenAiMetrics {
     pub fn tenant_attribute(&self, tenant: &str) -> Option<KeyValue> {
         let mut seen = self.tenants.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
         let known = seen.contains(tenant) || (seen.len() < METRIC_TENANTS_MAX && seen.insert(tenant.to_owned()));
-        let value = if known { tenant.to_owned() } else { TENANT_OTHER.to_owned() };
+        let value = if known {
+            tenant.to_owned()
+        } else {
+            TENANT_OTHER.to_owned()
+        };
         Some(KeyValue::new(RATELIMITER_TENANT, value))
     }
 
@@ -165,7 +169,8 @@ impl GenAiMetrics {
         self.server_first_token.record(first.as_secs_f64(), attributes);
         if let Some(tokens) = output_tokens.filter(|t| *t > 1) {
             let after_first = took.saturating_sub(first).as_secs_f64();
-            self.server_per_token.record(after_first / (tokens - 1) as f64, attributes);
+            self.server_per_token
+                .record(after_first / (tokens - 1) as f64, attributes);
         }
     }
 

@@ -1,4 +1,4 @@
-//! The trace of each gateway call (docs/telemetry.md): a SERVER span for the
+//! The trace of each gateway call (docs/observability.md): a SERVER span for the
 //! client's request, continuing its W3C `traceparent`, carrying the limiter's
 //! decision; a CLIENT span per try on a deployment, with the OpenTelemetry
 //! GenAI attributes, whose context the upstream request carries.
@@ -522,8 +522,15 @@ impl TryTrace {
             attributes.push(KeyValue::new(GEN_AI_OUTPUT_MESSAGES, messages));
         }
         if !facts.finish_reasons.is_empty() {
-            let reasons = facts.finish_reasons.iter().map(|r| StringValue::from(r.clone())).collect();
-            attributes.push(KeyValue::new(GEN_AI_RESPONSE_FINISH_REASONS, Value::Array(Array::String(reasons))));
+            let reasons = facts
+                .finish_reasons
+                .iter()
+                .map(|r| StringValue::from(r.clone()))
+                .collect();
+            attributes.push(KeyValue::new(
+                GEN_AI_RESPONSE_FINISH_REASONS,
+                Value::Array(Array::String(reasons)),
+            ));
         }
         attributes
     }

@@ -203,7 +203,10 @@ mod tests {
             traced.on_event(event);
         }
         let facts = traced.facts.unwrap();
-        assert_eq!((facts.id.as_deref(), facts.model.as_deref()), (Some("msg_1"), Some("claude-x")));
+        assert_eq!(
+            (facts.id.as_deref(), facts.model.as_deref()),
+            (Some("msg_1"), Some("claude-x"))
+        );
         assert_eq!(facts.finish_reasons, ["max_tokens"]);
         assert_eq!(facts.error_type.as_deref(), Some("overloaded_error"));
         let body = json!({"usage": {"input_tokens": 3, "output_tokens": 4, "cache_creation_input_tokens": 2}});

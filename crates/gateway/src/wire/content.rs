@@ -1,5 +1,5 @@
 //! A traced call's message content in the OpenTelemetry GenAI conventions'
-//! JSON shapes (docs/telemetry.md, "Message content"), recorded only when the
+//! JSON shapes (docs/observability.md, "Message content"), recorded only when the
 //! operator opts in: `gen_ai.input.messages` from the request,
 //! `gen_ai.output.messages` from the answer's text. The shapes are the
 //! conventions' input and output message schemas
@@ -98,7 +98,9 @@ pub fn append_text(texts: &mut Vec<String>, index: usize, text: &str) {
 fn text_of(content: Option<&Value>) -> String {
     match content {
         Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => (parts.iter()).filter_map(|p| p.get("text").and_then(Value::as_str)).collect(),
+        Some(Value::Array(parts)) => (parts.iter())
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
         _ => String::new(),
     }
 }
@@ -182,11 +184,18 @@ mod tests {
     fn each_requests_messages_take_the_conventions_shape() {
         let chat = json!({"messages": [{"role": "system", "content": "be brief"},
             {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": "data:x"}}]}]});
-        let got: Value = serde_json::from_str(&input_messages(Endpoint::ChatCompletions, chat.to_string().as_bytes()).unwrap()).unwrap();
-        assert_eq!(got, json!([{"role": "system", "parts": [{"type": "text", "content": "be brief"}]},
-            {"role": "user", "parts": [{"type": "text", "content": "hi"}, {"type": "image_url"}]}]));
+        let got: Value =
+            serde_json::from_str(&input_messages(Endpoint::ChatCompletions, chat.to_string().as_bytes()).unwrap())
+                .unwrap();
+        assert_eq!(
+            got,
+            json!([{"role": "system", "parts": [{"type": "text", "content": "be brief"}]},
+            {"role": "user", "parts": [{"type": "text", "content": "hi"}, {"type": "image_url"}]}])
+        );
         let anthropic = json!({"system": "be brief", "messages": [{"role": "user", "content": "hi"}]});
-        let got: Value = serde_json::from_str(&input_messages(Endpoint::Messages, anthropic.to_string().as_bytes()).unwrap()).unwrap();
+        let got: Value =
+            serde_json::from_str(&input_messages(Endpoint::Messages, anthropic.to_string().as_bytes()).unwrap())
+                .unwrap();
         assert_eq!(got[0]["role"], "system");
         assert_eq!(got[1]["parts"][0]["content"], "hi");
         let responses = json!({"input": "hello"});
@@ -198,7 +207,10 @@ mod tests {
     #[test]
     fn the_content_is_bounded_latest_first() {
         let long = "é".repeat(CONTENT_BYTES_MAX);
-        let messages = [json!({"role": "user", "content": "first"}), json!({"role": "user", "content": long})];
+        let messages = [
+            json!({"role": "user", "content": "first"}),
+            json!({"role": "user", "content": long}),
+        ];
         let body = json!({"messages": messages}).to_string();
         let got = input_messages(Endpoint::ChatCompletions, body.as_bytes()).unwrap();
         assert!(got.len() <= CONTENT_BYTES_MAX, "{}", got.len());

@@ -452,13 +452,17 @@ mod tests {
         assert_eq!(kept.on_event(usage), EventAction::Forward);
         let mut traced = StreamUsage::new(Endpoint::ChatCompletions, true);
         traced.facts = Some(ResponseFacts::default());
-        let first = b"data: {\"id\":\"c1\",\"model\":\"gpt-4o-x\",\"choices\":[{\"delta\":{},\"finish_reason\":null}]}\n\n";
+        let first =
+            b"data: {\"id\":\"c1\",\"model\":\"gpt-4o-x\",\"choices\":[{\"delta\":{},\"finish_reason\":null}]}\n\n";
         let last = b"data: {\"id\":\"c1\",\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n";
         for event in [&first[..], chunk, last, usage] {
             traced.on_event(event);
         }
         let facts = traced.facts.unwrap();
-        assert_eq!((facts.id.as_deref(), facts.model.as_deref()), (Some("c1"), Some("gpt-4o-x")));
+        assert_eq!(
+            (facts.id.as_deref(), facts.model.as_deref()),
+            (Some("c1"), Some("gpt-4o-x"))
+        );
         assert_eq!(facts.finish_reasons, ["length"]);
         let mut responses = StreamUsage::new(Endpoint::Responses, false);
         responses.facts = Some(ResponseFacts::default());

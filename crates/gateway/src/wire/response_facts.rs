@@ -1,4 +1,4 @@
-//! What an answer says of itself, for the try's CLIENT span (docs/telemetry.md):
+//! What an answer says of itself, for the try's CLIENT span (docs/observability.md):
 //! the response's id, the model that served it, why each choice finished, and
 //! the provider's error type of an error answer. Read on the way, by the usage
 //! readers that already go through the answer ([`super::usage_scan`] over a
@@ -80,9 +80,15 @@ impl ResponseFacts {
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
                 self.push_reason(reason);
             }
-            let text = choice.get("delta").and_then(|d| d.get("content")).and_then(Value::as_str);
+            let text = choice
+                .get("delta")
+                .and_then(|d| d.get("content"))
+                .and_then(Value::as_str);
             if let (Some(texts), Some(text)) = (&mut self.texts, text) {
-                let index = choice.get("index").and_then(Value::as_u64).map_or(position, |i| i as usize);
+                let index = choice
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .map_or(position, |i| i as usize);
                 append_text(texts, index, text);
             }
         }
@@ -110,7 +116,9 @@ pub fn may_finish(data: &[u8]) -> bool {
     let mut rest = data;
     while let Some(at) = find(rest, KEY) {
         rest = &rest[at + KEY.len()..];
-        let value = rest.iter().position(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b':'));
+        let value = rest
+            .iter()
+            .position(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b':'));
         if let Some(start) = value {
             if rest[start] != b'n' {
                 return true;
@@ -222,7 +230,8 @@ mod tests {
 
     #[test]
     fn the_reasons_of_each_choice_are_read_byte_by_byte() {
-        let choices = br#"[{"index":0,"message":{"content":"finish_reason","finish_reason":"x"},"finish_reason":"stop"},
+        let choices =
+            br#"[{"index":0,"message":{"content":"finish_reason","finish_reason":"x"},"finish_reason":"stop"},
             {"index":1, "finish_reason" : "length"},{"index":2,"finish_reason":null},{"finish_reason":"a\"b"}]"#;
         let mut reader = ChoicesReasons::default();
         for &byte in choices.iter() {
@@ -239,7 +248,11 @@ mod tests {
         let mut facts = ResponseFacts::default();
         facts.read_chat(&json!({"id": "c", "model": "m", "choices": [{"finish_reason": "stop"}, {}]}));
         assert_eq!(
-            (facts.id.as_deref(), facts.model.as_deref(), facts.finish_reasons.as_slice()),
+            (
+                facts.id.as_deref(),
+                facts.model.as_deref(),
+                facts.finish_reasons.as_slice()
+            ),
             (Some("c"), Some("m"), &["stop".to_owned()][..])
         );
         facts.read_error(&json!({"type": "rate_limit_error", "message": "slow down"}));

@@ -109,7 +109,12 @@ impl FactCaptures {
     }
 
     fn captures(&mut self) -> impl Iterator<Item = &mut Capture> {
-        let fixed = [&mut self.model, &mut self.stop_reason, &mut self.status, &mut self.error];
+        let fixed = [
+            &mut self.model,
+            &mut self.stop_reason,
+            &mut self.status,
+            &mut self.error,
+        ];
         fixed.into_iter().chain(self.content.iter_mut().flatten())
     }
 
@@ -144,10 +149,17 @@ impl FactCaptures {
             model: string(&self.model),
             ..ResponseFacts::default()
         };
-        for reason in (self.choices.reasons.iter().cloned()).chain(string(&self.stop_reason)).chain(string(&self.status)) {
+        for reason in (self.choices.reasons.iter().cloned())
+            .chain(string(&self.stop_reason))
+            .chain(string(&self.status))
+        {
             facts.push_reason(&reason);
         }
-        if let Some(error) = self.error.value().and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok()) {
+        if let Some(error) = self
+            .error
+            .value()
+            .and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
+        {
             facts.read_error(&error);
         }
         facts
@@ -565,7 +577,9 @@ mod tests {
             (Some("msg_1"), Some("claude-x"), vec!["end_turn"], None),
             (None, None, vec![], Some("overloaded_error")),
         ];
-        for (body, (id, model, reasons, error_type)) in [&chat[..], responses, anthropic, error].into_iter().zip(expected) {
+        for (body, (id, model, reasons, error_type)) in
+            [&chat[..], responses, anthropic, error].into_iter().zip(expected)
+        {
             for split in 0..body.len() {
                 let mut scanner = UsageScanner::with_facts();
                 scanner.push(&body[..split]);

@@ -1,4 +1,4 @@
-//! The SERVER span of each call to the limiter's API (docs/telemetry.md,
+//! The SERVER span of each call to the limiter's API (docs/observability.md,
 //! "The limiter's API"): `POST /v1/reserve` and `POST /v1/complete`, a child of
 //! the caller's `traceparent` when it sent one, carrying the limit keys, the
 //! decision and the retry hint. Made only when the server exports traces: the
@@ -43,9 +43,17 @@ impl ApiTracer {
 
     /// The SERVER span of a call to `route` asking for `keys`, a child of the
     /// caller's `traceparent` when the request has one.
-    pub fn start<'a>(&self, headers: &HeaderMap, route: &'static str, keys: impl Iterator<Item = &'a LimitKey>) -> ApiSpan {
+    pub fn start<'a>(
+        &self,
+        headers: &HeaderMap,
+        route: &'static str,
+        keys: impl Iterator<Item = &'a LimitKey>,
+    ) -> ApiSpan {
         let parent = self.propagator.extract(&HeaderExtractor(headers));
-        let keys: Vec<StringValue> = keys.take(SPAN_KEYS_MAX).map(|k| StringValue::from(k.to_string())).collect();
+        let keys: Vec<StringValue> = keys
+            .take(SPAN_KEYS_MAX)
+            .map(|k| StringValue::from(k.to_string()))
+            .collect();
         let span = self
             .tracer
             .span_builder(format!("POST {route}"))
@@ -80,12 +88,16 @@ impl ApiSpan {
         let code = denial.error_code();
         let reason = code.split(':').next().unwrap_or_default().to_owned();
         span.set_attribute(KeyValue::new(RATELIMITER_DENIAL, reason));
-        if let Denial::InsufficientCapacity { key, .. } | Denial::LimitDecreasing { key, .. } | Denial::ExceedsCapacity { key } =
-            denial
+        if let Denial::InsufficientCapacity { key, .. }
+        | Denial::LimitDecreasing { key, .. }
+        | Denial::ExceedsCapacity { key } = denial
         {
             span.set_attribute(KeyValue::new(RATELIMITER_DENIED_BY, key.to_string()));
         }
-        span.set_attribute(KeyValue::new(RATELIMITER_RETRY_AFTER_MS, denial.retry_after_ms() as i64));
+        span.set_attribute(KeyValue::new(
+            RATELIMITER_RETRY_AFTER_MS,
+            denial.retry_after_ms() as i64,
+        ));
     }
 
     /// The status the caller got; a 5xx marks the span an error.

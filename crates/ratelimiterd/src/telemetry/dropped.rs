@@ -1,4 +1,4 @@
-//! What the OTLP export dropped or failed to send (docs/telemetry.md, "Never
+//! What the OTLP export dropped or failed to send (docs/observability.md, "Never
 //! in a call's way"): counted by signal for the Prometheus endpoint
 //! (`ratelimiterd_otel_dropped_total{signal="traces|metrics"}`) and logged at
 //! most once every [`DROP_LOG_INTERVAL`], so that a collector that is down
@@ -88,7 +88,12 @@ impl OtelDropped {
              # TYPE {DROPPED_METRIC} counter"
         );
         for signal in [Signal::Traces, Signal::Metrics] {
-            let _ = writeln!(out, "{DROPPED_METRIC}{{signal=\"{}\"}} {}", signal.label(), self.get(signal));
+            let _ = writeln!(
+                out,
+                "{DROPPED_METRIC}{{signal=\"{}\"}} {}",
+                signal.label(),
+                self.get(signal)
+            );
         }
     }
 }
@@ -105,7 +110,13 @@ mod tests {
         dropped.count(Signal::Metrics, 0, "nothing");
         let mut text = String::new();
         dropped.render(&mut text);
-        assert!(text.contains("ratelimiterd_otel_dropped_total{signal=\"traces\"} 5\n"), "{text}");
-        assert!(text.contains("ratelimiterd_otel_dropped_total{signal=\"metrics\"} 0\n"), "{text}");
+        assert!(
+            text.contains("ratelimiterd_otel_dropped_total{signal=\"traces\"} 5\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ratelimiterd_otel_dropped_total{signal=\"metrics\"} 0\n"),
+            "{text}"
+        );
     }
 }

@@ -70,7 +70,11 @@ impl Exporting {
         }
         if let Some(provider) = &metrics {
             let metrics = GenAiMetrics::new(&provider.meter_with_scope(scope));
-            let metrics = if resolved.metrics_tenant { metrics.with_tenants() } else { metrics };
+            let metrics = if resolved.metrics_tenant {
+                metrics.with_tenants()
+            } else {
+                metrics
+            };
             telemetry = telemetry.with_metrics(metrics);
         }
         tracing::info!(traces_endpoint = ?resolved.traces_endpoint, metrics_endpoint = ?resolved.metrics_endpoint,
@@ -89,7 +93,9 @@ impl Exporting {
             .with_schema_url(SEMCONV_SCHEMA_URL)
             .build();
         let provider = self.traces.as_ref()?;
-        Some(ApiTracer::new(BoxedTracer::new(Box::new(provider.tracer_with_scope(scope)))))
+        Some(ApiTracer::new(BoxedTracer::new(Box::new(
+            provider.tracer_with_scope(scope),
+        ))))
     }
 
     /// Sends what is still queued and stops, waiting at most [`SHUTDOWN_FLUSH_MS`] each.
@@ -134,7 +140,9 @@ fn tracer_provider(
         .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
     let (in_queue, max) = (Arc::new(AtomicUsize::new(0)), spans_queue_max());
     let exporter = CountedSpans::new(exporter, dropped.clone(), in_queue.clone());
-    let config = BatchConfigBuilder::default().with_max_queue_size(max + CONTROL_SLOTS).build();
+    let config = BatchConfigBuilder::default()
+        .with_max_queue_size(max + CONTROL_SLOTS)
+        .build();
     let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio)
         .with_batch_config(config)
         .build();

@@ -1,4 +1,4 @@
-//! OpenTelemetry export (docs/telemetry.md): the `telemetry:` section of the
+//! OpenTelemetry export (docs/observability.md): the `telemetry:` section of the
 //! configuration, read together with the standard `OTEL_*` environment
 //! variables (the environment wins), and the exporter it starts ([`export`]).
 //! Nothing configured: nothing is exported and nothing is logged.

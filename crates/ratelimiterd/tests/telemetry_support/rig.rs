@@ -63,7 +63,14 @@ pub async fn call(client: &HttpClient, gateway: SocketAddr, (path, body): (&str,
         ("anthropic-version", "2023-06-01"),
         ("traceparent", parent.as_str()),
     ];
-    let answer = send(client, hyper::Method::POST, format!("http://{gateway}{path}"), &headers, Some(body)).await;
+    let answer = send(
+        client,
+        hyper::Method::POST,
+        format!("http://{gateway}{path}"),
+        &headers,
+        Some(body),
+    )
+    .await;
     (trace_id, answer)
 }
 
@@ -84,7 +91,8 @@ fn shaped(path: &str, body: &Value, status: StatusCode) -> Response {
         ("chat", false) => axum::Json(json!({"id": "chatcmpl-1", "object": "chat.completion",
             "model": "gpt-4o-mini-2024-07-18", "choices": [{"index": 0, "message": {"role": "assistant",
             "content": "hi"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 12, "completion_tokens": 5,
-            "total_tokens": 17}})).into_response(),
+            "total_tokens": 17}}))
+        .into_response(),
         ("chat", true) => {
             let first = json!({"id": "chatcmpl-2", "model": "gpt-4o-mini-2024-07-18",
                 "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": null}]});
@@ -92,21 +100,26 @@ fn shaped(path: &str, body: &Value, status: StatusCode) -> Response {
                 "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]});
             let usage = json!({"id": "chatcmpl-2", "choices": [],
                 "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}});
-            sse(format!("data: {first}\n\ndata: {last}\n\ndata: {usage}\n\ndata: [DONE]\n\n"))
+            sse(format!(
+                "data: {first}\n\ndata: {last}\n\ndata: {usage}\n\ndata: [DONE]\n\n"
+            ))
         }
         ("responses", _) => axum::Json(json!({"id": "resp_1", "object": "response", "status": "completed",
             "model": "gpt-4o-mini-2024-07-18", "output": [{"type": "message", "status": "completed",
             "content": [{"type": "output_text", "text": "hi"}]}],
-            "usage": {"input_tokens": 12, "output_tokens": 5, "total_tokens": 17}})).into_response(),
+            "usage": {"input_tokens": 12, "output_tokens": 5, "total_tokens": 17}}))
+        .into_response(),
         ("messages", false) => axum::Json(json!({"id": "msg_1", "type": "message", "role": "assistant",
             "model": "claude-x-20250101", "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
-            "usage": {"input_tokens": 12, "output_tokens": 5}})).into_response(),
+            "usage": {"input_tokens": 12, "output_tokens": 5}}))
+        .into_response(),
         _ => {
             let start = json!({"type": "message_start", "message": {"id": "msg_2", "model": "claude-x-20250101",
                 "usage": {"input_tokens": 12, "output_tokens": 1}}});
             let delta = json!({"type": "message_delta", "delta": {"stop_reason": "max_tokens"},
                 "usage": {"output_tokens": 5}});
-            let text = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}});
+            let text =
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}});
             sse(format!("event: message_start\ndata: {start}\n\nevent: content_block_delta\ndata: {text}\n\nevent: message_delta\ndata: {delta}\n\nevent: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"))
         }
     }

@@ -71,16 +71,15 @@ pub async fn with_trace_context<F: Future>(context: TraceContext, future: F) -> 
 
 /// The headers of the current scope's trace context, if any.
 pub(super) fn current() -> Option<(HeaderValue, Option<HeaderValue>)> {
-    CURRENT
-        .try_with(|c| (c.traceparent.clone(), c.tracestate.clone()))
-        .ok()
+    CURRENT.try_with(|c| (c.traceparent.clone(), c.tracestate.clone())).ok()
 }
 
 /// A version-00 `traceparent`: four dash-separated fields of 2, 32, 16 and 2
 /// lowercase hex digits, neither id all zeros.
 fn check_traceparent(value: &str) -> Result<(), HttpClientError> {
     let fields: Vec<&str> = value.split('-').collect();
-    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let hex =
+        |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     let zero = |s: &str| s.bytes().all(|b| b == b'0');
     let valid = matches!(fields.as_slice(), [version, trace, parent, flags]
         if *version == "00" && hex(trace, 32) && hex(parent, 16) && hex(flags, 2) && !zero(trace) && !zero(parent));
