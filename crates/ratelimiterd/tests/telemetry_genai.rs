@@ -228,6 +228,10 @@ async fn telemetry_server_metrics_and_the_tenant_only_on_opt_in() {
     }
 }
 
+/// A way of starting the server: its extra variables, its `telemetry:` section, and
+/// whether messages are recorded then.
+type Way<'a> = (&'a [(&'static str, String)], &'static str, bool);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn telemetry_message_content_only_on_opt_in() {
     let (ok, _) = start_shapes(StatusCode::OK, Duration::ZERO).await;
@@ -249,7 +253,7 @@ async fn telemetry_message_content_only_on_opt_in() {
         ),
     ];
     let by_env = [("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true".to_owned())];
-    let ways: [(&[(&str, String)], &str, bool); 3] = [
+    let ways: [Way<'_>; 3] = [
         (&[], "", false),
         (&by_env, "", true),
         (&[], "telemetry:\n  capture_message_content: true\n", true),
