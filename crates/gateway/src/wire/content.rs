@@ -21,6 +21,9 @@ use super::call::Endpoint;
 /// the text of one too long for the bound cut.
 pub const CONTENT_BYTES_MAX: usize = 16 * 1024;
 
+/// The most choices whose text is kept: OpenAI's `n` is at most 128.
+pub const CHOICES_MAX: usize = 128;
+
 /// The request's messages of a call to `endpoint` (`body`: its JSON), in the
 /// conventions' input shape; `None` when it has none (embeddings) or is not JSON.
 pub fn input_messages(endpoint: Endpoint, body: &[u8]) -> Option<String> {
@@ -85,7 +88,7 @@ pub fn texts_of_answer(endpoint: Endpoint, content: &Value) -> Vec<String> {
 /// Appends `text` to choice `index` of `texts`, within [`CONTENT_BYTES_MAX`] in all.
 pub fn append_text(texts: &mut Vec<String>, index: usize, text: &str) {
     let used: usize = texts.iter().map(String::len).sum();
-    if used.saturating_add(text.len()) > CONTENT_BYTES_MAX || index > crate::wire::response_facts::FINISH_REASONS_MAX {
+    if used.saturating_add(text.len()) > CONTENT_BYTES_MAX || index >= CHOICES_MAX {
         return;
     }
     if texts.len() <= index {
