@@ -4,7 +4,8 @@
 //! provider's shape, whole and streamed, a stream's time to its first chunk,
 //! the provider's own error type, and the server-side GenAI metrics, with the
 //! tenant among their attributes only when the operator opts in; message
-//! content only on the opt-in, by the variable or the `telemetry:` section.
+//! content only on the opt-in, by the variable or the `telemetry:` section;
+//! the same over OTLP/gRPC.
 
 #[path = "telemetry_support/otlp.rs"]
 mod otlp;
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
-use otlp::{attribute, kind, metric, spans_of, start_receiver, string, Any, Span, SpanKind};
+use otlp::{attribute, kind, metric, spans_of, start_grpc_receiver, start_receiver, string, Any, Span, SpanKind};
 use rig::{as_env, call, export_env, start_server, start_shapes, KEY, KEY_ENV};
 use serde_json::json;
 use support::gateway_setup::{client, gateway_addr};
@@ -301,4 +302,31 @@ async fn telemetry_message_content_only_on_opt_in() {
             assert!(output[0]["finish_reason"].is_string(), "{path}: {output}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_spans_and_metrics_over_grpc() {
+    let (receiver, got) = start_grpc_receiver().await;
+    let (ok, _) = start_shapes(StatusCode::OK, Duration::ZERO).await;
+    let dir = temp_dir("telemetry-genai-grpc");
+    let mut env = export_env(receiver);
+    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".to_owned()));
+    let server = start_server(&dir, &section(ok, ok, ok, ok), &as_env(&env));
+    let (client, gateway) = (client(), gateway_addr(&server));
+    let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hello"}]});
+    let (trace_id, answer) = call(&client, gateway, ("/v1/chat/completions", body), 80).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let span = client_span(&spans_of(&got, &trace_id, 2).await);
+    assert_eq!(span.name, "chat gpt-4o-mini");
+    assert_eq!(
+        string(&span.attributes, "gen_ai.response.id").as_deref(),
+        Some("chatcmpl-1")
+    );
+    let (unit, _) = metric(
+        &got,
+        "gen_ai.server.request.duration",
+        &[("gen_ai.request.model", "gpt-4o-mini")],
+    )
+    .await;
+    assert_eq!(unit, "s");
 }

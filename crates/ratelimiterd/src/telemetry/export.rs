@@ -1,6 +1,7 @@
 //! The OTLP exporters of a [`Resolved`] configuration: spans batched off the
 //! calls' path in a bounded queue and metrics read periodically, both by tasks
-//! of the server's tokio runtime, sent over OTLP http/protobuf by hyper; the
+//! of the server's tokio runtime, sent over OTLP http/protobuf by hyper or
+//! over gRPC by tonic (`OTEL_EXPORTER_OTLP_PROTOCOL`, per signal); the
 //! gateway's [`Telemetry`] made from them.
 
 use std::collections::HashMap;
@@ -15,7 +16,8 @@ use opentelemetry::metrics::MeterProvider;
 use opentelemetry::trace::noop::NoopTracer;
 use opentelemetry::trace::TracerProvider;
 use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_otlp::tonic_types::metadata::MetadataMap;
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::metrics::periodic_reader_with_async_runtime::PeriodicReader;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -28,7 +30,7 @@ use opentelemetry_sdk::Resource;
 use super::api_trace::ApiTracer;
 use super::counted::{spans_queue_max, BoundedSpans, CountedMetrics, CountedSpans, CONTROL_SLOTS};
 use super::dropped::OtelDropped;
-use super::Resolved;
+use super::{OtlpProtocol, Resolved};
 
 /// How long a stopping server waits for its last spans to be sent: a collector
 /// that is down must not hold the stop for the exporter's whole timeout.
@@ -124,6 +126,20 @@ fn headers(resolved: &Resolved) -> HashMap<String, String> {
     resolved.headers.clone().into_iter().collect()
 }
 
+/// The section's headers as gRPC metadata (the exporter adds the
+/// environment's); a header name or value gRPC cannot carry is refused, named.
+fn metadata(resolved: &Resolved) -> Result<MetadataMap, String> {
+    let mut headers = axum::http::HeaderMap::new();
+    for (name, value) in &resolved.headers {
+        let name = axum::http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("telemetry.headers: `{name}` is not a header name"))?;
+        let value = axum::http::HeaderValue::from_str(value)
+            .map_err(|_| format!("telemetry.headers: the value of `{name}` is not printable ASCII"))?;
+        headers.insert(name, value);
+    }
+    Ok(MetadataMap::from_headers(headers))
+}
+
 /// Spans batched in a bounded queue and sent by a task of the runtime; what
 /// finds the queue full or fails to be sent is counted in `dropped`.
 fn tracer_provider(
@@ -131,13 +147,19 @@ fn tracer_provider(
     endpoint: &str,
     (resource, dropped): (Resource, Arc<OtelDropped>),
 ) -> Result<SdkTracerProvider, String> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .with_endpoint(endpoint)
-        .with_headers(headers(resolved))
-        .build()
-        .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
+    let builder = opentelemetry_otlp::SpanExporter::builder();
+    let exporter = match resolved.traces_protocol {
+        OtlpProtocol::HttpProtobuf => (builder.with_http())
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(endpoint)
+            .with_headers(headers(resolved))
+            .build(),
+        OtlpProtocol::Grpc => (builder.with_tonic())
+            .with_endpoint(endpoint)
+            .with_metadata(metadata(resolved)?)
+            .build(),
+    }
+    .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
     let (in_queue, max) = (Arc::new(AtomicUsize::new(0)), spans_queue_max());
     let exporter = CountedSpans::new(exporter, dropped.clone(), in_queue.clone());
     let config = BatchConfigBuilder::default()
@@ -161,13 +183,19 @@ fn meter_provider(
     endpoint: &str,
     (resource, dropped): (Resource, Arc<OtelDropped>),
 ) -> Result<SdkMeterProvider, String> {
-    let exporter = opentelemetry_otlp::MetricExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .with_endpoint(endpoint)
-        .with_headers(headers(resolved))
-        .build()
-        .map_err(|e| format!("telemetry: the OTLP metric exporter could not be built: {e}"))?;
+    let builder = opentelemetry_otlp::MetricExporter::builder();
+    let exporter = match resolved.metrics_protocol {
+        OtlpProtocol::HttpProtobuf => (builder.with_http())
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(endpoint)
+            .with_headers(headers(resolved))
+            .build(),
+        OtlpProtocol::Grpc => (builder.with_tonic())
+            .with_endpoint(endpoint)
+            .with_metadata(metadata(resolved)?)
+            .build(),
+    }
+    .map_err(|e| format!("telemetry: the OTLP metric exporter could not be built: {e}"))?;
     let reader = PeriodicReader::builder(CountedMetrics::new(exporter, dropped), runtime::Tokio).build();
     Ok(SdkMeterProvider::builder()
         .with_reader(reader)
