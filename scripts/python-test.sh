@@ -15,7 +15,7 @@ export CARGO_TARGET_DIR="$TARGET"
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q "maturin>=1.9,<2" "pytest>=8"
+"$VENV/bin/python" -m pip install -q "maturin>=1.9,<2" "pytest>=8" "opentelemetry-api>=1.20"
 
 # The server the remote tests and the README's remote example run against.
 cargo build -q -p ratelimiterd

@@ -11,9 +11,11 @@ import math
 import os
 import threading
 import time
-from typing import Any, AsyncIterator, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import (
+    Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union,
+)
 
-from . import _arguments, _native
+from . import _arguments, _native, _tracing
 from ._native import Denial, Reservation
 from .errors import (
     ArgumentTypeError,
@@ -208,13 +210,17 @@ class _LimiterBase:
 
     # Reserve and complete -------------------------------------------------
 
+    def _trace_kwargs(self) -> Dict[str, Optional[str]]:
+        """The trace context sent with a call: none in this process."""
+        return {}
+
     def reserve(
         self, requirements: Pairs, *, lease_id: Optional[str] = None, job_id: Optional[str] = None
     ) -> Reservation:
         """Reserves every requirement or none. A denial is returned, not raised;
         retry a denial with a **new** lease id (the default). Raises
         :class:`LimiterUnavailableError` (with the lease id) when the outcome is unknown."""
-        reservation = self._native.reserve(requirements, lease_id=lease_id, job_id=job_id)
+        reservation = self._native.reserve(requirements, lease_id=lease_id, job_id=job_id, **self._trace_kwargs())
         if reservation.allowed:
             self._frees.granted(reservation.lease_id)
         return reservation
@@ -223,7 +229,7 @@ class _LimiterBase:
         """Releases the lease's concurrency holds and reconciles its rolling
         limits to ``actuals``. Idempotent: completing twice or completing an
         unknown lease does nothing."""
-        self._native.complete(lease_id, actuals, job_id=job_id)
+        self._native.complete(lease_id, actuals, job_id=job_id, **self._trace_kwargs())
         self._frees.freed(lease_id)
 
     async def areserve(
@@ -641,12 +647,16 @@ class RemoteLimiter(_LimiterBase):
             connect_timeout_ms=connect_timeout_ms, retries_max=retries_max, retry_wait_ms_max=retry_wait_ms_max,
         )
 
+    def _trace_kwargs(self) -> Dict[str, Optional[str]]:
+        """The current OpenTelemetry span's context, when ``opentelemetry-api`` is installed."""
+        return _tracing.trace_kwargs()
+
     async def areserve(
         self, requirements: Pairs, *, lease_id: Optional[str] = None, job_id: Optional[str] = None
     ) -> Reservation:
         """:meth:`reserve` for asyncio."""
         future, callback = _future_and_callback()
-        self._native.reserve_async(requirements, callback, lease_id=lease_id, job_id=job_id)
+        self._native.reserve_async(requirements, callback, lease_id=lease_id, job_id=job_id, **self._trace_kwargs())
         reservation = await future
         if reservation.allowed:
             self._frees.granted(reservation.lease_id)
@@ -657,7 +667,7 @@ class RemoteLimiter(_LimiterBase):
     ) -> None:
         """:meth:`complete` for asyncio."""
         future, callback = _future_and_callback()
-        self._native.complete_async(lease_id, callback, actuals, job_id=job_id)
+        self._native.complete_async(lease_id, callback, actuals, job_id=job_id, **self._trace_kwargs())
         await future
         self._frees.freed(lease_id)
 

@@ -5,7 +5,7 @@
 use std::future::Future;
 
 use pyo3::prelude::*;
-use ratelimiter::httpclient::{HttpClient, HttpClientConfig};
+use ratelimiter::httpclient::{with_trace_context, HttpClient, HttpClientConfig, TraceContext};
 use ratelimiter::id::LeaseId;
 use ratelimiter::{LimitDefinition, Limiter, LimiterError};
 
@@ -60,36 +60,44 @@ impl RemoteLimiter {
         Ok(Self { client })
     }
 
-    /// Reserves every requirement or none, waiting for the answer.
-    #[pyo3(signature = (requirements, *, lease_id=None, job_id=None))]
+    /// Reserves every requirement or none, waiting for the answer; sent with
+    /// the caller's `traceparent` and `tracestate` when given.
+    #[pyo3(signature = (requirements, *, lease_id=None, job_id=None, traceparent=None, tracestate=None))]
     fn reserve(
         &self,
         py: Python<'_>,
         requirements: &Bound<'_, PyAny>,
         lease_id: Option<&Bound<'_, PyAny>>,
         job_id: Option<&Bound<'_, PyAny>>,
+        traceparent: Option<&str>,
+        tracestate: Option<&str>,
     ) -> PyResult<Reservation> {
         let lease = convert::lease_id(py, lease_id)?;
         let request = convert::reserve_request(py, requirements, lease, convert::job_id(py, job_id)?)?;
+        let context = trace_context(py, traceparent, tracestate)?;
         let client = &self.client;
-        match detached(py, || shared().block_on(client.reserve(&request)))? {
+        match detached(py, || shared().block_on(traced(context, client.reserve(&request))))? {
             Ok(outcome) => Ok(Reservation::new(lease, &outcome)),
             Err(e) => Err(errors::limiter_error(py, e, Some(lease))),
         }
     }
 
-    /// Completes the lease, waiting for the answer.
-    #[pyo3(signature = (lease_id, actuals=None, *, job_id=None))]
+    /// Completes the lease, waiting for the answer; sent with the caller's
+    /// `traceparent` and `tracestate` when given.
+    #[pyo3(signature = (lease_id, actuals=None, *, job_id=None, traceparent=None, tracestate=None))]
     fn complete(
         &self,
         py: Python<'_>,
         lease_id: &Bound<'_, PyAny>,
         actuals: Option<&Bound<'_, PyAny>>,
         job_id: Option<&Bound<'_, PyAny>>,
+        traceparent: Option<&str>,
+        tracestate: Option<&str>,
     ) -> PyResult<()> {
         let (lease, request) = convert::complete_call(py, lease_id, actuals, job_id)?;
+        let context = trace_context(py, traceparent, tracestate)?;
         let client = &self.client;
-        detached(py, || shared().block_on(client.complete(&request)))?
+        detached(py, || shared().block_on(traced(context, client.complete(&request))))?
             .map_err(|e| errors::limiter_error(py, e, Some(lease)))
     }
 
@@ -105,7 +113,8 @@ impl RemoteLimiter {
 
     /// Starts a reserve and returns at once; `callback(reservation, error)` is
     /// called from a runtime thread with exactly one of the two set.
-    #[pyo3(signature = (requirements, callback, *, lease_id=None, job_id=None))]
+    #[pyo3(signature = (requirements, callback, *, lease_id=None, job_id=None, traceparent=None, tracestate=None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, each optional.
     fn reserve_async(
         &self,
         py: Python<'_>,
@@ -113,12 +122,15 @@ impl RemoteLimiter {
         callback: Py<PyAny>,
         lease_id: Option<&Bound<'_, PyAny>>,
         job_id: Option<&Bound<'_, PyAny>>,
+        traceparent: Option<&str>,
+        tracestate: Option<&str>,
     ) -> PyResult<()> {
         let lease = convert::lease_id(py, lease_id)?;
         let request = convert::reserve_request(py, requirements, lease, convert::job_id(py, job_id)?)?;
+        let context = trace_context(py, traceparent, tracestate)?;
         let client = self.client.clone();
         spawn_with_callback(
-            async move { Delivery::Reserved(lease, client.reserve(&request).await) },
+            async move { Delivery::Reserved(lease, traced(context, client.reserve(&request)).await) },
             callback,
             Some(lease),
         );
@@ -127,7 +139,8 @@ impl RemoteLimiter {
 
     /// Starts a complete and returns at once; `callback(None, error)` is called
     /// when it is done, `error` being `None` on success.
-    #[pyo3(signature = (lease_id, callback, actuals=None, *, job_id=None))]
+    #[pyo3(signature = (lease_id, callback, actuals=None, *, job_id=None, traceparent=None, tracestate=None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, each optional.
     fn complete_async(
         &self,
         py: Python<'_>,
@@ -135,11 +148,14 @@ impl RemoteLimiter {
         callback: Py<PyAny>,
         actuals: Option<&Bound<'_, PyAny>>,
         job_id: Option<&Bound<'_, PyAny>>,
+        traceparent: Option<&str>,
+        tracestate: Option<&str>,
     ) -> PyResult<()> {
         let (lease, request) = convert::complete_call(py, lease_id, actuals, job_id)?;
+        let context = trace_context(py, traceparent, tracestate)?;
         let client = self.client.clone();
         spawn_with_callback(
-            async move { Delivery::Completed(lease, client.complete(&request).await) },
+            async move { Delivery::Completed(lease, traced(context, client.complete(&request)).await) },
             callback,
             Some(lease),
         );
@@ -172,6 +188,29 @@ impl RemoteLimiter {
         let report =
             detached(py, || shared().block_on(client.limit(&key)))?.map_err(|e| errors::limiter_error(py, e, None))?;
         Ok(report.map(|r| serde_json::to_string(&r).expect("reports serialize")))
+    }
+}
+
+/// The caller's trace context, when it gave a `traceparent`; a malformed one
+/// is an `InvalidArgumentError`, never sent.
+fn trace_context(
+    py: Python<'_>,
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+) -> PyResult<Option<TraceContext>> {
+    let Some(traceparent) = traceparent else {
+        return Ok(None);
+    };
+    TraceContext::new(traceparent, tracestate)
+        .map(Some)
+        .map_err(|e| errors::invalid(py, "traceparent", e.to_string()))
+}
+
+/// `future`, run within `context` when there is one.
+async fn traced<F: Future>(context: Option<TraceContext>, future: F) -> F::Output {
+    match context {
+        Some(context) => with_trace_context(context, future).await,
+        None => future.await,
     }
 }
 

@@ -13,6 +13,8 @@ use std::sync::{Arc, RwLock};
 use ratelimiter::metrics::{Histogram, HistogramSnapshot, LabeledMetric, Metric, MetricValue, BUCKET_BOUNDS_MICROS};
 use ratelimiter::{Denial, LimitKey, ReserveOutcome, ReserveRequest};
 
+use crate::telemetry::dropped::OtelDropped;
+
 /// The most keys with their own counters. Past it, outcomes are counted under the
 /// key `_other`, so a registry that grows without bound cannot grow memory here.
 pub const METRIC_KEYS_MAX: usize = 100_000;
@@ -42,6 +44,8 @@ pub struct Metrics {
     in_flight: AtomicI64,
     shed: AtomicU64,
     timeouts: AtomicU64,
+    /// What the OTLP export dropped or failed to send, by signal.
+    pub otel_dropped: Arc<OtelDropped>,
 }
 
 impl Metrics {
@@ -159,6 +163,7 @@ impl Metrics {
         for (name, kind, help, value) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
         }
+        self.otel_dropped.render(&mut out);
         out
     }
 }

@@ -210,12 +210,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     }
     let options = ServeOptions::from_config(&config);
     let shutdown = Shutdown::new(shutdown);
-    // Only the gateway's calls are traced: without one, nothing is exported.
+    // The limiter's API and the gateway's calls are traced once an endpoint is set.
     let resolved = (config.telemetry.resolve(&|name| std::env::var(name).ok())).map_err(ServerError::Telemetry)?;
-    let exporting = match (resolved, &config.gateway) {
-        (Some(resolved), Some(_)) => Some(Exporting::start(&resolved).map_err(ServerError::Telemetry)?),
-        _ => None,
+    let exporting = match resolved {
+        Some(resolved) => {
+            Some(Exporting::start(&resolved, state.metrics().otel_dropped.clone()).map_err(ServerError::Telemetry)?)
+        }
+        None => None,
     };
+    if let Some(tracer) = exporting.as_ref().and_then(Exporting::api_tracer) {
+        state.set_api_tracer(Arc::new(tracer));
+    }
     let telemetry = exporting.as_ref().map(|e| e.gateway.clone());
     let gateway = match &config.gateway {
         Some(section) => Some(start_gateway(section, &state, (options, telemetry), shutdown.clone()).await?),

@@ -51,6 +51,8 @@ struct Shared {
     echo_route: bool,
     gateway_metrics: std::sync::OnceLock<Arc<gateway::metrics::GatewayMetrics>>,
     gateway: std::sync::OnceLock<Arc<gateway::Gateway>>,
+    /// The tracer of the limiter's API, when the server exports traces.
+    api_tracer: std::sync::OnceLock<Arc<crate::telemetry::api_trace::ApiTracer>>,
     /// Where the gateway's prices are read again, with a gateway started from a file.
     price_reload: std::sync::OnceLock<Arc<crate::price_reload::PriceReload>>,
     console: Arc<Console>,
@@ -92,6 +94,7 @@ impl AppState {
                 echo_route: server.echo_route,
                 gateway_metrics: std::sync::OnceLock::new(),
                 gateway: std::sync::OnceLock::new(),
+                api_tracer: std::sync::OnceLock::new(),
                 price_reload: std::sync::OnceLock::new(),
                 console: Arc::new(Console::new(config)),
                 directory_store: std::sync::Mutex::new(selected.directory_store),
@@ -149,6 +152,14 @@ impl AppState {
     /// Attaches the gateway's metrics (once; a second call is ignored).
     pub fn set_gateway_metrics(&self, metrics: Arc<gateway::metrics::GatewayMetrics>) {
         let _ = self.shared.gateway_metrics.set(metrics);
+    }
+    /// The tracer of `/v1/reserve` and `/v1/complete`, when the server exports traces.
+    pub fn api_tracer(&self) -> Option<&Arc<crate::telemetry::api_trace::ApiTracer>> {
+        self.shared.api_tracer.get()
+    }
+    /// Attaches the API's tracer (once; a second call is ignored).
+    pub fn set_api_tracer(&self, tracer: Arc<crate::telemetry::api_trace::ApiTracer>) {
+        let _ = self.shared.api_tracer.set(tracer);
     }
     /// A handle on this state that does not keep it alive.
     pub fn downgrade(&self) -> WeakAppState {

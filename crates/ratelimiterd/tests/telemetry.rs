@@ -1,5 +1,5 @@
 //! The gateway's traces and metrics over OTLP through the real `ratelimiterd`
-//! binary (docs/telemetry.md), decoded by an OTLP/HTTP receiver in this
+//! binary (docs/observability.md), decoded by an OTLP/HTTP receiver in this
 //! process; upstream stubs record the `traceparent` each try is sent with. A
 //! served call, a queued one, a failover, a denial, a stream, an unsampled
 //! caller, export off, the docs' example, the metrics' names, units and
@@ -7,6 +7,8 @@
 
 #[path = "telemetry_support/otlp.rs"]
 mod otlp;
+#[path = "telemetry_support/rig.rs"]
+mod rig;
 mod support;
 
 use std::collections::HashMap;
@@ -23,14 +25,11 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
 use otlp::{
     attribute, boolean, hex, int, kind, metric, spans_of, start_receiver, string, Any, Span, SpanKind, SPANS_WAIT,
 };
+use rig::{start_server, KEY, KEY_ENV};
 use serde_json::json;
 use support::gateway_setup::{client, gateway_addr, send, Answer, HttpClient};
-use support::{temp_dir, write_config_on, BackendConfig, Daemon};
+use support::{temp_dir, write_config_on, BackendConfig};
 
-/// The tenant's key, passed to the server in its environment.
-const KEY: &str = "telemetry-test-key-0123456789abcdef";
-/// The variable the configuration reads the tenant's key from.
-const KEY_ENV: &str = "TELEMETRY_TEST_KEY";
 /// The caller's trace, sampled, and its parent span.
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_ID: &str = "00f067aa0ba902b7";
@@ -86,14 +85,6 @@ fn gateway_section(good: SocketAddr, bad: SocketAddr, slow: SocketAddr) -> Strin
     format!(
         "gateway:\n  listen_addr: \"127.0.0.1:0\"\n  upstreams:\n    - {{name: good, kind: openai, base_url: \"http://{good}\"}}\n    - {{name: bad, kind: openai, base_url: \"http://{bad}\"}}\n    - {{name: slow, kind: openai, base_url: \"http://{slow}\"}}\n  models:\n    - {{name: gpt-4o-mini, upstream: good, rpm: 1000, tpm: 1000000, concurrency: 8, max_output_tokens_default: 64}}\n    - {{name: pooled, max_output_tokens_default: 64, deployments: [{{upstream: bad, model: gpt-4o, priority: 0, rpm: 1000, tpm: 1000000}}, {{upstream: good, model: gpt-4o, priority: 1, rpm: 1000, tpm: 1000000}}]}}\n    - {{name: tiny, max_wait_ms: 0, max_output_tokens_default: 64, deployments: [{{upstream: good, model: gpt-4.1-mini, rpm: 1}}]}}\n    - {{name: single, max_wait_ms: 10000, max_output_tokens_default: 64, deployments: [{{upstream: slow, model: gpt-4o-mini, concurrency: 1}}]}}\n  tenants:\n    - {{name: team, api_key_env: {KEY_ENV}}}\n"
     )
-}
-
-/// Starts the server on `sections` with `env` (the tenant's key added).
-fn start_server(dir: &std::path::Path, sections: &str, env: &[(&str, &str)]) -> Daemon {
-    let config = write_config_on(dir, BackendConfig::Memory, "", sections);
-    let mut all: Vec<(&str, &std::ffi::OsStr)> = vec![(KEY_ENV, KEY.as_ref())];
-    all.extend(env.iter().map(|(k, v)| (*k, std::ffi::OsStr::new(*v))));
-    Daemon::start_with_env(&config, &all).unwrap_or_else(|logs| panic!("ratelimiterd did not start:\n{logs}"))
 }
 
 /// A chat call to `model` with `extra` headers.
@@ -372,9 +363,9 @@ async fn telemetry_nothing_is_exported_or_propagated_when_export_is_off() {
     assert!(!server.logs().iter().any(|l| l.contains("OTLP")), "{:?}", server.logs());
 }
 
-/// The `telemetry:` example of docs/telemetry.md, its endpoint moved to the receiver.
+/// The `telemetry:` example of docs/observability.md, its endpoint moved to the receiver.
 fn docs_example(receiver: SocketAddr) -> String {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/telemetry.md")).unwrap();
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/observability.md")).unwrap();
     let block = (doc.split("```yaml\n").nth(1))
         .and_then(|rest| rest.split("```").next())
         .expect("a yaml block");

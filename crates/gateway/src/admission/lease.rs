@@ -35,6 +35,7 @@ use crate::observe::key_usage::KeyCall;
 use crate::observe::metrics::CallCounters;
 use crate::observe::trace::{Served, TryTrace};
 use crate::routing::{Grant, Pass, Pool};
+use crate::wire::response_facts::ResponseFacts;
 use crate::wire::usage::Usage;
 
 /// How the call's tokens are reconciled.
@@ -203,6 +204,27 @@ impl CallLease {
     pub fn trace_answered(&self, status: StatusCode) {
         if let Some(trace) = &self.trace {
             trace.answered(status);
+        }
+    }
+
+    /// How the try's answer is read for its CLIENT span: `None` untraced,
+    /// `Some(false)` for its facts, `Some(true)` for its text too (the
+    /// operator opted in to message content).
+    pub fn trace_reads(&self) -> Option<bool> {
+        self.trace.as_ref().map(TryTrace::captures_content)
+    }
+
+    /// What the try's answer said of itself, for its CLIENT span.
+    pub fn trace_response(&self, facts: ResponseFacts) {
+        if let Some(trace) = &self.trace {
+            trace.responded(facts);
+        }
+    }
+
+    /// The try's stream sent its first bytes, for its CLIENT span.
+    pub fn trace_first_chunk(&self) {
+        if let Some(trace) = &self.trace {
+            trace.first_chunk();
         }
     }
 

@@ -1,11 +1,19 @@
-//! The metrics of the gateway's calls over OTLP (docs/telemetry.md): the
+//! The metrics of the gateway's calls over OTLP (docs/observability.md): the
 //! OpenTelemetry GenAI client metrics of each try on a deployment, and the
 //! limiter's own decisions and queue waits. Named once, here; recorded by the
 //! call's trace ([`super::trace`]) only when the server exports metrics.
 //!
+//! As a server to its callers, each call's `gen_ai.server.*` metrics, as
+//! agentgateway and Envoy AI Gateway emit them. Names, units and buckets as the
+//! GenAI conventions v1.37.0 give them
+//! (<https://github.com/open-telemetry/semantic-conventions/blob/v1.37.0/docs/gen-ai/gen-ai-metrics.md>).
+//!
 //! Tenant and key stay off every metric's attributes: one series per tenant
-//! and key would be unbounded; the spans carry them.
+//! and key would be unbounded; the spans carry them. An operator may opt in to
+//! the tenant ([`GenAiMetrics::with_tenants`]), bounded by [`METRIC_TENANTS_MAX`].
 
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use opentelemetry::metrics::{Counter, Histogram, Meter};
@@ -15,6 +23,23 @@ use opentelemetry::KeyValue;
 pub const GEN_AI_CLIENT_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
 /// GenAI conventions: how long a try took, in seconds (a stream to its end).
 pub const GEN_AI_CLIENT_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
+/// GenAI conventions (after v1.37): a stream's time to its first chunk, in seconds.
+pub const GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
+/// GenAI conventions: how long the gateway took to answer a call, to its last byte, in seconds.
+pub const GEN_AI_SERVER_REQUEST_DURATION: &str = "gen_ai.server.request.duration";
+/// GenAI conventions: how long a streamed call took to its first chunk, in seconds.
+pub const GEN_AI_SERVER_TIME_TO_FIRST_TOKEN: &str = "gen_ai.server.time_to_first_token";
+/// GenAI conventions: a streamed call's time per output token after the first, in seconds.
+pub const GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN: &str = "gen_ai.server.time_per_output_token";
+/// The limiter: the call's tenant, on the metrics only when the operator opts in.
+pub const RATELIMITER_TENANT: &str = "ratelimiter.tenant";
+/// The most distinct tenants given their own series when the tenant is a
+/// metric attribute: each tenant multiplies every metric's series, and a
+/// collector's memory (and a vendor's bill) grows with them; past the bound a
+/// tenant's calls count under [`TENANT_OTHER`].
+pub const METRIC_TENANTS_MAX: usize = 100;
+/// The tenant attribute's value past [`METRIC_TENANTS_MAX`].
+pub const TENANT_OTHER: &str = "_other";
 /// GenAI conventions: `input` or `output`.
 pub const GEN_AI_TOKEN_TYPE: &str = "gen_ai.token.type";
 /// The limiter: calls by `ratelimiter.decision` and `gen_ai.request.model`.
@@ -33,10 +58,26 @@ const DURATION_BOUNDARIES_S: [f64; 14] = [
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 ];
 
+/// The GenAI conventions' advised buckets of the times to a first token or
+/// chunk, in seconds (`gen_ai.server.time_to_first_token`,
+/// <https://github.com/open-telemetry/semantic-conventions/blob/v1.37.0/docs/gen-ai/gen-ai-metrics.md>).
+const FIRST_TOKEN_BOUNDARIES_S: [f64; 16] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+];
+
+/// The GenAI conventions' advised buckets of `gen_ai.server.time_per_output_token`, in seconds.
+const PER_TOKEN_BOUNDARIES_S: [f64; 13] = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5];
+
 /// The instruments, made once from the server's meter.
 pub struct GenAiMetrics {
+    server_duration: Histogram<f64>,
+    server_first_token: Histogram<f64>,
+    server_per_token: Histogram<f64>,
+    /// The tenants given their own series, when the operator opted in.
+    tenants: Option<Mutex<HashSet<String>>>,
     token_usage: Histogram<u64>,
     operation_duration: Histogram<f64>,
+    time_to_first_chunk: Histogram<f64>,
     decisions: Counter<u64>,
     queue_duration: Histogram<f64>,
 }
@@ -44,7 +85,30 @@ pub struct GenAiMetrics {
 impl GenAiMetrics {
     /// The instruments of `meter`.
     pub fn new(meter: &Meter) -> Self {
+        let seconds = |name: &'static str, description: &'static str, boundaries: &[f64]| {
+            (meter.f64_histogram(name))
+                .with_unit("s")
+                .with_description(description)
+                .with_boundaries(boundaries.to_vec())
+                .build()
+        };
         Self {
+            server_duration: seconds(
+                GEN_AI_SERVER_REQUEST_DURATION,
+                "How long the gateway took to answer a call, to its last byte",
+                &DURATION_BOUNDARIES_S,
+            ),
+            server_first_token: seconds(
+                GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
+                "How long a streamed call took to its first chunk",
+                &FIRST_TOKEN_BOUNDARIES_S,
+            ),
+            server_per_token: seconds(
+                GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
+                "A streamed call's time per output token after the first",
+                &PER_TOKEN_BOUNDARIES_S,
+            ),
+            tenants: None,
             token_usage: (meter.u64_histogram(GEN_AI_CLIENT_TOKEN_USAGE))
                 .with_unit("{token}")
                 .with_description("Tokens used per try on a deployment, by input and output")
@@ -55,6 +119,11 @@ impl GenAiMetrics {
                 .with_description("Duration of each try on a deployment")
                 .with_boundaries(DURATION_BOUNDARIES_S.to_vec())
                 .build(),
+            time_to_first_chunk: (meter.f64_histogram(GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK))
+                .with_unit("s")
+                .with_description("Time from sending a streamed try to its first chunk")
+                .with_boundaries(FIRST_TOKEN_BOUNDARIES_S.to_vec())
+                .build(),
             decisions: (meter.u64_counter(RATELIMITER_GATEWAY_DECISIONS))
                 .with_unit("{call}")
                 .with_description("The gateway's admission decisions: admitted, queued, denied")
@@ -64,6 +133,44 @@ impl GenAiMetrics {
                 .with_description("How long calls waited in their model's queue")
                 .with_boundaries(DURATION_BOUNDARIES_S.to_vec())
                 .build(),
+        }
+    }
+
+    /// These metrics with the call's tenant among their attributes, for at
+    /// most [`METRIC_TENANTS_MAX`] tenants (the operator's opt-in).
+    pub fn with_tenants(self) -> Self {
+        Self {
+            tenants: Some(Mutex::new(HashSet::new())),
+            ..self
+        }
+    }
+
+    /// The tenant attribute of a call of `tenant`, when the operator opted in:
+    /// its name while fewer than [`METRIC_TENANTS_MAX`] have one, else [`TENANT_OTHER`].
+    pub fn tenant_attribute(&self, tenant: &str) -> Option<KeyValue> {
+        let mut seen = self.tenants.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        let known = seen.contains(tenant) || (seen.len() < METRIC_TENANTS_MAX && seen.insert(tenant.to_owned()));
+        let value = if known {
+            tenant.to_owned()
+        } else {
+            TENANT_OTHER.to_owned()
+        };
+        Some(KeyValue::new(RATELIMITER_TENANT, value))
+    }
+
+    /// A call ended after `took`, with `attributes` (operation, provider,
+    /// model, `error.type` on failure); a stream's time to its first chunk
+    /// and its output tokens give its time per output token after the first.
+    pub fn call_ended(&self, attributes: &[KeyValue], took: Duration, stream: Option<(Duration, Option<u64>)>) {
+        self.server_duration.record(took.as_secs_f64(), attributes);
+        let Some((first, output_tokens)) = stream else {
+            return;
+        };
+        self.server_first_token.record(first.as_secs_f64(), attributes);
+        if let Some(tokens) = output_tokens.filter(|t| *t > 1) {
+            let after_first = took.saturating_sub(first).as_secs_f64();
+            self.server_per_token
+                .record(after_first / (tokens - 1) as f64, attributes);
         }
     }
 
@@ -83,6 +190,12 @@ impl GenAiMetrics {
         }
     }
 
+    /// A streamed try's first chunk came `after` it was sent (`attributes` as
+    /// [`GenAiMetrics::try_ended`]'s).
+    pub fn first_chunk(&self, attributes: &[KeyValue], after: Duration) {
+        self.time_to_first_chunk.record(after.as_secs_f64(), attributes);
+    }
+
     /// A call's decision, with `attributes` its `ratelimiter.decision` and
     /// `gen_ai.request.model` (the model the client asked for).
     pub fn decided(&self, attributes: &[KeyValue]) {
@@ -92,5 +205,23 @@ impl GenAiMetrics {
     /// A call waited `waited` in its model's queue (`attributes`: the model).
     pub fn queued(&self, waited: Duration, attributes: &[KeyValue]) {
         self.queue_duration.record(waited.as_secs_f64(), attributes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tenant_is_an_attribute_only_on_opt_in_and_bounded() {
+        let meter = opentelemetry::global::meter("test");
+        assert_eq!(GenAiMetrics::new(&meter).tenant_attribute("acme"), None);
+        let metrics = GenAiMetrics::new(&meter).with_tenants();
+        let value = |tenant: &str| metrics.tenant_attribute(tenant).map(|kv| kv.value.to_string());
+        for n in 0..METRIC_TENANTS_MAX {
+            assert_eq!(value(&format!("t{n}")), Some(format!("t{n}")));
+        }
+        assert_eq!(value("one-too-many").as_deref(), Some(TENANT_OTHER));
+        assert_eq!(value("t0").as_deref(), Some("t0"), "a known tenant keeps its series");
     }
 }

@@ -1,4 +1,4 @@
-//! The trace of each gateway call (docs/telemetry.md): a SERVER span for the
+//! The trace of each gateway call (docs/observability.md): a SERVER span for the
 //! client's request, continuing its W3C `traceparent`, carrying the limiter's
 //! decision; a CLIENT span per try on a deployment, with the OpenTelemetry
 //! GenAI attributes, whose context the upstream request carries.
@@ -14,11 +14,13 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 
 use super::genai_metrics::GenAiMetrics;
 use crate::config::UpstreamKind;
 use crate::wire::call::Endpoint;
+use crate::wire::content::{input_messages, output_messages};
+use crate::wire::response_facts::ResponseFacts;
 use crate::wire::usage::Usage;
 
 /// The version of the OpenTelemetry semantic conventions the names follow
@@ -46,6 +48,18 @@ pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
 pub const GEN_AI_PROVIDER_NAME: &str = "gen_ai.provider.name";
 /// GenAI conventions: the model as sent to the deployment.
 pub const GEN_AI_REQUEST_MODEL: &str = "gen_ai.request.model";
+/// GenAI conventions: the response's id, as the provider gave it.
+pub const GEN_AI_RESPONSE_ID: &str = "gen_ai.response.id";
+/// GenAI conventions: the model that served the answer, as the provider names it.
+pub const GEN_AI_RESPONSE_MODEL: &str = "gen_ai.response.model";
+/// GenAI conventions: why each choice finished, one per choice.
+pub const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+/// GenAI conventions (after v1.37): a stream's first bytes, in seconds after the try was sent.
+pub const GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_first_chunk";
+/// GenAI conventions: the request's messages (only on the operator's opt-in).
+pub const GEN_AI_INPUT_MESSAGES: &str = "gen_ai.input.messages";
+/// GenAI conventions: the answer's messages (only on the operator's opt-in).
+pub const GEN_AI_OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
 /// GenAI conventions: the output bound sent.
 pub const GEN_AI_REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
 /// GenAI conventions: whether the answer is asked as a stream.
@@ -99,6 +113,8 @@ pub struct Telemetry {
     propagator: Box<dyn TextMapPropagator + Send + Sync>,
     /// The metrics' instruments, when the server exports metrics.
     metrics: Option<GenAiMetrics>,
+    /// Whether the messages are recorded (the operator's opt-in).
+    capture_content: bool,
 }
 
 impl Telemetry {
@@ -108,6 +124,16 @@ impl Telemetry {
             tracer,
             propagator,
             metrics: None,
+            capture_content: false,
+        }
+    }
+
+    /// This telemetry recording each try's messages too, as
+    /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` asks.
+    pub fn with_message_content(self) -> Self {
+        Self {
+            capture_content: true,
+            ..self
         }
     }
 
@@ -138,6 +164,8 @@ impl Telemetry {
             telemetry: self.clone(),
             cx: parent.with_span(span),
             facts: Mutex::new(LimiterFacts::default()),
+            started: Instant::now(),
+            operation: operation_name(endpoint),
         }))
     }
 }
@@ -154,6 +182,16 @@ struct LimiterFacts {
     denied: Option<(String, Option<u64>)>,
     /// What the last try reserved and was reconciled to.
     served: Option<Served>,
+    /// The caller's tenant, for the metrics when the operator opted in.
+    tenant: Option<String>,
+    /// The last try's provider, for the call's server metrics.
+    provider: Option<String>,
+    /// When the call's stream sent its first chunk.
+    first_chunk_at: Option<Instant>,
+    /// The last try's output tokens, as the provider reported them.
+    output_tokens: Option<u64>,
+    /// The status the client got.
+    status: Option<u16>,
 }
 
 /// What one try reserved and was reconciled to, for the call's SERVER span.
@@ -211,17 +249,42 @@ struct CallSpan {
     telemetry: Arc<Telemetry>,
     cx: Context,
     facts: Mutex<LimiterFacts>,
+    /// When the call came, for `gen_ai.server.request.duration`.
+    started: Instant,
+    /// The call's `gen_ai.operation.name`.
+    operation: &'static str,
+}
+
+impl CallSpan {
+    /// The call's metrics: its decision and, as a server, its duration and a
+    /// stream's time to first token and per output token.
+    fn record_metrics(&self, metrics: &GenAiMetrics, facts: &LimiterFacts) {
+        let model = KeyValue::new(GEN_AI_REQUEST_MODEL, facts.model.clone().unwrap_or_default());
+        let tenant = facts.tenant.as_deref().and_then(|t| metrics.tenant_attribute(t));
+        if let Some(decision) = facts.decision {
+            let mut attributes = vec![KeyValue::new(RATELIMITER_DECISION, decision), model.clone()];
+            attributes.extend(tenant.clone());
+            metrics.decided(&attributes);
+        }
+        let mut attributes = vec![KeyValue::new(GEN_AI_OPERATION_NAME, self.operation), model];
+        if let Some(provider) = &facts.provider {
+            attributes.push(KeyValue::new(GEN_AI_PROVIDER_NAME, provider.clone()));
+        }
+        if let Some(status) = facts.status.filter(|s| *s >= 400) {
+            attributes.push(KeyValue::new(ERROR_TYPE, status.to_string()));
+        }
+        attributes.extend(tenant);
+        let stream = (facts.first_chunk_at).map(|at| (at.duration_since(self.started), facts.output_tokens));
+        metrics.call_ended(&attributes, self.started.elapsed(), stream);
+    }
 }
 
 impl Drop for CallSpan {
     fn drop(&mut self) {
         let facts = self.facts.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let (Some(metrics), Some(decision)) = (&self.telemetry.metrics, facts.decision) {
-            let model = facts.model.clone().unwrap_or_default();
-            metrics.decided(&[
-                KeyValue::new(RATELIMITER_DECISION, decision),
-                KeyValue::new(GEN_AI_REQUEST_MODEL, model),
-            ]);
+        let facts = std::mem::take(facts);
+        if let Some(metrics) = &self.telemetry.metrics {
+            self.record_metrics(metrics, &facts);
         }
         let span = self.cx.span();
         span.set_attributes(facts.attributes());
@@ -242,7 +305,10 @@ impl CallTrace {
     /// Who calls (the tenant, the directory key's id and the class) and the
     /// model it asked for.
     pub fn caller(&self, (tenant, key_id): (&str, Option<&str>), class: &str, model: &str) {
-        self.facts().model = Some(model.to_owned());
+        let mut facts = self.facts();
+        facts.model = Some(model.to_owned());
+        facts.tenant = Some(tenant.to_owned());
+        drop(facts);
         let span = self.0.cx.span();
         span.set_attribute(KeyValue::new(RATELIMITER_TENANT, tenant.to_owned()));
         if let Some(id) = key_id {
@@ -257,7 +323,9 @@ impl CallTrace {
         let mut facts = self.facts();
         if let Some(metrics) = &self.0.telemetry.metrics {
             let model = facts.model.clone().unwrap_or_default();
-            metrics.queued(waited, &[KeyValue::new(GEN_AI_REQUEST_MODEL, model)]);
+            let mut attributes = vec![KeyValue::new(GEN_AI_REQUEST_MODEL, model)];
+            attributes.extend(facts.tenant.as_deref().and_then(|t| metrics.tenant_attribute(t)));
+            metrics.queued(waited, &attributes);
         }
         facts.queue_wait_ms = Some(facts.queue_wait_ms.unwrap_or(0).saturating_add(wait_ms));
     }
@@ -281,6 +349,7 @@ impl CallTrace {
     /// The status the client got; a 5xx marks the span an error, as the HTTP
     /// conventions ask of a SERVER span (a 4xx is the client's).
     pub fn responded(&self, status: StatusCode) {
+        self.facts().status = Some(status.as_u16());
         let span = self.0.cx.span();
         span.set_attribute(KeyValue::new(HTTP_RESPONSE_STATUS_CODE, i64::from(status.as_u16())));
         if status.is_server_error() {
@@ -297,22 +366,28 @@ impl CallTrace {
     /// The CLIENT span of one try of the call on a deployment.
     pub fn start_try(&self, target: TryTarget<'_>) -> TryTrace {
         let telemetry = &self.0.telemetry;
-        let operation = match target.endpoint {
-            Endpoint::Embeddings => "embeddings",
-            _ => "chat",
-        };
-        let metric_attributes = vec![
+        let operation = operation_name(target.endpoint);
+        let provider = provider_name(target.kind, target.upstream, target.base_url);
+        let mut metric_attributes = vec![
             KeyValue::new(GEN_AI_OPERATION_NAME, operation),
-            KeyValue::new(
-                GEN_AI_PROVIDER_NAME,
-                provider_name(target.kind, target.upstream, target.base_url),
-            ),
+            KeyValue::new(GEN_AI_PROVIDER_NAME, provider.clone()),
             KeyValue::new(GEN_AI_REQUEST_MODEL, target.model.to_owned()),
         ];
         let mut attributes = metric_attributes.clone();
+        let mut facts = self.facts();
+        facts.provider = Some(provider);
+        if let Some(metrics) = &telemetry.metrics {
+            metric_attributes.extend(facts.tenant.as_deref().and_then(|t| metrics.tenant_attribute(t)));
+        }
+        drop(facts);
         attributes.push(KeyValue::new(GEN_AI_REQUEST_STREAM, target.stream));
         if let Some(bound) = target.max_tokens {
             attributes.push(KeyValue::new(GEN_AI_REQUEST_MAX_TOKENS, bound as i64));
+        }
+        if telemetry.capture_content {
+            if let Some(messages) = input_messages(target.endpoint, target.request) {
+                attributes.push(KeyValue::new(GEN_AI_INPUT_MESSAGES, messages));
+            }
         }
         if let Some((host, port)) = host_and_port(target.base_url) {
             attributes.push(KeyValue::new(SERVER_ADDRESS, host.to_owned()));
@@ -329,6 +404,8 @@ impl CallTrace {
             started: Instant::now(),
             metric_attributes,
             error_type: OnceLock::new(),
+            response: OnceLock::new(),
+            first_chunk: OnceLock::new(),
         }
     }
 }
@@ -349,6 +426,8 @@ pub struct TryTarget<'a> {
     pub max_tokens: Option<u64>,
     /// Whether a stream is asked.
     pub stream: bool,
+    /// The client's request body, for its messages when they are recorded.
+    pub request: &'a [u8],
 }
 
 /// The CLIENT span of one try; it ends when the try's lease completes.
@@ -359,8 +438,13 @@ pub struct TryTrace {
     started: Instant,
     /// The operation, provider and model: the try's metrics' attributes.
     metric_attributes: Vec<KeyValue>,
-    /// The try's `error.type`, once it failed.
+    /// The try's `error.type`, once it failed: the status or what went wrong
+    /// on the connection; the answer's own error type wins over it.
     error_type: OnceLock<String>,
+    /// What the answer said of itself, once it ended whole.
+    response: OnceLock<ResponseFacts>,
+    /// When a stream's first bytes came, after the try was sent.
+    first_chunk: OnceLock<Duration>,
 }
 
 impl TryTrace {
@@ -381,20 +465,81 @@ impl TryTrace {
         }
     }
 
-    /// The try failed: `error_type` is the provider's error type, the status,
-    /// or what went wrong on the connection (`timeout`, ...).
+    /// The try failed: `error_type` is the status or what went wrong on the
+    /// connection (`timeout`, ...); an error type the answer gives wins at the end.
     pub fn failed(&self, error_type: &str) {
-        let span = self.cx.span();
         if self.error_type.set(error_type.to_owned()).is_ok() {
-            span.set_attribute(KeyValue::new(ERROR_TYPE, error_type.to_owned()));
-            span.set_status(Status::error(""));
+            self.cx.span().set_status(Status::error(""));
         }
+    }
+
+    /// What the answer said of itself (read as it passed, once it ended whole).
+    pub fn responded(&self, facts: ResponseFacts) {
+        if facts.error_type.is_some() {
+            self.cx.span().set_status(Status::error(""));
+        }
+        let _ = self.response.set(facts);
+    }
+
+    /// Whether the answer's text is read for `gen_ai.output.messages`.
+    pub fn captures_content(&self) -> bool {
+        self.call.0.telemetry.capture_content
+    }
+
+    /// The stream's first bytes came now.
+    pub fn first_chunk(&self) {
+        let _ = self.first_chunk.set(self.started.elapsed());
+        self.call.facts().first_chunk_at.get_or_insert_with(Instant::now);
+    }
+
+    /// The try's `error.type`: the answer's own error type, else the status
+    /// or the connection's failure; `None` when it did not fail.
+    fn error_type(&self) -> Option<&str> {
+        let answered = self.response.get().and_then(|facts| facts.error_type.as_deref());
+        answered.or(self.error_type.get().map(String::as_str))
+    }
+
+    /// The answer's facts and the stream's first chunk, as the span's attributes.
+    fn response_attributes(&self) -> Vec<KeyValue> {
+        let mut attributes = Vec::new();
+        if let Some(error_type) = self.error_type() {
+            attributes.push(KeyValue::new(ERROR_TYPE, error_type.to_owned()));
+        }
+        if let Some(first) = self.first_chunk.get() {
+            attributes.push(KeyValue::new(GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, first.as_secs_f64()));
+        }
+        let Some(facts) = self.response.get() else {
+            return attributes;
+        };
+        if let Some(id) = &facts.id {
+            attributes.push(KeyValue::new(GEN_AI_RESPONSE_ID, id.clone()));
+        }
+        if let Some(model) = &facts.model {
+            attributes.push(KeyValue::new(GEN_AI_RESPONSE_MODEL, model.clone()));
+        }
+        if let Some(texts) = &facts.texts {
+            let messages = output_messages(texts, &facts.finish_reasons);
+            attributes.push(KeyValue::new(GEN_AI_OUTPUT_MESSAGES, messages));
+        }
+        if !facts.finish_reasons.is_empty() {
+            let reasons = facts
+                .finish_reasons
+                .iter()
+                .map(|r| StringValue::from(r.clone()))
+                .collect();
+            attributes.push(KeyValue::new(
+                GEN_AI_RESPONSE_FINISH_REASONS,
+                Value::Array(Array::String(reasons)),
+            ));
+        }
+        attributes
     }
 
     /// The try ended: the provider's `usage` on the CLIENT span, what the try
     /// reserved and was reconciled to on the call's SERVER span, and the CLIENT span ended.
     pub fn ended(&self, usage: Option<Usage>, served: Served) {
         let span = self.cx.span();
+        span.set_attributes(self.response_attributes());
         if let Some(usage) = usage {
             // Every input token, cached ones included, as the conventions count them.
             let input = usage.input_tokens.saturating_add(usage.cache_read_tokens);
@@ -409,14 +554,26 @@ impl TryTrace {
         }
         if let Some(metrics) = &self.call.0.telemetry.metrics {
             let mut attributes = self.metric_attributes.clone();
-            if let Some(error_type) = self.error_type.get() {
-                attributes.push(KeyValue::new(ERROR_TYPE, error_type.clone()));
+            if let Some(error_type) = self.error_type() {
+                attributes.push(KeyValue::new(ERROR_TYPE, error_type.to_owned()));
             }
             let tokens = usage.map(|u| (u.input_tokens.saturating_add(u.cache_read_tokens), u.output_tokens));
             metrics.try_ended(&attributes, self.started.elapsed(), tokens);
+            if let Some(first) = self.first_chunk.get() {
+                metrics.first_chunk(&attributes, *first);
+            }
         }
+        self.call.facts().output_tokens = usage.map(|u| u.output_tokens);
         self.call.served(served);
         span.end();
+    }
+}
+
+/// The GenAI conventions' `gen_ai.operation.name` of a call to `endpoint`.
+fn operation_name(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::Embeddings => "embeddings",
+        _ => "chat",
     }
 }
 

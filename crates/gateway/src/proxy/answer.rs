@@ -22,8 +22,10 @@ use hyper::body::{Body as _, Incoming};
 use super::response_ids::RememberResponseId;
 use crate::admission::CallLease;
 use crate::wire::call::Endpoint;
+use crate::wire::content::texts_of_answer;
 use crate::wire::envelope::Reframer;
 use crate::wire::format::StreamUsage;
+use crate::wire::response_facts::ResponseFacts;
 use crate::wire::sse;
 use crate::wire::usage::{EventAction, Usage};
 use crate::wire::usage_scan::UsageScanner;
@@ -42,13 +44,16 @@ enum Reader {
         usage: StreamUsage,
     },
     /// A whole answer, forwarded as it comes; its usage scanned (`None`: not read,
-    /// an error answer).
+    /// an error answer of an untraced call).
     Whole {
         endpoint: Endpoint,
         scanner: Option<UsageScanner>,
         /// The usage the answer's headers report (Bedrock's token counts),
         /// read when its body holds none.
         headers_usage: Option<Usage>,
+        /// Whether its usage is read (a success; an error answer is scanned
+        /// only for its facts).
+        read_usage: bool,
     },
 }
 
@@ -88,8 +93,9 @@ impl Reader {
                 endpoint,
                 scanner,
                 headers_usage,
+                read_usage,
             } => {
-                let answer = scanner.as_ref().and_then(UsageScanner::answer);
+                let answer = scanner.as_ref().filter(|_| *read_usage).and_then(UsageScanner::answer);
                 let usage = answer.and_then(|answer| endpoint.usage_of_body(&answer));
                 (Bytes::new(), usage.or(*headers_usage))
             }
@@ -107,6 +113,21 @@ impl Reader {
                     scanner.and_then(UsageScanner::id),
                     scanner.and_then(UsageScanner::conversation),
                 )
+            }
+        }
+    }
+
+    /// What the answer said of itself, when the call is traced and it ended whole.
+    fn facts(&self) -> Option<ResponseFacts> {
+        match self {
+            Reader::Events { usage, .. } => usage.facts().cloned(),
+            Reader::Whole { scanner, endpoint, .. } => {
+                let scanner = scanner.as_ref()?;
+                let mut facts = scanner.response_facts()?;
+                if let Some(content) = scanner.content() {
+                    facts.texts = Some(texts_of_answer(*endpoint, &content));
+                }
+                Some(facts)
             }
         }
     }
@@ -134,6 +155,8 @@ struct Answer {
     /// Where the answer's response id and conversation go when it ended whole
     /// (Responses only).
     remember: Option<RememberResponseId>,
+    /// Whether the stream's first bytes were told to the try's span.
+    first_chunk_seen: bool,
 }
 
 /// The client's stream of an event-stream answer of `endpoint`, its bytes
@@ -146,10 +169,15 @@ pub fn events(
     (lease, remember): (CallLease, Option<RememberResponseId>),
     idle_timeout: Duration,
 ) -> Body {
+    let usage = endpoint.stream_usage(drop_usage_chunk);
     let reader = Reader::Events {
         reframer,
         splitter: sse::Splitter::default(),
-        usage: endpoint.stream_usage(drop_usage_chunk),
+        usage: match lease.trace_reads() {
+            None => usage,
+            Some(false) => usage.with_facts(),
+            Some(true) => usage.with_content(),
+        },
     };
     let mut answer = Answer::new(body, reader, lease, idle_timeout);
     answer.remember = remember;
@@ -166,9 +194,16 @@ pub async fn whole(
     (lease, remember): (CallLease, Option<RememberResponseId>),
     idle_timeout: Duration,
 ) -> Body {
+    let scanner = match (scan, lease.trace_reads()) {
+        (_, Some(true)) => Some(UsageScanner::with_content()),
+        (_, Some(false)) => Some(UsageScanner::with_facts()),
+        (true, None) => Some(UsageScanner::default()),
+        (false, None) => None,
+    };
     let reader = Reader::Whole {
         endpoint,
-        scanner: scan.then(UsageScanner::default),
+        scanner,
+        read_usage: scan,
         headers_usage: headers_usage.filter(|_| scan),
     };
     let mut answer = Answer::new(body, reader, lease, idle_timeout);
@@ -216,6 +251,7 @@ impl Answer {
             failed: None,
             ended: false,
             remember: None,
+            first_chunk_seen: false,
         }
     }
 
@@ -249,6 +285,9 @@ impl Answer {
         if let Some(usage) = usage {
             self.lease.settled(usage);
         }
+        if let Some(facts) = self.reader.facts() {
+            self.lease.trace_response(facts);
+        }
         let (response_id, conversation) = self.reader.handed();
         let (remember, lease) = (&self.remember, &mut self.lease);
         let record = async {
@@ -271,7 +310,13 @@ impl Answer {
         }
         while !self.ended {
             let out = match self.next_data().await {
-                Ok(Some(data)) => self.reader.push(data),
+                Ok(Some(data)) => {
+                    if !self.first_chunk_seen && matches!(self.reader, Reader::Events { .. }) {
+                        self.first_chunk_seen = true;
+                        self.lease.trace_first_chunk();
+                    }
+                    self.reader.push(data)
+                }
                 Ok(None) => Ok(self.end().await),
                 Err(e) => Err(e),
             };

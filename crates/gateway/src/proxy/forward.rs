@@ -170,6 +170,7 @@ fn start_try_span(
         model: &deployment.config.name,
         max_tokens,
         stream: ctx.call.stream,
+        request: &ctx.call.upstream_body,
     });
     let headers = trace.headers();
     lease.traced(trace);

@@ -282,7 +282,7 @@ impl Gateway {
         self
     }
 
-    /// This gateway tracing every call with `telemetry` (docs/telemetry.md).
+    /// This gateway tracing every call with `telemetry` (docs/observability.md).
     pub fn with_telemetry(mut self, telemetry: Arc<Telemetry>) -> Self {
         self.telemetry = Some(telemetry);
         self

@@ -71,7 +71,7 @@ async fn list_models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) ->
 }
 
 async fn handle(gateway: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
-    // The call's SERVER span, only when the server exports traces (docs/telemetry.md).
+    // The call's SERVER span, only when the server exports traces (docs/observability.md).
     let trace = (gateway.telemetry.as_ref()).map(|telemetry| telemetry.start_call(&headers, endpoint));
     let response = answer_call(gateway, endpoint, headers, body, trace.clone()).await;
     if let Some(trace) = &trace {

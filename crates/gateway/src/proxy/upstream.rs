@@ -257,7 +257,7 @@ impl UpstreamClient {
     }
 
     /// [`UpstreamClient::send`] with `extra` headers set on the request after
-    /// the client's (the try's `traceparent`, docs/telemetry.md).
+    /// the client's (the try's `traceparent`, docs/observability.md).
     pub async fn send_with(
         &self,
         upstream: &Upstream,

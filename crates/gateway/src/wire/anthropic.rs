@@ -6,7 +6,9 @@ use serde_json::{Map, Value};
 
 use crate::counting::tokens::Counter;
 use crate::wire::call::{optional_bool, optional_u64, required_array, Call};
+use crate::wire::content::append_text;
 use crate::wire::error::GatewayError;
+use crate::wire::response_facts::{short_string, ResponseFacts};
 use crate::wire::sse;
 use crate::wire::usage::{EventAction, Usage, UsageFields};
 
@@ -72,6 +74,9 @@ pub struct StreamUsage {
     /// Whether a usage with a field that is not a non-negative integer was
     /// seen: the call then keeps its reservation, as the same answer whole would.
     malformed: bool,
+    /// What the stream says of its message, read only when the call is traced:
+    /// `message_start`'s id and model, `message_delta`'s stop reason, an `error` event's type.
+    pub facts: Option<ResponseFacts>,
 }
 
 impl StreamUsage {
@@ -87,12 +92,17 @@ impl StreamUsage {
         let is_start = name == Some(b"message_start");
         let is_delta = name == Some(b"message_delta");
         let is_stop = name == Some(b"message_stop");
-        if !is_start && !is_delta && !is_stop {
+        let is_error = name == Some(b"error") && self.facts.is_some();
+        let is_text = name == Some(b"content_block_delta") && self.facts.as_ref().is_some_and(|f| f.texts.is_some());
+        if !is_start && !is_delta && !is_stop && !is_error && !is_text {
             return EventAction::Forward;
         }
         let Some(value) = sse::data(event).and_then(|d| serde_json::from_slice::<Value>(&d).ok()) else {
             return EventAction::Forward;
         };
+        if let Some(facts) = &mut self.facts {
+            read_facts(facts, &value);
+        }
         if is_stop {
             self.on_bedrock_metrics(&value);
         } else if is_start {
@@ -181,6 +191,25 @@ impl StreamUsage {
     }
 }
 
+/// The facts of a parsed stream event: `message_start`'s message id and
+/// model, `message_delta`'s `delta.stop_reason`, an `error` event's type.
+fn read_facts(facts: &mut ResponseFacts, value: &Value) {
+    if let Some(message) = value.get("message") {
+        facts.read_id_and_model(message);
+    }
+    if let Some(reason) = short_string(value.get("delta").and_then(|d| d.get("stop_reason"))) {
+        facts.push_reason(&reason);
+    }
+    if let Some(error) = value.get("error") {
+        facts.read_error(error);
+    }
+    let text = value.get("delta").and_then(|d| d.get("text")).and_then(Value::as_str);
+    if let (Some(texts), Some(text)) = (&mut facts.texts, text) {
+        // One message: its text blocks read as one text.
+        append_text(texts, 0, text);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +284,23 @@ mod tests {
             (25, 15, 7)
         );
         assert!(reader.final_seen);
+        let mut traced = StreamUsage {
+            facts: Some(ResponseFacts::default()),
+            ..StreamUsage::default()
+        };
+        let start = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"claude-x\",\"usage\":{\"input_tokens\":2}}}\n\n";
+        let stop = b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":3}}\n\n";
+        let error = b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n";
+        for event in [&start[..], stop, error] {
+            traced.on_event(event);
+        }
+        let facts = traced.facts.unwrap();
+        assert_eq!(
+            (facts.id.as_deref(), facts.model.as_deref()),
+            (Some("msg_1"), Some("claude-x"))
+        );
+        assert_eq!(facts.finish_reasons, ["max_tokens"]);
+        assert_eq!(facts.error_type.as_deref(), Some("overloaded_error"));
         let body = json!({"usage": {"input_tokens": 3, "output_tokens": 4, "cache_creation_input_tokens": 2}});
         assert_eq!(usage_of_body(body.to_string().as_bytes()).unwrap().input_tokens, 5);
     }

@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::call::{Call, Endpoint};
 use super::error::{Format, GatewayError};
+use super::response_facts::ResponseFacts;
 use super::usage::{EventAction, Usage};
 use super::{anthropic, openai};
 use crate::config::UpstreamKind;
@@ -114,6 +115,34 @@ impl StreamUsage {
         match self {
             StreamUsage::OpenAi(reader) => reader.conversation.as_ref(),
             StreamUsage::Anthropic(_) => None,
+        }
+    }
+
+    /// This reader reading the stream's [`ResponseFacts`] too (a traced call).
+    pub fn with_facts(mut self) -> Self {
+        match &mut self {
+            StreamUsage::OpenAi(reader) => reader.facts = Some(ResponseFacts::default()),
+            StreamUsage::Anthropic(reader) => reader.facts = Some(ResponseFacts::default()),
+        }
+        self
+    }
+
+    /// This reader reading the stream's facts and its text (the operator
+    /// opted in to message content).
+    pub fn with_content(self) -> Self {
+        let mut reader = self.with_facts();
+        match &mut reader {
+            StreamUsage::OpenAi(r) => r.facts.iter_mut().for_each(|f| f.texts = Some(Vec::new())),
+            StreamUsage::Anthropic(r) => r.facts.iter_mut().for_each(|f| f.texts = Some(Vec::new())),
+        }
+        reader
+    }
+
+    /// What the stream said of its response, when read ([`StreamUsage::with_facts`]).
+    pub fn facts(&self) -> Option<&ResponseFacts> {
+        match self {
+            StreamUsage::OpenAi(reader) => reader.facts.as_ref(),
+            StreamUsage::Anthropic(reader) => reader.facts.as_ref(),
         }
     }
 

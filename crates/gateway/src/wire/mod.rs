@@ -5,11 +5,13 @@
 
 pub mod anthropic;
 pub mod call;
+pub mod content;
 pub mod envelope;
 pub mod error;
 pub mod event_stream;
 pub mod format;
 pub mod openai;
+pub mod response_facts;
 pub mod sse;
 pub mod usage;
 pub mod usage_scan;

@@ -7,7 +7,9 @@ use serde_json::{Map, Value};
 use crate::config::UpstreamKind;
 use crate::counting::tokens::{prompt_characters, Counter};
 use crate::wire::call::{optional_bool, optional_u64, required_array, Call, Endpoint};
+use crate::wire::content::texts_of_answer;
 use crate::wire::error::GatewayError;
+use crate::wire::response_facts::{may_finish, ResponseFacts};
 use crate::wire::sse;
 use crate::wire::usage::{EventAction, Usage, UsageFields};
 
@@ -211,6 +213,8 @@ pub struct StreamUsage {
     /// Whether a usage with a field that is not a non-negative integer was seen:
     /// the call then keeps its reservation, as the same answer whole would.
     malformed: bool,
+    /// What the stream says of its response, read only when the call is traced.
+    pub facts: Option<ResponseFacts>,
 }
 
 impl StreamUsage {
@@ -223,6 +227,19 @@ impl StreamUsage {
             response_id: None,
             conversation: None,
             malformed: false,
+            facts: None,
+        }
+    }
+
+    /// Whether this event is parsed for the stream's facts: a chat stream's
+    /// first chunk (its id and model) and a chunk that finishes a choice; the
+    /// Responses API's come with its usage.
+    fn wants_facts(&self, data: &[u8]) -> bool {
+        match &self.facts {
+            Some(facts) if self.endpoint != Endpoint::Responses => {
+                facts.id.is_none() || facts.texts.is_some() || may_finish(data)
+            }
+            _ => false,
         }
     }
 
@@ -232,13 +249,21 @@ impl StreamUsage {
         let Some(data) = sse::data(event) else {
             return EventAction::Forward;
         };
-        // Most chunks carry `"usage":null` or none: parse only those that may hold usage.
-        if !contains(&data, b"\"usage\"") {
+        // Most chunks carry `"usage":null` or none: parse only those that may
+        // hold usage, or the facts of a traced call's response.
+        let may_hold_usage = contains(&data, b"\"usage\"");
+        if !may_hold_usage && !self.wants_facts(&data) {
             return EventAction::Forward;
         }
         let Ok(value) = serde_json::from_slice::<Value>(&data) else {
             return EventAction::Forward;
         };
+        if let Some(facts) = self.facts.as_mut().filter(|_| self.endpoint != Endpoint::Responses) {
+            facts.read_chat(&value);
+        }
+        if !may_hold_usage {
+            return EventAction::Forward;
+        }
         let usage = match self.endpoint {
             Endpoint::Responses => value.get("response").and_then(|r| r.get("usage")),
             _ => value.get("usage"),
@@ -255,6 +280,15 @@ impl StreamUsage {
             let id = value.get("response").and_then(|r| r.get("id")).and_then(Value::as_str);
             self.response_id = id.map(str::to_owned);
             self.conversation = value.get("response").and_then(|r| r.get("conversation")).cloned();
+            if let (Some(facts), Some(response)) = (&mut self.facts, value.get("response")) {
+                facts.read_id_and_model(response);
+                if let Some(status) = response.get("status").and_then(Value::as_str) {
+                    facts.push_reason(status);
+                }
+                if let (Some(texts), Some(output)) = (&mut facts.texts, response.get("output")) {
+                    *texts = texts_of_answer(Endpoint::Responses, output);
+                }
+            }
         }
         let usage_only = value
             .get("choices")
@@ -418,10 +452,27 @@ mod tests {
         assert_eq!(reader.on_event(b"data: [DONE]\n\n"), EventAction::Forward);
         let mut kept = StreamUsage::new(Endpoint::ChatCompletions, false);
         assert_eq!(kept.on_event(usage), EventAction::Forward);
+        let mut traced = StreamUsage::new(Endpoint::ChatCompletions, true);
+        traced.facts = Some(ResponseFacts::default());
+        let first =
+            b"data: {\"id\":\"c1\",\"model\":\"gpt-4o-x\",\"choices\":[{\"delta\":{},\"finish_reason\":null}]}\n\n";
+        let last = b"data: {\"id\":\"c1\",\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n";
+        for event in [&first[..], chunk, last, usage] {
+            traced.on_event(event);
+        }
+        let facts = traced.facts.unwrap();
+        assert_eq!(
+            (facts.id.as_deref(), facts.model.as_deref()),
+            (Some("c1"), Some("gpt-4o-x"))
+        );
+        assert_eq!(facts.finish_reasons, ["length"]);
         let mut responses = StreamUsage::new(Endpoint::Responses, false);
+        responses.facts = Some(ResponseFacts::default());
         let done = b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":6}}}\n\n";
         assert_eq!(responses.on_event(done), EventAction::Forward);
         assert_eq!(responses.usage.unwrap().output_tokens, 6);
+        let facts = responses.facts.unwrap();
+        assert_eq!((facts.id, facts.finish_reasons), (None, Vec::<String>::new()));
     }
 
     #[test]

@@ -13,6 +13,13 @@
 //! [`ID_BYTES_MAX`] and [`CONVERSATION_BYTES_MAX`]: the Responses API's id and
 //! the conversation it belongs to, which the gateway remembers for the tenant
 //! it answered (`proxy/response_ids.rs`).
+//!
+//! When the call is traced ([`UsageScanner::with_facts`]), the answer's
+//! `model`, its finish reasons and its error type are read the same way, for
+//! the try's span ([`super::response_facts`]).
+
+use super::content::CONTENT_BYTES_MAX;
+use super::response_facts::{short_string, ChoicesReasons, ResponseFacts, FACT_BYTES_MAX};
 
 /// The largest `usage` value kept: the providers' are a few hundred bytes.
 pub const USAGE_BYTES_MAX: usize = 64 * 1024;
@@ -25,6 +32,9 @@ pub const CONVERSATION_BYTES_MAX: usize = 512;
 /// The longest key compared with `usage`, `id` and `conversation`; longer keys
 /// are skipped unread.
 const KEY_BYTES_MAX: usize = 12;
+/// The largest top-level `error` value kept, for its `type`: the providers'
+/// error objects are a few hundred bytes; a larger one reads as no type.
+pub const ERROR_BYTES_MAX: usize = 4 * 1024;
 /// The deepest nesting followed; a deeper answer reads as no usage.
 const DEPTH_MAX: u32 = 10_000;
 
@@ -63,6 +73,97 @@ pub struct UsageScanner {
     id: Capture,
     /// The same for the top-level `conversation`, bounded by [`CONVERSATION_BYTES_MAX`].
     conversation: Capture,
+    /// What the answer says of itself, read only when the call is traced.
+    facts: Option<Box<FactCaptures>>,
+}
+
+/// The top-level values read for [`ResponseFacts`]: `model`, Anthropic's
+/// `stop_reason`, the Responses API's `status`, an error's `error`, and the
+/// finish reasons inside `choices`.
+#[derive(Debug)]
+struct FactCaptures {
+    model: Capture,
+    stop_reason: Capture,
+    status: Capture,
+    error: Capture,
+    key_is_choices: bool,
+    in_choices: bool,
+    choices: ChoicesReasons,
+    /// The answer's content value (`choices`, `output` or `content`), kept
+    /// only when the operator opted in to message content.
+    content: Option<[Capture; 3]>,
+}
+
+impl FactCaptures {
+    fn new() -> Self {
+        Self {
+            model: Capture::new(b"model", FACT_BYTES_MAX),
+            stop_reason: Capture::new(b"stop_reason", FACT_BYTES_MAX),
+            status: Capture::new(b"status", FACT_BYTES_MAX),
+            error: Capture::new(b"error", ERROR_BYTES_MAX),
+            key_is_choices: false,
+            in_choices: false,
+            choices: ChoicesReasons::default(),
+            content: None,
+        }
+    }
+
+    fn captures(&mut self) -> impl Iterator<Item = &mut Capture> {
+        let fixed = [
+            &mut self.model,
+            &mut self.stop_reason,
+            &mut self.status,
+            &mut self.error,
+        ];
+        fixed.into_iter().chain(self.content.iter_mut().flatten())
+    }
+
+    fn on_key(&mut self, key: Option<&[u8]>) {
+        self.key_is_choices = key == Some(&b"choices"[..]);
+        self.captures().for_each(|c| c.on_key(key));
+    }
+
+    fn on_colon(&mut self) {
+        self.in_choices = self.key_is_choices;
+        self.captures().for_each(Capture::on_colon);
+    }
+
+    fn keep(&mut self, byte: u8) {
+        if self.in_choices {
+            self.choices.byte(byte);
+        }
+        self.captures().for_each(|c| c.keep(byte));
+    }
+
+    fn end_value(&mut self) {
+        self.key_is_choices = false;
+        self.in_choices = false;
+        self.captures().for_each(Capture::end_value);
+    }
+
+    /// The facts read, with `id` the scanner's.
+    fn facts(&self, id: Option<String>) -> ResponseFacts {
+        let string = |capture: &Capture| short_string(serde_json::from_slice(capture.value()?).ok().as_ref());
+        let mut facts = ResponseFacts {
+            id,
+            model: string(&self.model),
+            ..ResponseFacts::default()
+        };
+        for reason in (self.choices.reasons.iter().cloned())
+            .chain(string(&self.stop_reason))
+            .chain(string(&self.status))
+        {
+            facts.push_reason(&reason);
+        }
+        if let Some(error) = self
+            .error
+            .value()
+            .and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
+        {
+            facts.read_error(&error);
+        }
+        facts
+    }
 }
 
 /// A top-level key being read, up to [`KEY_BYTES_MAX`] bytes, held without an allocation.
@@ -166,11 +267,42 @@ impl Default for UsageScanner {
             usage_seen: 0,
             id: Capture::new(b"id", ID_BYTES_MAX),
             conversation: Capture::new(b"conversation", CONVERSATION_BYTES_MAX),
+            facts: None,
         }
     }
 }
 
 impl UsageScanner {
+    /// A scanner that reads the answer's [`ResponseFacts`] too.
+    pub fn with_facts() -> Self {
+        Self {
+            facts: Some(Box::new(FactCaptures::new())),
+            ..Self::default()
+        }
+    }
+
+    /// A scanner that reads the answer's facts and its content value
+    /// (`choices`, `output` or `content`, each up to twice
+    /// [`CONTENT_BYTES_MAX`], for its escapes).
+    pub fn with_content() -> Self {
+        let mut facts = FactCaptures::new();
+        let bound = 2 * CONTENT_BYTES_MAX;
+        facts.content = Some([b"choices".as_slice(), b"output", b"content"].map(|key| Capture::new(key, bound)));
+        Self {
+            facts: Some(Box::new(facts)),
+            ..Self::default()
+        }
+    }
+
+    /// The answer's content value, once the whole object has been read, when
+    /// the scanner was made [`UsageScanner::with_content`] and the value fit.
+    pub fn content(&self) -> Option<serde_json::Value> {
+        let whole = self.top == Top::Done && !self.in_string;
+        let captures = self.facts.as_ref().filter(|_| whole)?.content.as_ref()?;
+        let value = captures.iter().find_map(|c| c.value().filter(|v| !v.is_empty()))?;
+        serde_json::from_slice(value).ok()
+    }
+
     /// Reads the next bytes of the answer.
     pub fn push(&mut self, chunk: &[u8]) {
         for &byte in chunk {
@@ -231,6 +363,9 @@ impl UsageScanner {
                 }
                 self.id.on_colon();
                 self.conversation.on_colon();
+                if let Some(facts) = &mut self.facts {
+                    facts.on_colon();
+                }
             }
             _ => self.value_byte(byte),
         }
@@ -254,6 +389,9 @@ impl UsageScanner {
                 self.key_is_usage = key == Some(&b"usage"[..]);
                 self.id.on_key(key);
                 self.conversation.on_key(key);
+                if let Some(facts) = &mut self.facts {
+                    facts.on_key(key);
+                }
                 self.top = Top::ExpectColon;
                 return;
             }
@@ -282,6 +420,9 @@ impl UsageScanner {
     fn keep(&mut self, byte: u8) {
         self.id.keep(byte);
         self.conversation.keep(byte);
+        if let Some(facts) = &mut self.facts {
+            facts.keep(byte);
+        }
         if !self.capturing {
             return;
         }
@@ -297,6 +438,17 @@ impl UsageScanner {
         self.key_is_usage = false;
         self.id.end_value();
         self.conversation.end_value();
+        if let Some(facts) = &mut self.facts {
+            facts.end_value();
+        }
+    }
+
+    /// What the answer said of itself, once the whole object has been read,
+    /// when the scanner was made [`UsageScanner::with_facts`].
+    pub fn response_facts(&self) -> Option<ResponseFacts> {
+        let whole = self.top == Top::Done && !self.in_string;
+        let facts = self.facts.as_ref().filter(|_| whole)?;
+        Some(facts.facts(self.id()))
     }
 
     /// The top-level `id` when it is a string, once the whole object has been
@@ -410,6 +562,41 @@ mod tests {
             scanner.push(body);
             assert_eq!(scanner.conversation(), None, "{}", String::from_utf8_lossy(body));
         }
+    }
+
+    #[test]
+    fn the_facts_of_each_shape_are_read_across_chunks() {
+        let chat = br#"{"id":"chatcmpl-1","model":"gpt-4o-2024","choices":[{"index":0,"message":{"content":"hi"},
+            "finish_reason":"stop"},{"index":1,"finish_reason":"length"}],"usage":{"prompt_tokens":1}}"#;
+        let responses = br#"{"id":"resp_1","status":"incomplete","model":"gpt-4.1","output":[{"status":"done"}]}"#;
+        let anthropic = br#"{"id":"msg_1","type":"message","model":"claude-x","stop_reason":"end_turn"}"#;
+        let error = br#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#;
+        let expected = [
+            (Some("chatcmpl-1"), Some("gpt-4o-2024"), vec!["stop", "length"], None),
+            (Some("resp_1"), Some("gpt-4.1"), vec!["incomplete"], None),
+            (Some("msg_1"), Some("claude-x"), vec!["end_turn"], None),
+            (None, None, vec![], Some("overloaded_error")),
+        ];
+        for (body, (id, model, reasons, error_type)) in
+            [&chat[..], responses, anthropic, error].into_iter().zip(expected)
+        {
+            for split in 0..body.len() {
+                let mut scanner = UsageScanner::with_facts();
+                scanner.push(&body[..split]);
+                scanner.push(&body[split..]);
+                let facts = scanner.response_facts().expect("whole");
+                assert_eq!(facts.id.as_deref(), id, "split at {split}");
+                assert_eq!(facts.model.as_deref(), model);
+                assert_eq!(facts.finish_reasons, reasons);
+                assert_eq!(facts.error_type.as_deref(), error_type);
+            }
+        }
+        let mut plain = UsageScanner::default();
+        plain.push(chat);
+        assert_eq!(plain.response_facts(), None, "only when asked");
+        let mut cut = UsageScanner::with_facts();
+        cut.push(&chat[..40]);
+        assert_eq!(cut.response_facts(), None);
     }
 
     #[test]

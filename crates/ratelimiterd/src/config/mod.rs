@@ -106,7 +106,7 @@ pub struct Config {
     /// Provider profiles (docs/provider-profiles.md): each entry's published limits
     /// become the definitions of its provider's profile, applied at startup.
     pub profiles: Vec<ProfileEntry>,
-    /// OpenTelemetry export (docs/telemetry.md), each entry overridden by its
+    /// OpenTelemetry export (docs/observability.md), each entry overridden by its
     /// `OTEL_*` environment variable; nothing set: nothing exported.
     pub telemetry: crate::telemetry::TelemetryConfig,
     /// The file it was read from, if any: where the gateway's prices are

@@ -1,9 +1,11 @@
 //! The OTLP exporters of a [`Resolved`] configuration: spans batched off the
 //! calls' path in a bounded queue and metrics read periodically, both by tasks
-//! of the server's tokio runtime, sent over OTLP http/protobuf by hyper; the
+//! of the server's tokio runtime, sent over OTLP http/protobuf by hyper or
+//! over gRPC by tonic (`OTEL_EXPORTER_OTLP_PROTOCOL`, per signal); the
 //! gateway's [`Telemetry`] made from them.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,17 +16,21 @@ use opentelemetry::metrics::MeterProvider;
 use opentelemetry::trace::noop::NoopTracer;
 use opentelemetry::trace::TracerProvider;
 use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_otlp::tonic_types::metadata::MetadataMap;
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::metrics::periodic_reader_with_async_runtime::PeriodicReader;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::resource::EnvResourceDetector;
 use opentelemetry_sdk::runtime;
 use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
-use super::Resolved;
+use super::api_trace::ApiTracer;
+use super::counted::{spans_queue_max, BoundedSpans, CountedMetrics, CountedSpans, CONTROL_SLOTS};
+use super::dropped::OtelDropped;
+use super::{OtlpProtocol, Resolved};
 
 /// How long a stopping server waits for its last spans to be sent: a collector
 /// that is down must not hold the stop for the exporter's whole timeout.
@@ -42,14 +48,15 @@ pub struct Exporting {
 impl Exporting {
     /// Starts the export `resolved` describes; must run on the server's tokio
     /// runtime, where the batch's task, the periodic reader and the HTTP client live.
-    pub fn start(resolved: &Resolved) -> Result<Self, String> {
+    /// What it drops or fails to send is counted in `dropped`.
+    pub fn start(resolved: &Resolved, dropped: Arc<OtelDropped>) -> Result<Self, String> {
         let resource = resource(resolved);
         let scope = InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
             .with_version(env!("CARGO_PKG_VERSION"))
             .with_schema_url(SEMCONV_SCHEMA_URL)
             .build();
         let traces = (resolved.traces_endpoint.as_deref())
-            .map(|endpoint| tracer_provider(resolved, endpoint, resource.clone()))
+            .map(|endpoint| tracer_provider(resolved, endpoint, (resource.clone(), dropped.clone())))
             .transpose()?;
         // Without traces, spans are not recorded; the caller's context still goes upstream.
         let tracer = match &traces {
@@ -57,11 +64,20 @@ impl Exporting {
             None => BoxedTracer::new(Box::new(NoopTracer::new())),
         };
         let metrics = (resolved.metrics_endpoint.as_deref())
-            .map(|endpoint| meter_provider(resolved, endpoint, resource))
+            .map(|endpoint| meter_provider(resolved, endpoint, (resource, dropped)))
             .transpose()?;
         let mut telemetry = Telemetry::new(tracer, Box::new(TraceContextPropagator::new()));
+        if resolved.capture_message_content {
+            telemetry = telemetry.with_message_content();
+        }
         if let Some(provider) = &metrics {
-            telemetry = telemetry.with_metrics(GenAiMetrics::new(&provider.meter_with_scope(scope)));
+            let metrics = GenAiMetrics::new(&provider.meter_with_scope(scope));
+            let metrics = if resolved.metrics_tenant {
+                metrics.with_tenants()
+            } else {
+                metrics
+            };
+            telemetry = telemetry.with_metrics(metrics);
         }
         tracing::info!(traces_endpoint = ?resolved.traces_endpoint, metrics_endpoint = ?resolved.metrics_endpoint,
             "exporting over OTLP");
@@ -70,6 +86,18 @@ impl Exporting {
             metrics,
             gateway: Arc::new(telemetry),
         })
+    }
+
+    /// The tracer of the limiter's API, when spans are exported.
+    pub fn api_tracer(&self) -> Option<ApiTracer> {
+        let scope = InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .with_schema_url(SEMCONV_SCHEMA_URL)
+            .build();
+        let provider = self.traces.as_ref()?;
+        Some(ApiTracer::new(BoxedTracer::new(Box::new(
+            provider.tracer_with_scope(scope),
+        ))))
     }
 
     /// Sends what is still queued and stops, waiting at most [`SHUTDOWN_FLUSH_MS`] each.
@@ -98,16 +126,49 @@ fn headers(resolved: &Resolved) -> HashMap<String, String> {
     resolved.headers.clone().into_iter().collect()
 }
 
-/// Spans batched in a bounded queue and sent by a task of the runtime.
-fn tracer_provider(resolved: &Resolved, endpoint: &str, resource: Resource) -> Result<SdkTracerProvider, String> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .with_endpoint(endpoint)
-        .with_headers(headers(resolved))
-        .build()
-        .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
-    let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
+/// The section's headers as gRPC metadata (the exporter adds the
+/// environment's); a header name or value gRPC cannot carry is refused, named.
+fn metadata(resolved: &Resolved) -> Result<MetadataMap, String> {
+    let mut headers = axum::http::HeaderMap::new();
+    for (name, value) in &resolved.headers {
+        let name = axum::http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("telemetry.headers: `{name}` is not a header name"))?;
+        let value = axum::http::HeaderValue::from_str(value)
+            .map_err(|_| format!("telemetry.headers: the value of `{name}` is not printable ASCII"))?;
+        headers.insert(name, value);
+    }
+    Ok(MetadataMap::from_headers(headers))
+}
+
+/// Spans batched in a bounded queue and sent by a task of the runtime; what
+/// finds the queue full or fails to be sent is counted in `dropped`.
+fn tracer_provider(
+    resolved: &Resolved,
+    endpoint: &str,
+    (resource, dropped): (Resource, Arc<OtelDropped>),
+) -> Result<SdkTracerProvider, String> {
+    let builder = opentelemetry_otlp::SpanExporter::builder();
+    let exporter = match resolved.traces_protocol {
+        OtlpProtocol::HttpProtobuf => (builder.with_http())
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(endpoint)
+            .with_headers(headers(resolved))
+            .build(),
+        OtlpProtocol::Grpc => (builder.with_tonic())
+            .with_endpoint(endpoint)
+            .with_metadata(metadata(resolved)?)
+            .build(),
+    }
+    .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
+    let (in_queue, max) = (Arc::new(AtomicUsize::new(0)), spans_queue_max());
+    let exporter = CountedSpans::new(exporter, dropped.clone(), in_queue.clone());
+    let config = BatchConfigBuilder::default()
+        .with_max_queue_size(max + CONTROL_SLOTS)
+        .build();
+    let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio)
+        .with_batch_config(config)
+        .build();
+    let processor = BoundedSpans::new(processor, (in_queue, max), dropped);
     Ok(SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_sampler(resolved.sampler.clone())
@@ -116,16 +177,26 @@ fn tracer_provider(resolved: &Resolved, endpoint: &str, resource: Resource) -> R
 }
 
 /// Metrics read and sent every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default)
-/// by a task of the runtime.
-fn meter_provider(resolved: &Resolved, endpoint: &str, resource: Resource) -> Result<SdkMeterProvider, String> {
-    let exporter = opentelemetry_otlp::MetricExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .with_endpoint(endpoint)
-        .with_headers(headers(resolved))
-        .build()
-        .map_err(|e| format!("telemetry: the OTLP metric exporter could not be built: {e}"))?;
-    let reader = PeriodicReader::builder(exporter, runtime::Tokio).build();
+/// by a task of the runtime; an export that fails is counted in `dropped`.
+fn meter_provider(
+    resolved: &Resolved,
+    endpoint: &str,
+    (resource, dropped): (Resource, Arc<OtelDropped>),
+) -> Result<SdkMeterProvider, String> {
+    let builder = opentelemetry_otlp::MetricExporter::builder();
+    let exporter = match resolved.metrics_protocol {
+        OtlpProtocol::HttpProtobuf => (builder.with_http())
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(endpoint)
+            .with_headers(headers(resolved))
+            .build(),
+        OtlpProtocol::Grpc => (builder.with_tonic())
+            .with_endpoint(endpoint)
+            .with_metadata(metadata(resolved)?)
+            .build(),
+    }
+    .map_err(|e| format!("telemetry: the OTLP metric exporter could not be built: {e}"))?;
+    let reader = PeriodicReader::builder(CountedMetrics::new(exporter, dropped), runtime::Tokio).build();
     Ok(SdkMeterProvider::builder()
         .with_reader(reader)
         .with_resource(resource)

@@ -1,8 +1,11 @@
-//! OpenTelemetry export (docs/telemetry.md): the `telemetry:` section of the
+//! OpenTelemetry export (docs/observability.md): the `telemetry:` section of the
 //! configuration, read together with the standard `OTEL_*` environment
 //! variables (the environment wins), and the exporter it starts ([`export`]).
 //! Nothing configured: nothing is exported and nothing is logged.
 
+pub mod api_trace;
+pub mod counted;
+pub mod dropped;
 pub mod export;
 
 use std::collections::BTreeMap;
@@ -12,8 +15,19 @@ use serde::Deserialize;
 
 /// The service name when neither `OTEL_SERVICE_NAME` nor `telemetry.service_name` sets one.
 pub const SERVICE_NAME_DEFAULT: &str = "ratelimiterd";
-/// The only OTLP protocol this build exports with.
+/// OTLP over HTTP with protobuf bodies, the default.
 pub const PROTOCOL_HTTP_PROTOBUF: &str = "http/protobuf";
+/// OTLP over gRPC.
+pub const PROTOCOL_GRPC: &str = "grpc";
+
+/// How a signal is exported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// [`PROTOCOL_HTTP_PROTOBUF`]: the signal's path is appended to a base endpoint.
+    HttpProtobuf,
+    /// [`PROTOCOL_GRPC`]: a base endpoint is used as given (`http://HOST:4317`).
+    Grpc,
+}
 /// The path of traces under a base endpoint (the OTLP/HTTP specification's).
 pub const TRACES_PATH: &str = "/v1/traces";
 /// The path of metrics under a base endpoint (the OTLP/HTTP specification's).
@@ -35,7 +49,7 @@ pub struct TelemetryConfig {
     pub metrics_endpoint: Option<String>,
     /// Headers sent with each export (`OTEL_EXPORTER_OTLP_HEADERS`, which wins per header).
     pub headers: BTreeMap<String, String>,
-    /// `http/protobuf`, the default (`OTEL_EXPORTER_OTLP_PROTOCOL`).
+    /// `http/protobuf`, the default, or `grpc` (`OTEL_EXPORTER_OTLP_PROTOCOL`).
     pub protocol: Option<String>,
     /// The `service.name` resource attribute (`OTEL_SERVICE_NAME`).
     pub service_name: Option<String>,
@@ -47,7 +61,16 @@ pub struct TelemetryConfig {
     pub sampler_arg: Option<String>,
     /// No export at all (`OTEL_SDK_DISABLED`).
     pub disabled: bool,
+    /// The caller's tenant as an attribute of the metrics (off by default: a
+    /// series per tenant, bounded by `gateway::observe::genai_metrics::METRIC_TENANTS_MAX`).
+    pub metrics_tenant: bool,
+    /// Record the messages of each call on its spans
+    /// (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`; off by default).
+    pub capture_message_content: bool,
 }
+
+/// The variable the GenAI instrumentations read for their opt-in to message content.
+pub const CAPTURE_CONTENT_VAR: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 
 /// What the exporter is started with, once the section and the environment are read.
 #[derive(Debug, Clone)]
@@ -56,6 +79,10 @@ pub struct Resolved {
     pub traces_endpoint: Option<String>,
     /// Where metrics are sent; `None`: no metric is exported.
     pub metrics_endpoint: Option<String>,
+    /// How spans are sent.
+    pub traces_protocol: OtlpProtocol,
+    /// How metrics are sent.
+    pub metrics_protocol: OtlpProtocol,
     /// The section's headers (the exporter adds the environment's over them).
     pub headers: BTreeMap<String, String>,
     /// The service's name.
@@ -64,6 +91,10 @@ pub struct Resolved {
     pub resource_attributes: BTreeMap<String, String>,
     /// Which calls are sampled.
     pub sampler: Sampler,
+    /// Whether the metrics carry the caller's tenant.
+    pub metrics_tenant: bool,
+    /// Whether the spans carry each call's messages.
+    pub capture_message_content: bool,
 }
 
 impl TelemetryConfig {
@@ -79,17 +110,25 @@ impl TelemetryConfig {
         if disabled {
             return Ok(None);
         }
-        let endpoint = |signal_var: &str, signal: &Option<String>, path: &str| {
+        let traces_protocol = self.protocol(&env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")?;
+        let metrics_protocol = self.protocol(&env, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")?;
+        // Over gRPC a base endpoint is the server's, used as given.
+        let endpoint = |signal_var: &str, signal: &Option<String>, (path, protocol): (&str, OtlpProtocol)| {
+            let path = if protocol == OtlpProtocol::Grpc { "" } else { path };
             (env(signal_var))
                 .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|base| with_path(&base, path)))
                 .or_else(|| signal.clone())
                 .or_else(|| self.endpoint.as_deref().map(|base| with_path(base, path)))
         };
-        let traces_endpoint = endpoint("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &self.traces_endpoint, TRACES_PATH);
+        let traces_endpoint = endpoint(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            &self.traces_endpoint,
+            (TRACES_PATH, traces_protocol),
+        );
         let metrics_endpoint = endpoint(
             "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
             &self.metrics_endpoint,
-            METRICS_PATH,
+            (METRICS_PATH, metrics_protocol),
         );
         if traces_endpoint.is_none() && metrics_endpoint.is_none() {
             return Ok(None);
@@ -97,21 +136,10 @@ impl TelemetryConfig {
         for url in traces_endpoint.iter().chain(&metrics_endpoint) {
             check_endpoint(url)?;
         }
-        for signal in [
-            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-        ] {
-            let protocol = (env(signal))
-                .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
-                .or_else(|| self.protocol.clone())
-                .unwrap_or_else(|| PROTOCOL_HTTP_PROTOBUF.to_owned());
-            if protocol != PROTOCOL_HTTP_PROTOBUF {
-                return Err(format!(
-                    "telemetry.protocol (OTEL_EXPORTER_OTLP_PROTOCOL): `{protocol}` is not supported; this \
-                     server exports OTLP over `{PROTOCOL_HTTP_PROTOBUF}`"
-                ));
-            }
-        }
+        let capture_message_content = match env(CAPTURE_CONTENT_VAR) {
+            Some(value) => parse_bool(&value).map_err(|m| format!("{CAPTURE_CONTENT_VAR}: {m}"))?,
+            None => self.capture_message_content,
+        };
         let sampler_name = (env("OTEL_TRACES_SAMPLER")).or_else(|| self.sampler.clone());
         let sampler_arg = (env("OTEL_TRACES_SAMPLER_ARG")).or_else(|| self.sampler_arg.clone());
         let sampler = sampler(
@@ -121,13 +149,36 @@ impl TelemetryConfig {
         Ok(Some(Resolved {
             traces_endpoint,
             metrics_endpoint,
+            traces_protocol,
+            metrics_protocol,
             headers: self.headers.clone(),
             service_name: (env("OTEL_SERVICE_NAME"))
                 .or_else(|| self.service_name.clone())
                 .unwrap_or_else(|| SERVICE_NAME_DEFAULT.to_owned()),
             resource_attributes: self.resource_attributes.clone(),
             sampler,
+            metrics_tenant: self.metrics_tenant,
+            capture_message_content,
         }))
+    }
+}
+
+impl TelemetryConfig {
+    /// The protocol of one signal: its variable `signal_var`, else
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL`, else the section's, else `http/protobuf`.
+    fn protocol(&self, env: &dyn Fn(&str) -> Option<String>, signal_var: &str) -> Result<OtlpProtocol, String> {
+        let protocol = (env(signal_var))
+            .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+            .or_else(|| self.protocol.clone())
+            .unwrap_or_else(|| PROTOCOL_HTTP_PROTOBUF.to_owned());
+        match protocol.trim() {
+            PROTOCOL_HTTP_PROTOBUF => Ok(OtlpProtocol::HttpProtobuf),
+            PROTOCOL_GRPC => Ok(OtlpProtocol::Grpc),
+            other => Err(format!(
+                "telemetry.protocol (OTEL_EXPORTER_OTLP_PROTOCOL, {signal_var}): `{other}` is not supported; \
+                 this server exports OTLP over `{PROTOCOL_HTTP_PROTOBUF}` or `{PROTOCOL_GRPC}`"
+            )),
+        }
     }
 }
 
@@ -249,7 +300,23 @@ mod tests {
             ..TelemetryConfig::default()
         };
         let error = |pairs: &'static [(&'static str, &'static str)]| section.resolve(&env_of(pairs)).unwrap_err();
-        assert!(error(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).contains("OTEL_EXPORTER_OTLP_PROTOCOL"));
+        assert!(error(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]).contains("OTEL_EXPORTER_OTLP_PROTOCOL"));
+        let grpc = section
+            .resolve(&env_of(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(grpc.traces_protocol, OtlpProtocol::Grpc);
+        assert_eq!(
+            grpc.traces_endpoint.as_deref(),
+            Some("http://collector:4318"),
+            "no path over gRPC"
+        );
+        const MIXED: &[(&str, &str)] = &[("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc")];
+        let mixed = section.resolve(&env_of(MIXED)).unwrap().unwrap();
+        assert_eq!(
+            (mixed.traces_protocol, mixed.metrics_protocol),
+            (OtlpProtocol::HttpProtobuf, OtlpProtocol::Grpc)
+        );
         assert!(error(&[("OTEL_TRACES_SAMPLER", "sometimes")]).contains("OTEL_TRACES_SAMPLER"));
         const RATIO: &[(&str, &str)] = &[
             ("OTEL_TRACES_SAMPLER", "traceidratio"),
@@ -257,6 +324,10 @@ mod tests {
         ];
         assert!(error(RATIO).contains("OTEL_TRACES_SAMPLER_ARG"));
         assert!(error(&[("OTEL_SDK_DISABLED", "maybe")]).contains("OTEL_SDK_DISABLED"));
+        assert!(error(&[(CAPTURE_CONTENT_VAR, "yes")]).contains(CAPTURE_CONTENT_VAR));
+        assert!(!section.resolve(&env_of(&[])).unwrap().unwrap().capture_message_content);
+        let on = section.resolve(&env_of(&[(CAPTURE_CONTENT_VAR, "true")]));
+        assert!(on.unwrap().unwrap().capture_message_content);
         assert!(error(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]).contains("not an http"));
     }
 }

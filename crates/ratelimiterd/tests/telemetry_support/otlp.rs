@@ -1,6 +1,10 @@
-//! The OTLP/HTTP receiver of the telemetry tests: traces and metrics posted
-//! in protobuf, decoded with `opentelemetry-proto`, kept in order; and the
+//! The OTLP receivers of the telemetry tests: traces and metrics posted in
+//! protobuf over HTTP, or sent over gRPC (tonic), decoded with
+//! `opentelemetry-proto`, kept in order; and the
 //! readers of what it got (attributes, spans of a trace, a metric's points).
+
+// Each test file uses its own share of these helpers.
+#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -11,8 +15,12 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 pub use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 pub use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
@@ -38,23 +46,11 @@ pub struct Received {
 /// An OTLP/HTTP receiver of traces on a free loopback port.
 pub async fn start_receiver() -> (SocketAddr, Arc<Mutex<Received>>) {
     async fn traces(State(got): State<Arc<Mutex<Received>>>, body: Bytes) -> StatusCode {
-        let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
-        let mut got = got.lock().unwrap();
-        for resource in request.resource_spans {
-            let attributes = resource.resource.map(|r| r.attributes).unwrap_or_default();
-            let service = string(&attributes, "service.name").unwrap_or_default();
-            for scope in resource.scope_spans {
-                got.spans.extend(scope.spans.into_iter().map(|s| (service.clone(), s)));
-            }
-        }
+        keep_traces(&got, ExportTraceServiceRequest::decode(body).expect("OTLP protobuf"));
         StatusCode::OK
     }
     async fn metrics(State(got): State<Arc<Mutex<Received>>>, body: Bytes) -> StatusCode {
-        let request = ExportMetricsServiceRequest::decode(body).expect("OTLP protobuf");
-        let metrics = (request.resource_metrics.into_iter())
-            .flat_map(|r| r.scope_metrics)
-            .flat_map(|s| s.metrics);
-        got.lock().unwrap().metrics.extend(metrics);
+        keep_metrics(&got, ExportMetricsServiceRequest::decode(body).expect("OTLP protobuf"));
         StatusCode::OK
     }
     let got = Arc::new(Mutex::new(Received::default()));
@@ -64,6 +60,66 @@ pub async fn start_receiver() -> (SocketAddr, Arc<Mutex<Received>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
+    (addr, got)
+}
+
+/// Keeps each span of `request` with its resource's `service.name`.
+fn keep_traces(got: &Mutex<Received>, request: ExportTraceServiceRequest) {
+    let mut got = got.lock().unwrap();
+    for resource in request.resource_spans {
+        let attributes = resource.resource.map(|r| r.attributes).unwrap_or_default();
+        let service = string(&attributes, "service.name").unwrap_or_default();
+        for scope in resource.scope_spans {
+            got.spans.extend(scope.spans.into_iter().map(|s| (service.clone(), s)));
+        }
+    }
+}
+
+/// Keeps every metric of `request`.
+fn keep_metrics(got: &Mutex<Received>, request: ExportMetricsServiceRequest) {
+    let metrics = (request.resource_metrics.into_iter())
+        .flat_map(|r| r.scope_metrics)
+        .flat_map(|s| s.metrics);
+    got.lock().unwrap().metrics.extend(metrics);
+}
+
+/// An OTLP/gRPC receiver: the collector's trace and metrics services.
+#[derive(Clone)]
+struct GrpcReceiver(Arc<Mutex<Received>>);
+
+#[tonic::async_trait]
+impl TraceService for GrpcReceiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        keep_traces(&self.0, request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+#[tonic::async_trait]
+impl MetricsService for GrpcReceiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        keep_metrics(&self.0, request.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+/// An OTLP/gRPC receiver of traces and metrics on a free loopback port.
+pub async fn start_grpc_receiver() -> (SocketAddr, Arc<Mutex<Received>>) {
+    let got = Arc::new(Mutex::new(Received::default()));
+    let receiver = GrpcReceiver(got.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tonic::transport::Server::builder()
+        .add_service(TraceServiceServer::new(receiver.clone()))
+        .add_service(MetricsServiceServer::new(receiver))
+        .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+    tokio::spawn(server);
     (addr, got)
 }
 

@@ -29,8 +29,10 @@ mod config;
 mod remote;
 #[cfg(test)]
 mod tests;
+mod trace_context;
 
 pub use config::{
     HttpClientConfig, HttpClientError, POOL_IDLE_PER_HOST_MAX, RESPONSE_BYTES_MAX, RETRIES_MAX_LIMIT, SERVERS_MAX,
 };
 pub use remote::HttpClient;
+pub use trace_context::{with_trace_context, TraceContext, TRACESTATE_BYTES_MAX};

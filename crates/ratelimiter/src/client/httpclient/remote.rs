@@ -209,6 +209,12 @@ impl HttpClient {
         if let Some(authorization) = &self.authorization {
             request = request.header(header::AUTHORIZATION, authorization.clone());
         }
+        if let Some((traceparent, tracestate)) = super::trace_context::current() {
+            request = request.header("traceparent", traceparent);
+            if let Some(tracestate) = tracestate {
+                request = request.header("tracestate", tracestate);
+            }
+        }
         let request = request
             .body(Full::new(body))
             .map_err(|e| LimiterError::InvalidRequest(format!("could not build the request: {e}")))?;

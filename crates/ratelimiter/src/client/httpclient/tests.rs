@@ -60,6 +60,11 @@ async fn fake_server(answers: Vec<Canned>) -> (String, Arc<Mutex<Vec<String>>>) 
 }
 
 async fn read_request(stream: &mut TcpStream) -> String {
+    read_head_and_body(stream).await.1
+}
+
+/// A request's head (request line and headers) and its body.
+async fn read_head_and_body(stream: &mut TcpStream) -> (String, String) {
     let mut data = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -78,7 +83,7 @@ async fn read_request(stream: &mut TcpStream) -> String {
                 .map(|v| v.trim().parse::<usize>().unwrap())
                 .unwrap_or(0);
             if data.len() >= end + 4 + length {
-                return text[end + 4..end + 4 + length].to_owned();
+                return (text[..end].to_owned(), text[end + 4..end + 4 + length].to_owned());
             }
         }
     }
@@ -327,4 +332,40 @@ async fn admin_calls_fail_over_too() {
     let client = fleet_client(&[&dead, &live], 1);
     assert!(client.limits().await.unwrap().is_empty());
     assert_eq!(bodies.lock().unwrap().len(), 1);
+}
+
+/// A fake server that answers `answers` requests allowed, recording each request's head.
+async fn head_recorder(answers: usize) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let seen = heads.clone();
+    tokio::spawn(async move {
+        for _ in 0..answers {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let (head, _) = read_head_and_body(&mut stream).await;
+            seen.lock().unwrap().push(head.to_ascii_lowercase());
+            let response = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{ALLOWED}",
+                ALLOWED.len()
+            );
+            stream.write_all(response.as_bytes()).await.unwrap();
+        }
+    });
+    (url, heads)
+}
+
+#[tokio::test]
+async fn the_callers_trace_context_is_sent_within_its_scope_only() {
+    let (url, heads) = head_recorder(2).await;
+    let client = client(&url, 0);
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let context = TraceContext::new(parent, Some("vendor=x")).unwrap();
+    let traced = with_trace_context(context, client.reserve(&request())).await;
+    assert!(matches!(traced, Ok(ReserveOutcome::Allowed { .. })), "{traced:?}");
+    client.reserve(&request()).await.unwrap();
+    let heads = heads.lock().unwrap().clone();
+    assert!(heads[0].contains(&format!("traceparent: {parent}")), "{}", heads[0]);
+    assert!(heads[0].contains("tracestate: vendor=x"), "{}", heads[0]);
+    assert!(!heads[1].contains("traceparent"), "{}", heads[1]);
 }
