@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod allocator;
 pub mod app;
 pub mod auth;
 pub mod backend;

@@ -14,6 +14,8 @@ fn main() -> ExitCode {
     // First of all: a SIGHUP (or a stray SIGUSR1, ...) sent while the server
     // starts must not end it (`signals.rs`).
     ratelimiterd::signals::ignore_stray();
+    // Before the server allocates much: how long freed memory is kept (allocator.rs).
+    ratelimiterd::allocator::tune();
     let cli = Cli::parse();
     if !matches!(cli.command, None | Some(Command::Serve)) {
         ratelimiterd::signals::restore_default();

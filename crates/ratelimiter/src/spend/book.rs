@@ -49,13 +49,17 @@ pub trait SpendBook: Send + Sync + std::fmt::Debug {
 #[async_trait]
 impl SpendBook for SpendLedger {
     async fn record(&self, records: &[SpendRecord]) -> Result<(), SpendError> {
-        let entries: Vec<SpendEntry> = records.iter().map(|r| r.entry.clone()).collect();
+        // Encoded and counted here; only the bytes go to the blocking thread,
+        // so no entry is copied for it.
+        let lines = super::ledger::encode(records.iter().map(|r| &r.entry))?;
         let ledger = self.clone();
-        let written = tokio::task::spawn_blocking(move || ledger.append_all(&entries)).await;
+        let written = tokio::task::spawn_blocking(move || ledger.write_lines(&lines)).await;
         written.map_err(|e| SpendError::NotPersisted {
             path: self.path().display().to_string(),
             reason: format!("the write's thread failed: {e}"),
-        })?
+        })??;
+        self.count(records.iter().map(|r| &r.entry));
+        Ok(())
     }
 
     async fn report(&self, query: &SpendQuery) -> Result<Vec<SpendRow>, SpendError> {

@@ -45,6 +45,8 @@ struct LedgerState {
     /// Set when a failed append could not be cut back: nothing more is written
     /// until a restart cuts the torn line.
     broken: bool,
+    /// The file, open for appending since the first write.
+    file: Option<File>,
     sums: SpendSums,
 }
 
@@ -85,6 +87,7 @@ impl SpendLedger {
             state: Arc::new(Mutex::new(LedgerState {
                 length_bytes: whole,
                 broken: false,
+                file: None,
                 sums,
             })),
         })
@@ -107,13 +110,18 @@ impl SpendLedger {
     /// then counted: the cost of a sync shared by a batch. On an error none of
     /// them is in the ledger, so retrying the batch counts each entry once.
     pub fn append_all(&self, entries: &[SpendEntry]) -> Result<(), SpendError> {
-        let mut lines = Vec::new();
-        for entry in entries {
-            entry.validate()?;
-            serde_json::to_writer(&mut lines, entry).expect("an entry serializes");
-            lines.push(b'\n');
-        }
-        if entries.is_empty() {
+        let lines = encode(entries.iter())?;
+        self.write_lines(&lines)?;
+        self.count(entries.iter());
+        Ok(())
+    }
+
+    /// Writes `lines` (entries as [`encode`] gives them) in one write and syncs
+    /// them: the blocking half of [`SpendLedger::append_all`], apart so that a
+    /// caller on an async runtime encodes and counts its entries where they are
+    /// and hands only the bytes to a blocking thread. Nothing is counted.
+    pub fn write_lines(&self, lines: &[u8]) -> Result<(), SpendError> {
+        if lines.is_empty() {
             return Ok(());
         }
         let mut state = self.state.lock().expect("the spend ledger's lock is never poisoned");
@@ -122,11 +130,13 @@ impl SpendLedger {
                 "a failed write could not be cut back; restart the server to repair the file".to_owned(),
             ));
         }
-        self.append_line(&mut state, &lines)?;
-        for entry in entries {
-            state.sums.add(entry);
-        }
-        Ok(())
+        self.append_line(&mut state, lines)
+    }
+
+    /// Counts `entries`, written by [`SpendLedger::write_lines`], in the sums.
+    pub fn count<'a>(&self, entries: impl Iterator<Item = &'a SpendEntry>) {
+        let mut state = self.state.lock().expect("the spend ledger's lock is never poisoned");
+        entries.for_each(|entry| state.sums.add(entry));
     }
 
     /// The report `query` asks for: one row per group of the calls completed on
@@ -144,10 +154,16 @@ impl SpendLedger {
                 fs::create_dir_all(parent).map_err(|e| self.not_persisted(e.to_string()))?;
             }
         }
-        let mut file = (private_options(OpenOptions::new().create(true).append(true)).open(&self.path))
-            .map_err(|e| self.not_persisted(e.to_string()))?;
-        if let Err(e) = file.write_all(line).and_then(|()| file.sync_data()) {
-            // Cut what may have been written, so the next append starts a line.
+        // Kept open between writes: an open and a close per batch saved.
+        let file = match state.file.take() {
+            Some(file) => file,
+            None => (private_options(OpenOptions::new().create(true).append(true)).open(&self.path))
+                .map_err(|e| self.not_persisted(e.to_string()))?,
+        };
+        let mut writer = &file;
+        if let Err(e) = writer.write_all(line).and_then(|()| file.sync_data()) {
+            // Cut what may have been written, so the next append starts a line;
+            // the file is opened anew by the next write.
             if file.set_len(state.length_bytes).and_then(|()| file.sync_all()).is_err() {
                 state.broken = true;
             }
@@ -158,6 +174,7 @@ impl SpendLedger {
             sync_parent(&self.path).map_err(|e| self.not_persisted(e.to_string()))?;
         }
         state.length_bytes += line.len() as u64;
+        state.file = Some(file);
         Ok(())
     }
 
@@ -168,6 +185,22 @@ impl SpendLedger {
         }
     }
 }
+
+/// `entries` as the ledger's lines: each validated (the first bad one refuses
+/// them all) and written as one line of JSON.
+pub fn encode<'a>(entries: impl ExactSizeIterator<Item = &'a SpendEntry>) -> Result<Vec<u8>, SpendError> {
+    let mut lines = Vec::with_capacity(entries.len() * ENTRY_BYTES_USUAL);
+    for entry in entries {
+        entry.validate()?;
+        serde_json::to_writer(&mut lines, entry).expect("an entry serializes");
+        lines.push(b'\n');
+    }
+    Ok(lines)
+}
+
+/// The bytes of an entry's line, usually: room reserved per entry, so a batch's
+/// lines are written into one buffer without growing it.
+const ENTRY_BYTES_USUAL: usize = 256;
 
 /// Reads every whole line of `reader` into `totals`; returns the length of the
 /// whole lines (a last line without its newline was torn and is not read).

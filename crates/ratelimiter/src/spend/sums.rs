@@ -6,8 +6,12 @@ use std::collections::BTreeMap;
 
 use super::{SpendEntry, SpendField, SpendQuery, SpendRow, UtcDay};
 
-/// The finest group: what the sums are kept by.
-type GroupKey = (UtcDay, String, String, String, String);
+/// The sums by name, one level per grouped name: a call is counted by looking
+/// its names up by reference, so counting copies a name only for a group's
+/// first call (a map keyed by the tuple of names would copy all four per call).
+type ByName<T> = BTreeMap<String, T>;
+/// The finest groups of one day: tenant, key, model, deployment.
+type DayGroups = ByName<ByName<ByName<ByName<Totals>>>>;
 
 /// The sums of a group's calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,42 +52,49 @@ impl Totals {
 /// with the calls.
 #[derive(Debug, Default)]
 pub struct SpendSums {
-    totals: BTreeMap<GroupKey, Totals>,
+    days: BTreeMap<UtcDay, DayGroups>,
+}
+
+/// The value of `map` under `name`, made (and `name` copied) only when missing.
+fn named<'a, T: Default>(map: &'a mut ByName<T>, name: &str) -> &'a mut T {
+    if !map.contains_key(name) {
+        map.insert(name.to_owned(), T::default());
+    }
+    map.get_mut(name).expect("inserted above")
 }
 
 impl SpendSums {
     /// Counts `entry` in its group.
     pub fn add(&mut self, entry: &SpendEntry) {
-        let key = (
-            UtcDay::of_unix_ms(entry.at_unix_ms),
-            entry.tenant.clone(),
-            entry.key.clone(),
-            entry.model.clone(),
-            entry.deployment.clone(),
-        );
-        self.totals.entry(key).or_default().add(&Totals::of(entry));
+        let day = self.days.entry(UtcDay::of_unix_ms(entry.at_unix_ms)).or_default();
+        let key = named(named(day, &entry.tenant), &entry.key);
+        named(named(key, &entry.model), &entry.deployment).add(&Totals::of(entry));
     }
 
     /// The report `query` asks for: one row per group of the calls completed on
     /// its days, ordered by the grouped fields (tenant, key, model, deployment,
     /// day); no row for a group without calls.
     pub fn report(&self, query: &SpendQuery) -> Vec<SpendRow> {
-        let start = (query.from(), String::new(), String::new(), String::new(), String::new());
         let mut groups: BTreeMap<SpendRow, Totals> = BTreeMap::new();
-        for ((day, tenant, key, model, deployment), totals) in self.totals.range(start..) {
-            if *day > query.to() {
-                break;
+        for (day, tenants) in self.days.range(query.from()..=query.to()) {
+            for (tenant, keys) in tenants {
+                for (key, models) in keys {
+                    for (model, deployments) in models {
+                        for (deployment, totals) in deployments {
+                            let pick = |field, value: &String| query.groups_by(field).then(|| value.clone());
+                            let group = SpendRow {
+                                tenant: pick(SpendField::Tenant, tenant),
+                                key: pick(SpendField::Key, key),
+                                model: pick(SpendField::Model, model),
+                                deployment: pick(SpendField::Deployment, deployment),
+                                day: query.groups_by(SpendField::Day).then_some(*day),
+                                ..SpendRow::default()
+                            };
+                            groups.entry(group).or_default().add(totals);
+                        }
+                    }
+                }
             }
-            let pick = |field, value: &String| query.groups_by(field).then(|| value.clone());
-            let group = SpendRow {
-                tenant: pick(SpendField::Tenant, tenant),
-                key: pick(SpendField::Key, key),
-                model: pick(SpendField::Model, model),
-                deployment: pick(SpendField::Deployment, deployment),
-                day: query.groups_by(SpendField::Day).then_some(*day),
-                ..SpendRow::default()
-            };
-            groups.entry(group).or_default().add(totals);
         }
         (groups.into_iter())
             .map(|(group, t)| SpendRow {
