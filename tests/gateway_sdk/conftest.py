@@ -22,6 +22,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -106,15 +107,15 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def start_sim(directory: Path) -> tuple[subprocess.Popen, str]:
-    """provider-sim on a free port (it prints the port it bound)."""
+def launch_sim(directory: Path, args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """provider-sim on a free port, with limits no test reaches, the tests' pace of
+    output tokens and ``args`` (its models, its credentials); waits for the port it
+    prints and answers its process and base URL."""
     log = directory / "provider-sim.log"
-    models = ",".join([m["name"] for m in MODELS] + [UNCONFIGURED_MODEL])
     process = subprocess.Popen(
         [binary("PROVIDER_SIM_BIN"), "--listen", "127.0.0.1:0", "--rpm", "1000000", "--tpm", "1000000000",
-         "--concurrency", "256", "--ms-per-output-token", str(MS_PER_OUTPUT_TOKEN), "--models", models,
-         "--api-key-env", "SIM_UPSTREAM_KEY"],
-        env={**os.environ, "SIM_UPSTREAM_KEY": UPSTREAM_KEY},
+         "--ms-per-output-token", str(MS_PER_OUTPUT_TOKEN), *args],
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=open(log, "wb"),
     )
@@ -130,8 +131,20 @@ def start_sim(directory: Path) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("provider-sim did not start in time")
 
 
-def gateway_config(directory: Path, api_port: int, gateway_port: int, sim_url: str) -> str:
-    """ratelimiterd's YAML with the gateway section the issue names."""
+def start_sim(directory: Path) -> tuple[subprocess.Popen, str]:
+    """provider-sim serving every model of ``MODELS`` (and one the gateway lacks)
+    to the upstream key."""
+    models = ",".join([m["name"] for m in MODELS] + [UNCONFIGURED_MODEL])
+    return launch_sim(directory, ["--concurrency", "256", "--models", models, "--api-key-env", "SIM_UPSTREAM_KEY"],
+                      {**os.environ, "SIM_UPSTREAM_KEY": UPSTREAM_KEY})
+
+
+#: The tenant every gateway of these tests serves: ``TENANT_KEY`` in ``ACME_GATEWAY_KEY``.
+ACME_TENANT = "  tenants:\n    - {name: acme, api_key_env: ACME_GATEWAY_KEY, daily_tokens: 100000000}\n"
+
+
+def gateway_section(sim_url: str) -> str:
+    """The ``gateway:`` section's upstreams, models and tenant the issue names."""
     def entry(fields: dict[str, Any]) -> str:
         lines = [f"{k}: {json.dumps(v)}" for k, v in fields.items()]
         return "\n".join(["    - " + lines[0]] + ["      " + line for line in lines[1:]])
@@ -142,21 +155,12 @@ def gateway_config(directory: Path, api_port: int, gateway_port: int, sim_url: s
         {"name": "azure", "kind": "azure", "base_url": sim_url, "api_version": AZURE_API_VERSION,
          "api_key_env": "SIM_UPSTREAM_KEY"},
     ]
-    tenants = [{"name": "acme", "api_key_env": "ACME_GATEWAY_KEY", "daily_tokens": 100000000}]
     return "\n".join([
-        "server:",
-        f'  listen_addr: "127.0.0.1:{api_port}"',
-        "registry:",
-        f'  path: "{directory / "limits.json"}"',
-        "gateway:",
-        f'  listen_addr: "127.0.0.1:{gateway_port}"',
         "  upstreams:",
         *[entry(u) for u in upstreams],
         "  models:",
         *[entry(m) for m in MODELS],
-        "  tenants:",
-        *[entry(t) for t in tenants],
-        "",
+        ACME_TENANT,
     ])
 
 
@@ -259,30 +263,58 @@ def assert_charged(gw: Gateway, before: dict[str, int], charged: dict[str, int])
     assert {k: after[k] - before[k] for k in charged} == charged
 
 
+def start_ratelimiterd(directory: Path, gateway: str, env: dict[str, str]) -> tuple[subprocess.Popen, str, str]:
+    """ratelimiterd on two free ports, its registry in ``directory``, ``gateway``
+    (YAML indented under ``gateway:``) after its gateway's listen address; answers
+    the process, the gateway's base URL and the limiter API's once both answer."""
+    api_port, gateway_port = free_port(), free_port()
+    config = directory / "ratelimiterd.yaml"
+    config.write_text("\n".join([
+        "server:",
+        f'  listen_addr: "127.0.0.1:{api_port}"',
+        "registry:",
+        f'  path: "{directory / "limits.json"}"',
+        "gateway:",
+        f'  listen_addr: "127.0.0.1:{gateway_port}"',
+        gateway,
+    ]))
+    log = directory / "ratelimiterd.log"
+    server = subprocess.Popen([binary("RATELIMITERD_BIN"), "--config", str(config)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    admin_url, base = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{gateway_port}"
+    try:
+        wait_http(f"{admin_url}/healthz", server, log)
+        wait_http(f"{base}/v1/models", server, log)
+    except BaseException:
+        stop(server)
+        raise
+    return server, base, admin_url
+
+
+@contextmanager
+def serve(directory: Path, sim: subprocess.Popen, sim_url: str, sim_api_key: str, gateway: str,
+          env: dict[str, str]) -> Iterator[Gateway]:
+    """A module's ``Gateway``: ratelimiterd with ``gateway`` in front of the started
+    simulator, the acme tenant's key added to ``env`` (or the simulator itself,
+    called with ``sim_api_key``, when ``GATEWAY_TEST_TARGET=sim``); both stopped at
+    the end."""
+    processes = [sim]
+    try:
+        if os.environ.get("GATEWAY_TEST_TARGET", "gateway") == "sim":
+            yield Gateway(sim_url, sim_api_key, sim_url, None, [directory / "provider-sim.log"])
+            return
+        server, base, admin_url = start_ratelimiterd(directory, gateway, {**env, "ACME_GATEWAY_KEY": TENANT_KEY})
+        processes.append(server)
+        yield Gateway(base, TENANT_KEY, sim_url, admin_url, [directory / "ratelimiterd.log"])
+    finally:
+        for process in reversed(processes):
+            stop(process)
+
+
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     directory = tmp_path_factory.mktemp("gateway")
     sim, sim_url = start_sim(directory)
-    processes = [sim]
-    try:
-        if os.environ.get("GATEWAY_TEST_TARGET", "gateway") == "sim":
-            yield Gateway(sim_url, UPSTREAM_KEY, sim_url, None, [directory / "provider-sim.log"])
-            return
-        api_port, gateway_port = free_port(), free_port()
-        config = directory / "ratelimiterd.yaml"
-        config.write_text(gateway_config(directory, api_port, gateway_port, sim_url))
-        log = directory / "ratelimiterd.log"
-        server = subprocess.Popen(
-            [binary("RATELIMITERD_BIN"), "--config", str(config)],
-            env={**os.environ, "SIM_UPSTREAM_KEY": UPSTREAM_KEY, "ACME_GATEWAY_KEY": TENANT_KEY},
-            stdout=subprocess.DEVNULL,
-            stderr=open(log, "wb"),
-        )
-        processes.append(server)
-        wait_http(f"http://127.0.0.1:{api_port}/healthz", server, log)
-        base = f"http://127.0.0.1:{gateway_port}"
-        wait_http(f"{base}/v1/models", server, log)
-        yield Gateway(base, TENANT_KEY, sim_url, f"http://127.0.0.1:{api_port}", [log])
-    finally:
-        for process in reversed(processes):
-            stop(process)
+    with serve(directory, sim, sim_url, UPSTREAM_KEY, gateway_section(sim_url),
+               {**os.environ, "SIM_UPSTREAM_KEY": UPSTREAM_KEY}) as gateway:
+        yield gateway

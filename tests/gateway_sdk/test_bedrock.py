@@ -8,27 +8,12 @@ own, the gateway signing with the same keys."""
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import time
-from pathlib import Path
 from typing import Iterator
 
 import anthropic
 import pytest
 
-from conftest import (
-    MS_PER_OUTPUT_TOKEN,
-    START_TIMEOUT_S,
-    TENANT_KEY,
-    Gateway,
-    binary,
-    free_port,
-    http,
-    stop,
-    tokens,
-    wait_http,
-)
+from conftest import ACME_TENANT, TENANT_KEY, Gateway, http, launch_sim, serve, tokens
 
 #: A cross-region inference profile's id: it holds '.' and ':'.
 CLAUDE_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -49,35 +34,8 @@ INPUT_TPM = f"global:llm:bedrock:{CLAUDE_KEY}:input_tpm"
 OUTPUT_TPM = f"global:llm:bedrock:{CLAUDE_KEY}:output_tpm"
 
 
-def start_bedrock_sim(directory: Path) -> tuple[subprocess.Popen, str]:
-    log = directory / "provider-sim.log"
-    process = subprocess.Popen(
-        [binary("PROVIDER_SIM_BIN"), "--listen", "127.0.0.1:0", "--rpm", "1000000", "--tpm", "1000000000",
-         "--ms-per-output-token", str(MS_PER_OUTPUT_TOKEN), "--models", f"{CLAUDE_ID},{POOL_ID},{ANTHROPIC_MODEL}", "--aws-sigv4"],
-        env={**os.environ, **AWS},
-        stdout=subprocess.DEVNULL,
-        stderr=open(log, "wb"),
-    )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"provider-sim exited: {log.read_text()}")
-        found = re.search(r"serving on (http://\S+)", log.read_text())
-        if found:
-            return process, found.group(1)
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError("provider-sim did not start in time")
-
-
-def config(directory: Path, api_port: int, gateway_port: int, sim_url: str) -> str:
-    return f"""server:
-  listen_addr: "127.0.0.1:{api_port}"
-registry:
-  path: "{directory / "limits.json"}"
-gateway:
-  listen_addr: "127.0.0.1:{gateway_port}"
-  upstreams:
+def gateway_section(sim_url: str) -> str:
+    return f"""  upstreams:
     - {{name: bedrock, kind: bedrock, region: {REGION}, base_url: "{sim_url}"}}
     - {{name: anthropic, kind: anthropic, base_url: "{sim_url}"}}
   models:
@@ -88,38 +46,16 @@ gateway:
       deployments:
         - {{upstream: anthropic, model: {ANTHROPIC_MODEL}, rpm: 100000, input_tpm: 50000000, output_tpm: 10000000}}
         - {{upstream: bedrock, model: "{POOL_ID}", rpm: 100000, input_tpm: 50000000, output_tpm: 10000000}}
-  tenants:
-    - {{name: acme, api_key_env: ACME_GATEWAY_KEY, daily_tokens: 100000000}}
-"""
+{ACME_TENANT}"""
 
 
 @pytest.fixture(scope="module")
 def bedrock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     directory = tmp_path_factory.mktemp("bedrock")
-    sim, sim_url = start_bedrock_sim(directory)
-    processes = [sim]
-    try:
-        if os.environ.get("GATEWAY_TEST_TARGET", "gateway") == "sim":
-            yield Gateway(sim_url, TENANT_KEY, sim_url, None, [directory / "provider-sim.log"])
-            return
-        api_port, gateway_port = free_port(), free_port()
-        path = directory / "ratelimiterd.yaml"
-        path.write_text(config(directory, api_port, gateway_port, sim_url))
-        log = directory / "ratelimiterd.log"
-        server = subprocess.Popen(
-            [binary("RATELIMITERD_BIN"), "--config", str(path)],
-            env={**os.environ, **AWS, "ACME_GATEWAY_KEY": TENANT_KEY},
-            stdout=subprocess.DEVNULL,
-            stderr=open(log, "wb"),
-        )
-        processes.append(server)
-        wait_http(f"http://127.0.0.1:{api_port}/healthz", server, log)
-        base = f"http://127.0.0.1:{gateway_port}"
-        wait_http(f"{base}/v1/models", server, log)
-        yield Gateway(base, TENANT_KEY, sim_url, f"http://127.0.0.1:{api_port}", [log])
-    finally:
-        for process in reversed(processes):
-            stop(process)
+    sim, sim_url = launch_sim(directory, ["--models", f"{CLAUDE_ID},{POOL_ID},{ANTHROPIC_MODEL}", "--aws-sigv4"],
+                              {**os.environ, **AWS})
+    with serve(directory, sim, sim_url, TENANT_KEY, gateway_section(sim_url), {**os.environ, **AWS}) as gateway:
+        yield gateway
 
 
 def bedrock_client(gw: Gateway, secret: str = AWS["AWS_SECRET_ACCESS_KEY"]) -> anthropic.AnthropicBedrock:

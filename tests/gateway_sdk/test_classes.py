@@ -14,7 +14,7 @@ from typing import Iterator
 import openai
 import pytest
 
-from conftest import UPSTREAM_KEY, binary, free_port, http, start_sim, stop, wait_http
+from conftest import UPSTREAM_KEY, http, start_ratelimiterd, start_sim, stop
 
 #: The two tenants' gateway keys.
 WEB_KEY = "gw-web-key-0123456789abcdef"
@@ -31,15 +31,9 @@ class Classes:
         self.processes: list[subprocess.Popen] = []
         sim, sim_url = start_sim(directory)
         self.processes.append(sim)
-        api_port, gateway_port = free_port(), free_port()
-        config = directory / "ratelimiterd.yaml"
-        config.write_text(f"""server:
-  listen_addr: "127.0.0.1:{api_port}"
-registry:
-  path: "{directory / "limits.json"}"
-gateway:
-  listen_addr: "127.0.0.1:{gateway_port}"
-  upstreams:
+        env = {**os.environ, "WEB_GATEWAY_KEY": WEB_KEY, "ETL_GATEWAY_KEY": ETL_KEY,
+               "SIM_UPSTREAM_KEY": UPSTREAM_KEY}
+        server, base, self.admin_url = start_ratelimiterd(directory, f"""  upstreams:
     - {{name: openai, kind: openai, base_url: "{sim_url}", api_key_env: SIM_UPSTREAM_KEY}}
   models:
     - {{name: gpt-4o-mini, upstream: openai, rpm: {RPM}, tpm: 1000000}}
@@ -49,16 +43,9 @@ gateway:
   tenants:
     - {{name: web, api_key_env: WEB_GATEWAY_KEY, class: interactive}}
     - {{name: etl, api_key_env: ETL_GATEWAY_KEY, class: batch}}
-""")
-        log = directory / "ratelimiterd.log"
-        env = {**os.environ, "WEB_GATEWAY_KEY": WEB_KEY, "ETL_GATEWAY_KEY": ETL_KEY,
-               "SIM_UPSTREAM_KEY": UPSTREAM_KEY}
-        server = subprocess.Popen([binary("RATELIMITERD_BIN"), "--config", str(config)], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+""", env)
         self.processes.append(server)
-        wait_http(f"http://127.0.0.1:{api_port}/healthz", server, log)
-        self.admin_url = f"http://127.0.0.1:{api_port}"
-        self.base_url = f"http://127.0.0.1:{gateway_port}/v1"
+        self.base_url = f"{base}/v1"
 
     def in_use(self, key: str) -> int:
         status, _, body = http("GET", f"{self.admin_url}/v1/admin/limits/{key}")

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -22,18 +19,7 @@ import openai
 import pytest
 from anthropic import AnthropicVertex
 
-from conftest import (
-    MS_PER_OUTPUT_TOKEN,
-    START_TIMEOUT_S,
-    TENANT_KEY,
-    Gateway,
-    binary,
-    free_port,
-    http,
-    stop,
-    tokens,
-    wait_http,
-)
+from conftest import ACME_TENANT, Gateway, http, launch_sim, serve, tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The test-only key (tests/fixtures/README.md).
@@ -58,37 +44,8 @@ def key_file(path: Path, private_key: str, token_uri: str) -> Path:
     return path
 
 
-def start_vertex_sim(directory: Path) -> tuple[subprocess.Popen, str]:
-    log = directory / "provider-sim.log"
-    # The simulator reads the account and its key; the token_uri is written once its port is known.
-    account = key_file(directory / "sim-account.json", TEST_KEY, "http://127.0.0.1/token")
-    process = subprocess.Popen(
-        [binary("PROVIDER_SIM_BIN"), "--listen", "127.0.0.1:0", "--rpm", "1000000", "--tpm", "1000000000",
-         "--ms-per-output-token", str(MS_PER_OUTPUT_TOKEN), "--models", f"{CLAUDE_ID},{GEMINI_ID}",
-         "--vertex-service-account", str(account)],
-        stdout=subprocess.DEVNULL,
-        stderr=open(log, "wb"),
-    )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"provider-sim exited: {log.read_text()}")
-        found = re.search(r"serving on (http://\S+)", log.read_text())
-        if found:
-            return process, found.group(1)
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError("provider-sim did not start in time")
-
-
-def config(directory: Path, api_port: int, gateway_port: int, sim_url: str, credentials: Path) -> str:
-    return f"""server:
-  listen_addr: "127.0.0.1:{api_port}"
-registry:
-  path: "{directory / "limits.json"}"
-gateway:
-  listen_addr: "127.0.0.1:{gateway_port}"
-  upstreams:
+def gateway_section(sim_url: str, credentials: Path) -> str:
+    return f"""  upstreams:
     - {{name: vertex, kind: vertex, project: {PROJECT}, region: {REGION}, base_url: "{sim_url}", credentials_file: "{credentials}"}}
   models:
     - name: claude-sonnet-4-5
@@ -98,38 +55,21 @@ gateway:
       max_output_tokens_default: 64
       deployments:
         - {{upstream: vertex, model: "{GEMINI_ID}", rpm: 100000, tpm: 50000000, concurrency: 64}}
-  tenants:
-    - {{name: acme, api_key_env: ACME_GATEWAY_KEY, daily_tokens: 100000000}}
-"""
+{ACME_TENANT}"""
 
 
 @pytest.fixture(scope="module")
 def vertex(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     directory = tmp_path_factory.mktemp("vertex")
-    sim, sim_url = start_vertex_sim(directory)
+    # The simulator reads the account and its key; the token_uri is written once its port is known.
+    account = key_file(directory / "sim-account.json", TEST_KEY, "http://127.0.0.1/token")
+    sim, sim_url = launch_sim(directory, ["--models", f"{CLAUDE_ID},{GEMINI_ID}",
+                                          "--vertex-service-account", str(account)])
     credentials = key_file(directory / "service-account.json", TEST_KEY, f"{sim_url}/token")
-    processes = [sim]
-    try:
-        if os.environ.get("GATEWAY_TEST_TARGET", "gateway") == "sim":
-            yield Gateway(sim_url, "", sim_url, None, [directory / "provider-sim.log"])
-            return
-        api_port, gateway_port = free_port(), free_port()
-        path = directory / "ratelimiterd.yaml"
-        path.write_text(config(directory, api_port, gateway_port, sim_url, credentials))
-        log = directory / "ratelimiterd.log"
-        # No GOOGLE_APPLICATION_CREDENTIALS: the gateway reads credentials_file.
-        env = {k: v for k, v in os.environ.items() if k != "GOOGLE_APPLICATION_CREDENTIALS"}
-        server = subprocess.Popen([binary("RATELIMITERD_BIN"), "--config", str(path)],
-                                  env={**env, "ACME_GATEWAY_KEY": TENANT_KEY},
-                                  stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
-        processes.append(server)
-        wait_http(f"http://127.0.0.1:{api_port}/healthz", server, log)
-        base = f"http://127.0.0.1:{gateway_port}"
-        wait_http(f"{base}/v1/models", server, log)
-        yield Gateway(base, TENANT_KEY, sim_url, f"http://127.0.0.1:{api_port}", [log])
-    finally:
-        for process in reversed(processes):
-            stop(process)
+    # No GOOGLE_APPLICATION_CREDENTIALS: the gateway reads credentials_file.
+    env = {k: v for k, v in os.environ.items() if k != "GOOGLE_APPLICATION_CREDENTIALS"}
+    with serve(directory, sim, sim_url, "", gateway_section(sim_url, credentials), env) as gateway:
+        yield gateway
 
 
 def anthropic_vertex(vertex: Gateway, monkeypatch: pytest.MonkeyPatch, credentials: Path) -> AnthropicVertex:
