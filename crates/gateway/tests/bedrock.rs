@@ -12,12 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
-use ratelimiter::SystemClock;
-use replay::provider::{Accounting, ProviderLimits};
 use replay::provider_server::ProviderServer;
 use replay::sim::sigv4::AwsKeys;
 use replay::sim_control::SimControl;
 use serde_json::{json, Value};
+use support::provider_sim::{arm_fault, start_roomy_sim};
 use support::*;
 
 /// The Bedrock model served: its id holds `.` and `:`.
@@ -39,14 +38,6 @@ async fn start_sim() -> SocketAddr {
 
 /// The simulator, with an STS issuing credentials of `sts_lifetime` when given.
 async fn start_sim_with(sts_lifetime: Option<Duration>) -> (SocketAddr, Arc<ProviderServer>) {
-    let limits = ProviderLimits {
-        rpm: 100_000,
-        tpm: 100_000_000,
-        window_ms: 60_000,
-        concurrency: 1_000,
-        ms_per_output_token: 1,
-        accounting: Accounting::Actual,
-    };
     let models = vec![CLAUDE_ID.to_owned(), "claude-sonnet-4-5".to_owned(), OSS_ID.to_owned()];
     let mut control = SimControl::new(models, None).with_aws_keys(AwsKeys {
         access_key_id: ACCESS_KEY_ID.to_owned(),
@@ -56,11 +47,7 @@ async fn start_sim_with(sts_lifetime: Option<Duration>) -> (SocketAddr, Arc<Prov
     if let Some(lifetime) = sts_lifetime {
         control = control.with_sts(lifetime);
     }
-    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), control);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
-    (addr, provider)
+    start_roomy_sim(control, |_| ()).await
 }
 
 /// A gateway whose `claude` pool is Bedrock alone, or Anthropic first then
@@ -179,14 +166,6 @@ async fn a_wrong_secret_is_refused_by_the_simulator_and_the_right_one_is_served_
     assert_eq!(output, 9);
     eventually_in_use(&backend, &key("input_tpm"), input + stream_input).await;
     eventually_in_use(&backend, &key("output_tpm"), 7 + 9).await;
-}
-
-async fn arm_fault(sim: SocketAddr, fault: Value) {
-    let request = hyper::Request::post(format!("http://{sim}/sim/faults"))
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(bytes::Bytes::from(fault.to_string())))
-        .unwrap();
-    assert_eq!(client().request(request).await.unwrap().status(), 204);
 }
 
 #[tokio::test]

@@ -11,39 +11,20 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
-use ratelimiter::SystemClock;
-use replay::provider::{Accounting, ProviderLimits};
 use replay::provider_server::ProviderServer;
-use replay::sim::vertex_auth::VertexAuth;
 use replay::sim_control::SimControl;
-use serde_json::{json, Value};
+use serde_json::json;
+use support::provider_sim::{arm_fault, start_roomy_sim, trust_vertex_test_key, vertex_key_file, VERTEX_TEST_KEY};
 use support::*;
 
-/// The test-only key (tests/fixtures/README.md).
-const TEST_KEY: &str = include_str!("../../../tests/fixtures/vertex-test-only-key.pem");
-const ACCOUNT: &str = "gw@acme-ml.iam.gserviceaccount.com";
 /// The one model's id at each provider.
 const VERTEX_ID: &str = "claude-sonnet-4-5@20250929";
 const BEDROCK_ID: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
 const ANTHROPIC_ID: &str = "claude-sonnet-4-5";
 
 async fn start_sim() -> (SocketAddr, Arc<ProviderServer>) {
-    let limits = ProviderLimits {
-        rpm: 100_000,
-        tpm: 100_000_000,
-        window_ms: 60_000,
-        concurrency: 1_000,
-        ms_per_output_token: 1,
-        accounting: Accounting::Actual,
-    };
     let models = [VERTEX_ID, BEDROCK_ID, ANTHROPIC_ID].map(str::to_owned).to_vec();
-    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), SimControl::new(models, None));
-    let account = json!({"client_email": ACCOUNT, "private_key": TEST_KEY});
-    provider.set_vertex_auth(VertexAuth::from_key_file(account.to_string().as_bytes(), 3_600).unwrap());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
-    (addr, provider)
+    start_roomy_sim(SimControl::new(models, None), |provider| trust_vertex_test_key(provider, 3_600)).await
 }
 
 /// The gateway: model `claude` over Vertex first, then Bedrock, then Anthropic
@@ -85,14 +66,6 @@ async fn call(gateway: SocketAddr, stream: bool) -> (u16, String, String) {
     (parts.status.as_u16(), served, body)
 }
 
-async fn arm_fault(sim: SocketAddr, fault: Value) {
-    let request = hyper::Request::post(format!("http://{sim}/sim/faults"))
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(bytes::Bytes::from(fault.to_string())))
-        .unwrap();
-    assert_eq!(client().request(request).await.unwrap().status(), 204);
-}
-
 /// Six calls, streamed and not: each served, the deployments that served them.
 async fn six_calls(gateway: SocketAddr) -> Vec<String> {
     let mut served = Vec::new();
@@ -110,12 +83,7 @@ async fn six_calls(gateway: SocketAddr) -> Vec<String> {
 #[tokio::test]
 async fn throttling_on_one_provider_moves_the_calls_to_the_others_with_no_client_error() {
     let (sim, provider) = start_sim().await;
-    let dir = std::env::temp_dir().join(format!("gateway-three-providers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let key_file = dir.join("service-account.json");
-    let file = json!({"type": "service_account", "private_key_id": "k1", "private_key": TEST_KEY,
-        "client_email": ACCOUNT, "token_uri": format!("http://{sim}/token")});
-    std::fs::write(&key_file, file.to_string()).unwrap();
+    let key_file = vertex_key_file("three-providers", sim, VERTEX_TEST_KEY);
     let gateway = start_gateway_for(sim, &key_file).await;
 
     assert!(
@@ -141,5 +109,5 @@ async fn throttling_on_one_provider_moves_the_calls_to_the_others_with_no_client
     assert!(served.iter().all(|d| d == "vertex" || d == "anthropic"), "{served:?}");
     assert_eq!(provider.vertex_auth().refused_tokens(), 0);
     assert_eq!(provider.vertex_auth().issued(), 1, "one token for every Vertex call");
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(key_file.parent().unwrap()).unwrap();
 }

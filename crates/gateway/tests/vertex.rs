@@ -8,20 +8,15 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimiter::SystemClock;
-use replay::provider::{Accounting, ProviderLimits};
 use replay::provider_server::ProviderServer;
-use replay::sim::vertex_auth::VertexAuth;
 use replay::sim_control::SimControl;
 use serde_json::{json, Value};
+use support::provider_sim::{arm_fault, start_roomy_sim, trust_vertex_test_key, vertex_key_file, VERTEX_TEST_KEY};
 use support::*;
 
-/// The test-only key (tests/fixtures/README.md).
-const TEST_KEY: &str = include_str!("../../../tests/fixtures/vertex-test-only-key.pem");
 const CLAUDE: &str = "claude-sonnet-4-5@20250929";
 const GEMINI: &str = "google/gemini-2.5-flash";
 /// The tokens' lifetime: a few seconds, so that the test sees several renewals,
@@ -33,35 +28,8 @@ const FLOW_MS: u64 = 3 * TOKEN_LIFETIME_S * 1_000;
 
 /// The simulator, trusting the test key, its tokens lasting `lifetime_s`.
 async fn start_vertex_sim(lifetime_s: u64) -> (SocketAddr, Arc<ProviderServer>) {
-    let limits = ProviderLimits {
-        rpm: 100_000,
-        tpm: 100_000_000,
-        window_ms: 60_000,
-        concurrency: 1_000,
-        ms_per_output_token: 1,
-        accounting: Accounting::Actual,
-    };
     let control = SimControl::new(vec![CLAUDE.to_owned(), GEMINI.to_owned()], None);
-    let provider = ProviderServer::with_control(limits, Arc::new(SystemClock::new()), control);
-    let key = json!({"client_email": "gw@acme-ml.iam.gserviceaccount.com", "private_key": TEST_KEY});
-    provider.set_vertex_auth(VertexAuth::from_key_file(key.to_string().as_bytes(), lifetime_s).unwrap());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
-    (addr, provider)
-}
-
-/// A service account key file whose `token_uri` is the simulator's, in a
-/// directory of the test's own.
-fn key_file(test: &str, sim: SocketAddr, private_key: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gateway-vertex-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("service-account.json");
-    let file = json!({"type": "service_account", "project_id": "acme-ml", "private_key_id": "k1",
-        "private_key": private_key, "client_email": "gw@acme-ml.iam.gserviceaccount.com",
-        "token_uri": format!("http://{sim}/token")});
-    std::fs::write(&path, file.to_string()).unwrap();
-    path
+    start_roomy_sim(control, |provider| trust_vertex_test_key(provider, lifetime_s)).await
 }
 
 /// Two Vertex upstreams (two regions of one project) on the simulator, the
@@ -102,7 +70,7 @@ async fn claude(client: &HttpClient, gateway: SocketAddr, stream: bool) -> (u16,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_of_a_few_seconds_are_renewed_while_calls_flow_and_none_is_sent_expired() {
     let (sim, provider) = start_vertex_sim(TOKEN_LIFETIME_S).await;
-    let key = key_file("renewal", sim, TEST_KEY);
+    let key = vertex_key_file("renewal", sim, VERTEX_TEST_KEY);
     let backend = memory_backend();
     let gateway = start_gateway(&vertex_config(sim, &key), backend.clone()).await;
     let started = Instant::now();
@@ -164,15 +132,11 @@ async fn tokens_of_a_few_seconds_are_renewed_while_calls_flow_and_none_is_sent_e
 #[tokio::test]
 async fn a_resource_exhausted_region_moves_the_call_to_the_other_one() {
     let (sim, provider) = start_vertex_sim(3_600).await;
-    let key = key_file("exhausted", sim, TEST_KEY);
+    let key = vertex_key_file("exhausted", sim, VERTEX_TEST_KEY);
     let gateway = start_gateway(&vertex_config(sim, &key), memory_backend()).await;
     let client = client();
     let fault = json!({"mode": "status", "status": 429, "count": 1, "model": CLAUDE});
-    let arm = hyper::Request::post(format!("http://{sim}/sim/faults"))
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(bytes::Bytes::from(fault.to_string())))
-        .unwrap();
-    assert_eq!(client.request(arm).await.unwrap().status(), 204);
+    arm_fault(sim, fault).await;
     let (status, headers, body) = claude(&client, gateway, false).await;
     assert_eq!(status, 200, "{body}");
     let served = headers["x-ratelimit-deployment"].to_str().unwrap().to_owned();
@@ -202,7 +166,7 @@ async fn a_resource_exhausted_region_moves_the_call_to_the_other_one() {
 #[tokio::test]
 async fn a_bad_or_missing_key_file_is_a_start_up_error_naming_the_upstream_and_the_field() {
     let sim: SocketAddr = "127.0.0.1:9".parse().unwrap();
-    let key = key_file(
+    let key = vertex_key_file(
         "bad-key",
         sim,
         "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n",

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod billing;
+pub mod provider_sim;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -375,10 +376,7 @@ pub async fn start_sim_on(
         replay::sim_control::SimControl::default(),
     );
     provider.set_profile(replay::sim_profile::SimProfile::with_defaults(profile, &limits));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(Arc::clone(&provider).serve(listener, std::future::pending()));
-    (addr, provider)
+    (provider_sim::serve_provider(&provider).await, provider)
 }
 
 /// Anthropic's profile makes the gateway reserve on buckets (docs/bucket-limits.md)
