@@ -24,7 +24,10 @@ const ANTHROPIC_ID: &str = "claude-sonnet-4-5";
 
 async fn start_sim() -> (SocketAddr, Arc<ProviderServer>) {
     let models = [VERTEX_ID, BEDROCK_ID, ANTHROPIC_ID].map(str::to_owned).to_vec();
-    start_roomy_sim(SimControl::new(models, None), |provider| trust_vertex_test_key(provider, 3_600)).await
+    start_roomy_sim(SimControl::new(models, None), |provider| {
+        trust_vertex_test_key(provider, 3_600)
+    })
+    .await
 }
 
 /// The gateway: model `claude` over Vertex first, then Bedrock, then Anthropic

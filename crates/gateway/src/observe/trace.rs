@@ -607,8 +607,9 @@ fn host_and_port(base_url: &str) -> Option<(&str, u16)> {
     Some(explicit.unwrap_or((authority, default_port)))
 }
 
-/// Reads a context from a request's headers.
-struct HeaderExtractor<'a>(&'a HeaderMap);
+/// Reads a context from a request's headers: the gateway's calls and the
+/// limiter API's (ratelimiterd) take their callers' `traceparent` alike.
+pub struct HeaderExtractor<'a>(pub &'a HeaderMap);
 
 impl Extractor for HeaderExtractor<'_> {
     fn get(&self, key: &str) -> Option<&str> {

@@ -1,8 +1,8 @@
 //! The connector every HTTP client of the gateway to the providers dials
 //! through: TCP without Nagle's delay, and rustls on ring for `https://`
 //! (plain `http://` too, for local servers and the simulator). Shared by the
-//! upstream client (`proxy/upstream.rs`) and the Vertex AI token exchange
-//! (`proxy/vertex_token.rs`).
+//! upstream client (`proxy/upstream.rs`), the Vertex AI token exchange
+//! (`proxy/vertex_token.rs`) and AWS STS's (`proxy/credentials/sts.rs`).
 
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;

@@ -4,13 +4,13 @@
 //! decision and the retry hint. Made only when the server exports traces: the
 //! handlers then hold an [`ApiTracer`], else nothing of this module runs.
 
-use axum::http::{HeaderMap, HeaderName, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use gateway::observe::trace::{
-    DECISION_DENIED, ERROR_TYPE, HTTP_REQUEST_METHOD, HTTP_RESPONSE_STATUS_CODE, HTTP_ROUTE, RATELIMITER_DECISION,
-    RATELIMITER_DENIED_BY, RATELIMITER_RETRY_AFTER_MS, URL_PATH,
+    HeaderExtractor, DECISION_DENIED, ERROR_TYPE, HTTP_REQUEST_METHOD, HTTP_RESPONSE_STATUS_CODE, HTTP_ROUTE,
+    RATELIMITER_DECISION, RATELIMITER_DENIED_BY, RATELIMITER_RETRY_AFTER_MS, URL_PATH,
 };
 use opentelemetry::global::BoxedTracer;
-use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -114,18 +114,5 @@ impl ApiSpan {
 impl Drop for ApiSpan {
     fn drop(&mut self) {
         self.cx.span().end();
-    }
-}
-
-/// Reads a context from a request's headers.
-struct HeaderExtractor<'a>(&'a HeaderMap);
-
-impl Extractor for HeaderExtractor<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(HeaderName::as_str).collect()
     }
 }

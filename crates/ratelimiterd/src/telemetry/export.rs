@@ -140,6 +140,24 @@ fn metadata(resolved: &Resolved) -> Result<MetadataMap, String> {
     Ok(MetadataMap::from_headers(headers))
 }
 
+/// An exporter's builder (spans' or metrics') sending to `endpoint` over OTLP
+/// http/protobuf with the section's headers.
+fn over_http<B: WithExportConfig + WithHttpConfig>(builder: B, resolved: &Resolved, endpoint: &str) -> B {
+    (builder.with_protocol(Protocol::HttpBinary))
+        .with_endpoint(endpoint)
+        .with_headers(headers(resolved))
+}
+
+/// An exporter's builder (spans' or metrics') sending to `endpoint` over gRPC
+/// with the section's headers as metadata, refused as [`metadata`] says.
+fn over_grpc<B: WithExportConfig + WithTonicConfig>(
+    builder: B,
+    resolved: &Resolved,
+    endpoint: &str,
+) -> Result<B, String> {
+    Ok(builder.with_endpoint(endpoint).with_metadata(metadata(resolved)?))
+}
+
 /// Spans batched in a bounded queue and sent by a task of the runtime; what
 /// finds the queue full or fails to be sent is counted in `dropped`.
 fn tracer_provider(
@@ -149,15 +167,8 @@ fn tracer_provider(
 ) -> Result<SdkTracerProvider, String> {
     let builder = opentelemetry_otlp::SpanExporter::builder();
     let exporter = match resolved.traces_protocol {
-        OtlpProtocol::HttpProtobuf => (builder.with_http())
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(endpoint)
-            .with_headers(headers(resolved))
-            .build(),
-        OtlpProtocol::Grpc => (builder.with_tonic())
-            .with_endpoint(endpoint)
-            .with_metadata(metadata(resolved)?)
-            .build(),
+        OtlpProtocol::HttpProtobuf => over_http(builder.with_http(), resolved, endpoint).build(),
+        OtlpProtocol::Grpc => over_grpc(builder.with_tonic(), resolved, endpoint)?.build(),
     }
     .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
     let (in_queue, max) = (Arc::new(AtomicUsize::new(0)), spans_queue_max());
@@ -185,15 +196,8 @@ fn meter_provider(
 ) -> Result<SdkMeterProvider, String> {
     let builder = opentelemetry_otlp::MetricExporter::builder();
     let exporter = match resolved.metrics_protocol {
-        OtlpProtocol::HttpProtobuf => (builder.with_http())
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(endpoint)
-            .with_headers(headers(resolved))
-            .build(),
-        OtlpProtocol::Grpc => (builder.with_tonic())
-            .with_endpoint(endpoint)
-            .with_metadata(metadata(resolved)?)
-            .build(),
+        OtlpProtocol::HttpProtobuf => over_http(builder.with_http(), resolved, endpoint).build(),
+        OtlpProtocol::Grpc => over_grpc(builder.with_tonic(), resolved, endpoint)?.build(),
     }
     .map_err(|e| format!("telemetry: the OTLP metric exporter could not be built: {e}"))?;
     let reader = PeriodicReader::builder(CountedMetrics::new(exporter, dropped), runtime::Tokio).build();

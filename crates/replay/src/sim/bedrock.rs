@@ -47,8 +47,9 @@ pub const ANSWER_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// A request as received, for its signature.
 type Received = (Method, Uri, HeaderMap, Bytes);
 
-/// `POST /model/{modelId}/invoke`.
-pub async fn invoke(
+/// `POST /model/{modelId}/invoke` (`STREAM` false) and
+/// `POST /model/{modelId}/invoke-with-response-stream` (`STREAM` true).
+pub async fn invoke<const STREAM: bool>(
     State(provider): State<Arc<ProviderServer>>,
     Path(model): Path<String>,
     method: Method,
@@ -56,19 +57,7 @@ pub async fn invoke(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    messages(provider, model, (method, uri, headers, body), false).await
-}
-
-/// `POST /model/{modelId}/invoke-with-response-stream`.
-pub async fn invoke_stream(
-    State(provider): State<Arc<ProviderServer>>,
-    Path(model): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    messages(provider, model, (method, uri, headers, body), true).await
+    messages(provider, model, (method, uri, headers, body), STREAM).await
 }
 
 /// `POST /openai/v1/chat/completions`: Bedrock's OpenAI-compatible chat.

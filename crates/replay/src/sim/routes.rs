@@ -35,10 +35,10 @@ impl ProviderServer {
             )
             .route("/openai/deployments/{deployment}/embeddings", post(azure::embeddings))
             .route("/openai/responses", post(azure::responses))
-            .route("/model/{model}/invoke", post(bedrock::invoke))
+            .route("/model/{model}/invoke", post(bedrock::invoke::<false>))
             .route(
                 "/model/{model}/invoke-with-response-stream",
-                post(bedrock::invoke_stream),
+                post(bedrock::invoke::<true>),
             )
             .route("/openai/v1/chat/completions", post(bedrock::chat_completions))
             .route("/", post(sts_routes::assume_role_with_web_identity))

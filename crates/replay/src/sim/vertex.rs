@@ -27,7 +27,8 @@
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, RawPathParams, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -56,13 +57,9 @@ pub async fn token(State(provider): State<Arc<ProviderServer>>, headers: HeaderM
 pub async fn claude(
     State(provider): State<Arc<ProviderServer>>,
     Path((project, region, model_action)): ClaudePath,
-    headers: HeaderMap,
+    Authorized(headers): Authorized,
     body: Bytes,
 ) -> Response {
-    let headers = match authorized(&provider, &region, headers) {
-        Ok(headers) => headers,
-        Err(response) => return *response,
-    };
     let Some((model, action)) = model_action.rsplit_once(':') else {
         return google_error(
             StatusCode::NOT_FOUND,
@@ -93,14 +90,9 @@ pub async fn claude(
 /// the model a publisher's (`google/gemini-2.5-flash`).
 pub async fn openapi_chat(
     State(provider): State<Arc<ProviderServer>>,
-    Path((_project, region)): Path<(String, String)>,
-    headers: HeaderMap,
+    Authorized(headers): Authorized,
     body: Bytes,
 ) -> Response {
-    let headers = match authorized(&provider, &region, headers) {
-        Ok(headers) => headers,
-        Err(response) => return *response,
-    };
     let model = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .and_then(|b| b["model"].as_str().map(str::to_owned));
@@ -109,6 +101,24 @@ pub async fn openapi_chat(
         return google_error(StatusCode::BAD_REQUEST, message.to_owned());
     }
     as_google(openai::chat_completions(State(provider), headers, body).await)
+}
+
+/// A Vertex AI call's headers once the path's region and the bearer token hold
+/// ([`authorized`]), checked before the call's body is read; else Google's error.
+pub struct Authorized(HeaderMap);
+
+impl FromRequestParts<Arc<ProviderServer>> for Authorized {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, provider: &Arc<ProviderServer>) -> Result<Self, Response> {
+        let params = (RawPathParams::from_request_parts(parts, provider).await).map_err(IntoResponse::into_response)?;
+        let region = (params.iter())
+            .find(|(name, _)| *name == "region")
+            .map_or("", |(_, value)| value);
+        authorized(provider, region, parts.headers.clone())
+            .map(Self)
+            .map_err(|response| *response)
+    }
 }
 
 /// Checks the region's name and the bearer token, and hands the call to the

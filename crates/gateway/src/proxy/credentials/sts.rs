@@ -15,13 +15,14 @@ use aws_smithy_types::date_time::{DateTime, Format};
 use axum::http::{HeaderValue, Request};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 
 use super::CredentialsError;
+use crate::proxy::connector::{https_connector, webpki_roots};
 
 /// The web identity's token file (<https://docs.aws.amazon.com/sdkref/latest/guide/feature-assume-role-credentials.html>).
 pub const TOKEN_FILE_VAR: &str = "AWS_WEB_IDENTITY_TOKEN_FILE";
@@ -80,20 +81,8 @@ impl WebIdentity {
             )
         })?;
         let endpoint = read(ENDPOINT_VAR).unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com"));
-        let roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        let tls =
-            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .expect("ring supports the default protocol versions")
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-        let connector = HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .build();
+        // The gateway's connector, Mozilla's roots: STS is a public AWS endpoint.
+        let connector = https_connector(webpki_roots());
         Ok(Some(Self {
             token_file,
             role_arn,
