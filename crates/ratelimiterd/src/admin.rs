@@ -71,7 +71,7 @@ pub fn budget_put(
             definition.kind()
         ));
     }
-    Ok(definition.with_overage(ratelimiter::Overage::Owe))
+    Ok(gateway::limits::budget_key::as_budget(definition).expect("its key was found a budget's above"))
 }
 
 /// `PUT /v1/admin/limits`: 200 with the stored state and its usage; a budget

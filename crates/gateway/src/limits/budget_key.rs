@@ -5,9 +5,40 @@
 
 use std::sync::Arc;
 
-use ratelimiter::{LimitDefinition, LimitKey};
+use ratelimiter::{LimitDefinition, LimitKey, Overage};
 
 use crate::config::{validate_budgets, Budget, BudgetConfig, BudgetSpan};
+
+/// The part of a key that marks a budget in money: `...:usd:<span>`.
+const USD_PART: &str = "usd";
+
+/// The dimensions (a key's last part) that are budgets of tokens (a tenant's or
+/// key's).
+const TOKEN_BUDGET_DIMENSIONS: [&str; 1] = ["daily_tokens"];
+
+/// Whether `key` is a budget in money (`...:usd:<span>`).
+pub fn is_budget_key(key: &str) -> bool {
+    let mut parts = key.rsplit(':');
+    let _span = parts.next();
+    parts.next() == Some(USD_PART)
+}
+
+/// `definition` as the gateway applies every budget, of tokens (`daily_tokens`)
+/// or money (`...:usd:<span>`), whether the configuration, the directory or the
+/// admin API gives it: it owes the billed usage it cannot hold (`overage: owe`),
+/// refusing every call until the period or window that usage belongs to has
+/// rolled past, so a bill that could not be bounded beforehand passes the budget
+/// once, not call after call. `Err` gives back, unchanged, a definition whose
+/// key names no budget.
+pub fn as_budget(definition: LimitDefinition) -> Result<LimitDefinition, LimitDefinition> {
+    let key = definition.key().as_str();
+    let dimension = key.rsplit(':').next().unwrap_or("");
+    if TOKEN_BUDGET_DIMENSIONS.contains(&dimension) || is_budget_key(key) {
+        Ok(definition.with_overage(Overage::Owe))
+    } else {
+        Err(definition)
+    }
+}
 
 /// One budget's limit key and its configured capacity.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,8 +102,7 @@ impl BudgetKey {
     }
 
     /// Its registry definition: a rolling limit over its period or window, in
-    /// micro-dollars, owing billed usage above a reservation that it cannot hold
-    /// (`overage: owe`): it then refuses every call until its period or window ends.
+    /// micro-dollars, owing what it cannot hold as every budget does ([`as_budget`]).
     /// `None` for a $0 budget.
     pub fn definition(&self) -> Option<LimitDefinition> {
         if self.is_zero() {
@@ -83,7 +113,7 @@ impl BudgetKey {
             BudgetSpan::WindowSeconds(seconds) => LimitDefinition::rolling(self.key.clone(), self.micro_usd, seconds),
         };
         let definition = definition.expect("budgets were validated with the configuration");
-        Some(definition.with_overage(ratelimiter::Overage::Owe))
+        Some(as_budget(definition).expect("a budget's key ends in usd:<span>"))
     }
 }
 

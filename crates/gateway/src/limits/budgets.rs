@@ -20,13 +20,15 @@ use super::key_sets::{tenant_budget_prefix, ModelKeys, TenantKeys};
 use crate::config::{validate_budgets, Budget, BudgetConfig, GatewayConfig, ModelConfig};
 use crate::wire::usage::Usage;
 
+/// Whether a key is a budget in money: beside the budgets' other key functions,
+/// and below them with the budget's definition ([`super::budget_key`]).
+pub use super::budget_key::is_budget_key;
+
 /// The start of a model's budget keys (`model:<name>:usd:<span>`): shared by
 /// every caller of the model.
 pub const MODEL_BUDGET_PREFIX: &str = "model:";
 /// The start of the gateway's budget keys (`gateway:usd:<span>`).
 pub const GATEWAY_BUDGET_PREFIX: &str = "gateway:";
-/// The part of a key that marks a budget in money: `...:usd:<span>`.
-const USD_PART: &str = "usd";
 
 /// The validated budgets of one owner's `budgets` list.
 fn validated(budgets: &[BudgetConfig]) -> Vec<Budget> {
@@ -138,13 +140,6 @@ pub fn billed_of(model: &ModelKeys, usage: &Usage) -> Option<u64> {
         .price
         .as_ref()
         .map(|price| billed_micro_usd(price, &usage.priced()))
-}
-
-/// Whether `key` is a budget in money (`...:usd:<span>`).
-pub fn is_budget_key(key: &str) -> bool {
-    let mut parts = key.rsplit(':');
-    let _span = parts.next();
-    parts.next() == Some(USD_PART)
 }
 
 /// What a call reserves on each of its budgets at `price`: its worst case, the

@@ -5,8 +5,8 @@ use ratelimiter::directory::{KeyRecord, TenantRecord};
 use ratelimiter::profile::{ProfileCall, ProviderUsage};
 use ratelimiter::{Actual, LimitDefinition, LimitKey, LimitKind, Overage, Requirement};
 
-use super::budget_key::{directory_budget_keys, BudgetKey};
-use super::budgets::{budget_actuals, budget_definitions, budget_requirements, is_budget_key};
+use super::budget_key::{as_budget, directory_budget_keys, BudgetKey};
+use super::budgets::{budget_actuals, budget_definitions, budget_requirements};
 use super::classes::Classes;
 use super::key_sets::{tenant_budget_prefix, ModelKeys, TenantKeys};
 use crate::config::{GatewayConfig, DAY_WINDOW_SECONDS, MINUTE_WINDOW_SECONDS};
@@ -33,24 +33,22 @@ fn profile_call(input: u64, output: u64) -> ProfileCall<'static> {
 /// above the one reserved, so they need no overage policy.
 const REQUEST_DIMENSIONS: [&str; 2] = ["rpm", "rpd"];
 
-/// The dimensions that are budgets of tokens (a tenant's or key's): usage the
-/// budget could not hold makes it refuse until its window ends (`overage: owe`).
-const TOKEN_BUDGET_DIMENSIONS: [&str; 1] = ["daily_tokens"];
-
-/// `definition` as the gateway applies it: a token limit records usage above a
-/// full window as debt (`overage: debt`, docs/decisions.md), so a provider's count
-/// above the reservation stays visible to the admin API instead of being dropped;
-/// a budget, of tokens (`daily_tokens`) or money, owes it (`overage: owe`), refusing every call
-/// until the day that usage belongs to has rolled past, so a bill that could not
-/// be bounded beforehand passes the budget once, not call after call.
+/// `definition` as the gateway applies it: a budget, of tokens or money, owes
+/// what it cannot hold ([`as_budget`]); any other token limit records usage above
+/// a full window as debt (`overage: debt`, docs/decisions.md), so a provider's
+/// count above the reservation stays visible to the admin API instead of being
+/// dropped.
 pub fn with_debt(definition: LimitDefinition) -> LimitDefinition {
-    let dimension = definition.key().as_str().rsplit(':').next().unwrap_or("");
-    if TOKEN_BUDGET_DIMENSIONS.contains(&dimension) || is_budget_key(definition.key().as_str()) {
-        definition.with_overage(Overage::Owe)
-    } else if definition.kind() != LimitKind::Concurrency && !REQUEST_DIMENSIONS.contains(&dimension) {
-        definition.with_overage(Overage::Debt)
-    } else {
-        definition
+    match as_budget(definition) {
+        Ok(budget) => budget,
+        Err(other) => {
+            let dimension = other.key().as_str().rsplit(':').next().unwrap_or("");
+            if other.kind() != LimitKind::Concurrency && !REQUEST_DIMENSIONS.contains(&dimension) {
+                other.with_overage(Overage::Debt)
+            } else {
+                other
+            }
+        }
     }
 }
 
