@@ -19,6 +19,10 @@
 //! `--money on` sends the new server's calls with a key of a tenant made through its
 //! admin API, with a budget in dollars (`gateway_bench/money.rs`); a baseline from
 //! before keys and money serves its plain configuration.
+//! `--otel on` has the new server export every call's trace and the GenAI
+//! metrics over OTLP to a sink in the bench's process, `--otel down` to a port
+//! where nothing listens (`gateway_bench/otel.rs`); with the same build as
+//! `--baseline-bin`, the ratios are what the export costs a call.
 //! `--server-cpu N` pins the servers to CPU N (with `taskset`); run the bench itself
 //! under `taskset -c M` (its simulators inherit it) to give the gateway a core of its
 //! own, as in a deployment where the gateway does not share cores with its callers and
@@ -34,6 +38,8 @@ mod bench_support;
 mod cpu;
 #[path = "gateway_bench/money.rs"]
 mod money;
+#[path = "gateway_bench/otel.rs"]
+mod otel;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -66,7 +72,7 @@ const STREAM_MS_PER_TOKEN: u64 = 1;
 const STREAM_TOKENS: u64 = 16;
 
 /// The flags, as the usage line shows them.
-const USAGE: &str = "[--bin-dir DIR] [--baseline-bin DIR] [--snapshots on|off] [--money on|off] [--server-cpu N] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]";
+const USAGE: &str = "[--bin-dir DIR] [--baseline-bin DIR] [--snapshots on|off] [--money on|off] [--otel off|on|down] [--server-cpu N] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]";
 
 #[derive(Debug, Clone)]
 struct Options {
@@ -75,6 +81,8 @@ struct Options {
     snapshots: bool,
     /// Whether the new server's calls carry a tenant key with a budget (`money.rs`).
     money: bool,
+    /// Where the new server exports its traces and metrics (`otel.rs`).
+    otel: otel::Otel,
     /// The CPU the servers are pinned to, if any.
     server_cpu: Option<usize>,
     rate: f64,
@@ -90,6 +98,7 @@ fn parse_options() -> Options {
         baseline_bin: None,
         snapshots: true,
         money: false,
+        otel: otel::Otel::Off,
         server_cpu: None,
         rate: 1_000.0,
         seconds: 5.0,
@@ -116,6 +125,9 @@ fn parse_options() -> Options {
                     "off" => false,
                     _ => flags.fail("--money: on or off"),
                 }
+            }
+            "--otel" => {
+                options.otel = otel::Otel::parse(&value).unwrap_or_else(|| flags.fail("--otel: off, on or down"))
             }
             "--server-cpu" => options.server_cpu = Some(number() as usize),
             "--rate" => options.rate = number(),
@@ -163,7 +175,12 @@ struct Server {
     api: SocketAddr,
 }
 
-fn start_gateway(options: &Options, bin_dir: &Path, sims: [SocketAddr; 2], directory: &Path) -> Server {
+fn start_gateway(
+    options: &Options,
+    (bin_dir, env): (&Path, &[(String, String)]),
+    sims: [SocketAddr; 2],
+    directory: &Path,
+) -> Server {
     std::fs::create_dir_all(directory).expect("a temporary directory");
     let (api_port, gateway_port) = (free_port(), free_port());
     // 0 turns the periodic snapshots off; 1,000 ms is the server's default.
@@ -193,6 +210,7 @@ fn start_gateway(options: &Options, bin_dir: &Path, sims: [SocketAddr; 2], direc
         None => Command::new(&binary),
     };
     let mut child = command
+        .envs(env.iter().cloned())
         .arg("--config")
         .arg(&path)
         .stdout(Stdio::null())
@@ -617,10 +635,11 @@ async fn main() {
     let (sim_process, sim) = start_sim(&options, 0);
     let (_paced_sim, paced_sim) = start_sim(&options, STREAM_MS_PER_TOKEN);
     let sims = [sim, paced_sim];
-    let server = start_gateway(&options, &options.bin_dir, sims, &directory.join("new"));
+    let (otel_env, otel_received) = otel::environment(options.otel);
+    let server = start_gateway(&options, (&options.bin_dir, &otel_env), sims, &directory.join("new"));
     let gateway = server.gateway;
-    let baseline =
-        (options.baseline_bin.as_ref()).map(|dir| start_gateway(&options, dir, sims, &directory.join("baseline")));
+    let baseline = (options.baseline_bin.as_ref())
+        .map(|dir| start_gateway(&options, (dir, &[]), sims, &directory.join("baseline")));
     println!(
         "provider-sim {sim} (streams: {paced_sim}, {STREAM_MS_PER_TOKEN} ms per token, {STREAM_TOKENS} tokens), gateway {gateway}{}; snapshots {}; {}; servers on CPU {}; {} rounds of {} s; open loop {} req/s (streams {} req/s) over {} connections",
         baseline.as_ref().map_or(String::new(), |b| format!(", baseline {}", b.gateway)),
@@ -693,6 +712,11 @@ async fn main() {
     }
     for (name, api) in std::iter::once(("gateway", server.api)).chain(baseline.as_ref().map(|b| ("baseline", b.api))) {
         println!("{name}: {}", snapshot_pauses(api).await);
+    }
+    if let Some(received) = otel_received {
+        let requests = received.requests.load(std::sync::atomic::Ordering::Relaxed);
+        let bytes = received.bytes.load(std::sync::atomic::Ordering::Relaxed);
+        println!("otel sink: {requests} exports, {bytes} bytes");
     }
     let _ = std::fs::remove_dir_all(&directory);
 }
