@@ -347,7 +347,7 @@ fn ratio(after: &[f64], before: &[f64]) -> Vec<f64> {
 /// Bedrock's cost against Anthropic's (difference and ratio of the added), every
 /// cell the median over rounds with its spread.
 fn print_summary(direct: &PathFigures, anthropic: &PathFigures, bedrock: &PathFigures) {
-    println!("| figure, per round: median [lowest, highest] | direct | added through `anthropic` | added through `bedrock` | bedrock − anthropic | bedrock / anthropic (added) |");
+    println!("| figure, per round: median [lowest, highest] | direct | added through `anthropic` | added through `bedrock` | bedrock − anthropic | bedrock / anthropic (latency: of the added; CPU: of the whole) |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: |");
     type Pick = fn(&PathFigures) -> &[u64];
     let rows: [(&str, Pick); 4] = [
