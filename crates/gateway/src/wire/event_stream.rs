@@ -16,7 +16,10 @@ use aws_smithy_eventstream::frame::{DecodedFrame, MessageFrameDecoder};
 use aws_smithy_types::event_stream::{HeaderValue as FrameValue, Message};
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 
 /// The content type of an event-stream answer.
 pub const CONTENT_TYPE: &str = "application/vnd.amazon.eventstream";
@@ -30,6 +33,28 @@ pub const FRAME_BYTES_MAX: usize = 16 * 1024 * 1024;
 pub struct EventStreamReframer {
     pending: BytesMut,
     decoder: MessageFrameDecoder,
+    /// The event a chunk decodes to, kept between chunks so that a stream of
+    /// some tens of events allocates it once, not once per event.
+    event: Vec<u8>,
+}
+
+/// A `chunk` event's payload, its base64 borrowed from the frame (copied only
+/// if escaped): only `bytes` is read (Bedrock adds others, such as padding).
+/// A bare `Cow`, not an `Option`: serde borrows only a field that is a `Cow`
+/// itself; a missing field is the empty default.
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow, default)]
+    bytes: Cow<'a, str>,
+}
+
+/// The `type` of an Anthropic event, read without building the rest of it
+/// (the other fields are skipped, not allocated: the usage reader and the
+/// client read the event's bytes, not a parsed copy). Empty when missing.
+#[derive(Deserialize)]
+struct Typed<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Cow<'a, str>,
 }
 
 impl EventStreamReframer {
@@ -41,7 +66,7 @@ impl EventStreamReframer {
         let mut out = Vec::new();
         loop {
             match self.decoder.decode_frame(&mut self.pending) {
-                Ok(DecodedFrame::Complete(message)) => out.extend_from_slice(&sse_of(&message)?),
+                Ok(DecodedFrame::Complete(message)) => sse_of(&message, &mut self.event, &mut out)?,
                 Ok(DecodedFrame::Incomplete) => break,
                 Err(e) => return Err(format!("a Bedrock stream frame is corrupt: {e}")),
             }
@@ -62,35 +87,45 @@ fn header<'a>(message: &'a Message, name: &str) -> Option<&'a str> {
     }
 }
 
-/// The server-sent event of one frame (empty for an event other than `chunk`).
-fn sse_of(message: &Message) -> Result<Vec<u8>, String> {
+/// Appends to `out` the server-sent event of one frame (nothing for an event
+/// other than `chunk`); `event` is the scratch space a chunk's event is
+/// decoded into.
+fn sse_of(message: &Message, event: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(), String> {
     match header(message, ":message-type") {
         Some("event") if header(message, ":event-type") == Some("chunk") => {
-            let payload: Value = serde_json::from_slice(message.payload())
+            let chunk: Chunk = serde_json::from_slice(message.payload())
                 .map_err(|_| "a Bedrock stream chunk is not JSON".to_owned())?;
-            let encoded = (payload.get("bytes").and_then(Value::as_str))
-                .ok_or_else(|| "a Bedrock stream chunk has no bytes".to_owned())?;
-            let event = (base64::engine::general_purpose::STANDARD.decode(encoded))
+            if chunk.bytes.is_empty() {
+                return Err("a Bedrock stream chunk has no bytes".to_owned());
+            }
+            event.clear();
+            (base64::engine::general_purpose::STANDARD.decode_vec(chunk.bytes.as_bytes(), event))
                 .map_err(|_| "a Bedrock stream chunk's bytes are not base64".to_owned())?;
-            let value: Value =
-                serde_json::from_slice(&event).map_err(|_| "a Bedrock stream chunk is not an event".to_owned())?;
-            let name = value.get("type").and_then(Value::as_str).unwrap_or("message");
-            Ok(sse(name, &event))
+            let name = match serde_json::from_slice::<Typed>(event) {
+                Ok(typed) if !typed.kind.is_empty() => typed.kind,
+                // JSON, but no object with a text `type`: named as an unnamed
+                // server-sent event is.
+                Ok(_) => Cow::Borrowed("message"),
+                Err(_) if serde_json::from_slice::<IgnoredAny>(event).is_ok() => Cow::Borrowed("message"),
+                Err(_) => return Err("a Bedrock stream chunk is not an event".to_owned()),
+            };
+            sse(&name, event, out);
         }
-        Some("event") => Ok(Vec::new()),
+        Some("event") => {}
         Some("exception") => {
             let kind = header(message, ":exception-type").unwrap_or("internalServerException");
             let text = serde_json::from_slice::<Value>(message.payload())
                 .ok()
                 .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
                 .unwrap_or_else(|| kind.to_owned());
-            Ok(error_event(error_type_of(kind), &format!("{kind}: {text}")))
+            error_event(error_type_of(kind), &format!("{kind}: {text}"), out);
         }
         _ => {
             let text = header(message, ":error-message").unwrap_or("the Bedrock stream failed");
-            Ok(error_event("api_error", text))
+            error_event("api_error", text, out);
         }
     }
+    Ok(())
 }
 
 /// Anthropic's error type of a Bedrock exception
@@ -106,19 +141,19 @@ pub fn error_type_of(exception: &str) -> &'static str {
     }
 }
 
-fn sse(name: &str, data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len() + name.len() + 16);
+/// Appends `event: <name>\ndata: <data>\n\n` to `out`.
+fn sse(name: &str, data: &[u8], out: &mut Vec<u8>) {
+    out.reserve(data.len() + name.len() + 16);
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(b"\ndata: ");
     out.extend_from_slice(data);
     out.extend_from_slice(b"\n\n");
-    out
 }
 
-fn error_event(kind: &str, message: &str) -> Vec<u8> {
+fn error_event(kind: &str, message: &str, out: &mut Vec<u8>) {
     let body = json!({"type": "error", "error": {"type": kind, "message": message}});
-    sse("error", body.to_string().as_bytes())
+    sse("error", body.to_string().as_bytes(), out);
 }
 
 #[cfg(test)]
@@ -169,6 +204,27 @@ mod tests {
         );
         let rest = reframer.push(&stream[cut + 1..]).unwrap();
         assert_eq!(rest, format!("event: message_stop\ndata: {stop}\n\n").as_bytes());
+    }
+
+    #[test]
+    fn a_chunk_with_escapes_padding_or_an_unnamed_event_is_read_whole() {
+        let headers = [(":message-type", "event"), (":event-type", "chunk")];
+        let event = br#"{"type":"content_block_delta","delta":{"text":"a/b?"}}"#;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(event);
+        assert!(encoded.contains('/'), "the case JSON may escape");
+        let payload = format!(r#"{{"bytes":"{}","p":"abcdefgh"}}"#, encoded.replace('/', "\\/"));
+        let mut reframer = EventStreamReframer::default();
+        let out = reframer.push(&frame(&headers, payload.as_bytes())).unwrap();
+        let expected = [&b"event: content_block_delta\ndata: "[..], event, b"\n\n"].concat();
+        assert_eq!(out, expected);
+        let unnamed = base64::engine::general_purpose::STANDARD.encode(b"[1]");
+        let out = reframer
+            .push(&frame(&headers, format!(r#"{{"bytes":"{unnamed}"}}"#).as_bytes()))
+            .unwrap();
+        assert_eq!(out, &b"event: message\ndata: [1]\n\n"[..]);
+        let not_json = base64::engine::general_purpose::STANDARD.encode(b"{oops");
+        let corrupt = frame(&headers, format!(r#"{{"bytes":"{not_json}"}}"#).as_bytes());
+        assert!(reframer.push(&corrupt).unwrap_err().contains("not an event"));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! What the gateway benchmarks (`gateway_bench`, `pool_bench`, `class_bench`)
+//! What the gateway benchmarks (`gateway_bench`, `bedrock_bench`, `pool_bench`, `class_bench`)
 //! share: child processes that end with the benchmark, free loopback ports, and
 //! `provider-sim` started and waited for, and the command line's reader
 //! ([`flags`]). A directory, not an example of its own.
