@@ -7,9 +7,10 @@
 //! writes, the memory snapshots, a burst of calls): pages emptied at the end of
 //! one batch are purged and faulted back, zeroed by the kernel, at the start of
 //! the next, and each purge is an `madvise` whose TLB shootdown interrupts every
-//! worker. Measured on the gateway benchmark's closed loop, a purge delay of one
-//! second took the server's CPU per call from 1.26–1.33× to 1.15–1.17× of the
-//! build before keys and money, in the same rounds.
+//! worker. Measured on the gateway benchmark's closed loop on a loaded machine,
+//! a purge delay of one second took the server's CPU per call from 1.26–1.33×
+//! to 1.15–1.17× of the build before keys and money, in the same rounds; on a
+//! quiet machine the difference was within the noise (BENCHMARKS.md).
 
 use std::ffi::{c_int, c_long};
 
