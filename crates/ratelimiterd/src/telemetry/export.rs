@@ -27,9 +27,16 @@ use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProces
 use opentelemetry_sdk::trace::{BatchConfigBuilder, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
+use gateway::proxy::connector::{https_connector, webpki_roots};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use opentelemetry_http::hyper::HyperClient;
+use opentelemetry_sdk::trace::SpanExporter;
+
 use super::api_trace::ApiTracer;
 use super::counted::{spans_queue_max, BoundedSpans, CountedMetrics, CountedSpans, CONTROL_SLOTS};
 use super::dropped::OtelDropped;
+use super::otlp_http::{HttpSettings, OtlpHttpSpans};
 use super::{OtlpProtocol, Resolved};
 
 /// How long a stopping server waits for its last spans to be sent: a collector
@@ -159,18 +166,39 @@ fn over_grpc<B: WithExportConfig + WithTonicConfig>(
 }
 
 /// Spans batched in a bounded queue and sent by a task of the runtime; what
-/// finds the queue full or fails to be sent is counted in `dropped`.
+/// finds the queue full or fails to be sent is counted in `dropped`. Over
+/// http/protobuf, by [`OtlpHttpSpans`]; over gRPC, by the OTLP crate's exporter.
 fn tracer_provider(
     resolved: &Resolved,
     endpoint: &str,
     (resource, dropped): (Resource, Arc<OtelDropped>),
 ) -> Result<SdkTracerProvider, String> {
-    let builder = opentelemetry_otlp::SpanExporter::builder();
-    let exporter = match resolved.traces_protocol {
-        OtlpProtocol::HttpProtobuf => over_http(builder.with_http(), resolved, endpoint).build(),
-        OtlpProtocol::Grpc => over_grpc(builder.with_tonic(), resolved, endpoint)?.build(),
+    match resolved.traces_protocol {
+        OtlpProtocol::HttpProtobuf => {
+            let settings = HttpSettings::read("TRACES", endpoint, &resolved.headers, &|name| std::env::var(name).ok())?;
+            let client = Arc::new(https_client(settings.timeout));
+            let exporter = OtlpHttpSpans::new(client, settings, dropped.clone());
+            Ok(batched(exporter, resolved, (resource, dropped)))
+        }
+        OtlpProtocol::Grpc => {
+            let exporter = over_grpc(
+                opentelemetry_otlp::SpanExporter::builder().with_tonic(),
+                resolved,
+                endpoint,
+            )?
+            .build()
+            .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
+            Ok(batched(exporter, resolved, (resource, dropped)))
+        }
     }
-    .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
+}
+
+/// A tracer provider whose spans `exporter` sends, batched in the bounded queue.
+fn batched<E: SpanExporter + 'static>(
+    exporter: E,
+    resolved: &Resolved,
+    (resource, dropped): (Resource, Arc<OtelDropped>),
+) -> SdkTracerProvider {
     let (in_queue, max) = (Arc::new(AtomicUsize::new(0)), spans_queue_max());
     let exporter = CountedSpans::new(exporter, dropped.clone(), in_queue.clone());
     let config = BatchConfigBuilder::default()
@@ -180,11 +208,17 @@ fn tracer_provider(
         .with_batch_config(config)
         .build();
     let processor = BoundedSpans::new(processor, (in_queue, max), dropped);
-    Ok(SdkTracerProvider::builder()
+    SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_sampler(resolved.sampler.clone())
         .with_resource(resource)
-        .build())
+        .build()
+}
+
+/// The HTTP client of the exports: `https://` (rustls, Mozilla's roots, as the
+/// gateway dials providers) and `http://`; each request bounded by `timeout`.
+fn https_client(timeout: Duration) -> HyperClient<HttpsConnector<HttpConnector>> {
+    HyperClient::new(https_connector(webpki_roots()), timeout, None)
 }
 
 /// Metrics read and sent every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default)
@@ -196,7 +230,12 @@ fn meter_provider(
 ) -> Result<SdkMeterProvider, String> {
     let builder = opentelemetry_otlp::MetricExporter::builder();
     let exporter = match resolved.metrics_protocol {
-        OtlpProtocol::HttpProtobuf => over_http(builder.with_http(), resolved, endpoint).build(),
+        OtlpProtocol::HttpProtobuf => {
+            let settings =
+                HttpSettings::read("METRICS", endpoint, &resolved.headers, &|name| std::env::var(name).ok())?;
+            let client = https_client(settings.timeout);
+            (over_http(builder.with_http(), resolved, endpoint).with_http_client(client)).build()
+        }
         OtlpProtocol::Grpc => over_grpc(builder.with_tonic(), resolved, endpoint)?.build(),
     }
     .map_err(|e| format!("telemetry: the OTLP metric exporter could not be built: {e}"))?;
