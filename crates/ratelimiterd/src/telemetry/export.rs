@@ -27,16 +27,12 @@ use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProces
 use opentelemetry_sdk::trace::{BatchConfigBuilder, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
-use gateway::proxy::connector::{https_connector, webpki_roots};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use opentelemetry_http::hyper::HyperClient;
 use opentelemetry_sdk::trace::SpanExporter;
 
 use super::api_trace::ApiTracer;
 use super::counted::{spans_queue_max, BoundedSpans, CountedMetrics, CountedSpans, CONTROL_SLOTS};
 use super::dropped::OtelDropped;
-use super::otlp_http::{HttpSettings, OtlpHttpSpans};
+use super::otlp_http::{https_client, HttpSettings, OtlpHttpSpans};
 use super::{OtlpProtocol, Resolved};
 
 /// How long a stopping server waits for its last spans to be sent: a collector
@@ -213,12 +209,6 @@ fn batched<E: SpanExporter + 'static>(
         .with_sampler(resolved.sampler.clone())
         .with_resource(resource)
         .build()
-}
-
-/// The HTTP client of the exports: `https://` (rustls, Mozilla's roots, as the
-/// gateway dials providers) and `http://`; each request bounded by `timeout`.
-fn https_client(timeout: Duration) -> HyperClient<HttpsConnector<HttpConnector>> {
-    HyperClient::new(https_connector(webpki_roots()), timeout, None)
 }
 
 /// Metrics read and sent every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default)

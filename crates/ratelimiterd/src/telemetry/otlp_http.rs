@@ -17,6 +17,10 @@ use std::time::Duration;
 
 use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
+use gateway::proxy::connector::{https_connector, webpki_roots};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use opentelemetry_http::hyper::HyperClient;
 use opentelemetry_http::{Bytes, HttpClient, Request};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
@@ -150,6 +154,12 @@ fn header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), String> 
     let value =
         HeaderValue::from_str(value).map_err(|_| format!("telemetry: the value of `{name}` is not printable ASCII"))?;
     Ok((header_name, value))
+}
+
+/// The HTTP client of the exports: `https://` (rustls, Mozilla's roots, as the
+/// gateway dials providers) and `http://`; each request bounded by `timeout`.
+pub fn https_client(timeout: Duration) -> HyperClient<HttpsConnector<HttpConnector>> {
+    HyperClient::new(https_connector(webpki_roots()), timeout, None)
 }
 
 /// The span exporter: encodes each batch and posts it.

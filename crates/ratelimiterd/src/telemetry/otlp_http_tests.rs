@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use opentelemetry_http::hyper::HyperClient;
+use tokio::io::AsyncReadExt;
 
 use super::*;
 
@@ -156,4 +156,29 @@ async fn retries_stop_within_the_timeout() {
         started.elapsed()
     );
     assert!(tries.load(Ordering::SeqCst) <= usize::try_from(RETRIES_MAX).unwrap() + 1);
+}
+
+#[tokio::test]
+async fn an_https_collector_is_dialed_with_tls() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let first_bytes = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut head = [0u8; 2];
+        socket.read_exact(&mut head).await.unwrap();
+        head
+    });
+    let settings = HttpSettings::read(
+        "TRACES",
+        &format!("https://{address}/v1/traces"),
+        &BTreeMap::new(),
+        &env_of(&[]),
+    )
+    .unwrap();
+    let client = https_client(Duration::from_secs(1));
+    let request = request(&settings, Bytes::from_static(b"")).unwrap();
+    // The listener speaks no TLS, so the post fails; what it read is a TLS handshake's record.
+    assert!(client.send_bytes(request).await.is_err());
+    let head = tokio::time::timeout(Duration::from_secs(5), first_bytes).await.expect("the collector is dialed");
+    assert_eq!(head.unwrap(), [0x16, 0x03], "a TLS handshake record");
 }

@@ -229,16 +229,24 @@ fn unix_nanos(time: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-/// A message in `field`, its length written before it once `write` is done:
-/// the length's own size is only known then, so the message is moved up by it.
+/// A message in `field`, its length written before it once `write` is done.
+/// One byte is kept for the length, enough for most messages (an attribute);
+/// a longer one (a span) moves its bytes up by what its length needs more.
 fn nested(out: &mut Vec<u8>, field: u32, write: impl FnOnce(&mut Vec<u8>)) {
-    let start = out.len();
+    tag(out, field, LEN);
+    let len_at = out.len();
+    out.push(0);
     write(out);
-    let len = out.len() - start;
-    let mut prefix = [0u8; 15];
-    let mut at = put_varint(&mut prefix, 0, u64::from(field << 3 | u32::from(LEN)));
-    at = put_varint(&mut prefix, at, len as u64);
-    out.splice(start..start, prefix[..at].iter().copied());
+    let len = out.len() - len_at - 1;
+    if len < 0x80 {
+        out[len_at] = len as u8;
+        return;
+    }
+    let mut prefix = [0u8; 10];
+    let prefix_len = put_varint(&mut prefix, 0, len as u64);
+    out.resize(out.len() + prefix_len - 1, 0);
+    out.copy_within(len_at + 1..len_at + 1 + len, len_at + prefix_len);
+    out[len_at..len_at + prefix_len].copy_from_slice(&prefix[..prefix_len]);
 }
 
 /// Bytes in `field`, even empty.
