@@ -1,6 +1,7 @@
 //! The OTLP exporters of a [`Resolved`] configuration: spans batched off the
-//! calls' path in a bounded queue and metrics read periodically, both by tasks
-//! of the server's tokio runtime, sent over OTLP http/protobuf by hyper or
+//! calls' path in a bounded queue by the SDK's processor thread, each batch
+//! sent by a task of the server's tokio runtime, and metrics read periodically
+//! by another task, sent over OTLP http/protobuf by hyper or
 //! over gRPC by tonic (`OTEL_EXPORTER_OTLP_PROTOCOL`, per signal); the
 //! gateway's [`Telemetry`] made from them.
 
@@ -23,8 +24,7 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::resource::EnvResourceDetector;
 use opentelemetry_sdk::runtime;
-use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, SdkTracerProvider};
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
 use opentelemetry_sdk::trace::SpanExporter;
@@ -32,6 +32,7 @@ use opentelemetry_sdk::trace::SpanExporter;
 use super::api_trace::ApiTracer;
 use super::counted::{spans_queue_max, BoundedSpans, CountedMetrics, CountedSpans, CONTROL_SLOTS};
 use super::dropped::OtelDropped;
+use super::on_runtime::OnRuntime;
 use super::otlp_http::{https_client, HttpSettings, OtlpHttpSpans};
 use super::{OtlpProtocol, Resolved};
 
@@ -189,7 +190,9 @@ fn tracer_provider(
     }
 }
 
-/// A tracer provider whose spans `exporter` sends, batched in the bounded queue.
+/// A tracer provider whose spans `exporter` sends, batched in the bounded
+/// queue by the SDK's processor on its own thread (a span ended wakes nothing),
+/// each export run on this runtime ([`OnRuntime`]). Must be called on the runtime.
 fn batched<E: SpanExporter + 'static>(
     exporter: E,
     resolved: &Resolved,
@@ -197,12 +200,11 @@ fn batched<E: SpanExporter + 'static>(
 ) -> SdkTracerProvider {
     let (in_queue, max) = (Arc::new(AtomicUsize::new(0)), spans_queue_max());
     let exporter = CountedSpans::new(exporter, dropped.clone(), in_queue.clone());
+    let exporter = OnRuntime::new(exporter, tokio::runtime::Handle::current());
     let config = BatchConfigBuilder::default()
         .with_max_queue_size(max + CONTROL_SLOTS)
         .build();
-    let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio)
-        .with_batch_config(config)
-        .build();
+    let processor = BatchSpanProcessor::builder(exporter).with_batch_config(config).build();
     let processor = BoundedSpans::new(processor, (in_queue, max), dropped);
     SdkTracerProvider::builder()
         .with_span_processor(processor)

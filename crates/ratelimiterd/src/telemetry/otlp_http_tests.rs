@@ -179,6 +179,8 @@ async fn an_https_collector_is_dialed_with_tls() {
     let request = request(&settings, Bytes::from_static(b"")).unwrap();
     // The listener speaks no TLS, so the post fails; what it read is a TLS handshake's record.
     assert!(client.send_bytes(request).await.is_err());
-    let head = tokio::time::timeout(Duration::from_secs(5), first_bytes).await.expect("the collector is dialed");
+    let head = tokio::time::timeout(Duration::from_secs(5), first_bytes)
+        .await
+        .expect("the collector is dialed");
     assert_eq!(head.unwrap(), [0x16, 0x03], "a TLS handshake record");
 }
