@@ -299,21 +299,26 @@ fn partial_success(answer: &[u8]) -> Option<(u64, String)> {
 
 /// The last length-delimited field `number` of a message (protobuf's last-one-wins).
 fn field(message: &[u8], number: u64) -> Option<&[u8]> {
-    let mut found = None;
-    walk(message, |n, value| {
-        if let (true, Wire::Len(bytes)) = (n == number, value) {
-            found = Some(bytes);
-        }
-    })?;
-    found
+    last(message, number, |value| match value {
+        Wire::Len(bytes) => Some(bytes),
+        _ => None,
+    })
 }
 
 /// The last varint field `number` of a message.
 fn varint_field(message: &[u8], number: u64) -> Option<u64> {
+    last(message, number, |value| match value {
+        Wire::Varint(v) => Some(v),
+        _ => None,
+    })
+}
+
+/// The last field `number` of a message that `pick` takes.
+fn last<'a, T>(message: &'a [u8], number: u64, pick: impl Fn(Wire<'a>) -> Option<T>) -> Option<T> {
     let mut found = None;
     walk(message, |n, value| {
-        if let (true, Wire::Varint(v)) = (n == number, value) {
-            found = Some(v);
+        if n == number {
+            found = pick(value).or(found.take());
         }
     })?;
     found
