@@ -13,11 +13,11 @@
 //! the tenant ([`GenAiMetrics::with_tenants`]), bounded by [`METRIC_TENANTS_MAX`].
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use opentelemetry::metrics::{Counter, Histogram, Meter};
-use opentelemetry::KeyValue;
+use opentelemetry::{KeyValue, StringValue};
 
 /// GenAI conventions: tokens per try, by `gen_ai.token.type`.
 pub const GEN_AI_CLIENT_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
@@ -47,6 +47,10 @@ pub const RATELIMITER_GATEWAY_DECISIONS: &str = "ratelimiter.gateway.decisions";
 /// The limiter: how long queued calls waited, in seconds.
 pub const RATELIMITER_GATEWAY_QUEUE_DURATION: &str = "ratelimiter.gateway.queue.duration";
 
+/// The most attributes one record of a call's metric carries: the operation,
+/// the provider, the model, `error.type`, the tenant and the token type.
+pub const METRIC_ATTRIBUTES_MAX: usize = 6;
+
 /// The GenAI conventions' advised buckets of `gen_ai.client.token.usage`: powers of 4.
 const TOKEN_BOUNDARIES: [f64; 14] = [
     1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
@@ -73,8 +77,9 @@ pub struct GenAiMetrics {
     server_duration: Histogram<f64>,
     server_first_token: Histogram<f64>,
     server_per_token: Histogram<f64>,
-    /// The tenants given their own series, when the operator opted in.
-    tenants: Option<Mutex<HashSet<String>>>,
+    /// The tenants given their own series, when the operator opted in; each
+    /// name made once, shared by every record of its calls.
+    tenants: Option<Mutex<HashSet<Arc<str>>>>,
     token_usage: Histogram<u64>,
     operation_duration: Histogram<f64>,
     time_to_first_chunk: Histogram<f64>,
@@ -149,11 +154,14 @@ impl GenAiMetrics {
     /// its name while fewer than [`METRIC_TENANTS_MAX`] have one, else [`TENANT_OTHER`].
     pub fn tenant_attribute(&self, tenant: &str) -> Option<KeyValue> {
         let mut seen = self.tenants.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
-        let known = seen.contains(tenant) || (seen.len() < METRIC_TENANTS_MAX && seen.insert(tenant.to_owned()));
-        let value = if known {
-            tenant.to_owned()
-        } else {
-            TENANT_OTHER.to_owned()
+        let value = match seen.get(tenant) {
+            Some(known) => StringValue::from(known.clone()),
+            None if seen.len() < METRIC_TENANTS_MAX => {
+                let name: Arc<str> = Arc::from(tenant);
+                seen.insert(name.clone());
+                StringValue::from(name)
+            }
+            None => StringValue::from(TENANT_OTHER),
         };
         Some(KeyValue::new(RATELIMITER_TENANT, value))
     }
@@ -176,17 +184,18 @@ impl GenAiMetrics {
 
     /// One try ended after `took`, with `attributes` (operation, provider,
     /// model, `error.type` on failure) and, when the provider reported it, its
-    /// `(input, output)` tokens.
-    pub fn try_ended(&self, attributes: &[KeyValue], took: Duration, tokens: Option<(u64, u64)>) {
-        self.operation_duration.record(took.as_secs_f64(), attributes);
+    /// `(input, output)` tokens, recorded with the token type added to the
+    /// same attributes (and taken off again).
+    pub fn try_ended(&self, attributes: &mut MetricAttributes, took: Duration, tokens: Option<(u64, u64)>) {
+        self.operation_duration
+            .record(took.as_secs_f64(), attributes.as_slice());
         if let Some((input, output)) = tokens {
-            let mut typed = attributes.to_vec();
-            typed.push(KeyValue::new(GEN_AI_TOKEN_TYPE, "input"));
-            self.token_usage.record(input, &typed);
-            if let Some(last) = typed.last_mut() {
-                *last = KeyValue::new(GEN_AI_TOKEN_TYPE, "output");
-            }
-            self.token_usage.record(output, &typed);
+            attributes.push(KeyValue::new(GEN_AI_TOKEN_TYPE, "input"));
+            self.token_usage.record(input, attributes.as_slice());
+            attributes.pop();
+            attributes.push(KeyValue::new(GEN_AI_TOKEN_TYPE, "output"));
+            self.token_usage.record(output, attributes.as_slice());
+            attributes.pop();
         }
     }
 
@@ -208,9 +217,85 @@ impl GenAiMetrics {
     }
 }
 
+/// The attributes of one metric record, held on the stack: the instruments
+/// take a slice, and a call's few attributes, some of them optional, need no
+/// vector per record (their values are static or shared, so a copy of one
+/// allocates nothing either).
+pub struct MetricAttributes {
+    items: [KeyValue; METRIC_ATTRIBUTES_MAX],
+    len: usize,
+}
+
+impl Default for MetricAttributes {
+    fn default() -> Self {
+        Self {
+            // Static placeholders: nothing allocated, never recorded.
+            items: std::array::from_fn(|_| KeyValue::new("", "")),
+            len: 0,
+        }
+    }
+}
+
+impl MetricAttributes {
+    /// No attributes yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `attribute` added last; a record has at most [`METRIC_ATTRIBUTES_MAX`].
+    pub fn push(&mut self, attribute: KeyValue) {
+        assert!(
+            self.len < METRIC_ATTRIBUTES_MAX,
+            "a metric record has at most {METRIC_ATTRIBUTES_MAX} attributes"
+        );
+        self.items[self.len] = attribute;
+        self.len += 1;
+    }
+
+    /// `attribute` added last when there is one.
+    pub fn push_some(&mut self, attribute: Option<KeyValue>) {
+        if let Some(attribute) = attribute {
+            self.push(attribute);
+        }
+    }
+
+    /// The last attribute taken off (it stays held until overwritten).
+    fn pop(&mut self) {
+        assert!(self.len > 0, "no attribute to take off");
+        self.len -= 1;
+    }
+
+    /// The attributes, in the order added.
+    pub fn as_slice(&self) -> &[KeyValue] {
+        &self.items[..self.len]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metric_attributes_keep_their_order_and_take_the_last_off() {
+        let mut attributes = MetricAttributes::new();
+        assert!(attributes.as_slice().is_empty());
+        attributes.push(KeyValue::new("a", "1"));
+        attributes.push_some(None);
+        attributes.push_some(Some(KeyValue::new("b", "2")));
+        attributes.push(KeyValue::new(GEN_AI_TOKEN_TYPE, "input"));
+        attributes.pop();
+        let keys: Vec<&str> = attributes.as_slice().iter().map(|kv| kv.key.as_str()).collect();
+        assert_eq!(keys, ["a", "b"]);
+    }
+
+    #[test]
+    #[should_panic(expected = "at most")]
+    fn a_metric_record_with_too_many_attributes_is_a_programmer_error() {
+        let mut attributes = MetricAttributes::new();
+        for _ in 0..=METRIC_ATTRIBUTES_MAX {
+            attributes.push(KeyValue::new("k", "v"));
+        }
+    }
 
     #[test]
     fn the_tenant_is_an_attribute_only_on_opt_in_and_bounded() {

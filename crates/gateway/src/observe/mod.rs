@@ -7,12 +7,15 @@
 pub mod alert_webhook;
 pub mod budget_alerts;
 pub mod budget_watch;
+mod call_facts;
 pub mod class_metrics;
 pub mod genai_metrics;
 pub mod key_usage;
 pub mod metrics;
 pub mod prometheus;
+pub mod semconv;
 pub mod spend_metrics;
 pub mod spend_recorder;
 pub mod status;
 pub mod trace;
+mod trace_context;

@@ -3,113 +3,51 @@
 //! decision; a CLIENT span per try on a deployment, with the OpenTelemetry
 //! GenAI attributes, whose context the upstream request carries.
 //!
-//! Every span and attribute name is written once, here. The gateway holds a
-//! [`Telemetry`] only when the server exports traces: without one, a call
-//! carries no [`CallTrace`] and nothing of this module runs or allocates.
+//! Every span and attribute name is written once, in [`super::semconv`]. The
+//! gateway holds a [`Telemetry`] only when the server exports traces: without
+//! one, a call carries no [`CallTrace`] and nothing of this module runs or allocates.
+//!
+//! On a call's path, each span is held here rather than in a `Context`, whose
+//! span takes a lock per attribute: what a span learns is gathered as the call
+//! goes and written once, when the span ends. Names are static where they are
+//! one of a few, and a value used more than once (the model, the provider, the
+//! tenant) is made once and shared.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use opentelemetry::global::BoxedTracer;
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
+use axum::http::{HeaderMap, StatusCode};
+use opentelemetry::global::{BoxedSpan, BoxedTracer};
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 
-use super::genai_metrics::GenAiMetrics;
+pub use super::call_facts::Served;
+use super::call_facts::{status_error_type, LimiterFacts, SERVER_SPAN_ATTRIBUTES_MAX};
+use super::genai_metrics::{GenAiMetrics, MetricAttributes};
+pub use super::semconv::*;
+use super::trace_context::write_trace_context;
+pub use super::trace_context::HeaderExtractor;
 use crate::config::UpstreamKind;
 use crate::wire::call::Endpoint;
 use crate::wire::content::{input_messages, output_messages};
 use crate::wire::response_facts::ResponseFacts;
 use crate::wire::usage::Usage;
 
-/// The version of the OpenTelemetry semantic conventions the names follow
-/// (HTTP spans, GenAI client spans), exported as the tracer's schema URL.
-pub const SEMCONV_SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.37.0";
-
-/// HTTP conventions: the request's method.
-pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
-/// HTTP conventions: the route matched (the gateway's endpoint path).
-pub const HTTP_ROUTE: &str = "http.route";
-/// HTTP conventions: the request's path.
-pub const URL_PATH: &str = "url.path";
-/// HTTP conventions: the status the client got (SERVER) or the provider sent (CLIENT).
-pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
-/// The class of a failure: the HTTP status, or `timeout` and the like.
-pub const ERROR_TYPE: &str = "error.type";
-/// The provider's host.
-pub const SERVER_ADDRESS: &str = "server.address";
-/// The provider's port.
-pub const SERVER_PORT: &str = "server.port";
-
-/// GenAI conventions: `chat` or `embeddings`.
-pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
-/// GenAI conventions: who serves the model (`openai`, `anthropic`, `azure.ai.openai`, ...).
-pub const GEN_AI_PROVIDER_NAME: &str = "gen_ai.provider.name";
-/// GenAI conventions: the model as sent to the deployment.
-pub const GEN_AI_REQUEST_MODEL: &str = "gen_ai.request.model";
-/// GenAI conventions: the response's id, as the provider gave it.
-pub const GEN_AI_RESPONSE_ID: &str = "gen_ai.response.id";
-/// GenAI conventions: the model that served the answer, as the provider names it.
-pub const GEN_AI_RESPONSE_MODEL: &str = "gen_ai.response.model";
-/// GenAI conventions: why each choice finished, one per choice.
-pub const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
-/// GenAI conventions (after v1.37): a stream's first bytes, in seconds after the try was sent.
-pub const GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_first_chunk";
-/// GenAI conventions: the request's messages (only on the operator's opt-in).
-pub const GEN_AI_INPUT_MESSAGES: &str = "gen_ai.input.messages";
-/// GenAI conventions: the answer's messages (only on the operator's opt-in).
-pub const GEN_AI_OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
-/// GenAI conventions: the output bound sent.
-pub const GEN_AI_REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
-/// GenAI conventions: whether the answer is asked as a stream.
-pub const GEN_AI_REQUEST_STREAM: &str = "gen_ai.request.stream";
-/// GenAI conventions: every input token, cached ones included.
-pub const GEN_AI_USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
-/// GenAI conventions: the output tokens.
-pub const GEN_AI_USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
-/// GenAI conventions: the input tokens read from the provider's cache.
-pub const GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
-/// GenAI conventions: the input tokens written to the provider's cache.
-pub const GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation.input_tokens";
-
-/// The limiter: the call's tenant (`_none` without one).
-pub const RATELIMITER_TENANT: &str = "ratelimiter.tenant";
-/// The limiter: the id of the directory key the call came with (never the key).
-pub const RATELIMITER_KEY_ID: &str = "ratelimiter.key_id";
-/// The limiter: the call's class.
-pub const RATELIMITER_CLASS: &str = "ratelimiter.class";
-/// The limiter: the deployment that served the call (its last try).
-pub const RATELIMITER_DEPLOYMENT: &str = "ratelimiter.deployment";
-/// The limiter: `admitted` at once, `queued` then admitted, or `denied`.
-pub const RATELIMITER_DECISION: &str = "ratelimiter.decision";
-/// The limiter: how long the call waited in its model's queue, in milliseconds.
-pub const RATELIMITER_QUEUE_WAIT_MS: &str = "ratelimiter.queue.wait_ms";
-/// The limiter: the key of the limit that denied the call.
-pub const RATELIMITER_DENIED_BY: &str = "ratelimiter.denied_by";
-/// The limiter: the retry hint of a denial, in milliseconds.
-pub const RATELIMITER_RETRY_AFTER_MS: &str = "ratelimiter.retry_after_ms";
-/// The limiter: the tokens reserved (input and output bound).
-pub const RATELIMITER_TOKENS_RESERVED: &str = "ratelimiter.tokens.reserved";
-/// The limiter: the tokens the limits were reconciled to.
-pub const RATELIMITER_TOKENS_USED: &str = "ratelimiter.tokens.used";
-/// The limiter: the call's worst case in dollars at the deployment's price,
-/// what its budgets in money reserve.
-pub const RATELIMITER_USD_RESERVED: &str = "ratelimiter.usd.reserved";
-/// The limiter: the call's cost in dollars, at the deployment's price.
-pub const RATELIMITER_USD_BILLED: &str = "ratelimiter.usd.billed";
-
-/// [`RATELIMITER_DECISION`]'s values.
-pub const DECISION_ADMITTED: &str = "admitted";
-/// See [`DECISION_ADMITTED`].
-pub const DECISION_QUEUED: &str = "queued";
-/// See [`DECISION_ADMITTED`].
-pub const DECISION_DENIED: &str = "denied";
+/// The most attributes a CLIENT span carries: 8 at its start (operation,
+/// provider, model, stream, output bound, messages, host, port), the status,
+/// 6 of the answer (`error.type`, first chunk, id, model, messages, finish
+/// reasons) and 4 of usage. Its attributes' vector is made this long at once,
+/// so that the span never grows it.
+const CLIENT_SPAN_ATTRIBUTES_MAX: usize = 19;
 
 /// What the gateway exports traces with: the server's tracer and the W3C
 /// trace-context propagator, both made by the server's telemetry setup.
 pub struct Telemetry {
     tracer: BoxedTracer,
+    /// Reads the client's context; the tries' own are written as the W3C
+    /// propagator writes them ([`super::trace_context`]).
     propagator: Box<dyn TextMapPropagator + Send + Sync>,
     /// The metrics' instruments, when the server exports metrics.
     metrics: Option<GenAiMetrics>,
@@ -118,7 +56,7 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// Spans made by `tracer`, contexts read from and written to headers by `propagator`.
+    /// Spans made by `tracer`, the client's context read from its headers by `propagator`.
     pub fn new(tracer: BoxedTracer, propagator: Box<dyn TextMapPropagator + Send + Sync>) -> Self {
         Self {
             tracer,
@@ -150,19 +88,24 @@ impl Telemetry {
     pub fn start_call(self: &Arc<Self>, headers: &HeaderMap, endpoint: Endpoint) -> CallTrace {
         let parent = self.propagator.extract(&HeaderExtractor(headers));
         let route = endpoint.path();
-        let span = self
-            .tracer
-            .span_builder(format!("POST {route}"))
+        let mut attributes = Vec::with_capacity(SERVER_SPAN_ATTRIBUTES_MAX);
+        attributes.extend([
+            KeyValue::new(HTTP_REQUEST_METHOD, "POST"),
+            KeyValue::new(HTTP_ROUTE, route),
+            KeyValue::new(URL_PATH, route),
+        ]);
+        let span = (self.tracer)
+            .span_builder(server_span_name(endpoint))
             .with_kind(SpanKind::Server)
-            .with_attributes([
-                KeyValue::new(HTTP_REQUEST_METHOD, "POST"),
-                KeyValue::new(HTTP_ROUTE, route),
-                KeyValue::new(URL_PATH, route),
-            ])
+            .with_attributes(attributes)
             .start_with_context(&self.tracer, &parent);
+        // The tries' parent: the span's context alone, the span staying here.
+        let cx = parent.with_remote_span_context(span.span_context().clone());
         CallTrace(Arc::new(CallSpan {
             telemetry: self.clone(),
-            cx: parent.with_span(span),
+            recording: span.is_recording(),
+            span,
+            cx,
             facts: Mutex::new(LimiterFacts::default()),
             started: Instant::now(),
             operation: operation_name(endpoint),
@@ -170,83 +113,15 @@ impl Telemetry {
     }
 }
 
-/// The limiter's part of a call, gathered as its phases go and written on the
-/// SERVER span once, when it ends: a failover or a wait changes a fact, and
-/// an attribute set twice would be exported twice.
-#[derive(Default)]
-struct LimiterFacts {
-    /// The model the client asked for, for the metrics' attributes.
-    model: Option<String>,
-    decision: Option<&'static str>,
-    queue_wait_ms: Option<u64>,
-    denied: Option<(String, Option<u64>)>,
-    /// What the last try reserved and was reconciled to.
-    served: Option<Served>,
-    /// The caller's tenant, for the metrics when the operator opted in.
-    tenant: Option<String>,
-    /// The last try's provider, for the call's server metrics.
-    provider: Option<String>,
-    /// When the call's stream sent its first chunk.
-    first_chunk_at: Option<Instant>,
-    /// The last try's output tokens, as the provider reported them.
-    output_tokens: Option<u64>,
-    /// The status the client got.
-    status: Option<u16>,
-}
-
-/// What one try reserved and was reconciled to, for the call's SERVER span.
-pub struct Served {
-    /// The deployment tried.
-    pub deployment: Arc<str>,
-    /// The tokens reserved: the input count and the output bound.
-    pub reserved_tokens: u64,
-    /// The tokens the limits were reconciled to; `None` while the reservation is kept.
-    pub used_tokens: Option<u64>,
-    /// The try's worst case in micro-dollars, when a price is known.
-    pub reserved_micro_usd: Option<u64>,
-    /// The try's cost in micro-dollars, when a price is known.
-    pub billed_micro_usd: Option<u64>,
-}
-
-impl LimiterFacts {
-    /// The facts as the SERVER span's attributes.
-    fn attributes(&self) -> Vec<KeyValue> {
-        let mut attributes = Vec::new();
-        if let Some(decision) = self.decision {
-            attributes.push(KeyValue::new(RATELIMITER_DECISION, decision));
-            let wait_ms = self.queue_wait_ms.unwrap_or(0);
-            attributes.push(KeyValue::new(RATELIMITER_QUEUE_WAIT_MS, wait_ms as i64));
-        }
-        if let Some((key, retry_after_ms)) = &self.denied {
-            attributes.push(KeyValue::new(RATELIMITER_DENIED_BY, key.clone()));
-            if let Some(ms) = retry_after_ms {
-                attributes.push(KeyValue::new(RATELIMITER_RETRY_AFTER_MS, *ms as i64));
-            }
-        }
-        if let Some(served) = &self.served {
-            attributes.push(KeyValue::new(RATELIMITER_DEPLOYMENT, served.deployment.to_string()));
-            attributes.push(KeyValue::new(
-                RATELIMITER_TOKENS_RESERVED,
-                served.reserved_tokens as i64,
-            ));
-            if let Some(tokens) = served.used_tokens {
-                attributes.push(KeyValue::new(RATELIMITER_TOKENS_USED, tokens as i64));
-            }
-            if let Some(micro) = served.reserved_micro_usd {
-                attributes.push(KeyValue::new(RATELIMITER_USD_RESERVED, micro as f64 / 1e6));
-            }
-            if let Some(micro) = served.billed_micro_usd {
-                attributes.push(KeyValue::new(RATELIMITER_USD_BILLED, micro as f64 / 1e6));
-            }
-        }
-        attributes
-    }
-}
-
 /// A call's SERVER span and its limiter facts; the span ends when the last of
 /// the call's phases lets it go (the answer's last byte, or the handler's return).
 struct CallSpan {
     telemetry: Arc<Telemetry>,
+    /// The SERVER span: only its end writes to it, without a lock.
+    span: BoxedSpan,
+    /// Whether the span records: an unsampled call keeps no facts for it.
+    recording: bool,
+    /// The span's context, the parent of the tries' CLIENT spans.
     cx: Context,
     facts: Mutex<LimiterFacts>,
     /// When the call came, for `gen_ai.server.request.duration`.
@@ -259,23 +134,24 @@ impl CallSpan {
     /// The call's metrics: its decision and, as a server, its duration and a
     /// stream's time to first token and per output token.
     fn record_metrics(&self, metrics: &GenAiMetrics, facts: &LimiterFacts) {
-        let model = KeyValue::new(GEN_AI_REQUEST_MODEL, facts.model.clone().unwrap_or_default());
-        let tenant = facts.tenant.as_deref().and_then(|t| metrics.tenant_attribute(t));
+        let model = KeyValue::new(GEN_AI_REQUEST_MODEL, facts.model_value());
         if let Some(decision) = facts.decision {
-            let mut attributes = vec![KeyValue::new(RATELIMITER_DECISION, decision), model.clone()];
-            attributes.extend(tenant.clone());
-            metrics.decided(&attributes);
+            let mut attributes = MetricAttributes::new();
+            attributes.push(KeyValue::new(RATELIMITER_DECISION, decision));
+            attributes.push(model.clone());
+            attributes.push_some(facts.tenant_metric.clone());
+            metrics.decided(attributes.as_slice());
         }
-        let mut attributes = vec![KeyValue::new(GEN_AI_OPERATION_NAME, self.operation), model];
-        if let Some(provider) = &facts.provider {
-            attributes.push(KeyValue::new(GEN_AI_PROVIDER_NAME, provider.clone()));
-        }
-        if let Some(status) = facts.status.filter(|s| *s >= 400) {
-            attributes.push(KeyValue::new(ERROR_TYPE, status.to_string()));
-        }
-        attributes.extend(tenant);
+        let mut attributes = MetricAttributes::new();
+        attributes.push(KeyValue::new(GEN_AI_OPERATION_NAME, self.operation));
+        attributes.push(model);
+        let provider = facts.provider.clone();
+        attributes.push_some(provider.map(|provider| KeyValue::new(GEN_AI_PROVIDER_NAME, provider)));
+        let failed = facts.status.filter(|s| s.as_u16() >= 400);
+        attributes.push_some(failed.map(|s| KeyValue::new(ERROR_TYPE, status_error_type(s.as_u16()))));
+        attributes.push_some(facts.tenant_metric.clone());
         let stream = (facts.first_chunk_at).map(|at| (at.duration_since(self.started), facts.output_tokens));
-        metrics.call_ended(&attributes, self.started.elapsed(), stream);
+        metrics.call_ended(attributes.as_slice(), self.started.elapsed(), stream);
     }
 }
 
@@ -286,9 +162,14 @@ impl Drop for CallSpan {
         if let Some(metrics) = &self.telemetry.metrics {
             self.record_metrics(metrics, &facts);
         }
-        let span = self.cx.span();
-        span.set_attributes(facts.attributes());
-        span.end();
+        // A 5xx marks the span an error, as the HTTP conventions ask of a
+        // SERVER span (a 4xx is the client's).
+        let failed = facts.status.is_some_and(|s| s.is_server_error());
+        self.span.set_attributes(facts.into_attributes());
+        if failed {
+            self.span.set_status(Status::error(""));
+        }
+        self.span.end();
     }
 }
 
@@ -298,36 +179,50 @@ pub struct CallTrace(Arc<CallSpan>);
 
 impl CallTrace {
     /// The facts, whatever a panicking holder left.
-    fn facts(&self) -> std::sync::MutexGuard<'_, LimiterFacts> {
+    fn facts(&self) -> MutexGuard<'_, LimiterFacts> {
         self.0.facts.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Who calls (the tenant, the directory key's id and the class) and the
     /// model it asked for.
     pub fn caller(&self, (tenant, key_id): (&str, Option<&str>), class: &str, model: &str) {
+        let call = &*self.0;
+        // Made before the lock: the span's values only when it records, the
+        // metrics' only when they are exported.
+        let spanned = call.recording.then(|| {
+            let key_id = key_id.map(|id| StringValue::from(id.to_owned()));
+            (
+                StringValue::from(tenant.to_owned()),
+                key_id,
+                StringValue::from(class.to_owned()),
+            )
+        });
+        let metered = (call.telemetry.metrics.as_ref()).map(|metrics| {
+            let model = StringValue::from(Arc::<str>::from(model));
+            (model, metrics.tenant_attribute(tenant))
+        });
         let mut facts = self.facts();
-        facts.model = Some(model.to_owned());
-        facts.tenant = Some(tenant.to_owned());
-        drop(facts);
-        let span = self.0.cx.span();
-        span.set_attribute(KeyValue::new(RATELIMITER_TENANT, tenant.to_owned()));
-        if let Some(id) = key_id {
-            span.set_attribute(KeyValue::new(RATELIMITER_KEY_ID, id.to_owned()));
+        if let Some((tenant, key_id, class)) = spanned {
+            (facts.tenant, facts.key_id, facts.class) = (Some(tenant), key_id, Some(class));
         }
-        span.set_attribute(KeyValue::new(RATELIMITER_CLASS, class.to_owned()));
+        if let Some((model, tenant)) = metered {
+            (facts.model, facts.tenant_metric) = (Some(model), tenant);
+        }
     }
 
     /// The call waited `waited` in its model's queue (in all, over its tries).
     pub fn queued(&self, waited: Duration) {
         let wait_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
         let mut facts = self.facts();
-        if let Some(metrics) = &self.0.telemetry.metrics {
-            let model = facts.model.clone().unwrap_or_default();
-            let mut attributes = vec![KeyValue::new(GEN_AI_REQUEST_MODEL, model)];
-            attributes.extend(facts.tenant.as_deref().and_then(|t| metrics.tenant_attribute(t)));
-            metrics.queued(waited, &attributes);
-        }
         facts.queue_wait_ms = Some(facts.queue_wait_ms.unwrap_or(0).saturating_add(wait_ms));
+        let Some(metrics) = &self.0.telemetry.metrics else {
+            return;
+        };
+        let mut attributes = MetricAttributes::new();
+        attributes.push(KeyValue::new(GEN_AI_REQUEST_MODEL, facts.model_value()));
+        attributes.push_some(facts.tenant_metric.clone());
+        drop(facts);
+        metrics.queued(waited, attributes.as_slice());
     }
 
     /// The call was admitted: at once, or after its queue wait.
@@ -341,26 +236,15 @@ impl CallTrace {
 
     /// The call was denied by the limit `key`, with `retry_after_ms` as its hint.
     pub fn denied(&self, key: &str, retry_after_ms: Option<u64>) {
+        let key = self.0.recording.then(|| StringValue::from(key.to_owned()));
         let mut facts = self.facts();
         facts.decision = Some(DECISION_DENIED);
-        facts.denied = Some((key.to_owned(), retry_after_ms));
+        facts.denied = Some((key, retry_after_ms));
     }
 
-    /// The status the client got; a 5xx marks the span an error, as the HTTP
-    /// conventions ask of a SERVER span (a 4xx is the client's).
+    /// The status the client got, written on the span when it ends.
     pub fn responded(&self, status: StatusCode) {
-        self.facts().status = Some(status.as_u16());
-        let span = self.0.cx.span();
-        span.set_attribute(KeyValue::new(HTTP_RESPONSE_STATUS_CODE, i64::from(status.as_u16())));
-        if status.is_server_error() {
-            span.set_attribute(KeyValue::new(ERROR_TYPE, status.as_u16().to_string()));
-            span.set_status(Status::error(""));
-        }
-    }
-
-    /// What a try reserved and was reconciled to: the last try's is the call's.
-    fn served(&self, served: Served) {
-        self.facts().served = Some(served);
+        self.facts().status = Some(status);
     }
 
     /// The CLIENT span of one try of the call on a deployment.
@@ -368,19 +252,14 @@ impl CallTrace {
         let telemetry = &self.0.telemetry;
         let operation = operation_name(target.endpoint);
         let provider = provider_name(target.kind, target.upstream, target.base_url);
-        let mut metric_attributes = vec![
+        let model = StringValue::from(Arc::<str>::from(target.model));
+        let mut attributes = Vec::with_capacity(CLIENT_SPAN_ATTRIBUTES_MAX);
+        attributes.extend([
             KeyValue::new(GEN_AI_OPERATION_NAME, operation),
             KeyValue::new(GEN_AI_PROVIDER_NAME, provider.clone()),
-            KeyValue::new(GEN_AI_REQUEST_MODEL, target.model.to_owned()),
-        ];
-        let mut attributes = metric_attributes.clone();
-        let mut facts = self.facts();
-        facts.provider = Some(provider);
-        if let Some(metrics) = &telemetry.metrics {
-            metric_attributes.extend(facts.tenant.as_deref().and_then(|t| metrics.tenant_attribute(t)));
-        }
-        drop(facts);
-        attributes.push(KeyValue::new(GEN_AI_REQUEST_STREAM, target.stream));
+            KeyValue::new(GEN_AI_REQUEST_MODEL, model.clone()),
+            KeyValue::new(GEN_AI_REQUEST_STREAM, target.stream),
+        ]);
         if let Some(bound) = target.max_tokens {
             attributes.push(KeyValue::new(GEN_AI_REQUEST_MAX_TOKENS, bound as i64));
         }
@@ -394,18 +273,26 @@ impl CallTrace {
             attributes.push(KeyValue::new(SERVER_PORT, i64::from(port)));
         }
         let span = (telemetry.tracer)
-            .span_builder(format!("{operation} {}", target.model))
+            .span_builder(client_span_name(operation, target.model))
             .with_kind(SpanKind::Client)
             .with_attributes(attributes)
             .start_with_context(&telemetry.tracer, &self.0.cx);
         TryTrace {
             call: self.clone(),
-            cx: self.0.cx.with_span(span),
+            span_context: span.span_context().clone(),
+            recording: span.is_recording(),
+            state: Mutex::new(TryState {
+                span: Some(span),
+                response: None,
+            }),
             started: Instant::now(),
-            metric_attributes,
+            operation,
+            provider,
+            model,
+            status: OnceLock::new(),
+            errored: AtomicBool::new(false),
             error_type: OnceLock::new(),
-            response: OnceLock::new(),
-            first_chunk: OnceLock::new(),
+            first_chunk_at: OnceLock::new(),
         }
     }
 }
@@ -433,18 +320,34 @@ pub struct TryTarget<'a> {
 /// The CLIENT span of one try; it ends when the try's lease completes.
 pub struct TryTrace {
     call: CallTrace,
-    cx: Context,
+    /// The span's context, for the request's `traceparent`.
+    span_context: SpanContext,
+    /// Whether the span records: an unsampled try builds no attributes at its end.
+    recording: bool,
+    /// The span until the try ends, and what the answer said of itself.
+    state: Mutex<TryState>,
     /// When the try was sent, for `gen_ai.client.operation.duration`.
     started: Instant,
-    /// The operation, provider and model: the try's metrics' attributes.
-    metric_attributes: Vec<KeyValue>,
+    /// The operation, the provider and the model: the try's metrics' attributes.
+    operation: &'static str,
+    provider: StringValue,
+    model: StringValue,
+    /// The status the provider answered with.
+    status: OnceLock<StatusCode>,
+    /// Whether the try failed: the span's status is an error.
+    errored: AtomicBool,
     /// The try's `error.type`, once it failed: the status or what went wrong
     /// on the connection; the answer's own error type wins over it.
-    error_type: OnceLock<String>,
-    /// What the answer said of itself, once it ended whole.
-    response: OnceLock<ResponseFacts>,
-    /// When a stream's first bytes came, after the try was sent.
-    first_chunk: OnceLock<Duration>,
+    error_type: OnceLock<StringValue>,
+    /// When a stream's first bytes came.
+    first_chunk_at: OnceLock<Instant>,
+}
+
+/// What a try's end takes: its span and the answer's facts.
+#[derive(Default)]
+struct TryState {
+    span: Option<BoxedSpan>,
+    response: Option<ResponseFacts>,
 }
 
 impl TryTrace {
@@ -452,33 +355,37 @@ impl TryTrace {
     /// request sent upstream; a client's trace marked not sampled stays so.
     pub fn headers(&self) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        (self.call.0.telemetry.propagator).inject_context(&self.cx, &mut HeaderInjector(&mut headers));
+        write_trace_context(&self.span_context, &mut headers);
         headers
     }
 
     /// The provider answered with `status`; an error status is the try's failure.
     pub fn answered(&self, status: StatusCode) {
-        let span = self.cx.span();
-        span.set_attribute(KeyValue::new(HTTP_RESPONSE_STATUS_CODE, i64::from(status.as_u16())));
+        let _ = self.status.set(status);
         if status.is_client_error() || status.is_server_error() {
-            self.failed(&status.as_u16().to_string());
+            self.failed_as(|| status_error_type(status.as_u16()));
         }
     }
 
     /// The try failed: `error_type` is the status or what went wrong on the
     /// connection (`timeout`, ...); an error type the answer gives wins at the end.
     pub fn failed(&self, error_type: &str) {
-        if self.error_type.set(error_type.to_owned()).is_ok() {
-            self.cx.span().set_status(Status::error(""));
+        self.failed_as(|| StringValue::from(Arc::<str>::from(error_type)));
+    }
+
+    /// The try failed as `error_type` says, unless it already had.
+    fn failed_as(&self, error_type: impl FnOnce() -> StringValue) {
+        if self.error_type.get().is_none() && self.error_type.set(error_type()).is_ok() {
+            self.errored.store(true, Ordering::Relaxed);
         }
     }
 
     /// What the answer said of itself (read as it passed, once it ended whole).
     pub fn responded(&self, facts: ResponseFacts) {
         if facts.error_type.is_some() {
-            self.cx.span().set_status(Status::error(""));
+            self.errored.store(true, Ordering::Relaxed);
         }
-        let _ = self.response.set(facts);
+        self.state().response.get_or_insert(facts);
     }
 
     /// Whether the answer's text is read for `gen_ai.output.messages`.
@@ -488,85 +395,140 @@ impl TryTrace {
 
     /// The stream's first bytes came now.
     pub fn first_chunk(&self) {
-        let _ = self.first_chunk.set(self.started.elapsed());
-        self.call.facts().first_chunk_at.get_or_insert_with(Instant::now);
+        let _ = self.first_chunk_at.set(Instant::now());
     }
 
-    /// The try's `error.type`: the answer's own error type, else the status
-    /// or the connection's failure; `None` when it did not fail.
-    fn error_type(&self) -> Option<&str> {
-        let answered = self.response.get().and_then(|facts| facts.error_type.as_deref());
-        answered.or(self.error_type.get().map(String::as_str))
-    }
-
-    /// The answer's facts and the stream's first chunk, as the span's attributes.
-    fn response_attributes(&self) -> Vec<KeyValue> {
-        let mut attributes = Vec::new();
-        if let Some(error_type) = self.error_type() {
-            attributes.push(KeyValue::new(ERROR_TYPE, error_type.to_owned()));
-        }
-        if let Some(first) = self.first_chunk.get() {
-            attributes.push(KeyValue::new(GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, first.as_secs_f64()));
-        }
-        let Some(facts) = self.response.get() else {
-            return attributes;
-        };
-        if let Some(id) = &facts.id {
-            attributes.push(KeyValue::new(GEN_AI_RESPONSE_ID, id.clone()));
-        }
-        if let Some(model) = &facts.model {
-            attributes.push(KeyValue::new(GEN_AI_RESPONSE_MODEL, model.clone()));
-        }
-        if let Some(texts) = &facts.texts {
-            let messages = output_messages(texts, &facts.finish_reasons);
-            attributes.push(KeyValue::new(GEN_AI_OUTPUT_MESSAGES, messages));
-        }
-        if !facts.finish_reasons.is_empty() {
-            let reasons = facts
-                .finish_reasons
-                .iter()
-                .map(|r| StringValue::from(r.clone()))
-                .collect();
-            attributes.push(KeyValue::new(
-                GEN_AI_RESPONSE_FINISH_REASONS,
-                Value::Array(Array::String(reasons)),
-            ));
-        }
-        attributes
+    /// The state, whatever a panicking holder left.
+    fn state(&self) -> MutexGuard<'_, TryState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The try ended: the provider's `usage` on the CLIENT span, what the try
     /// reserved and was reconciled to on the call's SERVER span, and the CLIENT span ended.
     pub fn ended(&self, usage: Option<Usage>, served: Served) {
-        let span = self.cx.span();
-        span.set_attributes(self.response_attributes());
-        if let Some(usage) = usage {
+        let TryState { span, response } = std::mem::take(&mut *self.state());
+        // The answer's own error type, else the status or the connection's failure.
+        let answered = response.as_ref().and_then(|facts| facts.error_type.as_deref());
+        let error_type = answered
+            .map(|e| StringValue::from(Arc::<str>::from(e)))
+            .or_else(|| self.error_type.get().cloned());
+        let first_chunk = self.first_chunk_at.get().map(|at| at.duration_since(self.started));
+        let tenant = {
+            let mut facts = self.call.facts();
+            facts.output_tokens = usage.map(|u| u.output_tokens);
+            facts.served = Some(served);
+            facts.provider = Some(self.provider.clone());
+            if let Some(at) = self.first_chunk_at.get() {
+                facts.first_chunk_at.get_or_insert(*at);
+            }
+            facts.tenant_metric.clone()
+        };
+        if let Some(metrics) = &self.call.0.telemetry.metrics {
+            let mut attributes = MetricAttributes::new();
+            attributes.push(KeyValue::new(GEN_AI_OPERATION_NAME, self.operation));
+            attributes.push(KeyValue::new(GEN_AI_PROVIDER_NAME, self.provider.clone()));
+            attributes.push(KeyValue::new(GEN_AI_REQUEST_MODEL, self.model.clone()));
+            attributes.push_some(tenant);
+            attributes.push_some(error_type.clone().map(|e| KeyValue::new(ERROR_TYPE, e)));
+            if let Some(first) = first_chunk {
+                metrics.first_chunk(attributes.as_slice(), first);
+            }
+            let tokens = usage.map(|u| (u.input_tokens.saturating_add(u.cache_read_tokens), u.output_tokens));
+            metrics.try_ended(&mut attributes, self.started.elapsed(), tokens);
+        }
+        let Some(mut span) = span else {
+            return;
+        };
+        if self.recording {
+            span.set_attributes(self.end_attributes(error_type, response, usage, first_chunk));
+        }
+        if self.errored.load(Ordering::Relaxed) {
+            span.set_status(Status::error(""));
+        }
+        span.end();
+    }
+
+    /// The status, the answer's facts, the stream's first chunk and the
+    /// provider's usage, as the span's attributes at its end.
+    fn end_attributes(
+        &self,
+        error_type: Option<StringValue>,
+        response: Option<ResponseFacts>,
+        usage: Option<Usage>,
+        first_chunk: Option<Duration>,
+    ) -> impl Iterator<Item = KeyValue> {
+        let (id, model, messages, reasons) = match response {
+            Some(facts) => {
+                let messages = (facts.texts.as_deref()).map(|texts| output_messages(texts, &facts.finish_reasons));
+                let reasons = (!facts.finish_reasons.is_empty())
+                    .then(|| Array::String(facts.finish_reasons.into_iter().map(StringValue::from).collect()));
+                (facts.id, facts.model, messages, reasons)
+            }
+            None => (None, None, None, None),
+        };
+        let answer = [
+            (self.status.get()).map(|s| KeyValue::new(HTTP_RESPONSE_STATUS_CODE, i64::from(s.as_u16()))),
+            error_type.map(|e| KeyValue::new(ERROR_TYPE, e)),
+            first_chunk.map(|first| KeyValue::new(GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, first.as_secs_f64())),
+            id.map(|id| KeyValue::new(GEN_AI_RESPONSE_ID, id)),
+            model.map(|model| KeyValue::new(GEN_AI_RESPONSE_MODEL, model)),
+            messages.map(|messages| KeyValue::new(GEN_AI_OUTPUT_MESSAGES, messages)),
+            reasons.map(|reasons| KeyValue::new(GEN_AI_RESPONSE_FINISH_REASONS, Value::Array(reasons))),
+        ];
+        let usage = usage.map(|usage| {
             // Every input token, cached ones included, as the conventions count them.
             let input = usage.input_tokens.saturating_add(usage.cache_read_tokens);
             let cache_read = usage.cache_read_tokens.saturating_add(usage.cached_input_tokens);
             let cache_creation = usage.cache_write_tokens.saturating_add(usage.cache_write_1h_tokens);
-            span.set_attributes([
+            [
                 KeyValue::new(GEN_AI_USAGE_INPUT_TOKENS, input as i64),
                 KeyValue::new(GEN_AI_USAGE_OUTPUT_TOKENS, usage.output_tokens as i64),
                 KeyValue::new(GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, cache_read as i64),
                 KeyValue::new(GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, cache_creation as i64),
-            ]);
-        }
-        if let Some(metrics) = &self.call.0.telemetry.metrics {
-            let mut attributes = self.metric_attributes.clone();
-            if let Some(error_type) = self.error_type() {
-                attributes.push(KeyValue::new(ERROR_TYPE, error_type.to_owned()));
-            }
-            let tokens = usage.map(|u| (u.input_tokens.saturating_add(u.cache_read_tokens), u.output_tokens));
-            metrics.try_ended(&attributes, self.started.elapsed(), tokens);
-            if let Some(first) = self.first_chunk.get() {
-                metrics.first_chunk(&attributes, *first);
-            }
-        }
-        self.call.facts().output_tokens = usage.map(|u| u.output_tokens);
-        self.call.served(served);
-        span.end();
+            ]
+        });
+        answer.into_iter().flatten().chain(usage.into_iter().flatten())
     }
+}
+
+impl Drop for TryTrace {
+    /// A try dropped before it ended (its lease always ends it) still tells
+    /// its span its status, and the call its provider, as the span ends on drop.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(span) = state.span.as_mut() else {
+            return;
+        };
+        if let Some(status) = self.status.get() {
+            span.set_attribute(KeyValue::new(HTTP_RESPONSE_STATUS_CODE, i64::from(status.as_u16())));
+        }
+        if self.errored.load(Ordering::Relaxed) {
+            span.set_status(Status::error(""));
+        }
+        self.call.facts().provider = Some(self.provider.clone());
+    }
+}
+
+/// The SERVER span's name, `POST {route}` (the HTTP conventions' `{method}
+/// {http.route}`), one static name per endpoint.
+fn server_span_name(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::ChatCompletions => "POST /v1/chat/completions",
+        Endpoint::Embeddings => "POST /v1/embeddings",
+        Endpoint::Responses => "POST /v1/responses",
+        Endpoint::Messages => "POST /v1/messages",
+        Endpoint::CountTokens => "POST /v1/messages/count_tokens",
+    }
+}
+
+/// A CLIENT span's name, `{gen_ai.operation.name} {gen_ai.request.model}` as
+/// the GenAI conventions name it, made in one allocation.
+fn client_span_name(operation: &str, model: &str) -> String {
+    let mut name = String::with_capacity(operation.len() + 1 + model.len());
+    name.push_str(operation);
+    name.push(' ');
+    name.push_str(model);
+    name
 }
 
 /// The GenAI conventions' `gen_ai.operation.name` of a call to `endpoint`.
@@ -581,17 +543,18 @@ fn operation_name(endpoint: Endpoint) -> &'static str {
 /// (an `azure` upstream, or an `openai` one on an Azure OpenAI host), `anthropic`,
 /// `aws.bedrock`, `gcp.vertex_ai`, else the upstream's configured name
 /// (<https://opentelemetry.io/docs/specs/semconv/registry/attributes/gen-ai/>).
-fn provider_name(kind: UpstreamKind, upstream: &str, base_url: &str) -> String {
+/// Static but for the last, made once per try and shared by its span and metrics.
+fn provider_name(kind: UpstreamKind, upstream: &str, base_url: &str) -> StringValue {
     match kind {
-        UpstreamKind::Anthropic => "anthropic".to_owned(),
-        UpstreamKind::Azure => "azure.ai.openai".to_owned(),
+        UpstreamKind::Anthropic => "anthropic".into(),
+        UpstreamKind::Azure => "azure.ai.openai".into(),
         UpstreamKind::Openai if host_and_port(base_url).is_some_and(|(h, _)| h.ends_with(".openai.azure.com")) => {
-            "azure.ai.openai".to_owned()
+            "azure.ai.openai".into()
         }
-        UpstreamKind::Openai => "openai".to_owned(),
-        UpstreamKind::OpenaiCompatible => upstream.to_owned(),
-        UpstreamKind::Bedrock => "aws.bedrock".to_owned(),
-        UpstreamKind::Vertex => "gcp.vertex_ai".to_owned(),
+        UpstreamKind::Openai => "openai".into(),
+        UpstreamKind::OpenaiCompatible => StringValue::from(Arc::<str>::from(upstream)),
+        UpstreamKind::Bedrock => "aws.bedrock".into(),
+        UpstreamKind::Vertex => "gcp.vertex_ai".into(),
     }
 }
 
@@ -605,31 +568,6 @@ fn host_and_port(base_url: &str) -> Option<(&str, u16)> {
         .rsplit_once(':')
         .and_then(|(host, port)| Some((host, port.parse().ok()?)));
     Some(explicit.unwrap_or((authority, default_port)))
-}
-
-/// Reads a context from a request's headers: the gateway's calls and the
-/// limiter API's (ratelimiterd) take their callers' `traceparent` alike.
-pub struct HeaderExtractor<'a>(pub &'a HeaderMap);
-
-impl Extractor for HeaderExtractor<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(HeaderName::as_str).collect()
-    }
-}
-
-/// Writes a context into a request's headers.
-struct HeaderInjector<'a>(&'a mut HeaderMap);
-
-impl Injector for HeaderInjector<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(key.as_bytes()), HeaderValue::from_str(&value)) {
-            self.0.insert(name, value);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -646,14 +584,34 @@ mod tests {
         assert_eq!(host_and_port("http://sim"), Some(("sim", 80)));
         assert_eq!(host_and_port("no scheme"), None);
         let azure = "https://acme.openai.azure.com/openai";
-        assert_eq!(provider_name(UpstreamKind::Openai, "azure", azure), "azure.ai.openai");
-        assert_eq!(provider_name(UpstreamKind::Anthropic, "a", "https://x"), "anthropic");
-        assert_eq!(provider_name(UpstreamKind::Azure, "az", "https://x"), "azure.ai.openai");
-        assert_eq!(provider_name(UpstreamKind::Bedrock, "b", "https://x"), "aws.bedrock");
-        assert_eq!(provider_name(UpstreamKind::Vertex, "v", "https://x"), "gcp.vertex_ai");
-        assert_eq!(
-            provider_name(UpstreamKind::OpenaiCompatible, "vllm", "http://x"),
-            "vllm"
-        );
+        let provider = |kind, upstream, base_url| provider_name(kind, upstream, base_url).as_str().to_owned();
+        assert_eq!(provider(UpstreamKind::Openai, "azure", azure), "azure.ai.openai");
+        assert_eq!(provider(UpstreamKind::Openai, "o", "https://api.openai.com"), "openai");
+        assert_eq!(provider(UpstreamKind::Anthropic, "a", "https://x"), "anthropic");
+        assert_eq!(provider(UpstreamKind::Azure, "az", "https://x"), "azure.ai.openai");
+        assert_eq!(provider(UpstreamKind::Bedrock, "b", "https://x"), "aws.bedrock");
+        assert_eq!(provider(UpstreamKind::Vertex, "v", "https://x"), "gcp.vertex_ai");
+        assert_eq!(provider(UpstreamKind::OpenaiCompatible, "vllm", "http://x"), "vllm");
+    }
+
+    #[test]
+    fn the_span_names_are_the_conventions() {
+        let endpoints = [
+            Endpoint::ChatCompletions,
+            Endpoint::Embeddings,
+            Endpoint::Responses,
+            Endpoint::Messages,
+            Endpoint::CountTokens,
+        ];
+        for endpoint in endpoints {
+            assert_eq!(server_span_name(endpoint), format!("POST {}", endpoint.path()));
+        }
+        let name = client_span_name("chat", "gpt-4o-mini");
+        assert_eq!(name, "chat gpt-4o-mini");
+        assert_eq!(name.capacity(), name.len(), "one allocation, of the name's length");
     }
 }
+
+#[cfg(test)]
+#[path = "trace_tests.rs"]
+mod span_tests;

@@ -88,6 +88,9 @@ struct FactCaptures {
     error: Capture,
     key_is_choices: bool,
     in_choices: bool,
+    /// Whether any capture is reading a value: every byte of the answer passes
+    /// through [`Self::keep`], nearly all of them outside the few values read.
+    any_active: bool,
     choices: ChoicesReasons,
     /// The answer's content value (`choices`, `output` or `content`), kept
     /// only when the operator opted in to message content.
@@ -103,6 +106,7 @@ impl FactCaptures {
             error: Capture::new(b"error", ERROR_BYTES_MAX),
             key_is_choices: false,
             in_choices: false,
+            any_active: false,
             choices: ChoicesReasons::default(),
             content: None,
         }
@@ -126,18 +130,23 @@ impl FactCaptures {
     fn on_colon(&mut self) {
         self.in_choices = self.key_is_choices;
         self.captures().for_each(Capture::on_colon);
+        let any_active = self.captures().any(|c| c.active);
+        self.any_active = any_active;
     }
 
     fn keep(&mut self, byte: u8) {
         if self.in_choices {
             self.choices.byte(byte);
         }
-        self.captures().for_each(|c| c.keep(byte));
+        if self.any_active {
+            self.captures().for_each(|c| c.keep(byte));
+        }
     }
 
     fn end_value(&mut self) {
         self.key_is_choices = false;
         self.in_choices = false;
+        self.any_active = false;
         self.captures().for_each(Capture::end_value);
     }
 

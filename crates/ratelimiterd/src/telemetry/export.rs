@@ -1,6 +1,7 @@
 //! The OTLP exporters of a [`Resolved`] configuration: spans batched off the
-//! calls' path in a bounded queue and metrics read periodically, both by tasks
-//! of the server's tokio runtime, sent over OTLP http/protobuf by hyper or
+//! calls' path in a bounded queue by the SDK's processor thread, each batch
+//! sent by a task of the server's tokio runtime, and metrics read periodically
+//! by another task, sent over OTLP http/protobuf by hyper or
 //! over gRPC by tonic (`OTEL_EXPORTER_OTLP_PROTOCOL`, per signal); the
 //! gateway's [`Telemetry`] made from them.
 
@@ -23,13 +24,16 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::resource::EnvResourceDetector;
 use opentelemetry_sdk::runtime;
-use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, SdkTracerProvider};
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
+
+use opentelemetry_sdk::trace::SpanExporter;
 
 use super::api_trace::ApiTracer;
 use super::counted::{spans_queue_max, BoundedSpans, CountedMetrics, CountedSpans, CONTROL_SLOTS};
 use super::dropped::OtelDropped;
+use super::on_runtime::OnRuntime;
+use super::otlp_http::{https_client, HttpSettings, OtlpHttpSpans};
 use super::{OtlpProtocol, Resolved};
 
 /// How long a stopping server waits for its last spans to be sent: a collector
@@ -159,32 +163,54 @@ fn over_grpc<B: WithExportConfig + WithTonicConfig>(
 }
 
 /// Spans batched in a bounded queue and sent by a task of the runtime; what
-/// finds the queue full or fails to be sent is counted in `dropped`.
+/// finds the queue full or fails to be sent is counted in `dropped`. Over
+/// http/protobuf, by [`OtlpHttpSpans`]; over gRPC, by the OTLP crate's exporter.
 fn tracer_provider(
     resolved: &Resolved,
     endpoint: &str,
     (resource, dropped): (Resource, Arc<OtelDropped>),
 ) -> Result<SdkTracerProvider, String> {
-    let builder = opentelemetry_otlp::SpanExporter::builder();
-    let exporter = match resolved.traces_protocol {
-        OtlpProtocol::HttpProtobuf => over_http(builder.with_http(), resolved, endpoint).build(),
-        OtlpProtocol::Grpc => over_grpc(builder.with_tonic(), resolved, endpoint)?.build(),
+    match resolved.traces_protocol {
+        OtlpProtocol::HttpProtobuf => {
+            let settings = HttpSettings::read("TRACES", endpoint, &resolved.headers, &|name| std::env::var(name).ok())?;
+            let client = Arc::new(https_client(settings.timeout));
+            let exporter = OtlpHttpSpans::new(client, settings, dropped.clone());
+            Ok(batched(exporter, resolved, (resource, dropped)))
+        }
+        OtlpProtocol::Grpc => {
+            let exporter = over_grpc(
+                opentelemetry_otlp::SpanExporter::builder().with_tonic(),
+                resolved,
+                endpoint,
+            )?
+            .build()
+            .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
+            Ok(batched(exporter, resolved, (resource, dropped)))
+        }
     }
-    .map_err(|e| format!("telemetry: the OTLP span exporter could not be built: {e}"))?;
+}
+
+/// A tracer provider whose spans `exporter` sends, batched in the bounded
+/// queue by the SDK's processor on its own thread (a span ended wakes nothing),
+/// each export run on this runtime ([`OnRuntime`]). Must be called on the runtime.
+fn batched<E: SpanExporter + 'static>(
+    exporter: E,
+    resolved: &Resolved,
+    (resource, dropped): (Resource, Arc<OtelDropped>),
+) -> SdkTracerProvider {
     let (in_queue, max) = (Arc::new(AtomicUsize::new(0)), spans_queue_max());
     let exporter = CountedSpans::new(exporter, dropped.clone(), in_queue.clone());
+    let exporter = OnRuntime::new(exporter, tokio::runtime::Handle::current());
     let config = BatchConfigBuilder::default()
         .with_max_queue_size(max + CONTROL_SLOTS)
         .build();
-    let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio)
-        .with_batch_config(config)
-        .build();
+    let processor = BatchSpanProcessor::builder(exporter).with_batch_config(config).build();
     let processor = BoundedSpans::new(processor, (in_queue, max), dropped);
-    Ok(SdkTracerProvider::builder()
+    SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_sampler(resolved.sampler.clone())
         .with_resource(resource)
-        .build())
+        .build()
 }
 
 /// Metrics read and sent every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default)
@@ -196,7 +222,12 @@ fn meter_provider(
 ) -> Result<SdkMeterProvider, String> {
     let builder = opentelemetry_otlp::MetricExporter::builder();
     let exporter = match resolved.metrics_protocol {
-        OtlpProtocol::HttpProtobuf => over_http(builder.with_http(), resolved, endpoint).build(),
+        OtlpProtocol::HttpProtobuf => {
+            let settings =
+                HttpSettings::read("METRICS", endpoint, &resolved.headers, &|name| std::env::var(name).ok())?;
+            let client = https_client(settings.timeout);
+            (over_http(builder.with_http(), resolved, endpoint).with_http_client(client)).build()
+        }
         OtlpProtocol::Grpc => over_grpc(builder.with_tonic(), resolved, endpoint)?.build(),
     }
     .map_err(|e| format!("telemetry: the OTLP metric exporter could not be built: {e}"))?;

@@ -7,6 +7,9 @@ pub mod api_trace;
 pub mod counted;
 pub mod dropped;
 pub mod export;
+pub mod on_runtime;
+pub mod otlp_http;
+pub mod span_proto;
 
 use std::collections::BTreeMap;
 
