@@ -33,7 +33,7 @@ use super::api_trace::ApiTracer;
 use super::counted::{spans_queue_max, BoundedSpans, CountedMetrics, CountedSpans, CONTROL_SLOTS};
 use super::dropped::OtelDropped;
 use super::on_runtime::OnRuntime;
-use super::otlp_http::{https_client, HttpSettings, OtlpHttpSpans};
+use super::otlp_http::{header, https_client, HttpSettings, OtlpHttpSpans};
 use super::{OtlpProtocol, Resolved};
 
 /// How long a stopping server waits for its last spans to be sent: a collector
@@ -135,10 +135,7 @@ fn headers(resolved: &Resolved) -> HashMap<String, String> {
 fn metadata(resolved: &Resolved) -> Result<MetadataMap, String> {
     let mut headers = axum::http::HeaderMap::new();
     for (name, value) in &resolved.headers {
-        let name = axum::http::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("telemetry.headers: `{name}` is not a header name"))?;
-        let value = axum::http::HeaderValue::from_str(value)
-            .map_err(|_| format!("telemetry.headers: the value of `{name}` is not printable ASCII"))?;
+        let (name, value) = header(name, value).map_err(|e| format!("telemetry.headers: {e}"))?;
         headers.insert(name, value);
     }
     Ok(MetadataMap::from_headers(headers))

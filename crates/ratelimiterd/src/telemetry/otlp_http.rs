@@ -76,7 +76,7 @@ impl HttpSettings {
             }
         }
         let headers = (merged.into_iter())
-            .map(|(name, value)| header(&name, &value))
+            .map(|(name, value)| header(&name, &value).map_err(|e| format!("telemetry: {e}")))
             .collect::<Result<_, _>>()?;
         let mut timeout_ms = TIMEOUT_MS_DEFAULT;
         for var in [
@@ -147,12 +147,11 @@ fn percent_decode(value: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// A header as sent, refused when HTTP cannot carry it (named, its value never shown).
-fn header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), String> {
-    let header_name =
-        HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("telemetry: `{name}` is not a header name"))?;
-    let value =
-        HeaderValue::from_str(value).map_err(|_| format!("telemetry: the value of `{name}` is not printable ASCII"))?;
+/// A header as sent, refused when HTTP cannot carry it: the error names it,
+/// never shows its value, and is prefixed by the caller with where it came from.
+pub fn header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("`{name}` is not a header name"))?;
+    let value = HeaderValue::from_str(value).map_err(|_| format!("the value of `{name}` is not printable ASCII"))?;
     Ok((header_name, value))
 }
 

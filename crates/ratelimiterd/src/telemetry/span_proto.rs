@@ -112,9 +112,7 @@ fn span_message(out: &mut Vec<u8>, span: &SpanData) {
     uint(out, 6, kind_number(&span.span_kind));
     fixed64(out, 7, unix_nanos(span.start_time));
     fixed64(out, 8, unix_nanos(span.end_time));
-    for attribute in &span.attributes {
-        key_value(out, 9, attribute.key.as_str(), &attribute.value);
-    }
+    attributes(out, 9, &span.attributes);
     uint(out, 10, u64::from(span.dropped_attributes_count));
     for event in span.events.iter() {
         nested(out, 11, |out| {
