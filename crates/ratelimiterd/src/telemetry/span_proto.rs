@@ -153,10 +153,47 @@ fn attributes(out: &mut Vec<u8>, field: u32, attributes: &[KeyValue]) {
 
 /// A `KeyValue` in `field`.
 fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value) {
-    nested(out, field, |out| {
-        string(out, 1, key);
-        nested(out, 2, |out| any_value(out, value));
-    });
+    // A scalar value's message is sized before it is written, with no length to move.
+    let Some(any_len) = scalar_len(value) else {
+        nested(out, field, |out| {
+            string(out, 1, key);
+            nested(out, 2, |out| any_value(out, value));
+        });
+        return;
+    };
+    // An empty key is left out, as `string` leaves it out.
+    let key_len = if key.is_empty() {
+        0
+    } else {
+        1 + varint_len(key.len() as u64) + key.len()
+    };
+    let len = key_len + 1 + varint_len(any_len as u64) + any_len;
+    out.reserve(1 + varint_len(len as u64) + len);
+    tag(out, field, LEN);
+    varint(out, len as u64);
+    string(out, 1, key);
+    tag(out, 2, LEN);
+    varint(out, any_len as u64);
+    any_value(out, value);
+}
+
+/// The length of the `AnyValue` message of a string, integer, boolean or
+/// double; `None` for an array, whose length is known once it is written.
+fn scalar_len(value: &Value) -> Option<usize> {
+    let len = match value {
+        Value::Bool(b) => 1 + varint_len(u64::from(*b)),
+        Value::I64(i) => 1 + varint_len(*i as u64),
+        Value::F64(_) => 1 + 8,
+        Value::String(s) => 1 + varint_len(s.as_str().len() as u64) + s.as_str().len(),
+        _ => return None,
+    };
+    Some(len)
+}
+
+/// How many bytes `value` takes as a varint.
+fn varint_len(value: u64) -> usize {
+    // 7 bits a byte; 0 takes one.
+    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// An `AnyValue`'s one field: set, so written even when it holds its type's default.
@@ -301,7 +338,13 @@ fn tag(out: &mut Vec<u8>, field: u32, wire_type: u8) {
 }
 
 /// `value` as a base-128 varint.
+#[inline]
 fn varint(out: &mut Vec<u8>, value: u64) {
+    // Nearly every varint written (tags, lengths of keys and values) is one byte.
+    if value < 0x80 {
+        out.push(value as u8);
+        return;
+    }
     let mut buf = [0u8; 10];
     let len = put_varint(&mut buf, 0, value);
     out.extend_from_slice(&buf[..len]);
@@ -316,6 +359,30 @@ fn put_varint(buf: &mut [u8], mut at: usize, mut value: u64) -> usize {
     }
     buf[at] = value as u8;
     at + 1
+}
+
+#[cfg(test)]
+mod varint_tests {
+    use super::*;
+
+    #[test]
+    fn a_varints_length_is_the_bytes_it_is_written_in() {
+        for value in [
+            0,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            u64::from(u32::MAX),
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let mut out = Vec::new();
+            varint(&mut out, value);
+            assert_eq!(varint_len(value), out.len(), "{value}");
+        }
+    }
 }
 
 #[cfg(test)]
