@@ -153,47 +153,10 @@ fn attributes(out: &mut Vec<u8>, field: u32, attributes: &[KeyValue]) {
 
 /// A `KeyValue` in `field`.
 fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value) {
-    // A scalar value's message is sized before it is written, with no length to move.
-    let Some(any_len) = scalar_len(value) else {
-        nested(out, field, |out| {
-            string(out, 1, key);
-            nested(out, 2, |out| any_value(out, value));
-        });
-        return;
-    };
-    // An empty key is left out, as `string` leaves it out.
-    let key_len = if key.is_empty() {
-        0
-    } else {
-        1 + varint_len(key.len() as u64) + key.len()
-    };
-    let len = key_len + 1 + varint_len(any_len as u64) + any_len;
-    out.reserve(1 + varint_len(len as u64) + len);
-    tag(out, field, LEN);
-    varint(out, len as u64);
-    string(out, 1, key);
-    tag(out, 2, LEN);
-    varint(out, any_len as u64);
-    any_value(out, value);
-}
-
-/// The length of the `AnyValue` message of a string, integer, boolean or
-/// double; `None` for an array, whose length is known once it is written.
-fn scalar_len(value: &Value) -> Option<usize> {
-    let len = match value {
-        Value::Bool(b) => 1 + varint_len(u64::from(*b)),
-        Value::I64(i) => 1 + varint_len(*i as u64),
-        Value::F64(_) => 1 + 8,
-        Value::String(s) => 1 + varint_len(s.as_str().len() as u64) + s.as_str().len(),
-        _ => return None,
-    };
-    Some(len)
-}
-
-/// How many bytes `value` takes as a varint.
-fn varint_len(value: u64) -> usize {
-    // 7 bits a byte; 0 takes one.
-    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
+    nested(out, field, |out| {
+        string(out, 1, key);
+        nested(out, 2, |out| any_value(out, value));
+    });
 }
 
 /// An `AnyValue`'s one field: set, so written even when it holds its type's default.
@@ -366,7 +329,7 @@ mod varint_tests {
     use super::*;
 
     #[test]
-    fn a_varints_length_is_the_bytes_it_is_written_in() {
+    fn a_varint_is_seven_bits_a_byte_low_first() {
         for value in [
             0,
             1,
@@ -380,7 +343,13 @@ mod varint_tests {
         ] {
             let mut out = Vec::new();
             varint(&mut out, value);
-            assert_eq!(varint_len(value), out.len(), "{value}");
+            // Seven bits a byte, low first, the high bit set on all but the last.
+            let decoded = out
+                .iter()
+                .enumerate()
+                .fold(0u64, |v, (i, b)| v | u64::from(b & 0x7f) << (7 * i));
+            assert_eq!(decoded, value);
+            assert!(out[..out.len() - 1].iter().all(|b| b & 0x80 != 0) && out[out.len() - 1] < 0x80);
         }
     }
 }
