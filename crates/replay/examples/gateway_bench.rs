@@ -23,6 +23,10 @@
 //! metrics over OTLP to a sink in the bench's process, `--otel down` to a port
 //! where nothing listens (`gateway_bench/otel.rs`); with the same build as
 //! `--baseline-bin`, the ratios are what the export costs a call.
+//! `--count instructions` runs the servers under valgrind's callgrind and counts
+//! the instructions a server executes per call instead of its CPU time: a figure
+//! the machine's noise does not move (`gateway_bench/instructions.rs`; lower the
+//! rates to match callgrind's pace, e.g. `--rate 20 --stream-rate 4`).
 //! `--server-cpu N` pins the servers to CPU N (with `taskset`); run the bench itself
 //! under `taskset -c M` (its simulators inherit it) to give the gateway a core of its
 //! own, as in a deployment where the gateway does not share cores with its callers and
@@ -36,6 +40,10 @@
 mod bench_support;
 #[path = "gateway_bench/cpu.rs"]
 mod cpu;
+#[path = "gateway_bench/instructions.rs"]
+mod instructions;
+#[path = "gateway_bench/meter.rs"]
+mod meter;
 #[path = "gateway_bench/money.rs"]
 mod money;
 #[path = "gateway_bench/otel.rs"]
@@ -57,7 +65,8 @@ use hyper_util::rt::TokioIo;
 
 use bench_support::flags::Flags;
 use bench_support::{free_port, wait_listening, Process};
-use cpu::{clock_ticks_per_second, cpu_per_call_us, Pids};
+use cpu::{clock_ticks_per_second, Pids};
+use meter::Meter;
 
 /// Latency samples kept per phase: a bound on memory, far above a phase's calls.
 const SAMPLES_MAX: usize = 4_000_000;
@@ -72,7 +81,7 @@ const STREAM_MS_PER_TOKEN: u64 = 1;
 const STREAM_TOKENS: u64 = 16;
 
 /// The flags, as the usage line shows them.
-const USAGE: &str = "[--bin-dir DIR] [--baseline-bin DIR] [--snapshots on|off] [--money on|off] [--otel off|on|down] [--server-cpu N] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]";
+const USAGE: &str = "[--bin-dir DIR] [--baseline-bin DIR] [--snapshots on|off] [--money on|off] [--otel off|on|down] [--count cpu|instructions] [--server-cpu N] [--rate N] [--stream-rate N] [--seconds S] [--rounds N] [--connections N]";
 
 #[derive(Debug, Clone)]
 struct Options {
@@ -83,6 +92,8 @@ struct Options {
     money: bool,
     /// Where the new server exports its traces and metrics (`otel.rs`).
     otel: otel::Otel,
+    /// Whether the servers run under callgrind, counted in instructions (`instructions.rs`).
+    count_instructions: bool,
     /// The CPU the servers are pinned to, if any.
     server_cpu: Option<usize>,
     rate: f64,
@@ -99,6 +110,7 @@ fn parse_options() -> Options {
         snapshots: true,
         money: false,
         otel: otel::Otel::Off,
+        count_instructions: false,
         server_cpu: None,
         rate: 1_000.0,
         seconds: 5.0,
@@ -129,6 +141,13 @@ fn parse_options() -> Options {
             "--otel" => {
                 options.otel = otel::Otel::parse(&value).unwrap_or_else(|| flags.fail("--otel: off, on or down"))
             }
+            "--count" => {
+                options.count_instructions = match value.as_str() {
+                    "cpu" => false,
+                    "instructions" => true,
+                    _ => flags.fail("--count: cpu or instructions"),
+                }
+            }
             "--server-cpu" => options.server_cpu = Some(number() as usize),
             "--rate" => options.rate = number(),
             "--seconds" => options.seconds = number(),
@@ -145,6 +164,9 @@ fn parse_options() -> Options {
         && (1..=1_024).contains(&options.connections);
     if !valid {
         flags.fail("rates > 0, --seconds 0.5..=600, --rounds 1..=100, --connections 1..=1024");
+    }
+    if options.count_instructions && (options.server_cpu.is_some() || !instructions::available()) {
+        flags.fail("--count instructions: needs valgrind and callgrind_control, and no --server-cpu");
     }
     options
 }
@@ -202,6 +224,7 @@ fn start_gateway(
     std::fs::write(&path, config).expect("the config is written");
     let binary = bin_dir.join("ratelimiterd");
     let mut command = match options.server_cpu {
+        _ if options.count_instructions => instructions::command(&binary, directory),
         Some(cpu) => {
             let mut taskset = Command::new("taskset");
             taskset.arg("-c").arg(cpu.to_string()).arg(&binary);
@@ -445,7 +468,7 @@ struct Route {
     stream_addr: SocketAddr,
     /// The key its calls carry, if any.
     key: Option<Arc<str>>,
-    pids: Pids,
+    meter: Meter,
 }
 
 /// A path's figures over the rounds.
@@ -454,7 +477,8 @@ struct PathFigures {
     latency: Figures,
     ttft: Figures,
     max_rate: Vec<f64>,
-    /// CPU µs per call of (generator, simulator, server) at the offered rate.
+    /// CPU µs per call of (generator, simulator, server) at the offered rate (the
+    /// server's in instructions under `--count instructions`).
     cpu_open: Vec<[u64; 3]>,
     /// The same in the closed loop.
     cpu_closed: Vec<[u64; 3]>,
@@ -462,7 +486,9 @@ struct PathFigures {
 
 /// One round of one path: the open loop, the streams, the closed loop.
 async fn run_round(options: &Options, path: &Route, hz: u64, figures: &mut PathFigures) -> String {
-    let before = path.pids.ticks();
+    let idle_per_second = path.meter.idle_per_second(options.seconds).await;
+    let before = path.meter.start();
+    let started = Instant::now();
     let samples = open_loop(
         (path.addr, path.key.clone()),
         options.rate,
@@ -471,7 +497,8 @@ async fn run_round(options: &Options, path: &Route, hz: u64, figures: &mut PathF
         false,
     )
     .await;
-    let cpu_open = cpu_per_call_us(before, path.pids.ticks(), samples.len() as u64, hz);
+    let phase = (samples.len() as u64, started.elapsed());
+    let cpu_open = path.meter.per_call(before, phase, idle_per_second, hz);
     figures.latency.add(&samples);
     let streams = open_loop(
         (path.stream_addr, path.key.clone()),
@@ -482,20 +509,33 @@ async fn run_round(options: &Options, path: &Route, hz: u64, figures: &mut PathF
     )
     .await;
     figures.ttft.add(&streams);
-    let before = path.pids.ticks();
+    let before = path.meter.start();
+    let started = Instant::now();
     let (rate, calls) = closed_loop((path.addr, path.key.clone()), options.seconds, options.connections).await;
-    let cpu_closed = cpu_per_call_us(before, path.pids.ticks(), calls, hz);
+    let cpu_closed = path
+        .meter
+        .per_call(before, (calls, started.elapsed()), idle_per_second, hz);
     figures.max_rate.push(rate);
     figures.cpu_open.push(cpu_open);
     figures.cpu_closed.push(cpu_closed);
     format!(
-        "{:>8}: latency p50 {} p99 {} | ttft p50 {} p99 {} | max {rate:.0} req/s | CPU µs/call open (gen, sim, server) {cpu_open:?} closed {cpu_closed:?}",
+        "{:>8}: latency p50 {} p99 {} | ttft p50 {} p99 {} | max {rate:.0} req/s | {} open {cpu_open:?} closed {cpu_closed:?}",
         path.name,
         ms(percentile(&samples, 0.5)),
         ms(percentile(&samples, 0.99)),
         ms(percentile(&streams, 0.5)),
         ms(percentile(&streams, 0.99)),
+        per_call_label(options),
     )
+}
+
+/// What the per-call figures are: every process's CPU time, or the servers'
+/// instructions.
+fn per_call_label(options: &Options) -> &'static str {
+    match options.count_instructions {
+        true => "per call (gen CPU µs, sim CPU µs, server instructions)",
+        false => "CPU µs per call (generator, simulator, server)",
+    }
 }
 
 fn median_f64(values: &[f64]) -> f64 {
@@ -555,7 +595,8 @@ fn print_summary(options: &Options, direct: &PathFigures, paths: &[(&str, &PathF
         let cpu = |f: &PathFigures| median_cpu(if pick == 0 { &f.cpu_open } else { &f.cpu_closed });
         let cells: Vec<String> = paths.iter().map(|(_, f)| format!("{:?}", cpu(f))).collect();
         println!(
-            "| CPU µs per call, {label} (generator, simulator, server) | {:?} | {} |",
+            "| {}, {label} | {:?} | {} |",
+            per_call_label(options),
             cpu(direct),
             cells.join(" | ")
         );
@@ -577,7 +618,7 @@ fn spread(values: &[f64], decimals: usize) -> String {
 /// same round, under the same noise): after / before ratios of each figure, and
 /// the latency each adds over the same round's direct path, as the median of the
 /// rounds with their spread.
-fn print_against_baseline(direct: &PathFigures, gateway: &PathFigures, baseline: &PathFigures) {
+fn print_against_baseline(options: &Options, direct: &PathFigures, gateway: &PathFigures, baseline: &PathFigures) {
     let ratio = |after: &[u64], before: &[u64]| -> Vec<f64> {
         after
             .iter()
@@ -622,7 +663,12 @@ fn print_against_baseline(direct: &PathFigures, gateway: &PathFigures, baseline:
     };
     for (label, closed) in [("open loop", false), ("closed loop", true)] {
         println!(
-            "| server CPU per call, {label} | {} | | |",
+            "| server {} per call, {label} | {} | | |",
+            if options.count_instructions {
+                "instructions"
+            } else {
+                "CPU"
+            },
             spread(&ratio(&server_cpu(gateway, closed), &server_cpu(baseline, closed)), 3)
         );
     }
@@ -652,10 +698,13 @@ async fn main() {
         true => Some(Arc::from(money::tenant_key(server.api).await)),
         false => None,
     };
-    let pids = |server: Option<&Process>| Pids {
-        generator: std::process::id(),
-        simulator: sim_process.pid(),
-        server: server.map(Process::pid),
+    let meter = |server: Option<(&Process, &str)>| Meter {
+        pids: Pids {
+            generator: std::process::id(),
+            simulator: sim_process.pid(),
+            server: server.map(|(process, _)| process.pid()),
+        },
+        callgrind: (server.filter(|_| options.count_instructions)).map(|(_, name)| directory.join(name)),
     };
     // Direct calls of each model go to the simulator the gateway forwards that model to.
     let mut paths = vec![
@@ -664,24 +713,23 @@ async fn main() {
             addr: sim,
             stream_addr: paced_sim,
             key: None,
-            pids: pids(None),
+            meter: meter(None),
         },
         Route {
             name: "gateway",
             addr: gateway,
             stream_addr: gateway,
             key,
-            pids: pids(Some(&server.process)),
+            meter: meter(Some((&server.process, "new"))),
         },
     ];
     if let Some(base) = &baseline {
-        let pids = pids(Some(&base.process));
         paths.push(Route {
             name: "baseline",
             addr: base.gateway,
             stream_addr: base.gateway,
             key: None,
-            pids,
+            meter: meter(Some((&base.process, "baseline"))),
         });
     }
     // Warm-up: connections, allocators, the tokenizer's tables.
@@ -708,7 +756,7 @@ async fn main() {
     let servers: Vec<(&str, &PathFigures)> = paths.iter().zip(&figures).skip(1).map(|(p, f)| (p.name, f)).collect();
     print_summary(&options, &figures[0], &servers);
     if let [direct, gateway, baseline] = &figures[..] {
-        print_against_baseline(direct, gateway, baseline);
+        print_against_baseline(&options, direct, gateway, baseline);
     }
     for (name, api) in std::iter::once(("gateway", server.api)).chain(baseline.as_ref().map(|b| ("baseline", b.api))) {
         println!("{name}: {}", snapshot_pauses(api).await);
@@ -718,5 +766,11 @@ async fn main() {
         let bytes = received.bytes.load(std::sync::atomic::Ordering::Relaxed);
         println!("otel sink: {requests} exports, {bytes} bytes");
     }
-    let _ = std::fs::remove_dir_all(&directory);
+    match options.count_instructions {
+        // Each phase's dump, for `callgrind_annotate`.
+        true => println!("callgrind dumps: {}/{{new,baseline}}", directory.display()),
+        false => {
+            let _ = std::fs::remove_dir_all(&directory);
+        }
+    }
 }

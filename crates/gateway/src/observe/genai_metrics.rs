@@ -16,8 +16,10 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use opentelemetry::metrics::{Counter, Histogram, Meter};
+use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram, Meter};
 use opentelemetry::{KeyValue, StringValue};
+
+use super::bound_metrics::BoundSets;
 
 /// GenAI conventions: tokens per try, by `gen_ai.token.type`.
 pub const GEN_AI_CLIENT_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
@@ -85,6 +87,32 @@ pub struct GenAiMetrics {
     time_to_first_chunk: Histogram<f64>,
     decisions: Counter<u64>,
     queue_duration: Histogram<f64>,
+    /// The instruments bound to the sets the calls repeat (`bound_metrics.rs`).
+    bound: Bound,
+}
+
+/// The instruments of each record bound to the attribute sets it has met.
+#[derive(Default)]
+struct Bound {
+    tries: BoundSets<TryInstruments>,
+    calls: BoundSets<CallInstruments>,
+    decisions: BoundSets<BoundCounter<u64>>,
+    queues: BoundSets<BoundHistogram<f64>>,
+}
+
+/// A try's instruments, bound to its attributes (and the token types').
+struct TryInstruments {
+    duration: BoundHistogram<f64>,
+    first_chunk: BoundHistogram<f64>,
+    input_tokens: BoundHistogram<u64>,
+    output_tokens: BoundHistogram<u64>,
+}
+
+/// A call's instruments as a server, bound to its attributes.
+struct CallInstruments {
+    duration: BoundHistogram<f64>,
+    first_token: BoundHistogram<f64>,
+    per_token: BoundHistogram<f64>,
 }
 
 impl GenAiMetrics {
@@ -138,6 +166,7 @@ impl GenAiMetrics {
                 .with_description("How long calls waited in their model's queue")
                 .with_boundaries(DURATION_BOUNDARIES_S.to_vec())
                 .build(),
+            bound: Bound::default(),
         }
     }
 
@@ -170,25 +199,65 @@ impl GenAiMetrics {
     /// model, `error.type` on failure); a stream's time to its first chunk
     /// and its output tokens give its time per output token after the first.
     pub fn call_ended(&self, attributes: &[KeyValue], took: Duration, stream: Option<(Duration, Option<u64>)>) {
-        self.server_duration.record(took.as_secs_f64(), attributes);
-        let Some((first, output_tokens)) = stream else {
-            return;
+        let duration = took.as_secs_f64();
+        let first = stream.map(|(first, _)| first.as_secs_f64());
+        // A stream's time per output token after the first.
+        let per_token = stream.and_then(|(first, output_tokens)| {
+            let tokens = output_tokens.filter(|t| *t > 1)?;
+            Some(took.saturating_sub(first).as_secs_f64() / (tokens - 1) as f64)
+        });
+        let bind = |a: &[KeyValue]| CallInstruments {
+            duration: self.server_duration.bind(a),
+            first_token: self.server_first_token.bind(a),
+            per_token: self.server_per_token.bind(a),
         };
-        self.server_first_token.record(first.as_secs_f64(), attributes);
-        if let Some(tokens) = output_tokens.filter(|t| *t > 1) {
-            let after_first = took.saturating_sub(first).as_secs_f64();
-            self.server_per_token
-                .record(after_first / (tokens - 1) as f64, attributes);
+        let bound = self.bound.calls.record(attributes, bind, |call| {
+            call.duration.record(duration);
+            first.inspect(|f| call.first_token.record(*f));
+            per_token.inspect(|p| call.per_token.record(*p));
+        });
+        if bound.is_none() {
+            self.server_duration.record(duration, attributes);
+            first.inspect(|f| self.server_first_token.record(*f, attributes));
+            per_token.inspect(|p| self.server_per_token.record(*p, attributes));
         }
     }
 
     /// One try ended after `took`, with `attributes` (operation, provider,
-    /// model, `error.type` on failure) and, when the provider reported it, its
+    /// model, `error.type` on failure), a stream's first chunk `first_chunk`
+    /// after it was sent and, when the provider reported it, its
     /// `(input, output)` tokens, recorded with the token type added to the
     /// same attributes (and taken off again).
-    pub fn try_ended(&self, attributes: &mut MetricAttributes, took: Duration, tokens: Option<(u64, u64)>) {
-        self.operation_duration
-            .record(took.as_secs_f64(), attributes.as_slice());
+    pub fn try_ended(
+        &self,
+        attributes: &mut MetricAttributes,
+        (took, first_chunk): (Duration, Option<Duration>),
+        tokens: Option<(u64, u64)>,
+    ) {
+        let duration = took.as_secs_f64();
+        let first = first_chunk.map(|f| f.as_secs_f64());
+        let bind = |a: &[KeyValue]| {
+            let typed = |token_type: &'static str| [a, &[KeyValue::new(GEN_AI_TOKEN_TYPE, token_type)]].concat();
+            TryInstruments {
+                duration: self.operation_duration.bind(a),
+                first_chunk: self.time_to_first_chunk.bind(a),
+                input_tokens: self.token_usage.bind(&typed("input")),
+                output_tokens: self.token_usage.bind(&typed("output")),
+            }
+        };
+        let bound = self.bound.tries.record(attributes.as_slice(), bind, |try_| {
+            try_.duration.record(duration);
+            first.inspect(|f| try_.first_chunk.record(*f));
+            if let Some((input, output)) = tokens {
+                try_.input_tokens.record(input);
+                try_.output_tokens.record(output);
+            }
+        });
+        if bound.is_some() {
+            return;
+        }
+        first.inspect(|f| self.time_to_first_chunk.record(*f, attributes.as_slice()));
+        self.operation_duration.record(duration, attributes.as_slice());
         if let Some((input, output)) = tokens {
             attributes.push(KeyValue::new(GEN_AI_TOKEN_TYPE, "input"));
             self.token_usage.record(input, attributes.as_slice());
@@ -199,21 +268,27 @@ impl GenAiMetrics {
         }
     }
 
-    /// A streamed try's first chunk came `after` it was sent (`attributes` as
-    /// [`GenAiMetrics::try_ended`]'s).
-    pub fn first_chunk(&self, attributes: &[KeyValue], after: Duration) {
-        self.time_to_first_chunk.record(after.as_secs_f64(), attributes);
-    }
-
     /// A call's decision, with `attributes` its `ratelimiter.decision` and
     /// `gen_ai.request.model` (the model the client asked for).
     pub fn decided(&self, attributes: &[KeyValue]) {
-        self.decisions.add(1, attributes);
+        let bind = |a: &[KeyValue]| self.decisions.bind(a);
+        if self.bound.decisions.record(attributes, bind, |d| d.add(1)).is_none() {
+            self.decisions.add(1, attributes);
+        }
     }
 
     /// A call waited `waited` in its model's queue (`attributes`: the model).
     pub fn queued(&self, waited: Duration, attributes: &[KeyValue]) {
-        self.queue_duration.record(waited.as_secs_f64(), attributes);
+        let waited = waited.as_secs_f64();
+        let bind = |a: &[KeyValue]| self.queue_duration.bind(a);
+        if self
+            .bound
+            .queues
+            .record(attributes, bind, |q| q.record(waited))
+            .is_none()
+        {
+            self.queue_duration.record(waited, attributes);
+        }
     }
 }
 

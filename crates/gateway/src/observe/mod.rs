@@ -5,6 +5,7 @@
 //! budgets' alerts and their webhook; the trace of each call, for OpenTelemetry.
 
 pub mod alert_webhook;
+mod bound_metrics;
 pub mod budget_alerts;
 pub mod budget_watch;
 mod call_facts;

@@ -131,7 +131,7 @@ async fn serve(
     gateway.response_ids.check(endpoint, &caller.owner, &object).await?;
     if endpoint == Endpoint::CountTokens {
         // Sent to a pool's first deployment.
-        return count_tokens(&gateway, &model, &caller, &headers, bytes).await;
+        return Box::pin(count_tokens(&gateway, &model, &caller, &headers, bytes)).await;
     }
     let call = endpoint.read_call(object, &model.counter, bytes)?;
     let mut ctx = gateway
@@ -148,7 +148,10 @@ async fn serve(
     // Each deployment of the pool is tried at most once (docs/gateway.md, "Pools").
     loop {
         let lease = gateway.admission.admit(&mut ctx).await?;
-        if let Forwarded::Answer(response) = forward(&gateway, &ctx, &headers, lease).await? {
+        // Boxed: a try's state is most of a call's future (some 6 KB), which
+        // every layer above would otherwise hold, and copy whole as it moves.
+        let forwarded = Box::pin(forward(&gateway, &ctx, &headers, lease));
+        if let Forwarded::Answer(response) = forwarded.await? {
             return Ok(response);
         }
     }

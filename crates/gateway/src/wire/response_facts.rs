@@ -154,6 +154,12 @@ pub struct ChoicesReasons {
 }
 
 impl ChoicesReasons {
+    /// Whether the bytes inside a string matter here: at a choice's level,
+    /// where its keys and finish reason are.
+    pub fn reads_strings(&self) -> bool {
+        self.depth == 2
+    }
+
     /// Reads the next byte of the `choices` value.
     pub fn byte(&mut self, byte: u8) {
         if self.in_string {

@@ -75,6 +75,10 @@ pub struct UsageScanner {
     conversation: Capture,
     /// What the answer says of itself, read only when the call is traced.
     facts: Option<Box<FactCaptures>>,
+    /// Whether anything keeps the bytes of the current top-level value (the
+    /// usage, a capture, a fact): set where a value starts and ends, so that
+    /// the bytes of values nothing reads cost one test.
+    keeping: bool,
 }
 
 /// The top-level values read for [`ResponseFacts`]: `model`, Anthropic's
@@ -112,26 +116,37 @@ impl FactCaptures {
         }
     }
 
-    fn captures(&mut self) -> impl Iterator<Item = &mut Capture> {
-        let fixed = [
-            &mut self.model,
-            &mut self.stop_reason,
-            &mut self.status,
-            &mut self.error,
-        ];
-        fixed.into_iter().chain(self.content.iter_mut().flatten())
+    /// Runs `f` on every capture: a plain loop, as it runs for every top-level
+    /// key and every byte of a value read.
+    fn each_capture(&mut self, mut f: impl FnMut(&mut Capture)) {
+        f(&mut self.model);
+        f(&mut self.stop_reason);
+        f(&mut self.status);
+        f(&mut self.error);
+        if let Some(content) = &mut self.content {
+            content.iter_mut().for_each(f);
+        }
     }
 
     fn on_key(&mut self, key: Option<&[u8]>) {
         self.key_is_choices = key == Some(&b"choices"[..]);
-        self.captures().for_each(|c| c.on_key(key));
+        self.each_capture(|c| c.on_key(key));
     }
 
     fn on_colon(&mut self) {
         self.in_choices = self.key_is_choices;
-        self.captures().for_each(Capture::on_colon);
-        let any_active = self.captures().any(|c| c.active);
+        let mut any_active = false;
+        self.each_capture(|c| {
+            c.on_colon();
+            any_active |= c.active;
+        });
         self.any_active = any_active;
+    }
+
+    /// Whether a string's bytes matter to a fact: a value kept, or a
+    /// choice's key or finish reason.
+    fn reads_strings(&self) -> bool {
+        self.any_active || (self.in_choices && self.choices.reads_strings())
     }
 
     fn keep(&mut self, byte: u8) {
@@ -139,7 +154,7 @@ impl FactCaptures {
             self.choices.byte(byte);
         }
         if self.any_active {
-            self.captures().for_each(|c| c.keep(byte));
+            self.each_capture(|c| c.keep(byte));
         }
     }
 
@@ -147,7 +162,7 @@ impl FactCaptures {
         self.key_is_choices = false;
         self.in_choices = false;
         self.any_active = false;
-        self.captures().for_each(Capture::end_value);
+        self.each_capture(Capture::end_value);
     }
 
     /// The facts read, with `id` the scanner's.
@@ -277,6 +292,7 @@ impl Default for UsageScanner {
             id: Capture::new(b"id", ID_BYTES_MAX),
             conversation: Capture::new(b"conversation", CONVERSATION_BYTES_MAX),
             facts: None,
+            keeping: false,
         }
     }
 }
@@ -314,12 +330,44 @@ impl UsageScanner {
 
     /// Reads the next bytes of the answer.
     pub fn push(&mut self, chunk: &[u8]) {
-        for &byte in chunk {
+        self.push_bytes(chunk, true);
+    }
+
+    /// Reads `chunk`; with `skip`, the inside of a string that nothing reads
+    /// (most of an answer: its text, and every key and value below the top
+    /// level but those read) passes in one search for its next quote or
+    /// escape, as byte by byte it would change nothing.
+    fn push_bytes(&mut self, chunk: &[u8], skip: bool) {
+        let mut at = 0;
+        while let Some(&byte) = chunk.get(at) {
             if matches!(self.top, Top::Failed) {
                 return;
             }
-            self.byte(byte);
+            if skip && self.string_unread() {
+                match memchr::memchr2(b'"', b'\\', &chunk[at..]) {
+                    Some(offset) => at += offset,
+                    None => return,
+                }
+                self.byte(chunk[at]);
+            } else {
+                self.byte(byte);
+            }
+            at += 1;
         }
+    }
+
+    /// Whether the scanner is inside a string whose bytes but its quote and
+    /// escapes change nothing: not a top-level key, no value being kept, no
+    /// fact reading it.
+    fn string_unread(&self) -> bool {
+        let in_key = self.key.is_some() || (self.depth == 1 && self.top == Top::ExpectKey);
+        self.in_string
+            && !self.escape
+            && !in_key
+            && !self.capturing
+            && !self.id.active
+            && !self.conversation.active
+            && self.facts.as_ref().is_none_or(|facts| !facts.reads_strings())
     }
 
     fn byte(&mut self, byte: u8) {
@@ -375,6 +423,10 @@ impl UsageScanner {
                 if let Some(facts) = &mut self.facts {
                     facts.on_colon();
                 }
+                self.keeping = self.capturing
+                    || self.id.active
+                    || self.conversation.active
+                    || self.facts.as_ref().is_some_and(|f| f.any_active || f.in_choices);
             }
             _ => self.value_byte(byte),
         }
@@ -426,9 +478,19 @@ impl UsageScanner {
         self.keep(byte);
     }
 
+    /// Every byte of every value passes here: what reads none of them costs a
+    /// test of a flag.
+    #[inline]
     fn keep(&mut self, byte: u8) {
-        self.id.keep(byte);
-        self.conversation.keep(byte);
+        if !self.keeping {
+            return;
+        }
+        if self.id.active {
+            self.id.keep(byte);
+        }
+        if self.conversation.active {
+            self.conversation.keep(byte);
+        }
         if let Some(facts) = &mut self.facts {
             facts.keep(byte);
         }
@@ -444,6 +506,7 @@ impl UsageScanner {
 
     fn end_value(&mut self) {
         self.capturing = false;
+        self.keeping = false;
         self.key_is_usage = false;
         self.id.end_value();
         self.conversation.end_value();
@@ -500,131 +563,5 @@ impl UsageScanner {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::usage::UsageFields;
-
-    fn scan(chunks: &[&[u8]]) -> Option<UsageFields> {
-        let mut scanner = UsageScanner::default();
-        for chunk in chunks {
-            scanner.push(chunk);
-        }
-        UsageFields::of_answer(&scanner.answer()?)
-    }
-
-    #[test]
-    fn the_top_level_usage_is_read_across_chunks() {
-        let body = br#"{"id":"x","data":[{"embedding":[0.1,-2e3],"usage":{"prompt_tokens":99}}],
-            "text":"a \"usage\": {\"prompt_tokens\": 5} }","usage" : {"prompt_tokens":9,"total_tokens":9}}"#;
-        for split in 0..body.len() {
-            let fields = scan(&[&body[..split], &body[split..]]).expect("read");
-            assert_eq!(fields.prompt_tokens, 9, "split at {split}");
-        }
-        let bytes: Vec<&[u8]> = body.chunks(1).collect();
-        assert_eq!(scan(&bytes).unwrap().prompt_tokens, 9);
-    }
-
-    #[test]
-    fn the_top_level_id_is_read_and_a_nested_or_long_one_is_not() {
-        let body = br#"{"id" : "resp_1","output":[{"id":"msg_2"}],"usage":{"input_tokens":3}}"#;
-        for split in 0..body.len() {
-            let mut scanner = UsageScanner::default();
-            scanner.push(&body[..split]);
-            scanner.push(&body[split..]);
-            assert_eq!(scanner.id().as_deref(), Some("resp_1"), "split at {split}");
-            assert!(scanner.answer().is_some());
-        }
-        let long = format!(r#"{{"id":"{}"}}"#, "x".repeat(ID_BYTES_MAX));
-        for body in [
-            long.as_bytes(),
-            br#"{"id":7}"#,
-            br#"{"id":"a","id":"b"}"#,
-            br#"{"id":"a""#,
-        ] {
-            let mut scanner = UsageScanner::default();
-            scanner.push(body);
-            assert_eq!(scanner.id(), None, "{}", String::from_utf8_lossy(body));
-        }
-    }
-
-    #[test]
-    fn the_top_level_conversation_is_read_and_a_long_one_is_not() {
-        let body = br#"{"id":"resp_1","conversation":{"id":"conv_9"},"output":[{"conversation":"x"}]}"#;
-        for split in 0..body.len() {
-            let mut scanner = UsageScanner::default();
-            scanner.push(&body[..split]);
-            scanner.push(&body[split..]);
-            let conversation = scanner.conversation();
-            assert_eq!(
-                conversation,
-                Some(serde_json::json!({"id": "conv_9"})),
-                "split at {split}"
-            );
-            assert_eq!(scanner.id().as_deref(), Some("resp_1"));
-        }
-        let long = format!(
-            r#"{{"conversation":{{"id":"{}"}}}}"#,
-            "x".repeat(CONVERSATION_BYTES_MAX)
-        );
-        for body in [long.as_bytes(), br#"{"conversation":{"id":"a"}"#, br#"{"id":"a"}"#] {
-            let mut scanner = UsageScanner::default();
-            scanner.push(body);
-            assert_eq!(scanner.conversation(), None, "{}", String::from_utf8_lossy(body));
-        }
-    }
-
-    #[test]
-    fn the_facts_of_each_shape_are_read_across_chunks() {
-        let chat = br#"{"id":"chatcmpl-1","model":"gpt-4o-2024","choices":[{"index":0,"message":{"content":"hi"},
-            "finish_reason":"stop"},{"index":1,"finish_reason":"length"}],"usage":{"prompt_tokens":1}}"#;
-        let responses = br#"{"id":"resp_1","status":"incomplete","model":"gpt-4.1","output":[{"status":"done"}]}"#;
-        let anthropic = br#"{"id":"msg_1","type":"message","model":"claude-x","stop_reason":"end_turn"}"#;
-        let error = br#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#;
-        let expected = [
-            (Some("chatcmpl-1"), Some("gpt-4o-2024"), vec!["stop", "length"], None),
-            (Some("resp_1"), Some("gpt-4.1"), vec!["incomplete"], None),
-            (Some("msg_1"), Some("claude-x"), vec!["end_turn"], None),
-            (None, None, vec![], Some("overloaded_error")),
-        ];
-        for (body, (id, model, reasons, error_type)) in
-            [&chat[..], responses, anthropic, error].into_iter().zip(expected)
-        {
-            for split in 0..body.len() {
-                let mut scanner = UsageScanner::with_facts();
-                scanner.push(&body[..split]);
-                scanner.push(&body[split..]);
-                let facts = scanner.response_facts().expect("whole");
-                assert_eq!(facts.id.as_deref(), id, "split at {split}");
-                assert_eq!(facts.model.as_deref(), model);
-                assert_eq!(facts.finish_reasons, reasons);
-                assert_eq!(facts.error_type.as_deref(), error_type);
-            }
-        }
-        let mut plain = UsageScanner::default();
-        plain.push(chat);
-        assert_eq!(plain.response_facts(), None, "only when asked");
-        let mut cut = UsageScanner::with_facts();
-        cut.push(&chat[..40]);
-        assert_eq!(cut.response_facts(), None);
-    }
-
-    #[test]
-    fn doubt_reads_as_no_usage() {
-        for body in [
-            &br#"{"usage":{"prompt_tokens":9}"#[..],
-            br#"{"usage":{"prompt_tokens":9},"usage":{"prompt_tokens":1}}"#,
-            br#"{"usag\u0065":{"prompt_tokens":9}}"#,
-            br#"[{"usage":{"prompt_tokens":9}}]"#,
-            br#"{"usage":{"prompt_tokens":9}} trailing"#,
-            br#"{"choices":[]}"#,
-            b"not json",
-        ] {
-            assert_eq!(scan(&[body]), None, "{}", String::from_utf8_lossy(body));
-        }
-        let huge = format!(
-            r#"{{"usage":{{"pad":"{}","prompt_tokens":9}}}}"#,
-            "x".repeat(USAGE_BYTES_MAX)
-        );
-        assert_eq!(scan(&[huge.as_bytes()]), None);
-    }
-}
+#[path = "usage_scan_tests.rs"]
+mod tests;

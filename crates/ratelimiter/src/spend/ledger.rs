@@ -192,7 +192,7 @@ pub fn encode<'a>(entries: impl ExactSizeIterator<Item = &'a SpendEntry>) -> Res
     let mut lines = Vec::with_capacity(entries.len() * ENTRY_BYTES_USUAL);
     for entry in entries {
         entry.validate()?;
-        serde_json::to_writer(&mut lines, entry).expect("an entry serializes");
+        entry.write_json(&mut lines);
         lines.push(b'\n');
     }
     Ok(lines)

@@ -301,7 +301,13 @@ fn tag(out: &mut Vec<u8>, field: u32, wire_type: u8) {
 }
 
 /// `value` as a base-128 varint.
+#[inline]
 fn varint(out: &mut Vec<u8>, value: u64) {
+    // Nearly every varint written (tags, lengths of keys and values) is one byte.
+    if value < 0x80 {
+        out.push(value as u8);
+        return;
+    }
     let mut buf = [0u8; 10];
     let len = put_varint(&mut buf, 0, value);
     out.extend_from_slice(&buf[..len]);
@@ -316,6 +322,36 @@ fn put_varint(buf: &mut [u8], mut at: usize, mut value: u64) -> usize {
     }
     buf[at] = value as u8;
     at + 1
+}
+
+#[cfg(test)]
+mod varint_tests {
+    use super::*;
+
+    #[test]
+    fn a_varint_is_seven_bits_a_byte_low_first() {
+        for value in [
+            0,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            u64::from(u32::MAX),
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let mut out = Vec::new();
+            varint(&mut out, value);
+            // Seven bits a byte, low first, the high bit set on all but the last.
+            let decoded = out
+                .iter()
+                .enumerate()
+                .fold(0u64, |v, (i, b)| v | u64::from(b & 0x7f) << (7 * i));
+            assert_eq!(decoded, value);
+            assert!(out[..out.len() - 1].iter().all(|b| b & 0x80 != 0) && out[out.len() - 1] < 0x80);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -81,6 +81,12 @@ fn span(n: u8, scope: InstrumentationScope) -> SpanData {
             KeyValue::new("floats", Value::Array(Array::F64(vec![1.5]))),
             KeyValue::new("bools", Value::Array(Array::Bool(vec![true, false]))),
             KeyValue::new("big", i64::MAX),
+            KeyValue::new("", "an empty key"),
+            KeyValue::new("long", "x".repeat(300)),
+            KeyValue::new(
+                "a key longer than one hundred and twenty-seven bytes, so that its length takes two bytes of varint, as a long value's does",
+                true,
+            ),
         ],
         dropped_attributes_count: u32::from(n),
         events,
