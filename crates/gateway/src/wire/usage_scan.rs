@@ -485,12 +485,8 @@ impl UsageScanner {
         if !self.keeping {
             return;
         }
-        if self.id.active {
-            self.id.keep(byte);
-        }
-        if self.conversation.active {
-            self.conversation.keep(byte);
-        }
+        self.id.keep(byte);
+        self.conversation.keep(byte);
         if let Some(facts) = &mut self.facts {
             facts.keep(byte);
         }

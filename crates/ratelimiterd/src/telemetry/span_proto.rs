@@ -325,35 +325,5 @@ fn put_varint(buf: &mut [u8], mut at: usize, mut value: u64) -> usize {
 }
 
 #[cfg(test)]
-mod varint_tests {
-    use super::*;
-
-    #[test]
-    fn a_varint_is_seven_bits_a_byte_low_first() {
-        for value in [
-            0,
-            1,
-            127,
-            128,
-            16_383,
-            16_384,
-            u64::from(u32::MAX),
-            u64::MAX - 1,
-            u64::MAX,
-        ] {
-            let mut out = Vec::new();
-            varint(&mut out, value);
-            // Seven bits a byte, low first, the high bit set on all but the last.
-            let decoded = out
-                .iter()
-                .enumerate()
-                .fold(0u64, |v, (i, b)| v | u64::from(b & 0x7f) << (7 * i));
-            assert_eq!(decoded, value);
-            assert!(out[..out.len() - 1].iter().all(|b| b & 0x80 != 0) && out[out.len() - 1] < 0x80);
-        }
-    }
-}
-
-#[cfg(test)]
 #[path = "span_proto_tests.rs"]
 mod tests;

@@ -13,7 +13,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 use opentelemetry_sdk::Resource;
 use prost::Message;
 
-use super::{encode_request, EncodedResource};
+use super::{encode_request, varint, EncodedResource};
 
 /// A scope as the server's tracers have one.
 fn scope(name: &'static str) -> InstrumentationScope {
@@ -156,4 +156,29 @@ fn the_buffers_are_reused_without_leftovers_of_the_last_batch() {
     encode_request(&one, &encoded_resource, &mut scratch, &mut out);
     let request = ExportTraceServiceRequest::decode(out.as_slice()).expect("a request");
     assert_eq!(request, reference(one, &resource));
+}
+
+#[test]
+fn a_varint_is_seven_bits_a_byte_low_first() {
+    for value in [
+        0,
+        1,
+        127,
+        128,
+        16_383,
+        16_384,
+        u64::from(u32::MAX),
+        u64::MAX - 1,
+        u64::MAX,
+    ] {
+        let mut out = Vec::new();
+        varint(&mut out, value);
+        // Seven bits a byte, low first, the high bit set on all but the last.
+        let decoded = out
+            .iter()
+            .enumerate()
+            .fold(0u64, |v, (i, b)| v | u64::from(b & 0x7f) << (7 * i));
+        assert_eq!(decoded, value);
+        assert!(out[..out.len() - 1].iter().all(|b| b & 0x80 != 0) && out[out.len() - 1] < 0x80);
+    }
 }

@@ -2,7 +2,7 @@
 //! process's CPU time (`cpu.rs`), and a server run under callgrind in
 //! instructions instead (`instructions.rs`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::cpu::{cpu_per_call_us, Pids};
@@ -18,10 +18,15 @@ pub struct Meter {
 }
 
 impl Meter {
+    /// Where the server's dumps go and its process id, when it is counted.
+    fn counted(&self) -> Option<(&Path, u32)> {
+        Some((self.callgrind.as_deref()?, self.pids.server?))
+    }
+
     /// The server's instructions per second while no call arrives, over
     /// `seconds` (0 when it is not counted).
     pub async fn idle_per_second(&self, seconds: f64) -> f64 {
-        let (Some(directory), Some(pid)) = (&self.callgrind, self.pids.server) else {
+        let Some((directory, pid)) = self.counted() else {
             return 0.0;
         };
         instructions::zero(pid);
@@ -31,7 +36,7 @@ impl Meter {
 
     /// A phase starts: the counters are zeroed, the CPU times read.
     pub fn start(&self) -> [u64; 3] {
-        if let (Some(_), Some(pid)) = (&self.callgrind, self.pids.server) {
+        if let Some((_, pid)) = self.counted() {
             instructions::zero(pid);
         }
         self.pids.ticks()
@@ -48,7 +53,7 @@ impl Meter {
         hz: u64,
     ) -> [u64; 3] {
         let mut figures = cpu_per_call_us(before, self.pids.ticks(), calls, hz);
-        if let (Some(directory), Some(pid)) = (&self.callgrind, self.pids.server) {
+        if let Some((directory, pid)) = self.counted() {
             let total = instructions::dump(pid, directory) as f64;
             let busy = (total - idle_per_second * elapsed.as_secs_f64()).max(0.0);
             figures[2] = (busy / calls.max(1) as f64) as u64;
