@@ -136,6 +136,12 @@ pub async fn remaining_micro_usd(backend: &dyn Backend, model: &ModelKeys, tenan
     least
 }
 
+/// Whether a call of `model` by `tenant` is charged on any budget in money:
+/// without one there is nothing for [`remaining_micro_usd`] to read.
+pub fn has_money_budget(model: &ModelKeys, tenant: Option<&TenantKeys>) -> bool {
+    call_budgets(model, tenant).any(|b| !b.is_zero())
+}
+
 /// The report of the budget `key`, read once for a refusal's message and
 /// headers; `None` when it cannot be read.
 pub async fn budget_report(backend: &dyn Backend, key: &str) -> Option<LimitReport> {

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderName, StatusCode};
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer};
@@ -28,7 +28,7 @@ use super::call_facts::{status_error_type, LimiterFacts, SERVER_SPAN_ATTRIBUTES_
 use super::genai_metrics::{GenAiMetrics, MetricAttributes};
 pub use super::semconv::*;
 use super::trace_context::write_trace_context;
-pub use super::trace_context::HeaderExtractor;
+pub use super::trace_context::{HeaderExtractor, TraceHeaders};
 use crate::config::UpstreamKind;
 use crate::wire::call::Endpoint;
 use crate::wire::content::{input_messages, output_messages};
@@ -49,6 +49,9 @@ pub struct Telemetry {
     /// Reads the client's context; the tries' own are written as the W3C
     /// propagator writes them ([`super::trace_context`]).
     propagator: Box<dyn TextMapPropagator + Send + Sync>,
+    /// The headers the propagator reads: a request with none of them (most
+    /// calls) continues the current context without the propagator's parse.
+    propagated: Vec<HeaderName>,
     /// The metrics' instruments, when the server exports metrics.
     metrics: Option<GenAiMetrics>,
     /// Whether the messages are recorded (the operator's opt-in).
@@ -58,9 +61,13 @@ pub struct Telemetry {
 impl Telemetry {
     /// Spans made by `tracer`, the client's context read from its headers by `propagator`.
     pub fn new(tracer: BoxedTracer, propagator: Box<dyn TextMapPropagator + Send + Sync>) -> Self {
+        let propagated = (propagator.fields())
+            .filter_map(|field| HeaderName::from_bytes(field.as_bytes()).ok())
+            .collect();
         Self {
             tracer,
             propagator,
+            propagated,
             metrics: None,
             capture_content: false,
         }
@@ -86,7 +93,12 @@ impl Telemetry {
     /// The SERVER span of a call to `endpoint`, a child of the client's
     /// `traceparent` when it sent one.
     pub fn start_call(self: &Arc<Self>, headers: &HeaderMap, endpoint: Endpoint) -> CallTrace {
-        let parent = self.propagator.extract(&HeaderExtractor(headers));
+        let parent = if self.propagated.iter().any(|name| headers.contains_key(name)) {
+            self.propagator.extract(&HeaderExtractor(headers))
+        } else {
+            // What the propagator extracts from headers that have none of its fields.
+            Context::current()
+        };
         let route = endpoint.path();
         let mut attributes = Vec::with_capacity(SERVER_SPAN_ATTRIBUTES_MAX);
         attributes.extend([
@@ -358,6 +370,11 @@ impl TryTrace {
         let mut headers = HeaderMap::new();
         write_trace_context(&self.span_context, &mut headers);
         headers
+    }
+
+    /// The same headers, to be written into the request sent upstream.
+    pub fn trace_headers(&self) -> Option<TraceHeaders> {
+        TraceHeaders::of(&self.span_context)
     }
 
     /// The provider answered with `status`; an error status is the try's failure.

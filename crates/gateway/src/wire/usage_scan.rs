@@ -158,6 +158,16 @@ impl FactCaptures {
         }
     }
 
+    /// Keeps a run of a string's plain bytes as [`Self::keep`] would each.
+    fn keep_run(&mut self, run: &[u8]) {
+        if self.in_choices {
+            self.choices.string_run(run);
+        }
+        if self.any_active {
+            self.each_capture(|c| c.keep_run(run));
+        }
+    }
+
     fn end_value(&mut self) {
         self.key_is_choices = false;
         self.in_choices = false;
@@ -205,6 +215,16 @@ impl KeyBytes {
         };
         *slot = byte;
         self.len += 1;
+        true
+    }
+
+    /// Appends `run`; false when the key grows longer than any compared.
+    fn extend(&mut self, run: &[u8]) -> bool {
+        let Some(slots) = self.bytes.get_mut(self.len..self.len + run.len()) else {
+            return false;
+        };
+        slots.copy_from_slice(run);
+        self.len += run.len();
         true
     }
 
@@ -262,6 +282,19 @@ impl Capture {
         if self.bytes.len() < self.bytes_max {
             self.bytes.push(byte);
         } else {
+            self.too_long = true;
+        }
+    }
+
+    /// Keeps each byte of `run` as [`Self::keep`] would.
+    fn keep_run(&mut self, run: &[u8]) {
+        if !self.active {
+            return;
+        }
+        let room = self.bytes_max.saturating_sub(self.bytes.len());
+        let kept = run.len().min(room);
+        self.bytes.extend_from_slice(&run[..kept]);
+        if kept < run.len() {
             self.too_long = true;
         }
     }
@@ -343,16 +376,89 @@ impl UsageScanner {
             if matches!(self.top, Top::Failed) {
                 return;
             }
-            if skip && self.string_unread() {
-                match memchr::memchr2(b'"', b'\\', &chunk[at..]) {
-                    Some(offset) => at += offset,
-                    None => return,
+            if skip && self.passes_unkept() {
+                let next = self.pass_unkept(chunk, at);
+                if next > at {
+                    at = next;
+                    continue;
                 }
-                self.byte(chunk[at]);
-            } else {
-                self.byte(byte);
+            }
+            if skip && self.in_string && !self.escape {
+                let rest = &chunk[at..];
+                let run = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+                if run > 0 {
+                    if !self.string_unread() {
+                        self.string_run(&rest[..run]);
+                    }
+                    at += run;
+                    continue;
+                }
+            }
+            self.byte(byte);
+            at += 1;
+        }
+    }
+
+    /// Whether the scanner is inside a top-level value nothing keeps, between
+    /// its strings: there only the nesting changes anything.
+    fn passes_unkept(&self) -> bool {
+        self.top == Top::Value && !self.keeping && !self.in_string && self.depth >= 1
+    }
+
+    /// Passes the bytes of a value nothing keeps from `at`, following only its
+    /// nesting, up to a string's quote, a byte that may end the value (`,`,
+    /// `}` or `]` at the top level) or nesting past [`DEPTH_MAX`], each left to
+    /// [`Self::byte`]; returns where it stopped. Byte by byte, every other
+    /// byte would change nothing: most of an answer's choices pass here.
+    fn pass_unkept(&mut self, chunk: &[u8], mut at: usize) -> usize {
+        debug_assert!(self.passes_unkept());
+        while let Some(&byte) = chunk.get(at) {
+            match byte {
+                b'"' => break,
+                b'{' | b'[' if self.depth >= DEPTH_MAX => break,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' | b',' if self.depth == 1 => break,
+                b'}' | b']' => self.depth -= 1,
+                _ => {}
             }
             at += 1;
+        }
+        at
+    }
+
+    /// Reads `run`, bytes of a string that are neither its closing quote nor an
+    /// escape, as [`Self::string_byte`] reads each of them, in one copy per
+    /// reader: keys, ids and usage are mostly such runs.
+    fn string_run(&mut self, run: &[u8]) {
+        debug_assert!(self.in_string && !self.escape && !run.contains(&b'"') && !run.contains(&b'\\'));
+        let in_key = self.key.is_some() || (self.depth == 1 && self.top == Top::ExpectKey);
+        if in_key {
+            if let Some(key) = &mut self.key {
+                if !key.extend(run) {
+                    self.key = None;
+                }
+            }
+            return;
+        }
+        if self.depth == 0 {
+            // A string before the object opens: not an object.
+            self.top = Top::Failed;
+            return;
+        }
+        if !self.keeping {
+            return;
+        }
+        self.id.keep_run(run);
+        self.conversation.keep_run(run);
+        if let Some(facts) = &mut self.facts {
+            facts.keep_run(run);
+        }
+        if self.capturing {
+            if self.captured.len() + run.len() > USAGE_BYTES_MAX {
+                self.top = Top::Failed;
+                return;
+            }
+            self.captured.extend_from_slice(run);
         }
     }
 

@@ -153,10 +153,42 @@ fn attributes(out: &mut Vec<u8>, field: u32, attributes: &[KeyValue]) {
 
 /// A `KeyValue` in `field`.
 fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value) {
+    if short_key_value(out, field, key.as_bytes(), value) {
+        return;
+    }
     nested(out, field, |out| {
         string(out, 1, key);
         nested(out, 2, |out| any_value(out, value));
     });
+}
+
+/// A `KeyValue` of a string or an integer whose lengths are all under 128
+/// bytes (nearly every attribute), written in four appends with its lengths
+/// known beforehand; false, writing nothing, for any other.
+fn short_key_value(out: &mut Vec<u8>, field: u32, key: &[u8], value: &Value) -> bool {
+    let mut integer = [0u8; 10];
+    let (any_tag, value_bytes): (u8, &[u8]) = match value {
+        Value::String(s) => (1 << 3 | LEN, s.as_str().as_bytes()),
+        Value::I64(i) => {
+            let len = put_varint(&mut integer, 0, *i as u64);
+            (3 << 3 | VARINT, &integer[..len])
+        }
+        _ => return false,
+    };
+    // A string's bytes follow their length; an integer's varint follows its tag.
+    let value_len_byte = usize::from(any_tag & 0x7 == LEN);
+    let any_len = 1 + value_len_byte + value_bytes.len();
+    let key_value_len = 2 + key.len() + 2 + any_len;
+    if key.is_empty() || field >= 16 || key_value_len >= 0x80 {
+        return false;
+    }
+    out.reserve(2 + key_value_len);
+    out.extend_from_slice(&[(field << 3) as u8 | LEN, key_value_len as u8, 1 << 3 | LEN, key.len() as u8]);
+    out.extend_from_slice(key);
+    let any = [2 << 3 | LEN, any_len as u8, any_tag, value_bytes.len() as u8];
+    out.extend_from_slice(&any[..3 + value_len_byte]);
+    out.extend_from_slice(value_bytes);
+    true
 }
 
 /// An `AnyValue`'s one field: set, so written even when it holds its type's default.

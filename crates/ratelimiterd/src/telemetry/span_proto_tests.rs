@@ -83,6 +83,9 @@ fn span(n: u8, scope: InstrumentationScope) -> SpanData {
             KeyValue::new("big", i64::MAX),
             KeyValue::new("", "an empty key"),
             KeyValue::new("long", "x".repeat(300)),
+            // A `KeyValue` of 127 bytes, the most one length byte holds, and one of 128.
+            KeyValue::new("edge", "y".repeat(117)),
+            KeyValue::new("edge", "y".repeat(118)),
             KeyValue::new(
                 "a key longer than one hundred and twenty-seven bytes, so that its length takes two bytes of varint, as a long value's does",
                 true,
