@@ -35,9 +35,12 @@ pub struct BoundSets<V> {
     state: foldhash::fast::RandomState,
 }
 
+/// A set and its bound instruments.
+type Bound<V> = (Box<[KeyValue]>, V);
+
 /// The bound sets and how many there are.
 struct Sets<V> {
-    by_hash: HashMap<u64, Vec<(Box<[KeyValue]>, V)>, foldhash::fast::RandomState>,
+    by_hash: HashMap<u64, Vec<Bound<V>>, foldhash::fast::RandomState>,
     len: usize,
 }
 

@@ -139,14 +139,26 @@ fn skipping_unread_strings_and_copying_read_ones_in_runs_reads_what_byte_by_byte
     // Values nothing keeps, nested, with numbers, literals and whitespace, and
     // nesting past the deepest followed.
     reads_alike(br#"{ "a" : [1, {"b":[true,null,-2.5e3,{}]} , "x\"]"], "n":12345 ,"usage":{"prompt_tokens":1}}"#);
-    let deep = format!(r#"{{"a":{}{},"usage":{{"prompt_tokens":1}}}}"#, "[".repeat(DEPTH_MAX as usize), "]".repeat(DEPTH_MAX as usize));
+    let deep = format!(
+        r#"{{"a":{}{},"usage":{{"prompt_tokens":1}}}}"#,
+        "[".repeat(DEPTH_MAX as usize),
+        "]".repeat(DEPTH_MAX as usize)
+    );
     let mut scanner = UsageScanner::default();
     scanner.push(deep.as_bytes());
-    assert_eq!(scanner.finish(), None, "nesting past the deepest followed reads as no usage");
+    assert_eq!(
+        scanner.finish(),
+        None,
+        "nesting past the deepest followed reads as no usage"
+    );
     let mut bytewise = UsageScanner::default();
     bytewise.push_bytes(deep.as_bytes(), false);
     assert_eq!(read_all(&scanner), read_all(&bytewise));
-    let deepest = format!(r#"{{"a":{}{},"usage":{{"prompt_tokens":1}}}}"#, "[".repeat(DEPTH_MAX as usize - 1), "]".repeat(DEPTH_MAX as usize - 1));
+    let deepest = format!(
+        r#"{{"a":{}{},"usage":{{"prompt_tokens":1}}}}"#,
+        "[".repeat(DEPTH_MAX as usize - 1),
+        "]".repeat(DEPTH_MAX as usize - 1)
+    );
     let mut scanner = UsageScanner::default();
     scanner.push(deepest.as_bytes());
     assert!(scanner.finish().is_some(), "the deepest nesting followed");

@@ -387,7 +387,7 @@ mod tests {
         ]);
         assert_eq!(read.limits[0].remaining, Some(7), "the first, trimmed");
         assert_eq!(read.retry_after_ms, Some(3_000));
-        let filler = std::iter::repeat(("x-filler", "1")).take(HEADERS_MAX - 1);
+        let filler = std::iter::repeat_n(("x-filler", "1"), HEADERS_MAX - 1);
         let at_the_bound = read_headers(filler.clone().chain([("retry-after", "1")]));
         assert_eq!(at_the_bound.retry_after_ms, Some(1_000));
         let past = read_headers(filler.chain([("x-filler", "1"), ("retry-after", "1")]));

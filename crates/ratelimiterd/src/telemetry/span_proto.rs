@@ -183,7 +183,12 @@ fn short_key_value(out: &mut Vec<u8>, field: u32, key: &[u8], value: &Value) -> 
         return false;
     }
     out.reserve(2 + key_value_len);
-    out.extend_from_slice(&[(field << 3) as u8 | LEN, key_value_len as u8, 1 << 3 | LEN, key.len() as u8]);
+    out.extend_from_slice(&[
+        (field << 3) as u8 | LEN,
+        key_value_len as u8,
+        1 << 3 | LEN,
+        key.len() as u8,
+    ]);
     out.extend_from_slice(key);
     let any = [2 << 3 | LEN, any_len as u8, any_tag, value_bytes.len() as u8];
     out.extend_from_slice(&any[..3 + value_len_byte]);
