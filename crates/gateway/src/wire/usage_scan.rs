@@ -310,6 +310,20 @@ impl Capture {
     }
 }
 
+/// The bytes a string holds from the start of `rest` before its next quote or
+/// escape (all of `rest` when neither comes). The first few bytes are looked
+/// at one by one: most strings an answer's scan meets are keys and ids of a
+/// few bytes, which end before a vector search would have started.
+fn string_run_len(rest: &[u8]) -> usize {
+    const LOOKED_AT_FIRST: usize = 16;
+    let head = &rest[..rest.len().min(LOOKED_AT_FIRST)];
+    if let Some(end) = head.iter().position(|&b| b == b'"' || b == b'\\') {
+        return end;
+    }
+    let tail = &rest[head.len()..];
+    head.len() + memchr::memchr2(b'"', b'\\', tail).unwrap_or(tail.len())
+}
+
 impl Default for UsageScanner {
     fn default() -> Self {
         Self {
@@ -385,7 +399,7 @@ impl UsageScanner {
             }
             if skip && self.in_string && !self.escape {
                 let rest = &chunk[at..];
-                let run = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+                let run = string_run_len(rest);
                 if run > 0 {
                     if !self.string_unread() {
                         self.string_run(&rest[..run]);

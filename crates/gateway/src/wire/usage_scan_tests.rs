@@ -136,6 +136,8 @@ fn skipping_unread_strings_and_copying_read_ones_in_runs_reads_what_byte_by_byte
     for body in bodies {
         reads_alike(body);
     }
+    // Escapes past the first bytes of a string read, and of one skipped.
+    reads_alike(br#"{"id":"abcdefghijklmnopqrstuvwxyz\"q","text":"0123456789abcdefghij\"k","usage":{"k":"0123456789abcdefghij\\x"}}"#);
     // Values nothing keeps, nested, with numbers, literals and whitespace, and
     // nesting past the deepest followed.
     reads_alike(br#"{ "a" : [1, {"b":[true,null,-2.5e3,{}]} , "x\"]"], "n":12345 ,"usage":{"prompt_tokens":1}}"#);

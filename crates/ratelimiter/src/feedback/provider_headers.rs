@@ -159,6 +159,25 @@ const RETRY_AFTER_MS_SLOT: usize = 0;
 const RETRY_AFTER_SLOT: usize = 1;
 /// Every header name read: the hints, then each dimension's limit, remaining and reset.
 const SLOTS: usize = HINT_NAMES.len() + 3 * NAMES.len();
+/// The names of the slots, in order, flat: searched for every header an answer has.
+const SLOT_NAMES: [&str; SLOTS] = {
+    let mut names = [""; SLOTS];
+    let mut at = 0;
+    while at < HINT_NAMES.len() {
+        names[at] = HINT_NAMES[at];
+        at += 1;
+    }
+    let mut n = 0;
+    while n < NAMES.len() {
+        let (_, limit, remaining, reset) = NAMES[n];
+        names[at] = limit;
+        names[at + 1] = remaining;
+        names[at + 2] = reset;
+        at += 3;
+        n += 1;
+    }
+    names
+};
 
 /// The value (trimmed) of the first header of each name read, by slot, among
 /// the first [`HEADERS_MAX`]; names in any case. One pass, no allocation: every
@@ -170,8 +189,7 @@ fn header_values<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>) -> [
         if !matches!(name.as_bytes().first(), Some(b'x' | b'X' | b'a' | b'A' | b'r' | b'R')) {
             continue;
         }
-        let names = HINT_NAMES.iter().chain(NAMES.iter().flat_map(|(_, l, r, s)| [l, r, s]));
-        if let Some(slot) = names.into_iter().position(|known| known.eq_ignore_ascii_case(name)) {
+        if let Some(slot) = SLOT_NAMES.iter().position(|known| known.eq_ignore_ascii_case(name)) {
             values[slot].get_or_insert(value.trim());
         }
     }

@@ -73,30 +73,80 @@ pub fn encode_request(batch: &[SpanData], resource: &EncodedResource, scratch: &
             None => scopes.push((&span.instrumentation_scope, vec![place])),
         }
     }
+    // The scopes' own fields, so that every length is known before its
+    // message is written: a batch's spans are copied once, never moved up.
+    let scopes: Vec<ScopeParts> = (scopes.into_iter())
+        .map(|(scope, places)| ScopeParts::new(scope, places))
+        .collect();
+    let resource_field = field_len(resource.message.len());
+    let scopes_len: usize = scopes.iter().map(|parts| field_len(parts.len())).sum();
+    let schema_len = match resource.schema_url.len() {
+        0 => 0,
+        len => field_len(len),
+    };
+    let resource_spans_len = resource_field + scopes_len + schema_len;
+    out.reserve(field_len(resource_spans_len));
     // ExportTraceServiceRequest.resource_spans (1): one ResourceSpans.
-    nested(out, 1, |out| {
-        nested(out, 1, |out| out.extend_from_slice(&resource.message));
-        for (scope, places) in &scopes {
-            nested(out, 2, |out| scope_spans(out, scope, places, scratch));
+    tag(out, 1, LEN);
+    varint(out, resource_spans_len as u64);
+    length_delimited(out, 1, &resource.message);
+    for parts in &scopes {
+        tag(out, 2, LEN);
+        varint(out, parts.len() as u64);
+        out.extend_from_slice(&parts.head);
+        for &(start, end) in &parts.places {
+            length_delimited(out, 2, &scratch[start..end]);
         }
-        string(out, 3, &resource.schema_url);
-    });
+        out.extend_from_slice(&parts.tail);
+    }
+    string(out, 3, &resource.schema_url);
 }
 
-/// A `ScopeSpans`: the scope, its spans (already encoded in `spans` at
-/// `places`) and the scope's schema URL.
-fn scope_spans(out: &mut Vec<u8>, scope: &InstrumentationScope, places: &[(usize, usize)], spans: &[u8]) {
-    nested(out, 1, |out| {
-        string(out, 1, scope.name());
-        string(out, 2, scope.version().unwrap_or_default());
-        for attribute in scope.attributes() {
-            key_value(out, 3, attribute.key.as_str(), &attribute.value);
+/// A `ScopeSpans` but its spans: the scope's message before them and its
+/// schema URL after, with where its spans lie in the batch's scratch.
+struct ScopeParts {
+    head: Vec<u8>,
+    places: Vec<(usize, usize)>,
+    spans_len: usize,
+    tail: Vec<u8>,
+}
+
+impl ScopeParts {
+    fn new(scope: &InstrumentationScope, places: Vec<(usize, usize)>) -> Self {
+        let mut head = Vec::new();
+        nested(&mut head, 1, |out| {
+            string(out, 1, scope.name());
+            string(out, 2, scope.version().unwrap_or_default());
+            for attribute in scope.attributes() {
+                key_value(out, 3, attribute.key.as_str(), &attribute.value);
+            }
+        });
+        let mut tail = Vec::new();
+        string(&mut tail, 3, scope.schema_url().unwrap_or_default());
+        let spans_len = places.iter().map(|(start, end)| field_len(end - start)).sum();
+        Self {
+            head,
+            places,
+            spans_len,
+            tail,
         }
-    });
-    for &(start, end) in places {
-        length_delimited(out, 2, &spans[start..end]);
     }
-    string(out, 3, scope.schema_url().unwrap_or_default());
+
+    /// The `ScopeSpans` message's length.
+    fn len(&self) -> usize {
+        self.head.len() + self.spans_len + self.tail.len()
+    }
+}
+
+/// The bytes of a length-delimited field of `len` bytes, its tag one byte.
+fn field_len(len: usize) -> usize {
+    1 + varint_len(len as u64) + len
+}
+
+/// The bytes of `value` as a varint.
+fn varint_len(value: u64) -> usize {
+    let bits = 64 - (value | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
 }
 
 /// A `Span` message's fields, in field order.
