@@ -19,7 +19,7 @@
 //! the try's span ([`super::response_facts`]).
 
 use super::content::CONTENT_BYTES_MAX;
-use super::response_facts::{short_string, ChoicesReasons, ResponseFacts, FACT_BYTES_MAX};
+use super::response_facts::{ChoicesReasons, ResponseFacts, FACT_BYTES_MAX};
 
 /// The largest `usage` value kept: the providers' are a few hundred bytes.
 pub const USAGE_BYTES_MAX: usize = 64 * 1024;
@@ -177,17 +177,18 @@ impl FactCaptures {
 
     /// The facts read, with `id` the scanner's.
     fn facts(&self, id: Option<String>) -> ResponseFacts {
-        let string = |capture: &Capture| short_string(serde_json::from_slice(capture.value()?).ok().as_ref());
+        let string = |capture: &Capture| json_string(capture.value()?).filter(|s| s.len() <= FACT_BYTES_MAX);
         let mut facts = ResponseFacts {
             id,
             model: string(&self.model),
             ..ResponseFacts::default()
         };
-        for reason in (self.choices.reasons.iter().cloned())
-            .chain(string(&self.stop_reason))
-            .chain(string(&self.status))
+        let (stop_reason, status) = (string(&self.stop_reason), string(&self.status));
+        for reason in (self.choices.reasons.iter().map(String::as_str))
+            .chain(stop_reason.as_deref())
+            .chain(status.as_deref())
         {
-            facts.push_reason(&reason);
+            facts.push_reason(reason);
         }
         if let Some(error) = self
             .error
@@ -308,6 +309,20 @@ impl Capture {
     fn value(&self) -> Option<&[u8]> {
         (self.seen == 1 && !self.too_long).then_some(self.bytes.as_slice())
     }
+}
+
+/// The text of a captured JSON value when it is a string: its bytes between
+/// the quotes when they hold no escape and no control character (an id, a
+/// model: nearly always), else as `serde_json` reads it; `None` for another value.
+fn json_string(value: &[u8]) -> Option<String> {
+    let trimmed = value.trim_ascii();
+    if let [b'"', inner @ .., b'"'] = trimmed {
+        let plain = inner.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\');
+        if let (true, Ok(text)) = (plain, std::str::from_utf8(inner)) {
+            return Some(text.to_owned());
+        }
+    }
+    serde_json::from_slice::<String>(value).ok()
 }
 
 /// The bytes a string holds from the start of `rest` before its next quote or
@@ -646,7 +661,7 @@ impl UsageScanner {
         if !whole {
             return None;
         }
-        serde_json::from_slice::<String>(self.id.value()?).ok()
+        json_string(self.id.value()?)
     }
 
     /// The top-level `conversation` (`null` or absent: none), once the whole

@@ -221,3 +221,29 @@ fn doubt_reads_as_no_usage() {
     );
     assert_eq!(scan(&[huge.as_bytes()]), None);
 }
+
+#[test]
+fn a_captured_string_is_read_as_serde_json_reads_it() {
+    let values: [&[u8]; 12] = [
+        br#""chatcmpl-1""#,
+        br#" "spaced" "#,
+        br#""a\"b""#,
+        br#""\u0041""#,
+        b"\"raw\ttab\"",
+        b"\"\xff\"",
+        "\"ünï 名前\"".as_bytes(),
+        br#""a" "b""#,
+        br#""""#,
+        b"12",
+        b"null",
+        br#"""#,
+    ];
+    for value in values {
+        assert_eq!(
+            json_string(value),
+            serde_json::from_slice::<String>(value).ok(),
+            "{}",
+            String::from_utf8_lossy(value)
+        );
+    }
+}
