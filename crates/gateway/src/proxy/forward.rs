@@ -150,11 +150,16 @@ pub async fn forward(
         response.headers_mut().insert(axum::http::header::CONTENT_TYPE, value);
     }
     if let Ok(value) = axum::http::HeaderValue::from_str(&deployment.label) {
-        response.headers_mut().insert(DEPLOYMENT_HEADER, value);
+        response
+            .headers_mut()
+            .insert(const { axum::http::HeaderName::from_static(DEPLOYMENT_HEADER) }, value);
     }
     if let Some(left) = remaining {
         let value = axum::http::HeaderValue::from_str(&dollars(left)).expect("digits and a dot");
-        response.headers_mut().insert(REMAINING_USD_HEADER, value);
+        response.headers_mut().insert(
+            const { axum::http::HeaderName::from_static(REMAINING_USD_HEADER) },
+            value,
+        );
     }
     Ok(Forwarded::Answer(response))
 }
