@@ -9,6 +9,7 @@ mod bound_metrics;
 pub mod budget_alerts;
 pub mod budget_watch;
 mod call_facts;
+mod span_handle;
 pub mod class_metrics;
 pub mod genai_metrics;
 pub mod key_usage;

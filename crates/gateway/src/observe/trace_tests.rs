@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use opentelemetry::global::BoxedTracer;
 use opentelemetry::trace::{SpanKind, Status, TracerProvider};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -51,8 +50,8 @@ fn telemetry(ended: &Ended) -> Arc<Telemetry> {
         .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
         .with_span_processor(ended.clone())
         .build();
-    let tracer = BoxedTracer::new(Box::new(provider.tracer("test")));
-    Arc::new(Telemetry::new(tracer, Box::new(TraceContextPropagator::new())))
+    let tracer = provider.tracer("test");
+    Arc::new(Telemetry::new(Some(tracer), Box::new(TraceContextPropagator::new())))
 }
 
 fn client_headers(flags: &str) -> HeaderMap {
