@@ -20,14 +20,14 @@ use std::time::{Duration, Instant};
 use axum::http::{HeaderMap, HeaderName, StatusCode};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt};
-use opentelemetry_sdk::trace::SdkTracer;
 use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
+use opentelemetry_sdk::trace::SdkTracer;
 
 pub use super::call_facts::Served;
 use super::call_facts::{status_error_type, LimiterFacts, SERVER_SPAN_ATTRIBUTES_MAX};
 use super::genai_metrics::{GenAiMetrics, MetricAttributes};
-use super::span_handle::SpanHandle;
 pub use super::semconv::*;
+use super::span_handle::SpanHandle;
 use super::trace_context::write_trace_context;
 pub use super::trace_context::{HeaderExtractor, TraceHeaders};
 use crate::config::UpstreamKind;
