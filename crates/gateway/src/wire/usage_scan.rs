@@ -18,6 +18,7 @@
 //! `model`, its finish reasons and its error type are read the same way, for
 //! the try's span ([`super::response_facts`]).
 
+use super::capture::{json_string, string_run_len, Capture, KeyBytes, CAPTURE_BYTES_FIRST, KEY_BYTES_MAX};
 use super::content::CONTENT_BYTES_MAX;
 use super::response_facts::{ChoicesReasons, ResponseFacts, FACT_BYTES_MAX};
 
@@ -29,9 +30,6 @@ pub const ID_BYTES_MAX: usize = 256;
 /// The largest `conversation` value kept: `{"id":"conv_..."}` is tens of bytes;
 /// a longer one reads as no conversation.
 pub const CONVERSATION_BYTES_MAX: usize = 512;
-/// The longest key compared with `usage`, `id` and `conversation`; longer keys
-/// are skipped unread.
-const KEY_BYTES_MAX: usize = 12;
 /// The largest top-level `error` value kept, for its `type`: the providers'
 /// error objects are a few hundred bytes; a larger one reads as no type.
 pub const ERROR_BYTES_MAX: usize = 4 * 1024;
@@ -201,144 +199,6 @@ impl FactCaptures {
     }
 }
 
-/// A top-level key being read, up to [`KEY_BYTES_MAX`] bytes, held without an allocation.
-#[derive(Debug, Clone, Copy, Default)]
-struct KeyBytes {
-    bytes: [u8; KEY_BYTES_MAX],
-    len: usize,
-}
-
-impl KeyBytes {
-    /// Appends `byte`; false when the key is longer than any compared.
-    fn push(&mut self, byte: u8) -> bool {
-        let Some(slot) = self.bytes.get_mut(self.len) else {
-            return false;
-        };
-        *slot = byte;
-        self.len += 1;
-        true
-    }
-
-    /// Appends `run`; false when the key grows longer than any compared.
-    fn extend(&mut self, run: &[u8]) -> bool {
-        let Some(slots) = self.bytes.get_mut(self.len..self.len + run.len()) else {
-            return false;
-        };
-        slots.copy_from_slice(run);
-        self.len += run.len();
-        true
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        &self.bytes[..self.len]
-    }
-}
-
-/// Bytes reserved for a captured value when its key is met: the usual `id`,
-/// `conversation` or `usage` fits without the buffer growing byte by byte.
-const CAPTURE_BYTES_FIRST: usize = 256;
-
-/// One top-level value kept whole when small, by its key.
-#[derive(Debug)]
-struct Capture {
-    key: &'static [u8],
-    bytes_max: usize,
-    key_matches: bool,
-    active: bool,
-    bytes: Vec<u8>,
-    seen: u32,
-    too_long: bool,
-}
-
-impl Capture {
-    fn new(key: &'static [u8], bytes_max: usize) -> Self {
-        Self {
-            key,
-            bytes_max,
-            key_matches: false,
-            active: false,
-            bytes: Vec::new(),
-            seen: 0,
-            too_long: false,
-        }
-    }
-
-    fn on_key(&mut self, key: Option<&[u8]>) {
-        self.key_matches = key == Some(self.key);
-    }
-
-    fn on_colon(&mut self) {
-        if self.key_matches {
-            self.seen += 1;
-            self.active = true;
-            self.bytes.clear();
-            self.bytes.reserve(CAPTURE_BYTES_FIRST.min(self.bytes_max));
-        }
-    }
-
-    fn keep(&mut self, byte: u8) {
-        if !self.active {
-            return;
-        }
-        if self.bytes.len() < self.bytes_max {
-            self.bytes.push(byte);
-        } else {
-            self.too_long = true;
-        }
-    }
-
-    /// Keeps each byte of `run` as [`Self::keep`] would.
-    fn keep_run(&mut self, run: &[u8]) {
-        if !self.active {
-            return;
-        }
-        let room = self.bytes_max.saturating_sub(self.bytes.len());
-        let kept = run.len().min(room);
-        self.bytes.extend_from_slice(&run[..kept]);
-        if kept < run.len() {
-            self.too_long = true;
-        }
-    }
-
-    fn end_value(&mut self) {
-        self.active = false;
-        self.key_matches = false;
-    }
-
-    /// The value's bytes when the key came once and its value fit.
-    fn value(&self) -> Option<&[u8]> {
-        (self.seen == 1 && !self.too_long).then_some(self.bytes.as_slice())
-    }
-}
-
-/// The text of a captured JSON value when it is a string: its bytes between
-/// the quotes when they hold no escape and no control character (an id, a
-/// model: nearly always), else as `serde_json` reads it; `None` for another value.
-fn json_string(value: &[u8]) -> Option<String> {
-    let trimmed = value.trim_ascii();
-    if let [b'"', inner @ .., b'"'] = trimmed {
-        let plain = inner.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\');
-        if let (true, Ok(text)) = (plain, std::str::from_utf8(inner)) {
-            return Some(text.to_owned());
-        }
-    }
-    serde_json::from_slice::<String>(value).ok()
-}
-
-/// The bytes a string holds from the start of `rest` before its next quote or
-/// escape (all of `rest` when neither comes). The first few bytes are looked
-/// at one by one: most strings an answer's scan meets are keys and ids of a
-/// few bytes, which end before a vector search would have started.
-fn string_run_len(rest: &[u8]) -> usize {
-    const LOOKED_AT_FIRST: usize = 16;
-    let head = &rest[..rest.len().min(LOOKED_AT_FIRST)];
-    if let Some(end) = head.iter().position(|&b| b == b'"' || b == b'\\') {
-        return end;
-    }
-    let tail = &rest[head.len()..];
-    head.len() + memchr::memchr2(b'"', b'\\', tail).unwrap_or(tail.len())
-}
-
 impl Default for UsageScanner {
     fn default() -> Self {
         Self {
@@ -428,30 +288,44 @@ impl UsageScanner {
         }
     }
 
-    /// Whether the scanner is inside a top-level value nothing keeps, between
-    /// its strings: there only the nesting changes anything.
+    /// Whether the scanner is inside a top-level value, between its strings,
+    /// that nothing keeps but the finish reasons' reader of `choices`: there
+    /// only the nesting changes anything, and that reader's bytes.
     fn passes_unkept(&self) -> bool {
-        self.top == Top::Value && !self.keeping && !self.in_string && self.depth >= 1
+        let only_choices = || {
+            !self.capturing
+                && !self.id.active
+                && !self.conversation.active
+                && self.facts.as_ref().is_some_and(|f| f.in_choices && !f.any_active)
+        };
+        self.top == Top::Value && !self.in_string && self.depth >= 1 && (!self.keeping || only_choices())
     }
 
-    /// Passes the bytes of a value nothing keeps from `at`, following only its
-    /// nesting, up to a string's quote, a byte that may end the value (`,`,
-    /// `}` or `]` at the top level) or nesting past [`DEPTH_MAX`], each left to
+    /// Passes the bytes of such a value from `at`, following only its nesting
+    /// and handing each byte to the finish reasons' reader when in `choices`,
+    /// up to a string's quote, a byte that may end the value (`,`, `}` or `]`
+    /// at the top level) or nesting past [`DEPTH_MAX`], each left to
     /// [`Self::byte`]; returns where it stopped. Byte by byte, every other
-    /// byte would change nothing: most of an answer's choices pass here.
+    /// byte would do just that: most of an answer's choices pass here.
     fn pass_unkept(&mut self, chunk: &[u8], mut at: usize) -> usize {
         debug_assert!(self.passes_unkept());
+        let mut choices = (self.facts.as_mut()).filter(|f| f.in_choices).map(|f| &mut f.choices);
+        let mut depth = self.depth;
         while let Some(&byte) = chunk.get(at) {
             match byte {
                 b'"' => break,
-                b'{' | b'[' if self.depth >= DEPTH_MAX => break,
-                b'{' | b'[' => self.depth += 1,
-                b'}' | b']' | b',' if self.depth == 1 => break,
-                b'}' | b']' => self.depth -= 1,
+                b'{' | b'[' if depth >= DEPTH_MAX => break,
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' | b',' if depth == 1 => break,
+                b'}' | b']' => depth -= 1,
                 _ => {}
+            }
+            if let Some(choices) = choices.as_mut() {
+                choices.byte(byte);
             }
             at += 1;
         }
+        self.depth = depth;
         at
     }
 
