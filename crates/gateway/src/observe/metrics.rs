@@ -110,9 +110,9 @@ impl GatewayMetrics {
     }
 
     /// Every (model, tenant) pair seen so far with its counters, unordered.
-    fn each_call<'a>(
-        calls: &'a HashMap<String, HashMap<String, Arc<CallCounters>>>,
-    ) -> impl Iterator<Item = ((&'a String, &'a String), &'a Arc<CallCounters>)> {
+    fn each_call(
+        calls: &HashMap<String, HashMap<String, Arc<CallCounters>>>,
+    ) -> impl Iterator<Item = ((&String, &String), &Arc<CallCounters>)> {
         (calls.iter()).flat_map(|(model, tenants)| tenants.iter().map(move |(tenant, c)| ((model, tenant), c)))
     }
 

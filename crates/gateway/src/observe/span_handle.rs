@@ -11,6 +11,9 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SdkTracer, Span};
 
 /// One span of a call, recorded or not.
+// The recorded span is the large variant and the one of every call when
+// traces are exported: boxing it would cost an allocation per span.
+#[allow(clippy::large_enum_variant)]
 pub enum SpanHandle {
     /// The SDK's span, exported when it ends (if sampled).
     Recorded(Span),

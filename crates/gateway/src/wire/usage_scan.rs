@@ -18,7 +18,7 @@
 //! `model`, its finish reasons and its error type are read the same way, for
 //! the try's span ([`super::response_facts`]).
 
-use super::capture::{json_string, string_run_len, Capture, KeyBytes, CAPTURE_BYTES_FIRST, KEY_BYTES_MAX};
+use super::capture::{json_string, string_run_len, Capture, KeyBytes, CAPTURE_BYTES_FIRST};
 use super::content::CONTENT_BYTES_MAX;
 use super::response_facts::{ChoicesReasons, ResponseFacts, FACT_BYTES_MAX};
 

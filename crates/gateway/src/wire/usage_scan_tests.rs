@@ -1,6 +1,7 @@
 //! Tests of the usage scan (`usage_scan.rs`).
 
 use super::*;
+use crate::wire::capture::KEY_BYTES_MAX;
 use crate::wire::usage::UsageFields;
 
 fn scan(chunks: &[&[u8]]) -> Option<UsageFields> {
