@@ -127,10 +127,9 @@ fn never_retried(message: String) -> GatewayError {
 pub async fn remaining_micro_usd(backend: &dyn Backend, model: &ModelKeys, tenant: Option<&TenantKeys>) -> Option<u64> {
     let mut least: Option<u64> = None;
     for budget in call_budgets(model, tenant).filter(|b| !b.is_zero()) {
-        let Ok(Some(report)) = backend.limit_report(&budget.key).await else {
+        let Ok(Some(left)) = backend.limit_available(&budget.key).await else {
             continue;
         };
-        let left = report.available();
         least = Some(least.map_or(left, |l| l.min(left)));
     }
     least

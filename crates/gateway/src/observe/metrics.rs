@@ -74,12 +74,18 @@ pub struct ModelMetrics {
     pub provider_remaining_tokens: AtomicU64,
 }
 
+/// The call counters of each tenant, by model.
+type CallsByModel = HashMap<String, HashMap<String, Arc<CallCounters>, FastHash>, FastHash>;
+/// The hash of the call counters' maps.
+type FastHash = foldhash::fast::RandomState;
+
 /// Every gateway metric.
 #[derive(Debug, Default)]
 pub struct GatewayMetrics {
     /// By model, then tenant: looked up by reference at every call, without
-    /// copying either name.
-    calls: RwLock<HashMap<String, HashMap<String, Arc<CallCounters>>>>,
+    /// copying either name, with a fast hash (names of the configuration and
+    /// the directory).
+    calls: RwLock<CallsByModel>,
     models: RwLock<HashMap<String, Arc<ModelMetrics>>>,
     deployments: RwLock<Vec<Arc<DeploymentState>>>,
     /// Per (model, class).
@@ -110,9 +116,7 @@ impl GatewayMetrics {
     }
 
     /// Every (model, tenant) pair seen so far with its counters, unordered.
-    fn each_call(
-        calls: &HashMap<String, HashMap<String, Arc<CallCounters>>>,
-    ) -> impl Iterator<Item = ((&String, &String), &Arc<CallCounters>)> {
+    fn each_call(calls: &CallsByModel) -> impl Iterator<Item = ((&String, &String), &Arc<CallCounters>)> {
         (calls.iter()).flat_map(|(model, tenants)| tenants.iter().map(move |(tenant, c)| ((model, tenant), c)))
     }
 
