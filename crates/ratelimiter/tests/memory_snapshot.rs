@@ -364,6 +364,10 @@ async fn denial_streaks_survive_a_snapshot() {
 /// past it.
 #[tokio::test]
 async fn a_budget_that_owes_still_owes_after_a_restore() {
+    // The quick read of what a limit has available.
+    async fn available(backend: &MemoryBackend, name: &str) -> Option<u64> {
+        backend.limit_available(&key(name)).await.unwrap()
+    }
     let clock = FakeClock::new(START_UNIX_MS);
     let owe = || {
         let definition = LimitDefinition::rolling(key("budget"), 100, 60).unwrap();
@@ -382,6 +386,10 @@ async fn a_budget_that_owes_still_owes_after_a_restore() {
     second.restore(&snapshot).unwrap();
     let report = second.limit_report(&key("budget")).await.unwrap().unwrap();
     assert!(report.owing, "{report:?}");
+    // The quick read says what the report says.
+    assert_eq!(available(&second, "budget").await, Some(report.available()));
+    assert_eq!(available(&second, "budget").await, Some(0), "nothing while it owes");
+    assert_eq!(available(&second, "undefined").await, None);
     let denied = reserve(&second, LeaseId::generate(), &[("budget", 1)]).await;
     assert!(
         matches!(denied, ReserveOutcome::Denied(Denial::InsufficientCapacity { .. })),
@@ -390,6 +398,13 @@ async fn a_budget_that_owes_still_owes_after_a_restore() {
     clock.advance_ms(60_000 + 1_000);
     let allowed = reserve(&second, LeaseId::generate(), &[("budget", 1)]).await;
     assert!(matches!(allowed, ReserveOutcome::Allowed { .. }), "{allowed:?}");
+    let report = second.limit_report(&key("budget")).await.unwrap().unwrap();
+    assert_eq!(available(&second, "budget").await, Some(report.available()));
+    assert_eq!(
+        report.available(),
+        99,
+        "the window rolled: the capacity less the one held"
+    );
 }
 
 /// [`backend`]'s limits with a fixed jitter seed.

@@ -164,6 +164,27 @@ async fn tenants_and_keys_of_the_admin_api_take_budgets_in_money() {
     }
     assert_eq!(in_use(&client, server, &tenant_key).await, billed);
     assert_eq!(in_use(&client, server, &own_key).await, billed);
+
+    // A key served once without a budget of its own, then given one by its
+    // PATCH: its next call is charged on it (the gateway makes the key's
+    // caller again when its record changes).
+    let (late_id, late) = create_key(&client, server, json!({"tenant": "fin"})).await;
+    assert_eq!(chat(&client, gateway, &late, "gpt-4o-mini").await.status, 200);
+    let budgets = json!({"budgets": [{"usd": 1, "period": "day"}]});
+    let path = format!("/v1/admin/gateway/keys/{late_id}");
+    admin(&client, server, hyper::Method::PATCH, &path, Some(budgets), 200).await;
+    let late_key = format!("key:{late_id}:usd:day");
+    let mut charged = 0;
+    for _ in 0..200 {
+        let answer = chat(&client, gateway, &late, "gpt-4o-mini").await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        charged = in_use(&client, server, &late_key).await;
+        if charged > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(charged > 0, "the budget given by the PATCH is charged");
 }
 
 #[tokio::test]

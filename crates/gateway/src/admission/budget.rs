@@ -127,13 +127,18 @@ fn never_retried(message: String) -> GatewayError {
 pub async fn remaining_micro_usd(backend: &dyn Backend, model: &ModelKeys, tenant: Option<&TenantKeys>) -> Option<u64> {
     let mut least: Option<u64> = None;
     for budget in call_budgets(model, tenant).filter(|b| !b.is_zero()) {
-        let Ok(Some(report)) = backend.limit_report(&budget.key).await else {
+        let Ok(Some(left)) = backend.limit_available(&budget.key).await else {
             continue;
         };
-        let left = report.available();
         least = Some(least.map_or(left, |l| l.min(left)));
     }
     least
+}
+
+/// Whether a call of `model` by `tenant` is charged on any budget in money:
+/// without one there is nothing for [`remaining_micro_usd`] to read.
+pub fn has_money_budget(model: &ModelKeys, tenant: Option<&TenantKeys>) -> bool {
+    call_budgets(model, tenant).any(|b| !b.is_zero())
 }
 
 /// The report of the budget `key`, read once for a refusal's message and

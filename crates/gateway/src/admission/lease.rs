@@ -68,7 +68,29 @@ struct CallLog {
 }
 
 /// The guard of one granted lease (or of a call with no limits to reserve).
+/// Its state is boxed: the lease moves with its call from admission through
+/// each try into the answer's reader, and a pointer moves where the state
+/// (near a kilobyte) would be copied, in every future that holds it.
 pub struct CallLease {
+    state: Box<LeaseState>,
+}
+
+impl std::ops::Deref for CallLease {
+    type Target = LeaseState;
+
+    fn deref(&self) -> &LeaseState {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for CallLease {
+    fn deref_mut(&mut self) -> &mut LeaseState {
+        &mut self.state
+    }
+}
+
+/// What a [`CallLease`] holds.
+pub struct LeaseState {
     /// The limiter the lease was granted on.
     limiter: Arc<dyn Limiter>,
     /// `None`: the call reserved nothing (no limit applies).
@@ -152,7 +174,7 @@ impl CallLease {
         let model_keys = grant.keys.clone();
         let model = &ctx.model;
         let deployment = &model.pool.deployments[index];
-        CallLease {
+        let state = LeaseState {
             limiter: limiter.clone(),
             lease_id: grant.take(),
             reserved,
@@ -185,7 +207,8 @@ impl CallLease {
             completed: None,
             budget_watch: None,
             trace: None,
-        }
+        };
+        CallLease { state: Box::new(state) }
     }
 
     /// The lease whose completion gives its budgets to `watch` (docs/gateway.md,

@@ -64,7 +64,8 @@ impl KeyCounter {
 /// The counters of the keys that called, by key id.
 #[derive(Debug)]
 pub struct KeyUsage {
-    counters: RwLock<HashMap<String, Arc<KeyCounter>>>,
+    /// By key id (the server's own ULIDs): a fast hash, looked up at every call.
+    counters: RwLock<HashMap<String, Arc<KeyCounter>, foldhash::fast::RandomState>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -72,7 +73,7 @@ impl KeyUsage {
     /// Counters on `clock`, whose UTC day they count.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
-            counters: RwLock::new(HashMap::new()),
+            counters: RwLock::new(HashMap::default()),
             clock,
         }
     }

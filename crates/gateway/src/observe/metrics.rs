@@ -74,10 +74,18 @@ pub struct ModelMetrics {
     pub provider_remaining_tokens: AtomicU64,
 }
 
+/// The call counters of each tenant, by model.
+type CallsByModel = HashMap<String, HashMap<String, Arc<CallCounters>, FastHash>, FastHash>;
+/// The hash of the call counters' maps.
+type FastHash = foldhash::fast::RandomState;
+
 /// Every gateway metric.
 #[derive(Debug, Default)]
 pub struct GatewayMetrics {
-    calls: RwLock<HashMap<(String, String), Arc<CallCounters>>>,
+    /// By model, then tenant: looked up by reference at every call, without
+    /// copying either name, with a fast hash (names of the configuration and
+    /// the directory).
+    calls: RwLock<CallsByModel>,
     models: RwLock<HashMap<String, Arc<ModelMetrics>>>,
     deployments: RwLock<Vec<Arc<DeploymentState>>>,
     /// Per (model, class).
@@ -97,16 +105,19 @@ impl GatewayMetrics {
     /// The counters of (`model`, `tenant`); both come from the configuration, so
     /// the map is bounded by it.
     pub fn calls(&self, model: &str, tenant: &str) -> Arc<CallCounters> {
-        let key = (model.to_owned(), tenant.to_owned());
-        if let Some(found) = self.calls.read().expect("metrics lock").get(&key) {
+        let calls = self.calls.read().expect("metrics lock");
+        if let Some(found) = calls.get(model).and_then(|tenants| tenants.get(tenant)) {
             return found.clone();
         }
-        self.calls
-            .write()
-            .expect("metrics lock")
-            .entry(key)
-            .or_default()
-            .clone()
+        drop(calls);
+        let mut calls = self.calls.write().expect("metrics lock");
+        let tenants = calls.entry(model.to_owned()).or_default();
+        tenants.entry(tenant.to_owned()).or_default().clone()
+    }
+
+    /// Every (model, tenant) pair seen so far with its counters, unordered.
+    fn each_call(calls: &CallsByModel) -> impl Iterator<Item = ((&String, &String), &Arc<CallCounters>)> {
+        (calls.iter()).flat_map(|(model, tenants)| tenants.iter().map(move |(tenant, c)| ((model, tenant), c)))
     }
 
     /// The histograms of `model`.
@@ -125,7 +136,7 @@ impl GatewayMetrics {
     /// Every (model, tenant) pair seen so far with its totals now, ordered.
     pub fn call_totals(&self) -> Vec<(String, String, CallTotals)> {
         let calls = self.calls.read().expect("metrics lock");
-        let mut out: Vec<_> = (calls.iter())
+        let mut out: Vec<_> = Self::each_call(&calls)
             .map(|((model, tenant), c)| (model.clone(), tenant.clone(), c.totals()))
             .collect();
         drop(calls);
@@ -226,8 +237,8 @@ impl GatewayMetrics {
             watch.render(out);
         }
         let calls = self.calls.read().expect("metrics lock");
-        let mut pairs: Vec<_> = calls.iter().collect();
-        pairs.sort_by(|a, b| a.0.cmp(b.0));
+        let mut pairs: Vec<_> = Self::each_call(&calls).collect();
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
         type Field = fn(&CallCounters) -> &AtomicU64;
         let counters: [(&str, &str, Field); 6] = [
             ("admitted_total", "Calls admitted by the gateway's limits.", |c| {

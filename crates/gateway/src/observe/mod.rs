@@ -15,6 +15,7 @@ pub mod key_usage;
 pub mod metrics;
 pub mod prometheus;
 pub mod semconv;
+mod span_handle;
 pub mod spend_metrics;
 pub mod spend_recorder;
 pub mod status;

@@ -17,18 +17,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, StatusCode};
-use opentelemetry::global::{BoxedSpan, BoxedTracer};
+use axum::http::{HeaderMap, HeaderName, StatusCode};
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::trace::{SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt};
 use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
+use opentelemetry_sdk::trace::SdkTracer;
 
 pub use super::call_facts::Served;
 use super::call_facts::{status_error_type, LimiterFacts, SERVER_SPAN_ATTRIBUTES_MAX};
 use super::genai_metrics::{GenAiMetrics, MetricAttributes};
 pub use super::semconv::*;
+use super::span_handle::SpanHandle;
 use super::trace_context::write_trace_context;
-pub use super::trace_context::HeaderExtractor;
+pub use super::trace_context::{HeaderExtractor, TraceHeaders};
 use crate::config::UpstreamKind;
 use crate::wire::call::Endpoint;
 use crate::wire::content::{input_messages, output_messages};
@@ -45,10 +46,14 @@ const CLIENT_SPAN_ATTRIBUTES_MAX: usize = 19;
 /// What the gateway exports traces with: the server's tracer and the W3C
 /// trace-context propagator, both made by the server's telemetry setup.
 pub struct Telemetry {
-    tracer: BoxedTracer,
+    /// `None` when traces are not exported: the client's context still goes upstream.
+    tracer: Option<SdkTracer>,
     /// Reads the client's context; the tries' own are written as the W3C
     /// propagator writes them ([`super::trace_context`]).
     propagator: Box<dyn TextMapPropagator + Send + Sync>,
+    /// The headers the propagator reads: a request with none of them (most
+    /// calls) continues the current context without the propagator's parse.
+    propagated: Vec<HeaderName>,
     /// The metrics' instruments, when the server exports metrics.
     metrics: Option<GenAiMetrics>,
     /// Whether the messages are recorded (the operator's opt-in).
@@ -57,10 +62,14 @@ pub struct Telemetry {
 
 impl Telemetry {
     /// Spans made by `tracer`, the client's context read from its headers by `propagator`.
-    pub fn new(tracer: BoxedTracer, propagator: Box<dyn TextMapPropagator + Send + Sync>) -> Self {
+    pub fn new(tracer: Option<SdkTracer>, propagator: Box<dyn TextMapPropagator + Send + Sync>) -> Self {
+        let propagated = (propagator.fields())
+            .filter_map(|field| HeaderName::from_bytes(field.as_bytes()).ok())
+            .collect();
         Self {
             tracer,
             propagator,
+            propagated,
             metrics: None,
             capture_content: false,
         }
@@ -86,19 +95,25 @@ impl Telemetry {
     /// The SERVER span of a call to `endpoint`, a child of the client's
     /// `traceparent` when it sent one.
     pub fn start_call(self: &Arc<Self>, headers: &HeaderMap, endpoint: Endpoint) -> CallTrace {
-        let parent = self.propagator.extract(&HeaderExtractor(headers));
-        let route = endpoint.path();
-        let mut attributes = Vec::with_capacity(SERVER_SPAN_ATTRIBUTES_MAX);
-        attributes.extend([
-            KeyValue::new(HTTP_REQUEST_METHOD, "POST"),
-            KeyValue::new(HTTP_ROUTE, route),
-            KeyValue::new(URL_PATH, route),
-        ]);
-        let span = (self.tracer)
-            .span_builder(server_span_name(endpoint))
-            .with_kind(SpanKind::Server)
-            .with_attributes(attributes)
-            .start_with_context(&self.tracer, &parent);
+        let parent = if self.propagated.iter().any(|name| headers.contains_key(name)) {
+            self.propagator.extract(&HeaderExtractor(headers))
+        } else {
+            // What the propagator extracts from headers that have none of its fields.
+            Context::current()
+        };
+        let builder = || {
+            let route = endpoint.path();
+            let mut attributes = Vec::with_capacity(SERVER_SPAN_ATTRIBUTES_MAX);
+            attributes.extend([
+                KeyValue::new(HTTP_REQUEST_METHOD, "POST"),
+                KeyValue::new(HTTP_ROUTE, route),
+                KeyValue::new(URL_PATH, route),
+            ]);
+            SpanBuilder::from_name(server_span_name(endpoint))
+                .with_kind(SpanKind::Server)
+                .with_attributes(attributes)
+        };
+        let span = SpanHandle::start(self.tracer.as_ref(), builder, &parent);
         // The tries' parent: the span's context alone, the span staying here.
         let cx = parent.with_remote_span_context(span.span_context().clone());
         CallTrace(Arc::new(CallSpan {
@@ -118,7 +133,7 @@ impl Telemetry {
 struct CallSpan {
     telemetry: Arc<Telemetry>,
     /// The SERVER span: only its end writes to it, without a lock.
-    span: BoxedSpan,
+    span: SpanHandle,
     /// Whether the span records: an unsampled call keeps no facts for it.
     recording: bool,
     /// The span's context, the parent of the tries' CLIENT spans.
@@ -254,30 +269,31 @@ impl CallTrace {
         let server = host_and_port(target.base_url);
         let provider = provider_name(target.kind, target.upstream, server.map(|(host, _)| host));
         let model = StringValue::from(Arc::<str>::from(target.model));
-        let mut attributes = Vec::with_capacity(CLIENT_SPAN_ATTRIBUTES_MAX);
-        attributes.extend([
-            KeyValue::new(GEN_AI_OPERATION_NAME, operation),
-            KeyValue::new(GEN_AI_PROVIDER_NAME, provider.clone()),
-            KeyValue::new(GEN_AI_REQUEST_MODEL, model.clone()),
-            KeyValue::new(GEN_AI_REQUEST_STREAM, target.stream),
-        ]);
-        if let Some(bound) = target.max_tokens {
-            attributes.push(KeyValue::new(GEN_AI_REQUEST_MAX_TOKENS, bound as i64));
-        }
-        if telemetry.capture_content {
-            if let Some(messages) = input_messages(target.endpoint, target.request) {
-                attributes.push(KeyValue::new(GEN_AI_INPUT_MESSAGES, messages));
+        let builder = || {
+            let mut attributes = Vec::with_capacity(CLIENT_SPAN_ATTRIBUTES_MAX);
+            attributes.extend([
+                KeyValue::new(GEN_AI_OPERATION_NAME, operation),
+                KeyValue::new(GEN_AI_PROVIDER_NAME, provider.clone()),
+                KeyValue::new(GEN_AI_REQUEST_MODEL, model.clone()),
+                KeyValue::new(GEN_AI_REQUEST_STREAM, target.stream),
+            ]);
+            if let Some(bound) = target.max_tokens {
+                attributes.push(KeyValue::new(GEN_AI_REQUEST_MAX_TOKENS, bound as i64));
             }
-        }
-        if let Some((host, port)) = server {
-            attributes.push(KeyValue::new(SERVER_ADDRESS, host.to_owned()));
-            attributes.push(KeyValue::new(SERVER_PORT, i64::from(port)));
-        }
-        let span = (telemetry.tracer)
-            .span_builder(client_span_name(operation, target.model))
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
-            .start_with_context(&telemetry.tracer, &self.0.cx);
+            if telemetry.capture_content {
+                if let Some(messages) = input_messages(target.endpoint, target.request) {
+                    attributes.push(KeyValue::new(GEN_AI_INPUT_MESSAGES, messages));
+                }
+            }
+            if let Some((host, port)) = server {
+                attributes.push(KeyValue::new(SERVER_ADDRESS, host.to_owned()));
+                attributes.push(KeyValue::new(SERVER_PORT, i64::from(port)));
+            }
+            SpanBuilder::from_name(client_span_name(operation, target.model))
+                .with_kind(SpanKind::Client)
+                .with_attributes(attributes)
+        };
+        let span = SpanHandle::start(telemetry.tracer.as_ref(), builder, &self.0.cx);
         TryTrace {
             call: self.clone(),
             span_context: span.span_context().clone(),
@@ -347,7 +363,7 @@ pub struct TryTrace {
 /// What a try's end takes: its span and the answer's facts.
 #[derive(Default)]
 struct TryState {
-    span: Option<BoxedSpan>,
+    span: Option<SpanHandle>,
     response: Option<ResponseFacts>,
 }
 
@@ -358,6 +374,11 @@ impl TryTrace {
         let mut headers = HeaderMap::new();
         write_trace_context(&self.span_context, &mut headers);
         headers
+    }
+
+    /// The same headers, to be written into the request sent upstream.
+    pub fn trace_headers(&self) -> Option<TraceHeaders> {
+        TraceHeaders::of(&self.span_context)
     }
 
     /// The provider answered with `status`; an error status is the try's failure.

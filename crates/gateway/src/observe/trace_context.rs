@@ -34,23 +34,49 @@ impl Extractor for HeaderExtractor<'_> {
     }
 }
 
+/// A try's `traceparent` and `tracestate`, made once and written into its
+/// request's headers (not a header map of their own, merged into it).
+#[derive(Debug, Clone)]
+pub struct TraceHeaders {
+    traceparent: HeaderValue,
+    tracestate: Option<HeaderValue>,
+}
+
+impl TraceHeaders {
+    /// The headers of `span_context`, as the SDK's W3C propagator writes
+    /// them; `None` for an invalid context, which writes nothing.
+    pub fn of(span_context: &SpanContext) -> Option<Self> {
+        if !span_context.is_valid() {
+            return None;
+        }
+        let traceparent = HeaderValue::from_bytes(&traceparent(span_context)).expect("hex digits and dashes");
+        let trace_state = span_context.trace_state().header();
+        // The propagator sets the header even empty (an empty value is a valid one).
+        let tracestate = if trace_state.is_empty() {
+            Some(HeaderValue::from_static(""))
+        } else {
+            HeaderValue::from_str(&trace_state).ok()
+        };
+        Some(Self {
+            traceparent,
+            tracestate,
+        })
+    }
+
+    /// Writes the headers into `headers`, over any of the same names.
+    pub fn write_into(self, headers: &mut HeaderMap) {
+        headers.insert(const { HeaderName::from_static("traceparent") }, self.traceparent);
+        if let Some(value) = self.tracestate {
+            headers.insert(const { HeaderName::from_static("tracestate") }, value);
+        }
+    }
+}
+
 /// Writes `span_context` into `headers` as `traceparent` and `tracestate`,
 /// as the SDK's W3C propagator does; an invalid context writes nothing.
 pub fn write_trace_context(span_context: &SpanContext, headers: &mut HeaderMap) {
-    if !span_context.is_valid() {
-        return;
-    }
-    let traceparent = HeaderValue::from_bytes(&traceparent(span_context)).expect("hex digits and dashes");
-    headers.insert(const { HeaderName::from_static("traceparent") }, traceparent);
-    let trace_state = span_context.trace_state().header();
-    // The propagator sets the header even empty (an empty value is a valid one).
-    let trace_state = if trace_state.is_empty() {
-        Ok(HeaderValue::from_static(""))
-    } else {
-        HeaderValue::from_str(&trace_state)
-    };
-    if let Ok(value) = trace_state {
-        headers.insert(const { HeaderName::from_static("tracestate") }, value);
+    if let Some(trace_headers) = TraceHeaders::of(span_context) {
+        trace_headers.write_into(headers);
     }
 }
 

@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use opentelemetry::global::BoxedTracer;
 use opentelemetry::trace::{SpanKind, Status, TracerProvider};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -51,8 +50,8 @@ fn telemetry(ended: &Ended) -> Arc<Telemetry> {
         .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
         .with_span_processor(ended.clone())
         .build();
-    let tracer = BoxedTracer::new(Box::new(provider.tracer("test")));
-    Arc::new(Telemetry::new(tracer, Box::new(TraceContextPropagator::new())))
+    let tracer = provider.tracer("test");
+    Arc::new(Telemetry::new(Some(tracer), Box::new(TraceContextPropagator::new())))
 }
 
 fn client_headers(flags: &str) -> HeaderMap {
@@ -191,4 +190,20 @@ fn a_trace_the_client_did_not_sample_is_not_recorded_and_stays_so_upstream() {
     attempt.ended(None, served("east"));
     drop((attempt, call));
     assert!(ended.0.lock().unwrap().is_empty());
+}
+
+#[test]
+fn without_a_tracer_the_clients_context_goes_upstream_as_it_came() {
+    // Metrics exported, traces not: nothing is recorded, the client's trace continues.
+    let telemetry = Arc::new(Telemetry::new(None, Box::new(TraceContextPropagator::new())));
+    let call = telemetry.start_call(&client_headers("01"), Endpoint::ChatCompletions);
+    let attempt = call.start_try(target("gpt-4o-mini"));
+    assert!(!attempt.recording);
+    let sent = attempt.headers();
+    assert_eq!(sent["traceparent"], format!("00-{TRACE_ID}-{PARENT_ID}-01").as_str());
+    assert_eq!(sent["tracestate"], "vendor=x");
+    attempt.ended(None, served("east"));
+    // A call without a context sends none.
+    let bare = telemetry.start_call(&HeaderMap::new(), Endpoint::ChatCompletions);
+    assert!(bare.start_try(target("gpt-4o-mini")).headers().is_empty());
 }

@@ -288,14 +288,14 @@ impl Answer {
         if let Some(facts) = self.reader.facts() {
             self.lease.trace_response(facts);
         }
-        let (response_id, conversation) = self.reader.handed();
-        let (remember, lease) = (&self.remember, &mut self.lease);
-        let record = async {
-            if let Some(remember) = remember {
-                remember.record(response_id.as_deref(), conversation.as_ref()).await;
-            }
+        let Some(remember) = &self.remember else {
+            // Not a stored response: its id and conversation are not read.
+            self.lease.finish().await;
+            return rest;
         };
-        tokio::join!(record, lease.finish());
+        let (response_id, conversation) = self.reader.handed();
+        let record = remember.record(response_id.as_deref(), conversation.as_ref());
+        tokio::join!(record, self.lease.finish());
         rest
     }
 

@@ -2,7 +2,8 @@
 //! (`Authorization: Bearer` for OpenAI's, `x-api-key` for Anthropic's) is compared
 //! with every tenant's in constant time, and is never logged.
 
-use axum::http::HeaderMap;
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -66,10 +67,12 @@ pub fn read_tenant_keys(tenants: &[TenantConfig]) -> Result<Vec<TenantKey>, Stri
 
 /// The key a request presents: `x-api-key`, else `Authorization: Bearer <key>`.
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    if let Some(key) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
+    // Names made once: a name given as text is parsed again at every lookup.
+    const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+    if let Some(key) = headers.get(X_API_KEY).and_then(|v| v.to_str().ok()) {
         return Some(key.trim());
     }
-    let value = headers.get("authorization")?.to_str().ok()?;
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, key) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
 }

@@ -60,7 +60,7 @@ pub async fn read_body(
         )
     };
     let declared = headers
-        .get("content-length")
+        .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {

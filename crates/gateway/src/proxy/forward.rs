@@ -13,11 +13,11 @@ use super::answer;
 use super::gateway::Gateway;
 use super::response_ids::RememberResponseId;
 use super::upstream::{response_headers, Upstream, UpstreamError};
-use crate::admission::budget::{remaining_micro_usd, REMAINING_USD_HEADER};
+use crate::admission::budget::{has_money_budget, remaining_micro_usd, REMAINING_USD_HEADER};
 use crate::admission::{CallContext, CallLease, ModelEntry};
 use crate::config::UpstreamKind;
 use crate::limits::budgets::dollars;
-use crate::observe::trace::TryTarget;
+use crate::observe::trace::{TraceHeaders, TryTarget};
 use crate::routing::{pause, Deployment};
 use crate::wire::call::Endpoint;
 use crate::wire::error::{ErrorKind, GatewayError};
@@ -68,8 +68,13 @@ pub async fn forward(
     // What is left of the call's binding budget, read while the call is sent.
     let backend = gateway.admission.backend();
     let keys = deployment.keys();
-    let remaining = remaining_micro_usd(backend.as_ref(), &keys, ctx.caller.keys.as_deref());
-    let (result, remaining) = tokio::join!(send, remaining);
+    let tenant_keys = ctx.caller.keys.as_deref();
+    let (result, remaining) = if has_money_budget(&keys, tenant_keys) {
+        tokio::join!(send, remaining_micro_usd(backend.as_ref(), &keys, tenant_keys))
+    } else {
+        // Nothing to read beside the send: no second future polled with it.
+        (send.await, None)
+    };
     model.metrics.upstream_latency.observe(sent.elapsed());
     let failed = |error: GatewayError| error.with_header(DEPLOYMENT_HEADER, deployment.label.to_string());
     let response = match result {
@@ -145,11 +150,16 @@ pub async fn forward(
         response.headers_mut().insert(axum::http::header::CONTENT_TYPE, value);
     }
     if let Ok(value) = axum::http::HeaderValue::from_str(&deployment.label) {
-        response.headers_mut().insert(DEPLOYMENT_HEADER, value);
+        response
+            .headers_mut()
+            .insert(const { axum::http::HeaderName::from_static(DEPLOYMENT_HEADER) }, value);
     }
     if let Some(left) = remaining {
         let value = axum::http::HeaderValue::from_str(&dollars(left)).expect("digits and a dot");
-        response.headers_mut().insert(REMAINING_USD_HEADER, value);
+        response.headers_mut().insert(
+            const { axum::http::HeaderName::from_static(REMAINING_USD_HEADER) },
+            value,
+        );
     }
     Ok(Forwarded::Answer(response))
 }
@@ -161,7 +171,7 @@ fn start_try_span(
     (upstream, deployment): (&Upstream, &Deployment),
     max_tokens: Option<u64>,
     lease: &mut CallLease,
-) -> Option<HeaderMap> {
+) -> Option<TraceHeaders> {
     let trace = ctx.trace.as_ref()?.start_try(TryTarget {
         endpoint: ctx.endpoint,
         kind: upstream.config.kind,
@@ -172,9 +182,9 @@ fn start_try_span(
         stream: ctx.call.stream,
         request: &ctx.call.upstream_body,
     });
-    let headers = trace.headers();
+    let headers = trace.trace_headers();
     lease.traced(trace);
-    Some(headers)
+    headers
 }
 
 /// A failed try's `error.type`: what went wrong on the connection.

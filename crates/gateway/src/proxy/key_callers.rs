@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use ratelimiter::directory::{Authenticated, Directory, Refusal, TenantRecord, KEY_PREFIX};
+use ratelimiter::directory::{Authenticated, Directory, KeyRecord, Refusal, TenantRecord, KEY_PREFIX};
 
 use crate::admission::tenant_caps::TenantCaps;
 use crate::admission::{Admission, Caller};
@@ -51,6 +51,18 @@ struct ApiTenant {
     caller: Arc<Caller>,
 }
 
+/// The most keys whose callers are kept ([`KeyCallers::key_caller`]): the
+/// keys in use at once on a busy gateway, a few megabytes at most; past it
+/// the table starts afresh and each key's caller is made again at its next call.
+pub const KEY_CALLERS_KEPT_MAX: usize = 16_384;
+
+/// A key's caller, kept with what it was made of.
+struct KeyCaller {
+    record: Arc<KeyRecord>,
+    tenant: Arc<Caller>,
+    caller: Arc<Caller>,
+}
+
 /// The directory, and the callers of its tenants.
 pub struct KeyCallers {
     directory: Arc<Directory>,
@@ -59,6 +71,8 @@ pub struct KeyCallers {
     api_tenants: RwLock<HashMap<String, ApiTenant>>,
     /// The next caller index: after the configuration's callers, never reused.
     next_index: AtomicUsize,
+    /// The callers of the keys in use, by key id, bounded by [`KEY_CALLERS_KEPT_MAX`].
+    key_callers: RwLock<HashMap<String, KeyCaller>>,
     /// The gateway's `tenant_connections_max` and `tenant_queued_max`.
     caps_default: (usize, usize),
     /// Checked when a tenant's caller is made: at its first call here, and
@@ -73,6 +87,7 @@ impl KeyCallers {
             directory,
             api_tenants: RwLock::new(HashMap::new()),
             next_index: AtomicUsize::new(first_index),
+            key_callers: RwLock::new(HashMap::new()),
             caps_default,
             tenant_limits: None,
         }
@@ -105,7 +120,26 @@ impl KeyCallers {
             Err(Refusal::Revoked) => return Err(incorrect_key()),
         };
         let tenant = self.tenant_caller(&found.tenant, admission).await?;
-        let own = KeyLimitKeys::of(&found.key);
+        let caller = self.key_caller(&found.key, tenant);
+        Ok(Some(Authorized {
+            caller,
+            key: Some(found),
+        }))
+    }
+
+    /// The caller of a call with `key`: its tenant's, with the key's own
+    /// limits beside the tenant's when it has some. Kept by key id while
+    /// neither the key's record nor its tenant's caller changes: its limit
+    /// keys are made once, not at every call.
+    fn key_caller(&self, key: &Arc<KeyRecord>, tenant: Arc<Caller>) -> Arc<Caller> {
+        let kept = self.key_callers.read().expect("key callers lock");
+        if let Some(kept) = kept.get(key.id.as_str()) {
+            if Arc::ptr_eq(&kept.record, key) && Arc::ptr_eq(&kept.tenant, &tenant) {
+                return kept.caller.clone();
+            }
+        }
+        drop(kept);
+        let own = KeyLimitKeys::of(key);
         let caller = match (&tenant.keys, own == KeyLimitKeys::default()) {
             (Some(keys), false) => Arc::new(Caller {
                 index: tenant.index,
@@ -116,12 +150,19 @@ impl KeyCallers {
                 caps: tenant.caps.clone(),
                 owner_of_leases: tenant.owner_of_leases.clone(),
             }),
-            _ => tenant,
+            _ => tenant.clone(),
         };
-        Ok(Some(Authorized {
-            caller,
-            key: Some(found),
-        }))
+        let mut kept = self.key_callers.write().expect("key callers lock");
+        if kept.len() >= KEY_CALLERS_KEPT_MAX && !kept.contains_key(key.id.as_str()) {
+            kept.clear();
+        }
+        let entry = KeyCaller {
+            record: key.clone(),
+            tenant,
+            caller: caller.clone(),
+        };
+        kept.insert(key.id.clone(), entry);
+        caller
     }
 
     /// The caller of `tenant`: the configuration's own for a tenant of the

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use std::borrow::Cow;
 
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -21,6 +22,7 @@ use hyper_util::rt::TokioExecutor;
 use percent_encoding::utf8_percent_encode;
 
 use crate::config::{UpstreamConfig, UpstreamKind};
+use crate::observe::trace::TraceHeaders;
 use crate::proxy::credentials::{AwsSigner, Credentials};
 use crate::proxy::headers::Forwarded;
 use crate::proxy::vertex_token::VertexToken;
@@ -256,20 +258,20 @@ impl UpstreamClient {
             .await
     }
 
-    /// [`UpstreamClient::send`] with `extra` headers set on the request after
-    /// the client's (the try's `traceparent`, docs/observability.md).
+    /// [`UpstreamClient::send`] with the try's trace context (`traceparent`,
+    /// docs/observability.md) set on the request after the client's headers.
     pub async fn send_with(
         &self,
         upstream: &Upstream,
         (method, path): (Method, &str),
         client_headers: &HeaderMap,
-        extra: Option<HeaderMap>,
+        extra: Option<TraceHeaders>,
         body: Bytes,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let uri = format!("{}{path}", upstream.config.base_url.trim_end_matches('/'));
         let mut builder = Request::builder().method(method).uri(uri);
         let headers = builder.headers_mut().expect("a fresh builder");
-        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         upstream.forwarded.copy(client_headers, headers);
         if upstream.config.kind == UpstreamKind::Anthropic && !headers.contains_key("anthropic-version") {
             headers.insert(
@@ -278,7 +280,7 @@ impl UpstreamClient {
             );
         }
         if let Some(extra) = extra {
-            headers.extend(extra);
+            extra.write_into(headers);
         }
         let mut request = builder.body(body).map_err(|e| UpstreamError::Failed(e.to_string()))?;
         // Last: a signature covers the request as sent.

@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 pub mod call;
+mod capture;
 pub mod content;
 pub mod envelope;
 pub mod error;

@@ -130,7 +130,7 @@ pub fn may_finish(data: &[u8]) -> bool {
 
 /// The position of `needle` in `haystack`.
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(haystack, needle)
 }
 
 /// Reads the finish reasons out of the bytes of an OpenAI answer's top-level
@@ -191,6 +191,25 @@ impl ChoicesReasons {
                 self.key_is_reason = false;
                 self.reading_reason = false;
             }
+        }
+    }
+
+    /// Reads `run`, bytes inside a string that are neither a quote nor an
+    /// escape, as [`Self::byte`] reads each of them.
+    pub fn string_run(&mut self, run: &[u8]) {
+        if !self.in_string || self.escape {
+            run.iter().for_each(|&b| self.byte(b));
+            return;
+        }
+        if self.depth != 2 || self.string_too_long {
+            return;
+        }
+        let room = FACT_BYTES_MAX - self.string.len();
+        if run.len() > room {
+            self.string.extend_from_slice(&run[..room]);
+            self.string_too_long = true;
+        } else {
+            self.string.extend_from_slice(run);
         }
     }
 

@@ -18,8 +18,9 @@
 //! `model`, its finish reasons and its error type are read the same way, for
 //! the try's span ([`super::response_facts`]).
 
+use super::capture::{json_string, string_run_len, Capture, KeyBytes, CAPTURE_BYTES_FIRST};
 use super::content::CONTENT_BYTES_MAX;
-use super::response_facts::{short_string, ChoicesReasons, ResponseFacts, FACT_BYTES_MAX};
+use super::response_facts::{ChoicesReasons, ResponseFacts, FACT_BYTES_MAX};
 
 /// The largest `usage` value kept: the providers' are a few hundred bytes.
 pub const USAGE_BYTES_MAX: usize = 64 * 1024;
@@ -29,9 +30,6 @@ pub const ID_BYTES_MAX: usize = 256;
 /// The largest `conversation` value kept: `{"id":"conv_..."}` is tens of bytes;
 /// a longer one reads as no conversation.
 pub const CONVERSATION_BYTES_MAX: usize = 512;
-/// The longest key compared with `usage`, `id` and `conversation`; longer keys
-/// are skipped unread.
-const KEY_BYTES_MAX: usize = 12;
 /// The largest top-level `error` value kept, for its `type`: the providers'
 /// error objects are a few hundred bytes; a larger one reads as no type.
 pub const ERROR_BYTES_MAX: usize = 4 * 1024;
@@ -158,6 +156,16 @@ impl FactCaptures {
         }
     }
 
+    /// Keeps a run of a string's plain bytes as [`Self::keep`] would each.
+    fn keep_run(&mut self, run: &[u8]) {
+        if self.in_choices {
+            self.choices.string_run(run);
+        }
+        if self.any_active {
+            self.each_capture(|c| c.keep_run(run));
+        }
+    }
+
     fn end_value(&mut self) {
         self.key_is_choices = false;
         self.in_choices = false;
@@ -167,17 +175,18 @@ impl FactCaptures {
 
     /// The facts read, with `id` the scanner's.
     fn facts(&self, id: Option<String>) -> ResponseFacts {
-        let string = |capture: &Capture| short_string(serde_json::from_slice(capture.value()?).ok().as_ref());
+        let string = |capture: &Capture| json_string(capture.value()?).filter(|s| s.len() <= FACT_BYTES_MAX);
         let mut facts = ResponseFacts {
             id,
             model: string(&self.model),
             ..ResponseFacts::default()
         };
-        for reason in (self.choices.reasons.iter().cloned())
-            .chain(string(&self.stop_reason))
-            .chain(string(&self.status))
+        let (stop_reason, status) = (string(&self.stop_reason), string(&self.status));
+        for reason in (self.choices.reasons.iter().map(String::as_str))
+            .chain(stop_reason.as_deref())
+            .chain(status.as_deref())
         {
-            facts.push_reason(&reason);
+            facts.push_reason(reason);
         }
         if let Some(error) = self
             .error
@@ -187,93 +196,6 @@ impl FactCaptures {
             facts.read_error(&error);
         }
         facts
-    }
-}
-
-/// A top-level key being read, up to [`KEY_BYTES_MAX`] bytes, held without an allocation.
-#[derive(Debug, Clone, Copy, Default)]
-struct KeyBytes {
-    bytes: [u8; KEY_BYTES_MAX],
-    len: usize,
-}
-
-impl KeyBytes {
-    /// Appends `byte`; false when the key is longer than any compared.
-    fn push(&mut self, byte: u8) -> bool {
-        let Some(slot) = self.bytes.get_mut(self.len) else {
-            return false;
-        };
-        *slot = byte;
-        self.len += 1;
-        true
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        &self.bytes[..self.len]
-    }
-}
-
-/// Bytes reserved for a captured value when its key is met: the usual `id`,
-/// `conversation` or `usage` fits without the buffer growing byte by byte.
-const CAPTURE_BYTES_FIRST: usize = 256;
-
-/// One top-level value kept whole when small, by its key.
-#[derive(Debug)]
-struct Capture {
-    key: &'static [u8],
-    bytes_max: usize,
-    key_matches: bool,
-    active: bool,
-    bytes: Vec<u8>,
-    seen: u32,
-    too_long: bool,
-}
-
-impl Capture {
-    fn new(key: &'static [u8], bytes_max: usize) -> Self {
-        Self {
-            key,
-            bytes_max,
-            key_matches: false,
-            active: false,
-            bytes: Vec::new(),
-            seen: 0,
-            too_long: false,
-        }
-    }
-
-    fn on_key(&mut self, key: Option<&[u8]>) {
-        self.key_matches = key == Some(self.key);
-    }
-
-    fn on_colon(&mut self) {
-        if self.key_matches {
-            self.seen += 1;
-            self.active = true;
-            self.bytes.clear();
-            self.bytes.reserve(CAPTURE_BYTES_FIRST.min(self.bytes_max));
-        }
-    }
-
-    fn keep(&mut self, byte: u8) {
-        if !self.active {
-            return;
-        }
-        if self.bytes.len() < self.bytes_max {
-            self.bytes.push(byte);
-        } else {
-            self.too_long = true;
-        }
-    }
-
-    fn end_value(&mut self) {
-        self.active = false;
-        self.key_matches = false;
-    }
-
-    /// The value's bytes when the key came once and its value fit.
-    fn value(&self) -> Option<&[u8]> {
-        (self.seen == 1 && !self.too_long).then_some(self.bytes.as_slice())
     }
 }
 
@@ -343,16 +265,103 @@ impl UsageScanner {
             if matches!(self.top, Top::Failed) {
                 return;
             }
-            if skip && self.string_unread() {
-                match memchr::memchr2(b'"', b'\\', &chunk[at..]) {
-                    Some(offset) => at += offset,
-                    None => return,
+            if skip && self.passes_unkept() {
+                let next = self.pass_unkept(chunk, at);
+                if next > at {
+                    at = next;
+                    continue;
                 }
-                self.byte(chunk[at]);
-            } else {
-                self.byte(byte);
+            }
+            if skip && self.in_string && !self.escape {
+                let rest = &chunk[at..];
+                let run = string_run_len(rest);
+                if run > 0 {
+                    if !self.string_unread() {
+                        self.string_run(&rest[..run]);
+                    }
+                    at += run;
+                    continue;
+                }
+            }
+            self.byte(byte);
+            at += 1;
+        }
+    }
+
+    /// Whether the scanner is inside a top-level value, between its strings,
+    /// that nothing keeps but the finish reasons' reader of `choices`: there
+    /// only the nesting changes anything, and that reader's bytes.
+    fn passes_unkept(&self) -> bool {
+        let only_choices = || {
+            !self.capturing
+                && !self.id.active
+                && !self.conversation.active
+                && self.facts.as_ref().is_some_and(|f| f.in_choices && !f.any_active)
+        };
+        self.top == Top::Value && !self.in_string && self.depth >= 1 && (!self.keeping || only_choices())
+    }
+
+    /// Passes the bytes of such a value from `at`, following only its nesting
+    /// and handing each byte to the finish reasons' reader when in `choices`,
+    /// up to a string's quote, a byte that may end the value (`,`, `}` or `]`
+    /// at the top level) or nesting past [`DEPTH_MAX`], each left to
+    /// [`Self::byte`]; returns where it stopped. Byte by byte, every other
+    /// byte would do just that: most of an answer's choices pass here.
+    fn pass_unkept(&mut self, chunk: &[u8], mut at: usize) -> usize {
+        debug_assert!(self.passes_unkept());
+        let mut choices = (self.facts.as_mut()).filter(|f| f.in_choices).map(|f| &mut f.choices);
+        let mut depth = self.depth;
+        while let Some(&byte) = chunk.get(at) {
+            match byte {
+                b'"' => break,
+                b'{' | b'[' if depth >= DEPTH_MAX => break,
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' | b',' if depth == 1 => break,
+                b'}' | b']' => depth -= 1,
+                _ => {}
+            }
+            if let Some(choices) = choices.as_mut() {
+                choices.byte(byte);
             }
             at += 1;
+        }
+        self.depth = depth;
+        at
+    }
+
+    /// Reads `run`, bytes of a string that are neither its closing quote nor an
+    /// escape, as [`Self::string_byte`] reads each of them, in one copy per
+    /// reader: keys, ids and usage are mostly such runs.
+    fn string_run(&mut self, run: &[u8]) {
+        debug_assert!(self.in_string && !self.escape && !run.contains(&b'"') && !run.contains(&b'\\'));
+        let in_key = self.key.is_some() || (self.depth == 1 && self.top == Top::ExpectKey);
+        if in_key {
+            if let Some(key) = &mut self.key {
+                if !key.extend(run) {
+                    self.key = None;
+                }
+            }
+            return;
+        }
+        if self.depth == 0 {
+            // A string before the object opens: not an object.
+            self.top = Top::Failed;
+            return;
+        }
+        if !self.keeping {
+            return;
+        }
+        self.id.keep_run(run);
+        self.conversation.keep_run(run);
+        if let Some(facts) = &mut self.facts {
+            facts.keep_run(run);
+        }
+        if self.capturing {
+            if self.captured.len() + run.len() > USAGE_BYTES_MAX {
+                self.top = Top::Failed;
+                return;
+            }
+            self.captured.extend_from_slice(run);
         }
     }
 
@@ -526,7 +535,7 @@ impl UsageScanner {
         if !whole {
             return None;
         }
-        serde_json::from_slice::<String>(self.id.value()?).ok()
+        json_string(self.id.value()?)
     }
 
     /// The top-level `conversation` (`null` or absent: none), once the whole

@@ -1,6 +1,7 @@
 //! Tests of the usage scan (`usage_scan.rs`).
 
 use super::*;
+use crate::wire::capture::KEY_BYTES_MAX;
 use crate::wire::usage::UsageFields;
 
 fn scan(chunks: &[&[u8]]) -> Option<UsageFields> {
@@ -119,7 +120,7 @@ fn read_all(scanner: &UsageScanner) -> String {
 }
 
 #[test]
-fn skipping_the_unread_strings_reads_what_byte_by_byte_reads() {
+fn skipping_unread_strings_and_copying_read_ones_in_runs_reads_what_byte_by_byte_reads() {
     let bodies: [&[u8]; 7] = [
         br#"{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,
             "message":{"role":"assistant","content":"say \"finish_reason\": \"x\" \\ ok"},
@@ -134,24 +135,70 @@ fn skipping_the_unread_strings_reads_what_byte_by_byte_reads() {
         br#""a bare string""#,
     ];
     for body in bodies {
-        for make in [
-            UsageScanner::default,
-            UsageScanner::with_facts,
-            UsageScanner::with_content,
-        ] {
-            let mut bytewise = make();
-            bytewise.push_bytes(body, false);
-            for split in 0..body.len() {
-                let mut skipping = make();
-                skipping.push(&body[..split]);
-                skipping.push(&body[split..]);
-                assert_eq!(
-                    read_all(&skipping),
-                    read_all(&bytewise),
-                    "split at {split} of {}",
-                    String::from_utf8_lossy(body)
-                );
-            }
+        reads_alike(body);
+    }
+    // Escapes past the first bytes of a string read, and of one skipped.
+    reads_alike(br#"{"id":"abcdefghijklmnopqrstuvwxyz\"q","text":"0123456789abcdefghij\"k","usage":{"k":"0123456789abcdefghij\\x"}}"#);
+    // Values nothing keeps, nested, with numbers, literals and whitespace, and
+    // nesting past the deepest followed.
+    reads_alike(br#"{ "a" : [1, {"b":[true,null,-2.5e3,{}]} , "x\"]"], "n":12345 ,"usage":{"prompt_tokens":1}}"#);
+    let deep = format!(
+        r#"{{"a":{}{},"usage":{{"prompt_tokens":1}}}}"#,
+        "[".repeat(DEPTH_MAX as usize),
+        "]".repeat(DEPTH_MAX as usize)
+    );
+    let mut scanner = UsageScanner::default();
+    scanner.push(deep.as_bytes());
+    assert_eq!(
+        scanner.finish(),
+        None,
+        "nesting past the deepest followed reads as no usage"
+    );
+    let mut bytewise = UsageScanner::default();
+    bytewise.push_bytes(deep.as_bytes(), false);
+    assert_eq!(read_all(&scanner), read_all(&bytewise));
+    let deepest = format!(
+        r#"{{"a":{}{},"usage":{{"prompt_tokens":1}}}}"#,
+        "[".repeat(DEPTH_MAX as usize - 1),
+        "]".repeat(DEPTH_MAX as usize - 1)
+    );
+    let mut scanner = UsageScanner::default();
+    scanner.push(deepest.as_bytes());
+    assert!(scanner.finish().is_some(), "the deepest nesting followed");
+    // Strings at each reader's bound and one byte past it: a key of 12 and 13
+    // bytes, an id and a finish reason of 256 bytes with their quotes and past.
+    for extra in [0, 1] {
+        let key = "k".repeat(KEY_BYTES_MAX + extra);
+        let id = "i".repeat(ID_BYTES_MAX - 2 + extra);
+        let reason = "r".repeat(FACT_BYTES_MAX + extra);
+        let model = "m".repeat(FACT_BYTES_MAX - 2 + extra);
+        let body = format!(
+            r#"{{"{key}":1,"id":"{id}","model":"{model}","choices":[{{"finish_reason":"{reason}"}}],"usage":{{"{key}":"{id}"}}}}"#
+        );
+        reads_alike(body.as_bytes());
+    }
+}
+
+/// Reading `body` split anywhere, skipping what no reader reads, gives what
+/// reading it whole byte by byte gives, for each kind of scanner.
+fn reads_alike(body: &[u8]) {
+    for make in [
+        UsageScanner::default,
+        UsageScanner::with_facts,
+        UsageScanner::with_content,
+    ] {
+        let mut bytewise = make();
+        bytewise.push_bytes(body, false);
+        for split in 0..body.len() {
+            let mut skipping = make();
+            skipping.push(&body[..split]);
+            skipping.push(&body[split..]);
+            assert_eq!(
+                read_all(&skipping),
+                read_all(&bytewise),
+                "split at {split} of {}",
+                String::from_utf8_lossy(body)
+            );
         }
     }
 }
@@ -174,4 +221,30 @@ fn doubt_reads_as_no_usage() {
         "x".repeat(USAGE_BYTES_MAX)
     );
     assert_eq!(scan(&[huge.as_bytes()]), None);
+}
+
+#[test]
+fn a_captured_string_is_read_as_serde_json_reads_it() {
+    let values: [&[u8]; 12] = [
+        br#""chatcmpl-1""#,
+        br#" "spaced" "#,
+        br#""a\"b""#,
+        br#""\u0041""#,
+        b"\"raw\ttab\"",
+        b"\"\xff\"",
+        "\"ünï 名前\"".as_bytes(),
+        br#""a" "b""#,
+        br#""""#,
+        b"12",
+        b"null",
+        br#"""#,
+    ];
+    for value in values {
+        assert_eq!(
+            json_string(value),
+            serde_json::from_slice::<String>(value).ok(),
+            "{}",
+            String::from_utf8_lossy(value)
+        );
+    }
 }

@@ -123,24 +123,22 @@ pub fn read_headers<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>) -
 
 /// Like [`read_headers`], with resets given as instants measured from `now_unix_ms`.
 pub fn read_headers_at<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>, now_unix_ms: u64) -> ProviderHeaders {
-    let headers: Vec<(String, &str)> = (headers.into_iter().take(HEADERS_MAX))
-        .map(|(name, value)| (name.to_ascii_lowercase(), value.trim()))
-        .collect();
-    let value = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
-    let number = |name: &str| value(name).and_then(|v| v.parse::<u64>().ok());
+    let values = header_values(headers);
+    let number = |slot: usize| values[slot].and_then(|v| v.parse::<u64>().ok());
     // Retry hints may be fractional ("retry-after-ms: 150.5"); rounded up, never shorter.
-    let hint = |name: &str, scale: f64| {
-        let value = value(name)?.parse::<f64>().ok()? * scale;
+    let hint = |slot: usize, scale: f64| {
+        let value = values[slot]?.parse::<f64>().ok()? * scale;
         (value.is_finite() && value >= 0.0).then(|| value.ceil() as u64)
     };
     let mut read = ProviderHeaders {
-        retry_after_ms: hint("retry-after-ms", 1.0).or_else(|| hint("retry-after", 1_000.0)),
+        retry_after_ms: hint(RETRY_AFTER_MS_SLOT, 1.0).or_else(|| hint(RETRY_AFTER_SLOT, 1_000.0)),
         ..ProviderHeaders::default()
     };
-    for (dimension, limit, remaining, reset) in NAMES {
-        let (limit, remaining) = (number(limit), number(remaining));
-        let reset_ms = value(reset).and_then(|v| reset_ms(v, now_unix_ms));
-        let seen = read.limits.iter().any(|l| l.dimension == dimension);
+    for (n, (dimension, ..)) in NAMES.iter().enumerate() {
+        let slot = HINT_NAMES.len() + 3 * n;
+        let (limit, remaining) = (number(slot), number(slot + 1));
+        let reset_ms = values[slot + 2].and_then(|v| reset_ms(v, now_unix_ms));
+        let seen = read.limits.iter().any(|l| l.dimension == *dimension);
         if (limit.is_some() || remaining.is_some() || reset_ms.is_some()) && !seen {
             read.limits.push(ProviderLimit {
                 dimension,
@@ -151,6 +149,51 @@ pub fn read_headers_at<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>
         }
     }
     read
+}
+
+/// The retry hints' header names, before [`NAMES`]' in a response's slots.
+const HINT_NAMES: [&str; 2] = ["retry-after-ms", "retry-after"];
+/// The slot of `retry-after-ms`.
+const RETRY_AFTER_MS_SLOT: usize = 0;
+/// The slot of `retry-after`.
+const RETRY_AFTER_SLOT: usize = 1;
+/// Every header name read: the hints, then each dimension's limit, remaining and reset.
+const SLOTS: usize = HINT_NAMES.len() + 3 * NAMES.len();
+/// The names of the slots, in order, flat: searched for every header an answer has.
+const SLOT_NAMES: [&str; SLOTS] = {
+    let mut names = [""; SLOTS];
+    let mut at = 0;
+    while at < HINT_NAMES.len() {
+        names[at] = HINT_NAMES[at];
+        at += 1;
+    }
+    let mut n = 0;
+    while n < NAMES.len() {
+        let (_, limit, remaining, reset) = NAMES[n];
+        names[at] = limit;
+        names[at + 1] = remaining;
+        names[at + 2] = reset;
+        at += 3;
+        n += 1;
+    }
+    names
+};
+
+/// The value (trimmed) of the first header of each name read, by slot, among
+/// the first [`HEADERS_MAX`]; names in any case. One pass, no allocation: every
+/// answer's headers pass here, and most of them are not a limit's.
+fn header_values<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>) -> [Option<&'a str>; SLOTS] {
+    let mut values = [None; SLOTS];
+    for (name, value) in headers.into_iter().take(HEADERS_MAX) {
+        // Every name read starts with `x-`, `anthropic-` or `retry-`.
+        if !matches!(name.as_bytes().first(), Some(b'x' | b'X' | b'a' | b'A' | b'r' | b'R')) {
+            continue;
+        }
+        if let Some(slot) = SLOT_NAMES.iter().position(|known| known.eq_ignore_ascii_case(name)) {
+            values[slot].get_or_insert(value.trim());
+        }
+    }
+    values
 }
 
 /// A reset header's time from `now_unix_ms`, in ms rounded up: an RFC 3339 instant
@@ -350,6 +393,23 @@ mod tests {
         assert_eq!(anthropic.retry_after_ms, Some(1_500));
         assert_eq!(read_headers([("retry-after-ms", "150.5")]).retry_after_ms, Some(151));
         assert_eq!(anthropic.limits[0].dimension, "otpm");
+    }
+
+    #[test]
+    fn the_first_header_of_a_name_counts_and_only_the_first_headers_are_read() {
+        let read = read_headers([
+            ("x-request-id", "abc"),
+            ("X-RATELIMIT-REMAINING-REQUESTS", " 7 "),
+            ("x-ratelimit-remaining-requests", "9"),
+            ("Retry-After", "3"),
+        ]);
+        assert_eq!(read.limits[0].remaining, Some(7), "the first, trimmed");
+        assert_eq!(read.retry_after_ms, Some(3_000));
+        let filler = std::iter::repeat_n(("x-filler", "1"), HEADERS_MAX - 1);
+        let at_the_bound = read_headers(filler.clone().chain([("retry-after", "1")]));
+        assert_eq!(at_the_bound.retry_after_ms, Some(1_000));
+        let past = read_headers(filler.chain([("x-filler", "1"), ("retry-after", "1")]));
+        assert_eq!(past.retry_after_ms, None, "past the bound: not read");
     }
 
     #[test]

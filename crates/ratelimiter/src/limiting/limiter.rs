@@ -34,6 +34,14 @@ pub trait Backend: Limiter {
     /// The state and usage of one limit, `None` when the key is not defined.
     async fn limit_report(&self, key: &LimitKey) -> Result<Option<LimitReport>, LimiterError>;
 
+    /// What a new reservation of `key` can take now, as its report says it
+    /// ([`LimitReport::available`]); `None` when the key is not defined. A
+    /// backend that can tell it without copying the limit's state says so
+    /// here: a call with a budget reads it for its answer's headers.
+    async fn limit_available(&self, key: &LimitKey) -> Result<Option<u64>, LimiterError> {
+        Ok(self.limit_report(key).await?.map(|report| report.available()))
+    }
+
     /// The states and usage of every limit, ordered by key.
     async fn limit_reports(&self) -> Result<Vec<LimitReport>, LimiterError>;
 

@@ -2,7 +2,7 @@
 //! debt and denial streak.
 
 use crate::model::bucket::BucketShape;
-use crate::model::definition::{DefinitionError, LimitKind, LimitReport, LimitState, LimitStatus};
+use crate::model::definition::{available_of, DefinitionError, LimitKind, LimitReport, LimitState, LimitStatus};
 use crate::model::retry::Streak;
 
 use super::expiry_queue::ExpiryQueue;
@@ -354,6 +354,16 @@ impl Limit {
     /// The denial streak, for the concurrency backoff.
     pub fn streak_mut(&mut self) -> &mut Streak {
         &mut self.streak
+    }
+
+    /// What a new reservation can take at `now_unix_ms`, as of the last
+    /// [`Limit::expire`]: what [`Limit::report`] would say is available.
+    pub fn available(&self, now_unix_ms: u64) -> u64 {
+        available_of(
+            self.state.definition().capacity(),
+            self.in_use(),
+            self.owes(now_unix_ms),
+        )
     }
 
     /// State, usage and debt at `now_unix_ms`, as of the last [`Limit::expire`].

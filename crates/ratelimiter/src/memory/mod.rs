@@ -167,6 +167,11 @@ impl Backend for MemoryBackend {
         Ok(self.state.run(|state| state.limit_report(key, now_unix_ms)))
     }
 
+    async fn limit_available(&self, key: &LimitKey) -> Result<Option<u64>, LimiterError> {
+        let now_unix_ms = self.clock.now_unix_ms();
+        Ok(self.state.run(|state| state.limit_available(key, now_unix_ms)))
+    }
+
     async fn limit_reports(&self) -> Result<Vec<LimitReport>, LimiterError> {
         let now_unix_ms = self.clock.now_unix_ms();
         Ok(self.state.run(|state| state.limit_reports(now_unix_ms)))

@@ -487,6 +487,15 @@ impl MemoryState {
         Some(limit.report(now_unix_ms))
     }
 
+    /// What a new reservation of `key` can take now, as its report would say
+    /// it, without copying its state; `None` for an undefined key.
+    pub fn limit_available(&mut self, key: &LimitKey, now_unix_ms: u64) -> Option<u64> {
+        let &i = self.index.get(key)?;
+        let limit = &mut self.limits[i as usize];
+        limit.expire(now_unix_ms);
+        Some(limit.available(now_unix_ms))
+    }
+
     /// Milliseconds until `key` next gets a held unit back, after dropping its
     /// ended holds; `None` for an undefined key or one holding nothing.
     pub fn next_release_ms(&mut self, key: &LimitKey, now_unix_ms: u64) -> Option<u64> {

@@ -14,7 +14,6 @@ use gateway::observe::genai_metrics::GenAiMetrics;
 use gateway::observe::trace::{Telemetry, SEMCONV_SCHEMA_URL};
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::metrics::MeterProvider;
-use opentelemetry::trace::noop::NoopTracer;
 use opentelemetry::trace::TracerProvider;
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::tonic_types::metadata::MetadataMap;
@@ -63,10 +62,7 @@ impl Exporting {
             .map(|endpoint| tracer_provider(resolved, endpoint, (resource.clone(), dropped.clone())))
             .transpose()?;
         // Without traces, spans are not recorded; the caller's context still goes upstream.
-        let tracer = match &traces {
-            Some(provider) => BoxedTracer::new(Box::new(provider.tracer_with_scope(scope.clone()))),
-            None => BoxedTracer::new(Box::new(NoopTracer::new())),
-        };
+        let tracer = (traces.as_ref()).map(|provider| provider.tracer_with_scope(scope.clone()));
         let metrics = (resolved.metrics_endpoint.as_deref())
             .map(|endpoint| meter_provider(resolved, endpoint, (resource, dropped)))
             .transpose()?;

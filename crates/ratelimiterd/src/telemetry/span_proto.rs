@@ -73,30 +73,80 @@ pub fn encode_request(batch: &[SpanData], resource: &EncodedResource, scratch: &
             None => scopes.push((&span.instrumentation_scope, vec![place])),
         }
     }
+    // The scopes' own fields, so that every length is known before its
+    // message is written: a batch's spans are copied once, never moved up.
+    let scopes: Vec<ScopeParts> = (scopes.into_iter())
+        .map(|(scope, places)| ScopeParts::new(scope, places))
+        .collect();
+    let resource_field = field_len(resource.message.len());
+    let scopes_len: usize = scopes.iter().map(|parts| field_len(parts.len())).sum();
+    let schema_len = match resource.schema_url.len() {
+        0 => 0,
+        len => field_len(len),
+    };
+    let resource_spans_len = resource_field + scopes_len + schema_len;
+    out.reserve(field_len(resource_spans_len));
     // ExportTraceServiceRequest.resource_spans (1): one ResourceSpans.
-    nested(out, 1, |out| {
-        nested(out, 1, |out| out.extend_from_slice(&resource.message));
-        for (scope, places) in &scopes {
-            nested(out, 2, |out| scope_spans(out, scope, places, scratch));
+    tag(out, 1, LEN);
+    varint(out, resource_spans_len as u64);
+    length_delimited(out, 1, &resource.message);
+    for parts in &scopes {
+        tag(out, 2, LEN);
+        varint(out, parts.len() as u64);
+        out.extend_from_slice(&parts.head);
+        for &(start, end) in &parts.places {
+            length_delimited(out, 2, &scratch[start..end]);
         }
-        string(out, 3, &resource.schema_url);
-    });
+        out.extend_from_slice(&parts.tail);
+    }
+    string(out, 3, &resource.schema_url);
 }
 
-/// A `ScopeSpans`: the scope, its spans (already encoded in `spans` at
-/// `places`) and the scope's schema URL.
-fn scope_spans(out: &mut Vec<u8>, scope: &InstrumentationScope, places: &[(usize, usize)], spans: &[u8]) {
-    nested(out, 1, |out| {
-        string(out, 1, scope.name());
-        string(out, 2, scope.version().unwrap_or_default());
-        for attribute in scope.attributes() {
-            key_value(out, 3, attribute.key.as_str(), &attribute.value);
+/// A `ScopeSpans` but its spans: the scope's message before them and its
+/// schema URL after, with where its spans lie in the batch's scratch.
+struct ScopeParts {
+    head: Vec<u8>,
+    places: Vec<(usize, usize)>,
+    spans_len: usize,
+    tail: Vec<u8>,
+}
+
+impl ScopeParts {
+    fn new(scope: &InstrumentationScope, places: Vec<(usize, usize)>) -> Self {
+        let mut head = Vec::new();
+        nested(&mut head, 1, |out| {
+            string(out, 1, scope.name());
+            string(out, 2, scope.version().unwrap_or_default());
+            for attribute in scope.attributes() {
+                key_value(out, 3, attribute.key.as_str(), &attribute.value);
+            }
+        });
+        let mut tail = Vec::new();
+        string(&mut tail, 3, scope.schema_url().unwrap_or_default());
+        let spans_len = places.iter().map(|(start, end)| field_len(end - start)).sum();
+        Self {
+            head,
+            places,
+            spans_len,
+            tail,
         }
-    });
-    for &(start, end) in places {
-        length_delimited(out, 2, &spans[start..end]);
     }
-    string(out, 3, scope.schema_url().unwrap_or_default());
+
+    /// The `ScopeSpans` message's length.
+    fn len(&self) -> usize {
+        self.head.len() + self.spans_len + self.tail.len()
+    }
+}
+
+/// The bytes of a length-delimited field of `len` bytes, its tag one byte.
+fn field_len(len: usize) -> usize {
+    1 + varint_len(len as u64) + len
+}
+
+/// The bytes of `value` as a varint.
+fn varint_len(value: u64) -> usize {
+    let bits = 64 - (value | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
 }
 
 /// A `Span` message's fields, in field order.
@@ -153,10 +203,47 @@ fn attributes(out: &mut Vec<u8>, field: u32, attributes: &[KeyValue]) {
 
 /// A `KeyValue` in `field`.
 fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value) {
+    if short_key_value(out, field, key.as_bytes(), value) {
+        return;
+    }
     nested(out, field, |out| {
         string(out, 1, key);
         nested(out, 2, |out| any_value(out, value));
     });
+}
+
+/// A `KeyValue` of a string or an integer whose lengths are all under 128
+/// bytes (nearly every attribute), written in four appends with its lengths
+/// known beforehand; false, writing nothing, for any other.
+fn short_key_value(out: &mut Vec<u8>, field: u32, key: &[u8], value: &Value) -> bool {
+    let mut integer = [0u8; 10];
+    let (any_tag, value_bytes): (u8, &[u8]) = match value {
+        Value::String(s) => (1 << 3 | LEN, s.as_str().as_bytes()),
+        Value::I64(i) => {
+            let len = put_varint(&mut integer, 0, *i as u64);
+            (3 << 3 | VARINT, &integer[..len])
+        }
+        _ => return false,
+    };
+    // A string's bytes follow their length; an integer's varint follows its tag.
+    let value_len_byte = usize::from(any_tag & 0x7 == LEN);
+    let any_len = 1 + value_len_byte + value_bytes.len();
+    let key_value_len = 2 + key.len() + 2 + any_len;
+    if key.is_empty() || field >= 16 || key_value_len >= 0x80 {
+        return false;
+    }
+    out.reserve(2 + key_value_len);
+    out.extend_from_slice(&[
+        (field << 3) as u8 | LEN,
+        key_value_len as u8,
+        1 << 3 | LEN,
+        key.len() as u8,
+    ]);
+    out.extend_from_slice(key);
+    let any = [2 << 3 | LEN, any_len as u8, any_tag, value_bytes.len() as u8];
+    out.extend_from_slice(&any[..3 + value_len_byte]);
+    out.extend_from_slice(value_bytes);
+    true
 }
 
 /// An `AnyValue`'s one field: set, so written even when it holds its type's default.

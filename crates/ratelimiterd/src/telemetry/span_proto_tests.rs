@@ -13,7 +13,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 use opentelemetry_sdk::Resource;
 use prost::Message;
 
-use super::{encode_request, varint, EncodedResource};
+use super::{encode_request, varint, varint_len, EncodedResource};
 
 /// A scope as the server's tracers have one.
 fn scope(name: &'static str) -> InstrumentationScope {
@@ -83,6 +83,9 @@ fn span(n: u8, scope: InstrumentationScope) -> SpanData {
             KeyValue::new("big", i64::MAX),
             KeyValue::new("", "an empty key"),
             KeyValue::new("long", "x".repeat(300)),
+            // A `KeyValue` of 127 bytes, the most one length byte holds, and one of 128.
+            KeyValue::new("edge", "y".repeat(117)),
+            KeyValue::new("edge", "y".repeat(118)),
             KeyValue::new(
                 "a key longer than one hundred and twenty-seven bytes, so that its length takes two bytes of varint, as a long value's does",
                 true,
@@ -179,6 +182,11 @@ fn a_varint_is_seven_bits_a_byte_low_first() {
             .enumerate()
             .fold(0u64, |v, (i, b)| v | u64::from(b & 0x7f) << (7 * i));
         assert_eq!(decoded, value);
+        assert_eq!(
+            varint_len(value),
+            out.len(),
+            "{value}'s length, counted before it is written"
+        );
         assert!(out[..out.len() - 1].iter().all(|b| b & 0x80 != 0) && out[out.len() - 1] < 0x80);
     }
 }

@@ -16,4 +16,4 @@ pub use bounds::{
 pub use error::DefinitionError;
 pub use kind::{LimitKind, Overage};
 pub use limit::{DefinitionFields, LimitDefinition};
-pub use state::{LimitReport, LimitState, LimitStatus};
+pub use state::{available_of, LimitReport, LimitState, LimitStatus};

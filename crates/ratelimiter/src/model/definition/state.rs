@@ -205,15 +205,22 @@ pub struct LimitReport {
     pub owing: bool,
 }
 
+/// What a limit of `capacity` holding `in_use` can give a new reservation:
+/// the rest of its capacity, nothing while it owes. The one place this is
+/// counted, for a report and for the memory backend's quick read alike.
+pub fn available_of(capacity: u64, in_use: u64, owing: bool) -> u64 {
+    if owing {
+        return 0;
+    }
+    capacity.saturating_sub(in_use)
+}
+
 impl LimitReport {
     /// What a new reservation can take now: the capacity less what is held, and
     /// nothing while the limit owes. What a budget's "left" shows, so that it
     /// agrees with what admission does.
     pub fn available(&self) -> u64 {
-        if self.owing {
-            return 0;
-        }
-        self.state.definition().capacity().saturating_sub(self.in_use)
+        available_of(self.state.definition().capacity(), self.in_use, self.owing)
     }
 
     /// What the limit holds, with its debt while it owes: what a budget's
