@@ -28,7 +28,6 @@ use super::call_facts::{status_error_type, LimiterFacts, SERVER_SPAN_ATTRIBUTES_
 use super::genai_metrics::{GenAiMetrics, MetricAttributes};
 pub use super::semconv::*;
 use super::span_handle::SpanHandle;
-use super::trace_context::write_trace_context;
 pub use super::trace_context::{HeaderExtractor, TraceHeaders};
 use crate::config::UpstreamKind;
 use crate::wire::call::Endpoint;
@@ -368,15 +367,9 @@ struct TryState {
 }
 
 impl TryTrace {
-    /// The `traceparent` (and the client's `tracestate`) of this span, for the
-    /// request sent upstream; a client's trace marked not sampled stays so.
-    pub fn headers(&self) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        write_trace_context(&self.span_context, &mut headers);
-        headers
-    }
-
-    /// The same headers, to be written into the request sent upstream.
+    /// The `traceparent` (and the client's `tracestate`) of this span, to be
+    /// written into the request sent upstream; a client's trace marked not
+    /// sampled stays so. `None` when there is no context to pass on.
     pub fn trace_headers(&self) -> Option<TraceHeaders> {
         TraceHeaders::of(&self.span_context)
     }

@@ -72,14 +72,6 @@ impl TraceHeaders {
     }
 }
 
-/// Writes `span_context` into `headers` as `traceparent` and `tracestate`,
-/// as the SDK's W3C propagator does; an invalid context writes nothing.
-pub fn write_trace_context(span_context: &SpanContext, headers: &mut HeaderMap) {
-    if let Some(trace_headers) = TraceHeaders::of(span_context) {
-        trace_headers.write_into(headers);
-    }
-}
-
 /// The `traceparent` of `span_context`: version 00, the ids in lowercase hex,
 /// and of the flags only the sampled one (the others are not version 00's).
 fn traceparent(span_context: &SpanContext) -> [u8; TRACEPARENT_LEN] {
@@ -129,7 +121,9 @@ mod tests {
         let cx = Context::new().with_remote_span_context(span_context.clone());
         TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(&mut sdk));
         let mut written = HeaderMap::new();
-        write_trace_context(&span_context, &mut written);
+        if let Some(trace_headers) = TraceHeaders::of(&span_context) {
+            trace_headers.write_into(&mut written);
+        }
         (sdk, written)
     }
 

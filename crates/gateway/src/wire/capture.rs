@@ -34,6 +34,7 @@ impl KeyBytes {
         true
     }
 
+    /// The key's bytes so far.
     pub fn as_slice(&self) -> &[u8] {
         &self.bytes[..self.len]
     }
@@ -57,6 +58,7 @@ pub struct Capture {
 }
 
 impl Capture {
+    /// A capture of the top-level value of `key`, of at most `bytes_max` bytes.
     pub fn new(key: &'static [u8], bytes_max: usize) -> Self {
         Self {
             key,
@@ -69,10 +71,12 @@ impl Capture {
         }
     }
 
+    /// A top-level key was read (`None`: one too long or escaped).
     pub fn on_key(&mut self, key: Option<&[u8]>) {
         self.key_matches = key == Some(self.key);
     }
 
+    /// The key's value starts: read when the key was this capture's.
     pub fn on_colon(&mut self) {
         if self.key_matches {
             self.seen += 1;
@@ -82,18 +86,13 @@ impl Capture {
         }
     }
 
+    /// Keeps `byte` of the value being read, within the bound.
     pub fn keep(&mut self, byte: u8) {
-        if !self.active {
-            return;
-        }
-        if self.bytes.len() < self.bytes_max {
-            self.bytes.push(byte);
-        } else {
-            self.too_long = true;
-        }
+        self.keep_run(std::slice::from_ref(&byte));
     }
 
-    /// Keeps each byte of `run` as [`Self::keep`] would.
+    /// Keeps the bytes of `run` of the value being read, within the bound: a
+    /// value past it reads as none.
     pub fn keep_run(&mut self, run: &[u8]) {
         if !self.active {
             return;
@@ -106,6 +105,7 @@ impl Capture {
         }
     }
 
+    /// The top-level value ended.
     pub fn end_value(&mut self) {
         self.active = false;
         self.key_matches = false;

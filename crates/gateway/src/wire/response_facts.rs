@@ -236,14 +236,7 @@ impl ChoicesReasons {
                     self.key_is_reason = self.string == b"finish_reason";
                 }
             }
-            _ if self.depth == 2 && !self.string_too_long => {
-                if self.string.len() < FACT_BYTES_MAX {
-                    self.string.push(byte);
-                } else {
-                    self.string_too_long = true;
-                }
-            }
-            _ => {}
+            _ => self.string_run(std::slice::from_ref(&byte)),
         }
     }
 }
