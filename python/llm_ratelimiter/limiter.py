@@ -343,11 +343,19 @@ class _LimiterBase:
             keys = []
         return keys or [prefix + "rpm"]
 
-    def _deadline_after_pause(self, denial: Optional[Denial], deadline: float, timeout_s: float) -> float:
-        """A wait denied by this limiter's pause of a model counts its timeout from the
-        pause's end: a pause is the provider's time, not the caller's."""
+    def _after_denial(self, denial: Optional[Denial], deadline: float, timeout_s: float) -> Tuple[float, bool]:
+        """The wait's deadline after ``denial``, and whether something this limiter
+        holds may free the denied key before the denial's hint. A wait denied by this
+        limiter's pause of a model counts its timeout from the pause's end: a pause is
+        the provider's time, not the caller's. The pause's holds are this limiter's
+        and are released at its end, while the hint adds the window's margin and the
+        backend's jitter (the retry policy's ``jitter_ms``) to the holds' end: a hint
+        past the deadline then waits until the deadline and tries again, rather than
+        giving up at once."""
         end = self._pauses.end_of(denial.key if denial is not None else None)
-        return deadline if end is None else max(deadline, end + timeout_s)
+        if end is None:
+            return deadline, self._frees.holding()
+        return max(deadline, end + timeout_s), True
 
     # Waiting for a grant ---------------------------------------------------
 
@@ -377,8 +385,8 @@ class _LimiterBase:
             if reservation.allowed:
                 return reservation
             lease_id = None
-            deadline = self._deadline_after_pause(reservation.denial, deadline, timeout_s)
-            self._frees.wait(epoch, _wait_s(reservation.denial, deadline, self._frees.holding()))
+            deadline, holding = self._after_denial(reservation.denial, deadline, timeout_s)
+            self._frees.wait(epoch, _wait_s(reservation.denial, deadline, holding))
 
     async def areserve_wait(
         self, requirements: Pairs, *, timeout_s: float = WAIT_TIMEOUT_S_DEFAULT, job_id: Optional[str] = None
@@ -399,8 +407,8 @@ class _LimiterBase:
             if reservation.allowed:
                 return reservation
             lease_id = None
-            deadline = self._deadline_after_pause(reservation.denial, deadline, timeout_s)
-            await self._frees.await_(epoch, _wait_s(reservation.denial, deadline, self._frees.holding()))
+            deadline, holding = self._after_denial(reservation.denial, deadline, timeout_s)
+            await self._frees.await_(epoch, _wait_s(reservation.denial, deadline, holding))
 
     @contextlib.contextmanager
     def reservation(

@@ -30,11 +30,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_ratelimiterd(directory: Path, port: int) -> subprocess.Popen:
-    """Starts ratelimiterd on 127.0.0.1:port with a registry in ``directory``."""
+def start_ratelimiterd(directory: Path, port: int, extra_yaml: str = "") -> subprocess.Popen:
+    """Starts ratelimiterd on 127.0.0.1:port with a registry in ``directory`` and
+    ``extra_yaml`` (whole top-level sections) appended to its configuration."""
     config = directory / "ratelimiterd.yaml"
     config.write_text(
         f'server:\n  listen_addr: "127.0.0.1:{port}"\nregistry:\n  path: "{directory / "limits.json"}"\n'
+        + extra_yaml
     )
     process = subprocess.Popen(
         [ratelimiterd_binary(), "--config", str(config)],

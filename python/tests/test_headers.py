@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
 import pytest
+from conftest import free_port, start_ratelimiterd, stop
 
 from llm_ratelimiter import (
     ArgumentTypeError,
@@ -132,6 +133,49 @@ def test_a_429_pauses_the_model_and_a_waiting_call_outlasts_its_timeout(provider
     while limiter.limit(TPM).in_use >= 100 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert limiter.limit(TPM).in_use < 100, "the pause's holds are gone; only the two calls' tokens stay"
+
+
+#: A rolling and concurrency jitter far past any pause of these tests: every hint of a
+#: paused key reaches past a short deadline, as a default 50 ms jitter does by chance.
+JITTER_MS_LONG = 60_000
+
+
+@pytest.fixture(scope="module")
+def jittery_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    directory = tmp_path_factory.mktemp("jittery")
+    port = free_port()
+    policy = (f"retry_policy:\n  rolling:\n    jitter_ms: {JITTER_MS_LONG}\n"
+              f"  concurrency:\n    jitter_ms: {JITTER_MS_LONG}\n")
+    process = start_ratelimiterd(directory, port, policy)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(process)
+
+
+@pytest.mark.parametrize("waiting", ["sync", "async"])
+def test_a_wait_on_a_paused_model_outlasts_a_hint_jittered_past_its_deadline(
+    jittery_server_url: str, waiting: str
+) -> None:
+    # The holds of a pause end with it; the backend's hint adds its jitter to their end.
+    # A wait counting its timeout from the pause's end tries again at its deadline,
+    # when the holds are gone, rather than giving up at a hint past it.
+    limiter = RemoteLimiter(jittery_server_url)
+    model = f"jittery-{waiting}"
+    limiter.define_many(llm_limits("r", model, rpm=50, tpm=1_000, concurrency=5))
+    requirements = [(f"global:llm:r:{model}:{dimension}", amount)
+                    for dimension, amount in (("rpm", 1), ("tpm", 10), ("concurrency", 1))]
+    limiter.pause_model("r", model, duration_s=0.3)
+    denied = limiter.reserve(requirements)
+    assert not denied and denied.retry_after_ms > 300 + 100, "the jitter reaches past the wait's deadline"
+    started = time.monotonic()
+    if waiting == "sync":
+        granted = limiter.reserve_wait(requirements, timeout_s=0.1)
+    else:
+        granted = asyncio.run(limiter.areserve_wait(requirements, timeout_s=0.1))
+    assert granted, "granted once the pause's holds ended"
+    assert time.monotonic() - started < 1.5, "at the deadline, not at the jittered hint"
+    limiter.complete(granted.lease_id, [])
 
 
 def test_bad_pause_arguments_change_nothing() -> None:

@@ -30,7 +30,7 @@ fn call(at_unix_ms: u64, tenant: &str, key: &str, model: &str, micro_usd: u64) -
         tenant: tenant.into(),
         key: key.into(),
         model: model.into(),
-        deployment: format!("{model}-east"),
+        deployment: format!("{model}-east").into(),
         input_tokens: 100,
         cached_tokens: 10,
         output_tokens: 20,
@@ -259,7 +259,7 @@ async fn the_book_records_batches_and_counts_unpriced_calls_apart() {
     ledger.record(&records).await.unwrap();
     // A bad entry refuses its whole batch: nothing of it is written.
     let bad = SpendRecord::new(SpendEntry {
-        tenant: String::new(),
+        tenant: "".into(),
         ..batch[0].clone()
     });
     let error = ledger.record(&[records[0].clone(), bad]).await.unwrap_err();

@@ -32,9 +32,9 @@ fn unique(name: &str) -> String {
 fn entry(tenant: &str, key: &str, model: &str, micro_usd: u64) -> SpendEntry {
     SpendEntry {
         at_unix_ms: AT_UNIX_MS,
-        tenant: tenant.to_owned(),
-        key: key.to_owned(),
-        model: model.to_owned(),
+        tenant: tenant.into(),
+        key: key.into(),
+        model: model.into(),
         deployment: "azure-east".into(),
         input_tokens: 100,
         cached_tokens: 20,
@@ -70,7 +70,7 @@ async fn entries_written_on_one_server_are_reported_by_another() {
     let late = book().await;
     let expected = |model: &str| {
         let of_model: Vec<&SpendEntry> = (records.iter().map(|r| &r.entry))
-            .filter(|e| e.model == model)
+            .filter(|e| &*e.model == model)
             .collect();
         (of_model.len() as u64, of_model.iter().map(|e| e.micro_usd).sum::<u64>())
     };
@@ -116,7 +116,7 @@ async fn a_retried_write_is_counted_once() {
     }
     // A bad entry refuses its batch and writes nothing.
     let bad = SpendRecord::new(SpendEntry {
-        model: String::new(),
+        model: "".into(),
         ..entry(&tenant, "", "m", 1)
     });
     let good = SpendRecord::new(entry(&tenant, "", "gpt-4o", 1_000));

@@ -11,19 +11,34 @@ use ratelimiter::spend::SpendEntry;
 use super::completed::Completed;
 use crate::observe::spend_recorder::SpendRecorder;
 
-/// The recorder and the clock that dates entries, shared by every call.
-#[derive(Debug, Clone)]
+/// The recorder and the clock that dates entries, shared by every call (one
+/// `Arc` each call takes, not a clone of each part).
+#[derive(Debug)]
 pub struct SpendSink {
     /// Where entries go.
-    pub recorder: SpendRecorder,
+    recorder: SpendRecorder,
     /// When a call completed: its day in UTC.
-    pub clock: Arc<dyn Clock>,
+    clock: Arc<dyn Clock>,
+    /// The key of a call made without a directory key: one empty name shared by
+    /// them all, so that their entries take it without an allocation.
+    no_key: Arc<str>,
+}
+
+impl SpendSink {
+    /// Entries go to `recorder`, dated by `clock`.
+    pub fn new(recorder: SpendRecorder, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            recorder,
+            clock,
+            no_key: Arc::from(""),
+        }
+    }
 }
 
 /// One call's part of the ledger that its lease does not know: the key.
 #[derive(Debug, Clone)]
 pub struct CallSpend {
-    sink: SpendSink,
+    sink: Arc<SpendSink>,
     /// The directory key's id; empty for a call without one.
     key: Arc<str>,
 }
@@ -31,10 +46,10 @@ pub struct CallSpend {
 impl CallSpend {
     /// The spend of a call made with the directory key `key` (`None`: a
     /// configured tenant key, or none).
-    pub fn new(sink: SpendSink, key: Option<&str>) -> Self {
+    pub fn new(sink: &Arc<SpendSink>, key: Option<&str>) -> Self {
         Self {
-            sink,
-            key: Arc::from(key.unwrap_or("")),
+            sink: Arc::clone(sink),
+            key: key.map_or_else(|| Arc::clone(&sink.no_key), Arc::from),
         }
     }
 
@@ -49,10 +64,11 @@ impl CallSpend {
         let priced = usage.priced();
         self.sink.recorder.record(SpendEntry {
             at_unix_ms: self.sink.clock.now_unix_ms(),
-            tenant: completed.tenant.to_string(),
-            key: self.key.to_string(),
-            model: completed.model.to_string(),
-            deployment: completed.deployment.to_string(),
+            // The call's own names, shared: no copy for the queue.
+            tenant: Arc::clone(&completed.tenant),
+            key: Arc::clone(&self.key),
+            model: Arc::clone(&completed.model),
+            deployment: Arc::clone(&completed.deployment),
             // Every prompt token not read from the cache: cache writes included.
             input_tokens: (priced.input_tokens)
                 .saturating_add(priced.cache_write_tokens)

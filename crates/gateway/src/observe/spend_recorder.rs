@@ -163,7 +163,7 @@ mod tests {
         SpendEntry {
             at_unix_ms: 0,
             tenant: "acme".into(),
-            key: String::new(),
+            key: "".into(),
             model: model.into(),
             deployment: "east".into(),
             input_tokens: 1,

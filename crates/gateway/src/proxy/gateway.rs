@@ -57,7 +57,7 @@ pub struct Gateway {
     /// The response ids handed to each tenant (`proxy/response_ids.rs`).
     pub(super) response_ids: Arc<ResponseIds>,
     /// Where completed calls' spend goes, when the server keeps a spend ledger.
-    pub(super) spend: Option<SpendSink>,
+    pub(super) spend: Option<Arc<SpendSink>>,
     /// The budget alerts' watch, shared with admission.
     budget_watch: Arc<BudgetWatch>,
     /// Each call's spans, when the server exports traces; `None`: no span is made.
@@ -278,7 +278,7 @@ impl Gateway {
     /// recorder's task on the current tokio runtime.
     pub fn with_spend(mut self, book: Arc<dyn SpendBook>, clock: Arc<dyn Clock>) -> Self {
         let recorder = SpendRecorder::start(book, self.metrics.spend.clone());
-        self.spend = Some(SpendSink { recorder, clock });
+        self.spend = Some(Arc::new(SpendSink::new(recorder, clock)));
         self
     }
 

@@ -144,7 +144,7 @@ async fn serve(
         trace.caller((&ctx.caller.name, key), class, &ctx.model.name);
     }
     ctx.trace = trace;
-    ctx.spend = (gateway.spend.clone()).map(|sink| CallSpend::new(sink, key));
+    ctx.spend = gateway.spend.as_ref().map(|sink| CallSpend::new(sink, key));
     // Each deployment of the pool is tried at most once (docs/gateway.md, "Pools").
     loop {
         let lease = gateway.admission.admit(&mut ctx).await?;

@@ -1,5 +1,7 @@
 //! One completed call, as the spend ledger records it.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::SpendError;
@@ -12,7 +14,9 @@ pub const SPEND_NAME_BYTES_MAX: usize = 256;
 /// One completed call: who made it, through what, when, what it used and what it
 /// cost. Tokens are as the provider reported them; `micro_usd` is the billed cost
 /// (`crate::price::billed_micro_usd`). Only valid entries exist
-/// ([`SpendEntry::validate`]).
+/// ([`SpendEntry::validate`]). The names are shared (`Arc<str>`): every completed
+/// call makes an entry, and its names are the gateway's own, so an entry takes
+/// them without an allocation, and the recorder's queue holds no copies.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpendEntry {
@@ -20,13 +24,13 @@ pub struct SpendEntry {
     /// day it counts on.
     pub at_unix_ms: u64,
     /// The tenant.
-    pub tenant: String,
+    pub tenant: Arc<str>,
     /// The key's id; empty for a call made without a gateway key.
-    pub key: String,
+    pub key: Arc<str>,
     /// The model the call asked for.
-    pub model: String,
+    pub model: Arc<str>,
     /// The deployment that served it.
-    pub deployment: String,
+    pub deployment: Arc<str>,
     /// Prompt tokens not read from the provider's cache (cache writes included).
     pub input_tokens: u64,
     /// Prompt tokens read from the provider's cache.
@@ -120,9 +124,9 @@ mod tests {
             for unpriced in [false, true] {
                 let entry = SpendEntry {
                     at_unix_ms: 1_765_000_000_000 + n as u64,
-                    tenant: name.to_string(),
-                    key: format!("k{n}{name}"),
-                    model: name.to_string(),
+                    tenant: (*name).into(),
+                    key: format!("k{n}{name}").into(),
+                    model: (*name).into(),
                     deployment: "d".into(),
                     input_tokens: u64::MAX,
                     cached_tokens: 0,
@@ -145,7 +149,7 @@ mod tests {
         SpendEntry {
             at_unix_ms: 0,
             tenant: "acme".into(),
-            key: String::new(),
+            key: "".into(),
             model: "gpt-4o".into(),
             deployment: "azure-east".into(),
             input_tokens: 1,
@@ -162,7 +166,7 @@ mod tests {
         let cases = [
             (
                 SpendEntry {
-                    tenant: String::new(),
+                    tenant: "".into(),
                     ..entry()
                 },
                 "tenant: must not be empty",
@@ -176,14 +180,14 @@ mod tests {
             ),
             (
                 SpendEntry {
-                    deployment: String::new(),
+                    deployment: "".into(),
                     ..entry()
                 },
                 "deployment: must not be empty",
             ),
             (
                 SpendEntry {
-                    key: "k".repeat(SPEND_NAME_BYTES_MAX + 1),
+                    key: "k".repeat(SPEND_NAME_BYTES_MAX + 1).into(),
                     ..entry()
                 },
                 "key: at most 256 bytes",

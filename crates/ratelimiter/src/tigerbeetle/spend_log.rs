@@ -132,14 +132,14 @@ pub fn decode(chain: &[tb::Transfer]) -> Result<SpendEntry, String> {
     for count in &mut tokens {
         *count = take_varint(&mut bytes)?;
     }
-    let mut names: [String; 4] = Default::default();
+    let mut names: [std::sync::Arc<str>; 4] = Default::default();
     for name in &mut names {
         let length = usize::try_from(take_varint(&mut bytes)?).map_err(|e| e.to_string())?;
         if length > bytes.len() {
             return Err("a name longer than the entry".to_owned());
         }
         let (text, rest) = bytes.split_at(length);
-        *name = String::from_utf8(text.to_vec()).map_err(|e| e.to_string())?;
+        *name = std::str::from_utf8(text).map_err(|e| e.to_string())?.into();
         bytes = rest;
     }
     if !bytes.is_empty() {
@@ -339,8 +339,8 @@ mod tests {
             id: 0xfeed_u128 << 64 | 7,
             entry: SpendEntry {
                 at_unix_ms: 1_795_824_000_123,
-                tenant: tenant.to_owned(),
-                key: key.to_owned(),
+                tenant: tenant.into(),
+                key: key.into(),
                 model: "gpt-4o".into(),
                 deployment: "azure-east".into(),
                 input_tokens: 1_234,
