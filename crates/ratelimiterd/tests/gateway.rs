@@ -10,8 +10,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use replay::sim::limits::ProviderLimits;
 use replay::sim::server::ProviderServer;
 use serde_json::{json, Value};
@@ -329,6 +327,8 @@ async fn a_budget_in_money_is_shown_by_the_admin_api_and_keeps_its_span() {
 #[cfg(feature = "tigerbeetle")]
 mod fleet {
     use super::*;
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
     use ratelimiter::tigerbeetle::LocalCluster;
 
     #[tokio::test]
