@@ -65,12 +65,17 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-@pytest.fixture(scope="module")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    directory = tmp_path_factory.mktemp("ratelimiterd")
+def serve(directory: Path, extra_yaml: str = "") -> Iterator[str]:
+    """A fixture's body: ratelimiterd on a free port (:func:`start_ratelimiterd`),
+    yielding its URL, stopped after."""
     port = free_port()
-    process = start_ratelimiterd(directory, port)
+    process = start_ratelimiterd(directory, port, extra_yaml)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(process)
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from serve(tmp_path_factory.mktemp("ratelimiterd"))

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
 import pytest
-from conftest import free_port, start_ratelimiterd, stop
+from conftest import serve
 
 from llm_ratelimiter import (
     ArgumentTypeError,
@@ -142,15 +142,9 @@ JITTER_MS_LONG = 60_000
 
 @pytest.fixture(scope="module")
 def jittery_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    directory = tmp_path_factory.mktemp("jittery")
-    port = free_port()
     policy = (f"retry_policy:\n  rolling:\n    jitter_ms: {JITTER_MS_LONG}\n"
               f"  concurrency:\n    jitter_ms: {JITTER_MS_LONG}\n")
-    process = start_ratelimiterd(directory, port, policy)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(process)
+    yield from serve(tmp_path_factory.mktemp("jittery"), policy)
 
 
 @pytest.mark.parametrize("waiting", ["sync", "async"])
